@@ -1,0 +1,46 @@
+# raftlog developer commands. Everything installs into .venv inside the repo.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+SEEDS ?= 5000
+START ?= 0
+PYTEST_ARGS ?=
+
+.PHONY: install test test-fast sim lint bench run clean
+
+# Idempotent: reinstalls only when the package metadata changed.
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The whole suite: unit, interaction scripts, a fixed simulation seed set, negative controls.
+test: install
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Unit and interaction tests only (seconds), for the edit loop.
+test-fast: install
+	$(PY) -m pytest -m "not slow and not sim" -q $(PYTEST_ARGS)
+
+# Long simulation sweep: make sim SEEDS=10000 START=0
+sim: install
+	$(PY) -m tests.sim.sweep --seeds $(SEEDS) --start $(START)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check raftlog tests/sim bench
+
+bench: install
+	$(PY) bench/raft_core.py
+
+# Placeholder until the node exists (issue: the node / MultiRaft runtime).
+run: install
+	@echo "make run will start a local 3-node raftlog cluster on 127.0.0.1-3 (raftlog cluster up)."
+	@echo "The node (multiraft/) is not built yet: today this repository holds the Raft core and"
+	@echo "its simulator. Try 'make test', 'make sim SEEDS=1000' or 'make bench'."
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,64 @@
+"""Configuration of one Raft replica, validated when it is built.
+
+Every limit is a named field: a queue, message or read that has no bound is a
+bug waiting for a burst. Defaults follow etcd-io/raft's proven values, scaled for
+a log service whose entries are whole record batches (hundreds of KiB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raftlog.types import NO_NODE, Index, NodeId
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    node_id: NodeId
+    # Time enters only as ticks; the node decides how long a tick is (100 ms by default).
+    election_timeout_ticks: int = 10
+    heartbeat_interval_ticks: int = 1
+    pre_vote: bool = True
+    check_quorum: bool = True
+    # Flow control toward each follower (etcd: MaxSizePerMsg, MaxInflightMsgs, MaxInflightBytes).
+    message_bytes_max: int = 1 * MIB
+    inflight_messages_max: int = 256
+    inflight_bytes_max: int = 64 * MIB
+    # Proposals beyond this many uncommitted bytes are refused (backpressure, not a queue).
+    uncommitted_bytes_max: int = 128 * MIB
+    # Bound on what one Ready hands to the state machine.
+    committed_bytes_per_ready_max: int = 16 * MIB
+    # Pending linearizable reads per leader.
+    pending_reads_max: int = 4096
+    # A follower is in sync while it was caught up within this many ticks (Kafka's
+    # replica.lag.time.max.ms, in ticks: 300 ticks of 100 ms = 30 s, Kafka's default).
+    replica_lag_time_max_ticks: int = 300
+    # Ticks a leader waits in the install (snapshot) state before probing again.
+    snapshot_timeout_ticks: int = 50
+    # Index the driver's state machine has already applied (restart point).
+    applied: Index = Index(0)
+
+    def __post_init__(self) -> None:
+        if self.node_id == NO_NODE or self.node_id < 0:
+            raise ValueError("node_id must be a positive integer")
+        if self.heartbeat_interval_ticks < 1:
+            raise ValueError("heartbeat_interval_ticks must be at least 1")
+        if self.election_timeout_ticks <= self.heartbeat_interval_ticks:
+            raise ValueError("election_timeout_ticks must exceed heartbeat_interval_ticks")
+        for name in (
+            "message_bytes_max",
+            "inflight_messages_max",
+            "inflight_bytes_max",
+            "uncommitted_bytes_max",
+            "committed_bytes_per_ready_max",
+            "pending_reads_max",
+            "replica_lag_time_max_ticks",
+            "snapshot_timeout_ticks",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.applied < 0:
+            raise ValueError("applied must not be negative")

@@ -1,0 +1,85 @@
+"""In-sync replica tracking by time, the way Kafka users know it.
+
+A follower is *in sync* while it was caught up to the leader's log at some moment
+within the last `lag_ticks` ticks. "Caught up at tick t" means its match index
+reached the leader's last index as it stood at tick t. Measuring lag in time, not
+in entries, keeps a follower that is merely slow during a burst in the ISR: each
+acknowledgement catches it up to some recent tick, so it only leaves the ISR when
+it stays behind longer than the lag time (no shuttling in and out under bursts).
+
+The leader samples its last index once per tick into a bounded window; a match
+update finds, by bisection, the latest sampled tick whose last index it covers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+from raftlog.types import Index, NodeId
+
+NEVER = -(1 << 62)
+
+
+class InSyncTracker:
+    def __init__(self, lag_ticks: int) -> None:
+        assert lag_ticks >= 1
+        self._lag_ticks = lag_ticks
+        # Parallel windows of (tick, leader last index at the end of that tick).
+        self._ticks: list[int] = []
+        self._last_indexes: list[int] = []
+        self._caught_up_tick: dict[NodeId, int] = {}
+
+    def reset(self, now: int, in_sync: Iterable[NodeId], others: Iterable[NodeId]) -> None:
+        """Start a leadership: `in_sync` begin in the ISR (as Kafka does), `others` outside it."""
+        self._ticks.clear()
+        self._last_indexes.clear()
+        self._caught_up_tick = {node: now for node in in_sync}
+        for node in others:
+            self._caught_up_tick[node] = NEVER
+
+    def add(self, node: NodeId) -> None:
+        self._caught_up_tick.setdefault(node, NEVER)
+
+    def remove(self, node: NodeId) -> None:
+        self._caught_up_tick.pop(node, None)
+
+    def sample(self, now: int, last_index: Index) -> None:
+        """Record the leader's last index at the end of tick `now`."""
+        if self._ticks and self._ticks[-1] == now:
+            self._last_indexes[-1] = max(self._last_indexes[-1], last_index)
+        else:
+            assert not self._ticks or self._ticks[-1] < now, "ticks only move forward"
+            self._ticks.append(now)
+            self._last_indexes.append(last_index)
+        # Keep just the window that can still matter.
+        horizon = now - self._lag_ticks - 1
+        cut = bisect.bisect_left(self._ticks, horizon)
+        if cut > 0:
+            del self._ticks[:cut]
+            del self._last_indexes[:cut]
+
+    def record_match(self, node: NodeId, match: Index, now: int, leader_last: Index) -> None:
+        if node not in self._caught_up_tick:
+            return
+        if match >= leader_last:
+            caught_up = now
+        else:
+            # The latest sampled tick whose last index the follower covers.
+            position = bisect.bisect_right(self._last_indexes, match) - 1
+            if position < 0:
+                return
+            caught_up = self._ticks[position]
+        if caught_up > self._caught_up_tick[node]:
+            self._caught_up_tick[node] = caught_up
+
+    def in_sync(self, now: int) -> frozenset[NodeId]:
+        return frozenset(
+            node for node, tick in self._caught_up_tick.items() if now - tick <= self._lag_ticks
+        )
+
+    def out_of_sync(self, now: int) -> frozenset[NodeId]:
+        return frozenset(self._caught_up_tick) - self.in_sync(now)
+
+    def caught_up_tick(self, node: NodeId) -> int:
+        return self._caught_up_tick.get(node, NEVER)

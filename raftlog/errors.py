@@ -1,0 +1,69 @@
+"""Errors a caller of the core (and later, a client) can see, each with a code.
+
+Operating conditions are exceptions; broken invariants are assertions and never
+appear here. "Definitely not applied" (`ProposalDropped`, `NotLeader`) is kept
+apart from "outcome unknown" (`OutcomeUnknown`): a client may blindly retry the
+first kind, but must deduplicate (idempotent producer) to retry the second.
+The HTTP layer maps `code` and `http_status` to its one error shape.
+"""
+
+from __future__ import annotations
+
+from raftlog.types import NO_NODE, NodeId
+
+
+class ClientError(Exception):
+    code = "INTERNAL"
+    http_status = 500
+    retriable = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotLeader(ClientError):
+    code = "NOT_LEADER"
+    http_status = 421
+    retriable = True
+
+    def __init__(self, leader_hint: NodeId = NO_NODE, message: str = "") -> None:
+        super().__init__(message or f"not the leader (leader hint: {leader_hint or 'unknown'})")
+        self.leader_hint = leader_hint
+
+
+class ProposalDropped(ClientError):
+    """Refused before it entered the log: safe to retry."""
+
+    code = "PROPOSAL_DROPPED"
+    http_status = 503
+    retriable = True
+
+
+class LeadershipTransferInProgress(ProposalDropped):
+    code = "LEADERSHIP_TRANSFER_IN_PROGRESS"
+
+
+class MembershipChangeInProgress(ClientError):
+    code = "MEMBERSHIP_CHANGE_IN_PROGRESS"
+    http_status = 409
+    retriable = True
+
+
+class InvalidMembershipChange(ClientError):
+    code = "INVALID_MEMBERSHIP_CHANGE"
+    http_status = 400
+
+
+class OutcomeUnknown(ClientError):
+    """The proposal may or may not commit (leadership was lost after it was appended)."""
+
+    code = "OUTCOME_UNKNOWN"
+    http_status = 504
+    retriable = False
+
+
+class NotEnoughReplicas(ClientError):
+    code = "NOT_ENOUGH_REPLICAS"
+    http_status = 503
+    retriable = True
