@@ -109,8 +109,8 @@ class MemoryStorage:
     def compact(self, index: Index) -> None:
         """Forget entries up to `index`, keeping its term as the new snapshot point.
 
-        The caller passes the snapshot data that stands for the dropped prefix via
-        `set_snapshot_data` first (the simulator does); the membership is carried over.
+        The membership and data of the previous snapshot carry over: a caller whose
+        state changed since records the snapshot of `index` with `set_snapshot`.
         """
         offset = self._snapshot.meta.index
         if index <= offset:

@@ -1,0 +1,154 @@
+"""The one interface every storage file operation goes through.
+
+Why an interface: a power failure loses whatever the OS had not fsynced, and
+directory entries not yet made durable by a directory fsync. A real `kill -9`
+loses nothing the OS holds. `storage.write_behind.WriteBehindFiles` keeps
+unsynced bytes and directory changes in process memory, so that killing a
+process that uses it loses exactly what a power failure would (CHAOS.md 3.3,
+4A). `OsFiles` is the real implementation; the segment store cannot tell them
+apart.
+
+Contract of both implementations:
+- `append` writes at the file's end. It may raise `OSError` after writing part
+  of the buffers (ENOSPC); the caller truncates back to the old size.
+- Reads see every write at once, synced or not.
+- Data is durable only after `fsync(handle)`; a created, renamed or unlinked
+  name is durable only after `sync_dir` of its directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# Linux caps a writev call at IOV_MAX (1024) buffers.
+_IOV_MAX = 1024
+
+
+@dataclass(slots=True)
+class FileHandle:
+    """An open file. `size` is the logical size the reader sees (synced or not)."""
+
+    path: str
+    fd: int
+    size: int
+    node: object = None  # implementation detail of the write-behind double
+
+
+class Files(Protocol):
+    def create(self, path: str) -> FileHandle: ...
+
+    def open(self, path: str) -> FileHandle: ...
+
+    def append(self, handle: FileHandle, buffers: Sequence[bytes | memoryview]) -> None: ...
+
+    def read(self, handle: FileHandle, position: int, size: int) -> bytes: ...
+
+    def truncate(self, handle: FileHandle, size: int) -> None: ...
+
+    def fsync(self, handle: FileHandle) -> None: ...
+
+    def close(self, handle: FileHandle) -> None: ...
+
+    def list_dir(self, directory: str) -> list[str]: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def rename(self, source: str, target: str) -> None: ...
+
+    def unlink(self, path: str) -> None: ...
+
+    def sync_dir(self, directory: str) -> None: ...
+
+    def make_dirs(self, directory: str) -> None: ...
+
+
+def write_all(fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+    """Write every buffer with as few `writev` calls as the kernel allows.
+
+    Returns the number of bytes written. An `OSError` leaves a partial write on
+    disk: callers truncate back.
+    """
+    total = 0
+    pending = [memoryview(b) for b in buffers if len(b)]
+    while pending:
+        chunk = pending[:_IOV_MAX]
+        written = os.writev(fd, chunk)
+        total += written
+        # Drop fully written buffers, keep the rest of a partly written one.
+        consumed = 0
+        while consumed < len(chunk) and written >= len(chunk[consumed]):
+            written -= len(chunk[consumed])
+            consumed += 1
+        pending = pending[consumed:]
+        if written:
+            pending[0] = pending[0][written:]
+    return total
+
+
+class OsFiles:
+    """The real thing: `O_APPEND` writes, `pread` reads, explicit fsyncs."""
+
+    def create(self, path: str) -> FileHandle:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        return FileHandle(path=path, fd=os.open(path, flags, 0o644), size=0)
+
+    def open(self, path: str) -> FileHandle:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        return FileHandle(path=path, fd=fd, size=os.fstat(fd).st_size)
+
+    def append(self, handle: FileHandle, buffers: Sequence[bytes | memoryview]) -> None:
+        try:
+            handle.size += write_all(handle.fd, buffers)
+        except OSError:
+            # Re-read the size: a partial write moved the end.
+            handle.size = os.fstat(handle.fd).st_size
+            raise
+
+    def read(self, handle: FileHandle, position: int, size: int) -> bytes:
+        assert position >= 0 and size >= 0
+        return os.pread(handle.fd, size, position)
+
+    def truncate(self, handle: FileHandle, size: int) -> None:
+        assert 0 <= size <= handle.size, "truncate only shortens"
+        os.ftruncate(handle.fd, size)
+        handle.size = size
+
+    def fsync(self, handle: FileHandle) -> None:
+        os.fsync(handle.fd)
+
+    def close(self, handle: FileHandle) -> None:
+        os.close(handle.fd)
+        handle.fd = -1
+
+    def list_dir(self, directory: str) -> list[str]:
+        return sorted(os.listdir(directory))
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def rename(self, source: str, target: str) -> None:
+        os.rename(source, target)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def sync_dir(self, directory: str) -> None:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def make_dirs(self, directory: str) -> None:
+        """Create `directory` and its parents, making each new name durable."""
+        missing: list[str] = []
+        current = os.path.abspath(directory)
+        while not os.path.isdir(current):
+            missing.append(current)
+            current = os.path.dirname(current)
+        for path in reversed(missing):
+            os.mkdir(path)
+            self.sync_dir(os.path.dirname(path))

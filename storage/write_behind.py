@@ -1,0 +1,213 @@
+"""`write_behind_until_fsync`: a `Files` double that loses what a power failure would.
+
+Unsynced appends stay in this process's memory and reach the OS file only at
+`fsync`; created, renamed and unlinked names reach the OS only at `sync_dir` of
+their directory. So a real `kill -9` of a process using this double leaves on
+disk exactly what a power failure at that instant could leave (the
+conservative case: nothing unsynced survives). Reads see everything at once,
+as the page cache would.
+
+A file created and not yet made durable by `sync_dir` lives on the OS under a
+hidden temporary name; a new instance sweeps those names away on start, which
+is what losing the directory entry means.
+
+Fault injection: `free_bytes` makes appends fail with ENOSPC once exhausted
+(after writing the part that fit, as a real partial write does).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import count
+
+from storage.files import FileHandle, write_all
+
+PENDING_PREFIX = ".wbpending-"
+
+
+@dataclass(slots=True)
+class _Node:
+    """One file: OS bytes `[0, cut)` are visible, then `tail` (unsynced)."""
+
+    os_path: str | None  # None once an unlink reached the OS
+    os_size: int
+    cut: int
+    tail: bytearray = field(default_factory=bytearray)
+
+    @property
+    def size(self) -> int:
+        return self.cut + len(self.tail)
+
+
+@dataclass(slots=True)
+class _DirOp:
+    kind: str  # "link" | "rename" | "unlink"
+    node: _Node
+    target: str = ""
+
+
+class WriteBehindFiles:
+    def __init__(self, root: str) -> None:
+        self.free_bytes: int | None = None
+        # Logical namespace overlay: path -> node, or None when unlinked but not synced.
+        self._names: dict[str, _Node | None] = {}
+        self._pending_ops: dict[str, list[_DirOp]] = {}
+        self._temporary_names = count()
+        self._sweep(root)
+
+    @staticmethod
+    def _sweep(root: str) -> None:
+        for directory, _, names in os.walk(root):
+            for name in names:
+                if name.startswith(PENDING_PREFIX):
+                    os.unlink(os.path.join(directory, name))
+
+    def _lookup(self, path: str) -> _Node | None:
+        if path in self._names:
+            return self._names[path]
+        if not os.path.isfile(path):
+            return None
+        size = os.path.getsize(path)
+        node = _Node(os_path=path, os_size=size, cut=size)
+        self._names[path] = node
+        return node
+
+    def _record(self, path: str, op: _DirOp) -> None:
+        self._pending_ops.setdefault(os.path.dirname(path), []).append(op)
+
+    # -- files -------------------------------------------------------------------
+
+    def create(self, path: str) -> FileHandle:
+        assert self._lookup(path) is None, f"{path} exists"
+        directory, name = os.path.split(path)
+        temporary = os.path.join(directory, f"{PENDING_PREFIX}{next(self._temporary_names)}-{name}")
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o644)
+        node = _Node(os_path=temporary, os_size=0, cut=0)
+        self._names[path] = node
+        self._record(path, _DirOp("link", node, path))
+        return FileHandle(path=path, fd=fd, size=0, node=node)
+
+    def open(self, path: str) -> FileHandle:
+        node = self._lookup(path)
+        if node is None or node.os_path is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        fd = os.open(node.os_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        return FileHandle(path=path, fd=fd, size=node.size, node=node)
+
+    def append(self, handle: FileHandle, buffers: Sequence[bytes | memoryview]) -> None:
+        node = handle.node
+        assert isinstance(node, _Node)
+        data = b"".join(buffers)
+        if self.free_bytes is not None and len(data) > self.free_bytes:
+            fitting = self.free_bytes
+            node.tail += data[:fitting]
+            self.free_bytes = 0
+            handle.size = node.size
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), handle.path)
+        if self.free_bytes is not None:
+            self.free_bytes -= len(data)
+        node.tail += data
+        handle.size = node.size
+
+    def read(self, handle: FileHandle, position: int, size: int) -> bytes:
+        node = handle.node
+        assert isinstance(node, _Node)
+        assert position >= 0 and size >= 0
+        end = min(position + size, node.size)
+        if position >= end:
+            return b""
+        parts = []
+        if position < node.cut:
+            parts.append(os.pread(handle.fd, min(end, node.cut) - position, position))
+        if end > node.cut:
+            parts.append(bytes(node.tail[max(position - node.cut, 0) : end - node.cut]))
+        return b"".join(parts)
+
+    def truncate(self, handle: FileHandle, size: int) -> None:
+        node = handle.node
+        assert isinstance(node, _Node)
+        assert 0 <= size <= node.size, "truncate only shortens"
+        if size >= node.cut:
+            del node.tail[size - node.cut :]
+        else:
+            node.cut = size
+            node.tail.clear()
+        handle.size = size
+
+    def fsync(self, handle: FileHandle) -> None:
+        node = handle.node
+        assert isinstance(node, _Node)
+        if node.cut < node.os_size:
+            os.ftruncate(handle.fd, node.cut)
+            node.os_size = node.cut
+        if node.tail:
+            write_all(handle.fd, [node.tail])
+            node.os_size += len(node.tail)
+            node.cut = node.os_size
+            node.tail = bytearray()
+        os.fsync(handle.fd)
+
+    def close(self, handle: FileHandle) -> None:
+        # The node (and its unsynced tail) outlives the handle, as the page cache would.
+        os.close(handle.fd)
+        handle.fd = -1
+
+    # -- directories -------------------------------------------------------------
+
+    def list_dir(self, directory: str) -> list[str]:
+        names = {n for n in os.listdir(directory) if not n.startswith(PENDING_PREFIX)}
+        for path, node in self._names.items():
+            parent, name = os.path.split(path)
+            if parent != directory:
+                continue
+            if node is None:
+                names.discard(name)
+            else:
+                names.add(name)
+        return sorted(names)
+
+    def exists(self, path: str) -> bool:
+        if path in self._names:
+            return self._names[path] is not None
+        return os.path.exists(path)
+
+    def rename(self, source: str, target: str) -> None:
+        assert os.path.dirname(source) == os.path.dirname(target), "renames stay in one directory"
+        node = self._lookup(source)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", source)
+        self._names[source] = None
+        self._names[target] = node
+        self._record(target, _DirOp("rename", node, target))
+
+    def unlink(self, path: str) -> None:
+        node = self._lookup(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        self._names[path] = None
+        self._record(path, _DirOp("unlink", node))
+
+    def sync_dir(self, directory: str) -> None:
+        """Make the directory's pending creates, renames and unlinks reach the OS, in order."""
+        for op in self._pending_ops.pop(directory, []):
+            assert op.node.os_path is not None, "an unlinked file has no name to change"
+            if op.kind == "unlink":
+                os.unlink(op.node.os_path)
+                op.node.os_path = None
+            else:
+                os.rename(op.node.os_path, op.target)
+                op.node.os_path = op.target
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def make_dirs(self, directory: str) -> None:
+        """Directories are made durable at once (a simplification: the store never
+        relies on a new directory's entry before its first segment's `sync_dir`)."""
+        os.makedirs(directory, exist_ok=True)
