@@ -1,0 +1,879 @@
+"""`RaftCore`: one replica of one Raft group, as a pure state machine.
+
+Every state transition of the protocol lives in this module (like h11's
+`_state.py`). The core never touches clocks, sockets, files or threads: time
+arrives as `tick()`, the network as `step(message)`, clients as `propose(...)`,
+and everything the core wants done leaves through `ready()` (see `ready.py` for
+the order a driver must follow) and is acknowledged with `advance()`.
+
+Roles and their step functions follow the Raft paper and etcd-io/raft:
+PreVote (section 9.6 of Ongaro's thesis) keeps a partitioned node from raising
+terms on rejoin; CheckQuorum makes a leader that cannot hear a quorum step down,
+and gives followers a lease in which they ignore vote requests; a new leader
+appends a NOOP so entries of earlier terms commit (section 5.4.2); leadership
+transfer uses TimeoutNow; membership changes add or remove one server at a time.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from raftlog.core.config import Config
+from raftlog.core.insync import InSyncTracker
+from raftlog.core.log import RaftLog
+from raftlog.core.progress import Inflights, Progress, ProgressState
+from raftlog.core.quorum import VoteResult, committed_index, has_quorum, vote_result
+from raftlog.core.read_only import ReadOnlyQueue, ReadRequest
+from raftlog.core.ready import Ready
+from raftlog.errors import (
+    InvalidMembershipChange,
+    LeadershipTransferInProgress,
+    MembershipChangeInProgress,
+    NotEnoughReplicas,
+    NotLeader,
+    ProposalDropped,
+)
+from raftlog.messages import (
+    ENTRY_OVERHEAD_BYTES,
+    ConfChange,
+    ConfChangeOp,
+    Entry,
+    EntryKind,
+    HardState,
+    Membership,
+    Message,
+    MessageType,
+    ReadState,
+    Role,
+    SoftState,
+    decode_conf_change,
+    encode_conf_change,
+    entries_size_bytes,
+)
+from raftlog.storage import CompactedError, LogStorage
+from raftlog.types import NO_NODE, Index, NodeId, Term
+
+MT = MessageType
+
+
+class _NullLogger:
+    def bind(self, **_: Any) -> _NullLogger:
+        return self
+
+    def debug(self, *_: Any, **__: Any) -> None:
+        pass
+
+    info = warning = debug
+
+
+class RaftCore:
+    def __init__(
+        self, config: Config, storage: LogStorage, rng: random.Random, logger: Any = None
+    ) -> None:
+        state = storage.initial_state()
+        self.config = config
+        self.id = config.node_id
+        self._rng = rng
+        self.log = RaftLog(storage, config.applied)
+        hard = state.hard_state
+        # The commit index is stored lazily (no fsync of its own), so it may trail what the
+        # state machine applied; applied entries were committed, so take the larger.
+        commit = max(hard.commit, self.log.applied)
+        assert commit <= self.log.last_index(), "the commit index outlived its entries"
+        self.log.commit_to(commit)
+        self.term: Term = hard.term
+        self.vote: NodeId = hard.vote
+        self.membership: Membership = state.membership
+        self.leader: NodeId = NO_NODE
+        self.role = Role.FOLLOWER
+        self.now_ticks = 0
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_election_timeout = config.election_timeout_ticks
+        self.lead_transferee: NodeId = NO_NODE
+        self._votes: dict[NodeId, bool] = {}
+        self._progress: dict[NodeId, Progress] = {}
+        self._pending_conf_index = Index(0)
+        self._uncommitted_bytes = 0
+        self._read_only = ReadOnlyQueue(config.pending_reads_max)
+        self._reads_before_commit: list[ReadRequest] = []
+        self._in_sync = InSyncTracker(config.replica_lag_time_max_ticks)
+        self._messages: list[Message] = []
+        self._persisted_messages: list[Message] = []
+        self._read_states: list[ReadState] = []
+        self._broadcast_pending = False
+        self._commit_broadcast_pending = False
+        self._ready_number = 0
+        self._outstanding: Ready | None = None
+        self._prev_hard_state = hard
+        self._prev_soft_state = SoftState()
+        self.logger = (logger or _NullLogger()).bind(node_id=self.id)
+        self._become_follower(self.term, NO_NODE)
+
+    # ------------------------------------------------------------------ inputs
+
+    def tick(self) -> None:
+        """One unit of logical time passed (the driver decides how long a tick is)."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        self.now_ticks += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        else:
+            self._tick_election()
+
+    def step(self, message: Message) -> None:
+        assert self._outstanding is None, "no input between ready() and advance()"
+        assert message.target == self.id, "the driver routes messages to their target"
+        if message.source == self.id:
+            return
+        if message.term > self.term:
+            if not self._accept_higher_term(message):
+                return
+        elif message.term < self.term:
+            self._reply_to_stale(message)
+            return
+        if message.type in (MT.VOTE, MT.PRE_VOTE):
+            self._handle_vote_request(message)
+        elif self.role is Role.LEADER:
+            self._step_leader(message)
+        elif self.role is Role.FOLLOWER:
+            self._step_follower(message)
+        else:
+            self._step_candidate(message)
+
+    def propose(self, payloads: Sequence[bytes], kind: EntryKind = EntryKind.DATA) -> tuple[Term, Index]:
+        """Append `payloads` as entries of this leader's term; returns (term, first index).
+
+        Raises `NotLeader` (with a hint) on followers, `LeadershipTransferInProgress`
+        during a transfer, and `ProposalDropped` when the uncommitted tail is full.
+        """
+        assert self._outstanding is None, "no input between ready() and advance()"
+        assert kind in (EntryKind.DATA, EntryKind.META), "NOOP and CONFIG entries are the core's own"
+        assert payloads, "propose at least one payload"
+        self._check_can_propose()
+        size = sum(len(p) for p in payloads) + ENTRY_OVERHEAD_BYTES * len(payloads)
+        if self._uncommitted_bytes and self._uncommitted_bytes + size > self.config.uncommitted_bytes_max:
+            raise ProposalDropped("too many uncommitted bytes; retry after commits catch up")
+        first = Index(self.log.last_index() + 1)
+        term = self.term
+        entries = [Entry(Index(first + i), term, kind, p) for i, p in enumerate(payloads)]
+        self._append_as_leader(entries, size)
+        return term, first
+
+    def propose_membership(self, change: ConfChange) -> tuple[Term, Index]:
+        """Propose a single-server membership change (one at a time)."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        self._check_can_propose()
+        if self.log.applied < self._pending_conf_index:
+            raise MembershipChangeInProgress("a membership change is still being applied")
+        if not self._committed_in_current_term():
+            raise MembershipChangeInProgress("the leader has not committed an entry of its term yet")
+        _validate_conf_change(self.membership, change)
+        if change.op is ConfChangeOp.REMOVE and change.node_id == self.id:
+            # A leader that removed itself would stop replicating before the remaining
+            # voters learned the commit of its removal, leaving them without a quorum.
+            raise InvalidMembershipChange("the leader cannot remove itself; transfer leadership first")
+        payload = encode_conf_change(change)
+        index = Index(self.log.last_index() + 1)
+        entry = Entry(index, self.term, EntryKind.CONFIG, payload)
+        self._append_as_leader([entry], entry.size_bytes())
+        self._pending_conf_index = index
+        self.logger.info("membership_change_proposed", op=change.op.name, node=change.node_id, index=index)
+        return self.term, index
+
+    def transfer_leadership(self, target: NodeId | None = None) -> NodeId:
+        """Hand leadership to `target`, or to the most caught-up in-sync voter."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader)
+        if target is None:
+            target = self._best_transfer_target()
+            if target is None:
+                raise NotEnoughReplicas("no in-sync voter to transfer leadership to")
+        if target == self.id:
+            return target
+        if target not in self.membership.voters:
+            raise InvalidMembershipChange(f"node {target} is not a voter of this group")
+        if self.lead_transferee == target:
+            return target
+        self.lead_transferee = target
+        self.election_elapsed = 0  # the transfer is abandoned after one election timeout
+        self.logger.info("leadership_transfer_started", target=target, term=self.term)
+        if self._progress[target].match == self.log.last_index():
+            self._send(self._message(MT.TIMEOUT_NOW, target))
+        else:
+            self._send_append(target)
+        return target
+
+    def read_index(self, context: bytes) -> None:
+        """Ask for a linearizable read point; a `ReadState` with `context` arrives in a Ready."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        assert context, "read contexts identify requests and must not be empty"
+        if self.role is Role.LEADER:
+            if not self._leader_read_index(ReadRequest(self.log.committed, context, self.id)):
+                raise ProposalDropped("too many pending reads")
+        elif self.leader != NO_NODE:
+            self._send(self._message(MT.READ_INDEX, self.leader, context=context))
+        else:
+            raise NotLeader(NO_NODE, "no leader known to confirm a read")
+
+    def report_snapshot(self, target: NodeId, success: bool) -> None:
+        """The driver finished (or failed) moving a snapshot to `target`."""
+        progress = self._progress.get(target)
+        if self.role is not Role.LEADER or progress is None:
+            return
+        if progress.state is ProgressState.INSTALL:
+            if not success:
+                progress.install_index = Index(0)
+            progress.become_probe()
+            progress.probe_sent = True  # wait for the follower's answer or a heartbeat
+
+    def report_unreachable(self, target: NodeId) -> None:
+        progress = self._progress.get(target)
+        if self.role is Role.LEADER and progress and progress.state is ProgressState.REPLICATE:
+            progress.become_probe()
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def commit_index(self) -> Index:
+        return self.log.committed
+
+    @property
+    def applied_index(self) -> Index:
+        return self.log.applied
+
+    def progress(self, node: NodeId) -> Progress | None:
+        return self._progress.get(node)
+
+    def in_sync_replicas(self) -> frozenset[NodeId]:
+        """The ISR: this leader plus every member caught up within the lag time."""
+        if self.role is not Role.LEADER:
+            return frozenset()
+        return self._in_sync.in_sync(self.now_ticks) | {self.id}
+
+    def out_of_sync_replicas(self) -> frozenset[NodeId]:
+        if self.role is not Role.LEADER:
+            return frozenset()
+        return self._in_sync.out_of_sync(self.now_ticks)
+
+    def check_min_insync(self, min_insync_replicas: int) -> None:
+        """Raise `NotEnoughReplicas` unless at least that many voters are in sync."""
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader)
+        in_sync = len(self.in_sync_replicas() & self.membership.voters)
+        if in_sync < min_insync_replicas:
+            raise NotEnoughReplicas(
+                f"{in_sync} in-sync replicas, fewer than min_insync_replicas={min_insync_replicas}"
+            )
+
+    # ------------------------------------------------------------------ Ready / advance
+
+    def has_ready(self) -> bool:
+        assert self._outstanding is None
+        return bool(
+            self._messages
+            or self._persisted_messages
+            or self._read_states
+            or self.log.unstable
+            or self.log.pending_snapshot is not None
+            or self._broadcast_pending
+            or self._commit_broadcast_pending
+            or self.log.committed > self.log.applied
+            or self._hard_state() != self._prev_hard_state
+            or self._soft_state() != self._prev_soft_state
+        )
+
+    def ready(self) -> Ready:
+        assert self._outstanding is None, "advance() the previous Ready first"
+        if self.role is Role.LEADER:
+            self._flush_broadcast()
+        hard_state = self._hard_state()
+        soft_state = self._soft_state()
+        prev = self._prev_hard_state
+        changed_hard = hard_state if hard_state != prev else None
+        snapshot = self.log.pending_snapshot
+        committed: tuple[Entry, ...] = ()
+        if snapshot is None and self.log.committed > self.log.applied:
+            committed = tuple(
+                self.log.slice(
+                    Index(self.log.applied + 1),
+                    Index(self.log.committed + 1),
+                    self.config.committed_bytes_per_ready_max,
+                )
+            )
+        entries = tuple(self.log.unstable)
+        must_sync = bool(entries) or snapshot is not None or (
+            changed_hard is not None and (hard_state.term != prev.term or hard_state.vote != prev.vote)
+        )
+        self._ready_number += 1
+        ready = Ready(
+            number=self._ready_number,
+            hard_state=changed_hard,
+            soft_state=soft_state if soft_state != self._prev_soft_state else None,
+            entries=entries,
+            snapshot=snapshot,
+            messages=tuple(self._messages),
+            persisted_messages=tuple(self._persisted_messages),
+            committed_entries=committed,
+            read_states=tuple(self._read_states),
+            must_sync=must_sync,
+        )
+        self._messages.clear()
+        self._persisted_messages.clear()
+        self._read_states.clear()
+        self._outstanding = ready
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        """The driver persisted, sent and applied everything in `ready`."""
+        assert self._outstanding is not None and ready.number == self._outstanding.number, (
+            "advance() acknowledges the outstanding Ready"
+        )
+        self._outstanding = None
+        if ready.hard_state is not None:
+            self._prev_hard_state = ready.hard_state
+        if ready.soft_state is not None:
+            self._prev_soft_state = ready.soft_state
+        if ready.snapshot is not None:
+            self.log.snapshot_installed(ready.snapshot)
+        if ready.entries:
+            self.log.stable_to(ready.entries[-1].index)
+        if self.role is Role.LEADER and (ready.entries or ready.snapshot):
+            # The leader counts itself toward the quorum only for what it persisted.
+            if self._progress[self.id].maybe_update(self.log.stable_last_index()):
+                self._maybe_commit()
+        if ready.committed_entries:
+            self.log.applied_to(ready.committed_entries[-1].index)
+            if self.role is Role.LEADER:
+                size = entries_size_bytes(ready.committed_entries)
+                self._uncommitted_bytes = max(0, self._uncommitted_bytes - size)
+            for entry in ready.committed_entries:
+                if entry.kind is EntryKind.CONFIG:
+                    self._apply_conf_change(decode_conf_change(entry.payload))
+
+    # ------------------------------------------------------------------ role changes
+
+    def _reset(self, term: Term) -> None:
+        if term != self.term:
+            assert term > self.term, "terms never go back"
+            self.term = term
+            self.vote = NO_NODE
+        self.leader = NO_NODE
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        timeout = self.config.election_timeout_ticks
+        self.randomized_election_timeout = timeout + self._rng.randrange(timeout)
+        self.lead_transferee = NO_NODE
+        self._votes = {}
+        self._progress = {}
+        self._pending_conf_index = Index(0)
+        self._uncommitted_bytes = 0
+        self._read_only.clear()
+        self._reads_before_commit.clear()
+        self._broadcast_pending = False
+        self._commit_broadcast_pending = False
+
+    def _become_follower(self, term: Term, leader: NodeId) -> None:
+        self._reset(term)
+        self.leader = leader
+        self.role = Role.FOLLOWER
+        self.logger.debug("became_follower", term=term, leader=leader)
+
+    def _become_pre_candidate(self) -> None:
+        assert self.role is not Role.LEADER, "a leader does not campaign"
+        self.role = Role.PRE_CANDIDATE
+        self._votes = {}
+        self.leader = NO_NODE
+        self.logger.debug("became_pre_candidate", term=self.term)
+
+    def _become_candidate(self) -> None:
+        assert self.role is not Role.LEADER, "a leader does not campaign"
+        self._reset(Term(self.term + 1))
+        self.vote = self.id
+        self.role = Role.CANDIDATE
+        self.logger.debug("became_candidate", term=self.term)
+
+    def _become_leader(self) -> None:
+        assert self.role is Role.CANDIDATE, "only a candidate becomes leader"
+        self._reset(self.term)
+        self.leader = self.id
+        self.role = Role.LEADER
+        last = self.log.last_index()
+        for node in sorted(self.membership.members | {self.id}):
+            self._add_progress(node, last)
+        self._progress[self.id].maybe_update(self.log.stable_last_index())
+        self._progress[self.id].become_replicate()
+        others = self.membership.members - {self.id}
+        self._in_sync.reset(
+            self.now_ticks, in_sync=others & self.membership.voters, others=others - self.membership.voters
+        )
+        # No membership change until everything before this term is applied.
+        self._pending_conf_index = last
+        noop = Entry(Index(last + 1), self.term, EntryKind.NOOP)
+        self._append_as_leader([noop], noop.size_bytes())
+        self.logger.info("became_leader", term=self.term, last_index=last)
+
+    def _add_progress(self, node: NodeId, last: Index) -> None:
+        self._progress[node] = Progress(
+            match=Index(0),
+            next=Index(last + 1),
+            inflights=Inflights(self.config.inflight_messages_max, self.config.inflight_bytes_max),
+            is_learner=node in self.membership.learners,
+            recent_active=node == self.id,
+        )
+
+    # ------------------------------------------------------------------ ticking
+
+    def _promotable(self) -> bool:
+        return self.id in self.membership.voters and self.log.pending_snapshot is None
+
+    def _tick_election(self) -> None:
+        self.election_elapsed += 1
+        if self._promotable() and self.election_elapsed >= self.randomized_election_timeout:
+            self.election_elapsed = 0
+            self._campaign(transfer=False)
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.config.election_timeout_ticks:
+            self.election_elapsed = 0
+            if self.config.check_quorum and not self._quorum_active():
+                self.logger.info("stepped_down_no_quorum", term=self.term)
+                self._become_follower(self.term, NO_NODE)
+                return
+            for node, progress in self._progress.items():
+                progress.recent_active = node == self.id
+            if self.lead_transferee != NO_NODE:
+                self.logger.info("leadership_transfer_aborted", target=self.lead_transferee)
+                self.lead_transferee = NO_NODE
+        self._in_sync.sample(self.now_ticks, self.log.last_index())
+        for node, progress in self._progress.items():
+            if progress.state is ProgressState.INSTALL:
+                progress.install_ticks += 1
+                if progress.install_ticks >= self.config.snapshot_timeout_ticks:
+                    self.logger.info("install_timed_out", target=node)
+                    progress.become_probe()
+        if self.heartbeat_elapsed >= self.config.heartbeat_interval_ticks:
+            self.heartbeat_elapsed = 0
+            self._broadcast_heartbeat(self._read_only.last_context())
+
+    def _quorum_active(self) -> bool:
+        active = [node for node, progress in self._progress.items() if progress.recent_active]
+        return has_quorum(self.membership.voters, active)
+
+    # ------------------------------------------------------------------ elections
+
+    def _campaign(self, transfer: bool) -> None:
+        """Start a pre-vote round, or (for a transfer, or without PreVote) a real election."""
+        if self.config.pre_vote and not transfer:
+            self._become_pre_candidate()
+            self._request_votes(MT.PRE_VOTE, Term(self.term + 1), transfer=False)
+        else:
+            self._become_candidate()
+            self._request_votes(MT.VOTE, self.term, transfer=transfer)
+
+    def _request_votes(self, kind: MessageType, term: Term, transfer: bool) -> None:
+        self._votes[self.id] = True
+        if self._tally_votes():
+            return
+        last_index, last_term = self.log.last_index(), self.log.last_term()
+        for voter in sorted(self.membership.voters - {self.id}):
+            self._send(
+                Message(
+                    type=kind, source=self.id, target=voter, term=term,
+                    index=last_index, log_term=last_term, transfer=transfer,
+                )
+            )
+
+    def _tally_votes(self) -> bool:
+        """Act on the votes so far; True when the campaign ended."""
+        result = vote_result(self.membership.voters, self._votes)
+        if result is VoteResult.WON:
+            if self.role is Role.PRE_CANDIDATE:
+                self._become_candidate()  # the pre-vote won: now the real election
+                self._request_votes(MT.VOTE, self.term, transfer=False)
+            else:
+                self._become_leader()
+            return True
+        if result is VoteResult.LOST:
+            self._become_follower(self.term, NO_NODE)
+            return True
+        return False
+
+    def _accept_higher_term(self, message: Message) -> bool:
+        """Handle a message from a higher term; False when it must be ignored."""
+        if message.type in (MT.VOTE, MT.PRE_VOTE):
+            in_lease = (
+                self.config.check_quorum
+                and self.leader != NO_NODE
+                and self.election_elapsed < self.config.election_timeout_ticks
+            )
+            if in_lease and not message.transfer:
+                return False  # we heard from a live leader recently: ignore the disruption
+        if message.type is MT.PRE_VOTE:
+            return True  # never change term on a pre-vote
+        if message.type is MT.PRE_VOTE_RESPONSE and not message.reject:
+            return True  # granted pre-votes carry the term we would campaign in
+        if message.type in (MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT):
+            self._become_follower(message.term, message.source)
+        else:
+            self._become_follower(message.term, NO_NODE)
+        return True
+
+    def _reply_to_stale(self, message: Message) -> None:
+        """Tell a node from an older term about ours, so a stale leader steps down."""
+        if message.type in (MT.APPEND, MT.HEARTBEAT) and (self.config.check_quorum or self.config.pre_vote):
+            self._send(self._message(MT.APPEND_RESPONSE, message.source))
+        elif message.type is MT.PRE_VOTE:
+            self._send(self._message(MT.PRE_VOTE_RESPONSE, message.source, reject=True))
+
+    def _handle_vote_request(self, message: Message) -> None:
+        can_vote = (
+            self.vote == message.source
+            or (self.vote == NO_NODE and self.leader == NO_NODE)
+            or (message.type is MT.PRE_VOTE and message.term > self.term)
+        )
+        if can_vote and self._candidate_up_to_date(message):
+            self._grant_vote(message)
+        else:
+            response = MT.VOTE_RESPONSE if message.type is MT.VOTE else MT.PRE_VOTE_RESPONSE
+            self._send(self._message(response, message.source, reject=True))
+
+    def _candidate_up_to_date(self, message: Message) -> bool:
+        return self.log.is_up_to_date(message.index, message.log_term)
+
+    def _grant_vote(self, message: Message) -> None:
+        if message.type is MT.PRE_VOTE:
+            # A pre-vote promises nothing: it may leave at once, in the asked term.
+            self._send(
+                Message(type=MT.PRE_VOTE_RESPONSE, source=self.id, target=message.source, term=message.term)
+            )
+            return
+        self.vote = message.source
+        self.election_elapsed = 0
+        self.logger.debug("vote_granted", term=self.term, candidate=message.source)
+        # The vote is a promise: it leaves only after the hard state is durable.
+        self._send_after_persist(self._message(MT.VOTE_RESPONSE, message.source))
+
+    def _step_candidate(self, message: Message) -> None:
+        kind = message.type
+        if kind in (MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT):
+            self._become_follower(self.term, message.source)
+            self._step_follower(message)
+        elif (kind is MT.PRE_VOTE_RESPONSE and self.role is Role.PRE_CANDIDATE) or (
+            kind is MT.VOTE_RESPONSE and self.role is Role.CANDIDATE
+        ):
+            self._votes.setdefault(message.source, not message.reject)
+            self._tally_votes()
+
+    # ------------------------------------------------------------------ follower
+
+    def _step_follower(self, message: Message) -> None:
+        kind = message.type
+        if kind in (MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT):
+            self.election_elapsed = 0
+            self.leader = message.source
+            if kind is MT.APPEND:
+                self._handle_append(message)
+            elif kind is MT.HEARTBEAT:
+                self.log.commit_to(message.commit)
+                self._send(self._message(MT.HEARTBEAT_RESPONSE, message.source, context=message.context))
+            else:
+                self._handle_snapshot(message)
+        elif kind is MT.TIMEOUT_NOW:
+            if self._promotable():
+                self.logger.info("campaign_on_timeout_now", term=self.term, source=message.source)
+                self._campaign(transfer=True)
+        elif kind is MT.READ_INDEX_RESPONSE:
+            self._read_states.append(ReadState(message.index, message.context))
+
+    def _handle_append(self, message: Message) -> None:
+        if message.index < self.log.committed:
+            self._acknowledge_append(message.source, self.log.committed)
+            return
+        last_new = self.log.maybe_append(message.index, message.log_term, message.commit, message.entries)
+        if last_new is not None:
+            self._acknowledge_append(message.source, last_new)
+            return
+        hint = Index(min(message.index, self.log.last_index()))
+        hint_index, hint_term = self.log.find_conflict_by_term(hint, message.log_term)
+        self._send(
+            self._message(
+                MT.APPEND_RESPONSE, message.source, index=message.index, reject=True,
+                reject_hint=hint_index, log_term=hint_term,
+            )
+        )
+
+    def _acknowledge_append(self, leader: NodeId, index: Index) -> None:
+        # "I hold the log up to index": true only once this Ready's entries are durable.
+        self._send_after_persist(self._message(MT.APPEND_RESPONSE, leader, index=index))
+
+    def _handle_snapshot(self, message: Message) -> None:
+        snapshot = message.snapshot
+        assert snapshot is not None, "SNAPSHOT messages carry a snapshot"
+        meta = snapshot.meta
+        if meta.index <= self.log.committed:
+            self._acknowledge_append(message.source, self.log.committed)
+            return
+        if self.log.match_term(meta.index, meta.term):
+            self.log.commit_to(meta.index)  # we already hold that prefix: fast-forward only
+            self._acknowledge_append(message.source, self.log.last_index())
+            return
+        self.logger.info("snapshot_restored", index=meta.index, term=meta.term)
+        self.log.restore(snapshot)
+        self.membership = meta.membership
+        self._acknowledge_append(message.source, meta.index)
+
+    # ------------------------------------------------------------------ leader
+
+    def _step_leader(self, message: Message) -> None:
+        kind = message.type
+        assert kind not in (MT.APPEND, MT.SNAPSHOT), "two leaders in one term"
+        progress = self._progress.get(message.source)
+        if kind is MT.READ_INDEX:
+            self._leader_read_index(ReadRequest(self.log.committed, message.context, message.source))
+            return
+        if progress is None:
+            return  # not (or no longer) a member
+        if kind is MT.APPEND_RESPONSE:
+            progress.recent_active = True
+            if message.reject:
+                self._handle_append_rejection(message, progress)
+            else:
+                self._handle_append_success(message, progress)
+        elif kind is MT.HEARTBEAT_RESPONSE:
+            self._handle_heartbeat_response(message, progress)
+
+    def _handle_append_rejection(self, message: Message, progress: Progress) -> None:
+        next_probe = message.reject_hint
+        if message.log_term > 0:
+            next_probe, _ = self.log.find_conflict_by_term(message.reject_hint, message.log_term)
+        if progress.maybe_decrease_to(message.index, next_probe):
+            if progress.state is ProgressState.REPLICATE:
+                progress.become_probe()
+            self._send_append(message.source)
+
+    def _handle_append_success(self, message: Message, progress: Progress) -> None:
+        was_paused = progress.is_paused()
+        if not progress.maybe_update(message.index):
+            return
+        if progress.state is ProgressState.PROBE:
+            progress.become_replicate()
+        elif progress.state is ProgressState.INSTALL and progress.match >= progress.install_index:
+            progress.become_probe()
+            progress.become_replicate()
+        else:
+            progress.inflights.free_up_to(message.index)
+        last = self.log.last_index()
+        self._in_sync.record_match(message.source, progress.match, self.now_ticks, last)
+        if not self._maybe_commit() and was_paused:
+            self._send_append(message.source)
+        while self._send_append(message.source, send_if_empty=False):
+            pass
+        if message.source == self.lead_transferee and progress.match == last:
+            self.logger.info("timeout_now_sent", target=message.source)
+            self._send(self._message(MT.TIMEOUT_NOW, message.source))
+
+    def _handle_heartbeat_response(self, message: Message, progress: Progress) -> None:
+        progress.recent_active = True
+        progress.probe_sent = False
+        if progress.state is ProgressState.REPLICATE and progress.inflights.full():
+            progress.inflights.free_first()
+        if progress.match < self.log.last_index():
+            self._send_append(message.source)
+        if not message.context:
+            return
+        acks = self._read_only.ack(message.context, message.source)
+        if acks is None or not has_quorum(self.membership.voters, acks):
+            return
+        for request in self._read_only.release_through(message.context):
+            self._deliver_read(request)
+
+    def _maybe_commit(self) -> bool:
+        match = {node: progress.match for node, progress in self._progress.items()}
+        index = committed_index(self.membership.voters, match)
+        if not self.log.maybe_commit(index, self.term):
+            return False
+        self._commit_broadcast_pending = True
+        if self._reads_before_commit:
+            pending, self._reads_before_commit = self._reads_before_commit, []
+            for request in pending:
+                request.index = self.log.committed
+                self._leader_read_index(request)
+        return True
+
+    def _committed_in_current_term(self) -> bool:
+        return self.log.term_or_none(self.log.committed) == self.term
+
+    def _check_can_propose(self) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader)
+        if self.lead_transferee != NO_NODE:
+            raise LeadershipTransferInProgress(f"leadership is moving to node {self.lead_transferee}")
+
+    def _append_as_leader(self, entries: list[Entry], size_bytes: int) -> None:
+        self.log.append(entries)
+        self._uncommitted_bytes += size_bytes
+        self._broadcast_pending = True
+
+    def _flush_broadcast(self) -> None:
+        """Send what proposals and commits since the last Ready made necessary (batched)."""
+        if not (self._broadcast_pending or self._commit_broadcast_pending):
+            return
+        commit_changed = self._commit_broadcast_pending
+        self._broadcast_pending = self._commit_broadcast_pending = False
+        for node in sorted(self._progress):
+            if node == self.id:
+                continue
+            sent = False
+            while self._send_append(node, send_if_empty=False):
+                sent = True
+            if not sent and commit_changed:
+                self._send_append(node, send_if_empty=True)  # carries the new commit index
+
+    def _send_append(self, target: NodeId, send_if_empty: bool = True) -> bool:
+        """Send the next append to `target` if flow control allows; True if one was sent."""
+        progress = self._progress[target]
+        if progress.is_paused():
+            return False
+        previous = Index(progress.next - 1)
+        last = self.log.last_index()
+        assert previous <= last, "a follower's next index never passes the leader's log"
+        previous_term = self.log.term_or_none(previous)
+        if previous_term is None:
+            return self._send_snapshot(target, progress)
+        entries: list[Entry] = []
+        if progress.next <= last:
+            try:
+                entries = self.log.slice(progress.next, Index(last + 1), self.config.message_bytes_max)
+            except CompactedError:
+                return self._send_snapshot(target, progress)
+        if not entries and not send_if_empty:
+            return False
+        if entries:
+            progress.sent_entries(entries[-1].index, entries_size_bytes(entries))
+        elif progress.state is ProgressState.PROBE:
+            progress.probe_sent = True
+        self._send(
+            Message(
+                type=MT.APPEND, source=self.id, target=target, term=self.term, index=previous,
+                log_term=previous_term, entries=tuple(entries), commit=self.log.committed,
+            )
+        )
+        return True
+
+    def _send_snapshot(self, target: NodeId, progress: Progress) -> bool:
+        if not progress.recent_active:
+            return False  # do not ship a snapshot to a follower that may be down
+        snapshot = self.log.storage.snapshot()
+        assert snapshot.meta.index >= self.log.first_index() - 1, "the snapshot covers the compacted prefix"
+        progress.become_install(snapshot.meta.index)
+        self.logger.info("install_started", target=target, index=snapshot.meta.index)
+        self._send(self._message(MT.SNAPSHOT, target, snapshot=snapshot))
+        return True
+
+    def _broadcast_heartbeat(self, context: bytes) -> None:
+        for node in sorted(self._progress):
+            if node == self.id:
+                continue
+            commit = Index(min(self._progress[node].match, self.log.committed))
+            self._send(self._message(MT.HEARTBEAT, node, commit=commit, context=context))
+
+    def _leader_read_index(self, request: ReadRequest) -> bool:
+        """Queue a read; False when the queue is full (the caller refuses the read)."""
+        if not self._committed_in_current_term():
+            # Our commit index may lag the true one until an entry of this term commits.
+            if len(self._reads_before_commit) >= self.config.pending_reads_max:
+                return False
+            self._reads_before_commit.append(request)
+            return True
+        if len(self.membership.voters) <= 1:
+            self._deliver_read(request)
+            return True
+        if self._read_only.full():
+            return False
+        request.acks.add(self.id)
+        if self._read_only.add(request):
+            self._broadcast_heartbeat(request.context)
+        return True
+
+    def _deliver_read(self, request: ReadRequest) -> None:
+        if request.requester == self.id:
+            self._read_states.append(ReadState(request.index, request.context))
+        else:
+            self._send(
+                self._message(MT.READ_INDEX_RESPONSE, request.requester, index=request.index, context=request.context)
+            )
+
+    def _best_transfer_target(self) -> NodeId | None:
+        in_sync = self.in_sync_replicas() & self.membership.voters
+        candidates = sorted(
+            (node for node in in_sync if node != self.id),
+            key=lambda node: (-self._progress[node].match, node),
+        )
+        return candidates[0] if candidates else None
+
+    # ------------------------------------------------------------------ membership
+
+    def _apply_conf_change(self, change: ConfChange) -> None:
+        self.membership = self.membership.apply(change)
+        self.logger.info(
+            "membership_applied", op=change.op.name, node=change.node_id,
+            voters=sorted(self.membership.voters), learners=sorted(self.membership.learners),
+        )
+        if self.role is not Role.LEADER:
+            return
+        if self.id not in self.membership.voters:
+            self.logger.info("stepped_down_removed", term=self.term)
+            self._become_follower(self.term, NO_NODE)
+            return
+        node = change.node_id
+        if change.op is ConfChangeOp.REMOVE:
+            self._progress.pop(node, None)
+            self._in_sync.remove(node)
+            if self.lead_transferee == node:
+                self.lead_transferee = NO_NODE
+        elif node not in self._progress:
+            self._add_progress(node, self.log.last_index())
+            self._in_sync.add(node)
+        else:
+            self._progress[node].is_learner = change.op is ConfChangeOp.ADD_LEARNER
+        self._maybe_commit()
+        self._broadcast_pending = True
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _hard_state(self) -> HardState:
+        return HardState(term=self.term, vote=self.vote, commit=self.log.committed)
+
+    def _soft_state(self) -> SoftState:
+        return SoftState(leader=self.leader, role=self.role)
+
+    def _message(self, kind: MessageType, target: NodeId, **fields: Any) -> Message:
+        return Message(type=kind, source=self.id, target=target, term=self.term, **fields)
+
+    def _send(self, message: Message) -> None:
+        self._messages.append(message)
+
+    def _send_after_persist(self, message: Message) -> None:
+        self._persisted_messages.append(message)
+
+
+def _validate_conf_change(membership: Membership, change: ConfChange) -> None:
+    node = change.node_id
+    if change.op is ConfChangeOp.ADD_VOTER and node in membership.voters:
+        raise InvalidMembershipChange(f"node {node} is already a voter")
+    if change.op is ConfChangeOp.ADD_LEARNER:
+        if node in membership.learners:
+            raise InvalidMembershipChange(f"node {node} is already a learner")
+        if node in membership.voters:
+            raise InvalidMembershipChange(f"node {node} is a voter; remove it first")
+    if change.op is ConfChangeOp.REMOVE:
+        if node not in membership.members:
+            raise InvalidMembershipChange(f"node {node} is not a member")
+        if membership.voters == {node}:
+            raise InvalidMembershipChange("cannot remove the last voter")

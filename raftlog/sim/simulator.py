@@ -1,0 +1,709 @@
+"""A deterministic simulator: N Raft cores, one seed, a hostile world.
+
+One `random.Random(seed)` picks everything: which faults are on for this seed
+(swarm testing: a random subset per seed finds more than all-at-once), when
+nodes tick (each with its own clock rate), how long every message and every disk
+write takes, what the network drops, duplicates or reorders, when nodes crash
+(losing unsynced writes, sometimes in the middle of one, sometimes keeping a torn
+tail), pause, get partitioned, compact their logs, transfer leadership, change
+membership, and when clients propose and read. Virtual time is an integer; events
+sit in a heap ordered by (time, sequence), so a run replays exactly.
+
+Each node is driven the way the real node drives its core (see `ready.py`): send
+`messages`, write, wait for the (simulated) fsync, send `persisted_messages`,
+apply, `advance`; whatever arrives meanwhile waits in the node's inbox.
+
+After the chaos phase everything heals; the run then demands liveness: a leader
+within a bounded time, and a fresh proposal applied on every member.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from raftlog.bootstrap import bootstrap_entries
+from raftlog.core.config import Config
+from raftlog.core.raft import RaftCore
+from raftlog.core.ready import Ready
+from raftlog.errors import ClientError
+from raftlog.messages import (
+    ConfChange,
+    ConfChangeOp,
+    Entry,
+    EntryKind,
+    Message,
+    MessageType,
+    Role,
+    Snapshot,
+    SnapshotMeta,
+)
+from raftlog.sim.checker import InvariantViolation, SafetyChecker
+from raftlog.sim.network import NetworkFaults, SimNetwork
+from raftlog.types import Index, NodeId, Term
+from storage.memory import MemoryStorage
+
+TICK_INTERVAL = 10  # virtual time units per tick at a normal clock rate
+INBOX_MAX = 4096  # a paused node's inbox is bounded like a socket buffer
+DRAIN_BATCH_MAX = 64
+
+
+@dataclass(frozen=True, slots=True)
+class FaultMix:
+    """Which kinds of trouble a seed brings (swarm testing)."""
+
+    loss: bool = False
+    duplicate: bool = False
+    reorder: bool = False
+    partition: bool = False
+    one_way: bool = False
+    crash: bool = False
+    crash_mid_persist: bool = False
+    torn_tail: bool = False
+    pause: bool = False
+    clock_skew: bool = False
+    slow_disk: bool = False
+    transfer: bool = False
+    membership: bool = False
+    compaction: bool = False
+    read_index: bool = False
+
+    @classmethod
+    def everything(cls) -> FaultMix:
+        return cls(**{f.name: True for f in fields(cls)})
+
+    @classmethod
+    def random(cls, rng: random.Random) -> FaultMix:
+        mix = cls(**{f.name: rng.random() < 0.5 for f in fields(cls)})
+        return mix if any(getattr(mix, f.name) for f in fields(cls)) else cls.everything()
+
+    def names(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name)]
+
+
+@dataclass(slots=True)
+class SimOptions:
+    nodes: int = 3
+    chaos_time: int = 4000  # virtual time of the fault phase (400 ticks at normal rate)
+    election_timeout_ticks: int = 10
+    liveness_ticks_max: int = 600  # after the heal: a leader and a commit within this bound
+    events_max: int = 400_000
+    faults: FaultMix | None = None  # None: a random mix from the seed
+    core_class: type[RaftCore] = RaftCore
+    trace: Callable[[str], None] | None = None
+
+
+@dataclass(slots=True)
+class Proposal:
+    node: NodeId
+    term: Term
+    index: Index
+    status: str = "pending"  # pending -> acked | refused | unknown
+
+
+@dataclass(slots=True)
+class SimNode:
+    id: NodeId
+    storage: MemoryStorage
+    core: RaftCore | None = None
+    up: bool = True
+    paused_until: int = 0
+    busy: Ready | None = None
+    incarnation: int = 0
+    tick_interval: int = TICK_INTERVAL
+    pending_ticks: int = 0
+    inbox: deque[tuple[str, Any]] = field(default_factory=deque)
+    applied: list[tuple[Index, Term, EntryKind, bytes]] = field(default_factory=list)
+    applied_payloads: set[bytes] = field(default_factory=set)
+    last_commit: int = 0
+    last_term: int = 0
+    was_leader_in: int = -1
+    led_last_index: int = -1
+
+
+@dataclass(slots=True)
+class SimResult:
+    seed: int
+    nodes: int
+    faults: list[str]
+    events: int
+    time: int
+    acked: int
+    leaders_elected: int
+    heal_to_leader_ticks: int
+    heal_to_commit_ticks: int
+    crashes: int
+    messages_sent: int
+    reads_checked: int
+
+
+class Simulation:
+    def __init__(self, seed: int, options: SimOptions | None = None) -> None:
+        self.seed = seed
+        self.options = options or SimOptions()
+        self.rng = random.Random(seed)
+        self.faults = self.options.faults or FaultMix.random(self.rng)
+        self.network = SimNetwork(self.rng, self._network_faults())
+        self.checker = SafetyChecker()
+        self.now = 0
+        self._heap: list[tuple[int, int, str, tuple[Any, ...]]] = []
+        self._sequence = 0
+        self.events = 0
+        self.healed = False
+        self.heal_time = 0
+        self.leader_after_heal_time = -1
+        self.final_payload: bytes | None = None
+        self.final_attempts = 0
+        self.final_applied_time = -1
+        self.final_leader: SimNode | None = None
+        self.proposals: dict[bytes, Proposal] = {}
+        self.crashes = 0
+        self.reads_checked = 0
+        self._read_requirements: dict[bytes, int] = {}
+        self._payload_counter = 0
+        voter_ids = [NodeId(i) for i in range(1, self.options.nodes + 1)]
+        spare = 2 if self.faults.membership else 0
+        self.all_ids = [NodeId(i) for i in range(1, self.options.nodes + spare + 1)]
+        bootstrap, hard_state = bootstrap_entries(voter_ids)
+        self.nodes: dict[NodeId, SimNode] = {}
+        for node_id in self.all_ids:
+            storage = MemoryStorage()
+            if node_id in voter_ids:
+                storage.append(bootstrap)
+                storage.set_hard_state(hard_state)
+                storage.sync()
+            node = SimNode(node_id, storage)
+            if self.faults.clock_skew:
+                node.tick_interval = self.rng.randrange(TICK_INTERVAL * 6 // 10, TICK_INTERVAL * 14 // 10 + 1)
+            self.nodes[node_id] = node
+            self._start(node)
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> SimResult:
+        for node in self.nodes.values():
+            self._schedule(self.rng.randrange(node.tick_interval), "tick", node.id, node.incarnation)
+        self._schedule(self.rng.randrange(5, 50), "client")
+        self._schedule(self.rng.randrange(50, 300), "fault")
+        self._schedule(self.options.chaos_time, "heal")
+        deadline_events = self.options.events_max
+        while self._heap:
+            if self.events >= deadline_events:
+                raise InvariantViolation("liveness", f"no convergence within {deadline_events} events")
+            time, _, kind, args = heapq.heappop(self._heap)
+            self.now = time
+            self.events += 1
+            getattr(self, "_on_" + kind)(*args)
+            if self.events % 250 == 0:
+                self._check_log_matching()
+            if self.final_applied_time >= 0:
+                break
+        self._check_log_matching()
+        self._final_checks()
+        return self._result()
+
+    def _schedule(self, delay: int, kind: str, *args: Any) -> None:
+        self._sequence += 1
+        heapq.heappush(self._heap, (self.now + delay, self._sequence, kind, args))
+
+    def _trace(self, node: NodeId | str, event: str, **details: Any) -> None:
+        if self.options.trace is not None:
+            text = " ".join(f"{k}={v}" for k, v in details.items())
+            self.options.trace(f"t={self.now:>6} n{node} {event} {text}")
+
+    # ------------------------------------------------------------------ node lifecycle
+
+    def _start(self, node: SimNode) -> None:
+        snapshot = node.storage.snapshot()
+        config = Config(
+            node_id=node.id,
+            election_timeout_ticks=self.options.election_timeout_ticks,
+            heartbeat_interval_ticks=1,
+            message_bytes_max=self.rng.choice([64, 512, 4096]),
+            inflight_messages_max=self.rng.choice([1, 4, 64]),
+            replica_lag_time_max_ticks=30,
+            snapshot_timeout_ticks=30,
+            applied=snapshot.meta.index,
+        )
+        node.core = self.options.core_class(config, node.storage, random.Random(self.rng.random()))
+        node.up = True
+        node.busy = None
+        node.pending_ticks = 0
+        node.inbox.clear()
+        node.incarnation += 1
+        node.last_commit = node.core.commit_index
+        node.last_term = node.core.term
+        node.was_leader_in = -1
+        node.led_last_index = -1
+        self._restore_state_machine(node, snapshot)
+
+    def _restore_state_machine(self, node: SimNode, snapshot: Snapshot) -> None:
+        node.applied = list(snapshot.data or ())
+        node.applied_payloads = {p for _, _, kind, p in node.applied if kind is EntryKind.DATA}
+        for index, term, kind, payload in node.applied:
+            self.checker.on_applied(node.id, Entry(index, term, kind, payload))
+
+    def _crash(self, node: SimNode, reason: str) -> None:
+        if not node.up:
+            return
+        torn = self.faults.torn_tail and self.rng.random() < 0.5
+        self._trace(node.id, "crash", reason=reason, torn_tail=torn)
+        node.storage.crash(self.rng, torn_tail=torn)
+        node.up = False
+        node.core = None
+        node.busy = None
+        node.inbox.clear()
+        node.incarnation += 1
+        self.crashes += 1
+        for proposal in self.proposals.values():
+            if proposal.node == node.id and proposal.status == "pending":
+                proposal.status = "unknown"
+
+    # ------------------------------------------------------------------ events
+
+    def _on_tick(self, node_id: NodeId, incarnation: int) -> None:
+        node = self.nodes[node_id]
+        if incarnation != node.incarnation:
+            return
+        self._schedule(node.tick_interval, "tick", node_id, incarnation)
+        if self.now < node.paused_until:
+            return
+        if node.busy is not None:
+            node.pending_ticks = min(node.pending_ticks + 1, 5)
+            return
+        self._tick(node)
+        self._pump(node)
+
+    def _on_deliver(self, message: Message) -> None:
+        node = self.nodes[message.target]
+        if not node.up:
+            return
+        if len(node.inbox) < INBOX_MAX:
+            node.inbox.append(("message", message))
+        if node.busy is None and self.now >= node.paused_until:
+            self._pump(node)
+
+    def _on_persisted(self, node_id: NodeId, incarnation: int) -> None:
+        node = self.nodes[node_id]
+        if incarnation != node.incarnation or node.busy is None:
+            return
+        if self.now < node.paused_until:
+            self._schedule(node.paused_until - self.now, "persisted", node_id, incarnation)
+            return
+        self._finish_ready(node, node.busy)
+        self._pump(node)
+
+    def _on_restart(self, node_id: NodeId) -> None:
+        node = self.nodes[node_id]
+        if node.up:
+            return
+        self._trace(node_id, "restart")
+        self._start(node)
+        self._schedule(self.rng.randrange(node.tick_interval), "tick", node_id, node.incarnation)
+
+    def _on_resume(self, node_id: NodeId) -> None:
+        node = self.nodes[node_id]
+        if node.up and node.busy is None and self.now >= node.paused_until:
+            self._pump(node)
+
+    def _on_heal_partition(self) -> None:
+        self.network.heal()
+        self._trace("-", "partition_healed")
+
+    def _on_client(self) -> None:
+        if self.healed:
+            self._client_after_heal()
+            return
+        self._schedule(self.rng.randrange(5, 40), "client")
+        node = self.nodes[self.rng.choice(self.all_ids)]
+        leaders = [n for n in self.nodes.values() if n.up and n.core is not None and n.core.role is Role.LEADER]
+        if leaders and self.rng.random() < 0.8:
+            node = self.rng.choice(leaders)
+        if not node.up:
+            return
+        if self.faults.read_index and self.rng.random() < 0.2:
+            context = b"read-%d" % self._next_id()
+            self._read_requirements[context] = self._acked_high_index()
+            self._enqueue(node, "read", context)
+        else:
+            payloads = [b"p%d" % self._next_id() for _ in range(self.rng.randrange(1, 4))]
+            self._enqueue(node, "propose", payloads)
+
+    def _client_after_heal(self) -> None:
+        self._schedule(TICK_INTERVAL * 5, "client")
+        elapsed_ticks = (self.now - self.heal_time) // TICK_INTERVAL
+        if elapsed_ticks > self.options.liveness_ticks_max:
+            raise InvariantViolation(
+                "liveness", f"no leader and final commit {elapsed_ticks} ticks after the heal"
+            )
+        leader = self._current_leader()
+        if leader is None:
+            return
+        if self.leader_after_heal_time < 0:
+            self.leader_after_heal_time = self.now
+        final = self.final_payload
+        proposal = self.proposals.get(final) if final is not None else None
+        if proposal is None or proposal.status in ("unknown", "refused") or proposal.node != leader.id:
+            # (Re)propose on the current leader; a new payload each time keeps ids unique.
+            self.final_attempts += 1
+            if proposal is None and final is not None and self.final_attempts % 4 != 0:
+                return  # give a queued proposal a few rounds to reach the core
+            self.final_payload = b"final-%d-%d" % (self.seed, self.final_attempts)
+            self._enqueue(leader, "propose", [self.final_payload])
+            return
+        assert leader.core is not None
+        members = leader.core.membership.members
+        if proposal.status == "acked" and all(final in self.nodes[m].applied_payloads for m in members):
+            self.final_applied_time = self.now
+            self.final_leader = leader
+
+    def _on_fault(self) -> None:
+        if self.healed:
+            return
+        self._schedule(self.rng.randrange(30, 300), "fault")
+        actions = [
+            (self.faults.crash, self._fault_crash),
+            (self.faults.pause, self._fault_pause),
+            (self.faults.partition, self._fault_partition),
+            (self.faults.transfer, self._fault_transfer),
+            (self.faults.membership, self._fault_membership),
+            (self.faults.compaction, self._fault_compaction),
+        ]
+        enabled = [action for on, action in actions if on]
+        if enabled:
+            self.rng.choice(enabled)()
+
+    def _on_heal(self) -> None:
+        self.healed = True
+        self.heal_time = self.now
+        self.network.heal()
+        self.network.faults = NetworkFaults(delay_min=1, delay_jitter=4)
+        self._trace("-", "heal_all")
+        for node in self.nodes.values():
+            node.paused_until = 0
+            if not node.up:
+                self._on_restart(node.id)
+            elif node.busy is None:
+                self._pump(node)
+
+    def _on_crash(self, node_id: NodeId, incarnation: int, reason: str) -> None:
+        node = self.nodes[node_id]
+        if node.incarnation == incarnation and not self.healed:
+            self._crash(node, reason)
+            self._schedule(self.rng.randrange(20, 400), "restart", node_id)
+
+    # ------------------------------------------------------------------ faults
+
+    def _fault_crash(self) -> None:
+        up = [n for n in self.nodes.values() if n.up]
+        if not up:
+            return
+        count = 1 if self.rng.random() < 0.8 else self.rng.randrange(1, len(up) + 1)
+        for node in self.rng.sample(up, count):
+            self._on_crash(node.id, node.incarnation, "fault")
+
+    def _fault_pause(self) -> None:
+        node = self.nodes[self.rng.choice(self.all_ids)]
+        duration = self.rng.randrange(50, 600)
+        node.paused_until = self.now + duration
+        self._trace(node.id, "pause", ticks=duration // TICK_INTERVAL)
+        self._schedule(duration, "resume", node.id)
+
+    def _fault_partition(self) -> None:
+        nodes = list(self.all_ids)
+        kind = self.rng.choice(["isolate", "split", "links"] + (["one_way"] if self.faults.one_way else []))
+        if kind == "isolate":
+            self.network.isolate(self.rng.choice(nodes), nodes)
+        elif kind == "one_way":
+            self.network.isolate(self.rng.choice(nodes), nodes, one_way=True)
+        elif kind == "split":
+            self.network.split(self.rng.sample(nodes, self.rng.randrange(1, len(nodes))), nodes)
+        else:
+            for _ in range(self.rng.randrange(1, 4)):
+                a, b = self.rng.sample(nodes, 2)
+                self.network.block_link(a, b)
+        self._trace("-", "partition", kind=kind, blocked=sorted(self.network.blocked))
+        self._schedule(self.rng.randrange(100, 1500), "heal_partition")
+
+    def _fault_transfer(self) -> None:
+        leader = self._current_leader()
+        if leader is None or leader.core is None:
+            return
+        voters = sorted(leader.core.membership.voters)
+        target = self.rng.choice([None, *voters])
+        self._enqueue(leader, "transfer", target)
+
+    def _fault_membership(self) -> None:
+        leader = self._current_leader()
+        if leader is None or leader.core is None:
+            return
+        membership = leader.core.membership
+        choices: list[ConfChange] = []
+        if len(membership.voters) > 1:
+            choices.append(ConfChange(ConfChangeOp.REMOVE, self.rng.choice(sorted(membership.voters))))
+        outsiders = [n for n in self.all_ids if n not in membership.members]
+        if outsiders:
+            choices.append(ConfChange(ConfChangeOp.ADD_LEARNER, self.rng.choice(outsiders)))
+            choices.append(ConfChange(ConfChangeOp.ADD_VOTER, self.rng.choice(outsiders)))
+        if membership.learners:
+            choices.append(ConfChange(ConfChangeOp.ADD_VOTER, self.rng.choice(sorted(membership.learners))))
+        if choices:
+            self._enqueue(leader, "membership", self.rng.choice(choices))
+
+    def _fault_compaction(self) -> None:
+        node = self.nodes[self.rng.choice(self.all_ids)]
+        core = node.core
+        if not node.up or core is None or node.busy is not None:
+            return
+        index = core.applied_index
+        storage = node.storage
+        if index < storage.first_index():
+            return
+        term = storage.term(index)
+        storage.compact(index)
+        meta = SnapshotMeta(index=index, term=term, membership=core.membership)
+        storage.set_snapshot(Snapshot(meta=meta, data=tuple(node.applied)))
+        self._trace(node.id, "compact", index=index)
+
+    # ------------------------------------------------------------------ the driver
+
+    def _enqueue(self, node: SimNode, kind: str, item: Any) -> None:
+        if len(node.inbox) < INBOX_MAX:
+            node.inbox.append((kind, item))
+        if node.up and node.busy is None and self.now >= node.paused_until:
+            self._pump(node)
+
+    def _tick(self, node: SimNode) -> None:
+        assert node.core is not None
+        node.core.tick()
+        self._after_input(node)
+
+    def _pump(self, node: SimNode) -> None:
+        """Drive one node until it waits for its disk or has nothing to do."""
+        while node.up and node.busy is None and self.now >= node.paused_until:
+            self._drain(node)
+            core = node.core
+            assert core is not None
+            if not core.has_ready():
+                if not node.inbox:
+                    return
+                continue
+            ready = core.ready()
+            self._write_ready(node, ready)
+            persist_waits = ready.must_sync or ready.persisted_messages
+            if persist_waits and (self.faults.slow_disk or self.faults.crash_mid_persist):
+                delay = self.rng.randrange(1, 30 if self.faults.slow_disk else 6)
+                node.busy = ready
+                self._schedule(delay, "persisted", node.id, node.incarnation)
+                if self.faults.crash_mid_persist and self.rng.random() < 0.03:
+                    self._schedule(self.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
+                return
+            self._finish_ready(node, ready)
+
+    def _drain(self, node: SimNode) -> None:
+        core = node.core
+        assert core is not None
+        for _ in range(node.pending_ticks):
+            core.tick()
+            self._after_input(node)
+        node.pending_ticks = 0
+        for _ in range(min(len(node.inbox), DRAIN_BATCH_MAX)):
+            kind, item = node.inbox.popleft()
+            if kind == "message":
+                core.step(item)
+            else:
+                self._client_request(node, kind, item)
+            self._after_input(node)
+
+    def _client_request(self, node: SimNode, kind: str, item: Any) -> None:
+        core = node.core
+        assert core is not None
+        try:
+            if kind == "propose":
+                term, first = core.propose(item)
+                for offset, payload in enumerate(item):
+                    self.proposals[payload] = Proposal(node.id, term, Index(first + offset))
+            elif kind == "read":
+                core.read_index(item)
+            elif kind == "transfer":
+                core.transfer_leadership(item)
+            elif kind == "membership":
+                core.propose_membership(item)
+                self._trace(node.id, "membership", op=item.op.name, target=item.node_id)
+        except ClientError as error:
+            self._trace(node.id, "refused", kind=kind, error=error.code)
+
+    def _after_input(self, node: SimNode) -> None:
+        """Checks that must hold after every single input to a core."""
+        core = node.core
+        assert core is not None
+        if core.commit_index < node.last_commit:
+            raise InvariantViolation("commit-monotonic", f"node {node.id} commit went back")
+        if core.term < node.last_term:
+            raise InvariantViolation("term-monotonic", f"node {node.id} term went back")
+        if core.role is Role.LEADER and core.commit_index > node.last_commit:
+            log = core.log
+            newly = range(node.last_commit + 1, core.commit_index + 1)
+            self.checker.on_leader_commit(core.term, {Index(i): log.term_or_none(Index(i)) for i in newly})
+        node.last_commit, node.last_term = core.commit_index, core.term
+        if core.role is Role.LEADER and node.was_leader_in != core.term:
+            node.was_leader_in = core.term
+            node.led_last_index = -1
+            self._trace(node.id, "leader", term=core.term)
+            self.checker.on_leader(node.id, core.term)
+            first = core.log.first_index()
+            term_at = {Index(i): core.log.term_or_none(Index(i)) for i in range(first, core.log.last_index() + 1)}
+            self.checker.check_leader_completeness(node.id, core.term, term_at, first)
+
+    def _write_ready(self, node: SimNode, ready: Ready) -> None:
+        core = node.core
+        assert core is not None
+        if core.role is Role.LEADER and ready.entries and node.led_last_index >= 0:
+            if node.was_leader_in == core.term and ready.entries[0].index != node.led_last_index + 1:
+                raise InvariantViolation(
+                    "leader-append-only", f"leader {node.id} rewrote its log from {ready.entries[0].index}"
+                )
+        for message in ready.messages:
+            self._send(message)
+        storage = node.storage
+        if ready.snapshot is not None:
+            storage.apply_snapshot(ready.snapshot)
+            self._restore_state_machine(node, ready.snapshot)
+        if ready.entries:
+            self.checker.on_entries_written(node.id, ready.entries)
+            storage.append(ready.entries)
+        if ready.hard_state is not None:
+            storage.set_hard_state(ready.hard_state)
+        if core.role is Role.LEADER:
+            node.led_last_index = storage.last_index()
+
+    def _finish_ready(self, node: SimNode, ready: Ready) -> None:
+        core = node.core
+        assert core is not None
+        node.storage.sync()
+        for message in ready.persisted_messages:
+            self._send(message)
+        for entry in ready.committed_entries:
+            self._apply(node, entry)
+        for read in ready.read_states:
+            self._check_read(node, read.index, read.context)
+        node.busy = None
+        core.advance(ready)
+        self._after_input(node)
+
+    def _apply(self, node: SimNode, entry: Entry) -> None:
+        last = node.applied[-1][0] if node.applied else node.storage.snapshot().meta.index
+        if entry.index != last + 1:
+            raise InvariantViolation("apply-order", f"node {node.id} applied {entry.index} after {last}")
+        self.checker.on_applied(node.id, entry)
+        node.applied.append((entry.index, entry.term, entry.kind, entry.payload))
+        if entry.kind is EntryKind.DATA:
+            if entry.payload in node.applied_payloads:
+                raise InvariantViolation("exactly-once", f"node {node.id} applied {entry.payload!r} twice")
+            node.applied_payloads.add(entry.payload)
+        self._resolve_proposals(node, entry)
+
+    def _resolve_proposals(self, node: SimNode, entry: Entry) -> None:
+        proposal = self.proposals.get(entry.payload) if entry.kind is EntryKind.DATA else None
+        if proposal is not None and proposal.node == node.id and proposal.index == entry.index:
+            proposal.status = "acked"
+            self._trace(node.id, "acked", payload=entry.payload, index=entry.index)
+
+    def _check_read(self, node: SimNode, index: Index, context: bytes) -> None:
+        required = self._read_requirements.pop(context, None)
+        if required is None:
+            return
+        self.reads_checked += 1
+        if index < required:
+            raise InvariantViolation(
+                "linearizable-read", f"node {node.id} read at {index} after index {required} was acknowledged"
+            )
+
+    def _send(self, message: Message) -> None:
+        if message.type is MessageType.VOTE_RESPONSE and not message.reject:
+            self.checker.on_vote_sent(message.source, message.term, message.target)
+        for delay in self.network.deliveries(message.source, message.target):
+            self._schedule(delay, "deliver", message)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _network_faults(self) -> NetworkFaults:
+        faults = self.faults
+        return NetworkFaults(
+            delay_min=1,
+            delay_jitter=self.rng.randrange(10, 60) if faults.reorder else 2,
+            loss_rate=self.rng.choice([0.01, 0.05, 0.2]) if faults.loss else 0.0,
+            duplicate_rate=self.rng.choice([0.01, 0.05]) if faults.duplicate else 0.0,
+        )
+
+    def _next_id(self) -> int:
+        self._payload_counter += 1
+        return self._payload_counter
+
+    def _acked_high_index(self) -> int:
+        acked = [p.index for p in self.proposals.values() if p.status == "acked"]
+        return max(acked, default=0)
+
+    def _current_leader(self) -> SimNode | None:
+        leaders = [
+            n for n in self.nodes.values()
+            if n.up and n.core is not None and n.core.role is Role.LEADER and self.now >= n.paused_until
+        ]
+        if not leaders:
+            return None
+        return max(leaders, key=lambda n: n.core.term if n.core else 0)
+
+    def _check_log_matching(self) -> None:
+        logs: dict[NodeId, dict[Index, tuple[Term, bytes]]] = {}
+        for node in self.nodes.values():
+            if node.core is None:
+                continue
+            log = node.core.log
+            entries = log.slice(log.first_index(), Index(log.last_index() + 1), 1 << 60)
+            logs[node.id] = {e.index: (e.term, e.payload) for e in entries}
+        SafetyChecker.check_log_matching(logs)
+
+    def _final_checks(self) -> None:
+        if self.final_applied_time < 0:
+            raise InvariantViolation("liveness", "the final proposal was never applied")
+        leader = self.final_leader
+        assert leader is not None and leader.core is not None
+        acked = [payload for payload, p in self.proposals.items() if p.status == "acked"]
+        for member in sorted(leader.core.membership.members):
+            applied = self.nodes[member].applied_payloads
+            missing = [payload for payload in acked if payload not in applied]
+            if missing:
+                raise InvariantViolation(
+                    "acknowledged-lost", f"node {member} lacks acknowledged {missing[:3]}"
+                )
+        for payload, proposal in self.proposals.items():
+            if proposal.status == "pending" and proposal.node == leader.id and proposal.term == leader.core.term:
+                raise InvariantViolation("liveness", f"proposal {payload!r} of the final leader never resolved")
+
+    def _result(self) -> SimResult:
+        return SimResult(
+            seed=self.seed,
+            nodes=self.options.nodes,
+            faults=self.faults.names(),
+            events=self.events,
+            time=self.now,
+            acked=sum(1 for p in self.proposals.values() if p.status == "acked"),
+            leaders_elected=len(self.checker.leaders),
+            heal_to_leader_ticks=(self.leader_after_heal_time - self.heal_time) // TICK_INTERVAL,
+            heal_to_commit_ticks=(self.final_applied_time - self.heal_time) // TICK_INTERVAL,
+            crashes=self.crashes,
+            messages_sent=self.network.sent,
+            reads_checked=self.reads_checked,
+        )
+
+
+def run_seed(seed: int, options: SimOptions | None = None) -> SimResult:
+    """Run one seed; raises `InvariantViolation` (or AssertionError from the core) on failure."""
+    opts = options or SimOptions()
+    if options is None:
+        opts.nodes = random.Random(seed ^ 0x5EED).choice([3, 3, 5])
+    return Simulation(seed, opts).run()
