@@ -1,0 +1,176 @@
+"""Bad input and damaged files: each is detected, never served, never acknowledged."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from raftlog.messages import HardState
+from raftlog.storage import UnavailableError
+from raftlog.types import Index, Offset, Term
+from storage.config import StoreConfig
+from storage.errors import CorruptionError, DiskFullError, InvalidBatchError, OffsetOutOfRangeError
+from storage.frames import encode_frame
+from storage.offsets import read_records
+from tests.storage.helpers import SegmentHarness, data_entry
+
+_CONFIG = StoreConfig(segment_bytes_max=4096)
+
+
+@pytest.fixture
+def harness(tmp_path):
+    made = SegmentHarness(str(tmp_path), config=_CONFIG)
+    yield made
+    made.close()
+
+
+def _fill(harness: SegmentHarness, count: int, commit: int) -> None:
+    store = harness.store
+    for first in range(1, count + 1, 5):  # several appends, so segments roll
+        last = min(first + 5, count + 1)
+        store.append([data_entry(i, 1, count=3, value_bytes=50) for i in range(first, last)])
+    store.set_hard_state(HardState(term=Term(1), commit=Index(commit)))
+    store.sync()
+
+
+def _segment_paths(harness: SegmentHarness) -> list[str]:
+    return [s.path for s in harness.store.segments]
+
+
+def _reopen(harness: SegmentHarness):
+    return harness.crash()
+
+
+def test_truncated_tail_is_cut_back(harness):
+    # Goal: a frame cut short at the end (torn write) is truncated, not reported.
+    _fill(harness, 40, commit=30)
+    last = _segment_paths(harness)[-1]
+    os.truncate(last, os.path.getsize(last) - 7)
+    store = _reopen(harness)
+    assert store.recovery.corruption == ()
+    assert store.recovery.truncated_tail_bytes > 0
+    assert store.last_index() == 39
+    store.append([data_entry(40, 1)])
+    assert store.last_index() == 40
+
+
+def test_garbage_tail_is_cut_back(harness):
+    # Goal: random bytes after the last frame are dropped.
+    _fill(harness, 40, commit=40)
+    with open(_segment_paths(harness)[-1], "ab") as file:
+        file.write(os.urandom(100))
+    store = _reopen(harness)
+    assert store.recovery.corruption == () and store.recovery.truncated_tail_bytes == 100
+    assert store.last_index() == 40
+
+
+def test_bit_flip_inside_last_segment_needs_repair(harness):
+    # Goal: damage followed by valid frames is corruption: reported, cut, remembered.
+    _fill(harness, 40, commit=10)
+    last = _segment_paths(harness)[-1]
+    store = harness.store
+    first_in_last = store.segments[-1].first_index
+    with open(last, "r+b") as file:
+        file.seek(60)  # inside the first frame's payload
+        byte = file.read(1)
+        file.seek(60)
+        file.write(bytes([byte[0] ^ 0x10]))
+    store = _reopen(harness)
+    assert store.recovery.needs_repair
+    assert store.repair_reason is not None
+    assert store.last_index() == first_in_last - 1, "nothing from the damage on is served"
+    store = _reopen(harness)
+    assert store.repair_reason is not None, "the marker survives a restart"
+    store.mark_repaired()
+    assert _reopen(harness).repair_reason is None
+
+
+def test_torn_tail_below_commit_needs_repair(harness):
+    # Goal: losing a committed entry is never silently accepted as a torn tail.
+    _fill(harness, 40, commit=40)
+    last = _segment_paths(harness)[-1]
+    os.truncate(last, os.path.getsize(last) - 7)
+    store = _reopen(harness)
+    assert store.recovery.needs_repair
+
+
+def test_bit_flip_in_closed_segment_is_never_served(harness):
+    # Goal: reads check every frame's CRC; a flipped bit raises instead of serving.
+    _fill(harness, 40, commit=40)
+    first = _segment_paths(harness)[0]
+    with open(first, "r+b") as file:
+        file.seek(100)
+        byte = file.read(1)
+        file.seek(100)
+        file.write(bytes([byte[0] ^ 0x01]))
+    store = _reopen(harness)
+    with pytest.raises(CorruptionError):
+        store.entries(Index(1), Index(5), 1 << 20)
+
+
+def test_truncated_closed_segment_needs_repair(harness):
+    # Goal: a closed segment shorter than its catalog entry is corruption.
+    _fill(harness, 40, commit=40)
+    first = _segment_paths(harness)[0]
+    os.truncate(first, os.path.getsize(first) - 1)
+    store = _reopen(harness)
+    assert store.recovery.needs_repair
+    assert store.last_index() < 40
+
+
+def test_missing_newest_segment_needs_repair(harness):
+    # Goal: deleting the newest segment is detected (the database remembers it).
+    _fill(harness, 40, commit=5)
+    os.unlink(_segment_paths(harness)[-1])
+    store = _reopen(harness)
+    assert any("missing" in reason for reason in store.recovery.corruption)
+
+
+def test_disk_full_acknowledges_nothing_and_recovers(harness):
+    # Goal: ENOSPC fails the append cleanly; nothing half-written; works again later.
+    _fill(harness, 5, commit=5)
+    store = harness.store
+    size_before = store.segments[-1].size
+    harness.files.free_bytes = 30  # less than one frame
+    with pytest.raises(DiskFullError):
+        store.append([data_entry(6, 1), data_entry(7, 1)])
+    assert store.last_index() == 5
+    assert store.segments[-1].size == size_before, "the partial write was cut back"
+    harness.files.free_bytes = None
+    store.append([data_entry(6, 1)])
+    assert store.sync().durable_index == 6
+    store = _reopen(harness)
+    assert store.last_index() == 6 and store.recovery.corruption == ()
+
+
+def test_reads_out_of_range(harness):
+    # Goal: beyond the end and below the log start are typed, with the start carried.
+    _fill(harness, 10, commit=10)
+    store = harness.store
+    with pytest.raises(UnavailableError):
+        store.entries(Index(5), Index(12), 100)
+    with pytest.raises(OffsetOutOfRangeError) as raised:
+        read_records(store, Offset(31), end_offset=Offset(30), max_records=1, max_bytes=1)
+    assert raised.value.log_start_offset == 0 and raised.value.log_end_offset == 30
+
+
+def test_received_frames_with_bad_crc_or_lying_length_are_rejected(harness):
+    # Goal: frames from the wire are validated before a single byte is stored.
+    _fill(harness, 3, commit=3)
+    store = harness.store
+    header, payload = encode_frame(data_entry(4, 1, count=3), Offset(9), 3)
+    good = header + payload
+    flipped = bytearray(good)
+    flipped[-1] ^= 0xFF
+    lying = bytearray(good)
+    lying[0:4] = (len(good) + 100).to_bytes(4, "big")
+    miscounted_header, _ = encode_frame(data_entry(4, 1, count=3), Offset(9), 5)
+    size_before = store.segments[-1].size
+    for bad in (bytes(flipped), bytes(lying), miscounted_header + payload, good[:-3]):
+        with pytest.raises(InvalidBatchError):
+            store.append_frames(bad)
+        assert store.last_index() == 3 and store.segments[-1].size == size_before
+    store.append_frames(good)
+    assert store.last_index() == 4
+    assert store.entries(Index(4), Index(5), 1 << 20) == [data_entry(4, 1, count=3)]
