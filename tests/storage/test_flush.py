@@ -1,0 +1,55 @@
+"""Flush policies: what each makes durable, and what it reports."""
+
+from __future__ import annotations
+
+from raftlog.messages import HardState
+from raftlog.types import NodeId, Term
+from storage.config import FlushMode, FlushPolicy, StoreConfig
+from tests.storage.helpers import SegmentHarness, entries
+
+
+def test_policy_parsing():
+    # Goal: the config spellings map to policies.
+    assert FlushPolicy.parse("fsync") == FlushPolicy()
+    assert FlushPolicy.parse("none").mode is FlushMode.NONE
+    assert FlushPolicy.parse("interval_ms=50") == FlushPolicy(FlushMode.INTERVAL, 50)
+
+
+def test_fsync_group_commit_one_fsync_per_file(tmp_path):
+    # Goal: many appends, one sync: one fsync of the touched segment, everything durable.
+    harness = SegmentHarness(str(tmp_path))
+    store = harness.store
+    for first in range(1, 50, 7):
+        store.append(entries(first, first + 7))
+    result = store.sync()
+    assert (result.durable_index, result.fsync_count) == (49, 1)
+    assert store.sync().fsync_count == 0
+    harness.close()
+
+
+def test_interval_policy_reports_only_what_was_fsynced(tmp_path):
+    # Goal: under interval_ms, sync reports durability only once the interval passed.
+    config = StoreConfig(flush=FlushPolicy(FlushMode.INTERVAL, 100))
+    harness = SegmentHarness(str(tmp_path), config=config)
+    store = harness.store
+    store.append(entries(1, 5))
+    assert store.sync().durable_index == 0
+    harness.now_ms[0] += 100
+    assert store.sync().durable_index == 4
+    store.append(entries(5, 8))
+    assert store.sync().durable_index == 4
+    assert harness.crash().last_index() == 4
+    harness.close()
+
+
+def test_none_policy_still_syncs_votes(tmp_path):
+    # Goal: under none, entries are not fsynced but a term/vote change is.
+    harness = SegmentHarness(str(tmp_path), config=StoreConfig(flush=FlushPolicy(FlushMode.NONE)))
+    store = harness.store
+    store.append(entries(1, 5))
+    store.set_hard_state(HardState(term=Term(3), vote=NodeId(2)))
+    assert store.sync().fsync_count == 0
+    store = harness.crash()
+    assert store.initial_state().hard_state == HardState(term=Term(3), vote=NodeId(2))
+    assert store.last_index() == 0
+    harness.close()
