@@ -244,7 +244,7 @@ def _closed_segment(path: str, handle, entry: CatalogEntry) -> Segment:
     return Segment(
         first_index=entry.first_index, path=path, handle=handle, first_offset=entry.first_offset,
         created_ms=entry.created_ms, closed=True, last_index=entry.last_index,
-        next_offset=entry.next_offset, crc=entry.crc,
+        next_offset=entry.next_offset, crc=entry.crc or None,
     )  # fmt: skip
 
 

@@ -49,7 +49,7 @@ class Segment:
     closed: bool = False
     last_index: Index = Index(0)  # first_index - 1 while empty
     next_offset: Offset = Offset(0)
-    crc: int = 0  # running crc32 of the file bytes, for transfer checksums
+    crc: int | None = None  # crc32 of the whole file once known (None: not computed yet)
     # Open segment only: positions[i] is where entry first_index + i starts.
     positions: array = field(default_factory=lambda: array("Q"))
     # Open segment only: base offsets of DATA entries, and their raft indexes.
@@ -102,11 +102,12 @@ class Segment:
         del self.data_offsets[keep:]
         self.last_index = Index(index - 1)
         self.next_offset = next_offset
-        self.crc = zlib.crc32(files.read(self.handle, 0, position)) if position else 0
+        self.crc = None
 
     def catalog_value(self) -> bytes:
+        """The catalog record; CRC 0 stands for "not computed yet"."""
         return CATALOG.pack(
-            self.last_index, self.size, self.crc, self.first_offset, self.next_offset,
+            self.last_index, self.size, self.crc or 0, self.first_offset, self.next_offset,
             self.created_ms,
         )  # fmt: skip
 

@@ -62,11 +62,32 @@ def enforce_retention(store: SegmentStore, now_ms: int, applied: Index) -> Index
 
 
 def list_closed_segments(store: SegmentStore) -> list[SegmentDescriptor]:
-    return [
-        SegmentDescriptor(s.first_index, s.last_index, s.size, s.crc, s.first_offset, s.next_offset)
-        for s in store.segments
-        if s.closed and s.first_index >= store.first_index()
-    ]
+    descriptors = []
+    for segment in store.segments:
+        if not segment.closed or segment.first_index < store.first_index():
+            continue
+        if segment.crc is None:  # computed on first request, kept in memory
+            segment.crc = _file_crc(store.files, segment.handle)
+        descriptors.append(
+            SegmentDescriptor(
+                segment.first_index,
+                segment.last_index,
+                segment.size,
+                segment.crc,
+                segment.first_offset,
+                segment.next_offset,
+            )
+        )
+    return descriptors
+
+
+def _file_crc(files: Files, handle) -> int:
+    crc, position = 0, 0
+    while position < handle.size:
+        chunk = files.read(handle, position, TRANSFER_CHUNK_BYTES_MAX)
+        crc = zlib.crc32(chunk, crc)
+        position += len(chunk)
+    return crc
 
 
 def read_segment_chunk(store: SegmentStore, first_index: Index, position: int, size: int) -> bytes:
