@@ -141,6 +141,14 @@ class MemoryStorage:
             self._dirty_from = None
         durable.hard_state = self._hard_state
 
+    def durable_last(self) -> tuple[Index, Term]:
+        """(index, term) of the last entry a crash now would keep (simulator checks)."""
+        durable = self._durable
+        if durable.entries:
+            last = durable.entries[-1]
+            return last.index, last.term
+        return durable.snapshot.meta.index, durable.snapshot.meta.term
+
     # -- faults ----------------------------------------------------------------
 
     def crash(self, rng: random.Random | None = None, torn_tail: bool = False) -> None:

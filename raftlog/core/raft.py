@@ -521,7 +521,12 @@ class RaftCore:
         if message.type in (MT.APPEND, MT.HEARTBEAT, MT.SNAPSHOT):
             self._become_follower(message.term, message.source)
         else:
+            # Raft's rule: only a leader's message or a granted vote resets the election
+            # timer. Keeping it here stops a node with a fast clock and a stale log from
+            # holding everyone else's timers back forever by campaigning first each time.
+            elapsed = self.election_elapsed if self.role is not Role.LEADER else 0
             self._become_follower(message.term, NO_NODE)
+            self.election_elapsed = elapsed
         return True
 
     def _reply_to_stale(self, message: Message) -> None:

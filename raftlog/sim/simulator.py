@@ -90,7 +90,12 @@ class SimOptions:
     nodes: int = 3
     chaos_time: int = 4000  # virtual time of the fault phase (400 ticks at normal rate)
     election_timeout_ticks: int = 10
-    liveness_ticks_max: int = 600  # after the heal: a leader and a commit within this bound
+    # After the heal: a leader within `leader_ticks_max`, and the final proposal applied on
+    # every member within `commit_ticks_base` plus `commit_ticks_per_entry` for each entry
+    # some member still lacked at the heal (catch-up can be one entry per round trip).
+    leader_ticks_max: int = 200
+    commit_ticks_base: int = 300
+    commit_ticks_per_entry: int = 10
     events_max: int = 400_000
     faults: FaultMix | None = None  # None: a random mix from the seed
     core_class: type[RaftCore] = RaftCore
@@ -148,6 +153,9 @@ class Simulation:
         self.rng = random.Random(seed)
         self.faults = self.options.faults or FaultMix.random(self.rng)
         self.network = SimNetwork(self.rng, self._network_faults())
+        # Swarm over the protocol options too: safety may not depend on them.
+        self.pre_vote = self.rng.random() < 0.75
+        self.check_quorum = self.rng.random() < 0.75
         self.checker = SafetyChecker()
         self.now = 0
         self._heap: list[tuple[int, int, str, tuple[Any, ...]]] = []
@@ -155,6 +163,7 @@ class Simulation:
         self.events = 0
         self.healed = False
         self.heal_time = 0
+        self.commit_ticks_max = 0
         self.leader_after_heal_time = -1
         self.final_payload: bytes | None = None
         self.final_attempts = 0
@@ -223,6 +232,8 @@ class Simulation:
             node_id=node.id,
             election_timeout_ticks=self.options.election_timeout_ticks,
             heartbeat_interval_ticks=1,
+            pre_vote=self.pre_vote,
+            check_quorum=self.check_quorum,
             message_bytes_max=self.rng.choice([64, 512, 4096]),
             inflight_messages_max=self.rng.choice([1, 4, 64]),
             replica_lag_time_max_ticks=30,
@@ -280,8 +291,8 @@ class Simulation:
 
     def _on_deliver(self, message: Message) -> None:
         node = self.nodes[message.target]
-        if not node.up:
-            return
+        if not node.up or (message.source, message.target) in self.network.blocked:
+            return  # a partition also loses what was in flight on the cut link
         if len(node.inbox) < INBOX_MAX:
             node.inbox.append(("message", message))
         if node.busy is None and self.now >= node.paused_until:
@@ -336,12 +347,14 @@ class Simulation:
     def _client_after_heal(self) -> None:
         self._schedule(TICK_INTERVAL * 5, "client")
         elapsed_ticks = (self.now - self.heal_time) // TICK_INTERVAL
-        if elapsed_ticks > self.options.liveness_ticks_max:
+        if elapsed_ticks > self.commit_ticks_max:
             raise InvariantViolation(
-                "liveness", f"no leader and final commit {elapsed_ticks} ticks after the heal"
+                "liveness", f"final proposal not applied everywhere {elapsed_ticks} ticks after the heal"
             )
         leader = self._current_leader()
         if leader is None:
+            if self.leader_after_heal_time < 0 and elapsed_ticks > self.options.leader_ticks_max:
+                raise InvariantViolation("liveness", f"no leader {elapsed_ticks} ticks after the heal")
             return
         if self.leader_after_heal_time < 0:
             self.leader_after_heal_time = self.now
@@ -380,6 +393,9 @@ class Simulation:
     def _on_heal(self) -> None:
         self.healed = True
         self.heal_time = self.now
+        cores = [n.core for n in self.nodes.values() if n.core is not None]
+        backlog = max(c.log.last_index() for c in cores) - min(c.commit_index for c in cores) if cores else 0
+        self.commit_ticks_max = self.options.commit_ticks_base + self.options.commit_ticks_per_entry * backlog
         self.network.heal()
         self.network.faults = NetworkFaults(delay_min=1, delay_jitter=4)
         self._trace("-", "heal_all")
@@ -394,13 +410,18 @@ class Simulation:
         node = self.nodes[node_id]
         if node.incarnation == incarnation and not self.healed:
             self._crash(node, reason)
-            self._schedule(self.rng.randrange(20, 400), "restart", node_id)
+            downtime = self.rng.randrange(5, 60) if self.rng.random() < 0.5 else self.rng.randrange(60, 400)
+            self._schedule(downtime, "restart", node_id)
 
     # ------------------------------------------------------------------ faults
 
     def _fault_crash(self) -> None:
         up = [n for n in self.nodes.values() if n.up]
         if not up:
+            return
+        leader = self._current_leader()
+        if leader is not None and self.rng.random() < 0.4:
+            self._on_crash(leader.id, leader.incarnation, "leader")
             return
         count = 1 if self.rng.random() < 0.8 else self.rng.randrange(1, len(up) + 1)
         for node in self.rng.sample(up, count):
@@ -499,10 +520,19 @@ class Simulation:
                 delay = self.rng.randrange(1, 30 if self.faults.slow_disk else 6)
                 node.busy = ready
                 self._schedule(delay, "persisted", node.id, node.incarnation)
-                if self.faults.crash_mid_persist and self.rng.random() < 0.03:
+                if self.faults.crash_mid_persist and self.rng.random() < self._mid_persist_crash_rate(ready):
                     self._schedule(self.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
                 return
             self._finish_ready(node, ready)
+
+    def _mid_persist_crash_rate(self, ready: Ready) -> float:
+        """Crash often while a promise (a vote) is being written: that is where bugs hide."""
+        hard = ready.hard_state
+        if hard is not None and hard.vote != 0 and any(
+            m.type is MessageType.VOTE_RESPONSE for m in ready.persisted_messages + ready.messages
+        ):
+            return 0.3
+        return 0.03
 
     def _drain(self, node: SimNode) -> None:
         core = node.core
@@ -549,15 +579,51 @@ class Simulation:
             log = core.log
             newly = range(node.last_commit + 1, core.commit_index + 1)
             self.checker.on_leader_commit(core.term, {Index(i): log.term_or_none(Index(i)) for i in newly})
+            self._check_commit_durable(node)
         node.last_commit, node.last_term = core.commit_index, core.term
         if core.role is Role.LEADER and node.was_leader_in != core.term:
             node.was_leader_in = core.term
             node.led_last_index = -1
             self._trace(node.id, "leader", term=core.term)
             self.checker.on_leader(node.id, core.term)
+            if self.faults.crash and self.rng.random() < 0.1:
+                # Kill fresh leaders now and then: old-term entries are most at risk then.
+                delay = self.rng.randrange(1, 3 * node.tick_interval)
+                self._schedule(delay, "crash", node.id, node.incarnation, "new-leader")
             first = core.log.first_index()
             term_at = {Index(i): core.log.term_or_none(Index(i)) for i in range(first, core.log.last_index() + 1)}
             self.checker.check_leader_completeness(node.id, core.term, term_at, first)
+
+    def _check_commit_durable(self, leader: SimNode) -> None:
+        """A committed entry must be in every log that could still win an election.
+
+        A node lacking the entry could win if a majority of voters hold (durably)
+        logs no more up to date than its own. Correct Raft never allows that; a
+        commit by counting an old-term entry does (Raft figure 8), long before the
+        rare schedule that actually overwrites it comes along.
+        """
+        core = leader.core
+        assert core is not None
+        index = core.commit_index
+        term = core.log.term_or_none(index)
+        voters = core.membership.voters
+        if any(e.kind is EntryKind.CONFIG for e in core.log.unstable) or core.applied_index < index - 50:
+            return  # skip while membership may be in flux or the leader's view is far behind
+        durable = {n: self.nodes[n].storage.durable_last() for n in voters if n in self.nodes}
+        for candidate in self.nodes.values():
+            if candidate.core is None or candidate.id not in voters:
+                continue
+            candidate_log = candidate.core.log
+            if index < candidate_log.first_index() or candidate_log.term_or_none(index) == term:
+                continue  # it holds the entry (a snapshot holds only committed entries)
+            last = (candidate.core.log.last_term(), candidate.core.log.last_index())
+            supporters = sum(1 for (d_index, d_term) in durable.values() if (d_term, d_index) <= last)
+            if supporters >= len(voters) // 2 + 1:
+                raise InvariantViolation(
+                    "commit-durability",
+                    f"leader {leader.id} committed index {index} (term {term}) but node {candidate.id} "
+                    f"lacks it and could still be elected",
+                )
 
     def _write_ready(self, node: SimNode, ready: Ready) -> None:
         core = node.core
@@ -688,7 +754,9 @@ class Simulation:
         return SimResult(
             seed=self.seed,
             nodes=self.options.nodes,
-            faults=self.faults.names(),
+            faults=self.faults.names()
+            + (["pre_vote"] if self.pre_vote else [])
+            + (["check_quorum"] if self.check_quorum else []),
             events=self.events,
             time=self.now,
             acked=sum(1 for p in self.proposals.values() if p.status == "acked"),
