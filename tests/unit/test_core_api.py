@@ -1,0 +1,153 @@
+"""The core's public inputs and their errors, driven by a minimal synchronous driver."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from raftlog.bootstrap import bootstrap_entries
+from raftlog.core.config import Config
+from raftlog.core.raft import RaftCore
+from raftlog.errors import (
+    InvalidMembershipChange,
+    LeadershipTransferInProgress,
+    MembershipChangeInProgress,
+    NotEnoughReplicas,
+    NotLeader,
+    ProposalDropped,
+)
+from raftlog.messages import ConfChange, ConfChangeOp, EntryKind, Role
+from raftlog.types import NodeId
+from storage.memory import MemoryStorage
+
+
+class Cluster:
+    """Nodes 1..n, messages delivered synchronously (no faults): just enough to test the API."""
+
+    def __init__(self, n: int = 3, **config: object) -> None:
+        entries, hard_state = bootstrap_entries([NodeId(i) for i in range(1, n + 1)])
+        self.cores: dict[int, RaftCore] = {}
+        self.applied: dict[int, list[bytes]] = {}
+        for node in range(1, n + 1):
+            storage = MemoryStorage()
+            storage.append(entries)
+            storage.set_hard_state(hard_state)
+            storage.sync()
+            cfg = Config(node_id=NodeId(node), **config)  # type: ignore[arg-type]
+            self.cores[node] = RaftCore(cfg, storage, random.Random(node))
+            self.applied[node] = []
+
+    def stabilize(self, rounds_max: int = 200, down: frozenset[int] = frozenset()) -> None:
+        for _ in range(rounds_max):
+            moved = False
+            for node, core in self.cores.items():
+                if node in down:
+                    continue
+                while core.has_ready():
+                    moved = True
+                    ready = core.ready()
+                    storage = core.log.storage
+                    assert isinstance(storage, MemoryStorage)
+                    storage.append(ready.entries)
+                    if ready.hard_state:
+                        storage.set_hard_state(ready.hard_state)
+                    storage.sync()
+                    self.applied[node] += [e.payload for e in ready.committed_entries if e.kind is EntryKind.DATA]
+                    core.advance(ready)
+                    for message in ready.messages + ready.persisted_messages:
+                        if message.target not in down:
+                            self.cores[message.target].step(message)
+            if not moved:
+                return
+        raise AssertionError("did not stabilize")
+
+    def elect(self, node: int) -> RaftCore:
+        core = self.cores[node]
+        self.stabilize()  # apply the bootstrap entries: a node learns its membership from the log
+        for _ in range(3 * core.config.election_timeout_ticks):
+            core.tick()
+            if core.role is not Role.FOLLOWER:
+                break
+        self.stabilize()
+        assert core.role is Role.LEADER
+        return core
+
+
+def test_propose_commits_and_applies_everywhere() -> None:
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    term, first = leader.propose([b"a", b"b"])
+    assert (term, first) == (leader.term, leader.commit_index + 1)
+    cluster.stabilize()
+    assert all(applied == [b"a", b"b"] for applied in cluster.applied.values())
+
+
+def test_follower_refuses_with_a_leader_hint() -> None:
+    cluster = Cluster()
+    cluster.elect(1)
+    with pytest.raises(NotLeader) as raised:
+        cluster.cores[2].propose([b"x"])
+    assert raised.value.leader_hint == 1
+    assert raised.value.retriable
+
+
+def test_uncommitted_bytes_limit_drops_proposals() -> None:
+    cluster = Cluster(uncommitted_bytes_max=1000)
+    leader = cluster.elect(1)
+    leader.propose([b"x" * 900])
+    with pytest.raises(ProposalDropped):
+        leader.propose([b"y" * 200])
+
+
+def test_transfer_refuses_proposals_until_done() -> None:
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    assert leader.transfer_leadership() in (2, 3)
+    with pytest.raises(LeadershipTransferInProgress):
+        leader.propose([b"x"])
+    cluster.stabilize()
+    assert leader.role is Role.FOLLOWER
+    assert sum(core.role is Role.LEADER for core in cluster.cores.values()) == 1
+
+
+def test_membership_changes_one_at_a_time_and_validated() -> None:
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    with pytest.raises(InvalidMembershipChange):
+        leader.propose_membership(ConfChange(ConfChangeOp.ADD_VOTER, NodeId(2)))
+    with pytest.raises(InvalidMembershipChange):
+        leader.propose_membership(ConfChange(ConfChangeOp.REMOVE, NodeId(1)))
+    leader.propose_membership(ConfChange(ConfChangeOp.REMOVE, NodeId(3)))
+    with pytest.raises(MembershipChangeInProgress):
+        leader.propose_membership(ConfChange(ConfChangeOp.ADD_LEARNER, NodeId(4)))
+    cluster.stabilize()
+    assert leader.membership.voters == {1, 2}
+
+
+def test_min_insync_replicas() -> None:
+    # Goal: a silent follower leaves the ISR after the lag time and fails the min ISR check.
+    cluster = Cluster(replica_lag_time_max_ticks=5)
+    leader = cluster.elect(1)
+    leader.check_min_insync(3)
+    assert leader.in_sync_replicas() == {1, 2, 3}
+    for _ in range(8):  # node 3 goes silent while the leader keeps appending
+        leader.tick()
+        leader.propose([b"z"])
+        cluster.stabilize(down=frozenset({3}))
+    assert 3 in leader.out_of_sync_replicas()
+    with pytest.raises(NotEnoughReplicas):
+        leader.check_min_insync(3)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"node_id": 0},
+        {"node_id": 1, "election_timeout_ticks": 1, "heartbeat_interval_ticks": 1},
+        {"node_id": 1, "inflight_messages_max": 0},
+    ],
+)
+def test_config_is_validated(bad: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        Config(**bad)  # type: ignore[arg-type]
