@@ -31,10 +31,10 @@ sim: install
 
 lint: install
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check raftlog tests/sim bench
 
 bench: install
 	$(PY) bench/raft_core.py
+	$(PY) bench/storage.py
 
 # Placeholder until the node exists (issue: the node / MultiRaft runtime).
 run: install

@@ -52,6 +52,9 @@ class InitialState:
 
     hard_state: HardState
     membership: Membership
+    # Recovery found corruption before the tail: this replica's log is suspect, so it
+    # must neither vote nor lead until the driver repaired it from the leader.
+    needs_repair: bool = False
 
 
 @runtime_checkable

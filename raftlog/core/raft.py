@@ -86,6 +86,7 @@ class RaftCore:
         self.term: Term = hard.term
         self.vote: NodeId = hard.vote
         self.membership: Membership = state.membership
+        self.needs_repair = state.needs_repair
         self.leader: NodeId = NO_NODE
         self.role = Role.FOLLOWER
         self.now_ticks = 0
@@ -95,6 +96,8 @@ class RaftCore:
         self.lead_transferee: NodeId = NO_NODE
         self._votes: dict[NodeId, bool] = {}
         self._progress: dict[NodeId, Progress] = {}
+        # The commit index last sent to each follower (saves redundant commit-only appends).
+        self._commit_sent: dict[NodeId, Index] = {}
         self._pending_conf_index = Index(0)
         self._uncommitted_bytes = 0
         self._read_only = ReadOnlyQueue(config.pending_reads_max)
@@ -369,6 +372,7 @@ class RaftCore:
         self.lead_transferee = NO_NODE
         self._votes = {}
         self._progress = {}
+        self._commit_sent = {}
         self._pending_conf_index = Index(0)
         self._uncommitted_bytes = 0
         self._read_only.clear()
@@ -428,7 +432,15 @@ class RaftCore:
     # ------------------------------------------------------------------ ticking
 
     def _promotable(self) -> bool:
-        return self.id in self.membership.voters and self.log.pending_snapshot is None
+        return (
+            self.id in self.membership.voters
+            and self.log.pending_snapshot is None
+            and not self.needs_repair
+        )
+
+    def mark_repaired(self) -> None:
+        """The driver restored this replica's log from the leader: it may vote and lead again."""
+        self.needs_repair = False
 
     def _tick_election(self) -> None:
         self.election_elapsed += 1
@@ -542,7 +554,7 @@ class RaftCore:
             or (self.vote == NO_NODE and self.leader == NO_NODE)
             or (message.type is MT.PRE_VOTE and message.term > self.term)
         )
-        if can_vote and self._candidate_up_to_date(message):
+        if can_vote and not self.needs_repair and self._candidate_up_to_date(message):
             self._grant_vote(message)
         else:
             response = MT.VOTE_RESPONSE if message.type is MT.VOTE else MT.PRE_VOTE_RESPONSE
@@ -737,7 +749,7 @@ class RaftCore:
             sent = False
             while self._send_append(node, send_if_empty=False):
                 sent = True
-            if not sent and commit_changed:
+            if not sent and commit_changed and self._commit_sent.get(node, -1) < self.log.committed:
                 self._send_append(node, send_if_empty=True)  # carries the new commit index
 
     def _send_append(self, target: NodeId, send_if_empty: bool = True) -> bool:
@@ -763,6 +775,7 @@ class RaftCore:
             progress.sent_entries(entries[-1].index, entries_size_bytes(entries))
         elif progress.state is ProgressState.PROBE:
             progress.probe_sent = True
+        self._commit_sent[target] = self.log.committed
         self._send(
             Message(
                 type=MT.APPEND, source=self.id, target=target, term=self.term, index=previous,
@@ -845,6 +858,7 @@ class RaftCore:
         elif node not in self._progress:
             self._add_progress(node, self.log.last_index())
             self._in_sync.add(node)
+            self._send_append(node)  # probe the new member now, not at the next heartbeat
         else:
             self._progress[node].is_learner = change.op is ConfChangeOp.ADD_LEARNER
         self._maybe_commit()

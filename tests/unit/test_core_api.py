@@ -151,3 +151,32 @@ def test_min_insync_replicas() -> None:
 def test_config_is_validated(bad: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         Config(**bad)  # type: ignore[arg-type]
+
+
+def test_replica_needing_repair_neither_votes_nor_campaigns() -> None:
+    # Goal: a replica whose storage reported corruption never acts on its suspect log.
+    from raftlog.messages import Message, MessageType
+    from raftlog.storage import InitialState
+
+    class SuspectStorage(MemoryStorage):
+        def initial_state(self) -> InitialState:
+            state = super().initial_state()
+            return InitialState(state.hard_state, state.membership, needs_repair=True)
+
+    entries, hard_state = bootstrap_entries([NodeId(1), NodeId(2), NodeId(3)])
+    storage = SuspectStorage()
+    storage.append(entries)
+    storage.set_hard_state(hard_state)
+    storage.sync()
+    core = RaftCore(Config(node_id=NodeId(1)), storage, random.Random(1))
+    ready = core.ready()
+    core.advance(ready)
+    for _ in range(100):
+        core.tick()
+    assert core.role is Role.FOLLOWER, "it never campaigns"
+    core.step(Message(type=MessageType.VOTE, source=NodeId(2), target=NodeId(1), term=5, index=9, log_term=4))
+    answer = core.ready()
+    assert [m.reject for m in answer.messages if m.type is MessageType.VOTE_RESPONSE] == [True]
+    core.advance(answer)
+    core.mark_repaired()
+    assert not core.needs_repair
