@@ -96,7 +96,11 @@ class SegmentStore:
         membership = self._start.snapshot.meta.membership
         if self._applied is not None:
             membership = self._applied[1]
-        return InitialState(hard_state=self._hard_state, membership=membership)
+        return InitialState(
+            hard_state=self._hard_state,
+            membership=membership,
+            needs_repair=self.repair_reason is not None,
+        )
 
     def first_index(self) -> Index:
         return Index(self._start.snapshot.meta.index + 1)

@@ -79,6 +79,7 @@ def test_bit_flip_inside_last_segment_needs_repair(harness):
     store = _reopen(harness)
     assert store.recovery.needs_repair
     assert store.repair_reason is not None
+    assert store.initial_state().needs_repair, "the core learns it must not vote or lead"
     assert store.last_index() == first_in_last - 1, "nothing from the damage on is served"
     store = _reopen(harness)
     assert store.repair_reason is not None, "the marker survives a restart"
