@@ -481,12 +481,23 @@ class RaftCore:
 
     def _campaign(self, transfer: bool) -> None:
         """Start a pre-vote round, or (for a transfer, or without PreVote) a real election."""
+        if self._has_unapplied_config():
+            # Our membership may be two changes behind the one in force; the two majorities
+            # need not overlap, so votes counted by the old one could elect a second leader.
+            self.logger.info("campaign_deferred_unapplied_config", term=self.term)
+            return
         if self.config.pre_vote and not transfer:
             self._become_pre_candidate()
             self._request_votes(MT.PRE_VOTE, Term(self.term + 1), transfer=False)
         else:
             self._become_candidate()
             self._request_votes(MT.VOTE, self.term, transfer=transfer)
+
+    def _has_unapplied_config(self) -> bool:
+        if self.log.committed <= self.log.applied or self.log.pending_snapshot is not None:
+            return False
+        pending = self.log.slice(Index(self.log.applied + 1), Index(self.log.committed + 1), 1 << 62)
+        return any(entry.kind is EntryKind.CONFIG for entry in pending)
 
     def _request_votes(self, kind: MessageType, term: Term, transfer: bool) -> None:
         self._votes[self.id] = True
@@ -638,7 +649,8 @@ class RaftCore:
             return
         if self.log.match_term(meta.index, meta.term):
             self.log.commit_to(meta.index)  # we already hold that prefix: fast-forward only
-            self._acknowledge_append(message.source, self.log.last_index())
+            # Only the prefix is known to match the leader's log; what follows is unchecked.
+            self._acknowledge_append(message.source, meta.index)
             return
         self.logger.info("snapshot_restored", index=meta.index, term=meta.term)
         self.log.restore(snapshot)
@@ -849,6 +861,10 @@ class RaftCore:
             self.logger.info("stepped_down_removed", term=self.term)
             self._become_follower(self.term, NO_NODE)
             return
+        if len(self.membership.voters) == 1 and len(self._read_only):
+            # Nobody is left to echo a heartbeat: a single voter confirms its reads alone.
+            for request in self._read_only.release_through(self._read_only.last_context()):
+                self._deliver_read(request)
         node = change.node_id
         if change.op is ConfChangeOp.REMOVE:
             self._progress.pop(node, None)

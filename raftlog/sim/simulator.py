@@ -236,6 +236,8 @@ class Simulation:
             check_quorum=self.check_quorum,
             message_bytes_max=self.rng.choice([64, 512, 4096]),
             inflight_messages_max=self.rng.choice([1, 4, 64]),
+            # Small values make applying lag committing by many Readys (restarts, catch-up).
+            committed_bytes_per_ready_max=self.rng.choice([40, 200, 4096, 16 << 20]),
             replica_lag_time_max_ticks=30,
             snapshot_timeout_ticks=30,
             applied=snapshot.meta.index,
