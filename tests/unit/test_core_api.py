@@ -20,23 +20,15 @@ from raftlog.errors import (
 from raftlog.messages import ConfChange, ConfChangeOp, EntryKind, Role
 from raftlog.types import NodeId
 from storage.memory import MemoryStorage
+from tests.unit.driver import bootstrapped_core, handle_ready
 
 
 class Cluster:
     """Nodes 1..n, messages delivered synchronously (no faults): just enough to test the API."""
 
     def __init__(self, n: int = 3, **config: object) -> None:
-        entries, hard_state = bootstrap_entries([NodeId(i) for i in range(1, n + 1)])
-        self.cores: dict[int, RaftCore] = {}
-        self.applied: dict[int, list[bytes]] = {}
-        for node in range(1, n + 1):
-            storage = MemoryStorage()
-            storage.append(entries)
-            storage.set_hard_state(hard_state)
-            storage.sync()
-            cfg = Config(node_id=NodeId(node), **config)  # type: ignore[arg-type]
-            self.cores[node] = RaftCore(cfg, storage, random.Random(node))
-            self.applied[node] = []
+        self.cores = {node: bootstrapped_core(node, n, **config) for node in range(1, n + 1)}
+        self.applied: dict[int, list[bytes]] = {node: [] for node in self.cores}
 
     def stabilize(self, rounds_max: int = 200, down: frozenset[int] = frozenset()) -> None:
         for _ in range(rounds_max):
@@ -46,16 +38,11 @@ class Cluster:
                     continue
                 while core.has_ready():
                     moved = True
-                    ready = core.ready()
-                    storage = core.log.storage
-                    assert isinstance(storage, MemoryStorage)
-                    storage.append(ready.entries)
-                    if ready.hard_state:
-                        storage.set_hard_state(ready.hard_state)
-                    storage.sync()
-                    self.applied[node] += [e.payload for e in ready.committed_entries if e.kind is EntryKind.DATA]
-                    core.advance(ready)
-                    for message in ready.messages + ready.persisted_messages:
+                    applied = self.applied[node]
+                    messages = handle_ready(
+                        core, lambda e, out=applied: out.append(e.payload) if e.kind is EntryKind.DATA else None
+                    )
+                    for message in messages:
                         if message.target not in down:
                             self.cores[message.target].step(message)
             if not moved:

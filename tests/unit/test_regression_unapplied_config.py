@@ -12,44 +12,23 @@ one) and overwrites E: two nodes apply different entries at one index.
 
 from __future__ import annotations
 
-import random
-
-from raftlog.bootstrap import bootstrap_entries
-from raftlog.core.config import Config
-from raftlog.core.raft import RaftCore
 from raftlog.messages import ConfChange, ConfChangeOp, Message, MessageType, Role
 from raftlog.types import Index, NodeId
-from storage.memory import MemoryStorage
+from tests.unit.driver import bootstrapped_core, handle_ready
 
 
 class Harness:
     def __init__(self) -> None:
-        entries, hard_state = bootstrap_entries([NodeId(i) for i in range(1, 6)])
-        self.cores: dict[int, RaftCore] = {}
+        config = {"pre_vote": False, "check_quorum": False, "committed_bytes_per_ready_max": 40}
+        self.cores = {node: bootstrapped_core(node, 5, **config) for node in range(1, 6)}
         self.applied: dict[int, dict[int, tuple[int, bytes]]] = {i: {} for i in range(1, 6)}
         self.outbox: list[Message] = []
-        for node in range(1, 6):
-            storage = MemoryStorage()
-            storage.append(entries)
-            storage.set_hard_state(hard_state)
-            storage.sync()
-            config = Config(node_id=NodeId(node), pre_vote=False, check_quorum=False, committed_bytes_per_ready_max=40)
-            self.cores[node] = RaftCore(config, storage, random.Random(node))
 
     def process(self, node: int, once: bool = False) -> None:
         core = self.cores[node]
+        applied = self.applied[node]
         while core.has_ready():
-            ready = core.ready()
-            storage = core.log.storage
-            assert isinstance(storage, MemoryStorage)
-            storage.append(ready.entries)
-            if ready.hard_state:
-                storage.set_hard_state(ready.hard_state)
-            storage.sync()
-            for entry in ready.committed_entries:
-                self.applied[node][entry.index] = (entry.term, entry.payload)
-            core.advance(ready)
-            self.outbox.extend(ready.messages + ready.persisted_messages)
+            self.outbox += handle_ready(core, lambda e: applied.__setitem__(e.index, (e.term, e.payload)))
             if once:
                 return
 
