@@ -141,6 +141,24 @@ class MemoryStorage:
             self._dirty_from = None
         durable.hard_state = self._hard_state
 
+    def durable_term(self, index: Index) -> Term | None:
+        """The term a crash now would keep at `index`; None when absent (simulator checks).
+
+        Indexes at or below the durable snapshot answer the snapshot's term only for the
+        snapshot index itself; below it the entry is compacted (committed state).
+        """
+        durable = self._durable
+        offset = durable.snapshot.meta.index
+        if index == offset:
+            return durable.snapshot.meta.term
+        position = index - offset - 1
+        if 0 <= position < len(durable.entries):
+            return durable.entries[position].term
+        return None
+
+    def durable_first_index(self) -> Index:
+        return Index(self._durable.snapshot.meta.index + 1)
+
     def durable_last(self) -> tuple[Index, Term]:
         """(index, term) of the last entry a crash now would keep (simulator checks)."""
         durable = self._durable

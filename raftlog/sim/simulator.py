@@ -71,6 +71,10 @@ class FaultMix:
     membership: bool = False
     compaction: bool = False
     read_index: bool = False
+    # Quiescence: a node stops ticking (its group went quiet) while still stepping
+    # messages; it wakes on a timer here, as a real node wakes when the leader's node
+    # looks dead. Ticks only drive liveness, so safety must not notice.
+    quiesce: bool = False
 
     @classmethod
     def everything(cls) -> FaultMix:
@@ -124,6 +128,7 @@ class SimNode:
     inbox: deque[tuple[str, Any]] = field(default_factory=deque)
     applied: list[tuple[Index, Term, EntryKind, bytes]] = field(default_factory=list)
     applied_payloads: set[bytes] = field(default_factory=set)
+    ticks_frozen_until: int = 0
     last_commit: int = 0
     last_term: int = 0
     was_leader_in: int = -1
@@ -171,6 +176,7 @@ class Simulation:
         self.final_leader: SimNode | None = None
         self.proposals: dict[bytes, Proposal] = {}
         self.crashes = 0
+        self.quiesce_events = 0
         self.reads_checked = 0
         self._read_requirements: dict[bytes, int] = {}
         self._payload_counter = 0
@@ -283,7 +289,7 @@ class Simulation:
         if incarnation != node.incarnation:
             return
         self._schedule(node.tick_interval, "tick", node_id, incarnation)
-        if self.now < node.paused_until:
+        if self.now < node.paused_until or self.now < node.ticks_frozen_until:
             return
         if node.busy is not None:
             node.pending_ticks = min(node.pending_ticks + 1, 5)
@@ -387,6 +393,7 @@ class Simulation:
             (self.faults.transfer, self._fault_transfer),
             (self.faults.membership, self._fault_membership),
             (self.faults.compaction, self._fault_compaction),
+            (self.faults.quiesce, self._fault_quiesce),
         ]
         enabled = [action for on, action in actions if on]
         if enabled:
@@ -403,6 +410,7 @@ class Simulation:
         self._trace("-", "heal_all")
         for node in self.nodes.values():
             node.paused_until = 0
+            node.ticks_frozen_until = 0
             if not node.up:
                 self._on_restart(node.id)
             elif node.busy is None:
@@ -476,6 +484,14 @@ class Simulation:
             choices.append(ConfChange(ConfChangeOp.ADD_VOTER, self.rng.choice(sorted(membership.learners))))
         if choices:
             self._enqueue(leader, "membership", self.rng.choice(choices))
+
+    def _fault_quiesce(self) -> None:
+        """Freeze the ticks of some nodes (all of them, sometimes) as quiescence would."""
+        count = self.rng.randrange(1, len(self.all_ids) + 1)
+        for node_id in self.rng.sample(self.all_ids, count):
+            self.nodes[node_id].ticks_frozen_until = self.now + self.rng.randrange(100, 1500)
+        self.quiesce_events += 1
+        self._trace("-", "quiesce", nodes=count)
 
     def _fault_compaction(self) -> None:
         node = self.nodes[self.rng.choice(self.all_ids)]
@@ -566,6 +582,10 @@ class Simulation:
             elif kind == "membership":
                 core.propose_membership(item)
                 self._trace(node.id, "membership", op=item.op.name, target=item.node_id)
+            elif kind == "snapshot_failed":
+                core.report_snapshot(item, success=False)
+            elif kind == "unreachable":
+                core.report_unreachable(item)
         except ClientError as error:
             self._trace(node.id, "refused", kind=kind, error=error.code)
 
@@ -580,7 +600,9 @@ class Simulation:
         if core.role is Role.LEADER and core.commit_index > node.last_commit:
             log = core.log
             newly = range(node.last_commit + 1, core.commit_index + 1)
-            self.checker.on_leader_commit(core.term, {Index(i): log.term_or_none(Index(i)) for i in newly})
+            committed = {Index(i): log.term_or_none(Index(i)) for i in newly}
+            self.checker.on_leader_commit(core.term, committed)
+            self._check_newer_leaders_hold(core.term, committed)
             self._check_commit_durable(node)
         node.last_commit, node.last_term = core.commit_index, core.term
         if core.role is Role.LEADER and node.was_leader_in != core.term:
@@ -599,10 +621,12 @@ class Simulation:
     def _check_commit_durable(self, leader: SimNode) -> None:
         """A committed entry must be in every log that could still win an election.
 
-        A node lacking the entry could win if a majority of voters hold (durably)
-        logs no more up to date than its own. Correct Raft never allows that; a
-        commit by counting an old-term entry does (Raft figure 8), long before the
-        rare schedule that actually overwrites it comes along.
+        A voter lacking the entry could win if a majority of voters hold (durably)
+        logs no more up to date than its own. Each voter is judged twice: as it is now
+        (if up) and as a crash now would leave it (its durable log), whether it is up
+        or down. Correct Raft never allows such a candidate; a commit by counting an
+        old-term entry does (Raft figure 8), long before the rare schedule that
+        actually overwrites it comes along.
         """
         core = leader.core
         assert core is not None
@@ -611,21 +635,43 @@ class Simulation:
         voters = core.membership.voters
         if any(e.kind is EntryKind.CONFIG for e in core.log.unstable) or core.applied_index < index - 50:
             return  # skip while membership may be in flux or the leader's view is far behind
-        durable = {n: self.nodes[n].storage.durable_last() for n in voters if n in self.nodes}
-        for candidate in self.nodes.values():
-            if candidate.core is None or candidate.id not in voters:
+        durable = {n: self.nodes[n].storage.durable_last() for n in sorted(voters) if n in self.nodes}
+        majority = len(voters) // 2 + 1
+        for node_id in sorted(durable):
+            node = self.nodes[node_id]
+            storage = node.storage
+            states: list[tuple[tuple[int, int], bool]] = []
+            d_index, d_term = durable[node_id]
+            holds = index < storage.durable_first_index() or storage.durable_term(index) == term
+            states.append(((d_term, d_index), holds))
+            if node.core is not None:
+                log = node.core.log
+                holds_now = index < log.first_index() or log.term_or_none(index) == term
+                states.append(((log.last_term(), log.last_index()), holds_now))
+            for last, holds_entry in states:
+                if holds_entry:
+                    continue
+                supporters = sum(1 for (i, t) in durable.values() if (t, i) <= last)
+                if supporters >= majority:
+                    raise InvariantViolation(
+                        "commit-durability",
+                        f"leader {leader.id} committed index {index} (term {term}) but node {node_id} "
+                        f"lacks it and could still be elected",
+                    )
+
+    def _check_newer_leaders_hold(self, term: Term, entries: dict[Index, Term | None]) -> None:
+        """Entries a stale leader commits late must already be in every newer leader's log."""
+        for node in self.nodes.values():
+            core = node.core
+            if core is None or core.role is not Role.LEADER or core.term <= term:
                 continue
-            candidate_log = candidate.core.log
-            if index < candidate_log.first_index() or candidate_log.term_or_none(index) == term:
-                continue  # it holds the entry (a snapshot holds only committed entries)
-            last = (candidate.core.log.last_term(), candidate.core.log.last_index())
-            supporters = sum(1 for (d_index, d_term) in durable.values() if (d_term, d_index) <= last)
-            if supporters >= len(voters) // 2 + 1:
-                raise InvariantViolation(
-                    "commit-durability",
-                    f"leader {leader.id} committed index {index} (term {term}) but node {candidate.id} "
-                    f"lacks it and could still be elected",
-                )
+            first = core.log.first_index()
+            for index, entry_term in entries.items():
+                if index >= first and core.log.term_or_none(index) != entry_term:
+                    raise InvariantViolation(
+                        "leader-completeness",
+                        f"leader {node.id} of term {core.term} lacks entry {index} committed in term {term}",
+                    )
 
     def _write_ready(self, node: SimNode, ready: Ready) -> None:
         core = node.core
@@ -694,8 +740,19 @@ class Simulation:
     def _send(self, message: Message) -> None:
         if message.type is MessageType.VOTE_RESPONSE and not message.reject:
             self.checker.on_vote_sent(message.source, message.term, message.target)
-        for delay in self.network.deliveries(message.source, message.target):
+        delays = self.network.deliveries(message.source, message.target)
+        for delay in delays:
             self._schedule(delay, "deliver", message)
+        if not delays and message.type is MessageType.SNAPSHOT:
+            # A real transport learns that a snapshot transfer failed, and says so.
+            self._schedule(self.rng.randrange(1, 50), "report", message.source, "snapshot_failed", message.target)
+        elif not delays and (message.source, message.target) in self.network.blocked and self.rng.random() < 0.1:
+            self._schedule(1, "report", message.source, "unreachable", message.target)
+
+    def _on_report(self, node_id: NodeId, kind: str, target: NodeId) -> None:
+        node = self.nodes[node_id]
+        if node.up:
+            self._enqueue(node, kind, target)
 
     # ------------------------------------------------------------------ helpers
 

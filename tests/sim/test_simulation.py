@@ -67,3 +67,16 @@ def test_fault_free_run_commits_everything() -> None:
     assert result.crashes == 0
     assert result.acked > 100
     assert result.reads_checked > 0
+
+
+@pytest.mark.sim
+def test_quiescence_does_not_affect_safety() -> None:
+    # Goal: groups that stop ticking (quiesce) while messages still flow keep every
+    # invariant, together with crashes, partitions and membership changes.
+    mix = FaultMix(quiesce=True, crash=True, partition=True, membership=True, reorder=True, transfer=True)
+    frozen = 0
+    for seed in range(40):
+        simulation = Simulation(seed, SimOptions(nodes=3 if seed % 2 else 5, faults=mix))
+        simulation.run()
+        frozen += simulation.quiesce_events
+    assert frozen > 0, "the quiesce fault actually fired"

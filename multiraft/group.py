@@ -1,0 +1,270 @@
+"""The group runtime: one asyncio task that drives one `RaftCore` through its Ready loop.
+
+This is the only place a core meets storage, the network and time. One task owns
+each core, so the core needs no locks. The loop, in the order `raftlog/core/ready.py`
+prescribes:
+
+    wait for work (messages, ticks, proposals, reads) -> drain a bounded batch into the core
+    while the core has a Ready:
+        send `messages`; append entries + hard state to the store; sync (one fsync for
+        everything the batch produced: group commit); send `persisted_messages`;
+        apply committed entries (resolving proposal waiters); serve reads; advance
+
+Waiters are futures. A proposal resolves when its entry is applied; if another
+entry lands at its index it fails with `ProposalDropped` (it definitely did not
+apply); if this node stops leading first, it fails with `OutcomeUnknown` (it may
+still commit), never silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raftlog.core.raft import RaftCore
+from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
+from raftlog.messages import Entry, EntryKind, Message, Role
+from raftlog.storage import RaftStorage
+from raftlog.types import GroupId, Index, Term
+
+INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (Raft tolerates loss)
+DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
+PENDING_TICKS_MAX = 16  # ticks buffered while busy (etcd buffers 128 on its tick channel)
+
+
+class StateMachine(Protocol):
+    """What a group applies its committed entries to (partition state, metadata catalog)."""
+
+    def apply(self, entry: Entry) -> Any: ...
+
+    def restore(self, data: object, index: Index) -> None: ...
+
+
+@dataclass(slots=True)
+class _Proposal:
+    term: Term
+    future: asyncio.Future[Any]
+
+
+class GroupRuntime:
+    def __init__(
+        self,
+        group_id: GroupId,
+        core: RaftCore,
+        store: RaftStorage,
+        state_machine: StateMachine,
+        send: Callable[[GroupId, Message], None],
+        logger: Any,
+        on_role_change: Callable[[GroupId, Role, int], None] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.core = core
+        self.store = store
+        self.state_machine = state_machine
+        self._send = send
+        self._on_role_change = on_role_change
+        self.logger = logger.bind(group_id=group_id)
+        self._inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=INBOX_ITEMS_MAX)
+        self._pending_ticks = 0
+        self._wakeup = asyncio.Event()
+        self._proposals: dict[Index, _Proposal] = {}
+        self._reads: dict[bytes, asyncio.Future[Index]] = {}
+        self._read_ids = itertools.count(1)
+        self._ready_reads: list[tuple[Index, asyncio.Future[Index]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._role = core.role
+        self.messages_shed = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        assert self._task is None
+        self._task = asyncio.create_task(self._run(), name=f"group-{self.group_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        self._fail_waiters(OutcomeUnknown("the group stopped"))
+
+    # ------------------------------------------------------------------ inputs (any task)
+
+    def deliver(self, message: Message) -> None:
+        try:
+            self._inbox.put_nowait(("message", message))
+        except asyncio.QueueFull:
+            self.messages_shed += 1  # Raft retries: shedding beats blocking the loop
+        self._wakeup.set()
+
+    def tick(self) -> None:
+        self._pending_ticks = min(self._pending_ticks + 1, PENDING_TICKS_MAX)
+        self._wakeup.set()
+
+    async def propose(
+        self, payloads: Sequence[bytes], kind: EntryKind = EntryKind.DATA
+    ) -> list[Any]:
+        """Replicate `payloads` as consecutive entries; returns the apply results in order."""
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in payloads]
+        try:
+            self._inbox.put_nowait(("propose", (tuple(payloads), kind, futures)))
+        except asyncio.QueueFull:
+            raise ProposalDropped("the group's inbox is full; retry") from None
+        self._wakeup.set()
+        return list(await asyncio.gather(*futures))
+
+    async def read_index(self) -> Index:
+        """A linearizable read point: the index the state machine has applied past."""
+        future: asyncio.Future[Index] = asyncio.get_running_loop().create_future()
+        context = b"r%d" % next(self._read_ids)
+        try:
+            self._inbox.put_nowait(("read", (context, future)))
+        except asyncio.QueueFull:
+            raise ProposalDropped("the group's inbox is full; retry") from None
+        self._wakeup.set()
+        return await future
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                self._drain()
+                while self.core.has_ready():
+                    self._handle_ready()
+                    await asyncio.sleep(0)  # let other groups run between Readys
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a storage failure is fatal for the group, never silent
+            self.logger.error("group_failed", error=repr(error))
+            self._fail_waiters(OutcomeUnknown(f"group {self.group_id} failed: {error!r}"))
+            raise
+
+    def _drain(self) -> None:
+        core = self.core
+        ticks, self._pending_ticks = self._pending_ticks, 0
+        for _ in range(ticks):
+            core.tick()
+        for _ in range(min(self._inbox.qsize(), DRAIN_BATCH_MAX)):
+            kind, item = self._inbox.get_nowait()
+            if kind == "message":
+                core.step(item)
+            elif kind == "propose":
+                self._propose(*item)
+            else:
+                self._read(*item)
+        if not self._inbox.empty():
+            self._wakeup.set()
+        self._check_role()
+
+    def _propose(
+        self, payloads: tuple[bytes, ...], kind: EntryKind, futures: list[asyncio.Future[Any]]
+    ) -> None:
+        try:
+            term, first = self.core.propose(payloads, kind)
+        except ClientError as error:
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for offset, future in enumerate(futures):
+            self._proposals[Index(first + offset)] = _Proposal(term, future)
+
+    def _read(self, context: bytes, future: asyncio.Future[Index]) -> None:
+        try:
+            self.core.read_index(context)
+        except ClientError as error:
+            future.set_exception(error)
+            return
+        self._reads[context] = future
+
+    def _handle_ready(self) -> None:
+        ready = self.core.ready()
+        for message in ready.messages:
+            self._send(self.group_id, message)
+        store = self.store
+        if ready.snapshot is not None:
+            store.apply_snapshot(ready.snapshot)
+            self.state_machine.restore(ready.snapshot.data, ready.snapshot.meta.index)
+        if ready.entries:
+            store.append(ready.entries)
+        if ready.hard_state is not None:
+            store.set_hard_state(ready.hard_state)
+        if ready.must_sync or ready.entries or ready.hard_state is not None:
+            store.sync()
+        for message in ready.persisted_messages:
+            self._send(self.group_id, message)
+        for entry in ready.committed_entries:
+            self._apply(entry)
+        for read_state in ready.read_states:
+            future = self._reads.pop(read_state.context, None)
+            if future is not None and not future.done():
+                self._ready_reads.append((read_state.index, future))
+        self.core.advance(ready)
+        self._serve_reads()
+        self._check_role()
+
+    def _apply(self, entry: Entry) -> None:
+        result = self.state_machine.apply(entry)
+        proposal = self._proposals.pop(entry.index, None)
+        if proposal is None or proposal.future.done():
+            return
+        if proposal.term == entry.term:
+            proposal.future.set_result(result)
+        else:
+            proposal.future.set_exception(
+                ProposalDropped("another entry took this proposal's place")
+            )
+
+    def _serve_reads(self) -> None:
+        applied = self.core.applied_index
+        waiting = []
+        for index, future in self._ready_reads:
+            if future.done():
+                continue
+            if index <= applied:
+                future.set_result(index)
+            else:
+                waiting.append((index, future))
+        self._ready_reads = waiting
+
+    def _check_role(self) -> None:
+        role = self.core.role
+        if role is self._role:
+            return
+        previous, self._role = self._role, role
+        self.logger.info(
+            "role_changed", role=role.value, previous=previous.value, term=self.core.term
+        )
+        if previous is Role.LEADER:
+            self._fail_waiters(OutcomeUnknown("leadership was lost before the proposal applied"))
+        elif role is not Role.LEADER and self._reads:
+            for future in self._reads.values():
+                if not future.done():
+                    future.set_exception(NotLeader(self.core.leader))
+            self._reads.clear()
+        if self._on_role_change is not None:
+            self._on_role_change(self.group_id, role, self.core.term)
+
+    def _fail_waiters(self, error: ClientError) -> None:
+        for proposal in self._proposals.values():
+            if not proposal.future.done():
+                proposal.future.set_exception(error)
+        self._proposals.clear()
+        for future in self._reads.values():
+            if not future.done():
+                future.set_exception(error)
+        self._reads.clear()
+        for _, future in self._ready_reads:
+            if not future.done():
+                future.set_exception(error)
+        self._ready_reads.clear()
