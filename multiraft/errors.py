@@ -1,0 +1,156 @@
+"""Client errors of the node's state machines, and the one table of error codes.
+
+Each error is an operating condition a client can see: a produce refused by the
+idempotent-producer rules, a catalog command that does not validate, an offset
+commit beyond the high watermark. They subclass `raftlog.errors.ClientError`, so
+the HTTP layer maps every one of them the same way (`code`, `http_status`).
+State machines never raise these from `apply`: they return them inside their
+result, because a refused command is still a committed entry every replica must
+apply identically (see docs/node.md).
+"""
+
+from __future__ import annotations
+
+from raftlog.errors import ClientError
+from raftlog.types import Offset
+
+
+class InvalidRequest(ClientError):
+    """Malformed input: nothing was proposed."""
+
+    code = "INVALID_REQUEST"
+    http_status = 400
+
+
+class InvalidProducerEpoch(ClientError):
+    """A newer instance of this producer id exists (Kafka: the producer is fenced)."""
+
+    code = "INVALID_PRODUCER_EPOCH"
+    http_status = 409
+
+    def __init__(self, producer_id: int, epoch: int, current_epoch: int) -> None:
+        super().__init__(
+            f"producer {producer_id} epoch {epoch} is older than the current epoch {current_epoch}"
+        )
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+
+
+class OutOfOrderSequence(ClientError):
+    """A gap or reorder in a producer's sequence: accepting it could lose or reorder data."""
+
+    code = "OUT_OF_ORDER_SEQUENCE"
+    http_status = 409
+
+    def __init__(self, producer_id: int, sequence: int, expected: int | None) -> None:
+        wanted = "0 (new epoch)" if expected is None else str(expected)
+        super().__init__(f"producer {producer_id} sent sequence {sequence}, expected {wanted}")
+        self.producer_id = producer_id
+        self.sequence = sequence
+        self.expected = expected
+
+
+class CommitOffsetOutOfRange(ClientError):
+    """A consumer offset commit beyond the high watermark (it would skip unwritten records)."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+    http_status = 416
+
+    def __init__(self, offset: int, high_watermark: Offset) -> None:
+        super().__init__(f"offset {offset} is beyond the high watermark {high_watermark}")
+        self.offset = offset
+        self.high_watermark = high_watermark
+
+
+class TooManyConsumerGroups(ClientError):
+    """The partition already keeps offsets for its maximum number of consumer groups."""
+
+    code = "TOO_MANY_CONSUMER_GROUPS"
+    http_status = 503
+    retriable = False
+
+
+class InvalidTopic(InvalidRequest):
+    code = "INVALID_TOPIC"
+    http_status = 400
+
+
+class InvalidPartitions(InvalidRequest):
+    code = "INVALID_PARTITIONS"
+    http_status = 400
+
+
+class InvalidReplicationFactor(InvalidRequest):
+    code = "INVALID_REPLICATION_FACTOR"
+    http_status = 400
+
+
+class InvalidReplicaAssignment(InvalidRequest):
+    code = "INVALID_REPLICA_ASSIGNMENT"
+    http_status = 400
+
+
+class UnknownTopic(ClientError):
+    code = "UNKNOWN_TOPIC"
+    http_status = 404
+
+
+class TopicExists(ClientError):
+    code = "TOPIC_EXISTS"
+    http_status = 409
+
+
+class UnknownNode(ClientError):
+    code = "UNKNOWN_NODE"
+    http_status = 404
+
+
+class InvalidConfig(InvalidRequest):
+    code = "INVALID_CONFIG"
+    http_status = 400
+
+
+class ResourceExhausted(ClientError):
+    """An id space (group ids, producer ids) has no room left: never wraps, never reuses."""
+
+    code = "RESOURCE_EXHAUSTED"
+    http_status = 503
+
+
+class SnapshotFormatError(Exception):
+    """A state machine snapshot from a peer does not decode: refuse it, fetch again.
+
+    Not a ClientError: no client ever sees it; the node logs it and retries the transfer.
+    """
+
+
+def _subclasses(cls: type[ClientError]) -> list[type[ClientError]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_subclasses(sub))
+    return found
+
+
+def error_table() -> dict[str, tuple[int, bool]]:
+    """The one table: error code -> (HTTP status, retriable), over every ClientError.
+
+    Built from the class hierarchy (raftlog.errors and this module) so that a new
+    error cannot be forgotten; a code defined twice is a programmer error.
+    """
+    table: dict[str, tuple[int, bool]] = {}
+    owners: dict[str, type[ClientError]] = {}
+    for cls in [ClientError, *_subclasses(ClientError)]:
+        if cls.code in owners:
+            # A subclass refining another without a code of its own shares it.
+            assert issubclass(cls, owners[cls.code]), f"code {cls.code} defined twice"
+            continue
+        owners[cls.code] = cls
+        table[cls.code] = (cls.http_status, cls.retriable)
+    return table
+
+
+def error_body(error: ClientError) -> dict[str, str]:
+    """The JSON body of every error answer (DESIGN.md section 6)."""
+    return {"error_code": error.code, "message": error.message}

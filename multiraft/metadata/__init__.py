@@ -1,0 +1,55 @@
+"""The metadata group (group 0): catalog commands, the catalog state machine, placement.
+
+See docs/node.md. Everything here is pure: the group runtime feeds committed
+commands to `Catalog.apply`; the controller runs `Catalog.validate` and
+`place_replicas` before proposing.
+"""
+
+from multiraft.metadata.catalog import (
+    METADATA_GROUP,
+    Catalog,
+    CatalogResult,
+    LocalGroup,
+    NodeInfo,
+    PartitionInfo,
+    ProducerIdBlock,
+    TopicInfo,
+    groups_for_node,
+)
+from multiraft.metadata.commands import (
+    AllocateProducerIds,
+    Command,
+    CreateTopic,
+    DeleteTopic,
+    NodeStatus,
+    RegisterNode,
+    SetClusterConfig,
+    SetNodeStatus,
+    decode_command,
+    encode_command,
+)
+from multiraft.metadata.placement import PlacementNode, place_replicas
+
+__all__ = [
+    "METADATA_GROUP",
+    "AllocateProducerIds",
+    "Catalog",
+    "CatalogResult",
+    "Command",
+    "CreateTopic",
+    "DeleteTopic",
+    "LocalGroup",
+    "NodeInfo",
+    "NodeStatus",
+    "PartitionInfo",
+    "PlacementNode",
+    "ProducerIdBlock",
+    "RegisterNode",
+    "SetClusterConfig",
+    "SetNodeStatus",
+    "TopicInfo",
+    "decode_command",
+    "encode_command",
+    "groups_for_node",
+    "place_replicas",
+]

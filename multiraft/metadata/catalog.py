@@ -1,0 +1,239 @@
+"""The catalog: the state machine of the metadata group (group 0).
+
+Every node applies the same committed commands in the same order and so holds
+the same catalog: nodes, topics with their partitions (group id, replicas),
+the next free group id and producer id, and cluster config. `apply` is pure and
+deterministic: no clock, no randomness, no dict-order surprises (ids only grow).
+
+A command that fails validation on apply is still a committed entry: the catalog
+does not change, the applied index advances, and the result carries the error for
+the proposer's waiter. The controller calls `validate` before proposing, so such
+failures only happen when two proposals race (two creates of one topic).
+
+Group ids are never reused: group 0 is the metadata group, partitions get 1, 2,
+3, ... in creation order, and a deleted topic's ids stay retired, so a stale
+replica of a deleted partition can never be mistaken for a new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from multiraft.errors import (
+    InvalidReplicaAssignment,
+    InvalidReplicationFactor,
+    ResourceExhausted,
+    TopicExists,
+    UnknownNode,
+    UnknownTopic,
+)
+from multiraft.metadata.commands import (
+    AllocateProducerIds,
+    Command,
+    ConfigValue,
+    CreateTopic,
+    DeleteTopic,
+    NodeStatus,
+    RegisterNode,
+    SetClusterConfig,
+    SetNodeStatus,
+)
+from raftlog.errors import ClientError
+from raftlog.types import GroupId, Index, NodeId
+
+METADATA_GROUP = GroupId(0)
+FIRST_PARTITION_GROUP = GroupId(1)
+ID_MAX = 2**63 - 1  # ids travel as u64/i64 in frames and batch headers
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: NodeId
+    raft_addr: str
+    http_addr: str
+    rack: str | None
+    status: NodeStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition: its Raft group and replicas (preferred leader first)."""
+
+    partition: int
+    group_id: GroupId
+    replicas: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    replication_factor: int
+    config: dict[str, ConfigValue]
+    partitions: tuple[PartitionInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    """Producer ids `first .. first + count - 1`, reserved for the proposer."""
+
+    first: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogResult:
+    """Outcome of one command: `value` on success, else `error` (catalog unchanged)."""
+
+    index: Index
+    value: NodeInfo | TopicInfo | ProducerIdBlock | None = None
+    error: ClientError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class LocalGroup(NamedTuple):
+    topic: str
+    partition: int
+    replicas: tuple[NodeId, ...]
+
+
+class Catalog:
+    """Applied metadata. Invariants: ids below `next_group_id` / `next_producer_id`
+    were handed out; every partition's group id is unique and >= 1."""
+
+    def __init__(self) -> None:
+        self.applied_index = Index(0)
+        self.nodes: dict[NodeId, NodeInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.next_group_id = FIRST_PARTITION_GROUP
+        self.next_producer_id = 0
+        self.cluster_config: dict[str, ConfigValue] = {}
+
+    # ---- validation (before proposing, and again on apply) -----------------
+
+    def validate(self, command: Command) -> None:
+        """Raise the typed error `command` would meet against this catalog."""
+        if isinstance(command, SetNodeStatus) and command.node_id not in self.nodes:
+            raise UnknownNode(f"node {command.node_id} is not registered")
+        if isinstance(command, CreateTopic):
+            self._validate_create(command)
+        if isinstance(command, DeleteTopic) and command.name not in self.topics:
+            raise UnknownTopic(f"topic {command.name!r} does not exist")
+        if isinstance(command, AllocateProducerIds):
+            if self.next_producer_id + command.count - 1 > ID_MAX:
+                raise ResourceExhausted("producer ids are exhausted")
+
+    def _validate_create(self, command: CreateTopic) -> None:
+        if command.name in self.topics:
+            raise TopicExists(f"topic {command.name!r} already exists")
+        if command.replication_factor > len(self.nodes):
+            raise InvalidReplicationFactor(
+                f"replication factor {command.replication_factor} exceeds the "
+                f"{len(self.nodes)} registered nodes"
+            )
+        for replicas in command.assignments:
+            for node_id in replicas:
+                if node_id not in self.nodes:
+                    raise InvalidReplicaAssignment(f"node {node_id} is not registered")
+        if self.next_group_id + command.partitions - 1 > ID_MAX:
+            raise ResourceExhausted("group ids are exhausted")
+
+    # ---- apply ----------------------------------------------------------------
+
+    def apply(self, index: Index, command: Command) -> CatalogResult:
+        """Apply the committed command at `index`. Deterministic on every node."""
+        assert index > self.applied_index, "commands apply in log order"
+        try:
+            self.validate(command)
+        except ClientError as error:
+            self.applied_index = index
+            return CatalogResult(index=index, error=error)
+        value = self._mutate(command)
+        self.applied_index = index
+        return CatalogResult(index=index, value=value)
+
+    def skip(self, index: Index) -> None:
+        """Advance past an entry that holds no command (NOOP, CONFIG)."""
+        assert index > self.applied_index
+        self.applied_index = index
+
+    def _mutate(self, command: Command) -> NodeInfo | TopicInfo | ProducerIdBlock | None:
+        if isinstance(command, RegisterNode):
+            return self._register(command)
+        if isinstance(command, SetNodeStatus):
+            node = self.nodes[command.node_id]
+            updated = NodeInfo(node.node_id, node.raft_addr, node.http_addr, node.rack,
+                               command.status)  # fmt: skip
+            self.nodes[command.node_id] = updated
+            return updated
+        if isinstance(command, CreateTopic):
+            return self._create(command)
+        if isinstance(command, DeleteTopic):
+            return self.topics.pop(command.name)
+        if isinstance(command, AllocateProducerIds):
+            block = ProducerIdBlock(self.next_producer_id, command.count)
+            self.next_producer_id += command.count
+            return block
+        assert isinstance(command, SetClusterConfig), f"unknown command {command!r}"
+        if command.value is None:
+            self.cluster_config.pop(command.key, None)
+        else:
+            self.cluster_config[command.key] = command.value
+        return None
+
+    def _register(self, command: RegisterNode) -> NodeInfo:
+        """Registering again (a restart, new addresses) keeps the id and revives it."""
+        node = NodeInfo(command.node_id, command.raft_addr, command.http_addr, command.rack,
+                        NodeStatus.ALIVE)  # fmt: skip
+        self.nodes[command.node_id] = node
+        return node
+
+    def _create(self, command: CreateTopic) -> TopicInfo:
+        first = self.next_group_id
+        partitions = tuple(
+            PartitionInfo(p, GroupId(first + p), replicas)
+            for p, replicas in enumerate(command.assignments)
+        )
+        self.next_group_id = GroupId(first + command.partitions)
+        topic = TopicInfo(command.name, command.replication_factor, dict(command.config),
+                          partitions)  # fmt: skip
+        self.topics[command.name] = topic
+        return topic
+
+    # ---- queries ------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicInfo:
+        if name not in self.topics:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+        return self.topics[name]
+
+    def live_nodes(self) -> list[NodeInfo]:
+        return [n for _, n in sorted(self.nodes.items()) if n.status is NodeStatus.ALIVE]
+
+    def snapshot(self) -> bytes:
+        from multiraft.metadata.catalog_snapshot import encode_catalog
+
+        return encode_catalog(self)
+
+    @classmethod
+    def restore(cls, data: bytes) -> Catalog:
+        from multiraft.metadata.catalog_snapshot import decode_catalog
+
+        return decode_catalog(data)
+
+
+def groups_for_node(catalog: Catalog, node_id: NodeId) -> dict[GroupId, LocalGroup]:
+    """The partition groups `node_id` should host: what it reconciles its local
+    groups against (create the missing, open on restart, delete the rest).
+    Group 0 is not listed: its membership comes from the initial cluster."""
+    hosted: dict[GroupId, LocalGroup] = {}
+    for topic in catalog.topics.values():
+        for partition in topic.partitions:
+            if node_id in partition.replicas:
+                hosted[partition.group_id] = LocalGroup(
+                    topic.name, partition.partition, partition.replicas
+                )
+    return hosted

@@ -1,0 +1,244 @@
+"""Commands of the metadata group (group 0) and their explicit encoding.
+
+Each command is a frozen dataclass that validates its own shape on construction
+(types, ranges, name patterns): whatever builds one — the controller, the HTTP
+layer, the decoder of a committed entry — gets the same checks. Checks against
+catalog state (does the topic exist, are the nodes registered) live in
+`Catalog.validate`, which runs before proposing and again on apply.
+
+Encoding: one JSON object with a version `v` and a `type` tag, then exactly the
+command's fields. Decoding refuses unknown versions, unknown types, missing or
+extra fields, and wrong types. JSON because catalog commands are rare and small,
+and a log that a person can read is worth the bytes. Never pickle.
+
+Placement is decided by the controller before proposing and carried in
+`CreateTopic.assignments`: apply must be deterministic, and placement depends on
+node liveness, which only the controller observes.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from multiraft.errors import (
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    InvalidTopic,
+)
+from raftlog.types import NodeId
+
+COMMAND_VERSION = 1
+# Kafka's legal topic characters and maximum length; "." and ".." are refused too.
+TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+# Kafka refuses more than this many partitions per request only by default quotas;
+# 10,000 keeps one CreateTopic entry (and its apply) bounded.
+PARTITIONS_MAX = 10_000
+REPLICATION_FACTOR_MAX = 7  # beyond 7 copies a Raft group pays more than it gains
+CONFIG_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_.]{0,99}")
+CONFIG_ENTRIES_MAX = 100
+CONFIG_STRING_CHARS_MAX = 1024
+ADDRESS_CHARS_MAX = 255
+RACK_CHARS_MAX = 255
+# Kafka hands out producer ids in blocks of 1,000 per broker.
+PRODUCER_ID_BLOCK_MAX = 10_000
+
+ConfigValue = str | int | float | bool
+
+
+class NodeStatus(enum.StrEnum):
+    ALIVE = "alive"
+    FENCED = "fenced"  # missed heartbeats: leads nothing new, may come back
+    DEAD = "dead"  # gone past node_dead_after_ms: its replicas are moved
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_node_id(node_id: object) -> None:
+    if not _is_int(node_id) or node_id < 1:
+        raise InvalidRequest(f"node id {node_id!r} is not a positive integer")
+
+
+def _check_text(value: object, what: str, chars_max: int) -> None:
+    if not isinstance(value, str) or not 1 <= len(value) <= chars_max:
+        raise InvalidRequest(f"{what} must be 1..{chars_max} characters")
+
+
+def check_topic_name(name: object) -> None:
+    if not isinstance(name, str) or not TOPIC_NAME_PATTERN.fullmatch(name):
+        raise InvalidTopic(f"topic name {name!r} must match {TOPIC_NAME_PATTERN.pattern}")
+    if name in (".", ".."):
+        raise InvalidTopic(f"topic name {name!r} is reserved")
+
+
+def check_config(config: object) -> None:
+    if not isinstance(config, dict) or len(config) > CONFIG_ENTRIES_MAX:
+        raise InvalidConfig(f"config is an object of at most {CONFIG_ENTRIES_MAX} entries")
+    for key, value in config.items():
+        check_config_entry(key, value)
+
+
+def check_config_entry(key: object, value: object) -> None:
+    if not isinstance(key, str) or not CONFIG_KEY_PATTERN.fullmatch(key):
+        raise InvalidConfig(f"config key {key!r} must match {CONFIG_KEY_PATTERN.pattern}")
+    if not isinstance(value, str | int | float | bool):
+        raise InvalidConfig(f"config value of {key} must be a string, number or boolean")
+    if isinstance(value, str) and len(value) > CONFIG_STRING_CHARS_MAX:
+        raise InvalidConfig(f"config value of {key} exceeds {CONFIG_STRING_CHARS_MAX} characters")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterNode:
+    """A node joins (or re-registers after a restart, possibly with new addresses)."""
+
+    node_id: NodeId
+    raft_addr: str
+    http_addr: str
+    rack: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.node_id)
+        _check_text(self.raft_addr, "raft_addr", ADDRESS_CHARS_MAX)
+        _check_text(self.http_addr, "http_addr", ADDRESS_CHARS_MAX)
+        if self.rack is not None:
+            _check_text(self.rack, "rack", RACK_CHARS_MAX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetNodeStatus:
+    node_id: NodeId
+    status: NodeStatus
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.node_id)
+        if not isinstance(self.status, NodeStatus):
+            raise InvalidRequest(f"unknown node status {self.status!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopic:
+    """`assignments[p]` lists partition p's replicas, preferred leader first."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, ConfigValue]
+    assignments: tuple[tuple[NodeId, ...], ...]
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+        if not _is_int(self.partitions) or not 1 <= self.partitions <= PARTITIONS_MAX:
+            raise InvalidPartitions(f"partitions must be 1..{PARTITIONS_MAX}")
+        rf = self.replication_factor
+        if not _is_int(rf) or not 1 <= rf <= REPLICATION_FACTOR_MAX:
+            raise InvalidReplicationFactor(
+                f"replication factor must be 1..{REPLICATION_FACTOR_MAX}"
+            )
+        check_config(self.config)
+        if not isinstance(self.assignments, tuple) or len(self.assignments) != self.partitions:
+            raise InvalidReplicaAssignment("one replica list per partition")
+        for replicas in self.assignments:
+            if not isinstance(replicas, tuple) or len(replicas) != rf:
+                raise InvalidReplicaAssignment(f"each partition has {rf} replicas")
+            for node_id in replicas:
+                _check_node_id(node_id)
+            if len(set(replicas)) != rf:
+                raise InvalidReplicaAssignment("a node holds at most one replica of a partition")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopic:
+    name: str
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllocateProducerIds:
+    """Reserve `count` producer ids (a node hands them out without asking group 0 each time)."""
+
+    count: int
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.count) or not 1 <= self.count <= PRODUCER_ID_BLOCK_MAX:
+            raise InvalidRequest(f"producer id block must be 1..{PRODUCER_ID_BLOCK_MAX}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetClusterConfig:
+    """Set `key` to `value`; a None value removes the key."""
+
+    key: str
+    value: ConfigValue | None
+
+    def __post_init__(self) -> None:
+        if self.value is None:
+            check_config_entry(self.key, "")
+        else:
+            check_config_entry(self.key, self.value)
+
+
+Command = (
+    RegisterNode
+    | SetNodeStatus
+    | CreateTopic
+    | DeleteTopic
+    | AllocateProducerIds
+    | SetClusterConfig
+)
+
+COMMAND_TYPES: dict[str, type] = {
+    "register_node": RegisterNode,
+    "set_node_status": SetNodeStatus,
+    "create_topic": CreateTopic,
+    "delete_topic": DeleteTopic,
+    "allocate_producer_ids": AllocateProducerIds,
+    "set_cluster_config": SetClusterConfig,
+}
+_TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
+
+
+def encode_command(command: Command) -> bytes:
+    document: dict[str, Any] = {"v": COMMAND_VERSION, "type": _TAGS[type(command)]}
+    for field in fields(command):
+        value = getattr(command, field.name)
+        if isinstance(value, NodeStatus):
+            value = value.value
+        document[field.name] = value
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_command(payload: bytes) -> Command:
+    """Decode and validate one committed command. Raises `InvalidRequest` (or a subclass)."""
+    try:
+        document = json.loads(payload)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise InvalidRequest(f"metadata command is not JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("v") != COMMAND_VERSION:
+        raise InvalidRequest("metadata command has an unknown version")
+    cls = COMMAND_TYPES.get(document.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        raise InvalidRequest(f"unknown metadata command {document.get('type')!r}")
+    names = {field.name for field in fields(cls)}
+    arguments = {key: value for key, value in document.items() if key not in ("v", "type")}
+    if set(arguments) != names:
+        raise InvalidRequest(f"{document['type']} has fields {sorted(names)}")
+    if cls is SetNodeStatus:
+        try:
+            arguments["status"] = NodeStatus(arguments["status"])
+        except ValueError:
+            raise InvalidRequest(f"unknown node status {arguments['status']!r}") from None
+    if cls is CreateTopic and isinstance(arguments["assignments"], list):
+        arguments["assignments"] = tuple(
+            tuple(r) if isinstance(r, list) else r for r in arguments["assignments"]
+        )
+    return cls(**arguments)

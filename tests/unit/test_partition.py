@@ -1,0 +1,317 @@
+"""The partition state machine: offsets, idempotent producers, consumer offsets, snapshots."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from multiraft.consumer_offsets import OffsetCommit, decode_meta, encode_meta
+from multiraft.errors import (
+    CommitOffsetOutOfRange,
+    InvalidProducerEpoch,
+    InvalidRequest,
+    OutOfOrderSequence,
+    SnapshotFormatError,
+    TooManyConsumerGroups,
+    error_table,
+)
+from multiraft.partition import ApplyResult, PartitionState
+from multiraft.producers import (
+    SEQUENCE_MAX,
+    Accept,
+    Duplicate,
+    DuplicatePending,
+    next_sequence,
+)
+from raftlog.messages import Entry, EntryKind
+from raftlog.types import Index, Term
+from storage.batch import Record, encode_batch, read_header
+
+
+def batch(count: int = 1, pid: int = -1, epoch: int = -1, seq: int = -1) -> bytes:
+    records = [Record(b"k", b"v%d" % i) for i in range(count)]
+    return encode_batch(records, first_timestamp_ms=1000, producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq)  # fmt: skip
+
+
+class Driver:
+    """Feeds entries with consecutive indexes, as the group runtime would."""
+
+    def __init__(self, state: PartitionState | None = None) -> None:
+        self.state = state or PartitionState(topic="t", partition=0)
+
+    def data(self, payload: bytes) -> ApplyResult:
+        return self.entry(EntryKind.DATA, payload)
+
+    def entry(self, kind: EntryKind, payload: bytes = b"") -> ApplyResult:
+        index = Index(self.state.applied_index + 1)
+        return self.state.apply(Entry(index, Term(1), kind, payload))
+
+    def commit(self, group: str, offset: int, topic: str = "t", partition: int = 0) -> ApplyResult:
+        payload = encode_meta(OffsetCommit(group=group, topic=topic, partition=partition,
+                                           offset=offset, metadata="m"))  # fmt: skip
+        return self.entry(EntryKind.META, payload)
+
+
+def test_offsets_follow_record_counts_and_noops():
+    # Goal: base offsets are consecutive by record count; non-DATA entries take none.
+    driver = Driver()
+    assert driver.data(batch(3)).base_offset == 0
+    assert driver.entry(EntryKind.NOOP).base_offset is None
+    second = driver.data(batch(2))
+    assert (second.base_offset, second.count, second.duplicate) == (3, 2, False)
+    assert driver.state.high_watermark == 5
+    assert (driver.state.applied_index, driver.state.next_offset) == (3, 5)
+
+
+def test_apply_asserts_gapless_indexes():
+    # Goal: applying out of order is a programmer error, not a condition.
+    state = PartitionState(topic="t", partition=0)
+    with pytest.raises(AssertionError):
+        state.apply(Entry(Index(2), Term(1), EntryKind.NOOP))
+
+
+PID = 7
+
+
+def state_with(*batches: tuple[int, int, int]) -> PartitionState:
+    """A state that applied batches of producer PID given as (epoch, seq, count)."""
+    driver = Driver()
+    for epoch, seq, count in batches:
+        assert driver.data(batch(count, PID, epoch, seq)).ok
+    return driver.state
+
+
+# (applied batches as (epoch, seq, count), new batch (epoch, seq, count), expected)
+PRODUCE_RULES = [
+    ("new producer, any first sequence", [], (0, 0, 1), Accept()),
+    ("new producer after eviction", [], (3, 42, 1), Accept()),
+    ("next sequence", [(0, 0, 2)], (0, 2, 1), Accept()),
+    ("gap", [(0, 0, 2)], (0, 3, 1), OutOfOrderSequence),
+    ("reorder", [(0, 0, 2), (0, 2, 2)], (0, 1, 1), OutOfOrderSequence),
+    ("retry of last", [(0, 0, 2), (0, 2, 3)], (0, 2, 3), Duplicate(2, 3)),
+    ("retry of first of five", [(0, i, 1) for i in range(5)], (0, 0, 1), Duplicate(0, 1)),
+    ("retry older than five", [(0, i, 1) for i in range(6)], (0, 0, 1), OutOfOrderSequence),
+    ("same sequence, other count", [(0, 0, 2)], (0, 0, 1), OutOfOrderSequence),
+    ("older epoch fenced", [(2, 0, 1)], (1, 1, 1), InvalidProducerEpoch),
+    ("older epoch fenced even as a retry", [(2, 0, 1)], (1, 0, 1), InvalidProducerEpoch),
+    ("newer epoch restarts at 0", [(0, 0, 5)], (1, 0, 1), Accept()),
+    ("newer epoch not at 0", [(0, 0, 5)], (1, 5, 1), OutOfOrderSequence),
+    ("sequence wraps", [(0, SEQUENCE_MAX - 1, 2)], (0, 0, 1), Accept()),
+    ("no wrap skipping", [(0, SEQUENCE_MAX - 1, 2)], (0, 1, 1), OutOfOrderSequence),
+]
+
+
+@pytest.mark.parametrize(("name", "applied", "new", "expected"), PRODUCE_RULES,
+                         ids=[r[0] for r in PRODUCE_RULES])  # fmt: skip
+def test_produce_rules_before_propose_and_on_apply(name, applied, new, expected):
+    # Goal: Kafka's idempotence rules, identical on the leader's check and on apply.
+    epoch, seq, count = new
+    payload = batch(count, PID, epoch, seq)
+    state = state_with(*applied)
+    hw = state.high_watermark
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            state.check_produce(read_header(payload))
+        result = Driver(state).data(payload)
+        assert isinstance(result.error, expected)
+        assert state.skipped_ranges == [(hw, count)]
+    else:
+        assert state.check_produce(read_header(payload)) == expected
+        result = Driver(state).data(payload)
+        assert result.ok
+        if isinstance(expected, Duplicate):
+            assert (result.base_offset, result.duplicate) == (expected.base_offset, True)
+        else:
+            assert (result.base_offset, result.duplicate) == (hw, False)
+    # Whatever the verdict, the entry's records took storage's offsets.
+    assert state.high_watermark == hw + count
+
+
+@pytest.mark.parametrize(("pid", "epoch", "seq"), [(-2, 0, 0), (1, -1, 0), (1, 0, -5)])
+def test_malformed_producer_fields_are_invalid_requests(pid, epoch, seq):
+    # Goal: header values no producer sends are refused as bad input.
+    state = PartitionState(topic="t", partition=0)
+    with pytest.raises(InvalidRequest):
+        state.check_produce(read_header(batch(1, pid, epoch, seq)))
+
+
+def test_non_idempotent_batches_are_never_checked():
+    # Goal: producer id -1 means no dedup: the same bytes twice get two offset ranges.
+    driver = Driver()
+    assert driver.data(batch(2)).base_offset == 0
+    assert driver.data(batch(2)).base_offset == 2
+    assert len(driver.state.producers) == 0
+
+
+def test_pipelined_proposals_are_checked_after_each_other():
+    # Goal: the leader checks a batch against its own in-flight proposals.
+    state = PartitionState(topic="t", partition=0)
+    first, second = batch(2, PID, 0, 0), batch(3, PID, 0, 2)
+    assert state.check_produce(read_header(first)) == Accept()
+    state.record_proposal(read_header(first))
+    assert state.check_produce(read_header(second)) == Accept()
+    state.record_proposal(read_header(second))
+    assert state.check_produce(read_header(first)) == DuplicatePending(0, 2)
+    with pytest.raises(OutOfOrderSequence):
+        state.check_produce(read_header(batch(1, PID, 0, 9)))
+    driver = Driver(state)
+    assert driver.data(first).base_offset == 0
+    assert state.check_produce(read_header(first)) == Duplicate(0, 2)
+    assert state.check_produce(read_header(second)) == DuplicatePending(2, 3)
+    assert driver.data(second).base_offset == 2
+    assert state.producers._pending == {}
+
+
+def test_dropped_proposals_are_forgotten():
+    # Goal: after a step-down the next check sees only applied state.
+    state = PartitionState(topic="t", partition=0)
+    state.record_proposal(read_header(batch(1, PID, 0, 0)))
+    state.drop_proposals()
+    assert state.check_produce(read_header(batch(1, PID, 0, 0))) == Accept()
+
+
+def test_retry_proposed_twice_gets_original_offsets_on_apply():
+    # Goal: a batch committed twice (retry raced its original) is reported as a
+    # duplicate with the original offsets, and its second copy is marked skipped.
+    driver = Driver()
+    driver.data(batch(1))
+    payload = batch(4, PID, 0, 0)
+    original = driver.data(payload)
+    retried = driver.data(payload)
+    assert (original.base_offset, original.duplicate) == (1, False)
+    assert (retried.base_offset, retried.count, retried.duplicate) == (1, 4, True)
+    assert retried.stored_base_offset == 5
+    assert driver.state.skipped_ranges == [(5, 4)]
+    assert driver.state.skipped_between(0, 6) == [(5, 4)]
+    assert driver.state.skipped_between(0, 5) == []
+    driver.state.trim_skipped(9)
+    assert driver.state.skipped_ranges == []
+
+
+def test_producer_table_is_bounded_least_recently_used_first():
+    # Goal: at most producers_max ids; the least recently used one goes.
+    driver = Driver(PartitionState(topic="t", partition=0, producers_max=2))
+    for pid in (1, 2):
+        driver.data(batch(1, pid, 0, 0))
+    driver.data(batch(1, 1, 0, 1))  # producer 1 used again: 2 is now the oldest
+    driver.data(batch(1, 3, 0, 0))
+    assert [pid for pid, _ in driver.state.producers.items()] == [1, 3]
+    # An evicted producer is accepted at any sequence (Kafka's rule after expiry).
+    assert driver.data(batch(1, 2, 0, 17)).ok
+
+
+def test_offset_commits():
+    # Goal: commits up to the high watermark are kept per group; beyond it refused.
+    driver = Driver()
+    driver.data(batch(3))
+    assert driver.commit("g1", 3).base_offset == 3
+    assert driver.commit("g1", 1).ok  # moving back is allowed, as in Kafka
+    refused = driver.commit("g2", 4)
+    assert isinstance(refused.error, CommitOffsetOutOfRange)
+    assert refused.error.high_watermark == 3
+    assert isinstance(driver.commit("g2", 0, topic="other").error, InvalidRequest)
+    assert isinstance(driver.entry(EntryKind.META, b"\x80junk").error, InvalidRequest)
+    assert driver.state.committed_offset("g1").offset == 1
+    assert driver.state.committed_offset("g2") is None
+
+
+def test_consumer_groups_are_bounded():
+    # Goal: a new group beyond the bound is refused; known groups still commit.
+    driver = Driver(PartitionState(topic="t", partition=0, consumer_groups_max=1))
+    assert driver.commit("a", 0).ok
+    assert isinstance(driver.commit("b", 0).error, TooManyConsumerGroups)
+    assert driver.commit("a", 0).ok
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"{}", b'{"v":2,"type":"offset_commit"}', b"[1]",
+     b'{"v":1,"type":"offset_commit","group":"g","topic":"t","partition":0,'
+     b'"offset":true,"metadata":""}'],
+)  # fmt: skip
+def test_meta_decode_refuses_malformed_payloads(payload):
+    # Goal: META payloads are validated field by field.
+    with pytest.raises(InvalidRequest):
+        decode_meta(payload)
+
+
+def test_snapshot_round_trip_continues_identically():
+    # Goal: a restored state answers every later entry exactly as the original.
+    driver = Driver(PartitionState(topic="t", partition=3, producers_max=3))
+    for pid in range(4):
+        driver.data(batch(2, pid, 0, 0))
+    driver.data(batch(2, 1, 0, 0))  # duplicate: a skipped range
+    driver.commit("g", 4, partition=3)
+    restored = Driver(PartitionState.restore(driver.state.snapshot()))
+    assert restored.state.snapshot() == driver.state.snapshot()
+    for payload in (batch(1, 2, 0, 2), batch(1, 0, 0, 5), batch(2, 1, 0, 0), batch(1)):
+        assert restored.data(payload) == driver.data(payload)
+
+
+@pytest.mark.parametrize("data", [b"", b"\xc1", b"\x80", b"\x81\xa1v\x02"])
+def test_restore_refuses_malformed_snapshots(data):
+    # Goal: snapshot bytes from a peer are validated, never trusted.
+    with pytest.raises(SnapshotFormatError):
+        PartitionState.restore(data)
+
+
+def test_error_codes_form_one_table():
+    # Goal: every client error code is defined once.
+    table = error_table()
+    assert table["OUT_OF_ORDER_SEQUENCE"] == (409, False)
+    assert table["NOT_LEADER"][0] == 421
+
+
+# ---- property: random produce / retry schedules against a reference model ----
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["new", "retry", "double", "noise"]),
+        st.integers(0, 2),  # producer
+        st.integers(1, 4),  # record count / retry depth
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(operations)
+def test_random_produce_and_retries_match_the_model(ops):
+    # Goal: whatever the interleaving of new batches, retries and double proposals,
+    # accepted batches get gapless storage offsets, every retry within the last five
+    # returns the original offsets, and visible (non-skipped) ranges never overlap.
+    driver = Driver()
+    sent: dict[int, list[tuple[bytes, int]]] = {p: [] for p in range(3)}  # (bytes, base)
+    next_seq = dict.fromkeys(range(3), 0)
+    visible: list[tuple[int, int]] = []
+    for kind, producer, amount in ops:
+        hw = driver.state.high_watermark
+        if kind == "noise":
+            result = driver.data(batch(amount))
+            assert result.base_offset == hw
+            visible.append((hw, amount))
+        elif kind in ("new", "double"):
+            payload = batch(amount, producer, 0, next_seq[producer])
+            next_seq[producer] = next_sequence(next_seq[producer], amount)
+            first = driver.data(payload)
+            assert (first.base_offset, first.duplicate) == (hw, False)
+            sent[producer].append((payload, hw))
+            visible.append((hw, amount))
+            if kind == "double":
+                again = driver.data(payload)
+                assert (again.base_offset, again.duplicate) == (hw, True)
+        elif sent[producer]:
+            payload, base = sent[producer][-min(amount, len(sent[producer]))]
+            assert driver.state.check_produce(read_header(payload)) == Duplicate(
+                base, read_header(payload).record_count
+            )
+            assert driver.data(payload).base_offset == base
+    skipped = driver.state.skipped_ranges
+    covered = sorted(visible + skipped)
+    position = 0
+    for base, count in covered:
+        assert base == position, "every offset is either visible or skipped, once"
+        position += count
+    assert position == driver.state.high_watermark
