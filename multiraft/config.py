@@ -1,0 +1,176 @@
+"""Node configuration: the flags of `raftlog serve`, or the same keys in a TOML file.
+
+Every setting has one name, used by the command line (`--raft-addr`), the TOML
+file (`raft_addr = "127.0.0.1:7001"`) and this dataclass (`raft_addr`). Values
+are validated here, once, with errors that name the setting; the rest of the
+node trusts them. Flags override the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import secrets
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from raftlog.types import NodeId
+from storage.config import FlushPolicy
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str, setting: str) -> Address:
+        match = re.fullmatch(r"\[?([^\]]+?)\]?:(\d{1,5})", text.strip())
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise ConfigError(f"{setting}: expected HOST:PORT, got {text!r}")
+        return cls(match.group(1), int(match.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    node_id: NodeId
+    data_dir: Path
+    raft_addr: Address
+    http_addr: Address
+    initial_cluster: dict[NodeId, Address] = field(default_factory=dict)
+    join: Address | None = None
+    rack: str = ""
+    cluster_secret: bytes = b""
+    # 50 ms ticks: elections in 0.5-1 s, so a dead leader is replaced within about a second.
+    tick_ms: int = 50
+    election_timeout_ticks: int = 10
+    heartbeat_interval_ticks: int = 2
+    replica_lag_time_max_ms: int = 30_000  # Kafka's replica.lag.time.max.ms default
+    flush: FlushPolicy = FlushPolicy()
+    segment_bytes_max: int = 64 * 1024 * 1024
+    node_dead_after_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.node_id < 1:
+            raise ConfigError("node_id: must be a positive integer")
+        if not self.initial_cluster and self.join is None:
+            raise ConfigError("initial_cluster: give the voters of the metadata group, or --join an existing node")
+        if self.initial_cluster and len(self.initial_cluster) not in (1, 3, 5):
+            raise ConfigError("initial_cluster: the metadata group has 1, 3 or 5 voters")
+        if self.initial_cluster and self.node_id in self.initial_cluster:
+            if self.initial_cluster[self.node_id] != self.raft_addr:
+                raise ConfigError("raft_addr: differs from this node's entry in initial_cluster")
+        if not 10 <= self.tick_ms <= 1000:
+            raise ConfigError("tick_ms: must be between 10 and 1000")
+        if not 0 < self.heartbeat_interval_ticks < self.election_timeout_ticks:
+            raise ConfigError("heartbeat_interval_ticks: must be positive and below election_timeout_ticks")
+        if len(self.cluster_secret) < 16:
+            raise ConfigError("cluster_secret: at least 16 bytes")
+
+    @property
+    def replica_lag_time_max_ticks(self) -> int:
+        return max(1, self.replica_lag_time_max_ms // self.tick_ms)
+
+
+def parse_initial_cluster(text: str) -> dict[NodeId, Address]:
+    """`1=127.0.0.1:7001,2=127.0.0.2:7001,...`"""
+    cluster: dict[NodeId, Address] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, sep, address = item.partition("=")
+        if not sep or not node.isdigit():
+            raise ConfigError(f"initial_cluster: expected ID=HOST:PORT, got {item!r}")
+        cluster[NodeId(int(node))] = Address.parse(address, "initial_cluster")
+    return cluster
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="TOML file with the same settings (flags win)")
+    parser.add_argument("--node-id", type=int)
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--raft-addr")
+    parser.add_argument("--http-addr")
+    parser.add_argument("--initial-cluster", help="ID=HOST:PORT,... of the metadata group's voters")
+    parser.add_argument("--join", help="HOST:PORT of a node of an existing cluster (joins as a learner)")
+    parser.add_argument("--rack")
+    parser.add_argument("--cluster-secret-file", type=Path)
+    parser.add_argument("--tick-ms", type=int)
+    parser.add_argument("--flush", help="fsync (default), interval_ms=N or none")
+
+
+def load_config(args: argparse.Namespace) -> NodeConfig:
+    """Merge the TOML file (if any) and the flags, then validate."""
+    settings: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            settings.update(tomllib.loads(args.config.read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"config: cannot read {args.config}: {error}") from error
+    for name, value in vars(args).items():
+        if value is not None and name not in ("config", "command", "func"):
+            settings[name] = value
+    known = {f.name for f in fields(NodeConfig)} | {"cluster_secret_file", "flush"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ConfigError(f"config: unknown settings {unknown}")
+    return _build(settings)
+
+
+def _build(settings: dict[str, Any]) -> NodeConfig:
+    for required in ("node_id", "data_dir", "raft_addr", "http_addr"):
+        if required not in settings:
+            raise ConfigError(f"{required}: required (flag --{required.replace('_', '-')})")
+    data_dir = Path(settings["data_dir"])
+    initial = settings.get("initial_cluster", "")
+    values: dict[str, Any] = {
+        "node_id": NodeId(int(settings["node_id"])),
+        "data_dir": data_dir,
+        "raft_addr": Address.parse(str(settings["raft_addr"]), "raft_addr"),
+        "http_addr": Address.parse(str(settings["http_addr"]), "http_addr"),
+        "initial_cluster": parse_initial_cluster(initial) if isinstance(initial, str) else {
+            NodeId(int(k)): Address.parse(v, "initial_cluster") for k, v in initial.items()
+        },
+        "join": Address.parse(settings["join"], "join") if settings.get("join") else None,
+        "cluster_secret": _secret(settings.get("cluster_secret_file"), data_dir),
+    }
+    if "flush" in settings:
+        try:
+            values["flush"] = FlushPolicy.parse(str(settings["flush"]))
+        except (ValueError, AssertionError) as error:
+            raise ConfigError(f"flush: expected fsync, none or interval_ms=N, got {settings['flush']!r}") from error
+    for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
+                 "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms"):
+        if name in settings:
+            values[name] = settings[name] if name == "rack" else int(settings[name])
+    return NodeConfig(**values)
+
+
+def _secret(path: str | Path | None, data_dir: Path) -> bytes:
+    """The cluster secret from its file; a dev cluster without one shares a generated file.
+
+    Without `--cluster-secret-file`, the secret lives in `<data_dir>/../cluster.secret`,
+    created once: nodes started side by side by `raftlog cluster up` share it.
+    """
+    if path is not None:
+        try:
+            secret = Path(path).read_bytes().strip()
+        except OSError as error:
+            raise ConfigError(f"cluster_secret_file: cannot read {path}: {error}") from error
+        return secret
+    shared = data_dir.resolve().parent / "cluster.secret"
+    if not shared.exists():
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(shared, "x") as file:
+                file.write(secrets.token_hex(32))
+        except FileExistsError:
+            pass
+    return shared.read_bytes().strip()

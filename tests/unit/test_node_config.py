@@ -1,0 +1,62 @@
+"""`raftlog serve` settings: flags and TOML share names; bad values name the setting."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from multiraft.config import Address, ConfigError, add_serve_arguments, load_config
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_serve_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _base(tmp_path: Path) -> list[str]:
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123456789abcdef")
+    return [
+        "--node-id", "1", "--data-dir", str(tmp_path / "n1"), "--raft-addr", "127.0.0.1:7001",
+        "--http-addr", "127.0.0.1:8001", "--initial-cluster", "1=127.0.0.1:7001,2=127.0.0.2:7001,3=127.0.0.3:7001",
+        "--cluster-secret-file", str(secret),
+    ]
+
+
+def test_flags(tmp_path: Path) -> None:
+    config = load_config(_parse(_base(tmp_path)))
+    assert config.node_id == 1
+    assert config.initial_cluster[2] == Address("127.0.0.2", 7001)
+    assert config.replica_lag_time_max_ticks == 600
+
+
+def test_toml_file_and_flag_override(tmp_path: Path) -> None:
+    path = tmp_path / "node.toml"
+    path.write_text('tick_ms = 100\nrack = "r1"\nflush = "interval_ms=20"\n')
+    config = load_config(_parse([*_base(tmp_path), "--config", str(path), "--tick-ms", "40"]))
+    assert (config.tick_ms, config.rack, config.flush.interval_ms) == (40, "r1", 20)
+
+
+@pytest.mark.parametrize(
+    ("extra", "setting"),
+    [
+        (["--raft-addr", "nohost"], "raft_addr"),
+        (["--initial-cluster", "1=127.0.0.1:7001,2=x"], "initial_cluster"),
+        (["--initial-cluster", "1=127.0.0.1:7001,2=127.0.0.2:7001"], "initial_cluster"),
+        (["--flush", "sometimes"], "flush"),
+        (["--tick-ms", "1"], "tick_ms"),
+    ],
+)
+def test_bad_settings_are_named(tmp_path: Path, extra: list[str], setting: str) -> None:
+    with pytest.raises(ConfigError, match=setting):
+        load_config(_parse([*_base(tmp_path), *extra]))
+
+
+def test_dev_cluster_shares_a_generated_secret(tmp_path: Path) -> None:
+    argv = [a for a in _base(tmp_path)][:-2]
+    first = load_config(_parse(argv))
+    second = load_config(_parse([*argv[:3], str(tmp_path / "n2"), *argv[4:]]))
+    assert first.cluster_secret == second.cluster_secret and len(first.cluster_secret) == 64
