@@ -1,0 +1,328 @@
+"""The node's TCP transport: one outbound connection per peer, carrying every group.
+
+    node 1                                         node 2
+    send(2, type, group, body) -> PeerLink(2) ---- TCP (dialled by 1) ----> inbound reader
+    inbound reader <---- TCP (dialled by 2) ---- PeerLink(1) <- send(1, ...)  -> on_frame(2, ...)
+
+Each node dials each peer once, so between two nodes there are two connections,
+one per direction; an outbound connection only writes (after the handshake) and
+an inbound one only reads. That keeps each side simple: the writer drains one
+bounded queue, the reader hands frames to `on_frame` in arrival order.
+
+Why a callback rather than a queue we own: `on_frame` is a plain synchronous
+call, so the runtime decides how to queue and bound inbound work per group
+without a second copy of that policy here. It must not block; if it raises, the
+error is logged and counted and the connection goes on.
+
+Every task this module starts (peer links, inbound readers) is tracked and
+awaited by `stop()`. Faults from a peer (bad handshake, bad frame, oversized
+frame) drop that one connection and are counted; they never stop the transport.
+See docs/transport.md for the frame and handshake formats and the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from multiraft.frames import (
+    FRAME_HEADER_BYTES,
+    FrameTooLarge,
+    TransportError,
+    check_frame_crc,
+    frame_bytes,
+    parse_frame_header,
+)
+from multiraft.handshake import SECRET_BYTES_MIN, accept_handshake
+from multiraft.peer_link import PeerLink, enable_keepalive
+from multiraft.transport_config import (
+    PeerStats,
+    TransportConfig,
+    TransportCounters,
+    TransportStats,
+)
+
+__all__ = ["OnFrame", "Transport"]
+
+OnFrame = Callable[[int, int, int, bytes], None]  # (source_node_id, frame_type, group_id, body)
+
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+# Yield to the loop after this many frames read back to back, so one busy peer
+# cannot starve the rest while its data sits in the read buffer.
+_FRAMES_PER_YIELD = 64
+
+
+class Transport:
+    def __init__(
+        self,
+        node_id: int,
+        listen_host: str,
+        listen_port: int,
+        peers: Mapping[int, tuple[str, int]],
+        secret: bytes,
+        on_frame: OnFrame,
+        *,
+        config: TransportConfig | None = None,
+        logger: Any = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if node_id <= 0:
+            raise ValueError(f"node_id must be positive, got {node_id}")
+        if len(secret) < SECRET_BYTES_MIN:
+            raise ValueError(f"the cluster secret must be at least {SECRET_BYTES_MIN} bytes")
+        self.node_id = node_id
+        self._listen_host = listen_host
+        self._listen_port = listen_port
+        self._secret = bytes(secret)
+        self._on_frame = on_frame
+        self._config = config or TransportConfig()
+        base_logger = logger if logger is not None else structlog.get_logger("multiraft.transport")
+        self._logger = base_logger.bind(node_id=node_id)
+        self._rng = rng or random.Random()
+        # Outgoing sockets bind to our own raft host so per-address faults (chaos)
+        # cut exactly this node's traffic; a wildcard listen host cannot be bound to.
+        self._source_host = None if listen_host in _WILDCARD_HOSTS else listen_host
+        self._counters = TransportCounters()
+        self._links: dict[int, PeerLink] = {}
+        self._retiring: set[asyncio.Task[None]] = set()  # links being cancelled
+        self._inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._inbound_by_source: dict[int, asyncio.Task[None]] = {}
+        self._server: asyncio.Server | None = None
+        self._running = False
+        self._stopped = False
+        self.update_peers(peers)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Listen, then start dialling every peer."""
+        assert not self._running and not self._stopped, "a transport starts once"
+        self._server = await asyncio.start_server(
+            self._accept,
+            self._listen_host,
+            self._listen_port,
+            limit=self._config.read_buffer_bytes,
+            reuse_address=True,
+        )
+        self._running = True
+        for link in self._links.values():
+            link.start()
+        self._logger.info(
+            "transport_started", address=self.listen_address, peers=sorted(self._links)
+        )
+
+    async def stop(self) -> None:
+        """Close the listener and every connection; cancel and await every task."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._running = False
+        if self._server is not None:
+            self._server.close()
+        tasks: list[asyncio.Task[None]] = []
+        for link in self._links.values():
+            task = link.cancel()
+            if task is not None:
+                tasks.append(task)
+        self._links.clear()
+        tasks.extend(self._retiring)
+        for task, writer in self._inbound.items():
+            writer.transport.abort()
+            task.cancel()
+            tasks.append(task)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+        assert not self._inbound and not self._retiring
+        self._logger.info("transport_stopped")
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """The bound address (the real port when started with port 0)."""
+        assert self._server is not None and self._server.sockets, "start() first"
+        host, port = self._server.sockets[0].getsockname()[:2]
+        return host, port
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, peer_id: int, frame_type: int, group_id: int, body: bytes) -> bool:
+        """Queue a frame for `peer_id`; never blocks. False when the peer is unknown
+        or the transport is not running. A full queue sheds older frames (counted)
+        and still accepts this one. Raises FrameTooLarge above frame_bytes_max."""
+        assert 1 <= frame_type <= 255, f"frame type {frame_type} is not a u8 above 0"
+        assert 0 <= group_id < 2**64, f"group id {group_id} is not a u64"
+        size = frame_bytes(len(body))
+        if size > self._config.frame_bytes_max:
+            raise FrameTooLarge(size, self._config.frame_bytes_max)
+        link = self._links.get(peer_id)
+        if link is None or not self._running:
+            self._counters.sends_refused += 1
+            return False
+        link.enqueue(frame_type, group_id, body)
+        return True
+
+    def update_peers(self, peers: Mapping[int, tuple[str, int]]) -> None:
+        """Make `peers` the set of nodes we dial: new ones start, removed ones stop
+        (their queues dropped), moved ones redial. Our own id is ignored, so the
+        whole cluster map may be passed. Inbound connections are not affected."""
+        wanted = {peer_id: tuple(address) for peer_id, address in peers.items()}
+        wanted.pop(self.node_id, None)
+        for peer_id in sorted(set(self._links) - set(wanted)):
+            task = self._links.pop(peer_id).cancel()
+            if task is not None:
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+            self._logger.info("peer_removed", peer_id=peer_id)
+        for peer_id, address in sorted(wanted.items()):
+            assert peer_id > 0, f"peer id {peer_id}"
+            host, port = address
+            link = self._links.get(peer_id)
+            if link is not None:
+                link.set_address((host, port))
+                continue
+            link = PeerLink(
+                node_id=self.node_id,
+                peer_id=peer_id,
+                address=(host, port),
+                source_host=self._source_host,
+                secret=self._secret,
+                config=self._config,
+                counters=self._counters,
+                logger=self._logger,
+                rng=self._rng,
+            )
+            self._links[peer_id] = link
+            if self._running:
+                link.start()
+
+    # ------------------------------------------------------------------ observing
+
+    def peer_connected(self, peer_id: int) -> bool:
+        link = self._links.get(peer_id)
+        return link is not None and link.connected
+
+    def stats(self) -> TransportStats:
+        counters = self._counters
+        peers: dict[int, PeerStats] = {
+            peer_id: link.stats() for peer_id, link in sorted(self._links.items())
+        }
+        return TransportStats(
+            frames_in=counters.frames_in,
+            bytes_in=counters.bytes_in,
+            frames_out=counters.frames_out,
+            bytes_out=counters.bytes_out,
+            heartbeats_shed=counters.heartbeats_shed,
+            frames_shed=counters.frames_shed,
+            sends_refused=counters.sends_refused,
+            connects=counters.connects,
+            connect_failures=counters.connect_failures,
+            handshakes_refused=counters.handshakes_refused,
+            inbound_refused=counters.inbound_refused,
+            protocol_errors=counters.protocol_errors,
+            on_frame_errors=counters.on_frame_errors,
+            connections_inbound=len(self._inbound_by_source),
+            connections_outbound=sum(1 for link in self._links.values() if link.connected),
+            peers=peers,
+        )
+
+    # ------------------------------------------------------------------ receiving
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """start_server's callback. A plain function, so that the reader task is
+        ours (tracked, cancelled and awaited by stop), not an anonymous one."""
+        if not self._running or len(self._inbound) >= self._config.inbound_connections_max:
+            self._counters.inbound_refused += 1
+            self._logger.warning("inbound_refused", peer_address=_peername(writer))
+            writer.transport.abort()
+            return
+        task = asyncio.create_task(self._serve_inbound(reader, writer), name="transport-inbound")
+        self._inbound[task] = writer
+        task.add_done_callback(self._inbound_done)
+
+    def _inbound_done(self, task: asyncio.Task[None]) -> None:
+        self._inbound.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            self._logger.error("inbound_task_failed", error=repr(task.exception()))
+
+    async def _serve_inbound(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        peer_address = _peername(writer)
+        source: int | None = None
+        try:
+            source = await self._authenticate(reader, writer, peer_address)
+            if source is None:
+                return
+            await self._read_frames(reader, source)
+        except asyncio.IncompleteReadError:
+            pass  # the peer closed between frames or mid-frame: an ordinary end
+        except (OSError, TransportError) as error:
+            self._counters.protocol_errors += 1
+            self._logger.warning(
+                "inbound_dropped", source=source, peer_address=peer_address, error=repr(error)
+            )
+        finally:
+            writer.transport.abort()
+            if source is not None and self._inbound_by_source.get(source) is asyncio.current_task():
+                del self._inbound_by_source[source]
+
+    async def _authenticate(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_address: object
+    ) -> int | None:
+        enable_keepalive(writer)
+        try:
+            async with asyncio.timeout(self._config.handshake_timeout_s):
+                source = await accept_handshake(
+                    reader, writer, secret=self._secret, node_id=self.node_id
+                )
+        except (OSError, TimeoutError, TransportError) as error:
+            self._counters.handshakes_refused += 1
+            self._logger.warning("handshake_refused", peer_address=peer_address, error=repr(error))
+            return None
+        # A peer that redialled (restart, healed partition) replaces its old connection,
+        # which may be dead without us knowing; one inbound connection per source.
+        current = asyncio.current_task()
+        assert current is not None
+        previous = self._inbound_by_source.get(source)
+        if previous is not None and previous in self._inbound:
+            self._inbound[previous].transport.abort()
+        self._inbound_by_source[source] = current
+        self._logger.info("inbound_connected", source=source, peer_address=peer_address)
+        return source
+
+    async def _read_frames(self, reader: asyncio.StreamReader, source: int) -> None:
+        frame_bytes_max = self._config.frame_bytes_max
+        counters = self._counters
+        on_frame = self._on_frame
+        since_yield = 0
+        while True:
+            header = parse_frame_header(
+                await reader.readexactly(FRAME_HEADER_BYTES), frame_bytes_max
+            )
+            body = await reader.readexactly(header.body_bytes) if header.body_bytes else b""
+            check_frame_crc(header, body)
+            counters.frames_in += 1
+            counters.bytes_in += FRAME_HEADER_BYTES + header.body_bytes
+            try:
+                on_frame(source, header.frame_type, header.group_id, body)
+            except Exception as error:
+                counters.on_frame_errors += 1
+                self._logger.exception(
+                    "on_frame_failed",
+                    source=source,
+                    frame_type=header.frame_type,
+                    group_id=header.group_id,
+                    error=repr(error),
+                )
+            since_yield += 1
+            if since_yield >= _FRAMES_PER_YIELD:
+                since_yield = 0
+                await asyncio.sleep(0)
+
+
+def _peername(writer: asyncio.StreamWriter) -> object:
+    return writer.get_extra_info("peername")

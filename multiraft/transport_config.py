@@ -1,0 +1,120 @@
+"""Limits and counters of the transport: every bound is a named, validated field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from multiraft.frames import FRAME_HEADER_BYTES, FrameType
+
+__all__ = ["PeerStats", "TransportConfig", "TransportCounters", "TransportStats"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransportConfig:
+    """Transport limits. Defaults suit a LAN cluster; tests shrink the timeouts."""
+
+    # Frames waiting for one peer. 4,096 frames is seconds of traffic at full rate,
+    # and more would only be stale by the time it went out (Raft resends).
+    send_queue_frames_max: int = 4096
+    # Bodies waiting for one peer; bounds memory when frames are large.
+    send_queue_bytes_max: int = 64 * MIB
+    # Whole frame, length field included. Matches storage's BATCH_BYTES_MAX (16 MiB)
+    # plus room for a message around one batch.
+    frame_bytes_max: int = 16 * MIB + 64 * 1024
+    handshake_timeout_s: float = 5.0
+    connect_timeout_s: float = 5.0
+    reconnect_backoff_initial_s: float = 0.05
+    reconnect_backoff_max_s: float = 2.0
+    # A write that cannot drain this long means the path is dead (a partition that
+    # drops packets): reconnecting beats waiting out TCP's retransmission backoff.
+    write_stall_timeout_s: float = 10.0
+    write_batch_frames_max: int = 256
+    write_batch_bytes_max: int = 1 * MIB
+    inbound_connections_max: int = 256
+    # StreamReader buffer; larger than asyncio's 64 KiB default so big frames need fewer reads.
+    read_buffer_bytes: int = 256 * 1024
+    # Frames of these types are shed before any other when a peer's queue is full.
+    heartbeat_frame_types: frozenset[int] = frozenset({FrameType.HEARTBEATS})
+
+    def __post_init__(self) -> None:
+        positive = (
+            "send_queue_frames_max",
+            "send_queue_bytes_max",
+            "handshake_timeout_s",
+            "connect_timeout_s",
+            "reconnect_backoff_initial_s",
+            "write_stall_timeout_s",
+            "write_batch_frames_max",
+            "write_batch_bytes_max",
+            "inbound_connections_max",
+            "read_buffer_bytes",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.frame_bytes_max <= FRAME_HEADER_BYTES:
+            raise ValueError(f"frame_bytes_max must exceed the {FRAME_HEADER_BYTES}-byte header")
+        if self.frame_bytes_max > 2**32:
+            raise ValueError("frame_bytes_max must fit the u32 length field")
+        if self.send_queue_bytes_max < self.frame_bytes_max:
+            raise ValueError("send_queue_bytes_max must hold at least one maximal frame")
+        if self.reconnect_backoff_max_s < self.reconnect_backoff_initial_s:
+            raise ValueError("reconnect_backoff_max_s must be >= reconnect_backoff_initial_s")
+
+
+@dataclass(slots=True)
+class TransportCounters:
+    """Mutable totals, shared by the transport and its peer links (one event loop)."""
+
+    frames_in: int = 0
+    bytes_in: int = 0
+    frames_out: int = 0
+    bytes_out: int = 0
+    heartbeats_shed: int = 0
+    frames_shed: int = 0
+    sends_refused: int = 0  # unknown peer, or transport not running
+    connects: int = 0
+    connect_failures: int = 0
+    handshakes_refused: int = 0  # inbound handshakes that failed
+    inbound_refused: int = 0  # over inbound_connections_max
+    protocol_errors: int = 0  # inbound connections dropped for bad frames
+    on_frame_errors: int = 0  # the callback raised
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStats:
+    peer_id: int
+    address: tuple[str, int]
+    connected: bool
+    queued_frames: int
+    queued_bytes: int
+    frames_out: int
+    bytes_out: int
+    heartbeats_shed: int
+    frames_shed: int
+    connects: int
+    connect_failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStats:
+    """A snapshot for metrics: node totals plus one entry per current peer."""
+
+    frames_in: int
+    bytes_in: int
+    frames_out: int
+    bytes_out: int
+    heartbeats_shed: int
+    frames_shed: int
+    sends_refused: int
+    connects: int
+    connect_failures: int
+    handshakes_refused: int
+    inbound_refused: int
+    protocol_errors: int
+    on_frame_errors: int
+    connections_inbound: int
+    connections_outbound: int
+    peers: dict[int, PeerStats] = field(default_factory=dict)
