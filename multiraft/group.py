@@ -89,7 +89,10 @@ class GroupRuntime:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                try:
+                    await self._task
+                except Exception as error:  # already logged by the loop; stopping goes on
+                    self.logger.warning("group_stopped_after_failure", error=repr(error))
             self._task = None
         self._fail_waiters(OutcomeUnknown("the group stopped"))
 

@@ -1,0 +1,513 @@
+"""A raftlog node: the metadata group, the partition groups, and what ties them together.
+
+One process, one `Node`. It owns:
+- one `Transport` (one connection per peer, all groups), with RPC on top;
+- one `StateDatabase` (rocksdict) and one `SegmentStore` per group;
+- group 0, the metadata group, whose state machine is the `Catalog`;
+- one group per partition replica this node hosts, with a `PartitionState`;
+- one ticker for every group, coalesced heartbeats (one frame per peer per
+  event-loop turn carrying every group's heartbeats), and the controller duties
+  when it leads group 0 (node liveness, topic placement).
+
+Every node applies the catalog and reconciles its groups with it: it opens the
+groups the catalog assigns to it (creating them on first sight, bootstrapped
+with the assigned replicas as voters) and closes and deletes the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import shutil
+import struct
+import time
+from typing import Any
+
+import structlog
+
+from multiraft.config import NodeConfig
+from multiraft.errors import UnknownTopic, error_body
+from multiraft.frames import FrameType
+from multiraft.group import GroupRuntime
+from multiraft.metadata.catalog import Catalog, groups_for_node
+from multiraft.metadata.commands import (
+    Command,
+    CreateTopic,
+    NodeStatus,
+    RegisterNode,
+    SetNodeStatus,
+    decode_command,
+    encode_command,
+)
+from multiraft.metadata.placement import PlacementNode, place_replicas
+from multiraft.partition import PartitionState
+from multiraft.producers import Accept, Duplicate, DuplicatePending
+from multiraft.remote_errors import error_from_body
+from multiraft.rpc import (
+    FRAME_RPC_REQUEST,
+    FRAME_RPC_RESPONSE,
+    STATUS_ERROR,
+    STATUS_OK,
+    RemoteError,
+    Rpc,
+    RpcError,
+)
+from multiraft.transport import Transport
+from raftlog.bootstrap import bootstrap_entries
+from raftlog.core.config import Config
+from raftlog.core.raft import RaftCore
+from raftlog.errors import ClientError, NotLeader, ProposalDropped
+from raftlog.messages import Entry, EntryKind, Message, Role
+from raftlog.types import GroupId, Index, NodeId
+from raftlog.wire import (
+    WireError,
+    decode_heartbeats,
+    decode_message,
+    encode_heartbeats,
+    encode_message,
+    heartbeat_is_compactable,
+)
+from storage.batch import validate_batch
+from storage.config import StoreConfig
+from storage.files import OsFiles
+from storage.segments import SegmentStore
+from storage.state_db import StateDatabase
+
+METADATA_GROUP = GroupId(0)
+RPC_TIMEOUT_S = 5.0
+NODE_HEARTBEAT_INTERVAL_S = 0.5
+CONTROLLER_INTERVAL_S = 0.5
+_GROUP = struct.Struct(">Q")
+
+
+class CatalogMachine:
+    """Group 0's state machine: metadata commands (META entries) applied to the catalog.
+
+    Commands are META entries, not DATA: DATA entries hold record batches, which
+    storage indexes by offset; a metadata command is not a record.
+    """
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def apply(self, entry: Entry) -> Any:
+        catalog = self.node.catalog
+        if entry.kind is not EntryKind.META:
+            catalog.skip(entry.index)
+            return None
+        result = catalog.apply(entry.index, decode_command(entry.payload))
+        self.node.catalog_changed()
+        return result
+
+    def restore(self, data: object, index: Index) -> None:
+        assert isinstance(data, bytes), "metadata snapshots are catalog bytes"
+        self.node.catalog = Catalog.restore(data)
+        self.node.catalog_changed()
+
+
+class PartitionMachine:
+    """A partition group's state machine (a thin adapter over `PartitionState`)."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.state = PartitionState(topic=topic, partition=partition)
+
+    def apply(self, entry: Entry) -> Any:
+        return self.state.apply(entry)
+
+    def restore(self, data: object, index: Index) -> None:
+        assert isinstance(data, bytes), "partition snapshots are state bytes"
+        self.state = PartitionState.restore(data)
+
+
+class Node:
+    def __init__(self, config: NodeConfig, logger: Any = None) -> None:
+        self.config = config
+        self.id = config.node_id
+        self.logger = (logger or structlog.get_logger()).bind(node_id=self.id)
+        self.catalog = Catalog()
+        self.groups: dict[GroupId, GroupRuntime] = {}
+        self.stores: dict[GroupId, SegmentStore] = {}
+        self.partitions: dict[GroupId, PartitionMachine] = {}
+        self._files = OsFiles()
+        self._rng = random.Random()
+        self._heartbeats: dict[int, list[tuple[GroupId, Message]]] = {}
+        self._flush_scheduled = False
+        self._catalog_event = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_seen: dict[NodeId, float] = {}
+        self._was_controller = False
+        self.registered = asyncio.Event()
+        self.db: StateDatabase | None = None
+        self.transport: Transport | None = None
+        self.rpc: Rpc | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        config = self.config
+        (config.data_dir / "groups").mkdir(parents=True, exist_ok=True)
+        self.db = StateDatabase(str(config.data_dir / "state.db"))
+        peers = {n: (a.host, a.port) for n, a in config.initial_cluster.items() if n != self.id}
+        self.transport = Transport(
+            self.id, config.raft_addr.host, config.raft_addr.port, peers,
+            config.cluster_secret, self._on_frame, logger=self.logger,
+        )
+        self.rpc = Rpc(self.transport.send, self.logger)
+        self.rpc.register("metadata.propose", self._serve_metadata_propose)
+        self.rpc.register("metadata.create_topic", self._serve_create_topic)
+        self.rpc.register("node.heartbeat", self._serve_node_heartbeat)
+        self.rpc.register("partition.produce", self._serve_produce)
+        await self.transport.start()
+        self._open_group(METADATA_GROUP, sorted(config.initial_cluster), CatalogMachine(self))
+        for name, coroutine in (
+            ("ticker", self._ticker()),
+            ("reconciler", self._reconciler()),
+            ("registrar", self._registrar()),
+            ("node-heartbeats", self._node_heartbeats()),
+            ("controller", self._controller()),
+        ):
+            self._tasks.append(asyncio.create_task(coroutine, name=f"node-{self.id}-{name}"))
+        self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr))
+
+    async def stop(self) -> None:
+        """Stop cleanly: tasks, groups (their waiters fail with OutcomeUnknown), network, files."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for runtime in list(self.groups.values()):
+            await runtime.stop()
+        if self.rpc is not None:
+            await self.rpc.stop()
+        if self.transport is not None:
+            await self.transport.stop()
+        for store in self.stores.values():
+            store.sync()
+            store.close()
+        self.groups.clear()
+        self.stores.clear()
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+        self.logger.info("node_stopped")
+
+    # ------------------------------------------------------------------ groups
+
+    def _open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any) -> GroupRuntime:
+        config = self.config
+        assert self.db is not None
+        directory = config.data_dir / "groups" / str(group_id)
+        directory.mkdir(parents=True, exist_ok=True)
+        store_config = StoreConfig(flush=config.flush, segment_bytes_max=config.segment_bytes_max)
+        store = SegmentStore(group_id, str(directory), self.db, self._files, store_config)
+        if store.last_index() == 0 and self.id in voters:
+            entries, hard_state = bootstrap_entries(voters)
+            store.append(entries)
+            store.set_hard_state(hard_state)
+            store.sync()
+        core_config = Config(
+            node_id=self.id,
+            election_timeout_ticks=config.election_timeout_ticks,
+            heartbeat_interval_ticks=config.heartbeat_interval_ticks,
+            replica_lag_time_max_ticks=config.replica_lag_time_max_ticks,
+            applied=Index(store.first_index() - 1),
+        )
+        logger = self.logger.bind(group_id=group_id)
+        core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
+        runtime = GroupRuntime(group_id, core, store, machine, self._send, logger, self._on_role_change)
+        self.groups[group_id] = runtime
+        self.stores[group_id] = store
+        runtime.start()
+        return runtime
+
+    async def _close_group(self, group_id: GroupId, delete: bool) -> None:
+        runtime = self.groups.pop(group_id)
+        await runtime.stop()
+        self.partitions.pop(group_id, None)
+        store = self.stores.pop(group_id)
+        store.sync()
+        store.close()
+        if delete:
+            shutil.rmtree(self.config.data_dir / "groups" / str(group_id), ignore_errors=True)
+        self.logger.info("group_closed", group_id=group_id, deleted=delete)
+
+    def catalog_changed(self) -> None:
+        self._catalog_event.set()
+
+    async def _reconciler(self) -> None:
+        while True:
+            await self._catalog_event.wait()
+            self._catalog_event.clear()
+            self._update_peers()
+            wanted = groups_for_node(self.catalog, self.id)
+            for group_id, local in sorted(wanted.items()):
+                if group_id not in self.groups:
+                    machine = PartitionMachine(local.topic, local.partition)
+                    self.partitions[group_id] = machine
+                    self._open_group(group_id, list(local.replicas), machine)
+                    self.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
+            for group_id in sorted(set(self.groups) - set(wanted) - {METADATA_GROUP}):
+                await self._close_group(group_id, delete=True)
+
+    def _update_peers(self) -> None:
+        assert self.transport is not None
+        peers = {n: (a.host, a.port) for n, a in self.config.initial_cluster.items()}
+        for node in self.catalog.nodes.values():
+            host, _, port = node.raft_addr.rpartition(":")
+            peers[node.node_id] = (host, int(port))
+        peers.pop(self.id, None)
+        self.transport.update_peers(peers)
+
+    def _on_role_change(self, group_id: GroupId, role: Role, term: int) -> None:
+        machine = self.partitions.get(group_id)
+        if machine is not None and role is not Role.LEADER:
+            machine.state.drop_proposals()
+
+    # ------------------------------------------------------------------ network
+
+    def _send(self, group_id: GroupId, message: Message) -> None:
+        assert self.transport is not None
+        if heartbeat_is_compactable(message):
+            self._heartbeats.setdefault(message.target, []).append((group_id, message))
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush_heartbeats)
+            return
+        self.transport.send(message.target, FrameType.RAFT_MESSAGE, group_id, encode_message(message))
+
+    def _flush_heartbeats(self) -> None:
+        """One frame per peer for every group's heartbeats of this loop turn."""
+        self._flush_scheduled = False
+        beats, self._heartbeats = self._heartbeats, {}
+        if self.transport is None:
+            return
+        for peer, batch in beats.items():
+            self.transport.send(peer, FrameType.HEARTBEATS, 0, encode_heartbeats(batch))
+
+    def _on_frame(self, source: int, frame_type: int, group_id: int, body: bytes) -> None:
+        try:
+            if frame_type == FrameType.RAFT_MESSAGE:
+                self._deliver(source, GroupId(group_id), decode_message(body))
+            elif frame_type == FrameType.HEARTBEATS:
+                for beat_group, message in decode_heartbeats(body):
+                    self._deliver(source, beat_group, message)
+            elif frame_type in (FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE):
+                assert self.rpc is not None
+                self.rpc.on_frame(source, frame_type, body)
+        except WireError as error:
+            self.logger.warning("bad_frame_dropped", source=source, error=str(error))
+
+    def _deliver(self, source: int, group_id: GroupId, message: Message) -> None:
+        if message.source != source or message.target != self.id:
+            self.logger.warning("misaddressed_message_dropped", source=source, claimed=message.source)
+            return
+        runtime = self.groups.get(group_id)
+        if runtime is not None:
+            runtime.deliver(message)
+
+    async def _ticker(self) -> None:
+        interval = self.config.tick_ms / 1000
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
+        while True:
+            next_tick += interval
+            await asyncio.sleep(max(0.0, next_tick - loop.time()))
+            for runtime in list(self.groups.values()):
+                runtime.tick()
+
+    # ------------------------------------------------------------------ metadata
+
+    async def propose_metadata(self, command: Command) -> Any:
+        """Apply `command` through the metadata leader (forwarded if that is another node)."""
+        runtime = self.groups[METADATA_GROUP]
+        if runtime.core.role is Role.LEADER:
+            self.catalog.validate(command)
+            (result,) = await runtime.propose([encode_command(command)], EntryKind.META)
+            if result.error is not None:
+                raise result.error
+            return result
+        body = await self._call_leader(runtime, "metadata.propose", encode_command(command))
+        return json.loads(body)
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, Any]) -> None:
+        """Create a topic: the controller places its replicas, the catalog records them."""
+        runtime = self.groups[METADATA_GROUP]
+        request = {"name": name, "partitions": partitions, "replication_factor": replication_factor, "config": config}
+        if runtime.core.role is Role.LEADER:
+            await self._create_topic_as_controller(request)
+        else:
+            await self._call_leader(runtime, "metadata.create_topic", json.dumps(request).encode())
+
+    async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.catalog.live_nodes()]
+        assignments = place_replicas(
+            nodes, request["partitions"], request["replication_factor"], start=self.catalog.next_group_id
+        )
+        command = CreateTopic(
+            name=request["name"],
+            partitions=request["partitions"],
+            replication_factor=request["replication_factor"],
+            config=request["config"],
+            assignments=tuple(tuple(r) for r in assignments),
+        )
+        await self.propose_metadata(command)
+
+    async def wait_for_topic(self, name: str, timeout_s: float = 10.0) -> None:
+        """Wait until this node's catalog holds `name` (after a create elsewhere)."""
+        async with asyncio.timeout(timeout_s):
+            while name not in self.catalog.topics:
+                await asyncio.sleep(0.02)
+
+    async def _call_leader(self, runtime: GroupRuntime, method: str, body: bytes) -> bytes:
+        leader = runtime.core.leader
+        if leader == 0 or leader == self.id:
+            raise NotLeader(leader, "no leader known yet for this group")
+        assert self.rpc is not None
+        try:
+            return await self.rpc.call(leader, method, body, RPC_TIMEOUT_S)
+        except RemoteError as error:
+            raise error_from_body(error.body) from None
+        except RpcError as error:
+            raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
+
+    async def _serve_metadata_propose(self, source: int, body: bytes) -> tuple[int, bytes]:
+        return await _answer(self.propose_metadata(decode_command(body)), lambda _: b"{}")
+
+    async def _serve_create_topic(self, source: int, body: bytes) -> tuple[int, bytes]:
+        request = json.loads(body)
+        if self.groups[METADATA_GROUP].core.role is not Role.LEADER:
+            return STATUS_ERROR, json.dumps(error_body(NotLeader(self.groups[METADATA_GROUP].core.leader))).encode()
+        return await _answer(self._create_topic_as_controller(request), lambda _: b"{}")
+
+    async def _registrar(self) -> None:
+        """Register this node (addresses, rack) with the catalog; retry until it is in."""
+        config = self.config
+        command = RegisterNode(
+            node_id=self.id, raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
+            rack=config.rack or None,
+        )
+        delay = 0.05
+        while True:
+            try:
+                await self.propose_metadata(command)
+                self.registered.set()
+                self.logger.info("node_registered")
+                return
+            except ClientError as error:
+                self.logger.debug("registration_retry", error=error.code)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    # ------------------------------------------------------------------ liveness (controller)
+
+    async def _node_heartbeats(self) -> None:
+        runtime = self.groups[METADATA_GROUP]
+        while True:
+            await asyncio.sleep(NODE_HEARTBEAT_INTERVAL_S)
+            leader = runtime.core.leader
+            if leader == self.id:
+                self._last_seen[self.id] = time.monotonic()
+            elif leader != 0 and self.rpc is not None:
+                with contextlib.suppress(RpcError):
+                    await self.rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
+
+    async def _serve_node_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
+        self._last_seen[NodeId(source)] = time.monotonic()
+        return STATUS_OK, b""
+
+    async def _controller(self) -> None:
+        """On the metadata leader: mark nodes dead/alive from their heartbeats (transitions logged)."""
+        runtime = self.groups[METADATA_GROUP]
+        dead_after = self.config.node_dead_after_ms / 1000
+        while True:
+            await asyncio.sleep(CONTROLLER_INTERVAL_S)
+            leading = runtime.core.role is Role.LEADER
+            if leading and not self._was_controller:
+                now = time.monotonic()  # a new controller gives everyone a fresh grace period
+                self._last_seen = {node: now for node in self.catalog.nodes}
+            self._was_controller = leading
+            if not leading:
+                continue
+            now = time.monotonic()
+            for node in list(self.catalog.nodes.values()):
+                seen = self._last_seen.get(node.node_id, now)
+                status = NodeStatus.ALIVE if now - seen < dead_after else NodeStatus.DEAD
+                if status is not node.status:
+                    self.logger.info("node_status_changed", node=node.node_id, status=status.value)
+                    with contextlib.suppress(ClientError):
+                        await self.propose_metadata(SetNodeStatus(node_id=node.node_id, status=status))
+
+    # ------------------------------------------------------------------ produce / consume
+
+    def partition_group(self, topic: str, partition: int) -> GroupId:
+        info = self.catalog.topic(topic)
+        if not 0 <= partition < len(info.partitions):
+            raise UnknownTopic(f"topic {topic!r} has no partition {partition}")
+        return info.partitions[partition].group_id
+
+    async def produce(self, topic: str, partition: int, batch: bytes) -> Any:
+        """Append one record batch to a partition; forwarded to its leader if needed."""
+        group_id = self.partition_group(topic, partition)
+        runtime = self.groups.get(group_id)
+        if runtime is not None and runtime.core.role is Role.LEADER:
+            return _result_json(await self._produce_local(group_id, batch))
+        if runtime is None:
+            replicas = self.catalog.topic(topic).partitions[partition].replicas
+            leader = replicas[0]
+        else:
+            leader = runtime.core.leader
+        if leader == 0:
+            raise NotLeader(0, "the partition has no leader yet")
+        assert self.rpc is not None
+        try:
+            answer = await self.rpc.call(leader, "partition.produce", _GROUP.pack(group_id) + batch, RPC_TIMEOUT_S)
+        except RemoteError as error:
+            raise error_from_body(error.body) from None
+        except RpcError as error:
+            raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
+        return json.loads(answer)
+
+    async def _produce_local(self, group_id: GroupId, batch: bytes) -> Any:
+        runtime = self.groups[group_id]
+        machine = self.partitions[group_id]
+        core = runtime.core
+        if core.applied_index < core.commit_index or core.log.term_or_none(core.commit_index) != core.term:
+            # Until this leader applied its own term's NOOP, its producer table may lag.
+            raise ProposalDropped("the new leader is not ready yet; retry")
+        header = validate_batch(batch)
+        decision = machine.state.check_produce(header)
+        if isinstance(decision, Duplicate):
+            return {"base_offset": decision.base_offset, "count": decision.record_count, "duplicate": True}
+        if isinstance(decision, DuplicatePending):
+            raise ProposalDropped("this batch is still being replicated; retry for its offsets")
+        assert isinstance(decision, Accept)
+        machine.state.record_proposal(header)
+        (result,) = await runtime.propose([batch])
+        return result
+
+    async def _serve_produce(self, source: int, body: bytes) -> tuple[int, bytes]:
+        (group_id,) = _GROUP.unpack_from(body)
+        runtime = self.groups.get(GroupId(group_id))
+        if runtime is None or runtime.core.role is not Role.LEADER:
+            leader = runtime.core.leader if runtime else 0
+            return STATUS_ERROR, json.dumps(error_body(NotLeader(leader))).encode()
+        work = self._produce_local(GroupId(group_id), body[_GROUP.size :])
+        return await _answer(work, lambda result: json.dumps(_result_json(result)).encode())
+
+
+def _result_json(result: Any) -> dict[str, Any]:
+    if isinstance(result, dict):
+        return result
+    if result.error is not None:
+        raise result.error
+    return {"base_offset": result.base_offset, "count": result.count, "duplicate": result.duplicate}
+
+
+async def _answer(work: Any, encode: Any) -> tuple[int, bytes]:
+    try:
+        value = await work
+    except ClientError as error:
+        return STATUS_ERROR, json.dumps(error_body(error)).encode()
+    return STATUS_OK, encode(value)

@@ -1,0 +1,120 @@
+"""Request/response calls between nodes, over the same per-peer connection as Raft.
+
+Used where one node must ask another to act: forward a produce to the partition
+leader, forward a metadata command to the metadata leader, send node heartbeats
+to the controller. A request frame carries (request id, method, body); the
+answer frame carries (request id, status, body). Bodies are bytes (JSON for
+metadata, raw batch bytes for produce): nothing executable crosses the wire.
+
+Every call has a deadline; unanswered calls fail with `RpcTimeout` (outcome
+unknown for writes). The number of calls in flight is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+FRAME_RPC_REQUEST = 3
+FRAME_RPC_RESPONSE = 4
+STATUS_OK = 0
+STATUS_ERROR = 1  # body: JSON {"error_code", "message"}
+CALLS_IN_FLIGHT_MAX = 4096
+
+_REQUEST = struct.Struct(">QH")  # request id, method length
+_RESPONSE = struct.Struct(">QB")  # request id, status
+
+Handler = Callable[[int, bytes], Awaitable[tuple[int, bytes]]]
+
+
+class RpcError(Exception):
+    """The call could not be made or answered."""
+
+
+class RpcTimeout(RpcError):
+    pass
+
+
+class RemoteError(RpcError):
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body.decode(errors="replace"))
+        self.body = body
+
+
+class Rpc:
+    def __init__(self, send: Callable[[int, int, int, bytes], bool], logger: Any) -> None:
+        self._send = send
+        self._logger = logger
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
+        self._handlers: dict[str, Handler] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def register(self, method: str, handler: Handler) -> None:
+        """`handler(source_node, body) -> (status, body)` answers requests for `method`."""
+        self._handlers[method] = handler
+
+    async def call(self, peer: int, method: str, body: bytes, timeout_s: float) -> bytes:
+        if len(self._pending) >= CALLS_IN_FLIGHT_MAX:
+            raise RpcError("too many calls in flight")
+        request_id = next(self._ids)
+        name = method.encode()
+        frame = _REQUEST.pack(request_id, len(name)) + name + body
+        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            if not self._send(peer, FRAME_RPC_REQUEST, 0, frame):
+                raise RpcError(f"cannot send to node {peer}")
+            try:
+                async with asyncio.timeout(timeout_s):
+                    status, answer = await future
+            except TimeoutError:
+                raise RpcTimeout(f"node {peer} did not answer {method} within {timeout_s} s") from None
+        finally:
+            self._pending.pop(request_id, None)
+        if status != STATUS_OK:
+            raise RemoteError(answer)
+        return answer
+
+    def on_frame(self, source: int, frame_type: int, body: bytes) -> None:
+        """Feed RPC frames from the transport (called on the event loop)."""
+        if frame_type == FRAME_RPC_RESPONSE:
+            if len(body) < _RESPONSE.size:
+                return
+            request_id, status = _RESPONSE.unpack_from(body)
+            future = self._pending.get(request_id)
+            if future is not None and not future.done():
+                future.set_result((status, body[_RESPONSE.size :]))
+        elif frame_type == FRAME_RPC_REQUEST:
+            if len(self._tasks) >= CALLS_IN_FLIGHT_MAX or len(body) < _REQUEST.size:
+                return  # shed: the caller times out and retries
+            request_id, name_length = _REQUEST.unpack_from(body)
+            start = _REQUEST.size
+            method = body[start : start + name_length].decode(errors="replace")
+            task = asyncio.create_task(self._serve(source, request_id, method, body[start + name_length :]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, source: int, request_id: int, method: str, body: bytes) -> None:
+        handler = self._handlers.get(method)
+        if handler is None:
+            status, answer = STATUS_ERROR, b'{"error_code":"INVALID_REQUEST","message":"unknown method"}'
+        else:
+            try:
+                status, answer = await handler(source, body)
+            except Exception as error:  # answer every request; a handler bug must not hang callers
+                self._logger.error("rpc_handler_failed", method=method, error=repr(error))
+                status, answer = STATUS_ERROR, b'{"error_code":"INTERNAL","message":"internal error"}'
+        self._send(source, FRAME_RPC_RESPONSE, 0, _RESPONSE.pack(request_id, status) + answer)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RpcError("stopping"))
+        self._pending.clear()
