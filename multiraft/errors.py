@@ -51,14 +51,23 @@ class OutOfOrderSequence(ClientError):
         self.expected = expected
 
 
-class CommitOffsetOutOfRange(ClientError):
-    """A consumer offset commit beyond the high watermark (it would skip unwritten records)."""
+class OffsetOutOfRange(ClientError):
+    """A read outside [log start, high watermark]; carries both so a client can reset."""
 
     code = "OFFSET_OUT_OF_RANGE"
     http_status = 416
 
+    def __init__(self, message: str, log_start_offset: int = 0, high_watermark: int = 0) -> None:
+        super().__init__(message)
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+
+
+class CommitOffsetOutOfRange(OffsetOutOfRange):
+    """A consumer offset commit beyond the high watermark (it would skip unwritten records)."""
+
     def __init__(self, offset: int, high_watermark: Offset) -> None:
-        super().__init__(f"offset {offset} is beyond the high watermark {high_watermark}")
+        super().__init__(f"offset {offset} is beyond the high watermark {high_watermark}", 0, high_watermark)
         self.offset = offset
         self.high_watermark = high_watermark
 

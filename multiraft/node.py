@@ -27,14 +27,17 @@ from typing import Any
 
 import structlog
 
+from multiraft import partition_ops
 from multiraft.config import NodeConfig
 from multiraft.errors import UnknownTopic, error_body
 from multiraft.frames import FrameType
 from multiraft.group import GroupRuntime
-from multiraft.metadata.catalog import Catalog, groups_for_node
+from multiraft.metadata.catalog import Catalog, ProducerIdBlock, groups_for_node
 from multiraft.metadata.commands import (
+    AllocateProducerIds,
     Command,
     CreateTopic,
+    DeleteTopic,
     NodeStatus,
     RegisterNode,
     SetNodeStatus,
@@ -112,9 +115,18 @@ class PartitionMachine:
 
     def __init__(self, topic: str, partition: int) -> None:
         self.state = PartitionState(topic=topic, partition=partition)
+        self._changed = asyncio.Event()
 
     def apply(self, entry: Entry) -> Any:
-        return self.state.apply(entry)
+        result = self.state.apply(entry)
+        if entry.kind is EntryKind.DATA:
+            # Wake long-polling readers; later waiters get a fresh event.
+            self._changed.set()
+            self._changed = asyncio.Event()
+        return result
+
+    async def wait_for_change(self) -> None:
+        await self._changed.wait()
 
     def restore(self, data: object, index: Index) -> None:
         assert isinstance(data, bytes), "partition snapshots are state bytes"
@@ -159,6 +171,9 @@ class Node:
         self.rpc.register("metadata.create_topic", self._serve_create_topic)
         self.rpc.register("node.heartbeat", self._serve_node_heartbeat)
         self.rpc.register("partition.produce", self._serve_produce)
+        self.rpc.register("partition.read", lambda s, b: partition_ops.serve_read(self, s, b))
+        self.rpc.register("partition.commit_offset", lambda s, b: partition_ops.serve_commit(self, s, b))
+        self.rpc.register("partition.fetch_offset", lambda s, b: partition_ops.serve_fetch(self, s, b))
         await self.transport.start()
         self._open_group(METADATA_GROUP, sorted(config.initial_cluster), CatalogMachine(self))
         for name, coroutine in (
@@ -327,7 +342,7 @@ class Node:
             (result,) = await runtime.propose([encode_command(command)], EntryKind.META)
             if result.error is not None:
                 raise result.error
-            return result
+            return _catalog_value(result.value)
         body = await self._call_leader(runtime, "metadata.propose", encode_command(command))
         return json.loads(body)
 
@@ -354,6 +369,15 @@ class Node:
         )
         await self.propose_metadata(command)
 
+    async def delete_topic(self, name: str) -> None:
+        self.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
+        await self.propose_metadata(DeleteTopic(name=name))
+
+    async def allocate_producer_id(self) -> tuple[int, int]:
+        """A fresh producer id (epoch 0) for an idempotent producer."""
+        block = await self.propose_metadata(AllocateProducerIds(count=1))
+        return int(block["first"]), 0
+
     async def wait_for_topic(self, name: str, timeout_s: float = 10.0) -> None:
         """Wait until this node's catalog holds `name` (after a create elsewhere)."""
         async with asyncio.timeout(timeout_s):
@@ -373,7 +397,7 @@ class Node:
             raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
 
     async def _serve_metadata_propose(self, source: int, body: bytes) -> tuple[int, bytes]:
-        return await _answer(self.propose_metadata(decode_command(body)), lambda _: b"{}")
+        return await _answer(self.propose_metadata(decode_command(body)), lambda value: json.dumps(value).encode())
 
     async def _serve_create_topic(self, source: int, body: bytes) -> tuple[int, bytes]:
         request = json.loads(body)
@@ -495,6 +519,13 @@ class Node:
             return STATUS_ERROR, json.dumps(error_body(NotLeader(leader))).encode()
         work = self._produce_local(GroupId(group_id), body[_GROUP.size :])
         return await _answer(work, lambda result: json.dumps(_result_json(result)).encode())
+
+
+def _catalog_value(value: Any) -> dict[str, Any]:
+    """A catalog result as JSON-able data (it crosses nodes when forwarded)."""
+    if isinstance(value, ProducerIdBlock):
+        return {"first": value.first, "count": value.count}
+    return {}
 
 
 def _result_json(result: Any) -> dict[str, Any]:

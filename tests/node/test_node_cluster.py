@@ -138,3 +138,70 @@ async def test_cluster_forms_produces_fails_over_and_restarts(tmp_path: Path) ->
         for node in nodes:
             if node.db is not None:
                 await node.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
+    # Goal: follower and forwarded reads, consumer offset commit/fetch through the
+    # partition group, idempotent retries answered with original offsets, fenced
+    # epochs refused, long-poll woken by a produce.
+    from multiraft import partition_ops
+    from multiraft.consumer_offsets import OffsetCommit
+
+    nodes = [Node(c) for c in configs(tmp_path)]
+    try:
+        async with asyncio.timeout(90):
+            for node in nodes:
+                await node.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            await nodes[0].create_topic("solo", 1, 1, {})  # one replica: two nodes must forward
+            for node in nodes:
+                await node.wait_for_topic("solo")
+            await until(lambda: leader_of(nodes, "solo", 0) is not None, "a leader for solo/0")
+            host = leader_of(nodes, "solo", 0)
+            others = [n for n in nodes if n is not host]
+
+            producer_id, epoch = await others[0].allocate_producer_id()
+            first = encode_batch([Record(None, b"a"), Record(None, b"b")], first_timestamp_ms=1,
+                                 producer_id=producer_id, producer_epoch=epoch, base_sequence=0)
+            answer = await produce_retrying(others[0], "solo", 0, first)
+            assert (answer["base_offset"], answer["count"], answer["duplicate"]) == (0, 2, False)
+            retry = await produce_retrying(others[1], "solo", 0, first)
+            assert (retry["base_offset"], retry["duplicate"]) == (0, True), "a retry gets its original offsets"
+
+            bumped = encode_batch([Record(None, b"e1")], first_timestamp_ms=1, producer_id=producer_id,
+                                  producer_epoch=epoch + 1, base_sequence=0)
+            fenced = encode_batch([Record(None, b"old")], first_timestamp_ms=1, producer_id=producer_id,
+                                  producer_epoch=epoch, base_sequence=2)
+            assert (await produce_retrying(others[0], "solo", 0, bumped))["base_offset"] == 2
+            with pytest.raises(ClientError) as raised:
+                await produce_retrying(others[1], "solo", 0, fenced)
+            assert raised.value.code == "INVALID_PRODUCER_EPOCH", "an old epoch is fenced"
+
+            waiting = asyncio.create_task(
+                partition_ops.consume(others[1], "solo", 0, 3, wait_ms=5000)
+            )
+            await asyncio.sleep(0.2)
+            assert not waiting.done(), "a read at the high watermark waits"
+            await produce_retrying(others[0], "solo", 0, batch(b"c"))
+            woken = await waiting
+            assert [(b, n) for b, n, _ in woken.batches] == [(3, 1)] and woken.high_watermark == 4
+
+            read = await partition_ops.consume(others[0], "solo", 0, 0)  # forwarded read
+            assert [(b, n) for b, n, _ in read.batches] == [(0, 2), (2, 1), (3, 1)] and read.next_offset == 4
+
+            commit = OffsetCommit(group="g1", topic="solo", partition=0, offset=2)
+            await partition_ops.commit_offsets(others[1], "g1", [commit])
+            fetched = await partition_ops.fetch_offsets(others[0], "g1", "solo")
+            assert fetched == [{"topic": "solo", "partition": 0, "offset": 2, "metadata": ""}]
+            with pytest.raises(ClientError) as raised:
+                await partition_ops.commit_offsets(host, "g1", [OffsetCommit(group="g1", topic="solo", partition=0, offset=99)])
+            assert raised.value.code == "OFFSET_OUT_OF_RANGE"
+            with pytest.raises(ClientError) as raised:
+                await partition_ops.consume(others[0], "solo", 0, 50)
+            assert raised.value.code == "OFFSET_OUT_OF_RANGE" and raised.value.http_status == 416
+    finally:
+        for node in nodes:
+            if node.db is not None:
+                await node.stop()

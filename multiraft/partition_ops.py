@@ -1,0 +1,238 @@
+"""Reads and consumer-offset operations on partitions, local or forwarded.
+
+- `consume`: any replica serves reads up to its own applied high watermark
+  (follower reads spread load); `isolation="uncommitted"` reads to the local log
+  end. With `wait_ms` a read at the high watermark waits (bounded) for new
+  records. A node that hosts no replica forwards the read to one.
+- `commit_offsets`: an offset commit is a META entry of the partition's own group,
+  so it is ordered with the records it points at; proposed on the leader.
+- `fetch_offsets`: linearizable: the leader confirms its leadership (ReadIndex)
+  and answers once it applied that far.
+Batches whose records the partition state skipped (a duplicate that raced its
+original across a leadership change) are left out of every read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from multiraft.consumer_offsets import OffsetCommit, encode_meta
+from multiraft.errors import InvalidRequest, OffsetOutOfRange
+from multiraft.remote_errors import error_from_body
+from multiraft.rpc import STATUS_ERROR, STATUS_OK, RemoteError, RpcError
+from raftlog.errors import ClientError, NotLeader
+from raftlog.messages import EntryKind, Role
+from raftlog.types import GroupId, Offset
+from storage.errors import OffsetOutOfRangeError
+from storage.offsets import StoredBatch, read_records
+
+if TYPE_CHECKING:
+    from multiraft.node import Node
+
+RPC_TIMEOUT_S = 5.0
+WAIT_MS_MAX = 30_000
+MAX_BYTES_MAX = 64 * 1024 * 1024
+MAX_RECORDS_MAX = 100_000
+_LENGTH = struct.Struct(">I")
+_GROUP = struct.Struct(">Q")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeResult:
+    batches: list[tuple[int, int, bytes]]  # (base offset, record count, batch bytes)
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def _check_read_limits(offset: int, max_records: int, max_bytes: int, wait_ms: int, isolation: str) -> None:
+    if offset < 0:
+        raise InvalidRequest("offset must not be negative")
+    if not 1 <= max_records <= MAX_RECORDS_MAX:
+        raise InvalidRequest(f"max_records must be 1..{MAX_RECORDS_MAX}")
+    if not 1 <= max_bytes <= MAX_BYTES_MAX:
+        raise InvalidRequest(f"max_bytes must be 1..{MAX_BYTES_MAX}")
+    if not 0 <= wait_ms <= WAIT_MS_MAX:
+        raise InvalidRequest(f"wait_ms must be 0..{WAIT_MS_MAX}")
+    if isolation not in ("committed", "uncommitted"):
+        raise InvalidRequest("isolation is committed or uncommitted")
+
+
+async def consume(
+    node: Node, topic: str, partition: int, offset: int, *,
+    max_records: int = 1000, max_bytes: int = 1 << 20, wait_ms: int = 0, isolation: str = "committed",
+) -> ConsumeResult:
+    _check_read_limits(offset, max_records, max_bytes, wait_ms, isolation)
+    group_id = node.partition_group(topic, partition)
+    if group_id in node.partitions:
+        return await _consume_local(node, group_id, offset, max_records, max_bytes, wait_ms, isolation)
+    replicas = node.catalog.topic(topic).partitions[partition].replicas
+    request = {"group": group_id, "offset": offset, "max_records": max_records, "max_bytes": max_bytes,
+               "wait_ms": wait_ms, "isolation": isolation}
+    answer = await _call(node, replicas[0], "partition.read", json.dumps(request).encode(),
+                         RPC_TIMEOUT_S + wait_ms / 1000)
+    return _decode_read(answer)
+
+
+async def _consume_local(
+    node: Node, group_id: GroupId, offset: int, max_records: int, max_bytes: int, wait_ms: int, isolation: str
+) -> ConsumeResult:
+    machine = node.partitions[group_id]
+    store = node.stores[group_id]
+    end = _end_offset(node, group_id, isolation)
+    if offset == end and wait_ms > 0:
+        try:
+            async with asyncio.timeout(wait_ms / 1000):
+                while offset >= _end_offset(node, group_id, isolation):
+                    await machine.wait_for_change()
+        except TimeoutError:
+            pass
+        end = _end_offset(node, group_id, isolation)
+    try:
+        result = read_records(store, Offset(offset), end_offset=Offset(end), max_records=max_records, max_bytes=max_bytes)
+    except OffsetOutOfRangeError:
+        start = store.log_start_offset
+        raise OffsetOutOfRange(
+            f"offset {offset} is outside [{start}, {end}]", int(start), machine.state.high_watermark
+        ) from None
+    skipped = set(machine.state.skipped_between(Offset(offset), Offset(end)))
+    batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in skipped]
+    last = result.batches[-1] if result.batches else None
+    next_offset = last.base_offset + last.record_count if last is not None else offset
+    return ConsumeResult(batches, int(next_offset), machine.state.high_watermark, int(result.log_start_offset))
+
+
+def _batch(stored: StoredBatch) -> tuple[int, int, bytes]:
+    return int(stored.base_offset), stored.record_count, bytes(stored.payload)
+
+
+def _end_offset(node: Node, group_id: GroupId, isolation: str) -> int:
+    if isolation == "uncommitted":
+        return int(node.stores[group_id].log_end_offset)
+    return int(node.partitions[group_id].state.high_watermark)
+
+
+def _encode_read(result: ConsumeResult) -> bytes:
+    head = json.dumps({
+        "next_offset": result.next_offset, "high_watermark": result.high_watermark,
+        "log_start_offset": result.log_start_offset, "batches": [[b, n, len(d)] for b, n, d in result.batches],
+    }).encode()
+    return b"".join([_LENGTH.pack(len(head)), head, *(d for _, _, d in result.batches)])
+
+
+def _decode_read(body: bytes) -> ConsumeResult:
+    (length,) = _LENGTH.unpack_from(body)
+    head = json.loads(body[_LENGTH.size : _LENGTH.size + length])
+    position = _LENGTH.size + length
+    batches = []
+    for base, count, size in head["batches"]:
+        batches.append((base, count, body[position : position + size]))
+        position += size
+    return ConsumeResult(batches, head["next_offset"], head["high_watermark"], head["log_start_offset"])
+
+
+async def commit_offsets(node: Node, group: str, commits: list[OffsetCommit]) -> None:
+    """Commit each partition's offset through that partition's group (its leader)."""
+    for commit in commits:
+        if commit.group != group:
+            raise InvalidRequest("every commit names the same consumer group")
+        group_id = node.partition_group(commit.topic, commit.partition)
+        runtime = node.groups.get(group_id)
+        if runtime is not None and runtime.core.role is Role.LEADER:
+            await _commit_local(node, group_id, commit)
+            continue
+        leader = runtime.core.leader if runtime else node.catalog.topic(commit.topic).partitions[commit.partition].replicas[0]
+        await _call(node, leader, "partition.commit_offset", _GROUP.pack(group_id) + encode_meta(commit), RPC_TIMEOUT_S)
+
+
+async def _commit_local(node: Node, group_id: GroupId, commit: OffsetCommit) -> None:
+    node.partitions[group_id].state.check_commit(commit)
+    (result,) = await node.groups[group_id].propose([encode_meta(commit)], EntryKind.META)
+    if result.error is not None:
+        raise result.error
+
+
+async def fetch_offsets(node: Node, group: str, topic: str) -> list[dict[str, Any]]:
+    """The group's committed offsets for every partition of `topic` (linearizable)."""
+    info = node.catalog.topic(topic)
+    found = []
+    for partition in info.partitions:
+        runtime = node.groups.get(partition.group_id)
+        if runtime is not None and runtime.core.role is Role.LEADER:
+            committed = await _fetch_local(node, partition.group_id, group)
+        else:
+            leader = runtime.core.leader if runtime else partition.replicas[0]
+            body = await _call(node, leader, "partition.fetch_offset",
+                               json.dumps({"group_id": partition.group_id, "group": group}).encode(), RPC_TIMEOUT_S)
+            committed = json.loads(body)
+        if committed is not None:
+            found.append({"topic": topic, "partition": partition.partition, **committed})
+    return found
+
+
+async def _fetch_local(node: Node, group_id: GroupId, group: str) -> dict[str, Any] | None:
+    await node.groups[group_id].read_index()  # still the leader, and applied that far
+    committed = node.partitions[group_id].state.committed_offset(group)
+    return None if committed is None else {"offset": committed.offset, "metadata": committed.metadata}
+
+
+async def _call(node: Node, peer: int, method: str, body: bytes, timeout_s: float) -> bytes:
+    if peer == 0:
+        raise NotLeader(0, "no leader known for this partition yet")
+    assert node.rpc is not None
+    try:
+        return await node.rpc.call(peer, method, body, timeout_s)
+    except RemoteError as error:
+        raise error_from_body(error.body) from None
+    except RpcError as error:
+        raise NotLeader(peer, f"forwarding to node {peer} failed: {error}") from None
+
+
+# -- RPC handlers (registered by the node) ---------------------------------------
+
+
+async def serve_read(node: Node, source: int, body: bytes) -> tuple[int, bytes]:
+    request = json.loads(body)
+    group_id = GroupId(request["group"])
+    if group_id not in node.partitions:
+        return _error(NotLeader(0, "this node hosts no replica of the partition"))
+    _check_read_limits(request["offset"], request["max_records"], request["max_bytes"], request["wait_ms"],
+                       request["isolation"])
+    return await _answer(_consume_local(node, group_id, request["offset"], request["max_records"],
+                                        request["max_bytes"], request["wait_ms"], request["isolation"]), _encode_read)
+
+
+async def serve_commit(node: Node, source: int, body: bytes) -> tuple[int, bytes]:
+    from multiraft.consumer_offsets import decode_meta
+
+    (group_id,) = _GROUP.unpack_from(body)
+    runtime = node.groups.get(GroupId(group_id))
+    if runtime is None or runtime.core.role is not Role.LEADER:
+        return _error(NotLeader(runtime.core.leader if runtime else 0))
+    commit = decode_meta(body[_GROUP.size :])
+    return await _answer(_commit_local(node, GroupId(group_id), commit), lambda _: b"{}")
+
+
+async def serve_fetch(node: Node, source: int, body: bytes) -> tuple[int, bytes]:
+    request = json.loads(body)
+    group_id = GroupId(request["group_id"])
+    runtime = node.groups.get(group_id)
+    if runtime is None or runtime.core.role is not Role.LEADER:
+        return _error(NotLeader(runtime.core.leader if runtime else 0))
+    return await _answer(_fetch_local(node, group_id, request["group"]), lambda value: json.dumps(value).encode())
+
+
+def _error(error: ClientError) -> tuple[int, bytes]:
+    return STATUS_ERROR, json.dumps({"error_code": error.code, "message": error.message}).encode()
+
+
+async def _answer(work: Any, encode: Any) -> tuple[int, bytes]:
+    try:
+        value = await work
+    except ClientError as error:
+        return _error(error)
+    return STATUS_OK, encode(value)
