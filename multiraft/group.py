@@ -75,6 +75,8 @@ class GroupRuntime:
         self._reads: dict[bytes, asyncio.Future[Index]] = {}
         self._read_ids = itertools.count(1)
         self._ready_reads: list[tuple[Index, asyncio.Future[Index]]] = []
+        self._persist_waiters: list[tuple[Index, asyncio.Future[None]]] = []
+        self._isr_waiters: list[tuple[Index, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._role = core.role
         self.messages_shed = 0
@@ -110,17 +112,40 @@ class GroupRuntime:
         self._wakeup.set()
 
     async def propose(
-        self, payloads: Sequence[bytes], kind: EntryKind = EntryKind.DATA
+        self, payloads: Sequence[bytes], kind: EntryKind = EntryKind.DATA, acks: str = "quorum"
     ) -> list[Any]:
-        """Replicate `payloads` as consecutive entries; returns the apply results in order."""
+        """Replicate `payloads` as consecutive entries and wait as `acks` says.
+
+        - "quorum": until applied (committed by a majority); returns the apply results;
+        - "leader": until durable on this leader only; returns Nones (a leader crash
+          before the commit can lose them: the relaxation the user asked for);
+        - "all": until applied and held by every in-sync replica.
+        """
+        assert acks in ("quorum", "leader", "all")
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in payloads]
+        persisted: asyncio.Future[None] = loop.create_future()
         try:
-            self._inbox.put_nowait(("propose", (tuple(payloads), kind, futures)))
+            self._inbox.put_nowait(("propose", (tuple(payloads), kind, futures, persisted)))
         except asyncio.QueueFull:
             raise ProposalDropped("the group's inbox is full; retry") from None
         self._wakeup.set()
-        return list(await asyncio.gather(*futures))
+        if acks == "leader":
+            for future in futures:  # nobody awaits these: retrieve their outcome quietly
+                future.add_done_callback(_consume_outcome)
+            await persisted
+            return [None] * len(futures)
+        persisted.add_done_callback(_consume_outcome)
+        results = list(await asyncio.gather(*futures))
+        if acks == "all":
+            held: asyncio.Future[None] = loop.create_future()
+            self._isr_waiters.append((self._last_applied_target(results), held))
+            self._wakeup.set()
+            await held
+        return results
+
+    def _last_applied_target(self, results: list[Any]) -> Index:
+        return self.core.applied_index
 
     async def read_index(self) -> Index:
         """A linearizable read point: the index the state machine has applied past."""
@@ -167,19 +192,23 @@ class GroupRuntime:
         if not self._inbox.empty():
             self._wakeup.set()
         self._check_role()
+        if self._isr_waiters:
+            self._release_isr_waiters()
 
     def _propose(
-        self, payloads: tuple[bytes, ...], kind: EntryKind, futures: list[asyncio.Future[Any]]
+        self, payloads: tuple[bytes, ...], kind: EntryKind, futures: list[asyncio.Future[Any]],
+        persisted: asyncio.Future[None],
     ) -> None:
         try:
             term, first = self.core.propose(payloads, kind)
         except ClientError as error:
-            for future in futures:
+            for future in [*futures, persisted]:
                 if not future.done():
                     future.set_exception(error)
             return
         for offset, future in enumerate(futures):
             self._proposals[Index(first + offset)] = _Proposal(term, future)
+        self._persist_waiters.append((Index(first + len(payloads) - 1), persisted))
 
     def _read(self, context: bytes, future: asyncio.Future[Index]) -> None:
         try:
@@ -203,6 +232,8 @@ class GroupRuntime:
             store.set_hard_state(ready.hard_state)
         if ready.must_sync or ready.entries or ready.hard_state is not None:
             store.sync()
+        if ready.entries and self._persist_waiters:
+            self._release_persisted(ready.entries[-1].index)
         for message in ready.persisted_messages:
             self._send(self.group_id, message)
         for entry in ready.committed_entries:
@@ -226,6 +257,34 @@ class GroupRuntime:
             proposal.future.set_exception(
                 ProposalDropped("another entry took this proposal's place")
             )
+
+    def _release_persisted(self, stable_index: Index) -> None:
+        waiting = []
+        for index, future in self._persist_waiters:
+            if future.done():
+                continue
+            if index <= stable_index:
+                future.set_result(None)
+            else:
+                waiting.append((index, future))
+        self._persist_waiters = waiting
+
+    def _release_isr_waiters(self) -> None:
+        """acks=all: release writes every in-sync replica has acknowledged."""
+        core = self.core
+        if core.role is not Role.LEADER:
+            return
+        holders = [core.progress(node) for node in core.in_sync_replicas()]
+        held = min((p.match for p in holders if p is not None), default=Index(0))
+        waiting = []
+        for index, future in self._isr_waiters:
+            if future.done():
+                continue
+            if index <= held:
+                future.set_result(None)
+            else:
+                waiting.append((index, future))
+        self._isr_waiters = waiting
 
     def _serve_reads(self) -> None:
         applied = self.core.applied_index
@@ -266,7 +325,14 @@ class GroupRuntime:
             if not future.done():
                 future.set_exception(error)
         self._reads.clear()
-        for _, future in self._ready_reads:
+        for _, future in [*self._ready_reads, *self._persist_waiters, *self._isr_waiters]:
             if not future.done():
                 future.set_exception(error)
         self._ready_reads.clear()
+        self._persist_waiters.clear()
+        self._isr_waiters.clear()
+
+
+def _consume_outcome(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

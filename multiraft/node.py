@@ -29,7 +29,7 @@ import structlog
 
 from multiraft import partition_ops
 from multiraft.config import NodeConfig
-from multiraft.errors import UnknownTopic, error_body
+from multiraft.errors import InvalidRequest, UnknownTopic, error_body
 from multiraft.frames import FrameType
 from multiraft.group import GroupRuntime
 from multiraft.metadata.catalog import Catalog, ProducerIdBlock, groups_for_node
@@ -82,7 +82,8 @@ METADATA_GROUP = GroupId(0)
 RPC_TIMEOUT_S = 5.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
-_GROUP = struct.Struct(">Q")
+_PRODUCE = struct.Struct(">QB")  # group id, acks
+ACKS = {"none": 0, "leader": 1, "quorum": 2, "all": 3}
 
 
 class CatalogMachine:
@@ -471,12 +472,18 @@ class Node:
             raise UnknownTopic(f"topic {topic!r} has no partition {partition}")
         return info.partitions[partition].group_id
 
-    async def produce(self, topic: str, partition: int, batch: bytes) -> Any:
-        """Append one record batch to a partition; forwarded to its leader if needed."""
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: str = "quorum") -> Any:
+        """Append one record batch to a partition; forwarded to its leader if needed.
+
+        `acks`: "none" (answer at once), "leader" (after the leader's fsync),
+        "quorum" (after commit, the default), "all" (after every in-sync replica).
+        """
+        if acks not in ACKS:
+            raise InvalidRequest(f"acks must be one of {sorted(ACKS)}")
         group_id = self.partition_group(topic, partition)
         runtime = self.groups.get(group_id)
         if runtime is not None and runtime.core.role is Role.LEADER:
-            return _result_json(await self._produce_local(group_id, batch))
+            return _result_json(await self._produce_local(group_id, batch, acks))
         if runtime is None:
             replicas = self.catalog.topic(topic).partitions[partition].replicas
             leader = replicas[0]
@@ -486,17 +493,21 @@ class Node:
             raise NotLeader(0, "the partition has no leader yet")
         assert self.rpc is not None
         try:
-            answer = await self.rpc.call(leader, "partition.produce", _GROUP.pack(group_id) + batch, RPC_TIMEOUT_S)
+            body = _PRODUCE.pack(group_id, ACKS[acks]) + batch
+            answer = await self.rpc.call(leader, "partition.produce", body, RPC_TIMEOUT_S)
         except RemoteError as error:
             raise error_from_body(error.body) from None
         except RpcError as error:
             raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
         return json.loads(answer)
 
-    async def _produce_local(self, group_id: GroupId, batch: bytes) -> Any:
+    async def _produce_local(self, group_id: GroupId, batch: bytes, acks: str) -> Any:
         runtime = self.groups[group_id]
         machine = self.partitions[group_id]
         core = runtime.core
+        if acks in ("quorum", "all"):
+            topic = self.catalog.topic(machine.state.topic)
+            core.check_min_insync(int(topic.config.get("min_insync_replicas", 1)))
         if core.applied_index < core.commit_index or core.log.term_or_none(core.commit_index) != core.term:
             # Until this leader applied its own term's NOOP, its producer table may lag.
             raise ProposalDropped("the new leader is not ready yet; retry")
@@ -508,17 +519,29 @@ class Node:
             raise ProposalDropped("this batch is still being replicated; retry for its offsets")
         assert isinstance(decision, Accept)
         machine.state.record_proposal(header)
-        (result,) = await runtime.propose([batch])
+        if acks == "none":
+            task = asyncio.create_task(runtime.propose([batch]))
+            task.add_done_callback(_consume_task)
+            return {"base_offset": -1, "count": header.record_count, "duplicate": False}
+        (result,) = await runtime.propose([batch], acks=acks)
+        if result is None:  # acks=leader: durable here, offset not assigned by a commit yet
+            return {"base_offset": -1, "count": header.record_count, "duplicate": False}
         return result
 
     async def _serve_produce(self, source: int, body: bytes) -> tuple[int, bytes]:
-        (group_id,) = _GROUP.unpack_from(body)
+        group_id, acks_code = _PRODUCE.unpack_from(body)
+        acks = {code: name for name, code in ACKS.items()}.get(acks_code, "quorum")
         runtime = self.groups.get(GroupId(group_id))
         if runtime is None or runtime.core.role is not Role.LEADER:
             leader = runtime.core.leader if runtime else 0
             return STATUS_ERROR, json.dumps(error_body(NotLeader(leader))).encode()
-        work = self._produce_local(GroupId(group_id), body[_GROUP.size :])
+        work = self._produce_local(GroupId(group_id), body[_PRODUCE.size :], acks)
         return await _answer(work, lambda result: json.dumps(_result_json(result)).encode())
+
+
+def _consume_task(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # acks=none: nobody waits; the outcome is dropped on purpose
 
 
 def _catalog_value(value: Any) -> dict[str, Any]:

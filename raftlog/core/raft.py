@@ -710,6 +710,9 @@ class RaftCore:
     def _handle_heartbeat_response(self, message: Message, progress: Progress) -> None:
         progress.recent_active = True
         progress.probe_sent = False
+        # An idle follower that answers is as caught up as its match (Kafka's follower
+        # fetches do the same): without this, idle groups would empty their ISR.
+        self._in_sync.record_match(message.source, progress.match, self.now_ticks, self.log.last_index())
         if progress.state is ProgressState.REPLICATE and progress.inflights.full():
             progress.inflights.free_first()
         if progress.match < self.log.last_index():

@@ -38,7 +38,7 @@ def configs(tmp_path: Path, n: int = 3) -> list[NodeConfig]:
         NodeConfig(
             node_id=NodeId(i), data_dir=tmp_path / f"node{i}", raft_addr=raft[NodeId(i)],
             http_addr=Address(f"127.0.0.{i}", 8000 + i), initial_cluster=raft, cluster_secret=SECRET,
-            tick_ms=20, node_dead_after_ms=2000,
+            tick_ms=20, node_dead_after_ms=2000, replica_lag_time_max_ms=1000,
         )
         for i in range(1, n + 1)
     ]
@@ -201,6 +201,49 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
             with pytest.raises(ClientError) as raised:
                 await partition_ops.consume(others[0], "solo", 0, 50)
             assert raised.value.code == "OFFSET_OUT_OF_RANGE" and raised.value.http_status == 416
+    finally:
+        for node in nodes:
+            if node.db is not None:
+                await node.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
+    # Goal: every acks mode answers; with a replica down, acks=quorum still works at
+    # min_insync_replicas=2 but is refused with NOT_ENOUGH_REPLICAS at 3.
+    nodes = [Node(c) for c in configs(tmp_path)]
+    try:
+        async with asyncio.timeout(90):
+            for node in nodes:
+                await node.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            await nodes[0].create_topic("strict", 1, 3, {"min_insync_replicas": 3})
+            await nodes[0].create_topic("relaxed", 1, 3, {"min_insync_replicas": 2})
+            for node in nodes:
+                await node.wait_for_topic("strict")
+                await node.wait_for_topic("relaxed")
+            await until(lambda: leader_of(nodes, "strict", 0) and leader_of(nodes, "relaxed", 0), "leaders")
+            for acks in ("none", "leader", "quorum", "all"):
+                answer = await produce_retrying(nodes[0], "relaxed", 0, batch(acks.encode()))
+                assert answer["count"] == 1
+            answer = await produce_retrying(nodes[0], "strict", 0, batch(b"x"), timeout_s=15)
+            assert answer["base_offset"] == 0
+            # Take down a follower of both partitions; wait past the lag time (short here).
+            leader = leader_of(nodes, "strict", 0)
+            victim = next(n for n in nodes if n is not leader and n is not leader_of(nodes, "relaxed", 0))
+            await victim.stop()
+            survivors = [n for n in nodes if n is not victim]
+            await asyncio.sleep(0.1)
+            answer = await produce_retrying(survivors[0], "relaxed", 0, batch(b"ok"))
+            assert answer["count"] == 1
+            strict_leader = leader_of(survivors, "strict", 0)
+            group = strict_leader.partition_group("strict", 0)
+            core = strict_leader.groups[group].core
+            await until(lambda: len(core.in_sync_replicas()) == 2, "the stopped follower left the ISR", 20)
+            with pytest.raises(ClientError) as raised:
+                await survivors[0].produce("strict", 0, batch(b"no"))
+            assert raised.value.code == "NOT_ENOUGH_REPLICAS"
     finally:
         for node in nodes:
             if node.db is not None:

@@ -167,3 +167,13 @@ def test_replica_needing_repair_neither_votes_nor_campaigns() -> None:
     core.advance(answer)
     core.mark_repaired()
     assert not core.needs_repair
+
+
+def test_idle_followers_stay_in_sync() -> None:
+    # Goal: with no writes at all, followers that answer heartbeats stay in the ISR.
+    cluster = Cluster(replica_lag_time_max_ticks=5)
+    leader = cluster.elect(1)
+    for _ in range(30):
+        leader.tick()
+        cluster.stabilize()
+    assert leader.in_sync_replicas() == {1, 2, 3}
