@@ -1,0 +1,61 @@
+"""The aiohttp application of a node: routes, the error middleware, body bounds.
+
+`ROUTES` is the one list of what is served; the OpenAPI document is checked
+against it by a test. Handlers live one module per resource under `handlers/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from multiraft.http.errors import NODE_KEY, error_middleware
+from multiraft.http.handlers import (
+    admin,
+    cluster,
+    consume,
+    docs,
+    groups,
+    metrics,
+    produce,
+    producers,
+    topics,
+)
+from multiraft.http.limits import REQUEST_BYTES_MAX
+from multiraft.http.metrics import node_registry
+
+if TYPE_CHECKING:
+    from multiraft.node import Node
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+ROUTES: tuple[tuple[str, str, Handler], ...] = (
+    ("GET", "/v1/health", cluster.health),
+    ("GET", "/v1/cluster", cluster.cluster),
+    ("POST", "/v1/topics", topics.create_topic),
+    ("GET", "/v1/topics", topics.list_topics),
+    ("GET", "/v1/topics/{topic}", topics.describe_topic),
+    ("DELETE", "/v1/topics/{topic}", topics.delete_topic),
+    ("POST", "/v1/topics/{topic}/records", produce.produce_topic),
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/records", produce.produce_partition),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/records", consume.consume),
+    ("POST", "/v1/producers", producers.allocate_producer),
+    ("POST", "/v1/groups/{group}/offsets", groups.commit_offsets),
+    ("GET", "/v1/groups/{group}/offsets", groups.fetch_offsets),
+    ("POST", "/v1/admin/leadership/balance", admin.balance_leadership),
+    ("GET", "/v1/openapi.json", docs.openapi),
+    ("GET", "/metrics", metrics.metrics),
+)
+
+
+def create_app(node: Node) -> web.Application:
+    """The HTTP API of `node`. Bodies beyond REQUEST_BYTES_MAX get 413 before parsing."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=REQUEST_BYTES_MAX)
+    app[NODE_KEY] = node
+    app[produce.ROUND_ROBIN_KEY] = {}
+    app[metrics.REGISTRY_KEY] = node_registry(node)
+    for method, path, handler in ROUTES:
+        app.router.add_route(method, path, handler)
+    return app

@@ -1,0 +1,143 @@
+"""The HTTP boundary's errors and the one middleware that shapes every error answer.
+
+Every failure leaves the server as `{"error_code", "message"}` with the status of
+the one error table (`multiraft.errors.error_table`), the way h11 turns local
+errors into remote ones at a single place. The errors defined here are the
+conditions only HTTP has (unknown route, body too large, wrong content type, a
+client too slow to send its body); they subclass `ClientError` so the table and
+the Python client see them like any other code.
+
+A `NotLeader` answer also carries the leader's id and HTTP address in headers
+(`Raftlog-Leader-Id`, `Raftlog-Leader`), so a client can go straight there
+without a body shape of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from multiraft.errors import InvalidRequest, error_body
+from raftlog.errors import ClientError, NotLeader
+from storage.errors import InvalidBatchError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_logger = structlog.get_logger("multiraft.http")
+
+
+class InvalidBatch(InvalidRequest):
+    """A binary record batch failed validation (header, CRC or lengths)."""
+
+    code = "INVALID_BATCH"
+    http_status = 400
+
+
+class RouteNotFound(ClientError):
+    code = "NOT_FOUND"
+    http_status = 404
+
+
+class MethodNotAllowed(ClientError):
+    code = "METHOD_NOT_ALLOWED"
+    http_status = 405
+
+
+class RequestTooLarge(ClientError):
+    """The request body exceeds the server's bound (413 before anything is parsed)."""
+
+    code = "REQUEST_TOO_LARGE"
+    http_status = 413
+
+
+class MessageTooLarge(ClientError):
+    """One record (key + value + headers) exceeds `record_bytes_max`."""
+
+    code = "MESSAGE_TOO_LARGE"
+    http_status = 413
+
+    def __init__(self, message: str, bytes_max: int) -> None:
+        super().__init__(message)
+        self.bytes_max = bytes_max
+
+
+class UnsupportedMediaType(ClientError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    http_status = 415
+
+
+class RequestTimeout(ClientError):
+    """The client did not send its body within the bound (slow or abandoned client)."""
+
+    code = "REQUEST_TIMEOUT"
+    http_status = 408
+
+
+class Timeout(ClientError):
+    """The cluster did not answer within the request's bound.
+
+    For a produce the outcome is unknown (it may still commit): retry only with
+    an idempotent producer, which deduplicates.
+    """
+
+    code = "TIMEOUT"
+    http_status = 504
+
+
+class NotImplementedYet(ClientError):
+    code = "NOT_IMPLEMENTED"
+    http_status = 501
+
+
+def _http_exception_error(exception: web.HTTPException) -> ClientError:
+    if isinstance(exception, web.HTTPRequestEntityTooLarge):
+        return RequestTooLarge(exception.text or "request body too large")
+    if isinstance(exception, web.HTTPNotFound):
+        return RouteNotFound("no such resource")
+    if isinstance(exception, web.HTTPMethodNotAllowed):
+        return MethodNotAllowed(f"method not allowed; allowed: {', '.join(sorted(exception.allowed_methods))}")
+    error = InvalidRequest(exception.reason or "bad request")
+    error.http_status = exception.status if 400 <= exception.status < 500 else 400
+    return error
+
+
+def error_response(request: web.Request, error: ClientError) -> web.Response:
+    headers: dict[str, str] = {}
+    if isinstance(error, NotLeader) and error.leader_hint:
+        headers["Raftlog-Leader-Id"] = str(error.leader_hint)
+        node = request.app.get(NODE_KEY)
+        info = node.catalog.nodes.get(error.leader_hint) if node is not None else None
+        if info is not None:
+            headers["Raftlog-Leader"] = info.http_addr
+    if isinstance(error, MethodNotAllowed):
+        headers["Allow"] = error.message.rpartition("allowed: ")[2]
+    return web.json_response(error_body(error), status=error.http_status, headers=headers)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map every failure to the one error shape; never a traceback in an answer."""
+    try:
+        return await handler(request)
+    except ClientError as error:
+        return error_response(request, error)
+    except InvalidBatchError as error:
+        return error_response(request, InvalidBatch(str(error)))
+    except web.HTTPException as exception:
+        if exception.status < 400:
+            raise
+        return error_response(request, _http_exception_error(exception))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return error_response(request, InvalidRequest(f"body is not valid JSON: {error}"))
+    except TimeoutError:
+        return error_response(request, Timeout("the cluster did not answer in time"))
+    except Exception:  # a bug: log it here, answer without internals
+        _logger.exception("http_handler_failed", method=request.method, path=request.path)
+        error = ClientError("internal error; see the node's log")
+        return web.json_response(error_body(error), status=500)
+
+
+NODE_KEY: web.AppKey[Any] = web.AppKey("node", Any)

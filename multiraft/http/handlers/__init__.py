@@ -1,0 +1,1 @@
+"""One module per resource of the HTTP API (DESIGN.md section 6)."""

@@ -1,0 +1,30 @@
+"""What every handler shares: the node of the app and a bounded wait on the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, TypeVar
+
+from aiohttp import web
+
+from multiraft.http.errors import NODE_KEY, Timeout
+from multiraft.http.limits import REQUEST_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from multiraft.node import Node
+
+T = TypeVar("T")
+
+
+def node_of(request: web.Request) -> Node:
+    return request.app[NODE_KEY]
+
+
+async def bounded(work: Awaitable[T], what: str, timeout_s: float = REQUEST_TIMEOUT_S) -> T:
+    """Await cluster work with a deadline: past it the client gets 504 TIMEOUT."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await work
+    except TimeoutError:
+        raise Timeout(f"{what} did not complete within {timeout_s:.0f} s (outcome unknown)") from None

@@ -1,0 +1,59 @@
+"""Consumer group offsets, committed through each partition's own Raft group.
+
+A commit is ordered with the records it points at and is linearizable to read
+(the partition leader confirms its leadership first), so every node answers
+the same committed offsets.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from multiraft import partition_ops
+from multiraft.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
+from multiraft.errors import InvalidRequest
+from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.limits import GROUP_COMMITS_PER_REQUEST_MAX
+from multiraft.http.params import json_object
+
+_COMMIT_FIELDS = {"topic", "partition", "offset", "metadata"}
+
+
+def _group(request: web.Request) -> str:
+    group = request.match_info["group"]
+    if not GROUP_NAME_PATTERN.fullmatch(group):
+        raise InvalidRequest(f"consumer group name must match {GROUP_NAME_PATTERN.pattern}")
+    return group
+
+
+async def commit_offsets(request: web.Request) -> web.Response:
+    node = node_of(request)
+    group = _group(request)
+    body = await json_object(request)
+    offsets = body.get("offsets")
+    if set(body) - {"offsets"} or not isinstance(offsets, list) or not offsets:
+        raise InvalidRequest("body is {\"offsets\": [{\"topic\", \"partition\", \"offset\"}, ...]}")
+    if len(offsets) > GROUP_COMMITS_PER_REQUEST_MAX:
+        raise InvalidRequest(f"at most {GROUP_COMMITS_PER_REQUEST_MAX} offsets per request")
+    commits = []
+    for i, item in enumerate(offsets):
+        if not isinstance(item, dict) or set(item) - _COMMIT_FIELDS:
+            raise InvalidRequest(f"offsets[{i}] must be an object with fields {sorted(_COMMIT_FIELDS)}")
+        commit = OffsetCommit(group=group, topic=item.get("topic"), partition=item.get("partition"),
+                              offset=item.get("offset"), metadata=item.get("metadata", ""))
+        node.partition_group(commit.topic, commit.partition)  # 404 for unknown topic or partition
+        commits.append(commit)
+    await bounded(partition_ops.commit_offsets(node, group, commits), "offset commit")
+    return web.json_response({"offsets": [
+        {"topic": c.topic, "partition": c.partition, "offset": c.offset, "metadata": c.metadata} for c in commits
+    ]})
+
+
+async def fetch_offsets(request: web.Request) -> web.Response:
+    node = node_of(request)
+    group = _group(request)
+    topic = request.query.get("topic")
+    if not topic:
+        raise InvalidRequest("query parameter topic is required")
+    offsets = await bounded(partition_ops.fetch_offsets(node, group, topic), "offset fetch")
+    return web.json_response({"group": group, "topic": topic, "offsets": offsets})

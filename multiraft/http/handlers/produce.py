@@ -1,0 +1,157 @@
+"""Produce: JSON records to a topic (partitioned here) or to one partition (JSON or binary).
+
+Topic produce: records with an explicit `partition` go there; keyed records go
+to Kafka's `murmur2(key) % partitions`; unkeyed records are spread round-robin.
+Records of one partition become one batch (one Raft entry), and the batches of
+different partitions are produced concurrently. Offsets come back in request
+order. When some partitions fail and others succeed, the answer is 200 and the
+failed records carry `error_code`/`message` instead of an offset (the Confluent
+REST v2 convention); when all fail, the answer is the first error.
+
+Partition produce: a binary batch (`application/vnd.raftlog.batch`, validated
+before anything is proposed) or JSON records, with the idempotent-producer fields
+for JSON. `forward=false` answers 421 with the leader instead of forwarding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from aiohttp import web
+
+from multiraft.errors import InvalidRequest, error_body
+from multiraft.http.errors import UnsupportedMediaType
+from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
+from multiraft.http.params import (
+    int_field,
+    json_object,
+    path_partition,
+    query_str,
+    read_body,
+    str_field,
+)
+from multiraft.http.records import ParsedRecord, encode_records, parse_records
+from multiraft.node import ACKS
+from multiraft.partitioner import partition_for_key
+from raftlog.errors import ClientError, NotLeader
+from raftlog.messages import Role
+from storage.batch import validate_batch
+
+ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round_robin", dict)
+_ACKS = tuple(ACKS)
+_TOPIC_FIELDS = {"format", "acks", "records"}
+_PARTITION_FIELDS = _TOPIC_FIELDS | {"producer_id", "producer_epoch", "base_sequence"}
+
+
+def _assign(request: web.Request, topic: str, records: list[ParsedRecord], partitions: int) -> list[int]:
+    counters = request.app[ROUND_ROBIN_KEY]
+    counter = counters.setdefault(topic, itertools.count())
+    assigned = []
+    for record in records:
+        if record.partition is not None:
+            partition = record.partition
+        elif record.key is not None:
+            partition = partition_for_key(record.key, partitions)
+        else:
+            partition = next(counter) % partitions
+        assigned.append(partition)
+    return assigned
+
+
+def _check_fields(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidRequest(f"unknown fields {unknown}")
+
+
+async def produce_topic(request: web.Request) -> web.Response:
+    node = node_of(request)
+    topic = request.match_info["topic"]
+    info = node.catalog.topic(topic)
+    body = await json_object(request)
+    _check_fields(body, _TOPIC_FIELDS)
+    fmt = str_field(body, "format", "json")
+    acks = str_field(body, "acks", "quorum", _ACKS)
+    records = parse_records(body.get("records"), fmt, RECORDS_PER_REQUEST_MAX)
+    assigned = _assign(request, topic, records, len(info.partitions))
+    by_partition: dict[int, list[int]] = {}
+    for position, partition in enumerate(assigned):
+        by_partition.setdefault(partition, []).append(position)
+    for partition in by_partition:
+        node.partition_group(topic, partition)  # 404 for a partition that does not exist
+    order = sorted(by_partition)
+    batches = [encode_records([records[i] for i in by_partition[p]]) for p in order]
+    outcomes = await asyncio.gather(
+        *(bounded(node.produce(topic, p, batch, acks), "produce") for p, batch in zip(order, batches, strict=True)),
+        return_exceptions=True,
+    )
+    offsets: list[dict[str, Any]] = [{} for _ in records]
+    failures = []
+    for partition, outcome in zip(order, outcomes, strict=True):
+        if isinstance(outcome, ClientError):
+            failures.append(outcome)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        for i, position in enumerate(by_partition[partition]):
+            if isinstance(outcome, ClientError):
+                offsets[position] = {"partition": partition, "offset": None, **error_body(outcome)}
+            else:
+                base = outcome["base_offset"]
+                offsets[position] = {"partition": partition, "offset": base + i if base >= 0 else -1}
+    if failures and len(failures) == len(order):
+        raise failures[0]
+    return web.json_response({"offsets": offsets})
+
+
+def _leader_check(request: web.Request, topic: str, partition: int) -> None:
+    """`forward=false`: refuse unless this node leads the partition (421 with a hint)."""
+    if query_str(request, "forward", "true", ("true", "false")) == "true":
+        return
+    node = node_of(request)
+    runtime = node.groups.get(node.partition_group(topic, partition))
+    if runtime is None:
+        replicas = node.catalog.topic(topic).partitions[partition].replicas
+        raise NotLeader(replicas[0], "this node hosts no replica of the partition")
+    if runtime.core.role is not Role.LEADER:
+        raise NotLeader(runtime.core.leader, "this node does not lead the partition")
+
+
+async def _json_partition_batch(request: web.Request) -> tuple[bytes, str]:
+    body = await json_object(request)
+    _check_fields(body, _PARTITION_FIELDS)
+    fmt = str_field(body, "format", "json")
+    acks = str_field(body, "acks", query_str(request, "acks", "quorum"), _ACKS)
+    records = parse_records(body.get("records"), fmt, RECORDS_PER_REQUEST_MAX)
+    idempotent = [name in body for name in ("producer_id", "producer_epoch", "base_sequence")]
+    if any(idempotent) and not all(idempotent):
+        raise InvalidRequest("producer_id, producer_epoch and base_sequence go together")
+    fields: dict[str, int] = {}
+    if all(idempotent):
+        fields = {
+            "producer_id": int_field(body, "producer_id", low=0, high=2**63 - 1),
+            "producer_epoch": int_field(body, "producer_epoch", low=0, high=2**15 - 1),
+            "base_sequence": int_field(body, "base_sequence", low=0, high=2**31 - 1),
+        }
+    return encode_records(records, **fields), acks
+
+
+async def produce_partition(request: web.Request) -> web.Response:
+    node = node_of(request)
+    topic = request.match_info["topic"]
+    partition = path_partition(request)
+    node.partition_group(topic, partition)  # 404 before reading a large body
+    if request.content_type == BATCH_CONTENT_TYPE:
+        batch = await read_body(request)
+        validate_batch(batch)
+        acks = query_str(request, "acks", "quorum", _ACKS)
+    elif request.content_type == "application/json" or not request.can_read_body:
+        batch, acks = await _json_partition_batch(request)
+    else:
+        raise UnsupportedMediaType(f"expected application/json or {BATCH_CONTENT_TYPE}, got {request.content_type}")
+    _leader_check(request, topic, partition)
+    result = await bounded(node.produce(topic, partition, batch, acks), "produce")
+    return web.json_response({"partition": partition, "base_offset": result["base_offset"],
+                              "count": result["count"], "duplicate": bool(result["duplicate"])})

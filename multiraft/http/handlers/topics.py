@@ -1,0 +1,68 @@
+"""Topic administration: create, list, describe, delete.
+
+Creation is validated here with the same checks the metadata command applies
+(`check_topic_name`, partition and replication factor ranges, config entries),
+so bad input is refused before anything reaches the controller. The answer of
+a create waits until this node's catalog holds the topic, so a describe right
+after it on the same node finds it.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from multiraft.errors import InvalidPartitions, InvalidReplicationFactor, InvalidRequest
+from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.params import is_int, json_object
+from multiraft.http.view import topic_view
+from multiraft.metadata.commands import (
+    PARTITIONS_MAX,
+    REPLICATION_FACTOR_MAX,
+    check_config,
+    check_topic_name,
+)
+
+_CREATE_FIELDS = {"name", "partitions", "replication_factor", "config"}
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    node = node_of(request)
+    body = await json_object(request)
+    unknown = sorted(set(body) - _CREATE_FIELDS)
+    if unknown:
+        raise InvalidRequest(f"unknown fields {unknown}")
+    name = body.get("name")
+    check_topic_name(name)
+    assert isinstance(name, str)
+    partitions = body.get("partitions", 1)
+    if not is_int(partitions) or not 1 <= partitions <= PARTITIONS_MAX:
+        raise InvalidPartitions(f"partitions must be an integer in 1..{PARTITIONS_MAX}")
+    default_rf = min(3, max(1, len(node.catalog.live_nodes())))
+    replication_factor = body.get("replication_factor", default_rf)
+    if not is_int(replication_factor) or not 1 <= replication_factor <= REPLICATION_FACTOR_MAX:
+        raise InvalidReplicationFactor(f"replication_factor must be an integer in 1..{REPLICATION_FACTOR_MAX}")
+    config = body.get("config", {})
+    check_config(config)
+    await bounded(node.create_topic(name, partitions, replication_factor, config), "topic creation")
+    await bounded(node.wait_for_topic(name), "topic propagation")
+    return web.json_response(topic_view(node, node.catalog.topic(name)), status=201)
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    node = node_of(request)
+    topics = [
+        {"name": t.name, "partitions": len(t.partitions), "replication_factor": t.replication_factor}
+        for _, t in sorted(node.catalog.topics.items())
+    ]
+    return web.json_response({"topics": topics})
+
+
+async def describe_topic(request: web.Request) -> web.Response:
+    node = node_of(request)
+    return web.json_response(topic_view(node, node.catalog.topic(request.match_info["topic"])))
+
+
+async def delete_topic(request: web.Request) -> web.Response:
+    node = node_of(request)
+    await bounded(node.delete_topic(request.match_info["topic"]), "topic deletion")
+    return web.Response(status=204)

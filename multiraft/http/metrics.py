@@ -1,0 +1,100 @@
+"""Prometheus metrics read from the node at scrape time (DESIGN.md section 10).
+
+A custom collector, not counters updated on the hot path: every figure here is
+already kept by the node (core positions, ISR, store offsets, transport
+counters), so a scrape reads them and the produce path does no metric work.
+Each app gets its own registry, so several nodes can share one process (tests).
+Durations (replicate, apply, fsync) need hooks inside the runtime and come with
+the node's own instrumentation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from raftlog.messages import Role
+
+if TYPE_CHECKING:
+    from multiraft.node import Node
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_ROLES = {Role.FOLLOWER: 0, Role.PRE_CANDIDATE: 1, Role.CANDIDATE: 2, Role.LEADER: 3}
+
+
+class NodeCollector(Collector):
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._groups()
+        yield from self._node()
+
+    def _groups(self) -> Iterator[Metric]:
+        node = self.node
+        labels = ["group_id", "topic", "partition"]
+        families = {
+            "role": GaugeMetricFamily("raftlog_group_role", "0 follower, 1 pre-candidate, 2 candidate, 3 leader",
+                                      labels=labels),
+            "term": GaugeMetricFamily("raftlog_group_term", "Raft term", labels=labels),
+            "commit": GaugeMetricFamily("raftlog_group_commit_index", "commit index", labels=labels),
+            "applied": GaugeMetricFamily("raftlog_group_applied_index", "applied index", labels=labels),
+            "last": GaugeMetricFamily("raftlog_group_last_index", "last log index", labels=labels),
+            "isr": GaugeMetricFamily("raftlog_group_isr_size", "in-sync replicas (leader only)", labels=labels),
+            "under": GaugeMetricFamily("raftlog_group_under_replicated", "1 if ISR < voters (leader only)",
+                                       labels=labels),
+            "hwm": GaugeMetricFamily("raftlog_partition_high_watermark", "high watermark", labels=labels),
+            "leo": GaugeMetricFamily("raftlog_partition_log_end_offset", "log end offset", labels=labels),
+            "shed": CounterMetricFamily("raftlog_group_messages_shed", "inbox messages shed", labels=labels),
+        }
+        for group_id, runtime in sorted(node.groups.items()):
+            machine = node.partitions.get(group_id)
+            values = [str(group_id), machine.state.topic if machine else "", str(machine.state.partition) if machine
+                      else ""]
+            core = runtime.core
+            families["role"].add_metric(values, _ROLES.get(core.role, 0))
+            families["term"].add_metric(values, core.term)
+            families["commit"].add_metric(values, core.commit_index)
+            families["applied"].add_metric(values, core.applied_index)
+            families["last"].add_metric(values, core.log.last_index())
+            families["shed"].add_metric(values, runtime.messages_shed)
+            if core.role is Role.LEADER:
+                isr = core.in_sync_replicas() & core.membership.voters
+                families["isr"].add_metric(values, len(isr))
+                families["under"].add_metric(values, int(len(isr) < len(core.membership.voters)))
+            store = node.stores.get(group_id)
+            if machine is not None and store is not None:
+                families["hwm"].add_metric(values, machine.state.high_watermark)
+                families["leo"].add_metric(values, store.log_end_offset)
+        yield from families.values()
+
+    def _node(self) -> Iterator[Metric]:
+        node = self.node
+        yield GaugeMetricFamily("raftlog_node_groups", "Raft groups hosted", value=len(node.groups))
+        leaders = sum(1 for r in node.groups.values() if r.core.role is Role.LEADER)
+        yield GaugeMetricFamily("raftlog_node_leaders", "groups this node leads", value=leaders)
+        yield GaugeMetricFamily("raftlog_node_topics", "topics in the catalog", value=len(node.catalog.topics))
+        if node.transport is None:
+            return
+        stats = node.transport.stats()
+        for name in ("frames_in", "bytes_in", "frames_out", "bytes_out", "heartbeats_shed", "frames_shed",
+                     "connects", "connect_failures", "protocol_errors"):
+            yield CounterMetricFamily(f"raftlog_transport_{name}", f"transport {name.replace('_', ' ')}",
+                                      value=getattr(stats, name))
+        for name in ("connections_inbound", "connections_outbound"):
+            yield GaugeMetricFamily(f"raftlog_transport_{name}", f"transport {name.replace('_', ' ')}",
+                                    value=getattr(stats, name))
+
+
+def node_registry(node: Node) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(node))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,164 @@
+"""The OpenAPI 3 document of the HTTP API, kept beside the routes it describes.
+
+`app.ROUTES` and this document are checked against each other by a test (every
+served route is documented, every documented route is served), so the two
+cannot drift. Written by hand rather than generated: the document is part of
+the contract (DESIGN.md section 6) and reads better as data than as decorators.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
+from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
+from multiraft.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX
+
+_ERROR = {"$ref": "#/components/responses/Error"}
+_INT = {"type": "integer"}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    answer: dict[str, Any] = {"description": description}
+    if schema is not None:
+        answer.update(_json(schema))
+    return answer
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    return {str(status): _ERROR for status in (400, *statuses)}
+
+
+def _path(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema or {"type": "string"}}
+
+
+def _query(name: str, schema: dict[str, Any], required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "schema": schema}
+
+
+_TOPIC = _path("topic", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"})
+_PARTITION = _path("partition", {"type": "integer", "minimum": 0})
+_GROUP = _path("group", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"})
+_ACKS = {"type": "string", "enum": ["none", "leader", "quorum", "all"]}
+_FORMAT = {"type": "string", "enum": ["json", "string", "binary"]}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {"type": "object", "required": ["error_code", "message"],
+              "properties": {"error_code": {"type": "string"}, "message": {"type": "string"}}},
+    "Header": {"type": "object", "required": ["name"],
+               "properties": {"name": {"type": "string"}, "value": {"type": "string"}}},
+    "Record": {"type": "object", "additionalProperties": False, "properties": {
+        "key": {"type": ["string", "null"]}, "value": {},
+        "headers": {"type": "array", "items": {"$ref": "#/components/schemas/Header"}},
+        "partition": {"type": "integer", "minimum": 0}, "timestamp": {"type": "integer", "minimum": 0}}},
+    "ProduceRequest": {"type": "object", "required": ["records"], "additionalProperties": False, "properties": {
+        "format": _FORMAT, "acks": _ACKS,
+        "records": {"type": "array", "minItems": 1, "maxItems": RECORDS_PER_REQUEST_MAX,
+                    "items": {"$ref": "#/components/schemas/Record"}}}},
+    "PartitionProduceRequest": {"allOf": [{"$ref": "#/components/schemas/ProduceRequest"}], "properties": {
+        "producer_id": {"type": "integer", "minimum": 0}, "producer_epoch": {"type": "integer", "minimum": 0},
+        "base_sequence": {"type": "integer", "minimum": 0}}},
+    "Partition": {"type": "object", "properties": {
+        "partition": _INT, "group_id": _INT, "leader": _NULLABLE_INT, "replicas": {"type": "array", "items": _INT},
+        "isr": {"type": ["array", "null"], "items": _INT}, "log_start_offset": _NULLABLE_INT,
+        "high_watermark": _NULLABLE_INT, "log_end_offset": _NULLABLE_INT}},
+    "Topic": {"type": "object", "properties": {
+        "name": {"type": "string"}, "replication_factor": _INT, "config": {"type": "object"},
+        "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/Partition"}}}},
+    "OffsetCommit": {"type": "object", "required": ["topic", "partition", "offset"], "properties": {
+        "topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0},
+        "offset": {"type": "integer", "minimum": 0}, "metadata": {"type": "string"}}},
+}
+
+_CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
+    "name": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
+    "partitions": {"type": "integer", "minimum": 1, "maximum": PARTITIONS_MAX},
+    "replication_factor": {"type": "integer", "minimum": 1, "maximum": REPLICATION_FACTOR_MAX},
+    "config": {"type": "object"}}}
+
+_PATHS: dict[str, Any] = {
+    "/v1/health": {"get": {"summary": "liveness", "responses": {"200": _ok("ok", {"type": "object"})}}},
+    "/v1/cluster": {"get": {"summary": "nodes and the metadata group", "responses": {
+        "200": _ok("the cluster as this node sees it", {"type": "object"})}}},
+    "/v1/topics": {
+        "get": {"summary": "list topics", "responses": {"200": _ok("topics", {"type": "object"})}},
+        "post": {"summary": "create a topic", "requestBody": {"required": True, **_json(_CREATE_TOPIC)},
+                 "responses": {"201": _ok("created", {"$ref": "#/components/schemas/Topic"}),
+                               **_errors(409, 415, 503, 504)}},
+    },
+    "/v1/topics/{topic}": {
+        "parameters": [_TOPIC],
+        "get": {"summary": "describe a topic", "responses": {
+            "200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}), **_errors(404)}},
+        "delete": {"summary": "delete a topic", "responses": {"204": _ok("deleted"), **_errors(404, 503, 504)}},
+    },
+    "/v1/topics/{topic}/records": {
+        "parameters": [_TOPIC],
+        "post": {"summary": "produce records, partitioned by key (murmur2) or round-robin",
+                 "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/ProduceRequest"})},
+                 "responses": {"200": _ok("offsets in request order", {"type": "object"}),
+                               **_errors(404, 413, 415, 503, 504)}},
+    },
+    "/v1/topics/{topic}/partitions/{partition}/records": {
+        "parameters": [_TOPIC, _PARTITION],
+        "post": {
+            "summary": "produce to one partition: JSON records or a binary batch",
+            "parameters": [_query("acks", _ACKS), _query("forward", {"type": "string", "enum": ["true", "false"]})],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/PartitionProduceRequest"}},
+                BATCH_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
+            "responses": {"200": _ok("the batch's offsets", {"type": "object"}),
+                          **_errors(404, 409, 413, 415, 421, 503, 504)},
+        },
+        "get": {
+            "summary": "consume records from any replica",
+            "parameters": [
+                _query("offset", {"type": "integer", "minimum": 0}, required=True),
+                _query("max_records", {"type": "integer", "minimum": 1, "maximum": MAX_RECORDS_MAX}),
+                _query("max_bytes", {"type": "integer", "minimum": 1, "maximum": MAX_BYTES_MAX}),
+                _query("wait_ms", {"type": "integer", "minimum": 0, "maximum": WAIT_MS_MAX}),
+                _query("isolation", {"type": "string", "enum": ["committed", "uncommitted"]}),
+                _query("format", _FORMAT),
+            ],
+            "responses": {"200": {"description": "records (JSON) or framed stored batches (binary)", "content": {
+                "application/json": {"schema": {"type": "object"}},
+                BATCH_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
+                **_errors(404, 416, 503, 504)},
+        },
+    },
+    "/v1/producers": {"post": {"summary": "allocate an idempotent producer id", "responses": {
+        "200": _ok("producer id and epoch", {"type": "object"}), **_errors(503, 504)}}},
+    "/v1/groups/{group}/offsets": {
+        "parameters": [_GROUP],
+        "post": {"summary": "commit consumer group offsets", "requestBody": {"required": True, **_json({
+            "type": "object", "required": ["offsets"], "properties": {"offsets": {
+                "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/OffsetCommit"}}}})},
+            "responses": {"200": _ok("committed", {"type": "object"}), **_errors(404, 416, 503, 504)}},
+        "get": {"summary": "committed offsets of a group for a topic",
+                "parameters": [_query("topic", {"type": "string"}, required=True)],
+                "responses": {"200": _ok("offsets", {"type": "object"}), **_errors(404, 503, 504)}},
+    },
+    "/v1/admin/leadership/balance": {"post": {"summary": "balance partition leaders (not yet available)",
+                                              "responses": {"501": _ERROR}}},
+    "/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": _ok("OpenAPI 3",
+                                                                                    {"type": "object"})}}},
+    "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
+        "description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+}
+
+
+def openapi_document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "raftlog", "version": "1", "description": "A replicated, partitioned message log."},
+        "paths": _PATHS,
+        "components": {"schemas": _SCHEMAS, "responses": {"Error": {
+            "description": "every error: {error_code, message}",
+            **_json({"$ref": "#/components/schemas/Error"})}}},
+    }

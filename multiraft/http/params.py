@@ -1,0 +1,104 @@
+"""Reading request input with errors that name the field (400, never a 500).
+
+Handlers never index a body or a query without going through these: each
+returns a typed value or raises `InvalidRequest` saying what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from multiraft.errors import InvalidRequest
+from multiraft.http.errors import RequestTimeout, UnsupportedMediaType
+from multiraft.http.limits import BODY_READ_TIMEOUT_S
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, bounded in size (the app's client_max_size) and in time."""
+    try:
+        async with asyncio.timeout(BODY_READ_TIMEOUT_S):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {BODY_READ_TIMEOUT_S:.0f} s") from None
+
+
+async def json_object(request: web.Request, *, required: bool = True) -> dict[str, Any]:
+    """The body as a JSON object; the content type must say JSON when a body is sent."""
+    body = await read_body(request)
+    if not body and not required:
+        return {}
+    if request.content_type not in ("application/json", "application/octet-stream", "text/plain") and body:
+        raise UnsupportedMediaType(f"expected application/json, got {request.content_type}")
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InvalidRequest(f"body is not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise InvalidRequest("body must be a JSON object")
+    return document
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int_field(document: dict[str, Any], name: str, default: int | None = None, *,
+              low: int | None = None, high: int | None = None) -> int:
+    value = document.get(name, default)
+    if value is None:
+        raise InvalidRequest(f"{name} is required")
+    if not is_int(value):
+        raise InvalidRequest(f"{name} must be an integer")
+    _check_range(name, value, low, high)
+    return value
+
+
+def str_field(document: dict[str, Any], name: str, default: str | None = None,
+              choices: tuple[str, ...] = ()) -> str:
+    value = document.get(name, default)
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{name} is required and must be a string" if value is None
+                             else f"{name} must be a string")
+    if choices and value not in choices:
+        raise InvalidRequest(f"{name} must be one of {', '.join(choices)}")
+    return value
+
+
+def query_int(request: web.Request, name: str, default: int | None = None, *,
+              low: int | None = None, high: int | None = None) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        if default is None:
+            raise InvalidRequest(f"query parameter {name} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"query parameter {name} must be an integer, got {raw[:40]!r}") from None
+    _check_range(name, value, low, high)
+    return value
+
+
+def query_str(request: web.Request, name: str, default: str, choices: tuple[str, ...] = ()) -> str:
+    value = request.query.get(name, default)
+    if choices and value not in choices:
+        raise InvalidRequest(f"query parameter {name} must be one of {', '.join(choices)}")
+    return value
+
+
+def path_partition(request: web.Request) -> int:
+    raw = request.match_info["partition"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+        raise InvalidRequest(f"partition must be a non-negative integer, got {raw[:40]!r}")
+    return int(raw)
+
+
+def _check_range(name: str, value: int, low: int | None, high: int | None) -> None:
+    if low is not None and value < low:
+        raise InvalidRequest(f"{name} must be at least {low}")
+    if high is not None and value > high:
+        raise InvalidRequest(f"{name} must be at most {high}")

@@ -1,0 +1,67 @@
+"""JSON views of the node's state (cluster, topics, partitions), from the local view.
+
+A node answers what it knows: the catalog is the same everywhere once applied,
+but leaders, ISR and offsets are the view of this node's own replicas. The ISR
+is known only where the partition leader is (null elsewhere); offsets only
+where a replica is hosted (null elsewhere). `raftlog cluster status` merges the
+views of every node.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from multiraft.metadata.catalog import PartitionInfo, TopicInfo
+from raftlog.messages import Role
+
+if TYPE_CHECKING:
+    from multiraft.node import Node
+
+METADATA_GROUP = 0
+
+
+def cluster_view(node: Node) -> dict[str, Any]:
+    core = node.groups[METADATA_GROUP].core  # type: ignore[index]
+    return {
+        "node_id": node.id,
+        "metadata_leader": core.leader or None,
+        "term": core.term,
+        "commit_index": core.commit_index,
+        "nodes": [
+            {"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr, "rack": n.rack,
+             "status": n.status.value}
+            for _, n in sorted(node.catalog.nodes.items())
+        ],
+    }
+
+
+def partition_view(node: Node, partition: PartitionInfo) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "partition": partition.partition, "group_id": partition.group_id, "replicas": list(partition.replicas),
+        "leader": None, "isr": None, "log_start_offset": None, "high_watermark": None, "log_end_offset": None,
+    }
+    runtime = node.groups.get(partition.group_id)
+    if runtime is None:
+        return view
+    core = runtime.core
+    view["leader"] = core.leader or None
+    view["role"] = core.role.value
+    view["term"] = core.term
+    if core.role is Role.LEADER:
+        view["isr"] = sorted(core.in_sync_replicas())
+    store = node.stores.get(partition.group_id)
+    machine = node.partitions.get(partition.group_id)
+    if store is not None and machine is not None:
+        view["log_start_offset"] = int(store.log_start_offset)
+        view["high_watermark"] = int(machine.state.high_watermark)
+        view["log_end_offset"] = int(store.log_end_offset)
+    return view
+
+
+def topic_view(node: Node, topic: TopicInfo) -> dict[str, Any]:
+    return {
+        "name": topic.name,
+        "replication_factor": topic.replication_factor,
+        "config": dict(topic.config),
+        "partitions": [partition_view(node, p) for p in topic.partitions],
+    }

@@ -1,0 +1,176 @@
+"""Goal: records go in through any node and come out of any replica unchanged, in
+every format (JSON and binary), keyed records land where Kafka would put them,
+idempotent retries are deduplicated, long-polls wake on new data, and consumer
+group offsets read the same from every node."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+import time
+
+import pytest
+
+from multiraft.partitioner import partition_for_key
+from storage.batch import Record, decode_batch, encode_batch
+from tests.http.conftest import Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
+BATCH = "application/vnd.raftlog.batch"
+
+
+async def test_json_formats_round_trip_through_every_node(cluster: Cluster) -> None:
+    await cluster.create_topic("fmt", partitions=1)
+    stamp = int(time.time() * 1000) - 5000
+    records = [
+        {"key": "k1", "value": {"a": [1, 2, None]}, "headers": [{"name": "h", "value": "v"}], "timestamp": stamp},
+        {"value": "plain json string"},
+        {"key": None, "value": None},
+    ]
+    status, body = await cluster.call("POST", 1, "/v1/topics/fmt/records", json={"records": records})
+    assert status == 200, body
+    assert body["offsets"] == [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1},
+                               {"partition": 0, "offset": 2}]
+    status, body = await cluster.call("POST", 2, "/v1/topics/fmt/partitions/0/records",
+                                      json={"format": "string", "records": [{"key": "s", "value": "héllo"}]})
+    assert (status, body["base_offset"], body["count"], body["duplicate"]) == (200, 3, 1, False)
+    raw = bytes(range(256))
+    status, body = await cluster.call("POST", 0, "/v1/topics/fmt/records", json={"format": "binary", "records": [
+        {"key": base64.b64encode(b"\x00k").decode(), "value": base64.b64encode(raw).decode()}]})
+    assert status == 200 and body["offsets"] == [{"partition": 0, "offset": 4}]
+
+    for i in range(3):  # followers serve reads too
+        status, body = await cluster.call("GET", i, "/v1/topics/fmt/partitions/0/records",
+                                          params={"offset": 0, "wait_ms": 2000})
+        if len(body["records"]) < 5:  # a follower may apply a moment later: read on
+            status, more = await cluster.call("GET", i, "/v1/topics/fmt/partitions/0/records",
+                                              params={"offset": body["next_offset"], "wait_ms": 2000})
+            body["records"] += more["records"]
+            body["next_offset"] = more["next_offset"]
+        assert status == 200
+        got = body["records"]
+        assert [r["offset"] for r in got] == [0, 1, 2, 3, 4]
+        assert got[0]["key"] == "k1" and got[0]["value"] == {"a": [1, 2, None]}
+        assert got[0]["headers"] == [{"name": "h", "value": "v"}] and got[0]["timestamp"] == stamp
+        assert got[1]["value"] == "plain json string"
+        assert got[2]["key"] is None and got[2]["value"] is None
+        assert got[3]["value_b64"] == base64.b64encode("héllo".encode()).decode(), "string value is not JSON"
+        assert body["next_offset"] == 5 and body["log_start_offset"] == 0
+    status, body = await cluster.call("GET", 0, "/v1/topics/fmt/partitions/0/records",
+                                      params={"offset": 3, "format": "string", "max_records": 1})
+    assert [r["value"] for r in body["records"]] == ["héllo"] and body["next_offset"] == 4
+    status, body = await cluster.call("GET", 0, "/v1/topics/fmt/partitions/0/records",
+                                      params={"offset": 4, "format": "binary"})
+    assert base64.b64decode(body["records"][0]["value"]) == raw
+    assert base64.b64decode(body["records"][0]["key"]) == b"\x00k"
+
+
+async def test_keyed_records_follow_murmur2_and_unkeyed_spread(cluster: Cluster) -> None:
+    await cluster.create_topic("keyed", partitions=4)
+    keys = [f"user-{i}" for i in range(20)]
+    status, body = await cluster.call("POST", 0, "/v1/topics/keyed/records",
+                                      json={"records": [{"key": k, "value": i} for i, k in enumerate(keys)]})
+    assert status == 200
+    assert [o["partition"] for o in body["offsets"]] == [partition_for_key(k.encode(), 4) for k in keys]
+    status, body = await cluster.call("POST", 1, "/v1/topics/keyed/records",
+                                      json={"records": [{"value": i} for i in range(8)]})
+    assert sorted({o["partition"] for o in body["offsets"]}) == [0, 1, 2, 3], "round-robin over partitions"
+    status, body = await cluster.call("POST", 1, "/v1/topics/keyed/records",
+                                      json={"records": [{"value": 1, "partition": 3}]})
+    assert body["offsets"][0]["partition"] == 3
+
+
+async def test_binary_batch_in_and_out(cluster: Cluster) -> None:
+    await cluster.create_topic("bin", partitions=1)
+    batches = [encode_batch([Record(b"k%d" % i, b"v%d" % i) for i in range(j, j + 3)], first_timestamp_ms=7)
+               for j in (0, 3)]
+    for j, data in enumerate(batches):
+        status, body = await cluster.call("POST", j + 1, "/v1/topics/bin/partitions/0/records", data=data,
+                                          headers={"Content-Type": BATCH})
+        assert (status, body["base_offset"], body["count"]) == (200, 3 * j, 3), body
+    async with asyncio.timeout(20):
+        async with cluster.session.get(cluster.url(0, "/v1/topics/bin/partitions/0/records"),
+                                       params={"offset": 4}, headers={"Accept": BATCH}) as response:
+            assert response.status == 200 and response.content_type == BATCH
+            payload = await response.read()
+            assert response.headers["Raftlog-Next-Offset"] == "6"
+            assert response.headers["Raftlog-High-Watermark"] == "6"
+    frames, position = [], 0
+    while position < len(payload):
+        base, size = struct.unpack_from(">qI", payload, position)
+        position += 12
+        frames.append((base, payload[position : position + size]))
+        position += size
+    assert frames == [(3, batches[1])], "whole stored batches, byte for byte"
+    assert [r.value for r in decode_batch(frames[0][1])[1]] == [b"v3", b"v4", b"v5"]
+
+
+async def test_idempotent_json_produce_deduplicates(cluster: Cluster) -> None:
+    await cluster.create_topic("idem", partitions=1)
+    _, producer = await cluster.call("POST", 2, "/v1/producers")
+    request = {"records": [{"value": "x"}, {"value": "y"}], "producer_id": producer["producer_id"],
+               "producer_epoch": 0, "base_sequence": 0}
+    status, first = await cluster.call("POST", 0, "/v1/topics/idem/partitions/0/records", json=request)
+    assert status == 200 and not first["duplicate"]
+    status, again = await cluster.call("POST", 1, "/v1/topics/idem/partitions/0/records", json=request)
+    assert status == 200 and again["duplicate"] and again["base_offset"] == first["base_offset"]
+    status, body = await cluster.call("POST", 0, "/v1/topics/idem/partitions/0/records",
+                                      json={**request, "base_sequence": 9})
+    assert (status, body["error_code"]) == (409, "OUT_OF_ORDER_SEQUENCE")
+    status, body = await cluster.call("GET", 2, "/v1/topics/idem/partitions/0/records",
+                                      params={"offset": 0, "wait_ms": 1000})
+    assert [r["value"] for r in body["records"]] in (["x", "y"], [])
+
+
+async def test_long_poll_wakes_on_new_data(cluster: Cluster) -> None:
+    await cluster.create_topic("poll", partitions=1)
+    started = time.monotonic()
+    poll = asyncio.create_task(cluster.call("GET", 1, "/v1/topics/poll/partitions/0/records",
+                                            params={"offset": 0, "wait_ms": 10000}))
+    await asyncio.sleep(0.3)  # let the poll start waiting (not a condition wait: timing of the test itself)
+    assert not poll.done()
+    status, _ = await cluster.call("POST", 2, "/v1/topics/poll/records", json={"records": [{"value": "wake"}]})
+    assert status == 200
+    status, body = await poll
+    assert status == 200 and [r["value"] for r in body["records"]] == ["wake"]
+    assert time.monotonic() - started < 8, "woken by the record, not by the timeout"
+    started = time.monotonic()
+    status, body = await cluster.call("GET", 0, "/v1/topics/poll/partitions/0/records",
+                                      params={"offset": 1, "wait_ms": 300})
+    assert status == 200 and body["records"] == [] and body["next_offset"] == 1
+    assert 0.25 < time.monotonic() - started < 5, "an empty long-poll ends at wait_ms"
+
+
+async def test_group_offsets_commit_anywhere_read_everywhere(cluster: Cluster) -> None:
+    await cluster.create_topic("grp", partitions=2)
+    await cluster.call("POST", 0, "/v1/topics/grp/records",
+                       json={"records": [{"value": i, "partition": i % 2} for i in range(6)]})
+    status, body = await cluster.call("POST", 1, "/v1/groups/readers/offsets", json={"offsets": [
+        {"topic": "grp", "partition": 0, "offset": 2}, {"topic": "grp", "partition": 1, "offset": 3,
+                                                         "metadata": "m"}]})
+    assert status == 200, body
+    for i in range(3):
+        status, body = await cluster.call("GET", i, "/v1/groups/readers/offsets", params={"topic": "grp"})
+        assert status == 200
+        assert [(o["partition"], o["offset"]) for o in body["offsets"]] == [(0, 2), (1, 3)]
+    status, body = await cluster.call("POST", 2, "/v1/groups/readers/offsets",
+                                      json={"offsets": [{"topic": "grp", "partition": 0, "offset": 99}]})
+    assert (status, body["error_code"]) == (416, "OFFSET_OUT_OF_RANGE")
+    status, body = await cluster.call("GET", 0, "/v1/groups/nobody/offsets", params={"topic": "grp"})
+    assert status == 200 and body["offsets"] == []
+
+
+async def test_forward_false_on_a_follower_names_the_leader(cluster: Cluster) -> None:
+    created = await cluster.create_topic("fwd", partitions=1)
+    _, body = await cluster.call("GET", 0, "/v1/topics/fwd")
+    leader = body["partitions"][0]["leader"]
+    follower = next(i for i in range(3) if i + 1 != leader)
+    async with asyncio.timeout(20):
+        async with cluster.session.post(cluster.url(follower, "/v1/topics/fwd/partitions/0/records"),
+                                        params={"forward": "false"}, json={"records": [{"value": 1}]}) as response:
+            body = await response.json()
+            assert (response.status, body["error_code"]) == (421, "NOT_LEADER")
+            assert response.headers["Raftlog-Leader-Id"] == str(leader)
+            assert response.headers["Raftlog-Leader"] == str(cluster.nodes[leader - 1].config.http_addr)
+    assert created["name"] == "fwd"
