@@ -52,6 +52,10 @@ class Cluster:
         await until(lambda: all(self._has_leaders(n, name) for n in self.nodes), f"leaders of {name}")
         return body
 
+    async def create_topic_wait(self, name: str) -> None:
+        """Wait until a topic created elsewhere has leaders seen by every node."""
+        await until(lambda: all(self._has_leaders(n, name) for n in self.nodes), f"leaders of {name}")
+
     def _has_leaders(self, node: Node, topic: str) -> bool:
         info = node.catalog.topics.get(topic)
         if info is None:

@@ -1,0 +1,1 @@
+"""The Python client's parts; import from `multiraft.client`."""

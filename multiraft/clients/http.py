@@ -1,0 +1,259 @@
+"""The async HTTP client of a raftlog cluster: one call per endpoint, with retries.
+
+Retries follow the error table: a retriable code (NOT_LEADER, PROPOSAL_DROPPED,
+NOT_ENOUGH_REPLICAS, ...) or a connection that could not be made is retried on
+the next server with backoff, a bounded number of times. An answer cut off after
+the request was sent is ambiguous: a read or an idempotent produce retries it
+(the cluster deduplicates), a plain produce raises `OutcomeUnknownError`,
+because retrying could store the records twice. A 421 answer names the leader
+(`Raftlog-Leader` header) and the next attempt goes there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from multiraft.errors import error_table
+
+BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
+DEFAULT_SERVER = "127.0.0.1:8080"
+_FRAME = struct.Struct(">qI")
+
+
+class RaftlogError(Exception):
+    """An error answer of the cluster (`code`, `message`, HTTP `status`)."""
+
+    def __init__(self, code: str, message: str, status: int = 0, retriable: bool = False) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+        self.retriable = retriable
+
+
+class UnavailableError(RaftlogError):
+    """No server could be reached (or every attempt met a retriable error)."""
+
+
+class OutcomeUnknownError(RaftlogError):
+    """A produce was sent but its answer was lost: it may or may not be stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRead:
+    """A binary read: stored batches (base offset, bytes) and the read's positions."""
+
+    batches: list[tuple[int, bytes]]
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def normalize(server: str) -> str:
+    server = server.strip().rstrip("/")
+    return server if "://" in server else f"http://{server}"
+
+
+def parse_frames(payload: bytes) -> list[tuple[int, bytes]]:
+    batches, position = [], 0
+    while position < len(payload):
+        base, size = _FRAME.unpack_from(payload, position)
+        position += _FRAME.size
+        batches.append((base, payload[position : position + size]))
+        position += size
+    return batches
+
+
+class AsyncClient:
+    """Talks to any node of a cluster. Use as `async with AsyncClient([...]) as client`."""
+
+    def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, *, timeout_s: float = 30.0,
+                 attempts: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 1.0) -> None:
+        listed = servers.split(",") if isinstance(servers, str) else list(servers)
+        self.servers = [normalize(s) for s in listed if s.strip()]
+        if not self.servers:
+            raise ValueError("at least one server address is needed")
+        assert attempts >= 1 and timeout_s > 0
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self._next = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._table = error_table()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _session_or_new(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        return self._session
+
+    def _error(self, status: int, body: bytes) -> RaftlogError:
+        try:
+            decoded = json.loads(body)
+            code, message = str(decoded["error_code"]), str(decoded["message"])
+        except (ValueError, KeyError, TypeError):
+            code, message = f"HTTP_{status}", body[:200].decode("utf-8", "replace")
+        retriable = self._table.get(code, (status, status in (502, 503)))[1]
+        return RaftlogError(code, message, status, retriable)
+
+    async def request(self, method: str, path: str, *, json_body: Any = None, data: bytes | None = None,
+                      params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+                      ambiguous_retry: bool = True, server: str | None = None) -> tuple[int, bytes, Any]:
+        """One call with retries; returns (status, body, response headers)."""
+        delay = self.backoff_s
+        last: RaftlogError | None = None
+        target = normalize(server) if server else None
+        for attempt in range(self.attempts):
+            base = target or self.servers[(self._next + attempt) % len(self.servers)]
+            target = None
+            try:
+                return await self._once(method, base + path, json_body, data, params, headers)
+            except RaftlogError as error:
+                if not error.retriable:
+                    raise
+                last = error
+                target = getattr(error, "leader_url", None)
+            except aiohttp.ClientConnectorError as error:
+                last = UnavailableError("UNAVAILABLE", f"{base}: {error}", 0, True)
+            except (aiohttp.ClientError, TimeoutError) as error:
+                if not ambiguous_retry:
+                    raise OutcomeUnknownError("OUTCOME_UNKNOWN", f"{base}: the answer was lost ({error!r}); "
+                                              "the request may or may not have been applied") from None
+                last = UnavailableError("UNAVAILABLE", f"{base}: {error!r}", 0, True)
+            self._next = (self._next + 1) % len(self.servers)
+            if attempt + 1 < self.attempts:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
+        assert last is not None
+        raise last
+
+    async def _once(self, method: str, url: str, json_body: Any, data: bytes | None,
+                    params: dict[str, Any] | None, headers: dict[str, str] | None) -> tuple[int, bytes, Any]:
+        session = self._session_or_new()
+        query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (params or {}).items()
+                 if v is not None}
+        async with session.request(method, url, json=json_body, data=data, params=query,
+                                   headers=headers) as response:
+            body = await response.read()
+            if response.status >= 400:
+                error = self._error(response.status, body)
+                leader = response.headers.get("Raftlog-Leader")
+                if leader:
+                    error.leader_url = normalize(leader)  # type: ignore[attr-defined]
+                raise error
+            return response.status, body, response.headers
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        _, body, _ = await self.request(method, path, **kwargs)
+        return json.loads(body) if body else None
+
+    # ---- cluster and topics ---------------------------------------------------
+
+    async def health(self, server: str | None = None) -> dict[str, Any]:
+        return await self._json("GET", "/v1/health", server=server)
+
+    async def cluster(self, server: str | None = None) -> dict[str, Any]:
+        return await self._json("GET", "/v1/cluster", server=server)
+
+    async def create_topic(self, name: str, partitions: int = 1, replication_factor: int | None = None,
+                           config: dict[str, Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "partitions": partitions, "config": config or {}}
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
+        # A create whose answer was lost may have happened: a retry then meets TOPIC_EXISTS, which is clear.
+        return await self._json("POST", "/v1/topics", json_body=body)
+
+    async def list_topics(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/v1/topics"))["topics"]
+
+    async def describe_topic(self, name: str, server: str | None = None) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/topics/{name}", server=server)
+
+    async def delete_topic(self, name: str) -> None:
+        await self.request("DELETE", f"/v1/topics/{name}")
+
+    async def balance_leaders(self) -> dict[str, Any]:
+        return await self._json("POST", "/v1/admin/leadership/balance")
+
+    # ---- produce and consume ----------------------------------------------------
+
+    async def produce(self, topic: str, records: list[dict[str, Any]], *, format: str = "json",
+                      acks: str = "quorum") -> list[dict[str, Any]]:
+        """JSON records, partitioned by the server; offsets in request order. Not retried when ambiguous."""
+        answer = await self._json("POST", f"/v1/topics/{topic}/records", ambiguous_retry=False,
+                                  json_body={"format": format, "acks": acks, "records": records})
+        return answer["offsets"]
+
+    async def produce_batch(self, topic: str, partition: int, batch: bytes, *, acks: str = "quorum",
+                            idempotent: bool = False) -> dict[str, Any]:
+        """A binary batch to one partition. `idempotent`: the batch carries a producer id, so
+        an ambiguous send is retried with the same bytes and the cluster deduplicates."""
+        return await self._json("POST", f"/v1/topics/{topic}/partitions/{partition}/records", data=batch,
+                                params={"acks": acks}, headers={"Content-Type": BATCH_CONTENT_TYPE},
+                                ambiguous_retry=idempotent)
+
+    async def consume(self, topic: str, partition: int, offset: int, *, max_records: int | None = None,
+                      max_bytes: int | None = None, wait_ms: int = 0, isolation: str = "committed",
+                      format: str = "json", server: str | None = None) -> dict[str, Any]:
+        params = {"offset": offset, "max_records": max_records, "max_bytes": max_bytes, "wait_ms": wait_ms,
+                  "isolation": isolation, "format": format}
+        return await self._json("GET", f"/v1/topics/{topic}/partitions/{partition}/records", params=params,
+                                server=server)
+
+    async def consume_batches(self, topic: str, partition: int, offset: int, *, max_records: int | None = None,
+                              max_bytes: int | None = None, wait_ms: int = 0, isolation: str = "committed",
+                              server: str | None = None) -> BatchRead:
+        params = {"offset": offset, "max_records": max_records, "max_bytes": max_bytes, "wait_ms": wait_ms,
+                  "isolation": isolation}
+        _, body, headers = await self.request(
+            "GET", f"/v1/topics/{topic}/partitions/{partition}/records", params=params,
+            headers={"Accept": BATCH_CONTENT_TYPE}, server=server)
+        return BatchRead(parse_frames(body), int(headers["Raftlog-Next-Offset"]),
+                         int(headers["Raftlog-High-Watermark"]), int(headers["Raftlog-Log-Start-Offset"]))
+
+    async def allocate_producer(self) -> tuple[int, int]:
+        answer = await self._json("POST", "/v1/producers")
+        return int(answer["producer_id"]), int(answer["producer_epoch"])
+
+    async def commit_offsets(self, group: str, offsets: list[dict[str, Any]]) -> None:
+        """Commits are idempotent (the same offset again changes nothing), so they retry freely."""
+        await self.request("POST", f"/v1/groups/{group}/offsets", json_body={"offsets": offsets})
+
+    async def fetch_offsets(self, group: str, topic: str) -> dict[int, int]:
+        answer = await self._json("GET", f"/v1/groups/{group}/offsets", params={"topic": topic})
+        return {int(o["partition"]): int(o["offset"]) for o in answer["offsets"]}
+
+    async def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        """(log start, high watermark) per partition, from the views of the nodes hosting it."""
+        found: dict[int, tuple[int, int]] = {}
+        cluster = await self.cluster()
+        servers = [normalize(n["http_addr"]) for n in cluster["nodes"] if n["status"] == "alive"]
+        for server in servers or self.servers:
+            try:
+                described = await self.describe_topic(topic, server=server)
+            except UnavailableError:
+                continue
+            for p in described["partitions"]:
+                if p["high_watermark"] is None:
+                    continue
+                start, end = found.get(p["partition"], (p["log_start_offset"], p["high_watermark"]))
+                found[p["partition"]] = (min(start, p["log_start_offset"]), max(end, p["high_watermark"]))
+        return found
