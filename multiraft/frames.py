@@ -50,6 +50,8 @@ class FrameType(enum.IntEnum):
 
     RAFT_MESSAGE = 1  # body: raftlog.wire.encode_message; group_id: the message's group
     HEARTBEATS = 2  # body: raftlog.wire.encode_heartbeats; group_id 0 (groups are inside)
+    RPC_REQUEST = 3  # body: multiraft.rpc request (request id, method, payload)
+    RPC_RESPONSE = 4  # body: multiraft.rpc response (request id, status, payload)
 
 
 class TransportError(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import struct
 
 import pytest
@@ -12,13 +13,16 @@ import pytest
 from multiraft.frames import FRAME_HEADER_BYTES, FrameType, encode_frame
 from multiraft.handshake import HandshakeError, connect_handshake
 from multiraft.transport import Transport
-from tests.transport.helpers import SECRET, WRONG_SECRET, Inbox, make_transport, until
+from multiraft.transport_config import TransportConfig
+from tests.transport.helpers import FAST, SECRET, WRONG_SECRET, Inbox, make_transport, until
 
 
-async def _serving_pair(stopper: list[Transport]) -> tuple[Transport, Transport, Inbox]:
+async def _serving_pair(
+    stopper: list[Transport], config: TransportConfig = FAST
+) -> tuple[Transport, Transport, Inbox]:
     """Node 1 (the victim) and node 2 (a good peer that dials it)."""
     inbox = Inbox()
-    victim = make_transport(1, 0, {}, inbox)
+    victim = make_transport(1, 0, {}, inbox, config=config)
     good = make_transport(2, 0, {}, Inbox())
     stopper.extend([victim, good])
     await victim.start()
@@ -186,3 +190,19 @@ async def test_redial_replaces_the_inbound_connection(stopper) -> None:  # type:
         second_writer.write(encode_frame(FrameType.RAFT_MESSAGE, 1, b"still here"))
         await until(lambda: victim.stats().frames_in >= 1)
         await _close(second_writer)
+
+
+# Goal: connections beyond inbound_connections_max are closed at once (counted), so
+# unauthenticated sockets cannot pile up; the good peer keeps its connection.
+@pytest.mark.asyncio
+async def test_inbound_connection_limit(stopper) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(5):
+        config = dataclasses.replace(FAST, inbound_connections_max=2)
+        victim, good, inbox = await _serving_pair(stopper, config)
+        await _still_serving(victim, good, inbox, b"one inbound in use")
+        idle_reader, idle_writer = await _raw_connection(victim, secret=None)
+        extra_reader, extra_writer = await _raw_connection(victim, secret=None)
+        await _closed_by_peer(extra_reader, extra_writer)
+        assert victim.stats().inbound_refused == 1
+        await _still_serving(victim, good, inbox, b"still served")
+        await _closed_by_peer(idle_reader, idle_writer)  # the handshake timeout ends it
