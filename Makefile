@@ -36,11 +36,9 @@ bench: install
 	$(PY) bench/raft_core.py
 	$(PY) bench/storage.py
 
-# Placeholder until the node exists (issue: the node / MultiRaft runtime).
+# A local 3-node cluster on 127.0.0.1-3 (data in ./data); Ctrl-C stops it.
 run: install
-	@echo "make run will start a local 3-node raftlog cluster on 127.0.0.1-3 (raftlog cluster up)."
-	@echo "The node (multiraft/) is not built yet: today this repository holds the Raft core and"
-	@echo "its simulator. Try 'make test', 'make sim SEEDS=1000' or 'make bench'."
+	$(PY) -m multiraft.cli cluster up --nodes 3 --dir ./data
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,22 +1,129 @@
-"""The `raftlog` command line. Only a placeholder until the node exists."""
+"""The `raftlog` command line (DESIGN.md section 7).
+
+    raftlog serve ...                      one node (see multiraft.config for the flags)
+    raftlog cluster up [--nodes 3] [--dir ./data]
+    raftlog cluster status
+    raftlog topic create|list|describe|delete ...
+    raftlog produce TOPIC [--key K] [--partition P] [--acks A]
+    raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
+    raftlog leaders balance
+
+`--server` (or RAFTLOG_SERVER) picks the HTTP address, several separated by
+commas; the default is node 1 of `raftlog cluster up`. Exit codes: 0 done,
+1 the cluster refused or failed (the message names the error code), 2 bad
+usage or configuration, 3 no server reachable.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+from collections.abc import Callable
+
+from multiraft import cli_commands as commands
+from multiraft.cli_serve import add_cluster_up, add_serve_parsers
+
+EXIT_UNREACHABLE = 3
+
+
+def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -> None:
+    parser.add_argument("--server", default=None,
+                        help="HTTP address(es) of the cluster, comma-separated (default: $RAFTLOG_SERVER or "
+                             "127.0.0.1:8080)")
+    parser.set_defaults(func=func, client=True)
+
+
+def _topic_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    topic = commands_parser.add_parser("topic", help="create, list, describe or delete topics")
+    topics = topic.add_subparsers(dest="topic_command", required=True, metavar="{create,list,describe,delete}")
+    create = topics.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=None, help="default: min(3, live nodes)")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="topic setting, e.g. min_insync_replicas=2 (repeatable)")
+    _client_command(create, commands.topic_create)
+    _client_command(topics.add_parser("list", help="list topics"), commands.topic_list)
+    describe = topics.add_parser("describe", help="partitions, leaders, ISR, offsets")
+    describe.add_argument("name")
+    _client_command(describe, commands.topic_describe)
+    delete = topics.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("name")
+    _client_command(delete, commands.topic_delete)
+
+
+def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    produce = commands_parser.add_parser("produce", help="produce stdin lines as records")
+    produce.add_argument("topic")
+    produce.add_argument("--key", help="key of every record (placement by murmur2)")
+    produce.add_argument("--partition", type=int, help="partition of every record")
+    produce.add_argument("--acks", default="quorum", choices=("none", "leader", "quorum", "all"))
+    produce.add_argument("--linger-ms", type=int, default=10)
+    produce.add_argument("--idempotent", action="store_true", help="deduplicated retries (producer id)")
+    _client_command(produce, commands.produce)
+    consume = commands_parser.add_parser("consume", help="print records, one value per line")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int)
+    where = consume.add_mutually_exclusive_group()
+    where.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
+    where.add_argument("--offset", type=int, help="start at this offset")
+    consume.add_argument("--group", help="consumer group: resume from and commit its offsets")
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records (Ctrl-C stops)")
+    consume.add_argument("--max-records", type=int, default=None, help="stop after this many records")
+    consume.add_argument("--wait-ms", type=int, default=5000, help="long-poll wait per request")
+    consume.add_argument("--show-offsets", action="store_true", help="print partition, offset, key, value")
+    _client_command(consume, commands.consume)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
+    subcommands = parser.add_subparsers(dest="command", required=True,
+                                        metavar="{serve,cluster,topic,produce,consume,leaders}")
+    add_serve_parsers(subcommands)
+    cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status}")
+    add_cluster_up(cluster_commands)
+    _client_command(cluster_commands.add_parser("status", help="nodes, groups, leaders, ISR, lag"),
+                    commands.cluster_status)
+    _topic_parsers(subcommands)
+    _data_parsers(subcommands)
+    leaders = subcommands.add_parser("leaders", help="partition leadership")
+    leaders_commands = leaders.add_subparsers(dest="leaders_command", required=True, metavar="{balance}")
+    _client_command(leaders_commands.add_parser("balance", help="even out leaders per node"),
+                    commands.leaders_balance)
+    return parser
+
+
+def _run_client_command(args: argparse.Namespace) -> int:
+    from multiraft.client import DEFAULT_SERVER, Client, RaftlogError, UnavailableError
+
+    server = args.server or os.environ.get("RAFTLOG_SERVER") or DEFAULT_SERVER
+    try:
+        with Client(server, attempts=4, timeout_s=max(30.0, getattr(args, "wait_ms", 0) / 1000 + 15)) as client:
+            return args.func(client, args)
+    except UnavailableError as error:
+        print(f"raftlog: cannot reach the cluster at {server}: {error.message}\n"
+              f"(is it running? start one with 'raftlog cluster up', or pass --server / RAFTLOG_SERVER)",
+              file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except RaftlogError as error:
+        print(f"raftlog: {error.code}: {error.message}", file=sys.stderr)
+        return commands.EXIT_FAILED
+    except ValueError as error:
+        print(f"raftlog: {error}", file=sys.stderr)
+        return commands.EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script `raftlog`."""
-    args = sys.argv[1:] if argv is None else argv
     if sys.flags.optimize:
         print("raftlog: refusing to run under python -O (assertions guard invariants)", file=sys.stderr)
         return 2
-    print(
-        "raftlog: the node is not built yet (commands requested: %s). "
-        "This version holds the Raft core and its simulator." % (" ".join(args) or "none"),
-        file=sys.stderr,
-    )
-    return 1
+    args = build_parser().parse_args(argv)
+    if getattr(args, "client", False):
+        return _run_client_command(args)
+    return args.func(args)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,11 @@ class AsyncConsumer:
         self.positions[partition] = out[-1].offset + 1 if out else max(position, read.next_offset)
         return out
 
+    def seek(self, partition: int, offset: int) -> None:
+        """Read `partition` from `offset` next (e.g. to give back records not processed)."""
+        assert partition in self.positions and offset >= 0
+        self.positions[partition] = offset
+
     async def commit(self) -> None:
         """Store the positions for the group (the next offset each partition will read)."""
         if self.group is None:

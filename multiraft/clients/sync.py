@@ -8,6 +8,7 @@ One implementation, so the sync and async clients cannot behave differently.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
@@ -125,14 +126,18 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, value: bytes | None, key: bytes | None = None, **options: Any) -> Any:
-        """Queue a record; returns a concurrent future of (partition, offset)."""
+    def send(self, value: bytes | None, key: bytes | None = None, **options: Any) -> concurrent.futures.Future[Any]:
+        """Queue a record; returns a future of (partition, offset)."""
+        return self.send_many([value], key, **options)[0]
 
-        async def queue() -> asyncio.Future[tuple[int, int]]:
-            return await self.aio.send(value, key, **options)
+    def send_many(self, values: list[bytes | None], key: bytes | None = None,
+                  **options: Any) -> list[concurrent.futures.Future[Any]]:
+        """Queue records in one hop to the client's loop (the CLI's stdin path)."""
 
-        inner = self._client.run(queue())
-        return asyncio.run_coroutine_threadsafe(_await(inner), self._client._loop.loop)
+        async def queue() -> list[concurrent.futures.Future[Any]]:
+            return [_bridge(await self.aio.send(value, key, **options)) for value in values]
+
+        return self._client.run(queue())
 
     def flush(self) -> None:
         self._client.run(self.aio.flush())
@@ -141,8 +146,20 @@ class Producer:
         self._client.run(self.aio.close())
 
 
-async def _await(future: asyncio.Future[T]) -> T:
-    return await future
+def _bridge(inner: asyncio.Future[T]) -> concurrent.futures.Future[T]:
+    """A thread-safe future completed from the loop's future (no extra task per record)."""
+    outer: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def settle(done: asyncio.Future[T]) -> None:
+        if done.cancelled():
+            outer.cancel()
+        elif done.exception() is not None:
+            outer.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            outer.set_result(done.result())
+
+    inner.add_done_callback(settle)
+    return outer
 
 
 class Consumer:
@@ -158,6 +175,9 @@ class Consumer:
 
     def commit(self) -> None:
         self._client.run(self.aio.commit())
+
+    def seek(self, partition: int, offset: int) -> None:
+        self.aio.seek(partition, offset)
 
     @property
     def positions(self) -> dict[int, int]:

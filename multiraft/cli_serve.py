@@ -1,0 +1,128 @@
+"""`raftlog serve` and `raftlog cluster up`: the processes of a cluster.
+
+`serve` runs one node and its HTTP API until SIGTERM or SIGINT, then stops
+both cleanly (HTTP first, so no request meets a stopped node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+
+import structlog
+
+from multiraft import logs
+from multiraft.config import ConfigError, load_config
+from multiraft.launcher import HTTP_PORT_DEFAULT, RAFT_PORT_DEFAULT, LauncherError, LocalCluster
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def serve(args: argparse.Namespace) -> int:
+    settings = {k: v for k, v in vars(args).items() if k != "log_level"}
+    try:
+        config = load_config(argparse.Namespace(**settings))
+    except ConfigError as error:
+        print(f"raftlog serve: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    logs.configure(args.log_level)
+    try:
+        asyncio.run(_serve(config))
+    except OSError as error:
+        print(f"raftlog serve: cannot listen: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _serve(config: object) -> None:
+    from multiraft.http import HttpServer
+    from multiraft.node import Node
+
+    node = Node(config)  # type: ignore[arg-type]
+    server = HttpServer(node, node.config.http_addr.host, node.config.http_addr.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    logger = structlog.get_logger("raftlog.serve").bind(node_id=node.id)
+    try:
+        await node.start()
+        await server.start()
+        logger.info("serving", http=server.url, raft=str(node.config.raft_addr))
+        await stop.wait()
+        logger.info("stopping")
+    finally:
+        await server.stop()
+        await node.stop()
+
+
+def cluster_up(args: argparse.Namespace) -> int:
+    try:
+        cluster = LocalCluster(Path(args.dir), args.nodes, raft_port=args.raft_port, http_port=args.http_port)
+        cluster.start()
+    except LauncherError as error:
+        print(f"raftlog cluster up: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    interrupted = False
+    try:
+        print(f"starting {len(cluster.nodes)} nodes, data under {cluster.directory}", file=sys.stderr)
+        cluster.wait_healthy(args.wait)
+        for node in cluster.nodes:
+            print(f"node {node.node_id}: http://{node.http_addr}  raft {node.raft_addr}  "
+                  f"pid {node.process.pid if node.process else '-'}  log {node.log_file}")
+        first = cluster.nodes[0].http_addr
+        print(f"\nready. try:\n  echo hello | raftlog produce demo --server {first}\n"
+              f"  raftlog consume demo --from-beginning --server {first}\n"
+              f"  curl http://{first}/v1/cluster\nCtrl-C stops the cluster.", flush=True)
+        _wait_for_interrupt(cluster)
+        interrupted = True
+    except LauncherError as error:
+        print(f"raftlog cluster up: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        codes = cluster.stop()
+        print(f"stopped: {', '.join(f'node {n} exit {c}' for n, c in codes.items())}", file=sys.stderr)
+    return EXIT_OK if interrupted else EXIT_FAILED
+
+
+def _wait_for_interrupt(cluster: LocalCluster) -> None:
+    """Block until Ctrl-C or SIGTERM; a child that dies is reported, the rest keep running."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    reported: set[int] = set()
+    while True:
+        for node in cluster.nodes:
+            if node.process is not None and node.process.poll() is not None and node.node_id not in reported:
+                reported.add(node.node_id)
+                print(f"node {node.node_id} exited with code {node.process.returncode}; see {node.log_file}",
+                      file=sys.stderr, flush=True)
+        time.sleep(0.5)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def add_serve_parsers(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from multiraft.config import add_serve_arguments
+
+    serve_parser = commands.add_parser("serve", help="run one node")
+    add_serve_arguments(serve_parser)
+    serve_parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve_parser.set_defaults(func=serve)
+
+
+def add_cluster_up(cluster_commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    up = cluster_commands.add_parser("up", help="start a local cluster of child processes (Ctrl-C stops it)")
+    up.add_argument("--nodes", type=int, default=3, help="1, 3 or 5 nodes on 127.0.0.1..N (default 3)")
+    up.add_argument("--dir", default="./data", help="data directory (default ./data)")
+    up.add_argument("--raft-port", type=int, default=RAFT_PORT_DEFAULT)
+    up.add_argument("--http-port", type=int, default=HTTP_PORT_DEFAULT)
+    up.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the nodes to be healthy")
+    up.set_defaults(func=cluster_up)

@@ -1,0 +1,191 @@
+"""A local development cluster: N `raftlog serve` child processes on 127.0.0.N.
+
+Node i listens on 127.0.0.i (Raft and HTTP on the same ports on every address,
+so nothing collides) with its data under `<dir>/node<i>`; the nodes share the
+generated cluster secret `<dir>/cluster.secret`. The layout is remembered in
+`<dir>/cluster.json`, so a second `up` on the same directory restarts the same
+cluster at the same addresses. Children run in their own sessions: Ctrl-C
+reaches only the launcher, which stops each child by its PID (SIGTERM, then
+SIGKILL after a grace period). PID files let a second `up` refuse to start
+over nodes that are still running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+NODES_MAX = 9  # 127.0.0.1-9 and the metadata group's 1, 3 or 5 voters leave room for learners
+RAFT_PORT_DEFAULT = 7100
+HTTP_PORT_DEFAULT = 8080
+STOP_GRACE_S = 10.0
+
+
+class LauncherError(Exception):
+    """The cluster cannot be started or stopped as asked; the message says why."""
+
+
+@dataclass
+class LocalNode:
+    node_id: int
+    host: str
+    raft_port: int
+    http_port: int
+    data_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def raft_addr(self) -> str:
+        return f"{self.host}:{self.raft_port}"
+
+    @property
+    def http_addr(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / "serve.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "node.log"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalCluster:
+    def __init__(self, directory: Path, nodes: int = 3, *, raft_port: int = RAFT_PORT_DEFAULT,
+                 http_port: int = HTTP_PORT_DEFAULT, python: str = sys.executable,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.directory = directory.resolve()
+        layout = self._load_layout()
+        if layout is not None:
+            if nodes != len(layout["nodes"]):
+                raise LauncherError(f"{self.directory} holds a {len(layout['nodes'])}-node cluster; "
+                                    f"use --nodes {len(layout['nodes'])} or another --dir")
+            raft_port, http_port = layout["raft_port"], layout["http_port"]
+            nodes = len(layout["nodes"])
+        if nodes not in (1, 3, 5):
+            raise LauncherError("--nodes must be 1, 3 or 5 (the metadata group's voters)")
+        self.python = python
+        self.extra_args = extra_args
+        self.raft_port = raft_port
+        self.http_port = http_port
+        self.nodes = [LocalNode(i, f"127.0.0.{i}", raft_port, http_port, self.directory / f"node{i}")
+                      for i in range(1, nodes + 1)]
+
+    def _load_layout(self) -> dict | None:
+        path = self.directory / "cluster.json"
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise LauncherError(f"cannot read {path}: {error}") from error
+
+    def _save_layout(self) -> None:
+        layout = {"raft_port": self.raft_port, "http_port": self.http_port,
+                  "nodes": [{"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr}
+                            for n in self.nodes]}
+        (self.directory / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
+
+    @property
+    def initial_cluster(self) -> str:
+        return ",".join(f"{n.node_id}={n.raft_addr}" for n in self.nodes)
+
+    @property
+    def http_addresses(self) -> list[str]:
+        return [n.http_addr for n in self.nodes]
+
+    def command(self, node: LocalNode) -> list[str]:
+        return [self.python, "-m", "multiraft.cli", "serve", "--node-id", str(node.node_id),
+                "--data-dir", str(node.data_dir), "--raft-addr", node.raft_addr, "--http-addr", node.http_addr,
+                "--initial-cluster", self.initial_cluster, *self.extra_args]
+
+    def start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            if node.pid_file.exists():
+                pid = int(node.pid_file.read_text().strip() or 0)
+                if pid and _alive(pid):
+                    raise LauncherError(f"node {node.node_id} is still running (pid {pid}) from an earlier "
+                                        f"'cluster up' on {self.directory}; stop it first (kill {pid})")
+                node.pid_file.unlink()
+        self._save_layout()
+        for node in self.nodes:
+            self.start_node(node.node_id)
+
+    def start_node(self, node_id: int) -> None:
+        node = self.nodes[node_id - 1]
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(node.log_file, "ab") as log:
+            node.process = subprocess.Popen(self.command(node), stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        node.pid_file.write_text(f"{node.process.pid}\n")
+
+    def wait_healthy(self, timeout_s: float = 30.0, nodes: list[int] | None = None) -> None:
+        """Poll each node's /v1/health until it answers and has registered."""
+        deadline = time.monotonic() + timeout_s
+        for node in self.nodes:
+            if nodes is not None and node.node_id not in nodes:
+                continue
+            while True:
+                if node.process is not None and node.process.poll() is not None:
+                    raise LauncherError(f"node {node.node_id} exited with code {node.process.returncode}; "
+                                        f"see {node.log_file}")
+                try:
+                    with urllib.request.urlopen(f"http://{node.http_addr}/v1/health", timeout=1) as answer:
+                        if json.loads(answer.read()).get("registered"):
+                            break
+                except (OSError, urllib.error.URLError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise LauncherError(f"node {node.node_id} did not become healthy within {timeout_s:.0f} s; "
+                                        f"see {node.log_file}")
+                time.sleep(0.1)
+
+    def signal_node(self, node_id: int, signum: int) -> None:
+        node = self.nodes[node_id - 1]
+        if node.process is not None and node.process.poll() is None:
+            os.kill(node.process.pid, signum)
+
+    def kill_node(self, node_id: int) -> None:
+        """kill -9 by PID, and reap it."""
+        node = self.nodes[node_id - 1]
+        if node.process is not None:
+            self.signal_node(node_id, signal.SIGKILL)
+            node.process.wait(STOP_GRACE_S)
+            node.pid_file.unlink(missing_ok=True)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> dict[int, int | None]:
+        """SIGTERM every child by PID, SIGKILL those still running after `grace_s`; exit codes."""
+        running = [n for n in self.nodes if n.process is not None and n.process.poll() is None]
+        for node in running:
+            self.signal_node(node.node_id, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for node in running:
+            assert node.process is not None
+            try:
+                node.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.signal_node(node.node_id, signal.SIGKILL)
+                node.process.wait(STOP_GRACE_S)
+        for node in self.nodes:
+            node.pid_file.unlink(missing_ok=True)
+        return {n.node_id: n.process.returncode if n.process else None for n in self.nodes}
