@@ -69,6 +69,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _child_env() -> dict[str, str]:
+    """The children import this checkout whatever their working directory is."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
+    return env
+
+
 class LocalCluster:
     def __init__(self, directory: Path, nodes: int = 3, *, raft_port: int = RAFT_PORT_DEFAULT,
                  http_port: int = HTTP_PORT_DEFAULT, python: str = sys.executable,
@@ -136,7 +144,7 @@ class LocalCluster:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         with open(node.log_file, "ab") as log:
             node.process = subprocess.Popen(self.command(node), stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+                                            stderr=subprocess.STDOUT, start_new_session=True, env=_child_env())
         node.pid_file.write_text(f"{node.process.pid}\n")
 
     def wait_healthy(self, timeout_s: float = 30.0, nodes: list[int] | None = None) -> None:
