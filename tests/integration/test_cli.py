@@ -164,3 +164,15 @@ def test_cluster_up_stops_its_children_on_ctrl_c(tmp_path: Path) -> None:
         for stream in (launcher.stdout, launcher.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_serve_refuses_python_O_and_names_bad_settings(tmp_path: Path) -> None:
+    refused = subprocess.run([sys.executable, "-O", "-m", "multiraft.cli", "serve"], capture_output=True,
+                             timeout=CLI_TIMEOUT_S, check=False)
+    assert refused.returncode == 2 and b"python -O" in refused.stderr
+    bad = subprocess.run([sys.executable, "-m", "multiraft.cli", "serve", "--node-id", "1", "--data-dir",
+                          str(tmp_path), "--raft-addr", "nonsense", "--http-addr", "127.0.0.1:1"],
+                         capture_output=True, timeout=CLI_TIMEOUT_S, check=False)
+    assert bad.returncode == 2 and b"raft_addr" in bad.stderr, bad.stderr
+    unreachable = raftlog("topic", "list", server=f"127.0.0.1:{common_free_port(['127.0.0.1'])}")
+    assert unreachable.returncode == 3 and b"cannot reach the cluster" in unreachable.stderr
