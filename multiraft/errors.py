@@ -11,6 +11,8 @@ apply identically (see docs/node.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 from raftlog.errors import ClientError
 from raftlog.types import Offset
 
@@ -49,6 +51,13 @@ class OutOfOrderSequence(ClientError):
         self.producer_id = producer_id
         self.sequence = sequence
         self.expected = expected
+
+
+class InvalidBatch(InvalidRequest):
+    """A binary record batch failed validation (header, CRC or lengths)."""
+
+    code = "INVALID_BATCH"
+    http_status = 400
 
 
 class OffsetOutOfRange(ClientError):
@@ -160,6 +169,10 @@ def error_table() -> dict[str, tuple[int, bool]]:
     return table
 
 
-def error_body(error: ClientError) -> dict[str, str]:
-    """The JSON body of every error answer (DESIGN.md section 6)."""
-    return {"error_code": error.code, "message": error.message}
+def error_body(error: ClientError) -> dict[str, Any]:
+    """The JSON body of every error answer (DESIGN.md section 6); a NOT_LEADER names the leader."""
+    body: dict[str, Any] = {"error_code": error.code, "message": error.message}
+    hint = getattr(error, "leader_hint", 0)
+    if hint:
+        body["leader_hint"] = hint
+    return body

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from multiraft.quiescence import follower_may_quiesce, quiesce_refusal
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
 from raftlog.messages import Entry, EntryKind, Message, Role
@@ -80,6 +81,13 @@ class GroupRuntime:
         self._task: asyncio.Task[None] | None = None
         self._role = core.role
         self.messages_shed = 0
+        # Quiescence (see quiescence.py): a quiet group is not ticked.
+        self.quiesced = False
+        self._idle_ticks = 0
+        self.on_quiesce: Callable[[GroupId, int, int], None] | None = None
+        # Node-level liveness of a peer; a group with a silent member never goes quiet
+        # (its leader must keep ticking so the ISR notices).
+        self.is_live: Callable[[int], bool] = lambda node: True
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -100,7 +108,22 @@ class GroupRuntime:
 
     # ------------------------------------------------------------------ inputs (any task)
 
+    def wake(self) -> None:
+        if self.quiesced:
+            self.quiesced = False
+            self._idle_ticks = 0
+            self._wakeup.set()
+
+    def request_quiesce(self, leader: int, term: int, index: int) -> None:
+        """The leader says the group is idle; obeyed in order with the messages around it."""
+        try:
+            self._inbox.put_nowait(("quiesce", (leader, term, index)))
+        except asyncio.QueueFull:
+            return
+        self._wakeup.set()
+
     def deliver(self, message: Message) -> None:
+        self.quiesced = False
         try:
             self._inbox.put_nowait(("message", message))
         except asyncio.QueueFull:
@@ -108,6 +131,8 @@ class GroupRuntime:
         self._wakeup.set()
 
     def tick(self) -> None:
+        if self.quiesced:
+            return
         self._pending_ticks = min(self._pending_ticks + 1, PENDING_TICKS_MAX)
         self._wakeup.set()
 
@@ -122,6 +147,7 @@ class GroupRuntime:
         - "all": until applied and held by every in-sync replica.
         """
         assert acks in ("quorum", "leader", "all")
+        self.wake()
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in payloads]
         persisted: asyncio.Future[None] = loop.create_future()
@@ -149,6 +175,7 @@ class GroupRuntime:
 
     async def read_index(self) -> Index:
         """A linearizable read point: the index the state machine has applied past."""
+        self.wake()
         future: asyncio.Future[Index] = asyncio.get_running_loop().create_future()
         context = b"r%d" % next(self._read_ids)
         try:
@@ -184,11 +211,15 @@ class GroupRuntime:
         for _ in range(min(self._inbox.qsize(), DRAIN_BATCH_MAX)):
             kind, item = self._inbox.get_nowait()
             if kind == "message":
+                self.quiesced = False
                 core.step(item)
             elif kind == "propose":
                 self._propose(*item)
+            elif kind == "quiesce":
+                self.quiesced = follower_may_quiesce(core, *item)
             else:
                 self._read(*item)
+        self._consider_quiescing(ticks)
         if not self._inbox.empty():
             self._wakeup.set()
         self._check_role()
@@ -257,6 +288,21 @@ class GroupRuntime:
             proposal.future.set_exception(
                 ProposalDropped("another entry took this proposal's place")
             )
+
+    def _consider_quiescing(self, ticks: int) -> None:
+        """A leader idle for an election timeout goes quiet and tells its followers."""
+        core = self.core
+        if self.quiesced or not ticks or core.role is not Role.LEADER:
+            return
+        if quiesce_refusal(core) is not None or not all(
+            self.is_live(node) for node in core.membership.members if node != core.id
+        ):
+            self._idle_ticks = 0
+            return
+        self._idle_ticks += ticks
+        if self._idle_ticks >= core.config.election_timeout_ticks and self.on_quiesce is not None:
+            self.quiesced = True
+            self.on_quiesce(self.group_id, core.term, core.log.last_index())
 
     def _release_persisted(self, stable_index: Index) -> None:
         waiting = []

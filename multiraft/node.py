@@ -29,8 +29,8 @@ import structlog
 
 from multiraft import partition_ops
 from multiraft.config import NodeConfig
-from multiraft.errors import InvalidRequest, UnknownTopic, error_body
-from multiraft.frames import FrameType
+from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic, error_body
+from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
 from multiraft.metadata.catalog import Catalog, ProducerIdBlock, groups_for_node
 from multiraft.metadata.commands import (
@@ -74,6 +74,7 @@ from raftlog.wire import (
 )
 from storage.batch import validate_batch
 from storage.config import StoreConfig
+from storage.errors import InvalidBatchError
 from storage.files import OsFiles
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
@@ -83,6 +84,9 @@ RPC_TIMEOUT_S = 5.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
 _PRODUCE = struct.Struct(">QB")  # group id, acks
+_QUIESCE = struct.Struct(">QQQ")  # group id, term, log end index
+FRAME_PING = 5  # node-level liveness, one per peer per heartbeat interval, whatever the groups do
+FRAME_QUIESCE = 6
 ACKS = {"none": 0, "leader": 1, "quorum": 2, "all": 3}
 
 
@@ -150,6 +154,7 @@ class Node:
         self._catalog_event = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seen: dict[NodeId, float] = {}
+        self._last_heard: dict[int, float] = {}  # any frame from a peer node (its liveness)
         self._was_controller = False
         self.registered = asyncio.Event()
         self.db: StateDatabase | None = None
@@ -233,6 +238,8 @@ class Node:
         logger = self.logger.bind(group_id=group_id)
         core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
         runtime = GroupRuntime(group_id, core, store, machine, self._send, logger, self._on_role_change)
+        runtime.on_quiesce = self._on_quiesce
+        runtime.is_live = self._is_live
         self.groups[group_id] = runtime
         self.stores[group_id] = store
         runtime.start()
@@ -291,7 +298,11 @@ class Node:
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush_heartbeats)
             return
-        self.transport.send(message.target, FrameType.RAFT_MESSAGE, group_id, encode_message(message))
+        try:
+            self.transport.send(message.target, FrameType.RAFT_MESSAGE, group_id, encode_message(message))
+        except FrameTooLarge:
+            # Raft retries; an append this big means message_bytes_max is set above the frame limit.
+            self.logger.error("raft_message_too_large", group_id=group_id, type=message.type.name)
 
     def _flush_heartbeats(self) -> None:
         """One frame per peer for every group's heartbeats of this loop turn."""
@@ -303,16 +314,22 @@ class Node:
             self.transport.send(peer, FrameType.HEARTBEATS, 0, encode_heartbeats(batch))
 
     def _on_frame(self, source: int, frame_type: int, group_id: int, body: bytes) -> None:
+        self._last_heard[source] = time.monotonic()
         try:
             if frame_type == FrameType.RAFT_MESSAGE:
                 self._deliver(source, GroupId(group_id), decode_message(body))
             elif frame_type == FrameType.HEARTBEATS:
                 for beat_group, message in decode_heartbeats(body):
                     self._deliver(source, beat_group, message)
+            elif frame_type == FRAME_QUIESCE:
+                group_id_, term, index = _QUIESCE.unpack(body)
+                runtime = self.groups.get(GroupId(group_id_))
+                if runtime is not None:
+                    runtime.request_quiesce(source, term, index)
             elif frame_type in (FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE):
                 assert self.rpc is not None
                 self.rpc.on_frame(source, frame_type, body)
-        except WireError as error:
+        except (WireError, struct.error) as error:
             self.logger.warning("bad_frame_dropped", source=source, error=str(error))
 
     def _deliver(self, source: int, group_id: GroupId, message: Message) -> None:
@@ -324,14 +341,56 @@ class Node:
             runtime.deliver(message)
 
     async def _ticker(self) -> None:
-        interval = self.config.tick_ms / 1000
+        """One timer for every group; also node pings and waking quiet groups of dead leaders."""
+        config = self.config
+        interval = config.tick_ms / 1000
+        silence_s = config.election_timeout_ticks * interval
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
+        count = 0
         while True:
             next_tick += interval
             await asyncio.sleep(max(0.0, next_tick - loop.time()))
+            count += 1
+            if count % config.heartbeat_interval_ticks == 0:
+                self._ping_peers()
+            now = time.monotonic()
             for runtime in list(self.groups.values()):
+                if runtime.quiesced and not self._quiet_members_live(runtime, now, silence_s):
+                    runtime.wake()  # a member's node went silent: elect, or update the ISR
                 runtime.tick()
+
+    def _quiet_members_live(self, runtime: GroupRuntime, now: float, silence_s: float) -> bool:
+        core = runtime.core
+        if core.role is not Role.LEADER:
+            return core.leader != 0 and now - self._last_heard.get(core.leader, 0.0) <= silence_s
+        return all(
+            now - self._last_heard.get(member, 0.0) <= silence_s for member in core.membership.members - {self.id}
+        )
+
+    def _is_live(self, node: int) -> bool:
+        silence_s = self.config.election_timeout_ticks * self.config.tick_ms / 1000
+        return time.monotonic() - self._last_heard.get(node, 0.0) <= silence_s
+
+    def _ping_peers(self) -> None:
+        assert self.transport is not None
+        for peer in self._peer_ids():
+            self.transport.send(peer, FRAME_PING, 0, b"")
+
+    def _peer_ids(self) -> list[int]:
+        peers = set(self.config.initial_cluster) | set(self.catalog.nodes)
+        peers.discard(self.id)
+        return sorted(peers)
+
+    def _on_quiesce(self, group_id: GroupId, term: int, index: int) -> None:
+        assert self.transport is not None
+        core = self.groups[group_id].core
+        body = _QUIESCE.pack(group_id, term, index)
+        for member in sorted(core.membership.members - {self.id}):
+            self.transport.send(member, FRAME_QUIESCE, group_id, body)
+
+    def quiesced_groups(self) -> int:
+        return sum(1 for runtime in self.groups.values() if runtime.quiesced)
 
     # ------------------------------------------------------------------ metadata
 
@@ -511,7 +570,10 @@ class Node:
         if core.applied_index < core.commit_index or core.log.term_or_none(core.commit_index) != core.term:
             # Until this leader applied its own term's NOOP, its producer table may lag.
             raise ProposalDropped("the new leader is not ready yet; retry")
-        header = validate_batch(batch)
+        try:
+            header = validate_batch(batch)
+        except InvalidBatchError as error:
+            raise InvalidBatch(str(error)) from None
         decision = machine.state.check_produce(header)
         if isinstance(decision, Duplicate):
             return {"base_offset": decision.base_offset, "count": decision.record_count, "duplicate": True}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_offsets import OffsetCommit, encode_meta
-from multiraft.errors import InvalidRequest, OffsetOutOfRange
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, error_body
 from multiraft.remote_errors import error_from_body
 from multiraft.rpc import STATUS_ERROR, STATUS_OK, RemoteError, RpcError
 from raftlog.errors import ClientError, NotLeader
@@ -227,7 +227,7 @@ async def serve_fetch(node: Node, source: int, body: bytes) -> tuple[int, bytes]
 
 
 def _error(error: ClientError) -> tuple[int, bytes]:
-    return STATUS_ERROR, json.dumps({"error_code": error.code, "message": error.message}).encode()
+    return STATUS_ERROR, json.dumps(error_body(error)).encode()
 
 
 async def _answer(work: Any, encode: Any) -> tuple[int, bytes]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 
 from multiraft.errors import error_table
-from raftlog.errors import ClientError
+from raftlog.errors import ClientError, NotLeader
+from raftlog.types import NodeId
 
 
 class RemoteClientError(ClientError):
@@ -29,5 +30,8 @@ def error_from_body(body: bytes) -> ClientError:
         code, message = str(decoded["error_code"]), str(decoded["message"])
     except (ValueError, KeyError, TypeError):
         return RemoteClientError("INTERNAL", "a peer answered with a malformed error", 500, False)
+    if code == NotLeader.code:
+        hint = decoded.get("leader_hint", 0)
+        return NotLeader(NodeId(hint if isinstance(hint, int) else 0), message)
     http_status, retriable = error_table().get(code, (500, False))
     return RemoteClientError(code, message, http_status, retriable)

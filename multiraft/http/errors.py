@@ -21,19 +21,12 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from multiraft.errors import InvalidRequest, error_body
+from multiraft.errors import InvalidBatch, InvalidRequest, error_body
 from raftlog.errors import ClientError, NotLeader
 from storage.errors import InvalidBatchError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _logger = structlog.get_logger("multiraft.http")
-
-
-class InvalidBatch(InvalidRequest):
-    """A binary record batch failed validation (header, CRC or lengths)."""
-
-    code = "INVALID_BATCH"
-    http_status = 400
 
 
 class RouteNotFound(ClientError):

@@ -251,6 +251,11 @@ class RaftCore:
     def progress(self, node: NodeId) -> Progress | None:
         return self._progress.get(node)
 
+    @property
+    def pending_read_count(self) -> int:
+        """Linearizable reads waiting for a quorum (or for the first commit of the term)."""
+        return len(self._read_only) + len(self._reads_before_commit)
+
     def in_sync_replicas(self) -> frozenset[NodeId]:
         """The ISR: this leader plus every member caught up within the lag time."""
         if self.role is not Role.LEADER:

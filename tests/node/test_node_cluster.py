@@ -248,3 +248,44 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
         for node in nodes:
             if node.db is not None:
                 await node.stop()
+
+
+async def _quiesce_scenario(tmp_path: Path, partitions: int, timeout_s: float) -> None:
+    nodes = [Node(c) for c in configs(tmp_path)]
+    try:
+        async with asyncio.timeout(timeout_s):
+            for node in nodes:
+                await node.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            await nodes[0].create_topic("many", partitions, 3, {})
+            for node in nodes:
+                await node.wait_for_topic("many")
+            total = partitions + 1  # and the metadata group
+            await until(lambda: all(n.quiesced_groups() == total for n in nodes),
+                        f"all {total} groups quiet on every node", timeout_s / 2)
+            frames = [n.transport.stats().frames_out for n in nodes]
+            await asyncio.sleep(1.0)
+            sent = [n.transport.stats().frames_out - f for n, f in zip(nodes, frames, strict=True)]
+            # Quiet groups send nothing; only node pings remain (2 peers x ~25 intervals/s).
+            assert max(sent) < 150, f"frames per node while quiet: {sent}"
+            answer = await produce_retrying(nodes[1], "many", partitions - 1, batch(b"wake"))
+            assert answer["base_offset"] == 0, "a produce wakes its group"
+            # A leader's node dies: its quiet groups wake on the other nodes and elect.
+            victim = nodes[0]
+            led = [p for p in range(partitions) if leader_of(nodes, "many", p) is victim]
+            await victim.stop()
+            survivors = nodes[1:]
+            await until(lambda: all(leader_of(survivors, "many", p) for p in led),
+                        f"new leaders for the {len(led)} partitions node 1 led", timeout_s / 2)
+    finally:
+        for node in nodes:
+            if node.db is not None:
+                await node.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_idle_groups_quiesce_and_wake(tmp_path: Path) -> None:
+    # Goal: idle groups go quiet on every node (no heartbeat traffic), a produce wakes
+    # one, and the death of a leader's node wakes its groups elsewhere to elect.
+    await _quiesce_scenario(tmp_path, partitions=60, timeout_s=90)

@@ -1,0 +1,1 @@
+"""The deterministic simulator of Raft clusters (see docs/consensus.md)."""
