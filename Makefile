@@ -35,6 +35,7 @@ lint: install
 bench: install
 	$(PY) bench/raft_core.py
 	$(PY) bench/storage.py
+	$(PY) bench/node.py
 
 # A local 3-node cluster on 127.0.0.1-3 (data in ./data); Ctrl-C stops it.
 run: install

@@ -78,6 +78,8 @@ class NodeCollector(Collector):
         leaders = sum(1 for r in node.groups.values() if r.core.role is Role.LEADER)
         yield GaugeMetricFamily("raftlog_node_leaders", "groups this node leads", value=leaders)
         yield GaugeMetricFamily("raftlog_node_topics", "topics in the catalog", value=len(node.catalog.topics))
+        yield GaugeMetricFamily("raftlog_quiesced_groups", "idle groups that stopped ticking",
+                                value=node.quiesced_groups())
         if node.transport is None:
             return
         stats = node.transport.stats()

@@ -1,0 +1,221 @@
+"""A real 3-node raftlog cluster on this machine: produce throughput, latency, failover, idle cost.
+
+Starts three `raftlog serve` processes (127.0.0.1-3, fsync on, replication
+factor 3) with the local launcher, drives them over HTTP from this one client
+process, and prints:
+
+- produce throughput: 100-byte records in 1,000-record binary batches to one
+  partition, acks=quorum, `--window` requests in flight (target >= 300,000 rec/s);
+- sequential single-record produce latency p50/p99 (target p99 <= 3 ms);
+- failover: the longest gap between acknowledged writes while the partition
+  leader is killed with SIGKILL (target <= 1 s);
+- idle cost: CPU per node process with `--idle-partitions` partitions x RF 3
+  quiesced (target <= 5 % of one core).
+
+Baseline: NATS JetStream R=3 run by the peer kit's `nats_bench.py` in the same
+invocation with `--nats-kit DIR` (a writable copy of `../shared/peers` on which
+`setup.sh` ran: `cp -r ../shared/peers /tmp/peers-kit && /tmp/peers-kit/setup.sh`);
+without it the figure the kit recorded on this machine is printed, marked so.
+
+    .venv/bin/python bench/node.py [--seconds 10] [--window 8] [--nats-kit /tmp/peers-kit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from multiraft.clients.http import AsyncClient, RaftlogError
+from multiraft.launcher import LocalCluster
+from storage.batch import Record, encode_batch
+
+PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers"
+RECORDS_PER_BATCH = 1000
+RECORD_BYTES = 100
+
+
+def batch_of(records: int, tag: int) -> bytes:
+    value = (b"%08d" % tag) + b"x" * (RECORD_BYTES - 8)
+    return encode_batch([Record(None, value)] * records, first_timestamp_ms=int(time.time() * 1000))
+
+
+async def leader_server(client: AsyncClient, cluster: LocalCluster, topic: str, partition: int) -> str:
+    """The HTTP address of the partition leader (the client would be told so by a 421 anyway)."""
+    for _ in range(200):
+        description = await client.describe_topic(topic)
+        leader = description["partitions"][partition].get("leader")
+        if leader:
+            return cluster.nodes[int(leader) - 1].http_addr
+        await asyncio.sleep(0.05)
+    raise RuntimeError("no partition leader")
+
+
+async def throughput(servers: list[str], topic: str, seconds: float, window: int) -> float:
+    batches = [batch_of(RECORDS_PER_BATCH, i) for i in range(16)]
+    acknowledged = 0
+    deadline = time.monotonic() + seconds
+
+    async def worker(client: AsyncClient, worker_id: int) -> None:
+        nonlocal acknowledged
+        sent = worker_id
+        while time.monotonic() < deadline:
+            answer = await client.produce_batch(topic, 0, batches[sent % len(batches)])
+            acknowledged += answer["count"]
+            sent += 1
+
+    async with AsyncClient(servers) as client:
+        began = time.monotonic()
+        await asyncio.gather(*(worker(client, w) for w in range(window)))
+        return acknowledged / (time.monotonic() - began)
+
+
+async def latency(servers: list[str], topic: str, count: int) -> tuple[float, float]:
+    one = batch_of(1, 0)
+    samples = []
+    async with AsyncClient(servers) as client:
+        for _ in range(50):
+            await client.produce_batch(topic, 0, one)
+        for _ in range(count):
+            began = time.perf_counter()
+            await client.produce_batch(topic, 0, one)
+            samples.append((time.perf_counter() - began) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+async def failover(cluster: LocalCluster, topic: str, seconds_after: float) -> tuple[float, int]:
+    """Write sequentially; kill -9 the leader; the longest gap between acknowledgements."""
+    servers = cluster.http_addresses
+    one = batch_of(10, 1)
+    acknowledged: list[float] = []
+    stop_at = [float("inf")]
+
+    async def writer(client: AsyncClient) -> None:
+        while time.monotonic() < stop_at[0]:
+            try:
+                await client.produce_batch(topic, 0, one)
+                acknowledged.append(time.monotonic())
+            except RaftlogError:
+                await asyncio.sleep(0.01)
+
+    async with AsyncClient(servers, timeout_s=5.0, attempts=50, backoff_s=0.01, backoff_max_s=0.1) as client:
+        leader_http = await leader_server(client, cluster, topic, 0)
+        task = asyncio.create_task(writer(client))
+        await asyncio.sleep(1.0)
+        victim = next(n for n in cluster.nodes if n.http_addr == leader_http)
+        killed_at = time.monotonic()
+        cluster.kill_node(victim.node_id)
+        stop_at[0] = killed_at + seconds_after
+        await task
+    window = [t for t in acknowledged if t >= killed_at - 1.0]
+    gaps = [b - a for a, b in itertools.pairwise(window)]
+    return max(gaps, default=float("inf")), victim.node_id
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def idle_cost(cluster: LocalCluster, partitions: int, measure_s: float) -> list[float]:
+    async with AsyncClient(cluster.http_addresses, timeout_s=120) as client:
+        await client.create_topic("idle", partitions=partitions, replication_factor=3)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            metrics = [await _quiesced(client, server) for server in cluster.http_addresses]
+            if all(m >= partitions for m in metrics):
+                break
+            await asyncio.sleep(1.0)
+        else:
+            raise RuntimeError(f"groups did not quiesce: {metrics}")
+    pids = [int(n.pid_file.read_text()) for n in cluster.nodes]
+    before = [cpu_seconds(p) for p in pids]
+    await asyncio.sleep(measure_s)
+    return [(cpu_seconds(p) - b) / measure_s for p, b in zip(pids, before, strict=True)]
+
+
+async def _quiesced(client: AsyncClient, server: str) -> int:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(f"http://{server}/metrics") as response:
+        text = await response.text()
+    for line in text.splitlines():
+        if line.startswith("raftlog_quiesced_groups "):
+            return int(float(line.split()[1]))
+    return 0
+
+
+def nats_baseline(kit: Path | None) -> str:
+    """NATS JetStream R=3 figures: run now from a writable copy of the peer kit, or recorded."""
+    if kit is not None and (kit / ".venv" / "bin" / "python").exists():
+        output = subprocess.run(
+            [str(kit / ".venv" / "bin" / "python"), "nats_bench.py", "--reps", "1", "--n", "100000",
+             "--lat-n", "2000", "--only", "pub,lat,failover"],
+            cwd=kit, capture_output=True, text=True, timeout=1200, check=False,
+        )
+        wanted = ("pub100_msgs_per_s", "lat_p50_ms", "lat_p99_ms", "max_gap_ms")
+        lines = [line.split()[0] + " " + line.split()[1] for line in output.stdout.splitlines()
+                 if line.split() and line.split()[0] in wanted]
+        if lines:
+            return "NATS JetStream R=3, this run (no fsync; 100 B publishes, window 1024): " + "; ".join(lines)
+        return f"NATS baseline run failed (exit {output.returncode}): {output.stderr.strip()[-300:]}"
+    recorded = json.loads((PEERS / "results" / "nats.json").read_text())
+    rates = sorted(r["pub100"]["msgs_per_s"] for r in recorded["runs"] if "pub100" in r)
+    p99 = sorted(r["lat"]["p99_ms"] for r in recorded["runs"] if "lat" in r)
+    return (f"NATS JetStream R=3 (recorded by ../shared/peers on this machine, not this run): "
+            f"publish 100 B median {statistics.median(rates):,.0f} msg/s, sequential p99 {statistics.median(p99):.2f} ms")
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--window", type=int, default=8, help="produce requests in flight")
+    parser.add_argument("--latency-count", type=int, default=2000)
+    parser.add_argument("--idle-partitions", type=int, default=1000)
+    parser.add_argument("--skip-idle", action="store_true")
+    parser.add_argument("--nats-kit", type=Path, help="a writable copy of ../shared/peers after its setup.sh: "
+                        "run the NATS baseline in this invocation")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="raftlog-bench-") as directory:
+        cluster = LocalCluster(Path(directory), 3, raft_port=17100, http_port=18080)
+        cluster.start()
+        try:
+            cluster.wait_healthy(60)
+            async with AsyncClient(cluster.http_addresses, timeout_s=60) as client:
+                await client.create_topic("bench", partitions=1, replication_factor=3)
+                leader = await leader_server(client, cluster, "bench", 0)
+            rate = await throughput([leader], "bench", args.seconds, args.window)
+            print(f"produce 100 B x {RECORDS_PER_BATCH}/batch, acks=quorum, window {args.window}: "
+                  f"{rate:,.0f} records/s (target 300,000: {rate / 300_000:.2f}x)", flush=True)
+            p50, p99 = await latency([leader], "bench", args.latency_count)
+            print(f"sequential single-record produce: p50 {p50:.2f} ms, p99 {p99:.2f} ms (target p99 <= 3 ms)", flush=True)
+            gap, victim = await failover(cluster, "bench", 5.0)
+            print(f"failover: leader node {victim} killed with SIGKILL; longest gap between acknowledged "
+                  f"writes {gap * 1000:.0f} ms (target <= 1000 ms)", flush=True)
+            cluster.start_node(victim)
+            cluster.wait_healthy(60)
+            if not args.skip_idle:
+                usage = await idle_cost(cluster, args.idle_partitions, 10.0)
+                print(f"idle: {args.idle_partitions} partitions x RF 3 quiesced; CPU per node "
+                      + ", ".join(f"{u * 100:.1f} %" for u in usage) + " of one core (target <= 5 %)", flush=True)
+        finally:
+            cluster.stop()
+    print(nats_baseline(args.nats_kit), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    raise SystemExit(asyncio.run(main()))
