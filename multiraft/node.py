@@ -173,6 +173,7 @@ class Node:
             config.cluster_secret, self._on_frame, logger=self.logger,
         )
         self.rpc = Rpc(self.transport.send, self.logger)
+        self.rpc.peer_alive = self._is_live
         self.rpc.register("metadata.propose", self._serve_metadata_propose)
         self.rpc.register("metadata.create_topic", self._serve_create_topic)
         self.rpc.register("node.heartbeat", self._serve_node_heartbeat)

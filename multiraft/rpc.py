@@ -23,6 +23,7 @@ FRAME_RPC_RESPONSE = 4
 STATUS_OK = 0
 STATUS_ERROR = 1  # body: JSON {"error_code", "message"}
 CALLS_IN_FLIGHT_MAX = 4096
+LIVENESS_CHECK_S = 0.05
 
 _REQUEST = struct.Struct(">QH")  # request id, method length
 _RESPONSE = struct.Struct(">QB")  # request id, status
@@ -36,6 +37,10 @@ class RpcError(Exception):
 
 class RpcTimeout(RpcError):
     pass
+
+
+class RpcUnreachable(RpcError):
+    """The peer's node is silent (no frames for an election timeout): it may be down."""
 
 
 class RemoteError(RpcError):
@@ -52,6 +57,9 @@ class Rpc:
         self._pending: dict[int, asyncio.Future[tuple[int, bytes]]] = {}
         self._handlers: dict[str, Handler] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Node-level liveness of a peer: a call to a node that falls silent fails fast
+        # (a killed leader must not hold its callers for the whole timeout).
+        self.peer_alive: Callable[[int], bool] = lambda peer: True
 
     def register(self, method: str, handler: Handler) -> None:
         """`handler(source_node, body) -> (status, body)` answers requests for `method`."""
@@ -66,18 +74,31 @@ class Rpc:
         future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
+            if not self.peer_alive(peer):
+                raise RpcUnreachable(f"node {peer} is silent; it may be down")
             if not self._send(peer, FRAME_RPC_REQUEST, 0, frame):
                 raise RpcError(f"cannot send to node {peer}")
-            try:
-                async with asyncio.timeout(timeout_s):
-                    status, answer = await future
-            except TimeoutError:
-                raise RpcTimeout(f"node {peer} did not answer {method} within {timeout_s} s") from None
+            status, answer = await self._wait(peer, method, future, timeout_s)
         finally:
             self._pending.pop(request_id, None)
         if status != STATUS_OK:
             raise RemoteError(answer)
         return answer
+
+    async def _wait(
+        self, peer: int, method: str, future: asyncio.Future[tuple[int, bytes]], timeout_s: float
+    ) -> tuple[int, bytes]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RpcTimeout(f"node {peer} did not answer {method} within {timeout_s} s")
+            done, _ = await asyncio.wait({future}, timeout=min(remaining, LIVENESS_CHECK_S))
+            if done:
+                return future.result()
+            if not self.peer_alive(peer):
+                raise RpcUnreachable(f"node {peer} went silent while answering {method}")
 
     def on_frame(self, source: int, frame_type: int, body: bytes) -> None:
         """Feed RPC frames from the transport (called on the event loop)."""
