@@ -6,6 +6,8 @@ process, and prints:
 
 - produce throughput: 100-byte records in 1,000-record binary batches to one
   partition, acks=quorum, `--window` requests in flight (target >= 300,000 rec/s);
+- consume throughput of those records from one partition over HTTP, binary
+  (target >= 1,000,000 rec/s) and JSON (target >= 100,000 rec/s);
 - sequential single-record produce latency p50/p99 (target p99 <= 3 ms);
 - failover: the longest gap between acknowledged writes while the partition
   leader is killed with SIGKILL (target <= 1 s);
@@ -79,6 +81,24 @@ async def throughput(servers: list[str], topic: str, seconds: float, window: int
         began = time.monotonic()
         await asyncio.gather(*(worker(client, w) for w in range(window)))
         return acknowledged / (time.monotonic() - began)
+
+
+async def consume_rate(server: str, topic: str, seconds: float, binary: bool) -> float:
+    """Records/s reading one partition from offset 0, sequentially, from one replica."""
+    records = 0
+    offset = 0
+    async with AsyncClient([server], timeout_s=60) as client:
+        began = time.monotonic()
+        while time.monotonic() - began < seconds:
+            if binary:
+                read = await client.consume_batches(topic, 0, offset, max_records=100_000, max_bytes=8 << 20)
+                next_offset, high_watermark = read.next_offset, read.high_watermark
+            else:
+                answer = await client.consume(topic, 0, offset, max_records=10_000, max_bytes=8 << 20, format="string")
+                next_offset, high_watermark = answer["next_offset"], answer["high_watermark"]
+            records += next_offset - offset
+            offset = next_offset if next_offset < high_watermark else 0
+        return records / (time.monotonic() - began)
 
 
 async def latency(servers: list[str], topic: str, count: int) -> tuple[float, float]:
@@ -199,6 +219,11 @@ async def main() -> int:
             rate = await throughput([leader], "bench", args.seconds, args.window)
             print(f"produce 100 B x {RECORDS_PER_BATCH}/batch, acks=quorum, window {args.window}: "
                   f"{rate:,.0f} records/s (target 300,000: {rate / 300_000:.2f}x)", flush=True)
+            for binary in (True, False):
+                consumed = await consume_rate(leader, "bench", args.seconds / 2, binary)
+                target = 1_000_000 if binary else 100_000
+                print(f"consume one partition, {'binary' if binary else 'JSON (string format)'}: "
+                      f"{consumed:,.0f} records/s (target {target:,}: {consumed / target:.2f}x)", flush=True)
             p50, p99 = await latency([leader], "bench", args.latency_count)
             print(f"sequential single-record produce: p50 {p50:.2f} ms, p99 {p99:.2f} ms (target p99 <= 3 ms)", flush=True)
             gap, victim = await failover(cluster, "bench", 5.0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -88,6 +88,9 @@ class GroupRuntime:
         # Node-level liveness of a peer; a group with a silent member never goes quiet
         # (its leader must keep ticking so the ISR notices).
         self.is_live: Callable[[int], bool] = lambda node: True
+        # Cross-group group commit (multiraft/flusher.py); None: the store syncs alone.
+        self.sync: Callable[[Any], Awaitable[None]] | None = None
+        self._campaign_requested = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -113,6 +116,12 @@ class GroupRuntime:
             self.quiesced = False
             self._idle_ticks = 0
             self._wakeup.set()
+
+    def request_campaign(self) -> None:
+        """Campaign once the bootstrap is applied (a new group's preferred leader does,
+        so a thousand new groups do not all wait out randomized election timeouts)."""
+        self._campaign_requested = True
+        self._wakeup.set()
 
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
         """The leader says the group is idle; obeyed in order with the messages around it."""
@@ -194,8 +203,11 @@ class GroupRuntime:
                 self._wakeup.clear()
                 self._drain()
                 while self.core.has_ready():
-                    self._handle_ready()
-                    await asyncio.sleep(0)  # let other groups run between Readys
+                    await self._handle_ready()
+                if self._campaign_requested and self.core.applied_index >= self.core.commit_index:
+                    self._campaign_requested = False
+                    self.core.campaign()
+                    self._wakeup.set()
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a storage failure is fatal for the group, never silent
@@ -249,7 +261,7 @@ class GroupRuntime:
             return
         self._reads[context] = future
 
-    def _handle_ready(self) -> None:
+    async def _handle_ready(self) -> None:
         ready = self.core.ready()
         for message in ready.messages:
             self._send(self.group_id, message)
@@ -262,7 +274,11 @@ class GroupRuntime:
         if ready.hard_state is not None:
             store.set_hard_state(ready.hard_state)
         if ready.must_sync or ready.entries or ready.hard_state is not None:
-            store.sync()
+            if self.sync is not None:
+                await self.sync(store)  # shared with every group of this loop turn
+            else:
+                store.sync()
+                await asyncio.sleep(0)  # let other groups run between Readys
         if ready.entries and self._persist_waiters:
             self._release_persisted(ready.entries[-1].index)
         for message in ready.persisted_messages:

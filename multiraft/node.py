@@ -30,6 +30,7 @@ import structlog
 from multiraft import partition_ops
 from multiraft.config import NodeConfig
 from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic, error_body
+from multiraft.flusher import Flusher
 from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
 from multiraft.metadata.catalog import Catalog, ProducerIdBlock, groups_for_node
@@ -155,6 +156,7 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seen: dict[NodeId, float] = {}
         self._last_heard: dict[int, float] = {}  # any frame from a peer node (its liveness)
+        self.ticks_skipped = 0
         self._was_controller = False
         self.registered = asyncio.Event()
         self.db: StateDatabase | None = None
@@ -167,6 +169,7 @@ class Node:
         config = self.config
         (config.data_dir / "groups").mkdir(parents=True, exist_ok=True)
         self.db = StateDatabase(str(config.data_dir / "state.db"))
+        self._flusher = Flusher(self.db, self.logger)
         peers = {n: (a.host, a.port) for n, a in config.initial_cluster.items() if n != self.id}
         self.transport = Transport(
             self.id, config.raft_addr.host, config.raft_addr.port, peers,
@@ -218,13 +221,15 @@ class Node:
     # ------------------------------------------------------------------ groups
 
     def _open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any) -> GroupRuntime:
+        """Open (or create) a group's replica; a new group's first voter campaigns at once."""
         config = self.config
         assert self.db is not None
         directory = config.data_dir / "groups" / str(group_id)
         directory.mkdir(parents=True, exist_ok=True)
         store_config = StoreConfig(flush=config.flush, segment_bytes_max=config.segment_bytes_max)
         store = SegmentStore(group_id, str(directory), self.db, self._files, store_config)
-        if store.last_index() == 0 and self.id in voters:
+        created = store.last_index() == 0 and self.id in voters
+        if created:
             entries, hard_state = bootstrap_entries(voters)
             store.append(entries)
             store.set_hard_state(hard_state)
@@ -241,6 +246,9 @@ class Node:
         runtime = GroupRuntime(group_id, core, store, machine, self._send, logger, self._on_role_change)
         runtime.on_quiesce = self._on_quiesce
         runtime.is_live = self._is_live
+        runtime.sync = self._flusher.sync
+        if created and voters[0] == self.id:
+            runtime.request_campaign()
         self.groups[group_id] = runtime
         self.stores[group_id] = store
         runtime.start()
@@ -352,6 +360,11 @@ class Node:
         while True:
             next_tick += interval
             await asyncio.sleep(max(0.0, next_tick - loop.time()))
+            if loop.time() - next_tick > interval:
+                # Overloaded: drop the missed ticks rather than fire them in a burst, which
+                # would time out elections whose answers are merely queued (etcd does too).
+                self.ticks_skipped += int((loop.time() - next_tick) / interval)
+                next_tick = loop.time()
             count += 1
             if count % config.heartbeat_interval_ticks == 0:
                 self._ping_peers()

@@ -210,6 +210,17 @@ class RaftCore:
             self._send_append(target)
         return target
 
+    def campaign(self) -> None:
+        """Start an election now (with PreVote when configured), if this node may lead.
+
+        For a driver that knows this replica should lead (the preferred leader of a new
+        group); everyone else still waits out their randomized timeouts.
+        """
+        assert self._outstanding is None, "no input between ready() and advance()"
+        if self.role is not Role.LEADER and self._promotable():
+            self.election_elapsed = 0
+            self._campaign(transfer=False)
+
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point; a `ReadState` with `context` arrives in a Ready."""
         assert self._outstanding is None, "no input between ready() and advance()"

@@ -461,6 +461,12 @@ class Simulation:
         self._schedule(self.rng.randrange(100, 1500), "heal_partition")
 
     def _fault_transfer(self) -> None:
+        if self.rng.random() < 0.3:
+            # A driver-initiated election (a new group's preferred leader does this).
+            node = self.nodes[self.rng.choice(self.all_ids)]
+            if node.up:
+                self._enqueue(node, "campaign", None)
+            return
         leader = self._current_leader()
         if leader is None or leader.core is None:
             return
@@ -582,6 +588,8 @@ class Simulation:
             elif kind == "membership":
                 core.propose_membership(item)
                 self._trace(node.id, "membership", op=item.op.name, target=item.node_id)
+            elif kind == "campaign":
+                core.campaign()
             elif kind == "snapshot_failed":
                 core.report_snapshot(item, success=False)
             elif kind == "unreachable":
