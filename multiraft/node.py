@@ -369,18 +369,20 @@ class Node:
             if count % config.heartbeat_interval_ticks == 0:
                 self._ping_peers()
             now = time.monotonic()
+            silent = {p for p in self._peer_ids() if now - self._last_heard.get(p, 0.0) > silence_s}
             for runtime in list(self.groups.values()):
-                if runtime.quiesced and not self._quiet_members_live(runtime, now, silence_s):
+                if runtime.quiesced:
+                    # Quiet groups cost nothing per tick unless some peer node fell silent.
+                    if not silent or not self._depends_on(runtime, silent):
+                        continue
                     runtime.wake()  # a member's node went silent: elect, or update the ISR
                 runtime.tick()
 
-    def _quiet_members_live(self, runtime: GroupRuntime, now: float, silence_s: float) -> bool:
+    def _depends_on(self, runtime: GroupRuntime, silent: set[int]) -> bool:
         core = runtime.core
         if core.role is not Role.LEADER:
-            return core.leader != 0 and now - self._last_heard.get(core.leader, 0.0) <= silence_s
-        return all(
-            now - self._last_heard.get(member, 0.0) <= silence_s for member in core.membership.members - {self.id}
-        )
+            return core.leader == 0 or core.leader in silent
+        return not silent.isdisjoint(core.membership.members)
 
     def _is_live(self, node: int) -> bool:
         silence_s = self.config.election_timeout_ticks * self.config.tick_ms / 1000
