@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from multiraft.quiescence import follower_may_quiesce, quiesce_refusal
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import Entry, EntryKind, Message, Role
+from raftlog.messages import ConfChange, Entry, EntryKind, Message, Role
 from raftlog.storage import RaftStorage
 from raftlog.types import GroupId, Index, Term
 
@@ -182,6 +182,17 @@ class GroupRuntime:
     def _last_applied_target(self, results: list[Any]) -> Index:
         return self.core.applied_index
 
+    async def propose_membership(self, change: ConfChange) -> None:
+        """Add or remove one member; returns once the change is applied here."""
+        self.wake()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            self._inbox.put_nowait(("membership", (change, future)))
+        except asyncio.QueueFull:
+            raise ProposalDropped("the group's inbox is full; retry") from None
+        self._wakeup.set()
+        await future
+
     async def read_index(self) -> Index:
         """A linearizable read point: the index the state machine has applied past."""
         self.wake()
@@ -229,6 +240,8 @@ class GroupRuntime:
                 self._propose(*item)
             elif kind == "quiesce":
                 self.quiesced = follower_may_quiesce(core, *item)
+            elif kind == "membership":
+                self._propose_membership(*item)
             else:
                 self._read(*item)
         self._consider_quiescing(ticks)
@@ -252,6 +265,14 @@ class GroupRuntime:
         for offset, future in enumerate(futures):
             self._proposals[Index(first + offset)] = _Proposal(term, future)
         self._persist_waiters.append((Index(first + len(payloads) - 1), persisted))
+
+    def _propose_membership(self, change: ConfChange, future: asyncio.Future[Any]) -> None:
+        try:
+            term, index = self.core.propose_membership(change)
+        except ClientError as error:
+            future.set_exception(error)
+            return
+        self._proposals[index] = _Proposal(term, future)
 
     def _read(self, context: bytes, future: asyncio.Future[Index]) -> None:
         try:

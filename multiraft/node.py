@@ -62,8 +62,8 @@ from multiraft.transport import Transport
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
-from raftlog.errors import ClientError, NotLeader, ProposalDropped
-from raftlog.messages import Entry, EntryKind, Message, Role
+from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader, ProposalDropped
+from raftlog.messages import ConfChange, ConfChangeOp, Entry, EntryKind, Message, Role
 from raftlog.types import GroupId, Index, NodeId
 from raftlog.wire import (
     WireError,
@@ -82,6 +82,7 @@ from storage.state_db import StateDatabase
 
 METADATA_GROUP = GroupId(0)
 RPC_TIMEOUT_S = 5.0
+JOIN_TIMEOUT_S = 60.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
 _PRODUCE = struct.Struct(">QB")  # group id, acks
@@ -179,12 +180,15 @@ class Node:
         self.rpc.peer_alive = self._is_live
         self.rpc.register("metadata.propose", self._serve_metadata_propose)
         self.rpc.register("metadata.create_topic", self._serve_create_topic)
+        self.rpc.register("metadata.add_learner", self._serve_add_learner)
         self.rpc.register("node.heartbeat", self._serve_node_heartbeat)
         self.rpc.register("partition.produce", self._serve_produce)
         self.rpc.register("partition.read", lambda s, b: partition_ops.serve_read(self, s, b))
         self.rpc.register("partition.commit_offset", lambda s, b: partition_ops.serve_commit(self, s, b))
         self.rpc.register("partition.fetch_offset", lambda s, b: partition_ops.serve_fetch(self, s, b))
         await self.transport.start()
+        if config.join is not None:
+            await self._join(config.join)
         self._open_group(METADATA_GROUP, sorted(config.initial_cluster), CatalogMachine(self))
         for name, coroutine in (
             ("ticker", self._ticker()),
@@ -287,8 +291,7 @@ class Node:
         assert self.transport is not None
         peers = {n: (a.host, a.port) for n, a in self.config.initial_cluster.items()}
         for node in self.catalog.nodes.values():
-            host, _, port = node.raft_addr.rpartition(":")
-            peers[node.node_id] = (host, int(port))
+            peers[node.node_id] = _host_port(node.raft_addr)
         peers.pop(self.id, None)
         self.transport.update_peers(peers)
 
@@ -481,6 +484,63 @@ class Node:
             return STATUS_ERROR, json.dumps(error_body(NotLeader(self.groups[METADATA_GROUP].core.leader))).encode()
         return await _answer(self._create_topic_as_controller(request), lambda _: b"{}")
 
+    async def add_node(self, node_id: NodeId, raft_addr: str, http_addr: str, rack: str | None) -> dict[str, str]:
+        """Admit a joining node: register it, make it a learner of the metadata group.
+
+        Idempotent (a restarted joiner asks again). Returns the raft addresses of the
+        registered nodes, so the joiner can dial the cluster.
+        """
+        await self.propose_metadata(
+            RegisterNode(node_id=node_id, raft_addr=raft_addr, http_addr=http_addr, rack=rack)
+        )
+        runtime = self.groups[METADATA_GROUP]
+        if runtime.core.role is Role.LEADER:
+            await self._add_learner(node_id)
+        else:
+            await self._call_leader(runtime, "metadata.add_learner", json.dumps({"node_id": node_id}).encode())
+        return {str(n.node_id): n.raft_addr for n in self.catalog.nodes.values()}
+
+    async def _add_learner(self, node_id: NodeId) -> None:
+        runtime = self.groups[METADATA_GROUP]
+        async with asyncio.timeout(RPC_TIMEOUT_S):
+            while node_id not in runtime.core.membership.members:
+                try:
+                    await runtime.propose_membership(ConfChange(ConfChangeOp.ADD_LEARNER, node_id))
+                except MembershipChangeInProgress:
+                    await asyncio.sleep(0.05)  # one change at a time: wait for the previous one
+
+    async def _serve_add_learner(self, source: int, body: bytes) -> tuple[int, bytes]:
+        if self.groups[METADATA_GROUP].core.role is not Role.LEADER:
+            return STATUS_ERROR, json.dumps(error_body(NotLeader(self.groups[METADATA_GROUP].core.leader))).encode()
+        node_id = NodeId(int(json.loads(body)["node_id"]))
+        return await _answer(self._add_learner(node_id), lambda _: b"{}")
+
+    async def _join(self, address: Any) -> None:
+        """Ask a node of an existing cluster (its HTTP address) to admit this one."""
+        import aiohttp
+
+        config = self.config
+        body = {"node_id": self.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
+                "rack": config.rack or None}
+        url = f"http://{address}/v1/admin/nodes"
+        delay = 0.1
+        async with asyncio.timeout(JOIN_TIMEOUT_S), aiohttp.ClientSession() as session:
+            while True:
+                try:
+                    async with session.post(url, json=body) as response:
+                        answer = await response.json()
+                        if response.status == 200:
+                            break
+                        self.logger.info("join_retry", status=response.status, error=answer.get("error_code"))
+                except (aiohttp.ClientError, ValueError) as error:
+                    self.logger.info("join_retry", error=repr(error))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        peers = {int(n): a for n, a in answer["nodes"].items() if int(n) != self.id}
+        assert self.transport is not None
+        self.transport.update_peers({n: _host_port(a) for n, a in peers.items()})
+        self.logger.info("joined", via=str(address), peers=sorted(peers))
+
     async def _registrar(self) -> None:
         """Register this node (addresses, rack) with the catalog; retry until it is in."""
         config = self.config
@@ -615,6 +675,11 @@ class Node:
             return STATUS_ERROR, json.dumps(error_body(NotLeader(leader))).encode()
         work = self._produce_local(GroupId(group_id), body[_PRODUCE.size :], acks)
         return await _answer(work, lambda result: json.dumps(_result_json(result)).encode())
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
 
 
 def _consume_task(task: asyncio.Task[Any]) -> None:

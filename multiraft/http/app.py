@@ -19,6 +19,7 @@ from multiraft.http.handlers import (
     docs,
     groups,
     metrics,
+    nodes,
     produce,
     producers,
     topics,
@@ -45,6 +46,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/groups/{group}/offsets", groups.commit_offsets),
     ("GET", "/v1/groups/{group}/offsets", groups.fetch_offsets),
     ("POST", "/v1/admin/leadership/balance", admin.balance_leadership),
+    ("POST", "/v1/admin/nodes", nodes.add_node),
     ("GET", "/v1/openapi.json", docs.openapi),
     ("GET", "/metrics", metrics.metrics),
 )

@@ -146,6 +146,16 @@ _PATHS: dict[str, Any] = {
     },
     "/v1/admin/leadership/balance": {"post": {"summary": "balance partition leaders (not yet available)",
                                               "responses": {"501": _ERROR}}},
+    "/v1/admin/nodes": {"post": {
+        "summary": "admit a node started with --join (registers it, adds it as a metadata learner)",
+        "requestBody": {"required": True, **_json({"type": "object", "required": ["node_id", "raft_addr", "http_addr"],
+                                                   "properties": {"node_id": {"type": "integer", "minimum": 1},
+                                                                  "raft_addr": {"type": "string"},
+                                                                  "http_addr": {"type": "string"},
+                                                                  "rack": {"type": ["string", "null"]}}})},
+        "responses": {"200": _ok("the raft addresses of the registered nodes",
+                                 {"type": "object", "properties": {"nodes": {"type": "object"}}}),
+                      "400": _ERROR, "421": _ERROR, "503": _ERROR, "504": _ERROR}}},
     "/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": _ok("OpenAPI 3",
                                                                                     {"type": "object"})}}},
     "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {

@@ -289,3 +289,43 @@ async def test_idle_groups_quiesce_and_wake(tmp_path: Path) -> None:
     # Goal: idle groups go quiet on every node (no heartbeat traffic), a produce wakes
     # one, and the death of a leader's node wakes its groups elsewhere to elect.
     await _quiesce_scenario(tmp_path, partitions=60, timeout_s=90)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_node_joins_as_a_metadata_learner(tmp_path: Path) -> None:
+    # Goal: a fourth node started with --join (an HTTP address) is admitted as a learner
+    # of the metadata group, receives the catalog, and hosts replicas of new topics.
+    from multiraft.http import HttpServer
+
+    cfgs = configs(tmp_path, 3)
+    nodes = [Node(c) for c in cfgs]
+    servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
+    joiner: Node | None = None
+    try:
+        async with asyncio.timeout(90):
+            for node, server in zip(nodes, servers, strict=True):
+                await node.start()
+                await server.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            await nodes[0].create_topic("before", 1, 3, {})
+            join_via = Address.parse(servers[1].url.removeprefix("http://"), "join")
+            joiner_config = NodeConfig(
+                node_id=NodeId(4), data_dir=tmp_path / "node4", raft_addr=Address("127.0.0.4", free_port("127.0.0.4")),
+                http_addr=Address("127.0.0.4", 8004), join=join_via, cluster_secret=SECRET, tick_ms=20,
+            )
+            joiner = Node(joiner_config)
+            await joiner.start()
+            await joiner.wait_for_topic("before")
+            await until(lambda: all(len(n.catalog.nodes) == 4 for n in [*nodes, joiner]), "4 nodes everywhere")
+            metadata_leader = next(n for n in nodes if n.groups[0].core.role is Role.LEADER)
+            assert 4 in metadata_leader.groups[0].core.membership.learners
+            await nodes[2].create_topic("after", 4, 1, {})  # one replica on each of the 4 nodes
+            await joiner.wait_for_topic("after")
+            await until(lambda: len(joiner.partitions) == 1, "the joiner hosts a replica")
+    finally:
+        for server in servers:
+            await server.stop()
+        for node in [*nodes, joiner]:
+            if node is not None and node.db is not None:
+                await node.stop()
