@@ -16,9 +16,8 @@ transfer uses TimeoutNow; membership changes add or remove one server at a time.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftlog.core.config import Config
 from raftlog.core.insync import InSyncTracker
@@ -54,6 +53,9 @@ from raftlog.messages import (
 )
 from raftlog.storage import CompactedError, LogStorage
 from raftlog.types import NO_NODE, Index, NodeId, Term
+
+if TYPE_CHECKING:
+    import random  # only the type: the core draws from the instance it is given
 
 MT = MessageType
 
