@@ -10,7 +10,9 @@ catches up from its own log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,22 @@ async def produce_retrying(node: Node, topic: str, partition: int, data: bytes, 
                 if not error.retriable:
                     raise
             await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(tmp_path: Path, timeout_s: float = 90) -> AsyncIterator[list[Node]]:
+    """Three started, registered nodes; every node still running is stopped on the way out."""
+    nodes = [Node(c) for c in configs(tmp_path)]
+    try:
+        async with asyncio.timeout(timeout_s):
+            for node in nodes:
+                await node.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            yield nodes
+    finally:
+        for node in nodes:
+            if node.db is not None:
+                await node.stop()
 
 
 def leader_of(nodes: list[Node], topic: str, partition: int) -> Node | None:
@@ -149,62 +167,53 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
     from multiraft import partition_ops
     from multiraft.consumer_offsets import OffsetCommit
 
-    nodes = [Node(c) for c in configs(tmp_path)]
-    try:
-        async with asyncio.timeout(90):
-            for node in nodes:
-                await node.start()
-            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
-            await nodes[0].create_topic("solo", 1, 1, {})  # one replica: two nodes must forward
-            for node in nodes:
-                await node.wait_for_topic("solo")
-            await until(lambda: leader_of(nodes, "solo", 0) is not None, "a leader for solo/0")
-            host = leader_of(nodes, "solo", 0)
-            others = [n for n in nodes if n is not host]
-
-            producer_id, epoch = await others[0].allocate_producer_id()
-            first = encode_batch([Record(None, b"a"), Record(None, b"b")], first_timestamp_ms=1,
-                                 producer_id=producer_id, producer_epoch=epoch, base_sequence=0)
-            answer = await produce_retrying(others[0], "solo", 0, first)
-            assert (answer["base_offset"], answer["count"], answer["duplicate"]) == (0, 2, False)
-            retry = await produce_retrying(others[1], "solo", 0, first)
-            assert (retry["base_offset"], retry["duplicate"]) == (0, True), "a retry gets its original offsets"
-
-            bumped = encode_batch([Record(None, b"e1")], first_timestamp_ms=1, producer_id=producer_id,
-                                  producer_epoch=epoch + 1, base_sequence=0)
-            fenced = encode_batch([Record(None, b"old")], first_timestamp_ms=1, producer_id=producer_id,
-                                  producer_epoch=epoch, base_sequence=2)
-            assert (await produce_retrying(others[0], "solo", 0, bumped))["base_offset"] == 2
-            with pytest.raises(ClientError) as raised:
-                await produce_retrying(others[1], "solo", 0, fenced)
-            assert raised.value.code == "INVALID_PRODUCER_EPOCH", "an old epoch is fenced"
-
-            waiting = asyncio.create_task(
-                partition_ops.consume(others[1], "solo", 0, 3, wait_ms=5000)
-            )
-            await asyncio.sleep(0.2)
-            assert not waiting.done(), "a read at the high watermark waits"
-            await produce_retrying(others[0], "solo", 0, batch(b"c"))
-            woken = await waiting
-            assert [(b, n) for b, n, _ in woken.batches] == [(3, 1)] and woken.high_watermark == 4
-
-            read = await partition_ops.consume(others[0], "solo", 0, 0)  # forwarded read
-            assert [(b, n) for b, n, _ in read.batches] == [(0, 2), (2, 1), (3, 1)] and read.next_offset == 4
-
-            commit = OffsetCommit(group="g1", topic="solo", partition=0, offset=2)
-            await partition_ops.commit_offsets(others[1], "g1", [commit])
-            fetched = await partition_ops.fetch_offsets(others[0], "g1", "solo")
-            assert fetched == [{"topic": "solo", "partition": 0, "offset": 2, "metadata": ""}]
-            with pytest.raises(ClientError) as raised:
-                await partition_ops.commit_offsets(host, "g1", [OffsetCommit(group="g1", topic="solo", partition=0, offset=99)])
-            assert raised.value.code == "OFFSET_OUT_OF_RANGE"
-            with pytest.raises(ClientError) as raised:
-                await partition_ops.consume(others[0], "solo", 0, 50)
-            assert raised.value.code == "OFFSET_OUT_OF_RANGE" and raised.value.http_status == 416
-    finally:
+    async with running_cluster(tmp_path) as nodes:
+        await nodes[0].create_topic("solo", 1, 1, {})  # one replica: two nodes must forward
         for node in nodes:
-            if node.db is not None:
-                await node.stop()
+            await node.wait_for_topic("solo")
+        await until(lambda: leader_of(nodes, "solo", 0) is not None, "a leader for solo/0")
+        host = leader_of(nodes, "solo", 0)
+        others = [n for n in nodes if n is not host]
+
+        producer_id, epoch = await others[0].allocate_producer_id()
+        first = encode_batch([Record(None, b"a"), Record(None, b"b")], first_timestamp_ms=1,
+                             producer_id=producer_id, producer_epoch=epoch, base_sequence=0)
+        answer = await produce_retrying(others[0], "solo", 0, first)
+        assert (answer["base_offset"], answer["count"], answer["duplicate"]) == (0, 2, False)
+        retry = await produce_retrying(others[1], "solo", 0, first)
+        assert (retry["base_offset"], retry["duplicate"]) == (0, True), "a retry gets its original offsets"
+
+        bumped = encode_batch([Record(None, b"e1")], first_timestamp_ms=1, producer_id=producer_id,
+                              producer_epoch=epoch + 1, base_sequence=0)
+        fenced = encode_batch([Record(None, b"old")], first_timestamp_ms=1, producer_id=producer_id,
+                              producer_epoch=epoch, base_sequence=2)
+        assert (await produce_retrying(others[0], "solo", 0, bumped))["base_offset"] == 2
+        with pytest.raises(ClientError) as raised:
+            await produce_retrying(others[1], "solo", 0, fenced)
+        assert raised.value.code == "INVALID_PRODUCER_EPOCH", "an old epoch is fenced"
+
+        waiting = asyncio.create_task(
+            partition_ops.consume(others[1], "solo", 0, 3, wait_ms=5000)
+        )
+        await asyncio.sleep(0.2)
+        assert not waiting.done(), "a read at the high watermark waits"
+        await produce_retrying(others[0], "solo", 0, batch(b"c"))
+        woken = await waiting
+        assert [(b, n) for b, n, _ in woken.batches] == [(3, 1)] and woken.high_watermark == 4
+
+        read = await partition_ops.consume(others[0], "solo", 0, 0)  # forwarded read
+        assert [(b, n) for b, n, _ in read.batches] == [(0, 2), (2, 1), (3, 1)] and read.next_offset == 4
+
+        commit = OffsetCommit(group="g1", topic="solo", partition=0, offset=2)
+        await partition_ops.commit_offsets(others[1], "g1", [commit])
+        fetched = await partition_ops.fetch_offsets(others[0], "g1", "solo")
+        assert fetched == [{"topic": "solo", "partition": 0, "offset": 2, "metadata": ""}]
+        with pytest.raises(ClientError) as raised:
+            await partition_ops.commit_offsets(host, "g1", [OffsetCommit(group="g1", topic="solo", partition=0, offset=99)])
+        assert raised.value.code == "OFFSET_OUT_OF_RANGE"
+        with pytest.raises(ClientError) as raised:
+            await partition_ops.consume(others[0], "solo", 0, 50)
+        assert raised.value.code == "OFFSET_OUT_OF_RANGE" and raised.value.http_status == 416
 
 
 @pytest.mark.integration
@@ -212,42 +221,33 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
 async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
     # Goal: every acks mode answers; with a replica down, acks=quorum still works at
     # min_insync_replicas=2 but is refused with NOT_ENOUGH_REPLICAS at 3.
-    nodes = [Node(c) for c in configs(tmp_path)]
-    try:
-        async with asyncio.timeout(90):
-            for node in nodes:
-                await node.start()
-            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
-            await nodes[0].create_topic("strict", 1, 3, {"min_insync_replicas": 3})
-            await nodes[0].create_topic("relaxed", 1, 3, {"min_insync_replicas": 2})
-            for node in nodes:
-                await node.wait_for_topic("strict")
-                await node.wait_for_topic("relaxed")
-            await until(lambda: leader_of(nodes, "strict", 0) and leader_of(nodes, "relaxed", 0), "leaders")
-            for acks in ("none", "leader", "quorum", "all"):
-                answer = await produce_retrying(nodes[0], "relaxed", 0, batch(acks.encode()))
-                assert answer["count"] == 1
-            answer = await produce_retrying(nodes[0], "strict", 0, batch(b"x"), timeout_s=15)
-            assert answer["base_offset"] == 0
-            # Take down a follower of both partitions; wait past the lag time (short here).
-            leader = leader_of(nodes, "strict", 0)
-            victim = next(n for n in nodes if n is not leader and n is not leader_of(nodes, "relaxed", 0))
-            await victim.stop()
-            survivors = [n for n in nodes if n is not victim]
-            await asyncio.sleep(0.1)
-            answer = await produce_retrying(survivors[0], "relaxed", 0, batch(b"ok"))
-            assert answer["count"] == 1
-            strict_leader = leader_of(survivors, "strict", 0)
-            group = strict_leader.partition_group("strict", 0)
-            core = strict_leader.groups[group].core
-            await until(lambda: len(core.in_sync_replicas()) == 2, "the stopped follower left the ISR", 20)
-            with pytest.raises(ClientError) as raised:
-                await survivors[0].produce("strict", 0, batch(b"no"))
-            assert raised.value.code == "NOT_ENOUGH_REPLICAS"
-    finally:
+    async with running_cluster(tmp_path) as nodes:
+        await nodes[0].create_topic("strict", 1, 3, {"min_insync_replicas": 3})
+        await nodes[0].create_topic("relaxed", 1, 3, {"min_insync_replicas": 2})
         for node in nodes:
-            if node.db is not None:
-                await node.stop()
+            await node.wait_for_topic("strict")
+            await node.wait_for_topic("relaxed")
+        await until(lambda: leader_of(nodes, "strict", 0) and leader_of(nodes, "relaxed", 0), "leaders")
+        for acks in ("none", "leader", "quorum", "all"):
+            answer = await produce_retrying(nodes[0], "relaxed", 0, batch(acks.encode()))
+            assert answer["count"] == 1
+        answer = await produce_retrying(nodes[0], "strict", 0, batch(b"x"), timeout_s=15)
+        assert answer["base_offset"] == 0
+        # Take down a follower of both partitions; wait past the lag time (short here).
+        leader = leader_of(nodes, "strict", 0)
+        victim = next(n for n in nodes if n is not leader and n is not leader_of(nodes, "relaxed", 0))
+        await victim.stop()
+        survivors = [n for n in nodes if n is not victim]
+        await asyncio.sleep(0.1)
+        answer = await produce_retrying(survivors[0], "relaxed", 0, batch(b"ok"))
+        assert answer["count"] == 1
+        strict_leader = leader_of(survivors, "strict", 0)
+        group = strict_leader.partition_group("strict", 0)
+        core = strict_leader.groups[group].core
+        await until(lambda: len(core.in_sync_replicas()) == 2, "the stopped follower left the ISR", 20)
+        with pytest.raises(ClientError) as raised:
+            await survivors[0].produce("strict", 0, batch(b"no"))
+        assert raised.value.code == "NOT_ENOUGH_REPLICAS"
 
 
 async def _quiesce_scenario(tmp_path: Path, partitions: int, timeout_s: float) -> None:
