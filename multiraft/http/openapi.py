@@ -43,7 +43,9 @@ def _query(name: str, schema: dict[str, Any], required: bool = False) -> dict[st
 
 
 _TOPIC = _path("topic", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"})
-_PARTITION = _path("partition", {"type": "integer", "minimum": 0})
+_ADDRESS = r"^[A-Za-z0-9.\-\[\]:]{1,255}:[0-9]{1,5}$"
+_CONFIG = {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9_.]{0,99}$"}}
+_PARTITION = _path("partition", {"type": "integer", "minimum": 0, "maximum": 999_999_999})
 _GROUP = _path("group", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"})
 _ACKS = {"type": "string", "enum": ["none", "leader", "quorum", "all"]}
 _FORMAT = {"type": "string", "enum": ["json", "string", "binary"]}
@@ -69,18 +71,18 @@ _SCHEMAS: dict[str, Any] = {
         "isr": {"type": ["array", "null"], "items": _INT}, "log_start_offset": _NULLABLE_INT,
         "high_watermark": _NULLABLE_INT, "log_end_offset": _NULLABLE_INT}},
     "Topic": {"type": "object", "properties": {
-        "name": {"type": "string"}, "replication_factor": _INT, "config": {"type": "object"},
+        "name": {"type": "string"}, "replication_factor": _INT, "config": _CONFIG,
         "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/Partition"}}}},
     "OffsetCommit": {"type": "object", "required": ["topic", "partition", "offset"], "properties": {
-        "topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0},
-        "offset": {"type": "integer", "minimum": 0}, "metadata": {"type": "string"}}},
+        "topic": {"type": "string", "minLength": 1}, "partition": {"type": "integer", "minimum": 0},
+        "offset": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}, "metadata": {"type": "string"}}},
 }
 
 _CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
     "name": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
     "partitions": {"type": "integer", "minimum": 1, "maximum": PARTITIONS_MAX},
     "replication_factor": {"type": "integer", "minimum": 1, "maximum": REPLICATION_FACTOR_MAX},
-    "config": {"type": "object"}}}
+    "config": _CONFIG}}
 
 _PATHS: dict[str, Any] = {
     "/v1/health": {"get": {"summary": "liveness", "responses": {"200": _ok("ok", {"type": "object"})}}},
@@ -119,7 +121,7 @@ _PATHS: dict[str, Any] = {
         "get": {
             "summary": "consume records from any replica",
             "parameters": [
-                _query("offset", {"type": "integer", "minimum": 0}, required=True),
+                _query("offset", {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}, required=True),
                 _query("max_records", {"type": "integer", "minimum": 1, "maximum": MAX_RECORDS_MAX}),
                 _query("max_bytes", {"type": "integer", "minimum": 1, "maximum": MAX_BYTES_MAX}),
                 _query("wait_ms", {"type": "integer", "minimum": 0, "maximum": WAIT_MS_MAX}),
@@ -141,7 +143,7 @@ _PATHS: dict[str, Any] = {
                 "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/OffsetCommit"}}}})},
             "responses": {"200": _ok("committed", {"type": "object"}), **_errors(404, 416, 503, 504)}},
         "get": {"summary": "committed offsets of a group for a topic",
-                "parameters": [_query("topic", {"type": "string"}, required=True)],
+                "parameters": [_query("topic", {"type": "string", "minLength": 1}, required=True)],
                 "responses": {"200": _ok("offsets", {"type": "object"}), **_errors(404, 503, 504)}},
     },
     "/v1/admin/leadership/balance": {"post": {"summary": "balance partition leaders (not yet available)",
@@ -150,8 +152,8 @@ _PATHS: dict[str, Any] = {
         "summary": "admit a node started with --join (registers it, adds it as a metadata learner)",
         "requestBody": {"required": True, **_json({"type": "object", "required": ["node_id", "raft_addr", "http_addr"],
                                                    "properties": {"node_id": {"type": "integer", "minimum": 1},
-                                                                  "raft_addr": {"type": "string"},
-                                                                  "http_addr": {"type": "string"},
+                                                                  "raft_addr": {"type": "string", "pattern": _ADDRESS},
+                                                                  "http_addr": {"type": "string", "pattern": _ADDRESS},
                                                                   "rack": {"type": ["string", "null"]}}})},
         "responses": {"200": _ok("the raft addresses of the registered nodes",
                                  {"type": "object", "properties": {"nodes": {"type": "object"}}}),
