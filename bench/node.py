@@ -6,6 +6,7 @@ process, and prints:
 
 - produce throughput: 100-byte records in 1,000-record binary batches to one
   partition, acks=quorum, `--window` requests in flight (target >= 300,000 rec/s);
+- JSON produce throughput (1,000 string records per request), for comparison;
 - consume throughput of those records from one partition over HTTP, binary
   (target >= 1,000,000 rec/s) and JSON (target >= 100,000 rec/s);
 - sequential single-record produce latency p50/p99 (target p99 <= 3 ms);
@@ -80,6 +81,24 @@ async def throughput(servers: list[str], topic: str, seconds: float, window: int
     async with AsyncClient(servers) as client:
         began = time.monotonic()
         await asyncio.gather(*(worker(client, w) for w in range(window)))
+        return acknowledged / (time.monotonic() - began)
+
+
+async def json_throughput(servers: list[str], topic: str, seconds: float, window: int) -> float:
+    """JSON produce: 1,000 100-byte string records per request to one partition."""
+    records = [{"value": "x" * RECORD_BYTES, "partition": 0} for _ in range(RECORDS_PER_BATCH)]
+    acknowledged = 0
+    deadline = time.monotonic() + seconds
+
+    async def worker(client: AsyncClient) -> None:
+        nonlocal acknowledged
+        while time.monotonic() < deadline:
+            offsets = await client.produce(topic, records, format="string")
+            acknowledged += len(offsets)
+
+    async with AsyncClient(servers) as client:
+        began = time.monotonic()
+        await asyncio.gather(*(worker(client) for _ in range(window)))
         return acknowledged / (time.monotonic() - began)
 
 
@@ -219,6 +238,9 @@ async def main() -> int:
             rate = await throughput([leader], "bench", args.seconds, args.window)
             print(f"produce 100 B x {RECORDS_PER_BATCH}/batch, acks=quorum, window {args.window}: "
                   f"{rate:,.0f} records/s (target 300,000: {rate / 300_000:.2f}x)", flush=True)
+            json_rate = await json_throughput([leader], "bench", args.seconds / 2, args.window)
+            print(f"produce JSON (string format, 1,000 records of 100 B per request): {json_rate:,.0f} records/s",
+                  flush=True)
             for binary in (True, False):
                 consumed = await consume_rate(leader, "bench", args.seconds / 2, binary)
                 target = 1_000_000 if binary else 100_000
