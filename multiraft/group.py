@@ -295,7 +295,11 @@ class GroupRuntime:
         if ready.hard_state is not None:
             store.set_hard_state(ready.hard_state)
         if ready.must_sync or ready.entries or ready.hard_state is not None:
-            if self.sync is not None:
+            if self.sync is not None and not ready.must_sync and not ready.entries:
+                # Only the commit index moved: it is stored lazily (Raft needs no fsync for
+                # it), so nothing below waits on this write; the flusher still makes it.
+                self.sync(store).add_done_callback(_consume_outcome)
+            elif self.sync is not None:
                 await self.sync(store)  # shared with every group of this loop turn
             else:
                 store.sync()
