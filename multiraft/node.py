@@ -29,7 +29,7 @@ import structlog
 
 from multiraft import partition_ops
 from multiraft.config import NodeConfig
-from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic, error_body
+from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
 from multiraft.flusher import Flusher
 from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
@@ -52,11 +52,12 @@ from multiraft.remote_errors import error_from_body
 from multiraft.rpc import (
     FRAME_RPC_REQUEST,
     FRAME_RPC_RESPONSE,
-    STATUS_ERROR,
     STATUS_OK,
     RemoteError,
     Rpc,
     RpcError,
+    answer,
+    error_answer,
 )
 from multiraft.transport import Transport
 from raftlog.bootstrap import bootstrap_entries
@@ -476,13 +477,13 @@ class Node:
             raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
 
     async def _serve_metadata_propose(self, source: int, body: bytes) -> tuple[int, bytes]:
-        return await _answer(self.propose_metadata(decode_command(body)), lambda value: json.dumps(value).encode())
+        return await answer(self.propose_metadata(decode_command(body)), lambda value: json.dumps(value).encode())
 
     async def _serve_create_topic(self, source: int, body: bytes) -> tuple[int, bytes]:
         request = json.loads(body)
         if self.groups[METADATA_GROUP].core.role is not Role.LEADER:
-            return STATUS_ERROR, json.dumps(error_body(NotLeader(self.groups[METADATA_GROUP].core.leader))).encode()
-        return await _answer(self._create_topic_as_controller(request), lambda _: b"{}")
+            return error_answer(NotLeader(self.groups[METADATA_GROUP].core.leader))
+        return await answer(self._create_topic_as_controller(request), lambda _: b"{}")
 
     async def add_node(self, node_id: NodeId, raft_addr: str, http_addr: str, rack: str | None) -> dict[str, str]:
         """Admit a joining node: register it, make it a learner of the metadata group.
@@ -511,9 +512,9 @@ class Node:
 
     async def _serve_add_learner(self, source: int, body: bytes) -> tuple[int, bytes]:
         if self.groups[METADATA_GROUP].core.role is not Role.LEADER:
-            return STATUS_ERROR, json.dumps(error_body(NotLeader(self.groups[METADATA_GROUP].core.leader))).encode()
+            return error_answer(NotLeader(self.groups[METADATA_GROUP].core.leader))
         node_id = NodeId(int(json.loads(body)["node_id"]))
-        return await _answer(self._add_learner(node_id), lambda _: b"{}")
+        return await answer(self._add_learner(node_id), lambda _: b"{}")
 
     async def _join(self, address: Any) -> None:
         """Ask a node of an existing cluster (its HTTP address) to admit this one."""
@@ -672,9 +673,9 @@ class Node:
         runtime = self.groups.get(GroupId(group_id))
         if runtime is None or runtime.core.role is not Role.LEADER:
             leader = runtime.core.leader if runtime else 0
-            return STATUS_ERROR, json.dumps(error_body(NotLeader(leader))).encode()
+            return error_answer(NotLeader(leader))
         work = self._produce_local(GroupId(group_id), body[_PRODUCE.size :], acks)
-        return await _answer(work, lambda result: json.dumps(_result_json(result)).encode())
+        return await answer(work, lambda result: json.dumps(_result_json(result)).encode())
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -700,11 +701,3 @@ def _result_json(result: Any) -> dict[str, Any]:
     if result.error is not None:
         raise result.error
     return {"base_offset": result.base_offset, "count": result.count, "duplicate": result.duplicate}
-
-
-async def _answer(work: Any, encode: Any) -> tuple[int, bytes]:
-    try:
-        value = await work
-    except ClientError as error:
-        return STATUS_ERROR, json.dumps(error_body(error)).encode()
-    return STATUS_OK, encode(value)

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_offsets import OffsetCommit, encode_meta
-from multiraft.errors import InvalidRequest, OffsetOutOfRange, error_body
+from multiraft.errors import InvalidRequest, OffsetOutOfRange
 from multiraft.remote_errors import error_from_body
-from multiraft.rpc import STATUS_ERROR, STATUS_OK, RemoteError, RpcError
-from raftlog.errors import ClientError, NotLeader
+from multiraft.rpc import RemoteError, RpcError, answer, error_answer
+from raftlog.errors import NotLeader
 from raftlog.messages import EntryKind, Role
 from raftlog.types import GroupId, Offset
 from storage.errors import OffsetOutOfRangeError
@@ -199,10 +199,10 @@ async def serve_read(node: Node, source: int, body: bytes) -> tuple[int, bytes]:
     request = json.loads(body)
     group_id = GroupId(request["group"])
     if group_id not in node.partitions:
-        return _error(NotLeader(0, "this node hosts no replica of the partition"))
+        return error_answer(NotLeader(0, "this node hosts no replica of the partition"))
     _check_read_limits(request["offset"], request["max_records"], request["max_bytes"], request["wait_ms"],
                        request["isolation"])
-    return await _answer(_consume_local(node, group_id, request["offset"], request["max_records"],
+    return await answer(_consume_local(node, group_id, request["offset"], request["max_records"],
                                         request["max_bytes"], request["wait_ms"], request["isolation"]), _encode_read)
 
 
@@ -212,9 +212,9 @@ async def serve_commit(node: Node, source: int, body: bytes) -> tuple[int, bytes
     (group_id,) = _GROUP.unpack_from(body)
     runtime = node.groups.get(GroupId(group_id))
     if runtime is None or runtime.core.role is not Role.LEADER:
-        return _error(NotLeader(runtime.core.leader if runtime else 0))
+        return error_answer(NotLeader(runtime.core.leader if runtime else 0))
     commit = decode_meta(body[_GROUP.size :])
-    return await _answer(_commit_local(node, GroupId(group_id), commit), lambda _: b"{}")
+    return await answer(_commit_local(node, GroupId(group_id), commit), lambda _: b"{}")
 
 
 async def serve_fetch(node: Node, source: int, body: bytes) -> tuple[int, bytes]:
@@ -222,17 +222,5 @@ async def serve_fetch(node: Node, source: int, body: bytes) -> tuple[int, bytes]
     group_id = GroupId(request["group_id"])
     runtime = node.groups.get(group_id)
     if runtime is None or runtime.core.role is not Role.LEADER:
-        return _error(NotLeader(runtime.core.leader if runtime else 0))
-    return await _answer(_fetch_local(node, group_id, request["group"]), lambda value: json.dumps(value).encode())
-
-
-def _error(error: ClientError) -> tuple[int, bytes]:
-    return STATUS_ERROR, json.dumps(error_body(error)).encode()
-
-
-async def _answer(work: Any, encode: Any) -> tuple[int, bytes]:
-    try:
-        value = await work
-    except ClientError as error:
-        return _error(error)
-    return STATUS_OK, encode(value)
+        return error_answer(NotLeader(runtime.core.leader if runtime else 0))
+    return await answer(_fetch_local(node, group_id, request["group"]), lambda value: json.dumps(value).encode())

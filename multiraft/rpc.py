@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -139,3 +140,21 @@ class Rpc:
             if not future.done():
                 future.set_exception(RpcError("stopping"))
         self._pending.clear()
+
+
+def error_answer(error: Any) -> tuple[int, bytes]:
+    """An RPC error answer: the HTTP layer's one error body (a NOT_LEADER names the leader)."""
+    from multiraft.errors import error_body
+
+    return STATUS_ERROR, json.dumps(error_body(error)).encode()
+
+
+async def answer(work: Awaitable[Any], encode: Callable[[Any], bytes]) -> tuple[int, bytes]:
+    """Run a handler's work; a `ClientError` becomes an error answer, anything else an OK one."""
+    from raftlog.errors import ClientError
+
+    try:
+        value = await work
+    except ClientError as error:
+        return error_answer(error)
+    return STATUS_OK, encode(value)
