@@ -17,7 +17,7 @@ transfer uses TimeoutNow; membership changes add or remove one server at a time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from raftlog.core.config import Config
 from raftlog.core.insync import InSyncTracker
@@ -54,8 +54,12 @@ from raftlog.messages import (
 from raftlog.storage import CompactedError, LogStorage
 from raftlog.types import NO_NODE, Index, NodeId, Term
 
-if TYPE_CHECKING:
-    import random  # only the type: the core draws from the instance it is given
+
+class RandomSource(Protocol):
+    """What the core draws its election jitter from: a seeded `random.Random` in practice."""
+
+    def randrange(self, stop: int, /) -> int: ...
+
 
 MT = MessageType
 
@@ -72,7 +76,7 @@ class _NullLogger:
 
 class RaftCore:
     def __init__(
-        self, config: Config, storage: LogStorage, rng: random.Random, logger: Any = None
+        self, config: Config, storage: LogStorage, rng: RandomSource, logger: Any = None
     ) -> None:
         state = storage.initial_state()
         self.config = config
