@@ -136,11 +136,7 @@ class OsFiles:
         os.unlink(path)
 
     def sync_dir(self, directory: str) -> None:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(directory)
 
     def make_dirs(self, directory: str) -> None:
         """Create `directory` and its parents, making each new name durable."""
@@ -152,3 +148,12 @@ class OsFiles:
         for path in reversed(missing):
             os.mkdir(path)
             self.sync_dir(os.path.dirname(path))
+
+
+def fsync_directory(directory: str) -> None:
+    """Make the names in `directory` (created, renamed, unlinked files) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from storage.files import FileHandle, write_all
+from storage.files import FileHandle, fsync_directory, write_all
 
 PENDING_PREFIX = ".wbpending-"
 
@@ -201,11 +201,7 @@ class WriteBehindFiles:
             else:
                 os.rename(op.node.os_path, op.target)
                 op.node.os_path = op.target
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(directory)
 
     def make_dirs(self, directory: str) -> None:
         """Directories are made durable at once (a simplification: the store never

@@ -110,52 +110,42 @@ def values_at(node: Node, topic: str, partition: int) -> list[bytes]:
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_cluster_forms_produces_fails_over_and_restarts(tmp_path: Path) -> None:
-    cfgs = configs(tmp_path)
-    nodes = [Node(c) for c in cfgs]
-    try:
-        async with asyncio.timeout(90):
-            for node in nodes:
-                await node.start()
-            await until(lambda: all(n.registered.is_set() for n in nodes), "every node registered")
-            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "catalog lists 3 nodes everywhere")
+    async with running_cluster(tmp_path) as nodes:
+        await until(lambda: all(n.registered.is_set() for n in nodes), "every node registered")
 
-            await nodes[1].create_topic("events", 2, 3, {})
-            for node in nodes:
-                await node.wait_for_topic("events")
-            await until(lambda: all(leader_of(nodes, "events", p) for p in (0, 1)), "partition leaders")
-
-            acknowledged = []
-            for i in range(6):
-                answer = await produce_retrying(nodes[i % 3], "events", 0, batch(b"v%d" % i))
-                acknowledged.append((answer["base_offset"], b"v%d" % i))
-            assert [offset for offset, _ in acknowledged] == list(range(6)), "gapless offsets in order"
-            await until(lambda: all(values_at(n, "events", 0) == [v for _, v in acknowledged] for n in nodes),
-                        "every replica holds the acknowledged records")
-
-            # Stop the partition leader: another replica takes over, data intact.
-            old_leader = leader_of(nodes, "events", 0)
-            assert old_leader is not None
-            await old_leader.stop()
-            survivors = [n for n in nodes if n is not old_leader]
-            await until(lambda: leader_of(survivors, "events", 0) is not None, "a new partition leader")
-            answer = await produce_retrying(survivors[0], "events", 0, batch(b"after"))
-            assert answer["base_offset"] == 6
-            acknowledged.append((6, b"after"))
-
-            # Restart the stopped node from its data directory: it catches up.
-            index = nodes.index(old_leader)
-            nodes[index] = Node(cfgs[index])
-            await nodes[index].start()
-            await nodes[index].wait_for_topic("events")
-            restarted = nodes[index]
-            group = restarted.partition_group("events", 0)
-            await until(lambda: group in restarted.partitions, "the restarted node reopened its replica")
-            await until(lambda: values_at(restarted, "events", 0) == [v for _, v in acknowledged],
-                        "the restarted node caught up")
-    finally:
+        await nodes[1].create_topic("events", 2, 3, {})
         for node in nodes:
-            if node.db is not None:
-                await node.stop()
+            await node.wait_for_topic("events")
+        await until(lambda: all(leader_of(nodes, "events", p) for p in (0, 1)), "partition leaders")
+
+        acknowledged = []
+        for i in range(6):
+            answer = await produce_retrying(nodes[i % 3], "events", 0, batch(b"v%d" % i))
+            acknowledged.append((answer["base_offset"], b"v%d" % i))
+        assert [offset for offset, _ in acknowledged] == list(range(6)), "gapless offsets in order"
+        await until(lambda: all(values_at(n, "events", 0) == [v for _, v in acknowledged] for n in nodes),
+                    "every replica holds the acknowledged records")
+
+        # Stop the partition leader: another replica takes over, data intact.
+        old_leader = leader_of(nodes, "events", 0)
+        assert old_leader is not None
+        await old_leader.stop()
+        survivors = [n for n in nodes if n is not old_leader]
+        await until(lambda: leader_of(survivors, "events", 0) is not None, "a new partition leader")
+        answer = await produce_retrying(survivors[0], "events", 0, batch(b"after"))
+        assert answer["base_offset"] == 6
+        acknowledged.append((6, b"after"))
+
+        # Restart the stopped node from its data directory: it catches up.
+        index = nodes.index(old_leader)
+        nodes[index] = Node(old_leader.config)
+        await nodes[index].start()
+        await nodes[index].wait_for_topic("events")
+        restarted = nodes[index]
+        group = restarted.partition_group("events", 0)
+        await until(lambda: group in restarted.partitions, "the restarted node reopened its replica")
+        await until(lambda: values_at(restarted, "events", 0) == [v for _, v in acknowledged],
+                    "the restarted node caught up")
 
 
 @pytest.mark.integration
@@ -251,36 +241,27 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
 
 
 async def _quiesce_scenario(tmp_path: Path, partitions: int, timeout_s: float) -> None:
-    nodes = [Node(c) for c in configs(tmp_path)]
-    try:
-        async with asyncio.timeout(timeout_s):
-            for node in nodes:
-                await node.start()
-            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
-            await nodes[0].create_topic("many", partitions, 3, {})
-            for node in nodes:
-                await node.wait_for_topic("many")
-            total = partitions + 1  # and the metadata group
-            await until(lambda: all(n.quiesced_groups() == total for n in nodes),
-                        f"all {total} groups quiet on every node", timeout_s / 2)
-            frames = [n.transport.stats().frames_out for n in nodes]
-            await asyncio.sleep(1.0)
-            sent = [n.transport.stats().frames_out - f for n, f in zip(nodes, frames, strict=True)]
-            # Quiet groups send nothing; only node pings remain (2 peers x ~25 intervals/s).
-            assert max(sent) < 150, f"frames per node while quiet: {sent}"
-            answer = await produce_retrying(nodes[1], "many", partitions - 1, batch(b"wake"))
-            assert answer["base_offset"] == 0, "a produce wakes its group"
-            # A leader's node dies: its quiet groups wake on the other nodes and elect.
-            victim = nodes[0]
-            led = [p for p in range(partitions) if leader_of(nodes, "many", p) is victim]
-            await victim.stop()
-            survivors = nodes[1:]
-            await until(lambda: all(leader_of(survivors, "many", p) for p in led),
-                        f"new leaders for the {len(led)} partitions node 1 led", timeout_s / 2)
-    finally:
+    async with running_cluster(tmp_path, timeout_s) as nodes:
+        await nodes[0].create_topic("many", partitions, 3, {})
         for node in nodes:
-            if node.db is not None:
-                await node.stop()
+            await node.wait_for_topic("many")
+        total = partitions + 1  # and the metadata group
+        await until(lambda: all(n.quiesced_groups() == total for n in nodes),
+                    f"all {total} groups quiet on every node", timeout_s / 2)
+        frames = [n.transport.stats().frames_out for n in nodes]
+        await asyncio.sleep(1.0)
+        sent = [n.transport.stats().frames_out - f for n, f in zip(nodes, frames, strict=True)]
+        # Quiet groups send nothing; only node pings remain (2 peers x ~25 intervals/s).
+        assert max(sent) < 150, f"frames per node while quiet: {sent}"
+        answer = await produce_retrying(nodes[1], "many", partitions - 1, batch(b"wake"))
+        assert answer["base_offset"] == 0, "a produce wakes its group"
+        # A leader's node dies: its quiet groups wake on the other nodes and elect.
+        victim = nodes[0]
+        led = [p for p in range(partitions) if leader_of(nodes, "many", p) is victim]
+        await victim.stop()
+        survivors = nodes[1:]
+        await until(lambda: all(leader_of(survivors, "many", p) for p in led),
+                    f"new leaders for the {len(led)} partitions node 1 led", timeout_s / 2)
 
 
 @pytest.mark.integration
