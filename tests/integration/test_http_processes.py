@@ -6,22 +6,16 @@ replica unchanged, keyed records land on murmur2 partitions, long-polls wake on
 a produce, idempotent retries answer with the original offsets, group offsets
 read the same from every node, and errors keep the `{error_code, message}` shape.
 
-One 3-process cluster serves the module (own ports, so nothing clashes with
-other integration tests); each test uses its own topics."""
+The 3-process cluster is the session fixture of tests/integration/conftest.py,
+shared with test_http_errors_processes.py; each test uses its own topics."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
-import os
-import signal
-import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
@@ -30,118 +24,16 @@ from multiraft.clients.http import AsyncClient
 from multiraft.launcher import LocalCluster
 from multiraft.partitioner import partition_for_key
 from storage.batch import Record, decode_batch, encode_batch
+from tests.integration.conftest import (
+    CALL_TIMEOUT_S,
+    call,
+    create_topic,
+    leader_of,
+    read_all,
+    until,
+)
 
 pytestmark = pytest.mark.integration
-RAFT_PORT = 17300
-HTTP_PORT = 18300
-HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-STARTUP_TIMEOUT_S = 30.0
-CALL_TIMEOUT_S = 15.0
-CONDITION_TIMEOUT_S = 15.0
-BATCH = "application/vnd.raftlog.batch"
-T = TypeVar("T")
-
-
-def _ports_free() -> None:
-    for host in HOSTS:
-        for port in (RAFT_PORT, HTTP_PORT):
-            with socket.socket() as probe:
-                # as the servers bind (asyncio sets SO_REUSEADDR): TIME_WAIT from a previous run is no clash
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((host, port))
-                except OSError as error:
-                    pytest.fail(f"{host}:{port} is taken ({error}); this module needs its fixed ports")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    _ports_free()
-    directory: Path = tmp_path_factory.mktemp("http-processes")
-    local = LocalCluster(directory, 3, raft_port=RAFT_PORT, http_port=HTTP_PORT, extra_args=("--tick-ms", "20"))
-    try:
-        local.start()
-        local.wait_healthy(STARTUP_TIMEOUT_S)
-        yield local
-    finally:
-        local.stop(grace_s=5)
-        for node in local.nodes:  # never leave a child behind, whatever happened
-            if node.process is not None and node.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(node.process.pid, signal.SIGKILL)
-                node.process.wait(5)
-
-
-async def call(session: aiohttp.ClientSession, server: str, method: str, path: str,
-               **kwargs: Any) -> tuple[int, Any]:
-    """One raw request to one node: status and decoded JSON (or raw bytes)."""
-    async with asyncio.timeout(CALL_TIMEOUT_S):
-        async with session.request(method, f"http://{server}{path}", **kwargs) as response:
-            if response.content_type == "application/json":
-                return response.status, await response.json()
-            return response.status, await response.read()
-
-
-async def until(probe: Callable[[], Awaitable[T | None]], what: str,
-                timeout_s: float = CONDITION_TIMEOUT_S) -> T:
-    """Poll `probe` until it returns something other than None, within a deadline."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        got = await probe()
-        if got is not None:
-            return got
-        last = got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what} (last {last!r})")
-        await asyncio.sleep(0.05)  # poll interval, not a condition wait
-
-
-async def create_topic(session: aiohttp.ClientSession, cluster: LocalCluster, name: str, partitions: int,
-                       via: int = 0) -> dict[str, Any]:
-    """Create through node `via`, then wait until every node sees a leader and a watermark on each partition."""
-    status, body = await call(session, cluster.http_addresses[via], "POST", "/v1/topics",
-                              json={"name": name, "partitions": partitions, "replication_factor": 3})
-    assert status == 201, body
-
-    async def ready() -> bool | None:
-        for server in cluster.http_addresses:
-            got_status, described = await call(session, server, "GET", f"/v1/topics/{name}")
-            if got_status != 200 or len(described["partitions"]) != partitions:
-                return None
-            if any(p["leader"] is None or p["high_watermark"] is None for p in described["partitions"]):
-                return None
-        return True
-
-    await until(ready, f"leaders of {name} on every node")
-    return body
-
-
-async def leader_of(session: aiohttp.ClientSession, cluster: LocalCluster, topic: str, partition: int) -> int:
-    async def probe() -> int | None:
-        for server in cluster.http_addresses:
-            _, described = await call(session, server, "GET", f"/v1/topics/{topic}")
-            view = described["partitions"][partition]
-            if view.get("role") == "leader":
-                return int(view["leader"])
-        return None
-
-    return await until(probe, f"the leader of {topic}/{partition}")
-
-
-async def read_all(session: aiohttp.ClientSession, server: str, topic: str, partition: int, count: int,
-                   **params: Any) -> list[dict[str, Any]]:
-    """Records 0..count-1 of a partition as `server` serves them (a follower may apply a moment later)."""
-    records: list[dict[str, Any]] = []
-    deadline = time.monotonic() + CONDITION_TIMEOUT_S
-    while len(records) < count:
-        status, body = await call(session, server, "GET", f"/v1/topics/{topic}/partitions/{partition}/records",
-                                  params={"offset": len(records), "wait_ms": 500, **params})
-        assert status == 200, body
-        records += body["records"]
-        assert time.monotonic() < deadline, f"{server} serves {len(records)} of {count} records"
-    assert [r["offset"] for r in records] == list(range(count))
-    return records
 
 
 @pytest.mark.asyncio
