@@ -26,12 +26,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from multiraft.quiescence import follower_may_quiesce, quiesce_refusal
+from raftlog.core.progress import ProgressState
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import ConfChange, Entry, EntryKind, Message, Role
+from raftlog.messages import ConfChange, Entry, EntryKind, Message, MessageType, Role
 from raftlog.storage import RaftStorage
 from raftlog.types import GroupId, Index, Term
 
+# A leader holds an append that only carries a new commit index this long: the next
+# append to that follower (which carries the commit too) usually replaces it. For
+# sequential writes that halves the messages per write; followers learn the commit
+# at most this much later (their reads and applies lag by it, Kafka's followers lag by
+# a fetch round). Delay is always safe in Raft: the network may delay anything.
+COMMIT_HOLD_S = 0.005
 INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (Raft tolerates loss)
 DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
 PENDING_TICKS_MAX = 16  # ticks buffered while busy (etcd buffers 128 on its tick channel)
@@ -91,6 +98,8 @@ class GroupRuntime:
         # Cross-group group commit (multiraft/flusher.py); None: the store syncs alone.
         self.sync: Callable[[Any], Awaitable[None]] | None = None
         self._campaign_requested = False
+        self._held_commits: dict[int, Message] = {}
+        self._held_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -107,6 +116,10 @@ class GroupRuntime:
                 except Exception as error:  # already logged by the loop; stopping goes on
                     self.logger.warning("group_stopped_after_failure", error=repr(error))
             self._task = None
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
+        self._held_commits.clear()
         self._fail_waiters(OutcomeUnknown("the group stopped"))
 
     # ------------------------------------------------------------------ inputs (any task)
@@ -285,7 +298,7 @@ class GroupRuntime:
     async def _handle_ready(self) -> None:
         ready = self.core.ready()
         for message in ready.messages:
-            self._send(self.group_id, message)
+            self._send_or_hold(message)
         store = self.store
         if ready.snapshot is not None:
             store.apply_snapshot(ready.snapshot)
@@ -307,7 +320,7 @@ class GroupRuntime:
         if ready.entries and self._persist_waiters:
             self._release_persisted(ready.entries[-1].index)
         for message in ready.persisted_messages:
-            self._send(self.group_id, message)
+            self._send_or_hold(message)
         for entry in ready.committed_entries:
             self._apply(entry)
         for read_state in ready.read_states:
@@ -317,6 +330,38 @@ class GroupRuntime:
         self.core.advance(ready)
         self._serve_reads()
         self._check_role()
+
+    def _send_or_hold(self, message: Message) -> None:
+        """Send, except a leader's commit-only append to a replicating follower, which
+        waits up to COMMIT_HOLD_S for a later append to the same follower to replace it."""
+        target = message.target
+        if message.type is MessageType.APPEND:
+            progress = self.core.progress(target) if self.core.role is Role.LEADER else None
+            if (
+                not message.entries
+                and progress is not None
+                and progress.state is ProgressState.REPLICATE
+            ):
+                self._held_commits[target] = message  # a newer commit replaces an older one
+                if self._held_timer is None:
+                    self._held_timer = asyncio.get_running_loop().call_later(
+                        COMMIT_HOLD_S, self._release_held_commits
+                    )
+                return
+            # This append carries the commit index too: the held one is redundant.
+            if self._held_commits.pop(target, None) is not None and not self._held_commits:
+                assert self._held_timer is not None
+                self._held_timer.cancel()  # the next hold gets its own full delay
+                self._held_timer = None
+        self._send(self.group_id, message)
+
+    def _release_held_commits(self) -> None:
+        self._held_timer = None
+        held, self._held_commits = self._held_commits, {}
+        if self.core.role is not Role.LEADER:
+            return  # a deposed leader's commit news is stale; dropping is safe
+        for message in held.values():
+            self._send(self.group_id, message)
 
     def _apply(self, entry: Entry) -> None:
         result = self.state_machine.apply(entry)

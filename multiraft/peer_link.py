@@ -3,8 +3,10 @@
 A `PeerLink` owns one task that loops: dial the peer (bound to our own raft host),
 run the handshake, then write queued frames until the connection fails; then
 back off (exponential, jittered, bounded) and dial again. `enqueue` never
-blocks and never awaits: it pushes onto the bounded `SendQueue` (which sheds)
-and wakes the writer.
+blocks and never awaits: while the link is connected, idle and its socket keeps
+up, it writes the frame at once (no event-loop hop on the latency path);
+otherwise it pushes onto the bounded `SendQueue` (which sheds) and wakes the
+writer.
 
 The connection is write-only after the handshake, but a watcher reads it too:
 a peer that restarts closes its end, and reading is how we notice at once
@@ -85,6 +87,18 @@ class PeerLink:
         return self._task
 
     def enqueue(self, frame_type: int, group_id: int, body: bytes) -> None:
+        writer = self._writer
+        if (
+            writer is not None
+            and not self.queue
+            and writer.transport.get_write_buffer_size() == 0
+            and not writer.transport.is_closing()
+        ):
+            # The fast path: nothing is waiting and the socket keeps up, so the frame
+            # goes out now (one send) instead of one event-loop turn later via the
+            # writer task. Order holds: only an empty queue and buffer are bypassed.
+            self._write(writer, [(frame_type, group_id, body)])
+            return
         queue = self.queue
         heartbeats_before, frames_before = queue.heartbeats_shed, queue.frames_shed
         if queue.push(frame_type, group_id, body):
@@ -200,18 +214,21 @@ class PeerLink:
                 if not queue and not watch.done():
                     await self._wakeup.wait()
                 continue
-            parts: list[bytes] = []
-            for frame in batch:
-                parts.append(encode_frame_header(frame.frame_type, frame.group_id, frame.body))
-                parts.append(frame.body)
-            data = b"".join(parts)
-            writer.write(data)
-            self._frames_out += len(batch)
-            self._bytes_out += len(data)
-            self._counters.frames_out += len(batch)
-            self._counters.bytes_out += len(data)
+            self._write(writer, [(f.frame_type, f.group_id, f.body) for f in batch])
             async with asyncio.timeout(config.write_stall_timeout_s):
                 await writer.drain()
+
+    def _write(self, writer: asyncio.StreamWriter, frames: list[tuple[int, int, bytes]]) -> None:
+        parts: list[bytes] = []
+        for frame_type, group_id, body in frames:
+            parts.append(encode_frame_header(frame_type, group_id, body))
+            parts.append(body)
+        data = b"".join(parts)
+        writer.write(data)
+        self._frames_out += len(frames)
+        self._bytes_out += len(data)
+        self._counters.frames_out += len(frames)
+        self._counters.bytes_out += len(data)
 
 
 def enable_keepalive(writer: asyncio.StreamWriter) -> None:

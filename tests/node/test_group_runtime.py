@@ -13,12 +13,12 @@ import random
 import pytest
 import structlog
 
-from multiraft.group import GroupRuntime
+from multiraft.group import COMMIT_HOLD_S, GroupRuntime
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
 from raftlog.errors import NotLeader, OutcomeUnknown
-from raftlog.messages import Entry, EntryKind, Message, Role
+from raftlog.messages import Entry, EntryKind, Message, MessageType, Role
 from raftlog.types import GroupId, Index, NodeId
 from storage.memory import MemoryStorage
 
@@ -103,6 +103,51 @@ async def test_propose_read_and_step_down() -> None:
             logs = [r.state_machine.applied for r in cluster.runtimes.values()]
             assert logs[0] == logs[1] == logs[2]
             assert logs[0][:3] == [b"a", b"b", b"c"]
+    finally:
+        ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
+        for runtime in cluster.runtimes.values():
+            await runtime.stop()
+
+
+@pytest.mark.asyncio
+async def test_commit_only_appends_are_held_and_replaced() -> None:
+    """A leader's append that carries only a new commit index waits COMMIT_HOLD_S; the
+    next write's append replaces it (sequential writes: one append per follower per
+    write, not two), and without a next write followers still learn the commit."""
+    cluster = Cluster()
+    sent: list[Message] = []
+    route = cluster.route
+
+    def recording_route(group: GroupId, message: Message) -> None:
+        sent.append(message)
+        route(group, message)
+
+    for runtime in cluster.runtimes.values():
+        runtime._send = recording_route
+        runtime.start()
+    ticker = asyncio.create_task(cluster.ticker())
+    try:
+        async with asyncio.timeout(20):
+            leader = await cluster.leader()
+            await leader.propose([b"warm-up"])
+            await asyncio.sleep(COMMIT_HOLD_S * 4)
+            sent.clear()
+            writes = 20
+            for n in range(writes):
+                await leader.propose([b"w%d" % n])
+            appends = [m for m in sent if m.source == leader.core.id and m.type is MessageType.APPEND]
+            commit_only = [m for m in appends if not m.entries]
+            assert len(appends) - len(commit_only) == 2 * writes
+            # The schedule may let a hold expire now and then; replaced holds are most.
+            assert len(commit_only) < writes, f"{len(commit_only)} commit-only appends for {writes} writes"
+
+            # No next write: the held commit still reaches both followers, a little later.
+            last = leader.core.commit_index
+            followers = [r for r in cluster.runtimes.values() if r is not leader]
+            while any(r.core.commit_index < last for r in followers):
+                await asyncio.sleep(COMMIT_HOLD_S / 5)
+            assert all(r.state_machine.applied[-1] == b"w%d" % (writes - 1) for r in followers)
     finally:
         ticker.cancel()
         await asyncio.gather(ticker, return_exceptions=True)
