@@ -84,14 +84,21 @@ async def _consume_local(
     machine = node.partitions[group_id]
     store = node.stores[group_id]
     end = _end_offset(node, group_id, isolation)
-    if offset == end and wait_ms > 0:
-        try:
-            async with asyncio.timeout(wait_ms / 1000):
-                while offset >= _end_offset(node, group_id, isolation):
-                    await machine.wait_for_change()
-        except TimeoutError:
-            pass
-        end = _end_offset(node, group_id, isolation)
+    if end <= offset <= store.log_end_offset:
+        # At or past the high watermark but inside this replica's log (Kafka's rule: only
+        # past the log end is out of range): nothing to read yet. A replica learns the
+        # commit a little after the leader, so a reader here may be a few ms ahead of it.
+        if wait_ms > 0:
+            try:
+                async with asyncio.timeout(wait_ms / 1000):
+                    while offset >= _end_offset(node, group_id, isolation):
+                        await machine.wait_for_change()
+            except TimeoutError:
+                pass
+            end = _end_offset(node, group_id, isolation)
+        if offset >= end:
+            hw = machine.state.high_watermark
+            return ConsumeResult([], offset, hw, int(store.log_start_offset))
     try:
         result = read_records(store, Offset(offset), end_offset=Offset(end), max_records=max_records, max_bytes=max_bytes)
     except OffsetOutOfRangeError:

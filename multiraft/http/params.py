@@ -24,6 +24,10 @@ async def read_body(request: web.Request) -> bytes:
             return await request.read()
     except TimeoutError:
         raise RequestTimeout(f"the request body did not arrive within {BODY_READ_TIMEOUT_S:.0f} s") from None
+    except ConnectionError:
+        # The client closed before its whole body arrived: its mistake, not ours (no one
+        # reads the answer; it must not be logged as a handler failure).
+        raise InvalidRequest("the connection closed before the request body was complete") from None
 
 
 async def json_object(request: web.Request, *, required: bool = True) -> dict[str, Any]:

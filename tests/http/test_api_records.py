@@ -91,7 +91,8 @@ async def test_binary_batch_in_and_out(cluster: Cluster) -> None:
         assert (status, body["base_offset"], body["count"]) == (200, 3 * j, 3), body
     async with asyncio.timeout(20):
         async with cluster.session.get(cluster.url(0, "/v1/topics/bin/partitions/0/records"),
-                                       params={"offset": 4}, headers={"Accept": BATCH}) as response:
+                                       params={"offset": 4, "wait_ms": 5000},  # node 0 may learn the
+                                       headers={"Accept": BATCH}) as response:  # commit a little later
             assert response.status == 200 and response.content_type == BATCH
             payload = await response.read()
             assert response.headers["Raftlog-Next-Offset"] == "6"
