@@ -609,9 +609,6 @@ async def test_abandoned_requests_leave_every_node_healthy(
         assert status == 200 and NEVER not in [t["name"] for t in body["topics"]]
 
 
-@pytest.mark.skipif(False, reason="was: server bug: a body cut short by the client raises ConnectionResetError "
-                   "in read_body (multiraft/http/params.py), which the error middleware logs as "
-                   "http_handler_failed with a traceback and answers as a 500 (no client sees it)")
 async def test_a_body_cut_short_is_not_a_handler_failure(
     session: aiohttp.ClientSession, cluster: LocalCluster, topics: None, watch: LogWatch
 ) -> None:
@@ -716,9 +713,6 @@ async def test_malformed_http_gets_a_400_without_internals(
         await assert_healthy(session, cluster, index, watch)
 
 
-@pytest.mark.skipif(False, reason="was: contract deviation: aiohttp's HTTP parser answers malformed requests "
-                   "itself with text/plain (e.g. 'Invalid method encountered'), before the app's error "
-                   "middleware, so the body is not {error_code, message} (DESIGN.md section 6)")
 async def test_malformed_http_gets_the_json_error_shape(cluster: LocalCluster, topics: None) -> None:
     # Goal: even a request the parser refuses is answered in the one error shape.
     for data in MALFORMED:
