@@ -23,6 +23,7 @@ import random
 import shutil
 import struct
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -89,6 +90,12 @@ CONTROLLER_INTERVAL_S = 0.5
 _PRODUCE = struct.Struct(">QB")  # group id, acks
 _QUIESCE = struct.Struct(">QQQ")  # group id, term, log end index
 FRAME_PING = 5  # node-level liveness, one per peer per heartbeat interval, whatever the groups do
+# Every this many pings, a ping carries the full list of groups its sender leads, so every
+# node can name the leader of partitions it hosts no replica of (describe, forwarding):
+# Redpanda disseminates its leaders table the same way. About a second stale at most.
+LEADERS_EVERY_PINGS = 10
+_LEADER_ENTRY = struct.Struct(">QQ")  # group id, term
+LEADERS_PER_PING_MAX = 100_000  # 1.6 MB: far inside the frame limit
 FRAME_QUIESCE = 6
 ACKS = {"none": 0, "leader": 1, "quorum": 2, "all": 3}
 
@@ -158,6 +165,8 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seen: dict[NodeId, float] = {}
         self._last_heard: dict[int, float] = {}  # any frame from a peer node (its liveness)
+        self._leaders_heard: dict[GroupId, tuple[int, int]] = {}  # group -> (leader node, term), from pings
+        self._pings_sent = 0
         self.ticks_skipped = 0
         self._was_controller = False
         self.registered = asyncio.Event()
@@ -339,6 +348,8 @@ class Node:
                 runtime = self.groups.get(GroupId(group_id_))
                 if runtime is not None:
                     runtime.request_quiesce(source, term, index)
+            elif frame_type == FRAME_PING and body:
+                self._on_leaders(source, body)
             elif frame_type in (FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE):
                 assert self.rpc is not None
                 self.rpc.on_frame(source, frame_type, body)
@@ -394,8 +405,42 @@ class Node:
 
     def _ping_peers(self) -> None:
         assert self.transport is not None
+        self._pings_sent += 1
+        body = b""
+        if self._pings_sent % LEADERS_EVERY_PINGS == 0:
+            led = [(g, r.core.term) for g, r in self.groups.items() if r.core.role is Role.LEADER]
+            body = b"".join(_LEADER_ENTRY.pack(g, t) for g, t in led[:LEADERS_PER_PING_MAX])
         for peer in self._peer_ids():
-            self.transport.send(peer, FRAME_PING, 0, b"")
+            self.transport.send(peer, FRAME_PING, 0, body)
+
+    def _on_leaders(self, source: int, body: bytes) -> None:
+        """A peer's full list of the groups it leads: it replaces what we had from it,
+        and beats what others said for a group only with a term at least as high."""
+        if len(body) % _LEADER_ENTRY.size:
+            raise WireError("leaders list is not a whole number of entries")
+        heard = self._leaders_heard
+        for group_id in [g for g, (node, _) in heard.items() if node == source]:
+            del heard[group_id]
+        for group_id, term in _LEADER_ENTRY.iter_unpack(body):
+            known = heard.get(GroupId(group_id))
+            if known is None or known[1] <= term:
+                heard[GroupId(group_id)] = (source, term)
+
+    def leader_of(self, group_id: GroupId) -> int:
+        """This node's best knowledge of a group's leader (0: unknown): its own replica's
+        view when it hosts one, else what the leader's pings said."""
+        runtime = self.groups.get(group_id)
+        if runtime is not None and runtime.core.leader:
+            return runtime.core.leader
+        return self._leaders_heard.get(group_id, (0, 0))[0]
+
+    def forward_target(self, group_id: GroupId, replicas: Sequence[int]) -> int:
+        """Where to send a leader's work for a group: its known leader; with no replica
+        here and no news of one, the first replica (which knows, or forwards). 0: none."""
+        leader = self.leader_of(group_id)
+        if leader == 0 and group_id not in self.groups:
+            return replicas[0]
+        return leader
 
     def _peer_ids(self) -> list[int]:
         peers = set(self.config.initial_cluster) | set(self.catalog.nodes)
@@ -620,11 +665,7 @@ class Node:
         runtime = self.groups.get(group_id)
         if runtime is not None and runtime.core.role is Role.LEADER:
             return _result_json(await self._produce_local(group_id, batch, acks))
-        if runtime is None:
-            replicas = self.catalog.topic(topic).partitions[partition].replicas
-            leader = replicas[0]
-        else:
-            leader = runtime.core.leader
+        leader = self.forward_target(group_id, self.catalog.topic(topic).partitions[partition].replicas)
         if leader == 0:
             raise NotLeader(0, "the partition has no leader yet")
         assert self.rpc is not None

@@ -152,7 +152,7 @@ async def commit_offsets(node: Node, group: str, commits: list[OffsetCommit]) ->
         if runtime is not None and runtime.core.role is Role.LEADER:
             await _commit_local(node, group_id, commit)
             continue
-        leader = runtime.core.leader if runtime else node.catalog.topic(commit.topic).partitions[commit.partition].replicas[0]
+        leader = node.forward_target(group_id, node.catalog.topic(commit.topic).partitions[commit.partition].replicas)
         await _call(node, leader, "partition.commit_offset", _GROUP.pack(group_id) + encode_meta(commit), RPC_TIMEOUT_S)
 
 
@@ -172,7 +172,7 @@ async def fetch_offsets(node: Node, group: str, topic: str) -> list[dict[str, An
         if runtime is not None and runtime.core.role is Role.LEADER:
             committed = await _fetch_local(node, partition.group_id, group)
         else:
-            leader = runtime.core.leader if runtime else partition.replicas[0]
+            leader = node.forward_target(partition.group_id, partition.replicas)
             body = await _call(node, leader, "partition.fetch_offset",
                                json.dumps({"group_id": partition.group_id, "group": group}).encode(), RPC_TIMEOUT_S)
             committed = json.loads(body)

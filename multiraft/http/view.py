@@ -1,7 +1,9 @@
 """JSON views of the node's state (cluster, topics, partitions), from the local view.
 
 A node answers what it knows: the catalog is the same everywhere once applied,
-but leaders, ISR and offsets are the view of this node's own replicas. The ISR
+but leaders, ISR and offsets are the view of this node's own replicas (for a
+partition it hosts no replica of, the leader its leader's pings named, at most
+about a second old). The ISR
 is known only where the partition leader is (null elsewhere); offsets only
 where a replica is hosted (null elsewhere). `raftlog cluster status` merges the
 views of every node.
@@ -42,6 +44,7 @@ def partition_view(node: Node, partition: PartitionInfo) -> dict[str, Any]:
     }
     runtime = node.groups.get(partition.group_id)
     if runtime is None:
+        view["leader"] = node.leader_of(partition.group_id) or None  # from the leader's pings
         return view
     core = runtime.core
     view["leader"] = core.leader or None

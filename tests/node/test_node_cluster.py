@@ -205,6 +205,11 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
             await partition_ops.consume(others[0], "solo", 0, 50)
         assert raised.value.code == "OFFSET_OUT_OF_RANGE" and raised.value.http_status == 416
 
+        # Nodes without a replica learn the leader from the leader's pings (describe, forwarding).
+        group = host.partition_group("solo", 0)
+        await until(lambda: all(n.leader_of(group) == host.id for n in others), "the leader's pings")
+        assert all(n.forward_target(group, [host.id]) == host.id for n in nodes if n is not host)
+
 
 @pytest.mark.integration
 @pytest.mark.asyncio
