@@ -130,15 +130,10 @@ def cluster_status(client: Client, args: argparse.Namespace) -> int:
 
 
 def leaders_balance(client: Client, args: argparse.Namespace) -> int:
-    try:
-        print(json.dumps(client.balance_leaders()))
-    except RaftlogError as error:
-        if error.code != "NOT_IMPLEMENTED":
-            raise
-        print("raftlog leaders balance: not yet available (leadership balancing comes with the operations "
-              "work)", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    answer = client.balance_leaders()
+    by_node = ", ".join(f"node {n}: {c if c >= 0 else 'not reached'}" for n, c in answer["by_node"].items())
+    print(f"{answer['transfers_started']} leadership transfers started ({by_node})")
+    return EXIT_OK if all(c >= 0 for c in answer["by_node"].values()) else EXIT_FAILED
 
 
 def produce(client: Client, args: argparse.Namespace) -> int:

@@ -136,6 +136,15 @@ class GroupRuntime:
         self._campaign_requested = True
         self._wakeup.set()
 
+    def request_transfer(self, target: int) -> None:
+        """Hand leadership to `target` (a no-op unless this replica leads when it runs)."""
+        self.wake()
+        try:
+            self._inbox.put_nowait(("transfer", target))
+        except asyncio.QueueFull:
+            return  # the next balancing round asks again
+        self._wakeup.set()
+
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
         """The leader says the group is idle; obeyed in order with the messages around it."""
         try:
@@ -255,6 +264,9 @@ class GroupRuntime:
                 self.quiesced = follower_may_quiesce(core, *item)
             elif kind == "membership":
                 self._propose_membership(*item)
+            elif kind == "transfer":
+                with contextlib.suppress(ClientError):  # no longer leading, or target not a voter
+                    core.transfer_leadership(item)
             else:
                 self._read(*item)
         self._consider_quiescing(ticks)

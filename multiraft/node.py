@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from multiraft import partition_ops
+from multiraft import leadership, partition_ops
 from multiraft.config import NodeConfig
 from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
 from multiraft.flusher import Flusher
@@ -57,6 +57,7 @@ from multiraft.rpc import (
     RemoteError,
     Rpc,
     RpcError,
+    RpcOutcomeUnknown,
     answer,
     error_answer,
 )
@@ -64,7 +65,13 @@ from multiraft.transport import Transport
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
-from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader, ProposalDropped
+from raftlog.errors import (
+    ClientError,
+    MembershipChangeInProgress,
+    NotLeader,
+    OutcomeUnknown,
+    ProposalDropped,
+)
 from raftlog.messages import ConfChange, ConfChangeOp, Entry, EntryKind, Message, Role
 from raftlog.types import GroupId, Index, NodeId
 from raftlog.wire import (
@@ -193,6 +200,7 @@ class Node:
         self.rpc.register("metadata.add_learner", self._serve_add_learner)
         self.rpc.register("node.heartbeat", self._serve_node_heartbeat)
         self.rpc.register("partition.produce", self._serve_produce)
+        self.rpc.register("leaders.balance", self._serve_balance)
         self.rpc.register("partition.read", lambda s, b: partition_ops.serve_read(self, s, b))
         self.rpc.register("partition.commit_offset", lambda s, b: partition_ops.serve_commit(self, s, b))
         self.rpc.register("partition.fetch_offset", lambda s, b: partition_ops.serve_fetch(self, s, b))
@@ -206,6 +214,7 @@ class Node:
             ("registrar", self._registrar()),
             ("node-heartbeats", self._node_heartbeats()),
             ("controller", self._controller()),
+            ("leader-balancer", leadership.balance_loop(self)),
         ):
             self._tasks.append(asyncio.create_task(coroutine, name=f"node-{self.id}-{name}"))
         self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr))
@@ -399,6 +408,24 @@ class Node:
             return core.leader == 0 or core.leader in silent
         return not silent.isdisjoint(core.membership.members)
 
+    def is_live(self, node: int) -> bool:
+        return self._is_live(node)
+
+    async def balance_leaders(self) -> dict[int, int]:
+        """One balancing round on every node now; transfers started, by node."""
+        started = {self.id: leadership.balance_now(self)}
+        assert self.rpc is not None
+        for peer in self._peer_ids():
+            try:
+                answer = await self.rpc.call(peer, "leaders.balance", b"", RPC_TIMEOUT_S)
+                started[peer] = int(answer)
+            except (RpcError, RemoteError, ValueError):
+                started[peer] = -1  # not reached: reported, not fatal
+        return started
+
+    async def _serve_balance(self, source: int, body: bytes) -> tuple[int, bytes]:
+        return await answer(_balance_here(self), lambda count: str(count).encode())
+
     def _is_live(self, node: int) -> bool:
         silence_s = self.config.election_timeout_ticks * self.config.tick_ms / 1000
         return time.monotonic() - self._last_heard.get(node, 0.0) <= silence_s
@@ -518,6 +545,8 @@ class Node:
             return await self.rpc.call(leader, method, body, RPC_TIMEOUT_S)
         except RemoteError as error:
             raise error_from_body(error.body) from None
+        except RpcOutcomeUnknown as error:
+            raise OutcomeUnknown(f"forwarded to node {leader}, no answer: {error}") from None
         except RpcError as error:
             raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
 
@@ -674,6 +703,8 @@ class Node:
             answer = await self.rpc.call(leader, "partition.produce", body, RPC_TIMEOUT_S)
         except RemoteError as error:
             raise error_from_body(error.body) from None
+        except RpcOutcomeUnknown as error:
+            raise OutcomeUnknown(f"forwarded to node {leader}, no answer: {error}") from None
         except RpcError as error:
             raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
         return json.loads(answer)
@@ -717,6 +748,10 @@ class Node:
             return error_answer(NotLeader(leader))
         work = self._produce_local(GroupId(group_id), body[_PRODUCE.size :], acks)
         return await answer(work, lambda result: json.dumps(_result_json(result)).encode())
+
+
+async def _balance_here(node: Node) -> int:
+    return leadership.balance_now(node)
 
 
 def _host_port(address: str) -> tuple[str, int]:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from multiraft.consumer_offsets import OffsetCommit, encode_meta
 from multiraft.errors import InvalidRequest, OffsetOutOfRange
 from multiraft.remote_errors import error_from_body
-from multiraft.rpc import RemoteError, RpcError, answer, error_answer
-from raftlog.errors import NotLeader
+from multiraft.rpc import RemoteError, RpcError, RpcOutcomeUnknown, answer, error_answer
+from raftlog.errors import NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind, Role
 from raftlog.types import GroupId, Offset
 from storage.errors import OffsetOutOfRangeError
@@ -153,7 +153,8 @@ async def commit_offsets(node: Node, group: str, commits: list[OffsetCommit]) ->
             await _commit_local(node, group_id, commit)
             continue
         leader = node.forward_target(group_id, node.catalog.topic(commit.topic).partitions[commit.partition].replicas)
-        await _call(node, leader, "partition.commit_offset", _GROUP.pack(group_id) + encode_meta(commit), RPC_TIMEOUT_S)
+        await _call(node, leader, "partition.commit_offset", _GROUP.pack(group_id) + encode_meta(commit), RPC_TIMEOUT_S,
+                    write=True)
 
 
 async def _commit_local(node: Node, group_id: GroupId, commit: OffsetCommit) -> None:
@@ -187,7 +188,9 @@ async def _fetch_local(node: Node, group_id: GroupId, group: str) -> dict[str, A
     return None if committed is None else {"offset": committed.offset, "metadata": committed.metadata}
 
 
-async def _call(node: Node, peer: int, method: str, body: bytes, timeout_s: float) -> bytes:
+async def _call(node: Node, peer: int, method: str, body: bytes, timeout_s: float, *, write: bool = False) -> bytes:
+    """Forward to `peer`. A write whose answer never came may have happened: OUTCOME_UNKNOWN.
+    A read may simply be retried: NOT_LEADER (retriable) either way."""
     if peer == 0:
         raise NotLeader(0, "no leader known for this partition yet")
     assert node.rpc is not None
@@ -195,6 +198,10 @@ async def _call(node: Node, peer: int, method: str, body: bytes, timeout_s: floa
         return await node.rpc.call(peer, method, body, timeout_s)
     except RemoteError as error:
         raise error_from_body(error.body) from None
+    except RpcOutcomeUnknown as error:
+        if write:
+            raise OutcomeUnknown(f"forwarded to node {peer}, no answer: {error}") from None
+        raise NotLeader(peer, f"forwarding to node {peer} failed: {error}") from None
     except RpcError as error:
         raise NotLeader(peer, f"forwarding to node {peer} failed: {error}") from None
 

@@ -36,12 +36,21 @@ class RpcError(Exception):
     """The call could not be made or answered."""
 
 
-class RpcTimeout(RpcError):
+class RpcUnreachable(RpcError):
+    """The peer's node is silent (no frames for an election timeout): it may be down."""
+
+
+class RpcOutcomeUnknown(RpcError):
+    """The request went out but no answer came back: the peer may have acted on it.
+    A caller forwarding a write must say "outcome unknown", never "not done"."""
+
+
+class RpcTimeout(RpcOutcomeUnknown):
     pass
 
 
-class RpcUnreachable(RpcError):
-    """The peer's node is silent (no frames for an election timeout): it may be down."""
+class RpcPeerLost(RpcOutcomeUnknown, RpcUnreachable):
+    """The peer went silent after the request was sent."""
 
 
 class RemoteError(RpcError):
@@ -99,7 +108,7 @@ class Rpc:
             if done:
                 return future.result()
             if not self.peer_alive(peer):
-                raise RpcUnreachable(f"node {peer} went silent while answering {method}")
+                raise RpcPeerLost(f"node {peer} went silent while answering {method}")
 
     def on_frame(self, source: int, frame_type: int, body: bytes) -> None:
         """Feed RPC frames from the transport (called on the event loop)."""

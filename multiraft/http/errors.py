@@ -80,11 +80,6 @@ class Timeout(ClientError):
     http_status = 504
 
 
-class NotImplementedYet(ClientError):
-    code = "NOT_IMPLEMENTED"
-    http_status = 501
-
-
 def _http_exception_error(exception: web.HTTPException) -> ClientError:
     if isinstance(exception, web.HTTPRequestEntityTooLarge):
         return RequestTooLarge(exception.text or "request body too large")

@@ -146,8 +146,13 @@ _PATHS: dict[str, Any] = {
                 "parameters": [_query("topic", {"type": "string", "minLength": 1}, required=True)],
                 "responses": {"200": _ok("offsets", {"type": "object"}), **_errors(404, 503, 504)}},
     },
-    "/v1/admin/leadership/balance": {"post": {"summary": "balance partition leaders (not yet available)",
-                                              "responses": {"501": _ERROR}}},
+    "/v1/admin/leadership/balance": {"post": {
+        "summary": "one preferred-leader round on every node now (leadership goes to each partition's first replica)",
+        "responses": {"200": _ok("transfers started, by node (-1: node not reached)", {
+            "type": "object", "required": ["transfers_started", "by_node"],
+            "properties": {"transfers_started": {"type": "integer", "minimum": 0},
+                           "by_node": {"type": "object", "additionalProperties": {"type": "integer"}}}}),
+                      **_errors(504)}}},
     "/v1/admin/nodes": {"post": {
         "summary": "admit a node started with --join (registers it, adds it as a metadata learner)",
         "requestBody": {"required": True, **_json({"type": "object", "required": ["node_id", "raft_addr", "http_addr"],

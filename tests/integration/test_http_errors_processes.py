@@ -17,7 +17,7 @@ UNSUPPORTED_MEDIA_TYPE, UNKNOWN_TOPIC (also the code of an unknown partition:
 the table has no UNKNOWN_PARTITION), NOT_FOUND, METHOD_NOT_ALLOWED,
 TOPIC_EXISTS, OFFSET_OUT_OF_RANGE (consume past the end, whose message names the
 log start; commit past the high watermark), MESSAGE_TOO_LARGE,
-REQUEST_TOO_LARGE, NOT_IMPLEMENTED, NOT_LEADER (`forward=false`),
+REQUEST_TOO_LARGE, NOT_LEADER (`forward=false`),
 NOT_ENOUGH_REPLICAS (topic `min_insync_replicas` above its replication
 factor), INVALID_PRODUCER_EPOCH and OUT_OF_ORDER_SEQUENCE (JSON and binary).
 
@@ -80,7 +80,7 @@ SKIPPED = {
     "TIMEOUT": "the cluster not answering within 15 s: leader loss or a network partition",
     "OUTCOME_UNKNOWN": "a leader stepping down after appending a proposal",
     "PROPOSAL_DROPPED": "a full inbox, too many uncommitted bytes or a new leader not ready yet: transient",
-    "LEADERSHIP_TRANSFER_IN_PROGRESS": "only while leadership moves; the balance endpoint is not built",
+    "LEADERSHIP_TRANSFER_IN_PROGRESS": "only while a leadership transfer is under way (a race, not an input)",
     "MEMBERSHIP_CHANGE_IN_PROGRESS": "surfaces to the join path, which retries it; no client request sees it",
     "INVALID_MEMBERSHIP_CHANGE": "membership changes are internal (a join adds a learner idempotently)",
     "INVALID_REPLICA_ASSIGNMENT": "the controller computes assignments; the API takes none",
@@ -276,7 +276,6 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
     ("PUT", "/v1/topics", {}, 405, "METHOD_NOT_ALLOWED"),
     ("DELETE", "/v1/health", {}, 405, "METHOD_NOT_ALLOWED"),
     ("GET", "/v1/producers", {}, 405, "METHOD_NOT_ALLOWED"),
-    ("POST", "/v1/admin/leadership/balance", {}, 501, "NOT_IMPLEMENTED"),
 ]
 
 
