@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,10 +70,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The children import this checkout whatever their working directory is."""
     root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
+    env = dict(os.environ) | (extra or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
     return env
 
@@ -80,7 +81,8 @@ def _child_env() -> dict[str, str]:
 class LocalCluster:
     def __init__(self, directory: Path, nodes: int = 3, *, raft_port: int = RAFT_PORT_DEFAULT,
                  http_port: int = HTTP_PORT_DEFAULT, python: str = sys.executable,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (),
+                 node_env: Callable[[int], dict[str, str]] | None = None) -> None:
         self.directory = directory.resolve()
         layout = self._load_layout()
         if layout is not None:
@@ -93,6 +95,7 @@ class LocalCluster:
             raise LauncherError("--nodes must be 1, 3 or 5 (the metadata group's voters)")
         self.python = python
         self.extra_args = extra_args
+        self.node_env = node_env  # extra environment per node id (the chaos runner's hooks)
         self.raft_port = raft_port
         self.http_port = http_port
         self.nodes = [LocalNode(i, f"127.0.0.{i}", raft_port, http_port, self.directory / f"node{i}")
@@ -144,7 +147,8 @@ class LocalCluster:
         node.data_dir.mkdir(parents=True, exist_ok=True)
         with open(node.log_file, "ab") as log:
             node.process = subprocess.Popen(self.command(node), stdin=subprocess.DEVNULL, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True, env=_child_env())
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            env=_child_env(self.node_env(node_id) if self.node_env else None))
         node.pid_file.write_text(f"{node.process.pid}\n")
 
     def wait_healthy(self, timeout_s: float = 30.0, nodes: list[int] | None = None) -> None:

@@ -75,7 +75,8 @@ class AsyncClient:
     """Talks to any node of a cluster. Use as `async with AsyncClient([...]) as client`."""
 
     def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, *, timeout_s: float = 30.0,
-                 attempts: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 1.0) -> None:
+                 attempts: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 1.0,
+                 local_host: str | None = None) -> None:
         listed = servers.split(",") if isinstance(servers, str) else list(servers)
         self.servers = [normalize(s) for s in listed if s.strip()]
         if not self.servers:
@@ -86,6 +87,7 @@ class AsyncClient:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._next = 0
+        self._local_host = local_host  # source address of every connection (fault rules match it)
         self._session: aiohttp.ClientSession | None = None
         self._table = error_table()
 
@@ -102,7 +104,9 @@ class AsyncClient:
 
     def _session_or_new(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+            connector = aiohttp.TCPConnector(local_addr=(self._local_host, 0)) if self._local_host else None
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                                                  connector=connector)
         return self._session
 
     def _error(self, status: int, body: bytes) -> RaftlogError:

@@ -1,0 +1,110 @@
+"""`python -m chaos run ...`: one chaos run (or several), printing `chaos:` summary lines.
+
+    python -m chaos run --nodes 3 --duration 60 --faults kill,pause,partition --seed 7 --out DIR
+    python -m chaos suite NAME --out DIR         # the Makefile's standard sets: smoke, standard, controls
+
+The runner enters fresh network and mount namespaces first (so partition rules
+and tmpfs mounts can never touch the host, and vanish with the run); every
+server listens on 127.0.0.N inside them. Exit code: 0 when every run passed
+(for `controls`: when every unsafe switch was caught), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ALL_FAULTS = ("kill", "pause", "partition", "loss", "clock", "disk-full", "corrupt")
+# (faults, duration factor) per run of each suite; seeds come from the suite's seed.
+SUITES: dict[str, list[tuple[str, ...]]] = {
+    "smoke": [("kill", "pause", "partition", "corrupt")],
+    "standard": [("kill",), ("pause", "clock"), ("partition", "loss"), ("corrupt", "kill"), ("disk-full", "kill"),
+                 ALL_FAULTS],
+}
+CONTROLS = {  # unsafe switch -> faults that expose it
+    "ack-before-fsync": ("kill",),
+    "no-dedup": ("kill", "partition"),
+    "read-uncommitted": ("kill", "partition"),
+    "skip-crc": ("corrupt",),
+    "vote-without-persist": ("kill",),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    one = commands.add_parser("run", help="one run")
+    one.add_argument("--nodes", type=int, default=3, choices=(3, 5))
+    one.add_argument("--duration", type=float, default=60.0, help="seconds of the main phase")
+    one.add_argument("--faults", default="kill,pause", help=f"comma list of {','.join(ALL_FAULTS)}")
+    one.add_argument("--seed", type=int, default=None)
+    one.add_argument("--out", type=Path, default=Path("chaos-runs"))
+    one.add_argument("--unsafe", default="", help="server negative-control switches (testing the tests)")
+    suite = commands.add_parser("suite", help="a standard set of runs")
+    suite.add_argument("name", choices=(*SUITES, "controls"))
+    suite.add_argument("--duration", type=float, default=60.0)
+    suite.add_argument("--seed", type=int, default=None)
+    suite.add_argument("--out", type=Path, default=Path("chaos-runs"))
+    return parser
+
+
+async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str]) -> bool:
+    from chaos.runner import RunConfig, run
+
+    unknown = sorted(set(faults) - set(ALL_FAULTS))
+    if unknown:
+        raise SystemExit(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(ALL_FAULTS)})")
+    provider = None
+    try:
+        from chaos.injectors import Injectors
+    except ImportError:
+        Injectors = None  # type: ignore[assignment,misc]
+    if Injectors is not None and set(faults) - {"kill", "pause"}:
+        provider = Injectors.detect(out, random.Random(seed ^ 0x5EED))
+    print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s, out {out}", flush=True)
+    result = await run(RunConfig(out=out, seed=seed, nodes=nodes, duration_s=duration, faults=faults,
+                                 unsafe=unsafe), provider)
+    print(result.summary, flush=True)
+    return result.ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        from chaos.faults import enter_namespaces
+    except ImportError:
+        enter_namespaces = None  # type: ignore[assignment]
+    if enter_namespaces is not None and os.environ.get("RAFTLOG_CHAOS_NO_NS") != "1":
+        enter_namespaces(["-m", "chaos", *(argv if argv is not None else sys.argv[1:])])
+    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if args.command == "run":
+        out = args.out / f"{stamp}-seed{seed}"
+        unsafe = [s for s in args.unsafe.split(",") if s]
+        ok = asyncio.run(_one(out, seed, args.nodes, args.duration, args.faults.split(","), unsafe))
+        return 0 if ok else 1
+    if args.name == "controls":
+        caught = 0
+        for number, (switch, faults) in enumerate(CONTROLS.items()):
+            out = args.out / f"{stamp}-control-{switch}"
+            ok = asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [switch]))
+            print(f"chaos-control: {switch}: {'CAUGHT' if not ok else 'NOT CAUGHT'}", flush=True)
+            caught += not ok
+        print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
+        return 0 if caught == len(CONTROLS) else 1
+    results = []
+    for number, faults in enumerate(SUITES[args.name]):
+        out = args.out / f"{stamp}-{args.name}{number}-seed{seed + number}"
+        results.append(asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [])))
+    print(f"chaos: suite {args.name}: {sum(results)}/{len(results)} runs passed", flush=True)
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

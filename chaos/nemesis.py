@@ -1,0 +1,124 @@
+"""The nemesis: faults scheduled from the seed, one at a time, start then stop.
+
+Each fault kind picks its targets from the seed's random stream, starts, holds for
+a few seconds (longer than the 500 ms election timeout) and stops (heals). About
+a quarter of the slots stay quiet. Every window is recorded (kind, detail, start,
+end) for the report's shaded plots and the summary's counts.
+
+Process faults (kill, pause, corrupt, power failure) need nothing but PIDs;
+network, clock and disk faults use `chaos.faults` inside the runner's namespaces
+and are offered only when capability detection says they work here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from chaos.cluster import ChaosCluster
+from chaos.history import PartitionKey
+
+HOLD_S = (1.5, 5.0)
+GAP_S = (1.0, 4.0)
+QUIET_SHARE = 0.25
+
+
+@dataclass
+class Window:
+    kind: str
+    detail: str
+    start_s: float
+    end_s: float | None = None
+
+
+@dataclass
+class Nemesis:
+    cluster: ChaosCluster
+    keys: list[PartitionKey]
+    rng: random.Random
+    kinds: list[str]
+    extra: dict[str, Callable[[], Awaitable[Callable[[], Awaitable[None]]]]] = field(default_factory=dict)
+    windows: list[Window] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    heals: list[float] = field(default_factory=list)  # monotonic times of every heal
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await _sleep_or_stop(stop, self.rng.uniform(*GAP_S))
+            if stop.is_set():
+                return
+            if self.rng.random() < QUIET_SHARE or not self.kinds:
+                continue
+            kind = self.rng.choice(self.kinds)
+            heal = await self._start(kind)
+            await _sleep_or_stop(stop, self.rng.uniform(*HOLD_S))
+            await heal()
+            self.windows[-1].end_s = time.monotonic() - self.started
+            self.heals.append(time.monotonic())
+
+    def _open(self, kind: str, detail: str) -> None:
+        self.counts[kind] += 1
+        self.windows.append(Window(kind, detail, time.monotonic() - self.started))
+
+    async def _start(self, kind: str) -> Callable[[], Awaitable[None]]:
+        if kind == "kill":
+            return await self._kill()
+        if kind == "pause":
+            return await self._pause()
+        if kind in self.extra:
+            return await self.extra[kind]()
+        raise AssertionError(f"unknown fault kind {kind}")
+
+    async def target(self, how: str) -> list[int]:
+        """Nodes by role: one, a minority, the leader of a random partition, the metadata leader, all."""
+        alive = self.cluster.serving() or self.cluster.ids
+        if how == "leader":
+            key = self.rng.choice(self.keys)
+            leader = await asyncio.to_thread(self.cluster.leader_of, key.topic, key.partition)
+            return [leader] if leader else [self.rng.choice(alive)]
+        if how == "metadata-leader":
+            leader = await asyncio.to_thread(self.cluster.metadata_leader)
+            return [leader] if leader else [self.rng.choice(alive)]
+        if how == "minority":
+            return self.rng.sample(self.cluster.ids, (len(self.cluster.ids) - 1) // 2)
+        if how == "all":
+            return list(self.cluster.ids)
+        return [self.rng.choice(alive)]
+
+    async def _kill(self) -> Callable[[], Awaitable[None]]:
+        how = self.rng.choice(["one", "leader", "metadata-leader", "minority", "all"])
+        nodes = await self.target(how)
+        self._open("kill", f"{how}: {nodes}")
+        for node in nodes:
+            self.cluster.kill(node)
+
+        async def restart() -> None:
+            for node in nodes:
+                if node in self.cluster.down:
+                    self.cluster.start(node)
+        return restart
+
+    async def _pause(self) -> Callable[[], Awaitable[None]]:
+        how = self.rng.choice(["one", "leader", "minority"])
+        nodes = await self.target(how)
+        self._open("pause", f"{how}: {nodes}")
+        for node in nodes:
+            self.cluster.pause(node)
+
+        async def resume() -> None:
+            for node in nodes:
+                self.cluster.resume(node)
+        return resume
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    except TimeoutError:
+        pass

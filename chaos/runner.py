@@ -1,0 +1,245 @@
+"""One chaos run: start a real cluster, run the workload under the nemesis, heal,
+read everything back, check the history, write the report, print one summary.
+
+Phases:
+1. start N `raftlog serve` processes (data under `<out>/data`), create the topics;
+2. main phase for `duration` seconds: workload + nemesis;
+3. heal: stop the nemesis, undo every fault, restart what is down, wait until
+   every node is healthy; time how long each partition takes to accept a write
+   again (the recovery time after the final heal);
+4. final reads of every partition from offset 0 to its high watermark;
+5. server-side checks (every replica's committed prefix byte-identical when the
+   debug endpoints are on; at most one leader per group and term, from the node
+   logs), then the history checker;
+6. report: history.jsonl, node logs, summary.txt, stats.json, index.html.
+The summary line begins with `chaos:`; any anomaly makes the exit code non-zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos import checker
+from chaos.cluster import ChaosCluster, copy_logs
+from chaos.history import HistoryWriter, PartitionKey, read_history
+from chaos.nemesis import Nemesis
+from chaos.serverchecks import leaders_per_term, replica_digests, skipped_ranges
+from chaos.workload import CLIENT_HOST, Stats, Workload
+from multiraft.clients.http import AsyncClient, RaftlogError
+
+TOPICS = (("chaos-a", 4), ("chaos-b", 4))
+RECOVERY_TIMEOUT_S = 60.0
+FINAL_READ_TIMEOUT_S = 120.0
+
+
+@dataclass
+class RunConfig:
+    out: Path
+    seed: int
+    nodes: int = 3
+    duration_s: float = 60.0
+    faults: list[str] = field(default_factory=lambda: ["kill", "pause"])
+    unsafe: list[str] = field(default_factory=list)
+    lose_unsynced: bool = True
+
+
+@dataclass
+class RunResult:
+    summary: str
+    ok: bool
+    details: dict[str, Any]
+
+
+async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
+    """`extra_faults`: a `chaos.faults`-backed provider of network/clock/disk fault kinds."""
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(config.seed)
+    env = {"RAFTLOG_CHAOS_DEBUG": "1"}
+    if config.lose_unsynced:
+        env["RAFTLOG_CHAOS_FILES"] = "write-behind"
+    if config.unsafe:
+        env["RAFTLOG_UNSAFE"] = ",".join(config.unsafe)
+
+    def node_env(node: int) -> dict[str, str]:
+        extra = dict(env)
+        if extra_faults is not None:
+            extra |= extra_faults.env_for(node)
+        return extra
+
+    cluster = ChaosCluster(out / "data", config.nodes, node_env)
+    if extra_faults is not None:
+        extra_faults.prepare(cluster)
+    keys = [PartitionKey(topic, p) for topic, count in TOPICS for p in range(count)]
+    stats = Stats()
+    details: dict[str, Any] = {"seed": config.seed, "nodes": config.nodes, "duration_s": config.duration_s}
+    history_path = out / "history.jsonl"
+    try:
+        await asyncio.to_thread(cluster.start_all, 90.0)
+        await _create_topics(cluster)
+        kinds = [k for k in config.faults if k in ("kill", "pause") or (extra_faults and k in extra_faults.kinds)]
+        details["faults_skipped"] = sorted(set(config.faults) - set(kinds))
+        nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra_faults.kinds if extra_faults else {})
+        with HistoryWriter.open(history_path) as history:
+            workload = Workload(cluster, history, keys, random.Random(rng.random()), stats)
+            stop = asyncio.Event()
+            workload.stop = stop
+            loads = asyncio.create_task(workload.run())
+            faults = asyncio.create_task(nemesis.run(stop))
+            await asyncio.sleep(config.duration_s)
+            stop.set()
+            await faults
+            healed_at = time.monotonic()
+            await asyncio.wait_for(loads, 30.0)
+            if extra_faults is not None:
+                await extra_faults.heal_all()
+            for node in list(cluster.paused):
+                cluster.resume(node)
+            for node in list(cluster.down):
+                cluster.start(node)
+            await asyncio.to_thread(cluster.wait_healthy, 90.0)
+            details["recovery_s"] = await _recovery(cluster, history, keys, healed_at)
+            details["crashed"] = cluster.exited()
+            await _final_reads(cluster, history, keys)
+        details["replicas"] = await asyncio.to_thread(replica_digests, cluster)
+        refused = await asyncio.to_thread(skipped_ranges, cluster, keys)
+        result = checker.check(read_history(history_path), refused_ranges=refused)
+        details["leaders_per_term"] = leaders_per_term(cluster)
+    finally:
+        await asyncio.to_thread(cluster.stop)
+        if extra_faults is not None:
+            await extra_faults.close()
+        copy_logs(cluster, out)
+    details["windows"] = [vars(w) for w in nemesis.windows] if "nemesis" in locals() else []
+    details["fault_counts"] = dict(nemesis.counts) if "nemesis" in locals() else {}
+    details["stats"] = result.stats
+    details["anomalies"] = result.counts()
+    details["unchecked"] = list(result.unchecked)
+    summary, ok = _summary(config, details, result)
+    details["summary"] = summary
+    (out / "summary.txt").write_text(summary + "\n")
+    (out / "details.json").write_text(json.dumps(details, indent=1, default=str))
+    (out / "anomalies.txt").write_text("\n".join(f"{a.name} {a.key}: {a.explanation} ops={list(a.ops)}"
+                                                  for a in result.anomalies) + "\n")
+    from chaos.report import write_report
+
+    write_report(out, details, stats)
+    return RunResult(summary, ok, details)
+
+
+async def _create_topics(cluster: ChaosCluster) -> None:
+    servers = [cluster.http(n) for n in cluster.ids]
+    async with AsyncClient(servers, timeout_s=30, attempts=20, local_host=CLIENT_HOST) as client:
+        for topic, partitions in TOPICS:
+            await client.create_topic(topic, partitions=partitions, replication_factor=min(3, len(cluster.ids)))
+        for topic, partitions in TOPICS:
+            for partition in range(partitions):
+                await _until_writable(client, topic, partition, 60.0)
+
+
+async def _until_writable(client: AsyncClient, topic: str, partition: int, timeout_s: float) -> float:
+    began = time.monotonic()
+    while True:
+        try:
+            await client.consume(topic, partition, 0, max_records=1)
+            return time.monotonic() - began
+        except RaftlogError:
+            if time.monotonic() - began > timeout_s:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def _recovery(cluster: ChaosCluster, history: HistoryWriter, keys: list[PartitionKey],
+                    healed_at: float) -> float:
+    """Seconds from the final heal until every partition took a write again (the worst one)."""
+    servers = [cluster.http(n) for n in cluster.ids]
+    worst = 0.0
+    async with AsyncClient(servers, timeout_s=5, attempts=3, local_host=CLIENT_HOST) as client:
+        for number, key in enumerate(keys):
+            process = 10_000 + number
+            deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+            while True:
+                value = f"probe-{key.topic}-{key.partition}-{time.monotonic_ns()}"
+                index = history.invoke_send(process, key, [value])
+                try:
+                    answer = await client.produce(key.topic, [{"value": value, "partition": key.partition}])
+                except RaftlogError as error:
+                    history.info(index, error.code) if error.code not in ("NOT_LEADER", "UNAVAILABLE") \
+                        else history.fail(index, error.code)
+                    if time.monotonic() > deadline:
+                        return float("inf")
+                    await asyncio.sleep(0.1)
+                    continue
+                history.ok_send(index, [int(answer[0]["offset"])])
+                break
+            worst = max(worst, time.monotonic() - healed_at)
+    return worst
+
+
+async def _final_reads(cluster: ChaosCluster, history: HistoryWriter, keys: list[PartitionKey]) -> None:
+    """Every partition from offset 0 to its high watermark, from its leader (final polls)."""
+    servers = [cluster.http(n) for n in cluster.ids]
+    async with AsyncClient(servers, timeout_s=10, attempts=10, local_host=CLIENT_HOST) as client:
+        for key in keys:
+            leader = await asyncio.to_thread(cluster.leader_of, key.topic, key.partition)
+            server = cluster.http(leader) if leader else None
+            position, deadline = 0, time.monotonic() + FINAL_READ_TIMEOUT_S
+            while time.monotonic() < deadline:
+                index = history.invoke_poll(99_999, key, position, final=True)
+                try:
+                    answer = await client.consume(key.topic, key.partition, position, max_records=5000,
+                                                  server=server)
+                except RaftlogError as error:
+                    history.fail(index, error.code)
+                    server = None
+                    await asyncio.sleep(0.2)
+                    continue
+                records = [(int(r["offset"]), r["value"]) for r in answer["records"]]
+                label = cluster.label(leader) if leader and server else None
+                history.ok_poll(index, records, int(answer["high_watermark"]), node=label)
+                position = int(answer["next_offset"])
+                if position >= int(answer["high_watermark"]):
+                    break
+
+
+def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckResult) -> tuple[str, bool]:
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(details["fault_counts"].items())) or "none"
+    stats = result.stats
+    replicas = details.get("replicas", {})
+    identical = replicas.get("identical", 0)
+    compared = replicas.get("compared", 0)
+    two_leaders = details.get("leaders_per_term", {}).get("violations", [])
+    crashed = details.get("crashed", {})
+    problems = []
+    if not result.valid:
+        problems.append(result.summary())
+    if result.unchecked:
+        problems.append(f"unchecked {len(result.unchecked)}")
+    if replicas.get("mismatched"):
+        problems.append(f"replicas differ in {len(replicas['mismatched'])} groups")
+    if two_leaders:
+        problems.append(f"two leaders in one term: {len(two_leaders)}")
+    if crashed:
+        problems.append(f"nodes exited on their own: {crashed}")
+    if details.get("recovery_s") == float("inf"):
+        problems.append("a partition did not recover")
+    ok = not problems
+    line = (
+        f"chaos: seed {config.seed}, {config.nodes} nodes, {config.duration_s:.0f} s"
+        f"{', UNSAFE ' + ','.join(config.unsafe) if config.unsafe else ''}; faults: {faults}"
+        f"{' (skipped: ' + ','.join(details['faults_skipped']) + ')' if details.get('faults_skipped') else ''}; "
+        f"ops: {stats.get('values-acknowledged', 0)} values acked, {stats.get('send-ok', 0)} sends ok, "
+        f"{stats.get('send-info', 0)} info, {stats.get('send-fail', 0)} fail, {stats.get('poll-ok', 0)} polls ok, "
+        f"{stats.get('commit-ok', 0)} commits ok; {result.summary()}; "
+        f"replicas byte-identical: {identical}/{compared} groups; "
+        f"leaders per term: {'ok' if not two_leaders else 'VIOLATED'}; "
+        f"worst recovery after heal: {details.get('recovery_s', float('nan')):.1f} s; "
+        f"{'PASS' if ok else 'FAIL: ' + '; '.join(problems)}"
+    )
+    return line, ok

@@ -1,0 +1,103 @@
+"""End-of-run checks on the servers themselves, after every fault is healed.
+
+- every replica of every group holds the same committed prefix, byte for byte
+  (SHA-256 of entries 1..min(commit) over the replicas, from the debug endpoint
+  `GET /v1/debug/groups/{id}/digest`, served only when RAFTLOG_CHAOS_DEBUG=1);
+- at most one leader per (group, term), from the `became_leader` events in every
+  node's JSON log (all incarnations; the log files are appended across restarts);
+- the offset ranges each partition refused on apply (readers skip them; the
+  checker must not call them holes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+from collections import defaultdict
+from typing import Any
+
+from chaos.cluster import ChaosCluster
+from chaos.history import PartitionKey
+
+SETTLE_S = 20.0  # replicas may still be applying the last commits when the run ends
+
+
+def _groups(cluster: ChaosCluster, node: int) -> list[dict[str, Any]]:
+    answer = cluster.get_json(node, "/v1/debug/groups", timeout_s=5.0)
+    return list(answer["groups"])  # type: ignore[index]
+
+
+def replica_digests(cluster: ChaosCluster) -> dict[str, Any]:
+    """Compare every group's replicas at the lowest commit index among them."""
+    try:
+        return _replica_digests(cluster)
+    except urllib.error.HTTPError as error:  # the nodes run without RAFTLOG_CHAOS_DEBUG
+        return {"compared": 0, "identical": 0, "mismatched": [], "error": f"debug endpoints: {error}"}
+
+
+def _replica_digests(cluster: ChaosCluster) -> dict[str, Any]:
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        views: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)  # group -> node -> view
+        for node in cluster.ids:
+            for view in _groups(cluster, node):
+                views[int(view["group_id"])][node] = view
+        lagging = [g for g, by_node in views.items()
+                   if len({v["commit_index"] for v in by_node.values()}) > 1]
+        if not lagging or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    identical, mismatched = 0, []
+    for group, by_node in sorted(views.items()):
+        upto = min(int(v["commit_index"]) for v in by_node.values())
+        digests = {}
+        for node in by_node:
+            try:
+                answer = cluster.get_json(node, f"/v1/debug/groups/{group}/digest?upto={upto}", timeout_s=30.0)
+                digests[node] = answer["sha256"]  # type: ignore[index]
+            except urllib.error.HTTPError as error:  # e.g. compacted below `upto`: cannot compare
+                digests[node] = f"unavailable: {error.code}"
+        if len(set(digests.values())) == 1:
+            identical += 1
+        else:
+            mismatched.append({"group": group, "upto": upto, "digests": digests})
+    return {"compared": len(views), "identical": identical, "mismatched": mismatched}
+
+
+def skipped_ranges(cluster: ChaosCluster, keys: list[PartitionKey]) -> dict[PartitionKey, list[tuple[int, int]]]:
+    wanted = set(keys)
+    try:
+        views = {node: _groups(cluster, node) for node in cluster.ids}
+    except urllib.error.HTTPError:
+        return {}
+    found: dict[PartitionKey, set[tuple[int, int]]] = defaultdict(set)
+    for node_views in views.values():
+        for view in node_views:
+            if view.get("topic") is None:
+                continue
+            key = PartitionKey(view["topic"], int(view["partition"]))
+            if key in wanted:
+                found[key] |= {(int(b), int(n)) for b, n in view.get("skipped_ranges", [])}
+    return {key: sorted(ranges) for key, ranges in found.items()}
+
+
+def leaders_per_term(cluster: ChaosCluster) -> dict[str, Any]:
+    claims: dict[tuple[int, int], set[int]] = defaultdict(set)
+    elections = 0
+    for node in cluster.ids:
+        path = cluster.log_file(node)
+        if not path.exists():
+            continue
+        with open(path, "rb") as log:
+            for line in log:
+                if b'"became_leader"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a kill -9
+                claims[(int(event["group_id"]), int(event["term"]))].add(node)
+                elections += 1
+    violations = [{"group": g, "term": t, "nodes": sorted(n)} for (g, t), n in claims.items() if len(n) > 1]
+    return {"elections": elections, "violations": violations}
