@@ -43,3 +43,27 @@ run: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+
+# Debian packages the chaos runner injects faults with: iptables (nft-backed) for
+# partitions and loss, nftables, libfaketime (package faketime) for clock bumps.
+# Idempotent: installs only what is missing, when root with apt-get; otherwise it
+# names what is missing and carries on (the runner detects capabilities and skips
+# the fault kinds it cannot inject, and says so in its report).
+CHAOS_DEBS := iptables nftables faketime
+.PHONY: chaos-deps
+chaos-deps:
+	@missing=""; \
+	for package in $(CHAOS_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$package 2>/dev/null | grep -q 'ok installed' \
+	    || missing="$$missing $$package"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "chaos-deps: installing$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    || { apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
+	    || echo "chaos-deps: could not install$$missing; the runner will skip what needs them"; \
+	else \
+	  echo "chaos-deps: missing$$missing (needs root and apt-get); the runner will skip what needs them"; \
+	fi
