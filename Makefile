@@ -17,9 +17,11 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
-# The whole suite: unit, interaction scripts, a fixed simulation seed set, negative controls.
+# The whole suite: unit, interaction scripts, a fixed simulation seed set, negative controls,
+# then the short chaos run.
 test: install
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory chaos-smoke
 
 # Unit and interaction tests only (seconds), for the edit loop.
 test-fast: install
@@ -67,3 +69,22 @@ chaos-deps:
 	else \
 	  echo "chaos-deps: missing$$missing (needs root and apt-get); the runner will skip what needs them"; \
 	fi
+
+# Chaos (docs/chaos.md): real processes in their own network and mount namespaces,
+# faults from a seed, a Jepsen-style check of the history. Each prints `chaos:` lines
+# and fails on any anomaly. Reports go under chaos-runs/ (index.html per run).
+CHAOS_SEED ?=
+CHAOS_OUT ?= chaos-runs
+CHAOS_SEED_ARG := $(if $(CHAOS_SEED),--seed $(CHAOS_SEED),)
+.PHONY: chaos chaos-smoke chaos-controls
+# The short run `make test` includes (about 70 s).
+chaos-smoke: install chaos-deps
+	$(PY) -m chaos suite smoke --duration 45 --out $(CHAOS_OUT) $(CHAOS_SEED_ARG)
+
+# The standard set: six runs of different fault mixes (about 8 minutes).
+chaos: install chaos-deps
+	$(PY) -m chaos suite standard --duration 60 --out $(CHAOS_OUT) $(CHAOS_SEED_ARG)
+
+# Testing the tests: each unsafe server switch must be caught.
+chaos-controls: install chaos-deps
+	$(PY) -m chaos suite controls --duration 45 --out $(CHAOS_OUT) $(CHAOS_SEED_ARG)

@@ -41,7 +41,8 @@ class Nemesis:
     keys: list[PartitionKey]
     rng: random.Random
     kinds: list[str]
-    extra: dict[str, Callable[[], Awaitable[Callable[[], Awaitable[None]]]]] = field(default_factory=dict)
+    # kind -> starter returning (what it did, its healer): network, clock, disk, corruption
+    extra: dict[str, Callable[[], Awaitable[tuple[str, Callable[[], Awaitable[None]]]]]] = field(default_factory=dict)
     windows: list[Window] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
@@ -71,7 +72,9 @@ class Nemesis:
         if kind == "pause":
             return await self._pause()
         if kind in self.extra:
-            return await self.extra[kind]()
+            detail, heal = await self.extra[kind]()
+            self._open(kind, detail)
+            return heal
         raise AssertionError(f"unknown fault kind {kind}")
 
     async def target(self, how: str) -> list[int]:

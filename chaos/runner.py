@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
     from chaos.report import write_report
 
     write_report(out, details, stats)
+    if ok:
+        shutil.rmtree(out / "data", ignore_errors=True)  # kept only when a run failed, for forensics
     return RunResult(summary, ok, details)
 
 
