@@ -67,11 +67,14 @@ def encode_frame(entry: Entry, base_offset: Offset, record_count: int) -> tuple[
     return struct.pack(">II", length, crc) + body, entry.payload
 
 
-def parse_frame(buffer: memoryview, position: int) -> tuple[FrameInfo, memoryview] | None:
+def parse_frame(
+    buffer: memoryview, position: int, verify_crc: bool = True
+) -> tuple[FrameInfo, memoryview] | None:
     """The frame at `position`, or None if the buffer ends inside it.
 
     Raises `CorruptionError` when the frame is whole but wrong: bad CRC, lying
     length, unknown kind. Both checks are C-speed (struct, zlib.crc32).
+    `verify_crc=False` skips the CRC (the chaos runner's skip-crc control only).
     """
     if position + FRAME_HEADER_BYTES > len(buffer):
         return None
@@ -84,7 +87,7 @@ def parse_frame(buffer: memoryview, position: int) -> tuple[FrameInfo, memoryvie
     if position + size > len(buffer):
         return None
     body = buffer[position + _BODY_START : position + size]
-    if zlib.crc32(body) != crc:
+    if verify_crc and zlib.crc32(body) != crc:
         raise CorruptionError(f"frame at {position} fails its CRC")
     if kind >= len(_KINDS) or reserved != 0:
         raise CorruptionError(f"frame at {position} has unknown kind {kind}")

@@ -95,11 +95,13 @@ class _Walk:
     """The recovery of one group, step by step (state shared by the steps)."""
 
     def __init__(
-        self, group: GroupId, directory: str, db: StateDatabase, files: Files, now_ms: int
+        self, group: GroupId, directory: str, db: StateDatabase, files: Files, now_ms: int,
+        verify_crc: bool = True,
     ) -> None:
         self.group, self.directory, self.db, self.files, self.now_ms = (
             group, directory, db, files, now_ms,
         )  # fmt: skip
+        self.verify_crc = verify_crc
         self.start, self.hard_state, self.applied = load_state(db, group)
         self.catalog = load_catalog(db, group)
         self.batch = db.batch()
@@ -173,7 +175,7 @@ class _Walk:
 
     def _scan(self, first: Index, path, handle, last: bool, expected_offset) -> None:
         self.rescanned += 1
-        result = scan_segment(self.files, handle, first)
+        result = scan_segment(self.files, handle, first, self.verify_crc)
         if result.frames:
             first_offset = result.frames[0].base_offset
         else:
@@ -249,9 +251,11 @@ def _closed_segment(path: str, handle, entry: CatalogEntry) -> Segment:
 
 
 def recover(
-    group: GroupId, directory: str, db: StateDatabase, files: Files, now_ms: int
+    group: GroupId, directory: str, db: StateDatabase, files: Files, now_ms: int,
+    verify_crc: bool = True,
 ) -> Recovered:
+    """`verify_crc=False` is the chaos runner's skip-crc control only: bad frames are kept."""
     files.make_dirs(directory)
-    walk = _Walk(group, directory, db, files, now_ms)
+    walk = _Walk(group, directory, db, files, now_ms, verify_crc)
     walk.run()
     return walk.finish()

@@ -121,20 +121,22 @@ class ScanResult:
     frame_after_error: bool  # a valid frame follows the bad one: corruption, not a torn tail
 
 
-def scan_segment(files: Files, handle: FileHandle, first_index: Index) -> ScanResult:
-    """Validate every frame by CRC, in chunks, and say where the valid prefix ends."""
+def scan_segment(files: Files, handle: FileHandle, first_index: Index, verify_crc: bool = True) -> ScanResult:
+    """Validate every frame by CRC, in chunks, and say where the valid prefix ends.
+
+    `verify_crc=False` (the chaos runner's skip-crc control only) checks only framing."""
     frames: list[FrameInfo] = []
     position, crc, expected, read_bytes = 0, 0, first_index, SCAN_CHUNK_BYTES
     while position < handle.size:
         chunk = memoryview(files.read(handle, position, read_bytes))
-        consumed, error = _scan_chunk(chunk, position, expected, frames)
+        consumed, error = _scan_chunk(chunk, position, expected, frames, verify_crc)
         if consumed:
             crc = zlib.crc32(chunk[:consumed], crc)
             position += consumed
             expected = Index(frames[-1].index + 1)
             read_bytes = SCAN_CHUNK_BYTES
         if error is not None:
-            after = _valid_frame_after(files, handle, position)
+            after = _valid_frame_after(files, handle, position, verify_crc)
             return ScanResult(frames, position, crc, error, after)
         if consumed == 0:
             whole = _declared_size(chunk)
@@ -145,12 +147,12 @@ def scan_segment(files: Files, handle: FileHandle, first_index: Index) -> ScanRe
 
 
 def _scan_chunk(
-    chunk: memoryview, base: int, expected: Index, frames: list[FrameInfo]
+    chunk: memoryview, base: int, expected: Index, frames: list[FrameInfo], verify_crc: bool
 ) -> tuple[int, str | None]:
     offset = 0
     while offset < len(chunk):
         try:
-            parsed = parse_frame(chunk, offset)
+            parsed = parse_frame(chunk, offset, verify_crc)
         except CorruptionError as error:
             return offset, str(error)
         if parsed is None:
@@ -180,7 +182,7 @@ def _declared_size(chunk: memoryview) -> int:
     return length + 4
 
 
-def _valid_frame_after(files: Files, handle: FileHandle, position: int) -> bool:
+def _valid_frame_after(files: Files, handle: FileHandle, position: int, verify_crc: bool) -> bool:
     """Whether a valid frame sits at the bad spot (out of order) or right after the
     bad frame's declared length: then the damage is inside the log (a bit flip),
     not a torn end, and truncating would drop durable entries."""
@@ -190,7 +192,7 @@ def _valid_frame_after(files: Files, handle: FileHandle, position: int) -> bool:
             continue
         try:
             window = memoryview(files.read(handle, candidate, SCAN_CHUNK_BYTES))
-            if parse_frame(window, 0) is not None:
+            if parse_frame(window, 0, verify_crc) is not None:
                 return True
         except CorruptionError:
             continue

@@ -77,13 +77,14 @@ class SegmentStore:
         self.group, self.directory, self._db, self._files = group, directory, db, files
         self.config = config or StoreConfig()
         self._clock_ms = clock_ms
-        recovered = recover(group, directory, db, files, clock_ms())
+        recovered = recover(group, directory, db, files, clock_ms(), self.config.verify_crc)
         self.recovery: RecoveryReport = recovered.report
         self.repair_reason: str | None = recovered.repair_reason
         self._start: StartPoint = recovered.start
         self._segments: list[Segment] = recovered.segments
         self._term_starts, self._terms = recovered.term_starts, recovered.terms
         self._hard_state = self._durable_hard_state = recovered.hard_state
+        self._opened_hard_state = recovered.hard_state  # what persist_vote=False keeps writing
         self._applied = recovered.applied
         self._dirty: dict[int, Segment] = {}
         self._state_changed = False
@@ -176,13 +177,14 @@ class SegmentStore:
     def _frames_in(
         self, segment: Segment, index: Index, position: int, end: int
     ) -> Iterator[tuple[FrameInfo, memoryview]]:
+        verify_crc = self.config.verify_crc
         while position < end:
             chunk = self._files.read(
                 segment.handle, position, min(end - position, self.config.read_chunk_bytes)
             )
             buffer, offset = memoryview(chunk), 0
             while True:
-                parsed = parse_frame(buffer, offset)
+                parsed = parse_frame(buffer, offset, verify_crc)
                 if parsed is None:
                     break
                 info, payload = parsed
@@ -195,7 +197,7 @@ class SegmentStore:
                 if position + declared > end:
                     raise CorruptionError(f"frame of entry {index} runs past its segment")
                 buffer = memoryview(self._files.read(segment.handle, position, declared))
-                parsed = parse_frame(buffer, 0)
+                parsed = parse_frame(buffer, 0, verify_crc)
                 assert parsed is not None
                 yield parsed
                 index, offset = Index(index + 1), declared
@@ -317,12 +319,17 @@ class SegmentStore:
         if not self._state_changed:
             return False
         hard, durable = self._hard_state, self._durable_hard_state
-        batch.put(group_key(HARD_STATE, self.group), encode_hard_state(hard))
+        stored = hard
+        if not self.config.persist_vote:
+            # The vote-without-persist control: a restart forgets term and vote.
+            opened = self._opened_hard_state
+            stored = HardState(term=opened.term, vote=opened.vote, commit=hard.commit)
+        batch.put(group_key(HARD_STATE, self.group), encode_hard_state(stored))
         if self._applied is not None:
             batch.put(group_key(APPLIED, self.group), encode_applied(*self._applied))
         self._state_changed = False
-        self._durable_hard_state = hard
-        return (hard.term, hard.vote) != (durable.term, durable.vote)
+        self._durable_hard_state = stored
+        return (stored.term, stored.vote) != (durable.term, durable.vote)
 
     # -- segments --------------------------------------------------------------
 
@@ -400,7 +407,7 @@ class SegmentStore:
         """A closed segment becomes the open one again: rebuild its memory tables."""
         from storage.segment import scan_segment
 
-        result = scan_segment(self._files, segment.handle, segment.first_index)
+        result = scan_segment(self._files, segment.handle, segment.first_index, self.config.verify_crc)
         if result.error is not None:
             raise CorruptionError(f"closed segment {segment.first_index}: {result.error}")
         segment.closed = False
