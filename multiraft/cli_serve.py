@@ -18,6 +18,7 @@ import structlog
 from multiraft import logs
 from multiraft.config import ConfigError, load_config
 from multiraft.launcher import HTTP_PORT_DEFAULT, RAFT_PORT_DEFAULT, LauncherError, LocalCluster
+from multiraft.unsafe import ChaosHooks
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -28,23 +29,24 @@ def serve(args: argparse.Namespace) -> int:
     settings = {k: v for k, v in vars(args).items() if k != "log_level"}
     try:
         config = load_config(argparse.Namespace(**settings))
+        hooks = ChaosHooks.from_environment()  # an unknown RAFTLOG_UNSAFE name refuses to start
     except ConfigError as error:
         print(f"raftlog serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     logs.configure(args.log_level)
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, hooks))
     except OSError as error:
         print(f"raftlog serve: cannot listen: {error}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 
 
-async def _serve(config: object) -> None:
+async def _serve(config: object, hooks: ChaosHooks) -> None:
     from multiraft.http import HttpServer
     from multiraft.node import Node
 
-    node = Node(config)  # type: ignore[arg-type]
+    node = Node(config, hooks=hooks)  # type: ignore[arg-type]
     server = HttpServer(node, node.config.http_addr.host, node.config.http_addr.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from multiraft.quiescence import follower_may_quiesce, quiesce_refusal
 from raftlog.core.progress import ProgressState
 from raftlog.core.raft import RaftCore
+from raftlog.core.ready import Ready
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
 from raftlog.messages import ConfChange, Entry, EntryKind, Message, MessageType, Role
 from raftlog.storage import RaftStorage
@@ -42,6 +43,10 @@ COMMIT_HOLD_S = 0.005
 INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (Raft tolerates loss)
 DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
 PENDING_TICKS_MAX = 16  # ticks buffered while busy (etcd buffers 128 on its tick channel)
+# The ack-before-fsync chaos control (multiraft/unsafe.py) syncs this long after it
+# acknowledged: a kill -9 (with write-behind files) then loses up to this much
+# acknowledged data on every replica, wide enough for the runner to catch.
+UNSAFE_SYNC_DELAY_S = 2.0
 
 
 class StateMachine(Protocol):
@@ -100,6 +105,10 @@ class GroupRuntime:
         self._campaign_requested = False
         self._held_commits: dict[int, Message] = {}
         self._held_timer: asyncio.TimerHandle | None = None
+        # The ack-before-fsync chaos control only (multiraft/unsafe.py); False in production.
+        self.ack_before_fsync = False
+        self._unsafe_term_vote = (core.term, core.vote)
+        self._unsafe_sync_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -120,6 +129,9 @@ class GroupRuntime:
             self._held_timer.cancel()
             self._held_timer = None
         self._held_commits.clear()
+        if self._unsafe_sync_timer is not None:
+            self._unsafe_sync_timer.cancel()
+            self._unsafe_sync_timer = None
         self._fail_waiters(OutcomeUnknown("the group stopped"))
 
     # ------------------------------------------------------------------ inputs (any task)
@@ -320,7 +332,9 @@ class GroupRuntime:
         if ready.hard_state is not None:
             store.set_hard_state(ready.hard_state)
         if ready.must_sync or ready.entries or ready.hard_state is not None:
-            if self.sync is not None and not ready.must_sync and not ready.entries:
+            if self.ack_before_fsync and self._unsafe_may_defer_sync(ready):
+                self._unsafe_sync_later()  # UNSAFE: acknowledged below before it is durable
+            elif self.sync is not None and not ready.must_sync and not ready.entries:
                 # Only the commit index moved: it is stored lazily (Raft needs no fsync for
                 # it), so nothing below waits on this write; the flusher still makes it.
                 self.sync(store).add_done_callback(_consume_outcome)
@@ -342,6 +356,30 @@ class GroupRuntime:
         self.core.advance(ready)
         self._serve_reads()
         self._check_role()
+
+    def _unsafe_may_defer_sync(self, ready: Ready) -> bool:
+        """ack-before-fsync control: defer every sync but a snapshot's and a term or vote
+        change's (those stay synced, so this control breaks only what it names)."""
+        if ready.snapshot is not None:
+            return False
+        hard_state = ready.hard_state
+        if hard_state is not None and (hard_state.term, hard_state.vote) != self._unsafe_term_vote:
+            self._unsafe_term_vote = (hard_state.term, hard_state.vote)
+            return False
+        return True
+
+    def _unsafe_sync_later(self) -> None:
+        if self._unsafe_sync_timer is None:
+            self._unsafe_sync_timer = asyncio.get_running_loop().call_later(
+                UNSAFE_SYNC_DELAY_S, self._unsafe_sync_now
+            )
+
+    def _unsafe_sync_now(self) -> None:
+        self._unsafe_sync_timer = None
+        if self.sync is not None:
+            self.sync(self.store).add_done_callback(_consume_outcome)
+        else:
+            self.store.sync()
 
     def _send_or_hold(self, message: Message) -> None:
         """Send, except a leader's commit-only append to a replicating follower, which

@@ -62,6 +62,7 @@ from multiraft.rpc import (
     error_answer,
 )
 from multiraft.transport import Transport
+from multiraft.unsafe import ChaosHooks
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
@@ -85,9 +86,10 @@ from raftlog.wire import (
 from storage.batch import validate_batch
 from storage.config import StoreConfig
 from storage.errors import InvalidBatchError
-from storage.files import OsFiles
+from storage.files import Files, OsFiles
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
+from storage.write_behind import WriteBehindFiles
 
 METADATA_GROUP = GroupId(0)
 RPC_TIMEOUT_S = 5.0
@@ -135,8 +137,9 @@ class CatalogMachine:
 class PartitionMachine:
     """A partition group's state machine (a thin adapter over `PartitionState`)."""
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, dedup: bool = True) -> None:
         self.state = PartitionState(topic=topic, partition=partition)
+        self.state.producers.dedup = dedup  # False only for the no-dedup chaos control
         self._changed = asyncio.Event()
 
     def apply(self, entry: Entry) -> Any:
@@ -152,19 +155,23 @@ class PartitionMachine:
 
     def restore(self, data: object, index: Index) -> None:
         assert isinstance(data, bytes), "partition snapshots are state bytes"
+        dedup = self.state.producers.dedup
         self.state = PartitionState.restore(data)
+        self.state.producers.dedup = dedup
 
 
 class Node:
-    def __init__(self, config: NodeConfig, logger: Any = None) -> None:
+    def __init__(self, config: NodeConfig, logger: Any = None, hooks: ChaosHooks | None = None) -> None:
+        """`hooks`: the chaos runner's switches (multiraft/unsafe.py); None reads the environment."""
         self.config = config
         self.id = config.node_id
         self.logger = (logger or structlog.get_logger()).bind(node_id=self.id)
+        self.hooks = hooks if hooks is not None else ChaosHooks.from_environment()
         self.catalog = Catalog()
         self.groups: dict[GroupId, GroupRuntime] = {}
         self.stores: dict[GroupId, SegmentStore] = {}
         self.partitions: dict[GroupId, PartitionMachine] = {}
-        self._files = OsFiles()
+        self._files: Files = OsFiles()
         self._rng = random.Random()
         self._heartbeats: dict[int, list[tuple[GroupId, Message]]] = {}
         self._flush_scheduled = False
@@ -186,6 +193,7 @@ class Node:
     async def start(self) -> None:
         config = self.config
         (config.data_dir / "groups").mkdir(parents=True, exist_ok=True)
+        self._start_chaos_hooks()
         self.db = StateDatabase(str(config.data_dir / "state.db"))
         self._flusher = Flusher(self.db, self.logger)
         peers = {n: (a.host, a.port) for n, a in config.initial_cluster.items() if n != self.id}
@@ -219,6 +227,18 @@ class Node:
             self._tasks.append(asyncio.create_task(coroutine, name=f"node-{self.id}-{name}"))
         self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr))
 
+    def _start_chaos_hooks(self) -> None:
+        """Apply and announce the chaos runner's switches (multiraft/unsafe.py), if any."""
+        hooks = self.hooks
+        if hooks.write_behind_files:
+            self._files = WriteBehindFiles(str(self.config.data_dir / "groups"))
+            self.logger.warning("chaos_write_behind_files",
+                                detail="unsynced segment writes stay in memory: kill -9 loses them")
+        if hooks.unsafe:
+            self.logger.warning("unsafe_switches_enabled", switches=list(hooks.unsafe),
+                                detail="this node may lose, duplicate or corrupt acknowledged data; "
+                                       "chaos negative controls only")
+
     async def stop(self) -> None:
         """Stop cleanly: tasks, groups (their waiters fail with OutcomeUnknown), network, files."""
         for task in self._tasks:
@@ -249,7 +269,10 @@ class Node:
         assert self.db is not None
         directory = config.data_dir / "groups" / str(group_id)
         directory.mkdir(parents=True, exist_ok=True)
-        store_config = StoreConfig(flush=config.flush, segment_bytes_max=config.segment_bytes_max)
+        store_config = StoreConfig(
+            flush=config.flush, segment_bytes_max=config.segment_bytes_max,
+            verify_crc=not self.hooks.skip_crc, persist_vote=not self.hooks.vote_without_persist,
+        )
         store = SegmentStore(group_id, str(directory), self.db, self._files, store_config)
         created = store.last_index() == 0 and self.id in voters
         if created:
@@ -270,6 +293,7 @@ class Node:
         runtime.on_quiesce = self._on_quiesce
         runtime.is_live = self._is_live
         runtime.sync = self._flusher.sync
+        runtime.ack_before_fsync = self.hooks.ack_before_fsync
         if created and voters[0] == self.id:
             runtime.request_campaign()
         self.groups[group_id] = runtime
@@ -299,7 +323,7 @@ class Node:
             wanted = groups_for_node(self.catalog, self.id)
             for group_id, local in sorted(wanted.items()):
                 if group_id not in self.groups:
-                    machine = PartitionMachine(local.topic, local.partition)
+                    machine = PartitionMachine(local.topic, local.partition, dedup=not self.hooks.no_dedup)
                     self.partitions[group_id] = machine
                     self._open_group(group_id, list(local.replicas), machine)
                     self.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)

@@ -118,7 +118,7 @@ def _batch(stored: StoredBatch) -> tuple[int, int, bytes]:
 
 
 def _end_offset(node: Node, group_id: GroupId, isolation: str) -> int:
-    if isolation == "uncommitted":
+    if isolation == "uncommitted" or node.hooks.read_uncommitted:  # the latter: a chaos control only
         return int(node.stores[group_id].log_end_offset)
     return int(node.partitions[group_id].state.high_watermark)
 

@@ -180,6 +180,9 @@ class ProducerTable:
         self.producers_max = producers_max
         self._entries: OrderedDict[int, ProducerEntry] = OrderedDict()
         self._pending: dict[int, list[ProducerBatch]] = {}
+        # False only for the chaos runner's no-dedup control (multiraft/unsafe.py): a retry
+        # is never a duplicate; it is appended again and the table goes on as if it were not.
+        self.dedup = True
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -193,15 +196,26 @@ class ProducerTable:
 
     def check(self, batch: ProducerBatch) -> Decision:
         """The leader's verdict before proposing: applied state plus own proposals."""
-        entry = self._entries.get(batch.producer_id)
-        for pending in self._pending.get(batch.producer_id, ()):
+        decision = decide(self._with_pending(batch.producer_id), batch)
+        if not self.dedup and isinstance(decision, Duplicate | DuplicatePending):
+            return Accept()
+        return decision
+
+    def _with_pending(self, producer_id: int) -> ProducerEntry | None:
+        entry = self._entries.get(producer_id)
+        for pending in self._pending.get(producer_id, ()):
             entry = advance(entry, pending, None)
-        return decide(entry, batch)
+        return entry
 
     def record_proposal(self, batch: ProducerBatch) -> None:
         """The leader proposed `batch` after `check` accepted it."""
-        if batch.idempotent:
-            self._pending.setdefault(batch.producer_id, []).append(batch)
+        if not batch.idempotent:
+            return
+        if not self.dedup and isinstance(
+            decide(self._with_pending(batch.producer_id), batch), Duplicate | DuplicatePending
+        ):
+            return  # no-dedup control: a re-appended retry does not move the sequence
+        self._pending.setdefault(batch.producer_id, []).append(batch)
 
     def drop_proposals(self) -> None:
         """Leadership lost (or proposals dropped): forget every pending proposal.
@@ -216,6 +230,8 @@ class ProducerTable:
         entry = self._entries.get(batch.producer_id)
         decision = decide(entry, batch)
         assert not isinstance(decision, DuplicatePending), "applied batches have offsets"
+        if not self.dedup and isinstance(decision, Duplicate):
+            return Accept()  # no-dedup control: appended again, the table is unchanged
         if batch.idempotent and isinstance(decision, Accept):
             assert base_offset is not None
             self._entries.pop(batch.producer_id, None)

@@ -10,7 +10,13 @@ from multiraft.http.view import cluster_view
 
 async def health(request: web.Request) -> web.Response:
     node = node_of(request)
-    return web.json_response({"status": "ok", "node_id": node.id, "registered": node.registered.is_set()})
+    answer = {"status": "ok", "node_id": node.id, "registered": node.registered.is_set()}
+    # Chaos hooks (multiraft/unsafe.py) are named here, so no run can pass for a safe one.
+    if node.hooks.unsafe:
+        answer["unsafe"] = list(node.hooks.unsafe)
+    if node.hooks.write_behind_files:
+        answer["chaos_files"] = "write-behind"
+    return web.json_response(answer)
 
 
 async def cluster(request: web.Request) -> web.Response:

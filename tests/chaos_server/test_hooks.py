@@ -1,0 +1,186 @@
+"""Goal: the chaos hooks (multiraft/unsafe.py) are read from the environment only as
+documented, refuse what they do not know, and each storage- or table-level unsafe
+switch really changes behaviour when set and changes nothing when unset."""
+
+from __future__ import annotations
+
+import pytest
+
+from multiraft.config import ConfigError
+from multiraft.partition import PartitionState
+from multiraft.producers import Accept, Duplicate, DuplicatePending, ProducerBatch, ProducerTable
+from multiraft.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
+from raftlog.messages import Entry, EntryKind, HardState
+from raftlog.types import Index, NodeId, Term
+from storage.batch import Record, encode_batch
+from storage.config import StoreConfig
+from storage.errors import CorruptionError
+from tests.storage.helpers import SegmentHarness, data_entry
+
+# ---- parsing ---------------------------------------------------------------------------
+
+
+def test_no_variables_mean_no_hooks():
+    # Goal: an environment without the variables (or with them empty) changes nothing.
+    assert ChaosHooks.from_environment({}) == NO_HOOKS
+    blank = {"RAFTLOG_CHAOS_FILES": "", "RAFTLOG_CHAOS_DEBUG": "0", "RAFTLOG_UNSAFE": " , "}
+    assert ChaosHooks.from_environment(blank) == NO_HOOKS
+    assert NO_HOOKS.unsafe == ()
+
+
+def test_every_variable_is_read():
+    # Goal: each documented value turns on exactly its field; names are listed sorted.
+    hooks = ChaosHooks.from_environment({
+        "RAFTLOG_CHAOS_FILES": "write-behind", "RAFTLOG_CHAOS_DEBUG": "1",
+        "RAFTLOG_UNSAFE": "skip-crc, no-dedup",
+    })
+    assert hooks.write_behind_files and hooks.debug_endpoints
+    assert hooks.skip_crc and hooks.no_dedup
+    assert not (hooks.ack_before_fsync or hooks.read_uncommitted or hooks.vote_without_persist)
+    assert hooks.unsafe == ("no-dedup", "skip-crc")
+    every = ChaosHooks.from_environment({"RAFTLOG_UNSAFE": ",".join(UNSAFE_SWITCHES)})
+    assert every.unsafe == tuple(sorted(UNSAFE_SWITCHES))
+
+
+@pytest.mark.parametrize("environ", [
+    {"RAFTLOG_UNSAFE": "no-dedup,ack-before-sync"},
+    {"RAFTLOG_UNSAFE": "NO-DEDUP"},
+    {"RAFTLOG_CHAOS_FILES": "lazyfs"},
+    {"RAFTLOG_CHAOS_DEBUG": "yes"},
+])
+def test_unknown_values_refuse_to_start(environ):
+    # Goal: a typo never silently runs a safe (or a different unsafe) node.
+    with pytest.raises(ConfigError):
+        ChaosHooks.from_environment(environ)
+
+
+# ---- no-dedup ------------------------------------------------------------------------------
+
+PID = 5
+
+
+def _batch(seq: int, count: int = 1) -> bytes:
+    records = [Record(b"k", b"v%d" % i) for i in range(count)]
+    return encode_batch(records, first_timestamp_ms=1, producer_id=PID, producer_epoch=0, base_sequence=seq)
+
+
+def _apply_all(state: PartitionState, payloads: list[bytes]) -> list:
+    results = []
+    for payload in payloads:
+        index = Index(state.applied_index + 1)
+        results.append(state.apply(Entry(index, Term(1), EntryKind.DATA, payload)))
+    return results
+
+
+@pytest.mark.parametrize("dedup", [True, False])
+def test_no_dedup_appends_retries_again(dedup):
+    # Goal: with no-dedup a retry applies as new records (fresh offsets, not a duplicate) and
+    # the producer's next sequence is still accepted; unset, the retry is the usual duplicate.
+    state = PartitionState(topic="t", partition=0)
+    state.producers.dedup = dedup
+    first, retry, second = _apply_all(state, [_batch(0, 2), _batch(0, 2), _batch(2)])
+    assert (first.base_offset, first.duplicate) == (0, False)
+    if dedup:
+        assert (retry.base_offset, retry.duplicate) == (0, True)
+        assert state.skipped_ranges == [(2, 2)]
+    else:
+        assert (retry.base_offset, retry.duplicate) == (2, False), "appended again"
+        assert state.skipped_ranges == []
+    assert second.ok and second.base_offset == 4 and not second.duplicate
+
+
+@pytest.mark.parametrize("dedup", [True, False])
+def test_no_dedup_leader_check_never_answers_duplicate(dedup):
+    # Goal: the leader's pre-proposal check stops deduplicating too, for in-flight and applied
+    # originals, and a re-proposed retry does not disturb the sequence of later batches.
+    table = ProducerTable()
+    table.dedup = dedup
+    batch = ProducerBatch(producer_id=PID, epoch=0, base_sequence=0, record_count=1)
+    following = ProducerBatch(producer_id=PID, epoch=0, base_sequence=1, record_count=1)
+    assert table.check(batch) == Accept()
+    table.record_proposal(batch)
+    assert table.check(batch) == (DuplicatePending(0, 1) if dedup else Accept()), "retry in flight"
+    if not dedup:
+        table.record_proposal(batch)  # proposed a second time
+        assert table.check(following) == Accept()
+    assert table.apply(batch, 0) == Accept()
+    if not dedup:
+        assert table.apply(batch, 1) == Accept(), "the second copy applies as new records"
+    assert table.check(batch) == (Duplicate(0, 1) if dedup else Accept()), "retry after apply"
+    assert table.check(following) == Accept(), "sequences go on from the original"
+
+
+# ---- skip-crc ------------------------------------------------------------------------------
+
+
+def _flip_payload_byte_of_last_entry(harness: SegmentHarness) -> None:
+    segment = harness.store.segments[-1]
+    with open(segment.path, "r+b") as file:
+        file.seek(segment.size - 3)  # inside the last frame's payload
+        byte = file.read(1)
+        file.seek(segment.size - 3)
+        file.write(bytes([byte[0] ^ 0x04]))
+
+
+@pytest.mark.parametrize("verify_crc", [True, False])
+def test_skip_crc_keeps_and_serves_a_corrupted_tail(tmp_path, verify_crc):
+    # Goal: unset, recovery cuts a bad last frame and reads never serve it; with skip-crc the
+    # damaged frame is kept and served as it is on disk.
+    harness = SegmentHarness(str(tmp_path), config=StoreConfig(verify_crc=verify_crc), durable_files=False)
+    try:
+        written = [data_entry(i, 1) for i in range(1, 6)]
+        harness.store.append(written)
+        harness.store.set_hard_state(HardState(term=Term(1), commit=Index(4)))
+        harness.store.sync()
+        _flip_payload_byte_of_last_entry(harness)
+        store = harness.crash()
+        if verify_crc:
+            assert store.last_index() == 4 and store.recovery.truncated_tail_bytes > 0
+        else:
+            assert store.last_index() == 5 and store.recovery.truncated_tail_bytes == 0
+            (served,) = store.entries(Index(5), Index(6), 1 << 20)
+            assert served.payload != written[-1].payload, "the corrupted bytes are served"
+    finally:
+        harness.close()
+
+
+def test_skip_crc_unset_reads_still_refuse_damage(tmp_path):
+    # Goal: the read path (not only recovery) follows the switch: unset, a flipped bit raises.
+    for verify_crc in (True, False):
+        harness = SegmentHarness(str(tmp_path / str(verify_crc)), config=StoreConfig(verify_crc=verify_crc),
+                                 durable_files=False)
+        try:
+            harness.store.append([data_entry(i, 1) for i in range(1, 4)])
+            harness.store.sync()
+            _flip_payload_byte_of_last_entry(harness)  # under the open store: no recovery runs
+            if verify_crc:
+                with pytest.raises(CorruptionError):
+                    harness.store.entries(Index(3), Index(4), 1 << 20)
+            else:
+                assert len(harness.store.entries(Index(3), Index(4), 1 << 20)) == 1
+        finally:
+            harness.close()
+
+
+# ---- vote-without-persist ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persist_vote", [True, False])
+def test_vote_without_persist_forgets_term_and_vote(tmp_path, persist_vote):
+    # Goal: unset, term and vote survive a reopen (and a vote asks for a synced write); with
+    # vote-without-persist the reopened store has forgotten both (the commit is still kept).
+    harness = SegmentHarness(str(tmp_path), config=StoreConfig(persist_vote=persist_vote), durable_files=False)
+    try:
+        harness.store.append([data_entry(1, 1)])
+        harness.store.set_hard_state(HardState(term=Term(5), vote=NodeId(2), commit=Index(1)))
+        batch = harness.db.batch()
+        harness.store.sync_files()
+        assert harness.store.stage_state(batch) is persist_vote, "only a real vote asks for a synced write"
+        harness.db.write(batch, sync=False)
+        hard = harness.crash().initial_state().hard_state
+        if persist_vote:
+            assert (hard.term, hard.vote, hard.commit) == (5, 2, 1)
+        else:
+            assert (hard.term, hard.vote, hard.commit) == (0, 0, 1)
+    finally:
+        harness.close()

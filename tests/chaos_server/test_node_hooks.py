@@ -1,0 +1,149 @@
+"""Goal: a node applies the chaos hooks it is given (or reads them from the environment),
+announces them, and each runtime-level unsafe switch really changes what an in-process
+node does when set and changes nothing when unset: ack-before-fsync acknowledges writes
+its files still hold unsynced, read-uncommitted serves committed reads past the high
+watermark, vote-without-persist lets a restarted node lead a term that already had a
+leader (seen, as the chaos runner sees it, in the `became_leader` events)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from multiraft import group as group_module
+from multiraft import partition_ops
+from multiraft.config import NodeConfig
+from multiraft.node import Node
+from multiraft.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
+from raftlog.messages import Role
+from storage.files import OsFiles
+from storage.write_behind import WriteBehindFiles
+from tests.node.test_node_cluster import batch, configs, leader_of, until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+TIMEOUT_S = 60
+
+
+@contextlib.asynccontextmanager
+async def started(node_configs: list[NodeConfig], hooks: ChaosHooks | None) -> AsyncIterator[list[Node]]:
+    nodes = [Node(c, hooks=hooks) for c in node_configs]
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            for node in nodes:
+                await node.start()
+            await until(lambda: all(len(n.catalog.nodes) == len(nodes) for n in nodes), "registration")
+            yield nodes
+    finally:
+        for node in nodes:
+            if node.db is not None:
+                await node.stop()
+
+
+async def _topic(nodes: list[Node], name: str, replication_factor: int) -> None:
+    await nodes[0].create_topic(name, 1, replication_factor, {})
+    for node in nodes:
+        await node.wait_for_topic(name)
+    await until(lambda: leader_of(nodes, name, 0) is not None, f"a leader for {name}/0")
+
+
+def _unsynced_bytes(node: Node, topic: str) -> int:
+    handle = node.stores[node.partition_group(topic, 0)].segments[-1].handle
+    assert hasattr(handle.node, "tail"), "write-behind files in use"
+    return len(handle.node.tail)  # type: ignore[attr-defined]
+
+
+async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path, monkeypatch) -> None:
+    # Goal: Node(config) reads the variables itself; every hook reaches the piece it drives; the
+    # node logs one warning per kind of hook. Without the variables: OsFiles, no warning.
+    (config,) = configs(tmp_path / "safe", 1)
+    with structlog.testing.capture_logs() as logs:
+        async with started([config], None) as (node,):
+            assert node.hooks == NO_HOOKS and isinstance(node._files, OsFiles)
+    assert not {e["event"] for e in logs} & {"chaos_write_behind_files", "unsafe_switches_enabled"}
+
+    monkeypatch.setenv("RAFTLOG_CHAOS_FILES", "write-behind")
+    monkeypatch.setenv("RAFTLOG_UNSAFE", ",".join(UNSAFE_SWITCHES))
+    (config,) = configs(tmp_path / "unsafe", 1)
+    with structlog.testing.capture_logs() as logs:
+        async with started([config], None) as (node,):
+            await _topic([node], "wired", 1)
+            assert node.hooks.unsafe == tuple(sorted(UNSAFE_SWITCHES))
+            assert isinstance(node._files, WriteBehindFiles)
+            group = node.partition_group("wired", 0)
+            for store in node.stores.values():
+                assert not store.config.verify_crc and not store.config.persist_vote
+            assert all(runtime.ack_before_fsync for runtime in node.groups.values())
+            assert node.partitions[group].state.producers.dedup is False
+    warnings = {e["event"]: e for e in logs if e["log_level"] == "warning"}
+    assert "chaos_write_behind_files" in warnings
+    assert warnings["unsafe_switches_enabled"]["switches"] == sorted(UNSAFE_SWITCHES)
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+async def test_ack_before_fsync_acknowledges_unsynced_writes(tmp_path: Path, monkeypatch, unsafe: bool) -> None:
+    # Goal: over write-behind files, a quorum ack normally means the record reached the OS and
+    # was fsynced (nothing unsynced left in memory); with ack-before-fsync the ack comes while
+    # the record is still only in memory, and the deferred sync writes it later.
+    monkeypatch.setattr(group_module, "UNSAFE_SYNC_DELAY_S", 0.5)
+    hooks = ChaosHooks(write_behind_files=True, ack_before_fsync=unsafe)
+    async with started(configs(tmp_path, 1), hooks) as (node,):
+        await _topic([node], "acks", 1)
+        await until(lambda: _unsynced_bytes(node, "acks") == 0, "the election's writes synced")
+        answer = await node.produce("acks", 0, batch(b"acknowledged"))
+        assert answer["base_offset"] == 0
+        if not unsafe:
+            assert _unsynced_bytes(node, "acks") == 0, "acknowledged only once durable"
+            return
+        assert _unsynced_bytes(node, "acks") > 0, "acknowledged while still unsynced"
+        await until(lambda: _unsynced_bytes(node, "acks") == 0, "the deferred sync", timeout_s=5)
+
+
+async def test_read_uncommitted_serves_past_the_high_watermark(tmp_path: Path) -> None:
+    # Goal: a record the leader holds but no quorum does is invisible to committed reads;
+    # with read-uncommitted, committed reads serve it.
+    slow_elections = [dataclasses.replace(c, election_timeout_ticks=150) for c in configs(tmp_path)]
+    async with started(slow_elections, NO_HOOKS) as nodes:
+        await _topic(nodes, "hw", 3)
+        leader = leader_of(nodes, "hw", 0)
+        assert leader is not None
+        await leader.produce("hw", 0, batch(b"committed"))
+        followers = [n for n in nodes if n is not leader]
+        await until(lambda: all(n.partitions[n.partition_group("hw", 0)].state.high_watermark == 1
+                                for n in followers), "followers applied the committed record")
+        await asyncio.gather(*(n.stop() for n in followers))
+        await leader.produce("hw", 0, batch(b"uncommitted"), acks="leader")
+        group = leader.partition_group("hw", 0)
+        assert leader.groups[group].core.role is Role.LEADER, "still leading (3 s election timeout)"
+        assert leader.partitions[group].state.high_watermark == 1 and leader.stores[group].log_end_offset == 2
+
+        safe = await partition_ops.consume(leader, "hw", 0, 0)
+        assert [(base, count) for base, count, _ in safe.batches] == [(0, 1)]
+        leader.hooks = dataclasses.replace(leader.hooks, read_uncommitted=True)  # read per request
+        unsafe = await partition_ops.consume(leader, "hw", 0, 0)
+        assert [(base, count) for base, count, _ in unsafe.batches] == [(0, 1), (1, 1)]
+
+
+@pytest.mark.parametrize("unsafe", [False, True])
+async def test_vote_without_persist_leads_a_term_twice(tmp_path: Path, unsafe: bool) -> None:
+    # Goal: a restarted node normally campaigns in a term above every one it knew; with
+    # vote-without-persist it forgets term and vote and is elected again in a term that
+    # already had a leader: two `became_leader` events for one (group, term), which is how
+    # the chaos runner's end-of-run check catches it.
+    hooks = ChaosHooks(vote_without_persist=unsafe)
+    (config,) = configs(tmp_path, 1)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):  # three incarnations, each elected once
+            async with started([config], hooks) as (node,):
+                await until(lambda n=node: n.groups[0].core.role is Role.LEADER, "metadata leader")
+    terms = [e["term"] for e in logs if e["event"] == "became_leader" and e["group_id"] == 0]
+    assert len(terms) == 3 and all(e["node_id"] == 1 for e in logs if e["event"] == "became_leader")
+    if unsafe:
+        assert len(set(terms)) < len(terms), f"a term led twice: {terms}"
+    else:
+        assert terms == sorted(set(terms)), f"terms only go up: {terms}"
