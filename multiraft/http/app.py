@@ -16,6 +16,7 @@ from multiraft.http.handlers import (
     admin,
     cluster,
     consume,
+    debug,
     docs,
     groups,
     metrics,
@@ -51,6 +52,14 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("GET", "/metrics", metrics.metrics),
 )
 
+# Served only when the node started with RAFTLOG_CHAOS_DEBUG=1 (multiraft/unsafe.py), else
+# 404 NOT_FOUND like any unknown path. Runner-only, so kept out of ROUTES and the OpenAPI
+# document (and so out of the schemathesis fuzz pass, which would hash whole logs).
+DEBUG_ROUTES: tuple[tuple[str, str, Handler], ...] = (
+    ("GET", "/v1/debug/groups", debug.groups),
+    ("GET", "/v1/debug/groups/{group_id}/digest", debug.digest),
+)
+
 
 def create_app(node: Node) -> web.Application:
     """The HTTP API of `node`. Bodies beyond REQUEST_BYTES_MAX get 413 before parsing."""
@@ -58,6 +67,6 @@ def create_app(node: Node) -> web.Application:
     app[NODE_KEY] = node
     app[produce.ROUND_ROBIN_KEY] = {}
     app[metrics.REGISTRY_KEY] = node_registry(node)
-    for method, path, handler in ROUTES:
+    for method, path, handler in ROUTES + (DEBUG_ROUTES if node.hooks.debug_endpoints else ()):
         app.router.add_route(method, path, handler)
     return app

@@ -22,6 +22,8 @@ def _served(app: web.Application) -> set[tuple[str, str]]:
     for route in app.router.routes():
         info = route.resource.get_info() if route.resource is not None else {}
         path = info.get("formatter") or info.get("path")
+        if path.startswith("/v1/debug/"):
+            continue  # the chaos runner's routes (RAFTLOG_CHAOS_DEBUG=1): not public API, not documented
         served.add((route.method.lower(), path))
     return served
 
