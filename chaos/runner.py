@@ -36,6 +36,9 @@ from multiraft.clients.http import AsyncClient, RaftlogError
 
 TOPICS = (("chaos-a", 4), ("chaos-b", 4))
 RECOVERY_TIMEOUT_S = 60.0
+# Faults start this long after the topics exist: the ack-before-fsync control defers
+# every fsync by 2 s, metadata included, and must lose records, not the topics.
+TOPIC_SETTLE_S = 3.0
 FINAL_READ_TIMEOUT_S = 120.0
 
 
@@ -84,6 +87,7 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
     try:
         await asyncio.to_thread(cluster.start_all, 90.0)
         await _create_topics(cluster)
+        await asyncio.sleep(TOPIC_SETTLE_S)
         kinds = [k for k in config.faults if k in ("kill", "pause") or (extra_faults and k in extra_faults.kinds)]
         details["faults_skipped"] = sorted(set(config.faults) - set(kinds))
         nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra_faults.kinds if extra_faults else {})
