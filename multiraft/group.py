@@ -103,6 +103,8 @@ class GroupRuntime:
         # Cross-group group commit (multiraft/flusher.py); None: the store syncs alone.
         self.sync: Callable[[Any], Awaitable[None]] | None = None
         self._campaign_requested = False
+        self.failed = False
+        self.on_failure: Callable[[GroupId], None] | None = None
         self._held_commits: dict[int, Message] = {}
         self._held_timer: asyncio.TimerHandle | None = None
         # The ack-before-fsync chaos control only (multiraft/unsafe.py); False in production.
@@ -190,6 +192,7 @@ class GroupRuntime:
         - "all": until applied and held by every in-sync replica.
         """
         assert acks in ("quorum", "leader", "all")
+        self._check_running()
         self.wake()
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in payloads]
@@ -212,6 +215,10 @@ class GroupRuntime:
             self._wakeup.set()
             await held
         return results
+
+    def _check_running(self) -> None:
+        if self.failed:
+            raise ProposalDropped("this replica's storage failed; it is being reopened, retry")
 
     def _last_applied_target(self, results: list[Any]) -> Index:
         return self.core.applied_index
@@ -257,7 +264,10 @@ class GroupRuntime:
             raise
         except Exception as error:  # a storage failure is fatal for the group, never silent
             self.logger.error("group_failed", error=repr(error))
+            self.failed = True
             self._fail_waiters(OutcomeUnknown(f"group {self.group_id} failed: {error!r}"))
+            if self.on_failure is not None:
+                self.on_failure(self.group_id)  # the node reopens it from disk (like a restart)
             raise
 
     def _drain(self) -> None:

@@ -106,6 +106,7 @@ LEADERS_EVERY_PINGS = 10
 _LEADER_ENTRY = struct.Struct(">QQ")  # group id, term
 LEADERS_PER_PING_MAX = 100_000  # 1.6 MB: far inside the frame limit
 FRAME_QUIESCE = 6
+GROUP_REOPEN_DELAY_S = 1.0  # before a failed group is opened again from disk
 ACKS = {"none": 0, "leader": 1, "quorum": 2, "all": 3}
 
 
@@ -291,6 +292,7 @@ class Node:
         core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
         runtime = GroupRuntime(group_id, core, store, machine, self._send, logger, self._on_role_change)
         runtime.on_quiesce = self._on_quiesce
+        runtime.on_failure = self._on_group_failed
         runtime.is_live = self._is_live
         runtime.sync = self._flusher.sync
         runtime.ack_before_fsync = self.hooks.ack_before_fsync
@@ -306,7 +308,8 @@ class Node:
         await runtime.stop()
         self.partitions.pop(group_id, None)
         store = self.stores.pop(group_id)
-        store.sync()
+        if not runtime.failed:  # a failed store may not sync (disk full): what it lost, a crash loses
+            store.sync()
         store.close()
         if delete:
             shutil.rmtree(self.config.data_dir / "groups" / str(group_id), ignore_errors=True)
@@ -314,6 +317,29 @@ class Node:
 
     def catalog_changed(self) -> None:
         self._catalog_event.set()
+
+    def _on_group_failed(self, group_id: GroupId) -> None:
+        task = asyncio.get_running_loop().create_task(self._reopen_failed(group_id))
+        self._tasks.append(task)
+
+    async def _reopen_failed(self, group_id: GroupId) -> None:
+        """A group whose storage failed (say, the disk filled up) is closed and opened again
+        from disk after a pause, as a restart of the node would: the recovered log is what a
+        crash at that moment leaves, and Raft brings the replica back up to date."""
+        await asyncio.sleep(GROUP_REOPEN_DELAY_S)
+        runtime = self.groups.get(group_id)
+        if runtime is None or not runtime.failed:
+            return
+        await self._close_group(group_id, delete=False)
+        self.logger.warning("group_reopening", group_id=group_id)
+        if group_id == METADATA_GROUP:
+            self.catalog = Catalog()  # replayed from the log from scratch
+            try:
+                self._open_group(METADATA_GROUP, sorted(self.config.initial_cluster), CatalogMachine(self))
+            except OSError as error:
+                self.logger.error("group_open_failed", group_id=group_id, error=repr(error))
+                raise SystemExit(f"the metadata group cannot be reopened: {error!r}") from None
+        self.catalog_changed()  # the reconciler reopens partition groups
 
     async def _reconciler(self) -> None:
         while True:
@@ -325,7 +351,13 @@ class Node:
                 if group_id not in self.groups:
                     machine = PartitionMachine(local.topic, local.partition, dedup=not self.hooks.no_dedup)
                     self.partitions[group_id] = machine
-                    self._open_group(group_id, list(local.replicas), machine)
+                    try:
+                        self._open_group(group_id, list(local.replicas), machine)
+                    except OSError as error:  # e.g. the disk is full: try again shortly
+                        self.partitions.pop(group_id, None)
+                        self.logger.error("group_open_failed", group_id=group_id, error=repr(error))
+                        asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, self.catalog_changed)
+                        continue
                     self.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
             for group_id in sorted(set(self.groups) - set(wanted) - {METADATA_GROUP}):
                 await self._close_group(group_id, delete=True)

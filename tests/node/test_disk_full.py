@@ -1,0 +1,63 @@
+"""Goal: a replica whose disk fills up fails cleanly and comes back by itself.
+
+A full disk makes the leader's append fail: its group fails (the writes it held
+are answered OUTCOME_UNKNOWN, none is acknowledged), the node closes it and opens
+it again from disk a moment later, as a restart would, and once there is space
+again the partition takes writes and every acknowledged record is still there.
+ENOSPC comes from the write-behind files double (`free_bytes`), in process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from multiraft.unsafe import ChaosHooks
+from raftlog.errors import ClientError
+from storage.write_behind import WriteBehindFiles
+from tests.chaos_server.test_node_hooks import started
+from tests.node.test_node_cluster import (
+    batch,
+    configs,
+    leader_of,
+    produce_retrying,
+    until,
+    values_at,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+
+async def test_a_full_disk_fails_the_group_which_reopens_when_space_returns(tmp_path: Path) -> None:
+    hooks = ChaosHooks(write_behind_files=True)
+    async with started(configs(tmp_path), hooks) as nodes:
+        await nodes[0].create_topic("full", 1, 3, {})
+        for node in nodes:
+            await node.wait_for_topic("full")
+        await until(lambda: leader_of(nodes, "full", 0) is not None, "a leader")
+        await produce_retrying(nodes[0], "full", 0, batch(b"before"))
+        leader = leader_of(nodes, "full", 0)
+        assert leader is not None
+        files = leader._files
+        assert isinstance(files, WriteBehindFiles)
+        files.free_bytes = 0  # the leader's disk is full from now on
+
+        outcomes = []
+        for _ in range(3):
+            try:
+                await leader.produce("full", 0, batch(b"refused"))
+                outcomes.append("acknowledged")
+            except ClientError as error:
+                outcomes.append(error.code)
+        assert "acknowledged" not in outcomes, outcomes
+        group = leader.partition_group("full", 0)
+        await until(lambda: group not in leader.groups or leader.groups[group].failed, "the group failed")
+
+        files.free_bytes = None  # space returns
+        await until(lambda: group in leader.groups and not leader.groups[group].failed, "reopened", 20)
+        answer = await produce_retrying(nodes[0], "full", 0, batch(b"after"), timeout_s=30)
+        assert answer["count"] == 1
+        for node in nodes:
+            await until(lambda n=node: values_at(n, "full", 0)[-1:] == [b"after"], "every replica", 20)
+            values = values_at(node, "full", 0)
+            assert values[0] == b"before" and b"after" in values
