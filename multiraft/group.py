@@ -364,6 +364,8 @@ class GroupRuntime:
             if future is not None and not future.done():
                 self._ready_reads.append((read_state.index, future))
         self.core.advance(ready)
+        if self.core.needs_repair:
+            self._check_repaired()
         self._serve_reads()
         self._check_role()
 
@@ -390,6 +392,18 @@ class GroupRuntime:
             self.sync(self.store).add_done_callback(_consume_outcome)
         else:
             self.store.sync()
+
+    def _check_repaired(self) -> None:
+        """A replica that lost durable entries may vote and lead again once its leader has
+        given back everything up to what it had recorded as committed, and committed it."""
+        target = getattr(self.store, "repair_until", 0)
+        core = self.core
+        if core.leader and core.commit_index >= target and core.log.last_index() >= target:
+            core.mark_repaired()
+            mark = getattr(self.store, "mark_repaired", None)
+            if mark is not None:
+                mark()
+            self.logger.warning("replica_repaired", commit=core.commit_index)
 
     def _send_or_hold(self, message: Message) -> None:
         """Send, except a leader's commit-only append to a replicating follower, which

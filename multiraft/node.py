@@ -275,7 +275,9 @@ class Node:
             verify_crc=not self.hooks.skip_crc, persist_vote=not self.hooks.vote_without_persist,
         )
         store = SegmentStore(group_id, str(directory), self.db, self._files, store_config)
-        created = store.last_index() == 0 and self.id in voters
+        # Bootstrap only a replica that never existed: an empty log with a recorded term is
+        # a damaged one (needs repair), which learns its log, membership included, from the leader.
+        created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and self.id in voters
         if created:
             entries, hard_state = bootstrap_entries(voters)
             store.append(entries)

@@ -15,6 +15,7 @@ written only in `sync`, so the database never runs ahead of synced segments.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import time
@@ -90,6 +91,19 @@ class SegmentStore:
         self._state_changed = False
         self._durable_index = self.last_index()
         self._last_fsync_ms = clock_ms()
+        # The commit index is stored only after the entries it covers were fsynced, so a
+        # log that now ends below it lost durable entries (a damaged disk): this replica
+        # must not vote or lead until its leader has given them back (`repair_until`).
+        self.repair_until = Index(0)
+        recorded_commit = self._hard_state.commit
+        if self.repair_reason is not None or recorded_commit > self.last_index():
+            self.repair_until = Index(max(recorded_commit, self.last_index()))
+            if self.repair_reason is None:
+                self.repair_reason = (f"the log ends at {self.last_index()}, below the recorded commit "
+                                      f"{recorded_commit}: durable entries were lost")
+            if recorded_commit > self.last_index():
+                self._hard_state = self._durable_hard_state = dataclasses.replace(
+                    self._hard_state, commit=self.last_index())
 
     # -- read side (LogStorage) ------------------------------------------------
 
@@ -508,6 +522,7 @@ class SegmentStore:
         batch.delete(group_key(REPAIR, self.group))
         self._db.write(batch, sync=True)
         self.repair_reason = None
+        self.repair_until = Index(0)
 
     # -- offsets ---------------------------------------------------------------
 

@@ -94,6 +94,10 @@ def test_torn_tail_below_commit_needs_repair(harness):
     os.truncate(last, os.path.getsize(last) - 7)
     store = _reopen(harness)
     assert store.recovery.needs_repair
+    # The core starts from what is there: the commit clamped to the log end; the node
+    # keeps the replica from voting until its leader gave back up to the old commit.
+    assert store.initial_state().hard_state.commit == store.last_index() == 39
+    assert store.initial_state().needs_repair and store.repair_until == 40
 
 
 def test_bit_flip_in_closed_segment_is_never_served(harness):
