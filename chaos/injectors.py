@@ -8,6 +8,7 @@ kind is an async starter returning its async healer, as `Nemesis` expects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -75,7 +76,14 @@ class Injectors:
                 self.disk.free(self._groups_dir(node))
 
     async def close(self) -> None:
+        """Undo everything, so the next run in this namespace starts clean."""
         await self.heal_all()
+        if self.network is not None:
+            self.network.close()
+        if self.disk is not None and self.cluster is not None:
+            for node in self.cluster.ids:
+                with contextlib.suppress(faults.FaultError, OSError):
+                    self.disk.unmount(self._groups_dir(node))
 
     # -- kinds ----------------------------------------------------------------
 

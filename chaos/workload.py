@@ -33,6 +33,7 @@ from multiraft.clients.http import AsyncClient, OutcomeUnknownError, RaftlogErro
 
 CLIENT_HOST = "127.0.0.100"
 OP_TIMEOUT_S = 5.0
+RESEND_SHARE = 0.1  # acknowledged idempotent batches sent again on purpose
 # Codes that promise the request changed nothing (the server refused before proposing).
 DEFINITE = frozenset({
     "NOT_LEADER", "PROPOSAL_DROPPED", "NOT_ENOUGH_REPLICAS", "LEADERSHIP_TRANSFER_IN_PROGRESS",
@@ -176,6 +177,10 @@ class Workload:
                 values = [next(self._values) for _ in range(self.rng.randint(1, 3))]
                 producer = ProducerStamp(producer_id=stamp[0], epoch=stamp[1], sequence=sequences[key])
                 definite = await self._send_until_definite(client, process, key, values, producer)
+                if definite == "ok" and self.rng.random() < RESEND_SHARE:
+                    # A producer that lost the answer sends the batch again: the cluster must
+                    # answer with the original offsets (duplicate=true), never store it twice.
+                    await self._send_until_definite(client, process, key, values, producer)
                 if definite == "ok":
                     sequences[key] += len(values)
                 elif definite == "fenced-or-gap":

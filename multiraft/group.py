@@ -104,6 +104,8 @@ class GroupRuntime:
         self.sync: Callable[[Any], Awaitable[None]] | None = None
         self._campaign_requested = False
         self.failed = False
+        # Partition state at closed-segment ends, for retention (multiraft/compaction.py).
+        self.boundaries: Any = None
         self.on_failure: Callable[[GroupId], None] | None = None
         self._held_commits: dict[int, Message] = {}
         self._held_timer: asyncio.TimerHandle | None = None
@@ -335,10 +337,11 @@ class GroupRuntime:
             self._send_or_hold(message)
         store = self.store
         if ready.snapshot is not None:
-            store.apply_snapshot(ready.snapshot)
-            self.state_machine.restore(ready.snapshot.data, ready.snapshot.meta.index)
+            self._install_snapshot(ready.snapshot)
         if ready.entries:
             store.append(ready.entries)
+            if self.boundaries is not None:
+                self.boundaries.note_segments(store, self.core.applied_index, self.state_machine)
         if ready.hard_state is not None:
             store.set_hard_state(ready.hard_state)
         if ready.must_sync or ready.entries or ready.hard_state is not None:
@@ -437,8 +440,19 @@ class GroupRuntime:
         for message in held.values():
             self._send(self.group_id, message)
 
+    def _install_snapshot(self, snapshot: Any) -> None:
+        """The leader's log starts past ours: take its state, and its offsets with it."""
+        next_offset = getattr(self.state_machine, "next_offset_of", None)
+        offset = next_offset(snapshot.data) if next_offset is not None and snapshot.data is not None else None
+        self.store.apply_snapshot(snapshot, offset) if offset is not None else self.store.apply_snapshot(snapshot)
+        self.state_machine.restore(snapshot.data, snapshot.meta.index)
+        if self.boundaries is not None:
+            self.boundaries.clear()
+
     def _apply(self, entry: Entry) -> None:
         result = self.state_machine.apply(entry)
+        if self.boundaries is not None:
+            self.boundaries.applied(entry.index, self.state_machine)
         proposal = self._proposals.pop(entry.index, None)
         if proposal is None or proposal.future.done():
             return

@@ -23,12 +23,13 @@ import random
 import shutil
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
 from multiraft import leadership, partition_ops
+from multiraft.compaction import Boundaries, compaction_loop
 from multiraft.config import NodeConfig
 from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
 from multiraft.flusher import Flusher
@@ -74,7 +75,7 @@ from raftlog.errors import (
     ProposalDropped,
 )
 from raftlog.messages import ConfChange, ConfChangeOp, Entry, EntryKind, Message, Role
-from raftlog.types import GroupId, Index, NodeId
+from raftlog.types import GroupId, Index, NodeId, Offset
 from raftlog.wire import (
     WireError,
     decode_heartbeats,
@@ -154,6 +155,15 @@ class PartitionMachine:
     async def wait_for_change(self) -> None:
         await self._changed.wait()
 
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    @staticmethod
+    def next_offset_of(data: object) -> Offset:
+        """The offset after the last record a snapshot's state covers (where its log resumes)."""
+        assert isinstance(data, bytes), "partition snapshots are state bytes"
+        return PartitionState.restore(data).next_offset
+
     def restore(self, data: object, index: Index) -> None:
         assert isinstance(data, bytes), "partition snapshots are state bytes"
         dedup = self.state.producers.dedup
@@ -224,6 +234,7 @@ class Node:
             ("node-heartbeats", self._node_heartbeats()),
             ("controller", self._controller()),
             ("leader-balancer", leadership.balance_loop(self)),
+            ("compaction", compaction_loop(self)),
         ):
             self._tasks.append(asyncio.create_task(coroutine, name=f"node-{self.id}-{name}"))
         self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr))
@@ -264,15 +275,18 @@ class Node:
 
     # ------------------------------------------------------------------ groups
 
-    def _open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any) -> GroupRuntime:
-        """Open (or create) a group's replica; a new group's first voter campaigns at once."""
+    def _open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
+                    topic_config: Mapping[str, Any] | None = None) -> GroupRuntime:
+        """Open (or create) a group's replica; a new group's first voter campaigns at once.
+        `topic_config`: the topic's `segment_bytes`, `retention_ms`, `retention_bytes`."""
         config = self.config
         assert self.db is not None
         directory = config.data_dir / "groups" / str(group_id)
         directory.mkdir(parents=True, exist_ok=True)
+        settings: dict[str, Any] = {"flush": config.flush, "segment_bytes_max": config.segment_bytes_max}
+        settings |= retention_settings(topic_config or {})
         store_config = StoreConfig(
-            flush=config.flush, segment_bytes_max=config.segment_bytes_max,
-            verify_crc=not self.hooks.skip_crc, persist_vote=not self.hooks.vote_without_persist,
+            verify_crc=not self.hooks.skip_crc, persist_vote=not self.hooks.vote_without_persist, **settings,
         )
         store = SegmentStore(group_id, str(directory), self.db, self._files, store_config)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
@@ -291,10 +305,15 @@ class Node:
             applied=Index(store.first_index() - 1),
         )
         logger = self.logger.bind(group_id=group_id)
+        start = store.snapshot()
+        if start.meta.index > 0 and start.data is not None:
+            machine.restore(start.data, start.meta.index)  # the state the compacted log began from
         core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
         runtime = GroupRuntime(group_id, core, store, machine, self._send, logger, self._on_role_change)
         runtime.on_quiesce = self._on_quiesce
         runtime.on_failure = self._on_group_failed
+        if isinstance(machine, PartitionMachine):
+            runtime.boundaries = Boundaries()
         runtime.is_live = self._is_live
         runtime.sync = self._flusher.sync
         runtime.ack_before_fsync = self.hooks.ack_before_fsync
@@ -353,8 +372,10 @@ class Node:
                 if group_id not in self.groups:
                     machine = PartitionMachine(local.topic, local.partition, dedup=not self.hooks.no_dedup)
                     self.partitions[group_id] = machine
+                    topic = self.catalog.topics.get(local.topic)
                     try:
-                        self._open_group(group_id, list(local.replicas), machine)
+                        self._open_group(group_id, list(local.replicas), machine,
+                                         topic.config if topic is not None else None)
                     except OSError as error:  # e.g. the disk is full: try again shortly
                         self.partitions.pop(group_id, None)
                         self.logger.error("group_open_failed", group_id=group_id, error=repr(error))
@@ -810,6 +831,19 @@ class Node:
 
 async def _balance_here(node: Node) -> int:
     return leadership.balance_now(node)
+
+
+def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """StoreConfig fields from a topic's config (Kafka's segment.bytes, retention.ms,
+    retention.bytes, spelled with underscores); absent keys keep the defaults."""
+    settings: dict[str, Any] = {}
+    if "segment_bytes" in config:
+        settings["segment_bytes_max"] = int(config["segment_bytes"])
+    for key in ("retention_ms", "retention_bytes"):
+        if key in config:
+            value = int(config[key])
+            settings[key] = None if value < 0 else value  # -1: unlimited, as in Kafka
+    return settings
 
 
 def _host_port(address: str) -> tuple[str, int]:

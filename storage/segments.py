@@ -444,9 +444,13 @@ class SegmentStore:
 
     # -- snapshots and compaction ----------------------------------------------
 
-    def compact(self, index: Index) -> None:
+    def compact(self, index: Index, data: object = None, membership: Membership | None = None) -> None:
         """Forget entries up to `index`; delete the closed segments wholly below it.
 
+        `data`: the state machine's state as of `index`, stored in the same write as
+        the new start point (a start without its state would restore the wrong one);
+        None keeps the old start's data. `membership`: the configuration in force at
+        `index` (the CONFIG entries before it are dropped); None keeps the old start's.
         The new start point is made durable before any file is deleted, so a crash
         in between leaves segments that recovery recognizes as compacted.
         """
@@ -454,9 +458,11 @@ class SegmentStore:
             return
         assert index <= self.last_index(), "cannot compact beyond the log"
         meta = self._start.snapshot.meta
+        if membership is None:
+            membership = self._applied[1] if self._applied is not None else meta.membership
         snapshot = Snapshot(
-            meta=type(meta)(index=index, term=self.term(index), membership=meta.membership),
-            data=self._start.snapshot.data,
+            meta=type(meta)(index=index, term=self.term(index), membership=membership),
+            data=self._start.snapshot.data if data is None else data,
         )
         self._set_start(StartPoint(snapshot, self.offset_after(index)))
         self._delete_segments_below(Index(index + 1))

@@ -93,6 +93,23 @@ def check_config_entry(key: object, value: object) -> None:
         raise InvalidConfig(f"config value of {key} must be a string, number or boolean")
     if isinstance(value, str) and len(value) > CONFIG_STRING_CHARS_MAX:
         raise InvalidConfig(f"config value of {key} exceeds {CONFIG_STRING_CHARS_MAX} characters")
+    bounds = TYPED_CONFIG.get(key)
+    if bounds is not None:
+        low, high, unlimited = bounds
+        if not isinstance(value, int) or isinstance(value, bool) or not (
+            low <= value <= high or (unlimited and value == -1)
+        ):
+            extra = " (or -1 for unlimited)" if unlimited else ""
+            raise InvalidConfig(f"config {key} must be an integer in [{low}, {high}]{extra}")
+
+
+# Topic settings the node acts on: key -> (low, high, -1 allowed for "unlimited").
+TYPED_CONFIG: dict[str, tuple[int, int, bool]] = {
+    "min_insync_replicas": (1, 5, False),
+    "segment_bytes": (4096, 1 << 30, False),
+    "retention_ms": (1, 2**62, True),
+    "retention_bytes": (1, 2**62, True),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
