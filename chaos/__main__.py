@@ -19,19 +19,19 @@ import sys
 import time
 from pathlib import Path
 
-ALL_FAULTS = ("kill", "pause", "partition", "loss", "clock", "disk-full", "corrupt")
+ALL_FAULTS = ("kill", "power", "pause", "partition", "loss", "clock", "disk-full", "corrupt")
 # (faults, duration factor) per run of each suite; seeds come from the suite's seed.
 SUITES: dict[str, list[tuple[str, ...]]] = {
     "smoke": [("kill", "pause", "partition", "corrupt")],
-    "standard": [("kill",), ("pause", "clock"), ("partition", "loss"), ("corrupt", "kill"), ("disk-full", "kill"),
-                 ALL_FAULTS],
+    "standard": [("kill", "power"), ("pause", "clock"), ("partition", "loss"), ("corrupt", "kill"),
+                 ("disk-full", "kill"), ALL_FAULTS],
 }
 CONTROLS = {  # unsafe switch -> faults that expose it
     "ack-before-fsync": ("kill",),
     "no-dedup": ("kill", "partition"),
     "read-uncommitted": ("kill", "partition"),
     "skip-crc": ("corrupt",),
-    "vote-without-persist": ("kill",),
+    "vote-without-persist": ("power", "kill"),
 }
 
 
@@ -65,7 +65,7 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
         from chaos.injectors import Injectors
     except ImportError:
         Injectors = None  # type: ignore[assignment,misc]
-    if Injectors is not None and set(faults) - {"kill", "pause"}:
+    if Injectors is not None and set(faults) - {"kill", "power", "pause"}:
         provider = Injectors.detect(out, random.Random(seed ^ 0x5EED))
     print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s, out {out}", flush=True)
     result = await run(RunConfig(out=out, seed=seed, nodes=nodes, duration_s=duration, faults=faults,

@@ -69,6 +69,8 @@ class Nemesis:
     async def _start(self, kind: str) -> Callable[[], Awaitable[None]]:
         if kind == "kill":
             return await self._kill()
+        if kind == "power":
+            return await self._kill("all")  # every node at once: a power failure
         if kind == "pause":
             return await self._pause()
         if kind in self.extra:
@@ -93,10 +95,10 @@ class Nemesis:
             return list(self.cluster.ids)
         return [self.rng.choice(alive)]
 
-    async def _kill(self) -> Callable[[], Awaitable[None]]:
-        how = self.rng.choice(["one", "leader", "metadata-leader", "minority", "all"])
+    async def _kill(self, how: str | None = None) -> Callable[[], Awaitable[None]]:
+        how = how or self.rng.choice(["one", "leader", "metadata-leader", "minority", "all"])
         nodes = await self.target(how)
-        self._open("kill", f"{how}: {nodes}")
+        self._open("power" if how == "all" else "kill", f"{how}: {nodes}")
         for node in nodes:
             self.cluster.kill(node)
 

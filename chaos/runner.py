@@ -88,7 +88,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
         await asyncio.to_thread(cluster.start_all, 90.0)
         await _create_topics(cluster)
         await asyncio.sleep(TOPIC_SETTLE_S)
-        kinds = [k for k in config.faults if k in ("kill", "pause") or (extra_faults and k in extra_faults.kinds)]
+        kinds = [k for k in config.faults
+                 if k in ("kill", "power", "pause") or (extra_faults and k in extra_faults.kinds)]
         details["faults_skipped"] = sorted(set(config.faults) - set(kinds))
         nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra_faults.kinds if extra_faults else {})
         with HistoryWriter.open(history_path) as history:
