@@ -41,8 +41,9 @@ class Boundaries:
         self._seen_up_to = Index(0)
 
     def note_segments(self, store: SegmentStore, applied: Index, machine: Any) -> None:
-        """After an append: segments that closed since the last look end where?"""
-        for segment in store.segments:
+        """After an append: segments that closed since the last look end where? (Rolls
+        happen at the tail, so the newest few segments are all there is to look at.)"""
+        for segment in store.segments[-4:]:
             if not segment.closed or segment.last_index <= self._seen_up_to:
                 continue
             self._seen_up_to = segment.last_index

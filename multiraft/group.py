@@ -442,9 +442,11 @@ class GroupRuntime:
 
     def _install_snapshot(self, snapshot: Any) -> None:
         """The leader's log starts past ours: take its state, and its offsets with it."""
-        next_offset = getattr(self.state_machine, "next_offset_of", None)
-        offset = next_offset(snapshot.data) if next_offset is not None and snapshot.data is not None else None
-        self.store.apply_snapshot(snapshot, offset) if offset is not None else self.store.apply_snapshot(snapshot)
+        next_offset_of = getattr(self.state_machine, "next_offset_of", None)
+        if next_offset_of is not None and snapshot.data is not None:
+            self.store.apply_snapshot(snapshot, next_offset_of(snapshot.data))
+        else:
+            self.store.apply_snapshot(snapshot)
         self.state_machine.restore(snapshot.data, snapshot.meta.index)
         if self.boundaries is not None:
             self.boundaries.clear()
