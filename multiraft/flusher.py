@@ -16,8 +16,10 @@ the round costs one write.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+from multiraft.histograms import Histogram
 from storage.config import FlushMode
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
@@ -31,6 +33,7 @@ class Flusher:
         self._scheduled = False
         self.flushes = 0
         self.synced_writes = 0
+        self.latency: Histogram | None = None
 
     def sync(self, store: SegmentStore) -> asyncio.Future[None]:
         """A future resolved once everything `store` was given so far is durable."""
@@ -45,6 +48,7 @@ class Flusher:
     def _flush(self) -> None:
         self._scheduled = False
         waiting, self._waiting = self._waiting, []
+        began = time.perf_counter()
         try:
             batch = self._db.batch()
             must_sync = False
@@ -65,6 +69,8 @@ class Flusher:
             return
         self.flushes += 1
         self.synced_writes += int(must_sync)
+        if self.latency is not None:
+            self.latency.observe(time.perf_counter() - began)
         for _, future in waiting:
             if not future.done():
                 future.set_result(None)

@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from multiraft.histograms import NodeLatencies
 from multiraft.quiescence import follower_may_quiesce, quiesce_refusal
 from raftlog.core.progress import ProgressState
 from raftlog.core.raft import RaftCore
@@ -61,6 +63,7 @@ class StateMachine(Protocol):
 class _Proposal:
     term: Term
     future: asyncio.Future[Any]
+    began: float = 0.0  # time.perf_counter() when proposed
 
 
 class GroupRuntime:
@@ -92,6 +95,7 @@ class GroupRuntime:
         self._isr_waiters: list[tuple[Index, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._role = core.role
+        self._known_leader = core.leader
         self.messages_shed = 0
         # Quiescence (see quiescence.py): a quiet group is not ticked.
         self.quiesced = False
@@ -106,6 +110,9 @@ class GroupRuntime:
         self.failed = False
         # Partition state at closed-segment ends, for retention (multiraft/compaction.py).
         self.boundaries: Any = None
+        self.latencies: NodeLatencies | None = None  # node-wide histograms (/metrics)
+        self.elections = 0  # times this replica became a candidate
+        self.leader_changes = 0  # times the leader it knows changed
         self.on_failure: Callable[[GroupId], None] | None = None
         self._held_commits: dict[int, Message] = {}
         self._held_timer: asyncio.TimerHandle | None = None
@@ -311,8 +318,9 @@ class GroupRuntime:
                 if not future.done():
                     future.set_exception(error)
             return
+        now = time.perf_counter()
         for offset, future in enumerate(futures):
-            self._proposals[Index(first + offset)] = _Proposal(term, future)
+            self._proposals[Index(first + offset)] = _Proposal(term, future, now)
         self._persist_waiters.append((Index(first + len(payloads) - 1), persisted))
 
     def _propose_membership(self, change: ConfChange, future: asyncio.Future[Any]) -> None:
@@ -360,8 +368,12 @@ class GroupRuntime:
             self._release_persisted(ready.entries[-1].index)
         for message in ready.persisted_messages:
             self._send_or_hold(message)
-        for entry in ready.committed_entries:
-            self._apply(entry)
+        if ready.committed_entries:
+            began = time.perf_counter()
+            for entry in ready.committed_entries:
+                self._apply(entry)
+            if self.latencies is not None:
+                self.latencies.apply.observe(time.perf_counter() - began)
         for read_state in ready.read_states:
             future = self._reads.pop(read_state.context, None)
             if future is not None and not future.done():
@@ -460,6 +472,8 @@ class GroupRuntime:
             return
         if proposal.term == entry.term:
             proposal.future.set_result(result)
+            if self.latencies is not None and proposal.began:
+                self.latencies.replicate.observe(time.perf_counter() - proposal.began)
         else:
             proposal.future.set_exception(
                 ProposalDropped("another entry took this proposal's place")
@@ -521,10 +535,17 @@ class GroupRuntime:
         self._ready_reads = waiting
 
     def _check_role(self) -> None:
+        leader = self.core.leader
+        if leader != self._known_leader:
+            self._known_leader = leader
+            if leader:
+                self.leader_changes += 1
         role = self.core.role
         if role is self._role:
             return
         previous, self._role = self._role, role
+        if role is Role.CANDIDATE:
+            self.elections += 1
         self.logger.info(
             "role_changed", role=role.value, previous=previous.value, term=self.core.term
         )

@@ -35,6 +35,7 @@ from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
 from multiraft.flusher import Flusher
 from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
+from multiraft.histograms import NodeLatencies
 from multiraft.metadata.catalog import Catalog, ProducerIdBlock, groups_for_node
 from multiraft.metadata.commands import (
     AllocateProducerIds,
@@ -193,6 +194,7 @@ class Node:
         self._leaders_heard: dict[GroupId, tuple[int, int]] = {}  # group -> (leader node, term), from pings
         self._pings_sent = 0
         self.ticks_skipped = 0
+        self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
         self._was_controller = False
         self.registered = asyncio.Event()
         self.db: StateDatabase | None = None
@@ -207,6 +209,7 @@ class Node:
         self._start_chaos_hooks()
         self.db = StateDatabase(str(config.data_dir / "state.db"))
         self._flusher = Flusher(self.db, self.logger)
+        self._flusher.latency = self.latencies.fsync
         peers = {n: (a.host, a.port) for n, a in config.initial_cluster.items() if n != self.id}
         self.transport = Transport(
             self.id, config.raft_addr.host, config.raft_addr.port, peers,
@@ -312,6 +315,7 @@ class Node:
         runtime = GroupRuntime(group_id, core, store, machine, self._send, logger, self._on_role_change)
         runtime.on_quiesce = self._on_quiesce
         runtime.on_failure = self._on_group_failed
+        runtime.latencies = self.latencies
         if isinstance(machine, PartitionMachine):
             runtime.boundaries = Boundaries()
         runtime.is_live = self._is_live

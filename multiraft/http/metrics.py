@@ -4,8 +4,8 @@ A custom collector, not counters updated on the hot path: every figure here is
 already kept by the node (core positions, ISR, store offsets, transport
 counters), so a scrape reads them and the produce path does no metric work.
 Each app gets its own registry, so several nodes can share one process (tests).
-Durations (replicate, apply, fsync) need hooks inside the runtime and come with
-the node's own instrumentation.
+Durations (replicate, apply, fsync) are node-wide histograms the runtime fills
+(multiraft/histograms.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from raftlog.messages import Role
@@ -33,6 +38,7 @@ class NodeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._groups()
         yield from self._node()
+        yield from self._latencies()
 
     def _groups(self) -> Iterator[Metric]:
         node = self.node
@@ -50,6 +56,12 @@ class NodeCollector(Collector):
             "hwm": GaugeMetricFamily("raftlog_partition_high_watermark", "high watermark", labels=labels),
             "leo": GaugeMetricFamily("raftlog_partition_log_end_offset", "log end offset", labels=labels),
             "shed": CounterMetricFamily("raftlog_group_messages_shed", "inbox messages shed", labels=labels),
+            "lag": GaugeMetricFamily("raftlog_group_follower_lag_entries",
+                                     "entries the furthest-behind follower lacks (leader only)", labels=labels),
+            "elections": CounterMetricFamily("raftlog_group_elections", "times this replica stood for election",
+                                             labels=labels),
+            "changes": CounterMetricFamily("raftlog_group_leader_changes", "times this replica saw a new leader",
+                                           labels=labels),
         }
         for group_id, runtime in sorted(node.groups.items()):
             machine = node.partitions.get(group_id)
@@ -62,15 +74,29 @@ class NodeCollector(Collector):
             families["applied"].add_metric(values, core.applied_index)
             families["last"].add_metric(values, core.log.last_index())
             families["shed"].add_metric(values, runtime.messages_shed)
+            families["elections"].add_metric(values, runtime.elections)
+            families["changes"].add_metric(values, runtime.leader_changes)
             if core.role is Role.LEADER:
                 isr = core.in_sync_replicas() & core.membership.voters
                 families["isr"].add_metric(values, len(isr))
                 families["under"].add_metric(values, int(len(isr) < len(core.membership.voters)))
+                last = core.log.last_index()
+                matches = [p.match for n in core.membership.members if n != core.id
+                           and (p := core.progress(n)) is not None]
+                families["lag"].add_metric(values, max((last - m for m in matches), default=0))
             store = node.stores.get(group_id)
             if machine is not None and store is not None:
                 families["hwm"].add_metric(values, machine.state.high_watermark)
                 families["leo"].add_metric(values, store.log_end_offset)
         yield from families.values()
+
+    def _latencies(self) -> Iterator[Metric]:
+        for name, histogram, help_text in (
+            ("raftlog_fsync_seconds", self.node.latencies.fsync, "one group-commit flush: segment fsyncs + state write"),
+            ("raftlog_replicate_seconds", self.node.latencies.replicate, "leader: proposal to applied (committed)"),
+            ("raftlog_apply_seconds", self.node.latencies.apply, "applying one batch of committed entries"),
+        ):
+            yield HistogramMetricFamily(name, help_text, buckets=histogram.cumulative(), sum_value=histogram.total)
 
     def _node(self) -> Iterator[Metric]:
         node = self.node

@@ -78,3 +78,10 @@ async def test_metrics_expose_group_and_node_figures(cluster: Cluster) -> None:
                  "raftlog_group_applied_index", "raftlog_node_groups", "raftlog_transport_bytes_out_total"):
         assert name in text, name
     assert 'raftlog_group_role{group_id="0"' in text
+    for name in ("raftlog_group_elections_total", "raftlog_group_leader_changes_total"):
+        assert name in text, name
+    # The metadata group committed and fsynced things by now: the histograms have observations.
+    for name in ("raftlog_fsync_seconds", "raftlog_replicate_seconds", "raftlog_apply_seconds"):
+        count = next(line for line in text.splitlines() if line.startswith(f"{name}_count"))
+        assert float(count.split()[-1]) > 0, count
+        assert f'{name}_bucket{{le="+Inf"}}' in text

@@ -1,0 +1,46 @@
+"""Latency histograms the runtime fills and `/metrics` reads (DESIGN.md section 10).
+
+Fixed buckets, plain counters: observing is a bisect and two additions, cheap
+enough for the produce path. Node-wide (summed over groups): a thousand groups
+times a dozen buckets per series would drown a Prometheus server, and the
+per-group figures that matter (lag, ISR, indexes) are gauges already.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+# Seconds: 100 us to 10 s, roughly x2.5 apart (fsyncs, replication round trips, applies).
+BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass
+class Histogram:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))  # the last: above every bound
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.counts[bisect_left(BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """Prometheus buckets: (upper bound, observations at or below it), +Inf last."""
+        running, out = 0, []
+        for bound, count in zip(BUCKETS, self.counts, strict=False):
+            running += count
+            out.append((repr(bound), running))
+        out.append(("+Inf", running + self.counts[-1]))
+        return out
+
+
+@dataclass
+class NodeLatencies:
+    fsync: Histogram = field(default_factory=Histogram)  # one flush: segment fsyncs + state write
+    replicate: Histogram = field(default_factory=Histogram)  # leader: proposal -> applied (committed)
+    apply: Histogram = field(default_factory=Histogram)  # one Ready's committed entries applied
