@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Idempotent: reinstalls only when the package metadata changed.
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -183,8 +183,11 @@ class Workload:
                     await self._send_until_definite(client, process, key, values, producer)
                 if definite == "ok":
                     sequences[key] += len(values)
-                elif definite == "fenced-or-gap":
-                    stamp = None  # start over as a new producer (a client restart)
+                elif definite != "not-written":
+                    # Fenced, a sequence gap, or still unknown after every retry: this sequence
+                    # may be taken by a batch we cannot name, so start over as a new producer
+                    # (a client restart). Reusing it for other values would be our bug.
+                    stamp = None
                 await self._pause()
 
     async def _send_until_definite(self, client: AsyncClient, process: int, key: PartitionKey,
@@ -192,6 +195,7 @@ class Workload:
         body = {"format": "json", "records": [{"value": v} for v in values], "producer_id": producer.producer_id,
                 "producer_epoch": producer.epoch, "base_sequence": producer.sequence}
         path = f"/v1/topics/{key.topic}/partitions/{key.partition}/records"
+        ambiguous = False  # once an attempt may have been written, only the cluster can tell
         for _ in range(20):  # the same bytes again until the cluster says yes or a definite no
             index = self.history.invoke_send(process, key, values, producer=producer)
             began = time.monotonic()
@@ -202,8 +206,10 @@ class Workload:
                 code = getattr(error, "code", "")
                 if code in ("INVALID_PRODUCER_EPOCH", "OUT_OF_ORDER_SEQUENCE"):
                     return "fenced-or-gap"
-                if outcome_of(error) == "fail" and code != "UNAVAILABLE":
-                    return "fail"
+                if outcome_of(error) == "info":
+                    ambiguous = True
+                elif not ambiguous and code != "UNAVAILABLE":
+                    return "not-written"  # refused, and no earlier attempt can have landed
                 await asyncio.sleep(0.1)
                 continue
             answer = _json(raw)

@@ -7,6 +7,7 @@
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
     raftlog leaders balance
+    raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
 
 `--server` (or RAFTLOG_SERVER) picks the HTTP address, several separated by
 commas; the default is node 1 of `raftlog cluster up`. Exit codes: 0 done,
@@ -74,12 +75,24 @@ def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     consume.add_argument("--wait-ms", type=int, default=5000, help="long-poll wait per request")
     consume.add_argument("--show-offsets", action="store_true", help="print partition, offset, key, value")
     _client_command(consume, commands.consume)
+    export = commands_parser.add_parser("export", help="write a topic's records to Parquet/CSV/JSON with Spark")
+    export.add_argument("topic")
+    export.add_argument("--to", required=True, metavar="FORMAT:DIR", help="e.g. parquet:/tmp/out (csv:, json:)")
+    export.add_argument("--format", choices=("parquet", "csv", "json"), help="instead of the --to prefix")
+    export.add_argument("--from", dest="start", metavar="F", help="earliest (default), N, P:N,P:N, "
+                        "{\"P\":N}, an ISO 8601 time or @MS; with --group: the group's committed offsets")
+    export.add_argument("--until", metavar="U", help="latest (default: the high watermark now), or as --from")
+    export.add_argument("--group", help="start from its committed offsets; commit the end after the write")
+    export.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
+    export.add_argument("--skip-lost", action="store_true",
+                        help="skip records retention removed instead of failing (failOnDataLoss=false)")
+    _client_command(export, commands.export)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
     subcommands = parser.add_subparsers(dest="command", required=True,
-                                        metavar="{serve,cluster,topic,produce,consume,leaders}")
+                                        metavar="{serve,cluster,topic,produce,consume,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status}")

@@ -1,4 +1,4 @@
-"""The client commands of `raftlog`: topics, produce, consume, cluster status, leaders.
+"""The client commands of `raftlog`: topics, produce, consume, cluster status, leaders, export.
 
 Each talks to the cluster through `multiraft.client` exactly as a user's
 program would. Errors leave as one line on stderr naming the code and what to
@@ -206,3 +206,10 @@ def consume(client: Client, args: argparse.Namespace) -> int:
     if args.group:
         consumer.commit()
     return EXIT_OK
+
+
+def export(client: Client, args: argparse.Namespace) -> int:
+    """Runs Spark (spark_connector.export); imported here so other commands never load PySpark."""
+    from spark_connector.export import export_command
+
+    return export_command(args, client.aio.servers)

@@ -110,6 +110,9 @@ class GroupRuntime:
         self.failed = False
         # Partition state at closed-segment ends, for retention (multiraft/compaction.py).
         self.boundaries: Any = None
+        # Reads wait until the replica re-applied what it had committed before it (re)opened,
+        # so no reader sees its high watermark go back after a restart.
+        self.replay_until = Index(0)
         self.latencies: NodeLatencies | None = None  # node-wide histograms (/metrics)
         self.elections = 0  # times this replica became a candidate
         self.leader_changes = 0  # times the leader it knows changed

@@ -316,6 +316,7 @@ class Node:
         runtime.on_quiesce = self._on_quiesce
         runtime.on_failure = self._on_group_failed
         runtime.latencies = self.latencies
+        runtime.replay_until = store.initial_state().hard_state.commit
         if isinstance(machine, PartitionMachine):
             runtime.boundaries = Boundaries()
         runtime.is_live = self._is_live

@@ -83,6 +83,10 @@ async def _consume_local(
 ) -> ConsumeResult:
     machine = node.partitions[group_id]
     store = node.stores[group_id]
+    runtime = node.groups[group_id]
+    if runtime.core.applied_index < runtime.replay_until:
+        raise NotLeader(runtime.core.leader, "this replica is still re-applying its log after a restart; "
+                        "read from another replica or retry")
     end = _end_offset(node, group_id, isolation)
     if end <= offset <= store.log_end_offset:
         # At or past the high watermark but inside this replica's log (Kafka's rule: only

@@ -245,6 +245,26 @@ class AsyncClient:
         answer = await self._json("GET", f"/v1/groups/{group}/offsets", params={"topic": topic})
         return {int(o["partition"]): int(o["offset"]) for o in answer["offsets"]}
 
+    async def node_addresses(self, alive_only: bool = True) -> dict[int, str]:
+        """{node id: HTTP address} of the cluster's nodes (only those alive, by default)."""
+        cluster = await self.cluster()
+        return {int(n["node_id"]): n["http_addr"] for n in cluster["nodes"]
+                if n["status"] == "alive" or not alive_only}
+
+    async def partition_views(self, topic: str) -> dict[int, list[dict[str, Any]]]:
+        """Every reachable alive node's view of each partition of `topic` (as `describe_topic`
+        gives it; views differ: leader, ISR and offsets are each node's own knowledge)."""
+        views: dict[int, list[dict[str, Any]]] = {}
+        servers = [normalize(a) for a in (await self.node_addresses()).values()]
+        for server in servers or self.servers:
+            try:
+                described = await self.describe_topic(topic, server=server)
+            except UnavailableError:
+                continue
+            for view in described["partitions"]:
+                views.setdefault(int(view["partition"]), []).append(view)
+        return views
+
     async def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         """(log start, high watermark) per partition, from the views of the nodes hosting it."""
         found: dict[int, tuple[int, int]] = {}
