@@ -21,6 +21,7 @@ from chaos.cluster import ChaosCluster
 from chaos.history import PartitionKey
 
 SETTLE_S = 20.0  # replicas may still be applying the last commits when the run ends
+DIGEST_ATTEMPTS = 10
 
 
 def _groups(cluster: ChaosCluster, node: int) -> list[dict[str, Any]]:
@@ -48,21 +49,32 @@ def _replica_digests(cluster: ChaosCluster) -> dict[str, Any]:
         if not lagging or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    identical, mismatched = 0, []
-    for group, by_node in sorted(views.items()):
-        upto = min(int(v["commit_index"]) for v in by_node.values())
-        digests = {}
-        for node in by_node:
-            try:
-                answer = cluster.get_json(node, f"/v1/debug/groups/{group}/digest?upto={upto}", timeout_s=30.0)
-                digests[node] = answer["sha256"]  # type: ignore[index]
-            except urllib.error.HTTPError as error:  # e.g. compacted below `upto`: cannot compare
-                digests[node] = f"unavailable: {error.code}"
-        if len(set(digests.values())) == 1:
+    identical, mismatched, incomparable = 0, [], []
+    for group in sorted(views):
+        for attempt in range(DIGEST_ATTEMPTS):
+            # Fresh views each attempt: a replica still reopening or catching up may not
+            # hold `upto` yet; that is "cannot compare yet", not "differs".
+            by_node = views[group] if attempt == 0 else {
+                node: view for node in cluster.ids for view in _groups(cluster, node) if view["group_id"] == group}
+            upto = min(int(v["commit_index"]) for v in by_node.values())
+            start = max(int(v.get("log_start_index", 1)) for v in by_node.values())
+            digests = {}
+            for node in by_node:
+                try:
+                    answer = cluster.get_json(node, f"/v1/debug/groups/{group}/digest?upto={upto}", timeout_s=30.0)
+                    digests[node] = answer["sha256"]  # type: ignore[index]
+                except urllib.error.HTTPError as error:
+                    digests[node] = f"unavailable: {error.code}"
+            if not any(str(d).startswith("unavailable") for d in digests.values()) or start > upto:
+                break
+            time.sleep(1.0)
+        if start > upto:
+            incomparable.append({"group": group, "reason": f"retention moved the start past {upto}"})
+        elif len(set(digests.values())) == 1:
             identical += 1
         else:
             mismatched.append({"group": group, "upto": upto, "digests": digests})
-    return {"compared": len(views), "identical": identical, "mismatched": mismatched}
+    return {"compared": len(views), "identical": identical, "mismatched": mismatched, "incomparable": incomparable}
 
 
 def skipped_ranges(cluster: ChaosCluster, keys: list[PartitionKey]) -> dict[PartitionKey, list[tuple[int, int]]]:

@@ -195,6 +195,7 @@ class Node:
         self._pings_sent = 0
         self.ticks_skipped = 0
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
+        self._replay_floor: dict[GroupId, Index] = {}  # applied index of groups being reopened
         self._was_controller = False
         self.registered = asyncio.Event()
         self.db: StateDatabase | None = None
@@ -316,7 +317,9 @@ class Node:
         runtime.on_quiesce = self._on_quiesce
         runtime.on_failure = self._on_group_failed
         runtime.latencies = self.latencies
-        runtime.replay_until = store.initial_state().hard_state.commit
+        # A reopened group (its storage failed) may have applied past the commit it had
+        # stored: its readers saw that far, so it serves reads again only from there.
+        runtime.replay_until = max(store.initial_state().hard_state.commit, self._replay_floor.pop(group_id, 0))
         if isinstance(machine, PartitionMachine):
             runtime.boundaries = Boundaries()
         runtime.is_live = self._is_live
@@ -356,6 +359,7 @@ class Node:
         runtime = self.groups.get(group_id)
         if runtime is None or not runtime.failed:
             return
+        self._replay_floor[group_id] = runtime.core.applied_index
         await self._close_group(group_id, delete=False)
         self.logger.warning("group_reopening", group_id=group_id)
         if group_id == METADATA_GROUP:
