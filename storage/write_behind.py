@@ -145,7 +145,9 @@ class WriteBehindFiles:
             os.ftruncate(handle.fd, node.cut)
             node.os_size = node.cut
         if node.tail:
-            write_all(handle.fd, [node.tail])
+            # A copy: if the write fails (ENOSPC), its traceback keeps views of what it was
+            # given, and views of `tail` itself would forbid every later append to it.
+            write_all(handle.fd, [bytes(node.tail)])
             node.os_size += len(node.tail)
             node.cut = node.os_size
             node.tail = bytearray()

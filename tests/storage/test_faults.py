@@ -179,3 +179,30 @@ def test_received_frames_with_bad_crc_or_lying_length_are_rejected(harness):
     store.append_frames(good)
     assert store.last_index() == 4
     assert store.entries(Index(4), Index(5), 1 << 20) == [data_entry(4, 1, count=3)]
+
+
+def test_a_failed_flush_of_unsynced_bytes_leaves_the_file_appendable(tmp_path):
+    # Goal: ENOSPC while the write-behind double flushes its unsynced tail must not pin
+    # that tail (a kept traceback holding views of it made every later append fail).
+    import errno
+
+    from storage.write_behind import WriteBehindFiles
+
+    files = WriteBehindFiles(str(tmp_path))
+    handle = files.create(str(tmp_path / "f"))
+    files.append(handle, [b"x" * 100])
+    real_writev = os.writev
+
+    def full(fd, buffers):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    os.writev = full
+    try:
+        with pytest.raises(OSError) as failure:  # kept alive, as a failed task keeps its exception
+            files.fsync(handle)
+    finally:
+        os.writev = real_writev
+    files.append(handle, [b"y" * 10])
+    files.fsync(handle)
+    assert files.read(handle, 0, 110) == b"x" * 100 + b"y" * 10
+    assert failure.value.errno == errno.ENOSPC
