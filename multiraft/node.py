@@ -359,7 +359,9 @@ class Node:
         runtime = self.groups.get(group_id)
         if runtime is None or not runtime.failed:
             return
-        self._replay_floor[group_id] = runtime.core.applied_index
+        # What its readers may have seen: it applied this far, or (reopened before and failed
+        # again before catching up) it was still owed this much.
+        self._replay_floor[group_id] = max(runtime.core.applied_index, runtime.replay_until)
         await self._close_group(group_id, delete=False)
         self.logger.warning("group_reopening", group_id=group_id)
         if group_id == METADATA_GROUP:
