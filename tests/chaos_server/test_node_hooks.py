@@ -24,7 +24,7 @@ from multiraft.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from raftlog.messages import Role
 from storage.files import OsFiles
 from storage.write_behind import WriteBehindFiles
-from tests.node.test_node_cluster import batch, configs, leader_of, until
+from tests.node.test_node_cluster import batch, configs, leader_of, produce_retrying, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 TIMEOUT_S = 60
@@ -110,9 +110,9 @@ async def test_read_uncommitted_serves_past_the_high_watermark(tmp_path: Path) -
     slow_elections = [dataclasses.replace(c, election_timeout_ticks=150) for c in configs(tmp_path)]
     async with started(slow_elections, NO_HOOKS) as nodes:
         await _topic(nodes, "hw", 3)
+        await produce_retrying(nodes[0], "hw", 0, batch(b"committed"))  # a new leader may not be ready
         leader = leader_of(nodes, "hw", 0)
         assert leader is not None
-        await leader.produce("hw", 0, batch(b"committed"))
         followers = [n for n in nodes if n is not leader]
         await until(lambda: all(n.partitions[n.partition_group("hw", 0)].state.high_watermark == 1
                                 for n in followers), "followers applied the committed record")
