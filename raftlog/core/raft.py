@@ -630,7 +630,10 @@ class RaftCore:
             if kind is MT.APPEND:
                 self._handle_append(message)
             elif kind is MT.HEARTBEAT:
-                self.log.commit_to(message.commit)
+                # The leader's commit for us is capped by the match it believes we have; a
+                # replica that lost its tail (needs repair) holds less. Its prefix still
+                # matches the leader's (only this term's leader appends), so commit what is there.
+                self.log.commit_to(Index(min(message.commit, self.log.last_index())))
                 self._send(self._message(MT.HEARTBEAT_RESPONSE, message.source, context=message.context))
             else:
                 self._handle_snapshot(message)
