@@ -173,12 +173,15 @@ async def idle_cost(cluster: LocalCluster, partitions: int, measure_s: float) ->
         await client.create_topic("idle", partitions=partitions, replication_factor=3)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
+            # Steady state: every group quiet and leadership back on the preferred replicas
+            # (until then the balancer moves leaders every few seconds, waking their groups).
             metrics = [await _quiesced(client, server) for server in cluster.http_addresses]
-            if all(m >= partitions for m in metrics):
+            leaders = [await _metric(server, "raftlog_node_leaders") for server in cluster.http_addresses]
+            if all(m >= partitions for m in metrics) and min(leaders) >= partitions // len(leaders) - 1:
                 break
             await asyncio.sleep(1.0)
         else:
-            raise RuntimeError(f"groups did not quiesce: {metrics}")
+            raise RuntimeError(f"groups did not settle: quiet {metrics}, leaders {leaders}")
     pids = [int(n.pid_file.read_text()) for n in cluster.nodes]
     before = [cpu_seconds(p) for p in pids]
     await asyncio.sleep(measure_s)
@@ -186,12 +189,16 @@ async def idle_cost(cluster: LocalCluster, partitions: int, measure_s: float) ->
 
 
 async def _quiesced(client: AsyncClient, server: str) -> int:
+    return await _metric(server, "raftlog_quiesced_groups")
+
+
+async def _metric(server: str, name: str) -> int:
     import aiohttp
 
     async with aiohttp.ClientSession() as session, session.get(f"http://{server}/metrics") as response:
         text = await response.text()
     for line in text.splitlines():
-        if line.startswith("raftlog_quiesced_groups "):
+        if line.startswith(name + " "):
             return int(float(line.split()[1]))
     return 0
 
