@@ -33,6 +33,7 @@ from chaos.nemesis import Nemesis
 from chaos.serverchecks import leaders_per_term, replica_digests, skipped_ranges
 from chaos.workload import CLIENT_HOST, Stats, Workload
 from multiraft.clients.http import AsyncClient, RaftlogError
+from multiraft.launcher import LauncherError
 
 TOPICS = (("chaos-a", 4), ("chaos-b", 4))
 RECOVERY_TIMEOUT_S = 60.0
@@ -109,7 +110,10 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 cluster.resume(node)
             for node in list(cluster.down):
                 cluster.start(node)
-            await asyncio.to_thread(cluster.wait_healthy, 90.0)
+            try:
+                await asyncio.to_thread(cluster.wait_healthy, 90.0)
+            except LauncherError as error:  # a node that cannot come back is a finding, not a crash
+                details["not_healthy"] = str(error)
             details["recovery_s"] = await _recovery(cluster, history, keys, healed_at)
             details["crashed"] = cluster.exited()
             await _final_reads(cluster, history, keys)
@@ -235,6 +239,8 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(f"two leaders in one term: {len(two_leaders)}")
     if crashed:
         problems.append(f"nodes exited on their own: {crashed}")
+    if details.get("not_healthy"):
+        problems.append(f"a node did not come back after the heal: {details['not_healthy'][:160]}")
     if details.get("recovery_s") == float("inf"):
         problems.append("a partition did not recover")
     ok = not problems
