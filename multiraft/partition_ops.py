@@ -27,7 +27,7 @@ from multiraft.rpc import RemoteError, RpcError, RpcOutcomeUnknown, answer, erro
 from raftlog.errors import NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind, Role
 from raftlog.types import GroupId, Offset
-from storage.errors import OffsetOutOfRangeError
+from storage.errors import CorruptionError, OffsetOutOfRangeError
 from storage.offsets import StoredBatch, read_records
 
 if TYPE_CHECKING:
@@ -110,6 +110,10 @@ async def _consume_local(
         raise OffsetOutOfRange(
             f"offset {offset} is outside [{start}, {end}]", int(start), machine.state.high_watermark
         ) from None
+    except CorruptionError as error:  # this replica's copy is damaged: never a 500, never bad data
+        node.logger.error("read_hit_corruption", group_id=group_id, offset=offset, error=str(error))
+        raise NotLeader(runtime.core.leader, "this replica's log is damaged at that offset; "
+                        "read from another replica") from None
     skipped = set(machine.state.skipped_between(Offset(offset), Offset(end)))
     batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in skipped]
     last = result.batches[-1] if result.batches else None
