@@ -65,6 +65,9 @@ async def _serve(config: object, hooks: ChaosHooks) -> None:
 
 
 def cluster_up(args: argparse.Namespace) -> int:
+    # Ctrl-C must stop the cluster even if whoever started us ignored SIGINT (a child
+    # inherits an ignored signal, and Python then leaves it ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         cluster = LocalCluster(Path(args.dir), args.nodes, raft_port=args.raft_port, http_port=args.http_port)
         cluster.start()

@@ -132,7 +132,10 @@ def test_cluster_up_stops_its_children_on_ctrl_c(tmp_path: Path) -> None:
     raft_port, http_port = _ports()
     command = [sys.executable, "-m", "multiraft.cli", "cluster", "up", "--nodes", "3", "--dir",
                str(tmp_path / "up"), "--raft-port", str(raft_port), "--http-port", str(http_port)]
-    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Started with SIGINT ignored, as some parents (and this test run's, sometimes) leave it:
+    # Ctrl-C must still stop the cluster.
+    launcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     pids: list[int] = []
     try:
         assert launcher.stdout is not None
