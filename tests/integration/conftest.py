@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import aiohttp
 import pytest
 
 from multiraft.launcher import LocalCluster
+from tests.free_ports import require_free_ports
 
 RAFT_PORT = 17300
 HTTP_PORT = 18300
@@ -34,15 +34,7 @@ T = TypeVar("T")
 
 
 def _ports_free() -> None:
-    for host in HOSTS:
-        for port in (RAFT_PORT, HTTP_PORT):
-            with socket.socket() as probe:
-                # as the servers bind (asyncio sets SO_REUSEADDR): TIME_WAIT from a previous run is no clash
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((host, port))
-                except OSError as error:
-                    pytest.fail(f"{host}:{port} is taken ({error}); the HTTP integration tests need these ports")
+    require_free_ports(HOSTS, (RAFT_PORT, HTTP_PORT), "the HTTP integration tests")
 
 
 @pytest.fixture(scope="session")

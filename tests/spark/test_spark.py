@@ -17,7 +17,6 @@ import datetime
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from multiraft.cli import main as raftlog_main
 from multiraft.client import Client
 from multiraft.launcher import LocalCluster
 from spark_connector.source import SCHEMA, SCHEMA_WITH_HEADERS
+from tests.free_ports import require_free_ports
 
 pytestmark = pytest.mark.integration
 RAFT_PORT = 17500
@@ -58,14 +58,7 @@ def until(probe: Callable[[], T | None], what: str, timeout_s: float = CONDITION
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    for host in HOSTS:
-        for port in (RAFT_PORT, HTTP_PORT):
-            with socket.socket() as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((host, port))
-                except OSError as error:
-                    pytest.fail(f"{host}:{port} is taken ({error}); the Spark tests need it")
+    require_free_ports(HOSTS, (RAFT_PORT, HTTP_PORT), "the Spark tests")
     local = LocalCluster(tmp_path_factory.mktemp("spark-cluster"), 3, raft_port=RAFT_PORT, http_port=HTTP_PORT,
                          extra_args=("--tick-ms", "20"))
     try:
