@@ -9,9 +9,6 @@ started once when the first of them needs it. Each test uses its own topics.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -21,7 +18,7 @@ import aiohttp
 import pytest
 
 from multiraft.launcher import LocalCluster
-from tests.free_ports import require_free_ports
+from tests.free_ports import process_cluster
 
 RAFT_PORT = 17300
 HTTP_PORT = 18300
@@ -33,26 +30,12 @@ BATCH = "application/vnd.raftlog.batch"
 T = TypeVar("T")
 
 
-def _ports_free() -> None:
-    require_free_ports(HOSTS, (RAFT_PORT, HTTP_PORT), "the HTTP integration tests")
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    _ports_free()
     directory: Path = tmp_path_factory.mktemp("http-processes")
-    local = LocalCluster(directory, 3, raft_port=RAFT_PORT, http_port=HTTP_PORT, extra_args=("--tick-ms", "20"))
-    try:
-        local.start()
-        local.wait_healthy(STARTUP_TIMEOUT_S)
+    with process_cluster(directory, HOSTS, RAFT_PORT, HTTP_PORT, "the HTTP integration tests",
+                         STARTUP_TIMEOUT_S) as local:
         yield local
-    finally:
-        local.stop(grace_s=5)
-        for node in local.nodes:  # never leave a child behind, whatever happened
-            if node.process is not None and node.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(node.process.pid, signal.SIGKILL)
-                node.process.wait(5)
 
 
 async def call(session: aiohttp.ClientSession, server: str, method: str, path: str,

@@ -12,11 +12,9 @@ test uses its own topics.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +30,7 @@ from multiraft.cli import main as raftlog_main
 from multiraft.client import Client
 from multiraft.launcher import LocalCluster
 from spark_connector.source import SCHEMA, SCHEMA_WITH_HEADERS
-from tests.free_ports import require_free_ports
+from tests.free_ports import process_cluster
 
 pytestmark = pytest.mark.integration
 RAFT_PORT = 17500
@@ -58,20 +56,9 @@ def until(probe: Callable[[], T | None], what: str, timeout_s: float = CONDITION
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    require_free_ports(HOSTS, (RAFT_PORT, HTTP_PORT), "the Spark tests")
-    local = LocalCluster(tmp_path_factory.mktemp("spark-cluster"), 3, raft_port=RAFT_PORT, http_port=HTTP_PORT,
-                         extra_args=("--tick-ms", "20"))
-    try:
-        local.start()
-        local.wait_healthy(30)
+    with process_cluster(tmp_path_factory.mktemp("spark-cluster"), HOSTS, RAFT_PORT, HTTP_PORT,
+                         "the Spark tests") as local:
         yield local
-    finally:
-        local.stop(grace_s=5)
-        for node in local.nodes:  # never leave a child behind, whatever happened
-            if node.process is not None and node.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(node.process.pid, signal.SIGKILL)
-                node.process.wait(5)
 
 
 @pytest.fixture(scope="module")
