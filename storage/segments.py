@@ -315,17 +315,20 @@ class SegmentStore:
             return 0
         fsyncs = 0
         for segment in self._dirty.values():
-            try:
-                self._files.fsync(segment.handle)
-            except OSError as error:
-                if error.errno == errno.ENOSPC:
-                    raise DiskFullError(f"no space left syncing {segment.path}") from error
-                raise
+            self._fsync(segment)
             fsyncs += 1
         self._dirty.clear()
         self._durable_index = self.last_index()
         self._last_fsync_ms = now
         return fsyncs
+
+    def _fsync(self, segment: Segment) -> None:
+        try:
+            self._files.fsync(segment.handle)
+        except OSError as error:
+            if error.errno == errno.ENOSPC:
+                raise DiskFullError(f"no space left syncing {segment.path}") from error
+            raise
 
     def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
@@ -360,7 +363,7 @@ class SegmentStore:
 
     def _close(self, segment: Segment) -> None:
         """Roll: the segment becomes immutable, durable and catalogued."""
-        self._files.fsync(segment.handle)
+        self._fsync(segment)
         self._dirty.pop(id(segment), None)
         # The file CRC is computed when a transfer first asks for it (transfer.py):
         # reading 64 MiB back here cost more per entry than the appends themselves.

@@ -147,7 +147,13 @@ class WriteBehindFiles:
         if node.tail:
             # A copy: if the write fails (ENOSPC), its traceback keeps views of what it was
             # given, and views of `tail` itself would forbid every later append to it.
-            write_all(handle.fd, [bytes(node.tail)])
+            try:
+                write_all(handle.fd, [bytes(node.tail)])
+            except OSError:
+                # Part of the tail may have reached the file: cut it, or the retry
+                # appends after it and the file holds garbage in the middle.
+                os.ftruncate(handle.fd, node.os_size)
+                raise
             node.os_size += len(node.tail)
             node.cut = node.os_size
             node.tail = bytearray()

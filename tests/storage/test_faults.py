@@ -206,3 +206,40 @@ def test_a_failed_flush_of_unsynced_bytes_leaves_the_file_appendable(tmp_path):
     files.fsync(handle)
     assert files.read(handle, 0, 110) == b"x" * 100 + b"y" * 10
     assert failure.value.errno == errno.ENOSPC
+
+
+def test_a_partial_flush_leaves_no_stray_bytes_on_disk(tmp_path):
+    # Goal: when the double's flush writes part of the tail and then hits ENOSPC, the
+    # part is cut from the OS file again; otherwise the retried flush appends after it
+    # and what a crash leaves is garbage in the middle (chaos seed 305: a segment whose
+    # first frame "declares an impossible length").
+    import errno
+
+    from storage.write_behind import WriteBehindFiles
+
+    files = WriteBehindFiles(str(tmp_path))
+    path = str(tmp_path / "f")
+    handle = files.create(path)
+    files.sync_dir(str(tmp_path))
+    files.append(handle, [b"a" * 10])
+    files.fsync(handle)
+    files.append(handle, [b"x" * 100])
+    real_writev = os.writev
+    calls = []
+
+    def fills_the_disk(fd, buffers):
+        calls.append(fd)
+        if len(calls) == 1:
+            return os.write(fd, bytes(buffers[0])[:37])  # the part that fit
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    os.writev = fills_the_disk
+    try:
+        with pytest.raises(OSError):
+            files.fsync(handle)
+    finally:
+        os.writev = real_writev
+    assert os.path.getsize(path) == 10, "the partial write was cut from the OS file"
+    files.fsync(handle)
+    with open(path, "rb") as stored:  # what a kill -9 now would leave
+        assert stored.read() == b"a" * 10 + b"x" * 100
