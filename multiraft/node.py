@@ -20,23 +20,24 @@ import asyncio
 import contextlib
 import json
 import random
-import shutil
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
-from multiraft import leadership, partition_ops
-from multiraft.compaction import Boundaries, compaction_loop
+from multiraft import leadership, partition_ops, replicas
+from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
 from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
 from multiraft.flusher import Flusher
 from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
 from multiraft.histograms import NodeLatencies
-from multiraft.metadata.catalog import Catalog, ProducerIdBlock, groups_for_node
+from multiraft.liveness import PeerLiveness
+from multiraft.machines import PartitionMachine
+from multiraft.metadata.catalog import Catalog, ProducerIdBlock
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     Command,
@@ -49,7 +50,6 @@ from multiraft.metadata.commands import (
     encode_command,
 )
 from multiraft.metadata.placement import PlacementNode, place_replicas
-from multiraft.partition import PartitionState
 from multiraft.producers import Accept, Duplicate, DuplicatePending
 from multiraft.remote_errors import error_from_body
 from multiraft.rpc import (
@@ -65,9 +65,6 @@ from multiraft.rpc import (
 )
 from multiraft.transport import Transport
 from multiraft.unsafe import ChaosHooks
-from raftlog.bootstrap import bootstrap_entries
-from raftlog.core.config import Config
-from raftlog.core.raft import RaftCore
 from raftlog.errors import (
     ClientError,
     MembershipChangeInProgress,
@@ -75,8 +72,8 @@ from raftlog.errors import (
     OutcomeUnknown,
     ProposalDropped,
 )
-from raftlog.messages import ConfChange, ConfChangeOp, Entry, EntryKind, Message, Role
-from raftlog.types import GroupId, Index, NodeId, Offset
+from raftlog.messages import ConfChange, ConfChangeOp, EntryKind, Message, Role
+from raftlog.types import GroupId, Index, NodeId
 from raftlog.wire import (
     WireError,
     decode_heartbeats,
@@ -86,90 +83,22 @@ from raftlog.wire import (
     heartbeat_is_compactable,
 )
 from storage.batch import validate_batch
-from storage.config import StoreConfig
 from storage.errors import InvalidBatchError
 from storage.files import Files, OsFiles
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
 
-METADATA_GROUP = GroupId(0)
+METADATA_GROUP = replicas.METADATA_GROUP
 RPC_TIMEOUT_S = 5.0
 JOIN_TIMEOUT_S = 60.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
 _PRODUCE = struct.Struct(">QB")  # group id, acks
 _QUIESCE = struct.Struct(">QQQ")  # group id, term, log end index
-FRAME_PING = 5  # node-level liveness, one per peer per heartbeat interval, whatever the groups do
-# Every this many pings, a ping carries the full list of groups its sender leads, so every
-# node can name the leader of partitions it hosts no replica of (describe, forwarding):
-# Redpanda disseminates its leaders table the same way. About a second stale at most.
-LEADERS_EVERY_PINGS = 10
-_LEADER_ENTRY = struct.Struct(">QQ")  # group id, term
-LEADERS_PER_PING_MAX = 100_000  # 1.6 MB: far inside the frame limit
+FRAME_PING = 5  # node-level liveness (multiraft/liveness.py)
 FRAME_QUIESCE = 6
-GROUP_REOPEN_DELAY_S = 1.0  # before a failed group is opened again from disk
 ACKS = {"none": 0, "leader": 1, "quorum": 2, "all": 3}
-
-
-class CatalogMachine:
-    """Group 0's state machine: metadata commands (META entries) applied to the catalog.
-
-    Commands are META entries, not DATA: DATA entries hold record batches, which
-    storage indexes by offset; a metadata command is not a record.
-    """
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-
-    def apply(self, entry: Entry) -> Any:
-        catalog = self.node.catalog
-        if entry.kind is not EntryKind.META:
-            catalog.skip(entry.index)
-            return None
-        result = catalog.apply(entry.index, decode_command(entry.payload))
-        self.node.catalog_changed()
-        return result
-
-    def restore(self, data: object, index: Index) -> None:
-        assert isinstance(data, bytes), "metadata snapshots are catalog bytes"
-        self.node.catalog = Catalog.restore(data)
-        self.node.catalog_changed()
-
-
-class PartitionMachine:
-    """A partition group's state machine (a thin adapter over `PartitionState`)."""
-
-    def __init__(self, topic: str, partition: int, dedup: bool = True) -> None:
-        self.state = PartitionState(topic=topic, partition=partition)
-        self.state.producers.dedup = dedup  # False only for the no-dedup chaos control
-        self._changed = asyncio.Event()
-
-    def apply(self, entry: Entry) -> Any:
-        result = self.state.apply(entry)
-        if entry.kind is EntryKind.DATA:
-            # Wake long-polling readers; later waiters get a fresh event.
-            self._changed.set()
-            self._changed = asyncio.Event()
-        return result
-
-    async def wait_for_change(self) -> None:
-        await self._changed.wait()
-
-    def snapshot(self) -> bytes:
-        return self.state.snapshot()
-
-    @staticmethod
-    def next_offset_of(data: object) -> Offset:
-        """The offset after the last record a snapshot's state covers (where its log resumes)."""
-        assert isinstance(data, bytes), "partition snapshots are state bytes"
-        return PartitionState.restore(data).next_offset
-
-    def restore(self, data: object, index: Index) -> None:
-        assert isinstance(data, bytes), "partition snapshots are state bytes"
-        dedup = self.state.producers.dedup
-        self.state = PartitionState.restore(data)
-        self.state.producers.dedup = dedup
 
 
 class Node:
@@ -183,19 +112,17 @@ class Node:
         self.groups: dict[GroupId, GroupRuntime] = {}
         self.stores: dict[GroupId, SegmentStore] = {}
         self.partitions: dict[GroupId, PartitionMachine] = {}
-        self._files: Files = OsFiles()
-        self._rng = random.Random()
+        self.files: Files = OsFiles()
+        self.rng = random.Random()
         self._heartbeats: dict[int, list[tuple[GroupId, Message]]] = {}
         self._flush_scheduled = False
         self._catalog_event = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._last_seen: dict[NodeId, float] = {}
-        self._last_heard: dict[int, float] = {}  # any frame from a peer node (its liveness)
-        self._leaders_heard: dict[GroupId, tuple[int, int]] = {}  # group -> (leader node, term), from pings
-        self._pings_sent = 0
+        self.liveness = PeerLiveness(config.election_timeout_ticks * config.tick_ms / 1000)
         self.ticks_skipped = 0
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
-        self._replay_floor: dict[GroupId, Index] = {}  # applied index of groups being reopened
+        self.replay_floor: dict[GroupId, Index] = {}  # applied index of groups being reopened
         self._was_controller = False
         self.registered = asyncio.Event()
         self.db: StateDatabase | None = None
@@ -209,15 +136,15 @@ class Node:
         (config.data_dir / "groups").mkdir(parents=True, exist_ok=True)
         self._start_chaos_hooks()
         self.db = StateDatabase(str(config.data_dir / "state.db"))
-        self._flusher = Flusher(self.db, self.logger)
-        self._flusher.latency = self.latencies.fsync
+        self.flusher = Flusher(self.db, self.logger)
+        self.flusher.latency = self.latencies.fsync
         peers = {n: (a.host, a.port) for n, a in config.initial_cluster.items() if n != self.id}
         self.transport = Transport(
             self.id, config.raft_addr.host, config.raft_addr.port, peers,
             config.cluster_secret, self._on_frame, logger=self.logger,
         )
         self.rpc = Rpc(self.transport.send, self.logger)
-        self.rpc.peer_alive = self._is_live
+        self.rpc.peer_alive = self.is_live
         self.rpc.register("metadata.propose", self._serve_metadata_propose)
         self.rpc.register("metadata.create_topic", self._serve_create_topic)
         self.rpc.register("metadata.add_learner", self._serve_add_learner)
@@ -230,10 +157,10 @@ class Node:
         await self.transport.start()
         if config.join is not None:
             await self._join(config.join)
-        self._open_group(METADATA_GROUP, sorted(config.initial_cluster), CatalogMachine(self))
+        replicas.open_metadata_group(self)
         for name, coroutine in (
             ("ticker", self._ticker()),
-            ("reconciler", self._reconciler()),
+            ("reconciler", replicas.reconcile_loop(self, self._catalog_event)),
             ("registrar", self._registrar()),
             ("node-heartbeats", self._node_heartbeats()),
             ("controller", self._controller()),
@@ -247,7 +174,7 @@ class Node:
         """Apply and announce the chaos runner's switches (multiraft/unsafe.py), if any."""
         hooks = self.hooks
         if hooks.write_behind_files:
-            self._files = WriteBehindFiles(str(self.config.data_dir / "groups"))
+            self.files = WriteBehindFiles(str(self.config.data_dir / "groups"))
             self.logger.warning("chaos_write_behind_files",
                                 detail="unsynced segment writes stay in memory: kill -9 loses them")
         if hooks.unsafe:
@@ -279,124 +206,14 @@ class Node:
 
     # ------------------------------------------------------------------ groups
 
-    def _open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
-                    topic_config: Mapping[str, Any] | None = None) -> GroupRuntime:
-        """Open (or create) a group's replica; a new group's first voter campaigns at once.
-        `topic_config`: the topic's `segment_bytes`, `retention_ms`, `retention_bytes`."""
-        config = self.config
-        assert self.db is not None
-        directory = config.data_dir / "groups" / str(group_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        settings: dict[str, Any] = {"flush": config.flush, "segment_bytes_max": config.segment_bytes_max}
-        settings |= retention_settings(topic_config or {})
-        store_config = StoreConfig(
-            verify_crc=not self.hooks.skip_crc, persist_vote=not self.hooks.vote_without_persist, **settings,
-        )
-        store = SegmentStore(group_id, str(directory), self.db, self._files, store_config)
-        # Bootstrap only a replica that never existed: an empty log with a recorded term is
-        # a damaged one (needs repair), which learns its log, membership included, from the leader.
-        created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and self.id in voters
-        if created:
-            entries, hard_state = bootstrap_entries(voters)
-            store.append(entries)
-            store.set_hard_state(hard_state)
-            store.sync()
-        core_config = Config(
-            node_id=self.id,
-            election_timeout_ticks=config.election_timeout_ticks,
-            heartbeat_interval_ticks=config.heartbeat_interval_ticks,
-            replica_lag_time_max_ticks=config.replica_lag_time_max_ticks,
-            applied=Index(store.first_index() - 1),
-        )
-        logger = self.logger.bind(group_id=group_id)
-        start = store.snapshot()
-        if start.meta.index > 0 and start.data is not None:
-            machine.restore(start.data, start.meta.index)  # the state the compacted log began from
-        core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
-        runtime = GroupRuntime(group_id, core, store, machine, self._send, logger, self._on_role_change)
-        runtime.on_quiesce = self._on_quiesce
-        runtime.on_failure = self._on_group_failed
-        runtime.latencies = self.latencies
-        # A reopened group (its storage failed) may have applied past the commit it had
-        # stored: its readers saw that far, so it serves reads again only from there.
-        runtime.replay_until = max(store.initial_state().hard_state.commit, self._replay_floor.pop(group_id, 0))
-        if isinstance(machine, PartitionMachine):
-            runtime.boundaries = Boundaries()
-        runtime.is_live = self._is_live
-        runtime.sync = self._flusher.sync
-        runtime.ack_before_fsync = self.hooks.ack_before_fsync
-        if created and voters[0] == self.id:
-            runtime.request_campaign()
-        self.groups[group_id] = runtime
-        self.stores[group_id] = store
-        runtime.start()
-        return runtime
-
-    async def _close_group(self, group_id: GroupId, delete: bool) -> None:
-        runtime = self.groups.pop(group_id)
-        await runtime.stop()
-        self.partitions.pop(group_id, None)
-        store = self.stores.pop(group_id)
-        if not runtime.failed:  # a failed store may not sync (disk full): what it lost, a crash loses
-            store.sync()
-        store.close()
-        if delete:
-            shutil.rmtree(self.config.data_dir / "groups" / str(group_id), ignore_errors=True)
-        self.logger.info("group_closed", group_id=group_id, deleted=delete)
-
     def catalog_changed(self) -> None:
         self._catalog_event.set()
 
-    def _on_group_failed(self, group_id: GroupId) -> None:
-        task = asyncio.get_running_loop().create_task(self._reopen_failed(group_id))
-        self._tasks.append(task)
+    def start_task(self, coroutine: Any) -> None:
+        """Run node work in the background; stopped with the node."""
+        self._tasks.append(asyncio.get_running_loop().create_task(coroutine))
 
-    async def _reopen_failed(self, group_id: GroupId) -> None:
-        """A group whose storage failed (say, the disk filled up) is closed and opened again
-        from disk after a pause, as a restart of the node would: the recovered log is what a
-        crash at that moment leaves, and Raft brings the replica back up to date."""
-        await asyncio.sleep(GROUP_REOPEN_DELAY_S)
-        runtime = self.groups.get(group_id)
-        if runtime is None or not runtime.failed:
-            return
-        # What its readers may have seen: it applied this far, or (reopened before and failed
-        # again before catching up) it was still owed this much.
-        self._replay_floor[group_id] = max(runtime.core.applied_index, runtime.replay_until)
-        await self._close_group(group_id, delete=False)
-        self.logger.warning("group_reopening", group_id=group_id)
-        if group_id == METADATA_GROUP:
-            self.catalog = Catalog()  # replayed from the log from scratch
-            try:
-                self._open_group(METADATA_GROUP, sorted(self.config.initial_cluster), CatalogMachine(self))
-            except OSError as error:
-                self.logger.error("group_open_failed", group_id=group_id, error=repr(error))
-                raise SystemExit(f"the metadata group cannot be reopened: {error!r}") from None
-        self.catalog_changed()  # the reconciler reopens partition groups
-
-    async def _reconciler(self) -> None:
-        while True:
-            await self._catalog_event.wait()
-            self._catalog_event.clear()
-            self._update_peers()
-            wanted = groups_for_node(self.catalog, self.id)
-            for group_id, local in sorted(wanted.items()):
-                if group_id not in self.groups:
-                    machine = PartitionMachine(local.topic, local.partition, dedup=not self.hooks.no_dedup)
-                    self.partitions[group_id] = machine
-                    topic = self.catalog.topics.get(local.topic)
-                    try:
-                        self._open_group(group_id, list(local.replicas), machine,
-                                         topic.config if topic is not None else None)
-                    except OSError as error:  # e.g. the disk is full: try again shortly
-                        self.partitions.pop(group_id, None)
-                        self.logger.error("group_open_failed", group_id=group_id, error=repr(error))
-                        asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, self.catalog_changed)
-                        continue
-                    self.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
-            for group_id in sorted(set(self.groups) - set(wanted) - {METADATA_GROUP}):
-                await self._close_group(group_id, delete=True)
-
-    def _update_peers(self) -> None:
+    def update_peers(self) -> None:
         assert self.transport is not None
         peers = {n: (a.host, a.port) for n, a in self.config.initial_cluster.items()}
         for node in self.catalog.nodes.values():
@@ -404,14 +221,14 @@ class Node:
         peers.pop(self.id, None)
         self.transport.update_peers(peers)
 
-    def _on_role_change(self, group_id: GroupId, role: Role, term: int) -> None:
+    def on_role_change(self, group_id: GroupId, role: Role, term: int) -> None:
         machine = self.partitions.get(group_id)
         if machine is not None and role is not Role.LEADER:
             machine.state.drop_proposals()
 
     # ------------------------------------------------------------------ network
 
-    def _send(self, group_id: GroupId, message: Message) -> None:
+    def send(self, group_id: GroupId, message: Message) -> None:
         assert self.transport is not None
         if heartbeat_is_compactable(message):
             self._heartbeats.setdefault(message.target, []).append((group_id, message))
@@ -435,7 +252,7 @@ class Node:
             self.transport.send(peer, FrameType.HEARTBEATS, 0, encode_heartbeats(batch))
 
     def _on_frame(self, source: int, frame_type: int, group_id: int, body: bytes) -> None:
-        self._last_heard[source] = time.monotonic()
+        self.liveness.heard(source)
         try:
             if frame_type == FrameType.RAFT_MESSAGE:
                 self._deliver(source, GroupId(group_id), decode_message(body))
@@ -448,7 +265,7 @@ class Node:
                 if runtime is not None:
                     runtime.request_quiesce(source, term, index)
             elif frame_type == FRAME_PING and body:
-                self._on_leaders(source, body)
+                self.liveness.on_leaders(source, body)
             elif frame_type in (FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE):
                 assert self.rpc is not None
                 self.rpc.on_frame(source, frame_type, body)
@@ -467,7 +284,6 @@ class Node:
         """One timer for every group; also node pings and waking quiet groups of dead leaders."""
         config = self.config
         interval = config.tick_ms / 1000
-        silence_s = config.election_timeout_ticks * interval
         loop = asyncio.get_running_loop()
         next_tick = loop.time()
         count = 0
@@ -482,8 +298,7 @@ class Node:
             count += 1
             if count % config.heartbeat_interval_ticks == 0:
                 self._ping_peers()
-            now = time.monotonic()
-            silent = {p for p in self._peer_ids() if now - self._last_heard.get(p, 0.0) > silence_s}
+            silent = self.liveness.silent(self._peer_ids())
             for runtime in list(self.groups.values()):
                 if runtime.quiesced:
                     # Quiet groups cost nothing per tick unless some peer node fell silent.
@@ -499,7 +314,7 @@ class Node:
         return not silent.isdisjoint(core.membership.members)
 
     def is_live(self, node: int) -> bool:
-        return self._is_live(node)
+        return self.liveness.is_live(node)
 
     async def balance_leaders(self) -> dict[int, int]:
         """One balancing round on every node now; transfers started, by node."""
@@ -516,32 +331,13 @@ class Node:
     async def _serve_balance(self, source: int, body: bytes) -> tuple[int, bytes]:
         return await answer(_balance_here(self), lambda count: str(count).encode())
 
-    def _is_live(self, node: int) -> bool:
-        silence_s = self.config.election_timeout_ticks * self.config.tick_ms / 1000
-        return time.monotonic() - self._last_heard.get(node, 0.0) <= silence_s
-
     def _ping_peers(self) -> None:
         assert self.transport is not None
-        self._pings_sent += 1
-        body = b""
-        if self._pings_sent % LEADERS_EVERY_PINGS == 0:
-            led = [(g, r.core.term) for g, r in self.groups.items() if r.core.role is Role.LEADER]
-            body = b"".join(_LEADER_ENTRY.pack(g, t) for g, t in led[:LEADERS_PER_PING_MAX])
+        body = self.liveness.next_ping(
+            lambda: [(g, r.core.term) for g, r in self.groups.items() if r.core.role is Role.LEADER]
+        )
         for peer in self._peer_ids():
             self.transport.send(peer, FRAME_PING, 0, body)
-
-    def _on_leaders(self, source: int, body: bytes) -> None:
-        """A peer's full list of the groups it leads: it replaces what we had from it,
-        and beats what others said for a group only with a term at least as high."""
-        if len(body) % _LEADER_ENTRY.size:
-            raise WireError("leaders list is not a whole number of entries")
-        heard = self._leaders_heard
-        for group_id in [g for g, (node, _) in heard.items() if node == source]:
-            del heard[group_id]
-        for group_id, term in _LEADER_ENTRY.iter_unpack(body):
-            known = heard.get(GroupId(group_id))
-            if known is None or known[1] <= term:
-                heard[GroupId(group_id)] = (source, term)
 
     def leader_of(self, group_id: GroupId) -> int:
         """This node's best knowledge of a group's leader (0: unknown): its own replica's
@@ -549,7 +345,7 @@ class Node:
         runtime = self.groups.get(group_id)
         if runtime is not None and runtime.core.leader:
             return runtime.core.leader
-        return self._leaders_heard.get(group_id, (0, 0))[0]
+        return self.liveness.leader_heard(group_id)
 
     def forward_target(self, group_id: GroupId, replicas: Sequence[int]) -> int:
         """Where to send a leader's work for a group: its known leader; with no replica
@@ -564,7 +360,7 @@ class Node:
         peers.discard(self.id)
         return sorted(peers)
 
-    def _on_quiesce(self, group_id: GroupId, term: int, index: int) -> None:
+    def on_quiesce(self, group_id: GroupId, term: int, index: int) -> None:
         assert self.transport is not None
         core = self.groups[group_id].core
         body = _QUIESCE.pack(group_id, term, index)
@@ -842,19 +638,6 @@ class Node:
 
 async def _balance_here(node: Node) -> int:
     return leadership.balance_now(node)
-
-
-def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """StoreConfig fields from a topic's config (Kafka's segment.bytes, retention.ms,
-    retention.bytes, spelled with underscores); absent keys keep the defaults."""
-    settings: dict[str, Any] = {}
-    if "segment_bytes" in config:
-        settings["segment_bytes_max"] = int(config["segment_bytes"])
-    for key in ("retention_ms", "retention_bytes"):
-        if key in config:
-            value = int(config[key])
-            settings[key] = None if value < 0 else value  # -1: unlimited, as in Kafka
-    return settings
 
 
 def _host_port(address: str) -> tuple[str, int]:

@@ -64,7 +64,7 @@ async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path,
     (config,) = configs(tmp_path / "safe", 1)
     with structlog.testing.capture_logs() as logs:
         async with started([config], None) as (node,):
-            assert node.hooks == NO_HOOKS and isinstance(node._files, OsFiles)
+            assert node.hooks == NO_HOOKS and isinstance(node.files, OsFiles)
     assert not {e["event"] for e in logs} & {"chaos_write_behind_files", "unsafe_switches_enabled"}
 
     monkeypatch.setenv("RAFTLOG_CHAOS_FILES", "write-behind")
@@ -74,7 +74,7 @@ async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path,
         async with started([config], None) as (node,):
             await _topic([node], "wired", 1)
             assert node.hooks.unsafe == tuple(sorted(UNSAFE_SWITCHES))
-            assert isinstance(node._files, WriteBehindFiles)
+            assert isinstance(node.files, WriteBehindFiles)
             group = node.partition_group("wired", 0)
             for store in node.stores.values():
                 assert not store.config.verify_crc and not store.config.persist_vote

@@ -38,7 +38,7 @@ async def test_a_full_disk_fails_the_group_which_reopens_when_space_returns(tmp_
         await produce_retrying(nodes[0], "full", 0, batch(b"before"))
         leader = leader_of(nodes, "full", 0)
         assert leader is not None
-        files = leader._files
+        files = leader.files
         assert isinstance(files, WriteBehindFiles)
         files.free_bytes = 0  # the leader's disk is full from now on
 

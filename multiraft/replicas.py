@@ -1,0 +1,169 @@
+"""A node's group replicas: open, close, reopen after a storage failure, reconcile.
+
+Every node applies the catalog and reconciles its groups with it: it opens the
+groups the catalog assigns to it (creating them on first sight, bootstrapped
+with the assigned replicas as voters) and closes and deletes the rest. A group
+whose storage fails (the disk filled up) is closed and opened again from disk
+after a pause, as a restart of the node would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from multiraft.compaction import Boundaries
+from multiraft.group import GroupRuntime
+from multiraft.machines import CatalogMachine, PartitionMachine
+from multiraft.metadata.catalog import Catalog, groups_for_node
+from raftlog.bootstrap import bootstrap_entries
+from raftlog.core.config import Config
+from raftlog.core.raft import RaftCore
+from raftlog.types import GroupId, Index, NodeId
+from storage.config import StoreConfig
+from storage.segments import SegmentStore
+
+if TYPE_CHECKING:
+    from multiraft.node import Node
+
+METADATA_GROUP = GroupId(0)
+GROUP_REOPEN_DELAY_S = 1.0  # before a failed group is opened again from disk
+
+
+def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any,
+               topic_config: Mapping[str, Any] | None = None) -> GroupRuntime:
+    """Open (or create) a group's replica; a new group's first voter campaigns at once.
+    `topic_config`: the topic's `segment_bytes`, `retention_ms`, `retention_bytes`."""
+    config = node.config
+    assert node.db is not None
+    directory = config.data_dir / "groups" / str(group_id)
+    directory.mkdir(parents=True, exist_ok=True)
+    settings: dict[str, Any] = {"flush": config.flush, "segment_bytes_max": config.segment_bytes_max}
+    settings |= retention_settings(topic_config or {})
+    store_config = StoreConfig(
+        verify_crc=not node.hooks.skip_crc, persist_vote=not node.hooks.vote_without_persist, **settings,
+    )
+    store = SegmentStore(group_id, str(directory), node.db, node.files, store_config)
+    # Bootstrap only a replica that never existed: an empty log with a recorded term is
+    # a damaged one (needs repair), which learns its log, membership included, from the leader.
+    created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and node.id in voters
+    if created:
+        entries, hard_state = bootstrap_entries(voters)
+        store.append(entries)
+        store.set_hard_state(hard_state)
+        store.sync()
+    core_config = Config(
+        node_id=node.id,
+        election_timeout_ticks=config.election_timeout_ticks,
+        heartbeat_interval_ticks=config.heartbeat_interval_ticks,
+        replica_lag_time_max_ticks=config.replica_lag_time_max_ticks,
+        applied=Index(store.first_index() - 1),
+    )
+    logger = node.logger.bind(group_id=group_id)
+    start = store.snapshot()
+    if start.meta.index > 0 and start.data is not None:
+        machine.restore(start.data, start.meta.index)  # the state the compacted log began from
+    core = RaftCore(core_config, store, random.Random(node.rng.random()), logger)
+    runtime = GroupRuntime(group_id, core, store, machine, node.send, logger, node.on_role_change)
+    runtime.on_quiesce = node.on_quiesce
+    runtime.on_failure = lambda failed: _on_failure(node, failed)
+    runtime.latencies = node.latencies
+    # A reopened group (its storage failed) may have applied past the commit it had
+    # stored: its readers saw that far, so it serves reads again only from there.
+    runtime.replay_until = max(store.initial_state().hard_state.commit, node.replay_floor.pop(group_id, 0))
+    if isinstance(machine, PartitionMachine):
+        runtime.boundaries = Boundaries()
+    runtime.is_live = node.is_live
+    runtime.sync = node.flusher.sync
+    runtime.ack_before_fsync = node.hooks.ack_before_fsync
+    if created and voters[0] == node.id:
+        runtime.request_campaign()
+    node.groups[group_id] = runtime
+    node.stores[group_id] = store
+    runtime.start()
+    return runtime
+
+
+async def close_group(node: Node, group_id: GroupId, delete: bool) -> None:
+    runtime = node.groups.pop(group_id)
+    await runtime.stop()
+    node.partitions.pop(group_id, None)
+    store = node.stores.pop(group_id)
+    if not runtime.failed:  # a failed store may not sync (disk full): what it lost, a crash loses
+        store.sync()
+    store.close()
+    if delete:
+        shutil.rmtree(node.config.data_dir / "groups" / str(group_id), ignore_errors=True)
+    node.logger.info("group_closed", group_id=group_id, deleted=delete)
+
+
+def _on_failure(node: Node, group_id: GroupId) -> None:
+    node.start_task(reopen_failed(node, group_id))
+
+
+async def reopen_failed(node: Node, group_id: GroupId) -> None:
+    """A group whose storage failed (say, the disk filled up) is closed and opened again
+    from disk after a pause, as a restart of the node would: the recovered log is what a
+    crash at that moment leaves, and Raft brings the replica back up to date."""
+    await asyncio.sleep(GROUP_REOPEN_DELAY_S)
+    runtime = node.groups.get(group_id)
+    if runtime is None or not runtime.failed:
+        return
+    # What its readers may have seen: it applied this far, or (reopened before and failed
+    # again before catching up) it was still owed this much.
+    node.replay_floor[group_id] = max(runtime.core.applied_index, runtime.replay_until)
+    await close_group(node, group_id, delete=False)
+    node.logger.warning("group_reopening", group_id=group_id)
+    if group_id == METADATA_GROUP:
+        node.catalog = Catalog()  # replayed from the log from scratch
+        try:
+            open_metadata_group(node)
+        except OSError as error:
+            node.logger.error("group_open_failed", group_id=group_id, error=repr(error))
+            raise SystemExit(f"the metadata group cannot be reopened: {error!r}") from None
+    node.catalog_changed()  # the reconciler reopens partition groups
+
+
+def open_metadata_group(node: Node) -> GroupRuntime:
+    return open_group(node, METADATA_GROUP, sorted(node.config.initial_cluster), CatalogMachine(node))
+
+
+async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
+    """Open the partition groups the catalog assigns here; close and delete the others."""
+    while True:
+        await changed.wait()
+        changed.clear()
+        node.update_peers()
+        wanted = groups_for_node(node.catalog, node.id)
+        for group_id, local in sorted(wanted.items()):
+            if group_id not in node.groups:
+                machine = PartitionMachine(local.topic, local.partition, dedup=not node.hooks.no_dedup)
+                node.partitions[group_id] = machine
+                topic = node.catalog.topics.get(local.topic)
+                try:
+                    open_group(node, group_id, list(local.replicas), machine,
+                               topic.config if topic is not None else None)
+                except OSError as error:  # e.g. the disk is full: try again shortly
+                    node.partitions.pop(group_id, None)
+                    node.logger.error("group_open_failed", group_id=group_id, error=repr(error))
+                    asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, node.catalog_changed)
+                    continue
+                node.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
+        for group_id in sorted(set(node.groups) - set(wanted) - {METADATA_GROUP}):
+            await close_group(node, group_id, delete=True)
+
+
+def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """StoreConfig fields from a topic's config (Kafka's segment.bytes, retention.ms,
+    retention.bytes, spelled with underscores); absent keys keep the defaults."""
+    settings: dict[str, Any] = {}
+    if "segment_bytes" in config:
+        settings["segment_bytes_max"] = int(config["segment_bytes"])
+    for key in ("retention_ms", "retention_bytes"):
+        if key in config:
+            value = int(config[key])
+            settings[key] = None if value < 0 else value  # -1: unlimited, as in Kafka
+    return settings

@@ -1,0 +1,55 @@
+"""Peer liveness: heard frames, the start-up grace, and the leaders table from pings."""
+
+from __future__ import annotations
+
+import pytest
+
+from multiraft.liveness import LEADER_ENTRY, LEADERS_EVERY_PINGS, PeerLiveness
+from raftlog.types import GroupId
+from raftlog.wire import WireError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_peer_not_heard_yet_is_live_for_one_silence_period_after_start():
+    # Goal: a slower-starting peer is not "silent" at once (forwarded writes to it
+    # failed as outcome-unknown); after the period it is, unless it was heard.
+    clock = Clock()
+    liveness = PeerLiveness(silence_s=1.0, clock=clock)
+    assert liveness.is_live(2) and liveness.silent([2, 3]) == set()
+    clock.now += 0.6
+    liveness.heard(3)
+    clock.now += 0.6
+    assert not liveness.is_live(2) and liveness.is_live(3)
+    assert liveness.silent([2, 3]) == {2}
+    clock.now += 1.0
+    assert liveness.silent([2, 3]) == {2, 3}
+
+
+def test_leaders_list_rides_every_tenth_ping_and_replaces_the_senders_entries():
+    # Goal: the list is built only when sent; a newer list from a node replaces its
+    # old claims; a claim with a lower term does not beat another node's.
+    liveness = PeerLiveness(silence_s=1.0, clock=Clock())
+    asked = []
+
+    def led():
+        asked.append(1)
+        return [(GroupId(7), 3)]
+
+    bodies = [liveness.next_ping(led) for _ in range(LEADERS_EVERY_PINGS)]
+    assert bodies[:-1] == [b""] * (LEADERS_EVERY_PINGS - 1) and len(asked) == 1
+    assert bodies[-1] == LEADER_ENTRY.pack(7, 3)
+    liveness.on_leaders(2, LEADER_ENTRY.pack(7, 3) + LEADER_ENTRY.pack(8, 3))
+    liveness.on_leaders(3, LEADER_ENTRY.pack(8, 2))
+    assert liveness.leader_heard(GroupId(7)) == 2 and liveness.leader_heard(GroupId(8)) == 2
+    liveness.on_leaders(2, LEADER_ENTRY.pack(7, 3))  # node 2 no longer leads group 8
+    liveness.on_leaders(3, LEADER_ENTRY.pack(8, 4))
+    assert liveness.leader_heard(GroupId(8)) == 3 and liveness.leader_heard(GroupId(9)) == 0
+    with pytest.raises(WireError):
+        liveness.on_leaders(2, b"\x00" * 5)
