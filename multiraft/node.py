@@ -194,6 +194,8 @@ class Node:
             await self.rpc.stop()
         if self.transport is not None:
             await self.transport.stop()
+        if self.db is not None:
+            await self.flusher.close()  # fsyncs under way finish before their files close
         for store in self.stores.values():
             store.sync()
             store.close()

@@ -19,7 +19,7 @@ Contract of both implementations:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,6 +49,11 @@ class Files(Protocol):
     def truncate(self, handle: FileHandle, size: int) -> None: ...
 
     def fsync(self, handle: FileHandle) -> None: ...
+
+    def detached_fsync(self, handle: FileHandle) -> Callable[[], None]:
+        """An fsync of `handle` to run later, on another thread; closing the handle
+        meanwhile is harmless. Writes made after this call are not covered."""
+        ...
 
     def close(self, handle: FileHandle) -> None: ...
 
@@ -118,6 +123,19 @@ class OsFiles:
 
     def fsync(self, handle: FileHandle) -> None:
         os.fsync(handle.fd)
+
+    def detached_fsync(self, handle: FileHandle) -> Callable[[], None]:
+        # A duplicate descriptor: the handle may be closed (segment dropped, group closed)
+        # and its number reused before the fsync runs; the duplicate still names the file.
+        duplicate = os.dup(handle.fd)
+
+        def fsync() -> None:
+            try:
+                os.fsync(duplicate)
+            finally:
+                os.close(duplicate)
+
+        return fsync
 
     def close(self, handle: FileHandle) -> None:
         os.close(handle.fd)

@@ -15,6 +15,7 @@ written only in `sync`, so the database never runs ahead of synced segments.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -49,6 +50,19 @@ from storage.state_db import (
     group_key,
     int_key,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingSync:
+    """Fsyncs handed out by `start_sync` (safe on any thread) and what they make durable
+    once `finish_sync` records them, on the store's own thread."""
+
+    fsyncs: tuple[Callable[[], None], ...]
+    durable_index: Index
+    segments: int  # segment files it covers (inline ones included)
+    bytes: int  # appended since the previous sync
+    now_ms: int
+    truncations: int  # a truncation since the start voids `durable_index`
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +104,8 @@ class SegmentStore:
         self._dirty: dict[int, Segment] = {}
         self._state_changed = False
         self._durable_index = self.last_index()
+        self._truncations = 0
+        self._unsynced_bytes = 0
         self._last_fsync_ms = clock_ms()
         # The commit index is stored only after the entries it covers were fsynced, so a
         # log that now ends below it lost durable entries (a damaged disk): this replica
@@ -273,6 +289,7 @@ class SegmentStore:
             if error.errno == errno.ENOSPC:
                 raise DiskFullError(f"no space left appending to {segment.path}") from error
             raise
+        self._unsynced_bytes += segment.size - size_before
         for info in infos:
             segment.add_frame(info)
             if not self._terms or self._terms[-1] != info.term:
@@ -307,28 +324,43 @@ class SegmentStore:
         return FlushResult(self._durable_index, fsyncs)
 
     def sync_files(self) -> int:
-        """Fsync each touched segment once, if the policy says it is time."""
+        """Fsync each touched segment once, if the policy says it is time (on this thread)."""
+        pending = self.start_sync()
+        if pending is None:
+            return 0
+        for fsync in pending.fsyncs:
+            fsync()
+        self.finish_sync(pending)
+        return pending.segments
+
+    def start_sync(self) -> PendingSync | None:
+        """Begin making what was appended durable: the returned fsyncs may run on another
+        thread (the event loop goes on meanwhile); `finish_sync` then records them. None:
+        the policy says it is not time."""
         policy, now = self.config.flush, self._clock_ms()
         if policy.mode is FlushMode.NONE:
-            return 0
+            return None
         if policy.mode is FlushMode.INTERVAL and now - self._last_fsync_ms < policy.interval_ms:
-            return 0
-        fsyncs = 0
+            return None
+        fsyncs = []
         for segment in self._dirty.values():
-            self._fsync(segment)
-            fsyncs += 1
+            with _disk_full_typed(segment.path):  # the write-behind double writes here
+                fsyncs.append(_disk_full_as_typed(self._files.detached_fsync(segment.handle), segment.path))
+        count, appended = len(self._dirty), self._unsynced_bytes
         self._dirty.clear()
-        self._durable_index = self.last_index()
-        self._last_fsync_ms = now
-        return fsyncs
+        self._unsynced_bytes = 0
+        return PendingSync(tuple(fsyncs), self.last_index(), count, appended, now, self._truncations)
+
+    def finish_sync(self, pending: PendingSync) -> None:
+        """The fsyncs of `pending` completed: what was appended before it began is durable
+        (unless the log was truncated since: then the truncation already said how far)."""
+        if pending.truncations == self._truncations:
+            self._durable_index = max(self._durable_index, pending.durable_index)
+        self._last_fsync_ms = pending.now_ms
 
     def _fsync(self, segment: Segment) -> None:
-        try:
+        with _disk_full_typed(segment.path):
             self._files.fsync(segment.handle)
-        except OSError as error:
-            if error.errno == errno.ENOSPC:
-                raise DiskFullError(f"no space left syncing {segment.path}") from error
-            raise
 
     def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
@@ -341,6 +373,11 @@ class SegmentStore:
             # The vote-without-persist control: a restart forgets term and vote.
             opened = self._opened_hard_state
             stored = HardState(term=opened.term, vote=opened.vote, commit=hard.commit)
+        if self.config.flush.mode is FlushMode.FSYNC and stored.commit > self._durable_index:
+            # Entries may be appended while an fsync runs on another thread: the commit
+            # index is stored only as far as the log is durable, so a crash never leaves
+            # a log ending below its recorded commit (which would read as lost entries).
+            stored = dataclasses.replace(stored, commit=self._durable_index)
         batch.put(group_key(HARD_STATE, self.group), encode_hard_state(stored))
         if self._applied is not None:
             batch.put(group_key(APPLIED, self.group), encode_applied(*self._applied))
@@ -411,6 +448,7 @@ class SegmentStore:
         del self._term_starts[run:], self._terms[run:]
         self._dirty[id(segment)] = segment
         self._durable_index = min(self._durable_index, Index(index - 1))
+        self._truncations += 1
 
     def _offset_at(self, segment: Segment, index: Index) -> Offset:
         """The base offset stored in entry `index`'s frame header."""
@@ -576,3 +614,21 @@ class SegmentStore:
 
     def segment_of(self, index: Index) -> Segment:
         return self._segment_of(index)
+
+
+@contextlib.contextmanager
+def _disk_full_typed(path: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise DiskFullError(f"no space left syncing {path}") from error
+        raise
+
+
+def _disk_full_as_typed(fsync: Callable[[], None], path: str) -> Callable[[], None]:
+    def run() -> None:
+        with _disk_full_typed(path):
+            fsync()
+
+    return run

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -139,6 +139,25 @@ class WriteBehindFiles:
         handle.size = size
 
     def fsync(self, handle: FileHandle) -> None:
+        self._to_os(handle)
+        os.fsync(handle.fd)
+
+    def detached_fsync(self, handle: FileHandle) -> Callable[[], None]:
+        """The unsynced tail reaches the OS file now (this thread owns it); only the
+        fsync runs later. A kill -9 before that fsync keeps those bytes, which is still
+        what a power failure may leave: the store acknowledges nothing before it ends."""
+        self._to_os(handle)
+        duplicate = os.dup(handle.fd)
+
+        def fsync() -> None:
+            try:
+                os.fsync(duplicate)
+            finally:
+                os.close(duplicate)
+
+        return fsync
+
+    def _to_os(self, handle: FileHandle) -> None:
         node = handle.node
         assert isinstance(node, _Node)
         if node.cut < node.os_size:
@@ -157,7 +176,6 @@ class WriteBehindFiles:
             node.os_size += len(node.tail)
             node.cut = node.os_size
             node.tail = bytearray()
-        os.fsync(handle.fd)
 
     def close(self, handle: FileHandle) -> None:
         # The node (and its unsynced tail) outlives the handle, as the page cache would.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raftlog.messages import HardState
-from raftlog.types import NodeId, Term
+from raftlog.types import Index, NodeId, Term
 from storage.config import FlushMode, FlushPolicy, StoreConfig
 from tests.storage.helpers import SegmentHarness, entries
 
@@ -52,4 +52,47 @@ def test_none_policy_still_syncs_votes(tmp_path):
     store = harness.crash()
     assert store.initial_state().hard_state == HardState(term=Term(3), vote=NodeId(2))
     assert store.last_index() == 0
+    harness.close()
+
+
+def test_a_sync_started_covers_only_what_was_appended_before_it(tmp_path):
+    # Goal: the flusher fsyncs on another thread while the loop appends more; finishing
+    # that sync makes durable only the entries appended before it started.
+    harness = SegmentHarness(str(tmp_path))
+    store = harness.store
+    store.append(entries(1, 5))
+    pending = store.start_sync()
+    assert pending is not None and pending.segments == 1 and pending.bytes > 0
+    store.append(entries(5, 9))  # while the fsync runs
+    for fsync in pending.fsyncs:
+        fsync()
+    store.finish_sync(pending)
+    assert store.sync().durable_index == 8  # the later entries, by the next sync
+    harness.close()
+
+
+def test_a_truncation_during_a_sync_voids_what_it_would_have_made_durable(tmp_path):
+    # Goal: entries cut (a Raft conflict) while their fsync ran are not reported durable
+    # when it finishes: the indexes now name other, unsynced entries.
+    harness = SegmentHarness(str(tmp_path))
+    store = harness.store
+    store.append(entries(1, 5))
+    store.sync()
+    store.append(entries(5, 9))
+    pending = store.start_sync()
+    store.append(entries(7, 9, term=2))  # replaces 7 and 8
+    for fsync in pending.fsyncs:
+        fsync()
+    store.finish_sync(pending)
+    store.set_hard_state(HardState(term=Term(2), commit=Index(8)))
+    batch = harness.db.batch()
+    store.stage_state(batch)
+    harness.db.write(batch, sync=True)
+    # The stored commit is clamped to the durable prefix (6): a crash now must not leave
+    # a log that ends below its recorded commit, which would read as lost entries.
+    assert store.initial_state().hard_state.commit == 8
+    reopened = harness.crash()
+    # Unclamped, commit 8 would now cover the term-1 entries 7 and 8 still on disk.
+    assert reopened.initial_state().hard_state.commit == 4
+    assert reopened.repair_reason is None
     harness.close()

@@ -1,0 +1,75 @@
+"""The node's flusher: small flushes inline, large ones on the fsync thread, failures typed."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+import structlog
+
+from multiraft.flusher import DETACH_BYTES_MIN, Flusher
+from storage.errors import DiskFullError
+from storage.files import OsFiles
+from storage.segments import SegmentStore
+from storage.state_db import StateDatabase
+from tests.storage.helpers import entries
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def stores(tmp_path):
+    db = StateDatabase(str(tmp_path / "state"))
+    made = [SegmentStore(g, str(tmp_path / str(g)), db, OsFiles()) for g in (1, 2)]
+    yield db, made
+    for store in made:
+        store.close()
+    db.close()
+
+
+async def test_large_flushes_go_to_the_fsync_thread_and_finish_in_order(stores, monkeypatch):
+    # Goal: a flush over DETACH_BYTES_MIN fsyncs off the event loop, a small one on it;
+    # both report durability, and close() waits for what is under way.
+    db, (big, small) = stores
+    threads = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        import threading
+
+        threads.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    flusher = Flusher(db, structlog.get_logger())
+    count = 0
+    while count * 100 < DETACH_BYTES_MIN:  # entries of about 100 bytes of values each
+        big.append(entries(count * 10 + 1, count * 10 + 11, count=5))
+        count += 1
+    await flusher.sync(big)
+    assert big.sync().durable_index == big.last_index()
+    assert threads and threads[-1].startswith("fsync")
+    small.append(entries(1, 3))
+    await flusher.sync(small)
+    assert not threads[-1].startswith("fsync"), "a small flush stays on the loop"
+    await flusher.close()
+
+
+async def test_an_fsync_that_fails_on_the_thread_fails_every_waiter_typed(stores, monkeypatch):
+    # Goal: ENOSPC from the fsync thread reaches the waiting groups as DiskFullError
+    # (they fail and reopen), never a hang.
+    db, (big, other) = stores
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    flusher = Flusher(db, structlog.get_logger())
+    big.append(entries(1, 2000, count=5))
+    monkeypatch.setattr(os, "fsync", full)
+    waiting = [flusher.sync(big), flusher.sync(other)]
+    for future in waiting:
+        with pytest.raises(DiskFullError):
+            await future
+    monkeypatch.undo()
+    await flusher.close()
