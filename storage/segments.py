@@ -21,8 +21,10 @@ import errno
 import os
 import time
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from raftlog.messages import ENTRY_OVERHEAD_BYTES, Entry, HardState, Membership, Snapshot
 from raftlog.storage import CompactedError, InitialState, UnavailableError
@@ -62,7 +64,7 @@ class PendingSync:
     segments: int  # segment files it covers (inline ones included)
     bytes: int  # appended since the previous sync
     now_ms: int
-    truncations: int  # a truncation since the start voids `durable_index`
+    ticket: list[Any]  # [durable_index, truncations, finished]: its place among the syncs
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,10 @@ class SegmentStore:
         self._durable_index = self.last_index()
         self._truncations = 0
         self._unsynced_bytes = 0
+        # Syncs begun and not yet finished, in the order they began: one that finishes
+        # early (a small one, on the loop) must not report entries that an earlier one
+        # (on the fsync thread) is still making durable.
+        self._syncs: deque[list[Any]] = deque()
         self._last_fsync_ms = clock_ms()
         # The commit index is stored only after the entries it covers were fsynced, so a
         # log that now ends below it lost durable entries (a damaged disk): this replica
@@ -349,13 +355,19 @@ class SegmentStore:
         count, appended = len(self._dirty), self._unsynced_bytes
         self._dirty.clear()
         self._unsynced_bytes = 0
-        return PendingSync(tuple(fsyncs), self.last_index(), count, appended, now, self._truncations)
+        ticket = [self.last_index(), self._truncations, False]
+        self._syncs.append(ticket)
+        return PendingSync(tuple(fsyncs), self.last_index(), count, appended, now, ticket)
 
     def finish_sync(self, pending: PendingSync) -> None:
-        """The fsyncs of `pending` completed: what was appended before it began is durable
-        (unless the log was truncated since: then the truncation already said how far)."""
-        if pending.truncations == self._truncations:
-            self._durable_index = max(self._durable_index, pending.durable_index)
+        """The fsyncs of `pending` completed. Once every sync begun before it finished too,
+        what was appended before it began is durable (unless the log was truncated since:
+        then the truncation already said how far)."""
+        pending.ticket[2] = True
+        while self._syncs and self._syncs[0][2]:
+            durable_index, truncations, _ = self._syncs.popleft()
+            if truncations == self._truncations:
+                self._durable_index = max(self._durable_index, durable_index)
         self._last_fsync_ms = pending.now_ms
 
     def _fsync(self, segment: Segment) -> None:

@@ -96,3 +96,22 @@ def test_a_truncation_during_a_sync_voids_what_it_would_have_made_durable(tmp_pa
     assert reopened.initial_state().hard_state.commit == 4
     assert reopened.repair_reason is None
     harness.close()
+
+
+def test_a_sync_that_finishes_early_waits_for_the_one_begun_before_it(tmp_path):
+    # Goal: a large flush fsyncs on the thread while a small one (say, only the commit
+    # index moved) finishes on the loop at once; the small one must not report the
+    # large one's entries durable before its fsync ran.
+    harness = SegmentHarness(str(tmp_path))
+    store = harness.store
+    store.append(entries(1, 5))
+    large = store.start_sync()
+    small = store.start_sync()  # nothing appended since: no fsyncs of its own
+    assert small is not None and not small.fsyncs
+    store.finish_sync(small)
+    assert store.sync().durable_index == 0, "entries 1-4 are still being fsynced"
+    for fsync in large.fsyncs:
+        fsync()
+    store.finish_sync(large)
+    assert store.sync().durable_index == 4
+    harness.close()
