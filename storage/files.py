@@ -70,6 +70,21 @@ class Files(Protocol):
     def make_dirs(self, directory: str) -> None: ...
 
 
+def fsync_later(fd: int) -> Callable[[], None]:
+    """An fsync of `fd`'s file to run later, on any thread. It holds a duplicate
+    descriptor: the original may be closed (segment dropped, group closed) and its
+    number reused before the fsync runs; the duplicate still names the same file."""
+    duplicate = os.dup(fd)
+
+    def fsync() -> None:
+        try:
+            os.fsync(duplicate)
+        finally:
+            os.close(duplicate)
+
+    return fsync
+
+
 def write_all(fd: int, buffers: Sequence[bytes | memoryview]) -> int:
     """Write every buffer with as few `writev` calls as the kernel allows.
 
@@ -125,17 +140,7 @@ class OsFiles:
         os.fsync(handle.fd)
 
     def detached_fsync(self, handle: FileHandle) -> Callable[[], None]:
-        # A duplicate descriptor: the handle may be closed (segment dropped, group closed)
-        # and its number reused before the fsync runs; the duplicate still names the file.
-        duplicate = os.dup(handle.fd)
-
-        def fsync() -> None:
-            try:
-                os.fsync(duplicate)
-            finally:
-                os.close(duplicate)
-
-        return fsync
+        return fsync_later(handle.fd)
 
     def close(self, handle: FileHandle) -> None:
         os.close(handle.fd)

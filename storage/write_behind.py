@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from storage.files import FileHandle, fsync_directory, write_all
+from storage.files import FileHandle, fsync_directory, fsync_later, write_all
 
 PENDING_PREFIX = ".wbpending-"
 
@@ -147,15 +147,7 @@ class WriteBehindFiles:
         fsync runs later. A kill -9 before that fsync keeps those bytes, which is still
         what a power failure may leave: the store acknowledges nothing before it ends."""
         self._to_os(handle)
-        duplicate = os.dup(handle.fd)
-
-        def fsync() -> None:
-            try:
-                os.fsync(duplicate)
-            finally:
-                os.close(duplicate)
-
-        return fsync
+        return fsync_later(handle.fd)
 
     def _to_os(self, handle: FileHandle) -> None:
         node = handle.node

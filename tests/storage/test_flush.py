@@ -55,6 +55,13 @@ def test_none_policy_still_syncs_votes(tmp_path):
     harness.close()
 
 
+def _complete(store, pending):
+    """What the flusher does: run the fsyncs (on its thread), then record them."""
+    for fsync in pending.fsyncs:
+        fsync()
+    store.finish_sync(pending)
+
+
 def test_a_sync_started_covers_only_what_was_appended_before_it(tmp_path):
     # Goal: the flusher fsyncs on another thread while the loop appends more; finishing
     # that sync makes durable only the entries appended before it started.
@@ -64,9 +71,7 @@ def test_a_sync_started_covers_only_what_was_appended_before_it(tmp_path):
     pending = store.start_sync()
     assert pending is not None and pending.segments == 1 and pending.bytes > 0
     store.append(entries(5, 9))  # while the fsync runs
-    for fsync in pending.fsyncs:
-        fsync()
-    store.finish_sync(pending)
+    _complete(store, pending)
     assert store.sync().durable_index == 8  # the later entries, by the next sync
     harness.close()
 
@@ -81,9 +86,7 @@ def test_a_truncation_during_a_sync_voids_what_it_would_have_made_durable(tmp_pa
     store.append(entries(5, 9))
     pending = store.start_sync()
     store.append(entries(7, 9, term=2))  # replaces 7 and 8
-    for fsync in pending.fsyncs:
-        fsync()
-    store.finish_sync(pending)
+    _complete(store, pending)
     store.set_hard_state(HardState(term=Term(2), commit=Index(8)))
     batch = harness.db.batch()
     store.stage_state(batch)
@@ -110,8 +113,6 @@ def test_a_sync_that_finishes_early_waits_for_the_one_begun_before_it(tmp_path):
     assert small is not None and not small.fsyncs
     store.finish_sync(small)
     assert store.sync().durable_index == 0, "entries 1-4 are still being fsynced"
-    for fsync in large.fsyncs:
-        fsync()
-    store.finish_sync(large)
+    _complete(store, large)
     assert store.sync().durable_index == 4
     harness.close()
