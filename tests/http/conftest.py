@@ -64,8 +64,11 @@ class Cluster:
             runtime = node.groups.get(partition.group_id)
             if runtime is not None and runtime.core.leader == 0:
                 return False
-            if runtime is not None and runtime.core.role is Role.LEADER and \
-                    runtime.core.applied_index < runtime.core.commit_index:
+            if runtime is not None and runtime.core.role is Role.LEADER and (
+                runtime.core.applied_index < runtime.core.commit_index
+                # Until it commits an entry of its own term it refuses produces (retriable).
+                or runtime.core.log.term_or_none(runtime.core.commit_index) != runtime.core.term
+            ):
                 return False
         return True
 
