@@ -40,8 +40,8 @@ class Flusher:
         self._logger = logger
         self._waiting: list[tuple[SegmentStore, asyncio.Future[None]]] = []
         self._scheduled = False
-        # One thread, so flushes finish in the order they began (a later flush never
-        # records its stores as durable before an earlier one's fsyncs ran).
+        # One thread, so threaded flushes finish in the order they began (the stores
+        # also order their syncs, as a small flush on the loop can finish first).
         self._fsync_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
         self._in_flight: set[asyncio.Future[None]] = set()
         self.flushes = 0
@@ -72,23 +72,30 @@ class Flusher:
         waiting, self._waiting = self._waiting, []
         began = time.perf_counter()
         pending: list[tuple[SegmentStore, PendingSync]] = []
-        try:
-            seen: set[int] = set()
-            for store, _ in waiting:
-                if id(store) not in seen:
-                    seen.add(id(store))
-                    started = store.start_sync()
-                    if started is not None:
-                        pending.append((store, started))
-        except Exception as error:  # every waiter learns of it; the groups fail, never hang
-            _fail(waiting, error)
-            return
+        refused: dict[int, BaseException] = {}
+        seen: set[int] = set()
+        for store, _ in waiting:
+            if id(store) in seen:
+                continue
+            seen.add(id(store))
+            try:
+                started = store.start_sync()
+            except Exception as error:  # this store's groups fail (and reopen); not the others
+                refused[id(store)] = error
+                continue
+            if started is not None:
+                pending.append((store, started))
+        if refused:
+            for store, future in waiting:
+                if id(store) in refused and not future.done():
+                    future.set_exception(refused[id(store)])
+            waiting = [(store, future) for store, future in waiting if id(store) not in refused]
         fsyncs = [fsync for _, started in pending for fsync in started.fsyncs]
         if sum(started.bytes for _, started in pending) < DETACH_BYTES_MIN:
             try:
                 _run_all(fsyncs)
             except Exception as error:
-                _fail(waiting, error)
+                self._failed(waiting, pending, error)
                 return
             self._finish(waiting, pending, began)
             return
@@ -99,11 +106,26 @@ class Flusher:
             self._in_flight.discard(job)
             error = job.exception()
             if error is not None:
-                _fail(waiting, error)
+                self._failed(waiting, pending, error)
             else:
                 self._finish(waiting, pending, began)
 
         job.add_done_callback(done)
+
+    @staticmethod
+    def _failed(
+        waiting: list[tuple[SegmentStore, asyncio.Future[None]]],
+        pending: list[tuple[SegmentStore, PendingSync]],
+        error: BaseException,
+    ) -> None:
+        """Stores whose fsyncs were in the failed batch sync no more (their groups fail and
+        are reopened); the others' syncs had nothing of their own to make durable."""
+        for store, started in pending:
+            if started.fsyncs:
+                store.abandon_sync(error)
+            else:
+                store.finish_sync(started)
+        _fail(waiting, error)
 
     def _finish(
         self,

@@ -73,6 +73,7 @@ from raftlog.errors import (
     ProposalDropped,
 )
 from raftlog.messages import ConfChange, ConfChangeOp, EntryKind, Message, Role
+from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
 from raftlog.wire import (
     WireError,
@@ -196,8 +197,11 @@ class Node:
             await self.transport.stop()
         if self.db is not None:
             await self.flusher.close()  # fsyncs under way finish before their files close
-        for store in self.stores.values():
-            store.sync()
+        for group_id, store in self.stores.items():
+            try:
+                store.sync()
+            except (OSError, StorageError) as error:  # what it could not sync, a crash loses too
+                self.logger.error("group_sync_failed_at_stop", group_id=group_id, error=repr(error))
             store.close()
         self.groups.clear()
         self.stores.clear()

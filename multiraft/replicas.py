@@ -22,6 +22,7 @@ from multiraft.metadata.catalog import Catalog, groups_for_node
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
+from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
 from storage.config import StoreConfig
 from storage.segments import SegmentStore
@@ -93,7 +94,10 @@ async def close_group(node: Node, group_id: GroupId, delete: bool) -> None:
     node.partitions.pop(group_id, None)
     store = node.stores.pop(group_id)
     if not runtime.failed:  # a failed store may not sync (disk full): what it lost, a crash loses
-        store.sync()
+        try:
+            store.sync()
+        except (OSError, StorageError) as error:
+            node.logger.error("group_sync_failed_at_close", group_id=group_id, error=repr(error))
     store.close()
     if delete:
         shutil.rmtree(node.config.data_dir / "groups" / str(group_id), ignore_errors=True)

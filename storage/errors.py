@@ -28,6 +28,12 @@ class DiskFullError(StorageError):
     appends work again once space returns."""
 
 
+class SyncFailedError(StorageError):
+    """An earlier fsync of this log failed. What it covered may not be durable, and a
+    later fsync cannot be trusted to say so (Linux may drop the pages it failed to
+    write), so the log syncs no more: the node reopens the group from disk."""
+
+
 class OffsetOutOfRangeError(StorageError):
     """A read by logical offset outside `[log_start_offset, log_end_offset]`."""
 

@@ -31,7 +31,7 @@ from raftlog.storage import CompactedError, InitialState, UnavailableError
 from raftlog.types import GroupId, Index, Offset, Term
 from storage import catalog
 from storage.config import FlushMode, StoreConfig
-from storage.errors import CorruptionError, DiskFullError
+from storage.errors import CorruptionError, DiskFullError, SyncFailedError
 from storage.files import Files
 from storage.frames import FRAME_HEADER_BYTES, FrameInfo, encode_frame, parse_frame, record_count_of
 from storage.node_state import StartPoint, encode_applied, encode_hard_state, encode_start
@@ -112,6 +112,7 @@ class SegmentStore:
         # early (a small one, on the loop) must not report entries that an earlier one
         # (on the fsync thread) is still making durable.
         self._syncs: deque[list[Any]] = deque()
+        self._sync_failure: str | None = None
         self._last_fsync_ms = clock_ms()
         # The commit index is stored only after the entries it covers were fsynced, so a
         # log that now ends below it lost durable entries (a damaged disk): this replica
@@ -334,8 +335,12 @@ class SegmentStore:
         pending = self.start_sync()
         if pending is None:
             return 0
-        for fsync in pending.fsyncs:
-            fsync()
+        try:
+            for fsync in pending.fsyncs:
+                fsync()
+        except Exception as error:
+            self.abandon_sync(error)
+            raise
         self.finish_sync(pending)
         return pending.segments
 
@@ -343,6 +348,8 @@ class SegmentStore:
         """Begin making what was appended durable: the returned fsyncs may run on another
         thread (the event loop goes on meanwhile); `finish_sync` then records them. None:
         the policy says it is not time."""
+        if self._sync_failure is not None:
+            raise SyncFailedError(f"an earlier fsync failed ({self._sync_failure}); reopen the log")
         policy, now = self.config.flush, self._clock_ms()
         if policy.mode is FlushMode.NONE:
             return None
@@ -369,6 +376,12 @@ class SegmentStore:
             if truncations == self._truncations:
                 self._durable_index = max(self._durable_index, durable_index)
         self._last_fsync_ms = pending.now_ms
+
+    def abandon_sync(self, error: BaseException) -> None:
+        """A sync's fsyncs failed: nothing more is reported durable, and every later
+        `start_sync` raises `SyncFailedError` (the group fails and is reopened)."""
+        self._sync_failure = repr(error)
+        self._syncs.clear()
 
     def _fsync(self, segment: Segment) -> None:
         with _disk_full_typed(segment.path):

@@ -9,7 +9,7 @@ import pytest
 import structlog
 
 from multiraft.flusher import DETACH_BYTES_MIN, Flusher
-from storage.errors import DiskFullError
+from storage.errors import DiskFullError, SyncFailedError
 from storage.files import OsFiles
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
@@ -72,4 +72,24 @@ async def test_an_fsync_that_fails_on_the_thread_fails_every_waiter_typed(stores
         with pytest.raises(DiskFullError):
             await future
     monkeypatch.undo()
+    await flusher.close()
+
+
+async def test_a_store_whose_fsync_failed_syncs_no_more_and_fails_only_its_own_waiters(stores, monkeypatch):
+    # Goal: after a failed fsync a log reports nothing durable again (a later fsync may
+    # "succeed" over pages the kernel dropped): its group fails and is reopened. Another
+    # group's flush in the same turn goes on; nothing piles up per sync.
+    db, (broken, healthy) = stores
+    flusher = Flusher(db, structlog.get_logger())
+    broken.append(entries(1, 3))
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    with pytest.raises(OSError):
+        await flusher.sync(broken)
+    monkeypatch.undo()
+    healthy.append(entries(1, 3))
+    refused, served = flusher.sync(broken), flusher.sync(healthy)
+    with pytest.raises(SyncFailedError):
+        await refused
+    await served
+    assert healthy.sync().durable_index == 2
     await flusher.close()
