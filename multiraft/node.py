@@ -6,22 +6,21 @@ One process, one `Node`. It owns:
 - group 0, the metadata group, whose state machine is the `Catalog`;
 - one group per partition replica this node hosts, with a `PartitionState`;
 - one ticker for every group, coalesced heartbeats (one frame per peer per
-  event-loop turn carrying every group's heartbeats), and the controller duties
-  when it leads group 0 (node liveness, topic placement).
+  event-loop turn carrying every group's heartbeats), and topic placement when
+  it leads group 0.
 
-Every node applies the catalog and reconciles its groups with it: it opens the
-groups the catalog assigns to it (creating them on first sight, bootstrapped
-with the assigned replicas as voters) and closes and deletes the rest.
+Elsewhere: the group replicas' lifecycle and the reconcile loop
+(`multiraft/replicas.py`), node admission, registration and liveness
+(`multiraft/controller.py`), peer liveness and the leaders table
+(`multiraft/liveness.py`), reads and offset commits (`multiraft/partition_ops.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import struct
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ import structlog
 from multiraft import leadership, partition_ops, replicas
 from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
+from multiraft.controller import Controller, host_port
 from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
 from multiraft.flusher import Flusher
 from multiraft.frames import FrameTooLarge, FrameType
@@ -43,9 +43,6 @@ from multiraft.metadata.commands import (
     Command,
     CreateTopic,
     DeleteTopic,
-    NodeStatus,
-    RegisterNode,
-    SetNodeStatus,
     decode_command,
     encode_command,
 )
@@ -55,7 +52,7 @@ from multiraft.remote_errors import error_from_body
 from multiraft.rpc import (
     FRAME_RPC_REQUEST,
     FRAME_RPC_RESPONSE,
-    STATUS_OK,
+    RPC_TIMEOUT_S,
     RemoteError,
     Rpc,
     RpcError,
@@ -66,13 +63,11 @@ from multiraft.rpc import (
 from multiraft.transport import Transport
 from multiraft.unsafe import ChaosHooks
 from raftlog.errors import (
-    ClientError,
-    MembershipChangeInProgress,
     NotLeader,
     OutcomeUnknown,
     ProposalDropped,
 )
-from raftlog.messages import ConfChange, ConfChangeOp, EntryKind, Message, Role
+from raftlog.messages import EntryKind, Message, Role
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
 from raftlog.wire import (
@@ -91,10 +86,6 @@ from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
 
 METADATA_GROUP = replicas.METADATA_GROUP
-RPC_TIMEOUT_S = 5.0
-JOIN_TIMEOUT_S = 60.0
-NODE_HEARTBEAT_INTERVAL_S = 0.5
-CONTROLLER_INTERVAL_S = 0.5
 _PRODUCE = struct.Struct(">QB")  # group id, acks
 _QUIESCE = struct.Struct(">QQQ")  # group id, term, log end index
 FRAME_PING = 5  # node-level liveness (multiraft/liveness.py)
@@ -119,12 +110,11 @@ class Node:
         self._flush_scheduled = False
         self._catalog_event = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._last_seen: dict[NodeId, float] = {}
         self.liveness = PeerLiveness(config.election_timeout_ticks * config.tick_ms / 1000)
         self.ticks_skipped = 0
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
         self.replay_floor: dict[GroupId, Index] = {}  # applied index of groups being reopened
-        self._was_controller = False
+        self.controller = Controller(self)
         self.registered = asyncio.Event()
         self.db: StateDatabase | None = None
         self.transport: Transport | None = None
@@ -148,8 +138,8 @@ class Node:
         self.rpc.peer_alive = self.is_live
         self.rpc.register("metadata.propose", self._serve_metadata_propose)
         self.rpc.register("metadata.create_topic", self._serve_create_topic)
-        self.rpc.register("metadata.add_learner", self._serve_add_learner)
-        self.rpc.register("node.heartbeat", self._serve_node_heartbeat)
+        self.rpc.register("metadata.add_learner", self.controller.serve_add_learner)
+        self.rpc.register("node.heartbeat", self.controller.serve_heartbeat)
         self.rpc.register("partition.produce", self._serve_produce)
         self.rpc.register("leaders.balance", self._serve_balance)
         self.rpc.register("partition.read", lambda s, b: partition_ops.serve_read(self, s, b))
@@ -157,14 +147,14 @@ class Node:
         self.rpc.register("partition.fetch_offset", lambda s, b: partition_ops.serve_fetch(self, s, b))
         await self.transport.start()
         if config.join is not None:
-            await self._join(config.join)
+            await self.controller.join(config.join)
         replicas.open_metadata_group(self)
         for name, coroutine in (
             ("ticker", self._ticker()),
             ("reconciler", replicas.reconcile_loop(self, self._catalog_event)),
-            ("registrar", self._registrar()),
-            ("node-heartbeats", self._node_heartbeats()),
-            ("controller", self._controller()),
+            ("registrar", self.controller.register()),
+            ("node-heartbeats", self.controller.send_heartbeats()),
+            ("controller", self.controller.watch_liveness()),
             ("leader-balancer", leadership.balance_loop(self)),
             ("compaction", compaction_loop(self)),
         ):
@@ -223,7 +213,7 @@ class Node:
         assert self.transport is not None
         peers = {n: (a.host, a.port) for n, a in self.config.initial_cluster.items()}
         for node in self.catalog.nodes.values():
-            peers[node.node_id] = _host_port(node.raft_addr)
+            peers[node.node_id] = host_port(node.raft_addr)
         peers.pop(self.id, None)
         self.transport.update_peers(peers)
 
@@ -387,7 +377,7 @@ class Node:
             if result.error is not None:
                 raise result.error
             return _catalog_value(result.value)
-        body = await self._call_leader(runtime, "metadata.propose", encode_command(command))
+        body = await self.call_leader(runtime, "metadata.propose", encode_command(command))
         return json.loads(body)
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, Any]) -> None:
@@ -397,7 +387,7 @@ class Node:
         if runtime.core.role is Role.LEADER:
             await self._create_topic_as_controller(request)
         else:
-            await self._call_leader(runtime, "metadata.create_topic", json.dumps(request).encode())
+            await self.call_leader(runtime, "metadata.create_topic", json.dumps(request).encode())
 
     async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
         nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.catalog.live_nodes()]
@@ -428,7 +418,7 @@ class Node:
             while name not in self.catalog.topics:
                 await asyncio.sleep(0.02)
 
-    async def _call_leader(self, runtime: GroupRuntime, method: str, body: bytes) -> bytes:
+    async def call_leader(self, runtime: GroupRuntime, method: str, body: bytes) -> bytes:
         leader = runtime.core.leader
         if leader == 0 or leader == self.id:
             raise NotLeader(leader, "no leader known yet for this group")
@@ -452,119 +442,8 @@ class Node:
         return await answer(self._create_topic_as_controller(request), lambda _: b"{}")
 
     async def add_node(self, node_id: NodeId, raft_addr: str, http_addr: str, rack: str | None) -> dict[str, str]:
-        """Admit a joining node: register it, make it a learner of the metadata group.
-
-        Idempotent (a restarted joiner asks again). Returns the raft addresses of the
-        registered nodes, so the joiner can dial the cluster.
-        """
-        await self.propose_metadata(
-            RegisterNode(node_id=node_id, raft_addr=raft_addr, http_addr=http_addr, rack=rack)
-        )
-        runtime = self.groups[METADATA_GROUP]
-        if runtime.core.role is Role.LEADER:
-            await self._add_learner(node_id)
-        else:
-            await self._call_leader(runtime, "metadata.add_learner", json.dumps({"node_id": node_id}).encode())
-        return {str(n.node_id): n.raft_addr for n in self.catalog.nodes.values()}
-
-    async def _add_learner(self, node_id: NodeId) -> None:
-        runtime = self.groups[METADATA_GROUP]
-        async with asyncio.timeout(RPC_TIMEOUT_S):
-            while node_id not in runtime.core.membership.members:
-                try:
-                    await runtime.propose_membership(ConfChange(ConfChangeOp.ADD_LEARNER, node_id))
-                except MembershipChangeInProgress:
-                    await asyncio.sleep(0.05)  # one change at a time: wait for the previous one
-
-    async def _serve_add_learner(self, source: int, body: bytes) -> tuple[int, bytes]:
-        if self.groups[METADATA_GROUP].core.role is not Role.LEADER:
-            return error_answer(NotLeader(self.groups[METADATA_GROUP].core.leader))
-        node_id = NodeId(int(json.loads(body)["node_id"]))
-        return await answer(self._add_learner(node_id), lambda _: b"{}")
-
-    async def _join(self, address: Any) -> None:
-        """Ask a node of an existing cluster (its HTTP address) to admit this one."""
-        import aiohttp
-
-        config = self.config
-        body = {"node_id": self.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
-                "rack": config.rack or None}
-        url = f"http://{address}/v1/admin/nodes"
-        delay = 0.1
-        async with asyncio.timeout(JOIN_TIMEOUT_S), aiohttp.ClientSession() as session:
-            while True:
-                try:
-                    async with session.post(url, json=body) as response:
-                        answer = await response.json()
-                        if response.status == 200:
-                            break
-                        self.logger.info("join_retry", status=response.status, error=answer.get("error_code"))
-                except (aiohttp.ClientError, ValueError) as error:
-                    self.logger.info("join_retry", error=repr(error))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        peers = {int(n): a for n, a in answer["nodes"].items() if int(n) != self.id}
-        assert self.transport is not None
-        self.transport.update_peers({n: _host_port(a) for n, a in peers.items()})
-        self.logger.info("joined", via=str(address), peers=sorted(peers))
-
-    async def _registrar(self) -> None:
-        """Register this node (addresses, rack) with the catalog; retry until it is in."""
-        config = self.config
-        command = RegisterNode(
-            node_id=self.id, raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
-            rack=config.rack or None,
-        )
-        delay = 0.05
-        while True:
-            try:
-                await self.propose_metadata(command)
-                self.registered.set()
-                self.logger.info("node_registered")
-                return
-            except ClientError as error:
-                self.logger.debug("registration_retry", error=error.code)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    # ------------------------------------------------------------------ liveness (controller)
-
-    async def _node_heartbeats(self) -> None:
-        runtime = self.groups[METADATA_GROUP]
-        while True:
-            await asyncio.sleep(NODE_HEARTBEAT_INTERVAL_S)
-            leader = runtime.core.leader
-            if leader == self.id:
-                self._last_seen[self.id] = time.monotonic()
-            elif leader != 0 and self.rpc is not None:
-                with contextlib.suppress(RpcError):
-                    await self.rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
-
-    async def _serve_node_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
-        self._last_seen[NodeId(source)] = time.monotonic()
-        return STATUS_OK, b""
-
-    async def _controller(self) -> None:
-        """On the metadata leader: mark nodes dead/alive from their heartbeats (transitions logged)."""
-        runtime = self.groups[METADATA_GROUP]
-        dead_after = self.config.node_dead_after_ms / 1000
-        while True:
-            await asyncio.sleep(CONTROLLER_INTERVAL_S)
-            leading = runtime.core.role is Role.LEADER
-            if leading and not self._was_controller:
-                now = time.monotonic()  # a new controller gives everyone a fresh grace period
-                self._last_seen = {node: now for node in self.catalog.nodes}
-            self._was_controller = leading
-            if not leading:
-                continue
-            now = time.monotonic()
-            for node in list(self.catalog.nodes.values()):
-                seen = self._last_seen.get(node.node_id, now)
-                status = NodeStatus.ALIVE if now - seen < dead_after else NodeStatus.DEAD
-                if status is not node.status:
-                    self.logger.info("node_status_changed", node=node.node_id, status=status.value)
-                    with contextlib.suppress(ClientError):
-                        await self.propose_metadata(SetNodeStatus(node_id=node.node_id, status=status))
+        """Admit a joining node (multiraft/controller.py)."""
+        return await self.controller.add_node(node_id, raft_addr, http_addr, rack)
 
     # ------------------------------------------------------------------ produce / consume
 
@@ -644,11 +523,6 @@ class Node:
 
 async def _balance_here(node: Node) -> int:
     return leadership.balance_now(node)
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
 
 
 def _consume_task(task: asyncio.Task[Any]) -> None:

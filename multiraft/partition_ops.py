@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 from multiraft.consumer_offsets import OffsetCommit, encode_meta
 from multiraft.errors import InvalidRequest, OffsetOutOfRange
 from multiraft.remote_errors import error_from_body
-from multiraft.rpc import RemoteError, RpcError, RpcOutcomeUnknown, answer, error_answer
+from multiraft.rpc import (
+    RPC_TIMEOUT_S,
+    RemoteError,
+    RpcError,
+    RpcOutcomeUnknown,
+    answer,
+    error_answer,
+)
 from raftlog.errors import NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind, Role
 from raftlog.types import GroupId, Offset
@@ -33,7 +40,6 @@ from storage.offsets import StoredBatch, read_records
 if TYPE_CHECKING:
     from multiraft.node import Node
 
-RPC_TIMEOUT_S = 5.0
 WAIT_MS_MAX = 30_000
 MAX_BYTES_MAX = 64 * 1024 * 1024
 MAX_RECORDS_MAX = 100_000

@@ -25,6 +25,7 @@ STATUS_OK = 0
 STATUS_ERROR = 1  # body: JSON {"error_code", "message"}
 CALLS_IN_FLIGHT_MAX = 4096
 LIVENESS_CHECK_S = 0.05
+RPC_TIMEOUT_S = 5.0  # the node's calls to peers (forwarding, metadata, heartbeats)
 
 _REQUEST = struct.Struct(">QH")  # request id, method length
 _RESPONSE = struct.Struct(">QB")  # request id, status
