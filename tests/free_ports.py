@@ -36,13 +36,21 @@ def process_cluster(directory: Path, hosts: list[str], raft_port: int, http_port
     require_free_ports(hosts, (raft_port, http_port), who)
     local = LocalCluster(directory, len(hosts), raft_port=raft_port, http_port=http_port,
                          extra_args=("--tick-ms", "20"))
-    try:
-        local.start()
-        local.wait_healthy(startup_s)
+    with running(local, startup_s):
         yield local
+
+
+@contextlib.contextmanager
+def running(cluster: LocalCluster, startup_s: float) -> Iterator[LocalCluster]:
+    """Start `cluster` and wait until it is healthy; on the way out stop it, and kill by
+    PID any child still running."""
+    try:
+        cluster.start()
+        cluster.wait_healthy(startup_s)
+        yield cluster
     finally:
-        local.stop(grace_s=5)
-        for node in local.nodes:  # never leave a child behind
+        cluster.stop(grace_s=5)
+        for node in cluster.nodes:  # never leave a child behind
             if node.process is not None and node.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(node.process.pid, signal.SIGKILL)

@@ -268,16 +268,9 @@ class AsyncClient:
     async def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         """(log start, high watermark) per partition, from the views of the nodes hosting it."""
         found: dict[int, tuple[int, int]] = {}
-        cluster = await self.cluster()
-        servers = [normalize(n["http_addr"]) for n in cluster["nodes"] if n["status"] == "alive"]
-        for server in servers or self.servers:
-            try:
-                described = await self.describe_topic(topic, server=server)
-            except UnavailableError:
-                continue
-            for p in described["partitions"]:
-                if p["high_watermark"] is None:
-                    continue
-                start, end = found.get(p["partition"], (p["log_start_offset"], p["high_watermark"]))
-                found[p["partition"]] = (min(start, p["log_start_offset"]), max(end, p["high_watermark"]))
+        for partition, views in (await self.partition_views(topic)).items():
+            hosting = [v for v in views if v["high_watermark"] is not None]
+            if hosting:
+                found[partition] = (min(v["log_start_offset"] for v in hosting),
+                                    max(v["high_watermark"] for v in hosting))
         return found

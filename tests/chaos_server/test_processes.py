@@ -29,6 +29,7 @@ import pytest
 
 from multiraft.group import UNSAFE_SYNC_DELAY_S
 from multiraft.launcher import LocalCluster
+from tests.free_ports import running
 from tests.integration.conftest import call, until
 from tests.integration.test_cli import common_free_port
 
@@ -45,17 +46,8 @@ def processes(tmp_path: Path, env: dict[str, str]) -> Iterator[LocalCluster]:
     assert raft_port != http_port
     cluster = LocalCluster(tmp_path / "data", 3, raft_port=raft_port, http_port=http_port,
                            extra_args=("--tick-ms", "20"), node_env=lambda _node: env)
-    try:
-        cluster.start()
-        cluster.wait_healthy(STARTUP_TIMEOUT_S)
+    with running(cluster, STARTUP_TIMEOUT_S):
         yield cluster
-    finally:
-        cluster.stop(grace_s=5)
-        for node in cluster.nodes:  # never leave a child behind
-            if node.process is not None and node.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(node.process.pid, signal.SIGKILL)
-                node.process.wait(5)
 
 
 def kill_all_and_restart(cluster: LocalCluster) -> None:
