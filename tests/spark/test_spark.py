@@ -28,6 +28,7 @@ import pytest
 
 from multiraft.cli import main as raftlog_main
 from multiraft.client import Client
+from multiraft.clients.http import RaftlogError
 from multiraft.launcher import LocalCluster
 from spark_connector.source import SCHEMA, SCHEMA_WITH_HEADERS
 from tests.free_ports import process_cluster
@@ -98,7 +99,12 @@ def create_topic(client: Client, cluster: LocalCluster, name: str, partitions: i
 
     def ready() -> bool | None:
         for node in cluster.nodes:
-            views = client.describe_topic(name, server=node.http_addr)["partitions"]
+            try:
+                views = client.describe_topic(name, server=node.http_addr)["partitions"]
+            except RaftlogError as error:
+                if error.code == "UNKNOWN_TOPIC":  # that node has not applied the catalog change yet
+                    return None
+                raise
             if len(views) != partitions or any(v["leader"] is None or v["high_watermark"] is None for v in views):
                 return None
         return True
