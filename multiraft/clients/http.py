@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
+from multiraft.clients.connection import ConnectFailed, ConnectionPool, ExchangeFailed
 from multiraft.errors import error_table
 
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
@@ -87,8 +86,7 @@ class AsyncClient:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._next = 0
-        self._local_host = local_host  # source address of every connection (fault rules match it)
-        self._session: aiohttp.ClientSession | None = None
+        self._pool = ConnectionPool(local_host)  # local_host: the source address fault rules match
         self._table = error_table()
 
     async def __aenter__(self) -> AsyncClient:
@@ -98,16 +96,7 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _session_or_new(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(local_addr=(self._local_host, 0)) if self._local_host else None
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                                                  connector=connector)
-        return self._session
+        await self._pool.close()
 
     def _error(self, status: int, body: bytes) -> RaftlogError:
         try:
@@ -135,9 +124,9 @@ class AsyncClient:
                     raise
                 last = error
                 target = getattr(error, "leader_url", None)
-            except aiohttp.ClientConnectorError as error:
+            except ConnectFailed as error:
                 last = UnavailableError("UNAVAILABLE", f"{base}: {error}", 0, True)
-            except (aiohttp.ClientError, TimeoutError) as error:
+            except (ExchangeFailed, TimeoutError) as error:
                 if not ambiguous_retry:
                     raise OutcomeUnknownError("OUTCOME_UNKNOWN", f"{base}: the answer was lost ({error!r}); "
                                               "the request may or may not have been applied") from None
@@ -151,19 +140,21 @@ class AsyncClient:
 
     async def _once(self, method: str, url: str, json_body: Any, data: bytes | None,
                     params: dict[str, Any] | None, headers: dict[str, str] | None) -> tuple[int, bytes, Any]:
-        session = self._session_or_new()
         query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (params or {}).items()
                  if v is not None}
-        async with session.request(method, url, json=json_body, data=data, params=query,
-                                   headers=headers) as response:
-            body = await response.read()
-            if response.status >= 400:
-                error = self._error(response.status, body)
-                leader = response.headers.get("Raftlog-Leader")
-                if leader:
-                    error.leader_url = normalize(leader)  # type: ignore[attr-defined]
-                raise error
-            return response.status, body, response.headers
+        body = data if data is not None else b""
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            headers = {"Content-Type": "application/json", **(headers or {})}
+        response = await self._pool.request(method, url, body=body, query=query, headers=headers,
+                                            timeout_s=self.timeout_s)
+        if response.status >= 400:
+            error = self._error(response.status, response.body)
+            leader = response.headers.get("Raftlog-Leader")
+            if leader:
+                error.leader_url = normalize(leader)  # type: ignore[attr-defined]
+            raise error
+        return response.status, response.body, response.headers
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         _, body, _ = await self.request(method, path, **kwargs)
