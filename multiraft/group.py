@@ -106,6 +106,7 @@ class GroupRuntime:
         self.is_live: Callable[[int], bool] = lambda node: True
         # Cross-group group commit (multiraft/flusher.py); None: the store syncs alone.
         self.sync: Callable[[Any], Awaitable[None]] | None = None
+        self.store_lazily: Callable[[Any], None] | None = None
         self._campaign_requested = False
         self.failed = False
         # Partition state at closed-segment ends, for retention (multiraft/compaction.py).
@@ -220,7 +221,10 @@ class GroupRuntime:
             await persisted
             return [None] * len(futures)
         persisted.add_done_callback(_consume_outcome)
-        results = list(await asyncio.gather(*futures))
+        if len(futures) == 1:  # one batch, the usual case: gather would add a loop turn
+            results = [await futures[0]]
+        else:
+            results = list(await asyncio.gather(*futures))
         if acks == "all":
             held: asyncio.Future[None] = loop.create_future()
             self._isr_waiters.append((self._last_applied_target(results), held))
@@ -360,8 +364,11 @@ class GroupRuntime:
                 self._unsafe_sync_later()  # UNSAFE: acknowledged below before it is durable
             elif self.sync is not None and not ready.must_sync and not ready.entries:
                 # Only the commit index moved: it is stored lazily (Raft needs no fsync for
-                # it), so nothing below waits on this write; the flusher still makes it.
-                self.sync(store).add_done_callback(_consume_outcome)
+                # it), with the node's next flush; nothing below waits for it.
+                if self.store_lazily is not None:
+                    self.store_lazily(store)
+                else:
+                    self.sync(store).add_done_callback(_consume_outcome)
             elif self.sync is not None:
                 await self.sync(store)  # shared with every group of this loop turn
             else:

@@ -92,6 +92,7 @@ class SegmentStore:
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.group, self.directory, self._db, self._files = group, directory, db, files
+        self.closed = False  # set by close(); the flusher skips a closed store
         self.config = config or StoreConfig()
         self._clock_ms = clock_ms
         recovered = recover(group, directory, db, files, clock_ms(), self.config.verify_crc)
@@ -507,6 +508,7 @@ class SegmentStore:
         for segment in self._segments:
             self._files.close(segment.handle)
         self._segments = []
+        self.closed = True
 
     # -- snapshots and compaction ----------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 
@@ -9,10 +10,13 @@ import pytest
 import structlog
 
 from multiraft.flusher import DETACH_BYTES_MIN, Flusher
+from raftlog.messages import HardState
+from raftlog.types import Index, Term
 from storage.errors import DiskFullError, SyncFailedError
 from storage.files import OsFiles
 from storage.segments import SegmentStore
-from storage.state_db import StateDatabase
+from storage.node_state import decode_hard_state
+from storage.state_db import HARD_STATE, StateDatabase, group_key
 from tests.storage.helpers import entries
 
 pytestmark = pytest.mark.asyncio
@@ -92,4 +96,41 @@ async def test_a_store_whose_fsync_failed_syncs_no_more_and_fails_only_its_own_w
         await refused
     await served
     assert healthy.sync().durable_index == 2
+    await flusher.close()
+
+
+def _stored_commit(db: StateDatabase, group: int) -> int:
+    value = db.get(group_key(HARD_STATE, group))
+    return 0 if value is None else decode_hard_state(value).commit
+
+
+async def test_a_moved_commit_index_rides_with_the_next_flush_or_is_stored_after_a_delay(stores, monkeypatch):
+    # Goal: a commit-only change costs no flush of its own: the next flush (of any group)
+    # stores it, and without one it is stored after COMMIT_STORE_DELAY_S; a store closed
+    # meanwhile is skipped.
+    monkeypatch.setattr("multiraft.flusher.COMMIT_STORE_DELAY_S", 0.05)
+    db, (leader, other) = stores
+    flusher = Flusher(db, structlog.get_logger())
+    leader.append(entries(1, 4))  # indexes 1-3
+    await flusher.sync(leader)
+    leader.set_hard_state(HardState(term=Term(1), commit=Index(3)))
+    flusher.store_lazily(leader)
+    assert _stored_commit(db, 1) == 0, "not stored on its own"
+    other.append(entries(1, 3))
+    await flusher.sync(other)
+    assert _stored_commit(db, 1) == 3, "stored with another group's flush"
+
+    leader.append(entries(4, 5))
+    await flusher.sync(leader)
+    leader.set_hard_state(HardState(term=Term(1), commit=Index(4)))
+    flusher.store_lazily(leader)
+    await asyncio.sleep(0.2)
+    assert _stored_commit(db, 1) == 4, "stored after the delay without another flush"
+
+    leader.set_hard_state(HardState(term=Term(1), commit=Index(4)))
+    other.set_hard_state(HardState(term=Term(1), commit=Index(2)))
+    flusher.store_lazily(other)
+    other.close()
+    await asyncio.sleep(0.2)
+    assert _stored_commit(db, 2) == 0, "a closed store is not written"
     await flusher.close()
