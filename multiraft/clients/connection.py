@@ -186,7 +186,7 @@ class ConnectionPool:
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         sent = False
         try:
-            async with server.slots, asyncio.timeout(timeout_s):
+            async with asyncio.timeout(timeout_s), server.slots:  # the wait for a slot is bounded too
                 exchange = await self._connection(server)
                 sent = True
                 try:
@@ -198,12 +198,11 @@ class ConnectionPool:
             if not sent:
                 raise ConnectFailed(f"no connection to {server.host_header} within {timeout_s} s") from None
             raise
-        if exchange.closed:
-            pass
-        elif self._servers.get(server.key) is server:
-            server.idle.append(exchange)
-        else:
-            exchange.close()  # the pool was closed while this exchange ran
+        if not exchange.closed:
+            if self._servers.get(server.key) is server:
+                server.idle.append(exchange)
+            else:
+                exchange.close()  # the pool was closed while this exchange ran
         return response
 
     async def close(self) -> None:

@@ -212,3 +212,29 @@ async def test_the_source_address_is_bound(serve) -> None:
     assert seen == ["127.0.0.7"]
     server.close()
     await pool.close()
+
+
+async def test_waiting_for_a_free_connection_is_bounded(serve, monkeypatch) -> None:
+    # Goal: with every connection to a server busy, a request waits for one only until
+    # its deadline, and then fails as not sent.
+    monkeypatch.setattr("multiraft.clients.connection.CONNECTIONS_PER_SERVER_MAX", 1)
+    release = asyncio.Event()
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await release.wait()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    pool = ConnectionPool()
+    busy = asyncio.create_task(pool.request("GET", url, timeout_s=5))
+    await asyncio.sleep(0.05)
+    with pytest.raises(ConnectFailed, match="within"):
+        await pool.request("GET", url, timeout_s=0.2)
+    release.set()
+    assert (await busy).status == 200
+    await pool.close()
+    server.close()
