@@ -55,9 +55,11 @@ class _Exchange(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = time.monotonic()
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # the head, until it is complete
+        self._body: list[bytes] = []  # then the body's chunks, joined once at the end
+        self._body_bytes = 0
         self._waiter: asyncio.Future[Response] | None = None
-        self._head: tuple[int, CIMultiDict[str], int, int] | None = None  # status, headers, body start, end
+        self._head: tuple[int, CIMultiDict[str], int] | None = None  # status, headers, body length
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -75,8 +77,7 @@ class _Exchange(asyncio.Protocol):
     def send(self, request: bytes) -> asyncio.Future[Response]:
         assert self._waiter is None and self.transport is not None and not self.closed
         self._waiter = asyncio.get_running_loop().create_future()
-        self._buffer.clear()
-        self._head = None
+        self._reset()
         self.transport.write(request)
         return self._waiter
 
@@ -89,39 +90,45 @@ class _Exchange(asyncio.Protocol):
         if self._waiter is None:
             self._fail_unsolicited()
             return
-        self._buffer += data
         try:
-            self._parse()
+            self._parse(data)
         except ExchangeFailed as error:
             self._fail(error)
             self.close()
 
-    def _parse(self) -> None:
+    def _parse(self, data: bytes) -> None:
         if self._head is None:
+            self._buffer += data
             end = self._buffer.find(b"\r\n\r\n")
             if end < 0:
                 if len(self._buffer) > HEAD_BYTES_MAX:
                     raise ExchangeFailed(f"response head longer than {HEAD_BYTES_MAX} bytes")
                 return
-            self._head = _parse_head(bytes(self._buffer[:end]), end + 4)
-        status, headers, body_start, body_end = self._head
-        if len(self._buffer) < body_end:
+            self._head = _parse_head(bytes(self._buffer[:end]))
+            data = bytes(self._buffer[end + 4 :])
+        if data:
+            self._body.append(data)
+            self._body_bytes += len(data)
+        status, headers, length = self._head
+        if self._body_bytes < length:
             return
-        if len(self._buffer) > body_end:
+        if self._body_bytes > length:
             raise ExchangeFailed("the server sent more bytes than its Content-Length")
-        body = bytes(self._buffer[body_start:body_end])
-        self._complete(Response(status, CIMultiDictProxy(headers), body),
-                       keep=headers.get("Connection", "").lower() != "close")
-
-    def _complete(self, response: Response, keep: bool) -> None:
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        keep = headers.get("Connection", "").lower() != "close"
         waiter, self._waiter = self._waiter, None
-        self._buffer.clear()
-        self._head = None
+        self._reset()
         self.idle_since = time.monotonic()
         if not keep:
             self.close()
         if waiter is not None and not waiter.done():
-            waiter.set_result(response)
+            waiter.set_result(Response(status, CIMultiDictProxy(headers), body))
+
+    def _reset(self) -> None:
+        self._buffer.clear()
+        self._body = []
+        self._body_bytes = 0
+        self._head = None
 
     def _fail(self, error: ExchangeFailed) -> None:
         waiter, self._waiter = self._waiter, None
@@ -132,7 +139,7 @@ class _Exchange(asyncio.Protocol):
         self.close()  # bytes nobody asked for: this connection can no longer be trusted
 
 
-def _parse_head(head: bytes, body_start: int) -> tuple[int, CIMultiDict[str], int, int]:
+def _parse_head(head: bytes) -> tuple[int, CIMultiDict[str], int]:
     lines = head.decode("latin-1").split("\r\n")
     version, _, rest = lines[0].partition(" ")
     if not version.startswith("HTTP/1.") or not rest[:3].isdigit():
@@ -154,7 +161,7 @@ def _parse_head(head: bytes, body_start: int) -> tuple[int, CIMultiDict[str], in
         length = int(raw)
         if length > BODY_BYTES_MAX:
             raise ExchangeFailed(f"response body of {length} bytes exceeds {BODY_BYTES_MAX}")
-    return status, headers, body_start, body_start + length
+    return status, headers, length
 
 
 @dataclass(slots=True)
