@@ -93,7 +93,6 @@ class SegmentStore:
     ) -> None:
         self.group, self.directory, self._db, self._files = group, directory, db, files
         self.closed = False  # set by close(); the flusher skips a closed store
-        self._applied_changed = False
         self.config = config or StoreConfig()
         self._clock_ms = clock_ms
         recovered = recover(group, directory, db, files, clock_ms(), self.config.verify_crc)
@@ -318,7 +317,6 @@ class SegmentStore:
         assert applied <= self._hard_state.commit, "applied <= committed"
         self._applied = (applied, membership)
         self._state_changed = True
-        self._applied_changed = True
 
     def sync(self) -> FlushResult:
         """Apply the flush policy; report what is now durable (group commit)."""
@@ -390,20 +388,12 @@ class SegmentStore:
         with _disk_full_typed(segment.path):
             self._files.fsync(segment.handle)
 
-    def stage_state(self, batch, *, lazy_commit: bool = False) -> bool:
+    def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
-        which must be synced whatever the flush policy (a node never votes twice).
-
-        `lazy_commit`: when only the commit index moved, stage nothing and leave it
-        pending (`commit_pending`): the caller stores it a little later. Raft never
-        needs the commit index durable; a restart that finds an older one learns the
-        rest from the leader (the high watermark may step back across a restart,
-        never within one process's life)."""
+        which must be synced whatever the flush policy (a node never votes twice)."""
         if not self._state_changed:
             return False
         hard, durable = self._hard_state, self._durable_hard_state
-        if lazy_commit and not self._applied_changed and (hard.term, hard.vote) == (durable.term, durable.vote):
-            return False
         stored = hard
         if not self.config.persist_vote:
             # The vote-without-persist control: a restart forgets term and vote.
@@ -417,14 +407,9 @@ class SegmentStore:
         batch.put(group_key(HARD_STATE, self.group), encode_hard_state(stored))
         if self._applied is not None:
             batch.put(group_key(APPLIED, self.group), encode_applied(*self._applied))
-        self._state_changed = self._applied_changed = False
+        self._state_changed = False
         self._durable_hard_state = stored
         return (stored.term, stored.vote) != (durable.term, durable.vote)
-
-    @property
-    def commit_pending(self) -> bool:
-        """A state change (a commit index) that a lazy `stage_state` left for later."""
-        return self._state_changed
 
     # -- segments --------------------------------------------------------------
 
