@@ -36,8 +36,9 @@ DETACH_BYTES_MIN = 64 * 1024
 # at once it cost a second flush per write (a database write and a loop turn). It
 # rides along with the next flush instead (the next write's, usually within a
 # millisecond), or is stored after this delay at the latest. Raft never needs it
-# durable; a restart that finds an older one learns the newer from the leader.
-COMMIT_STORE_DELAY_S = 0.05
+# durable, but recovery uses it as a witness (a log ending below it lost durable
+# entries and goes into repair), so the delay stays short.
+COMMIT_STORE_DELAY_S = 0.01
 
 
 class Flusher:
