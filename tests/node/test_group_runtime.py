@@ -145,7 +145,9 @@ async def test_commit_only_appends_are_held_and_replaced() -> None:
             # No next write: the held commit still reaches both followers, a little later.
             last = leader.core.commit_index
             followers = [r for r in cluster.runtimes.values() if r is not leader]
-            while any(r.core.commit_index < last for r in followers):
+            # (applied, not just committed: a runtime yields between learning the commit
+            # and applying it)
+            while any(r.core.applied_index < last for r in followers):
                 await asyncio.sleep(COMMIT_HOLD_S / 5)
             assert all(r.state_machine.applied[-1] == b"w%d" % (writes - 1) for r in followers)
     finally:
