@@ -70,6 +70,18 @@ async def serve() -> AsyncIterator[Callable[[Answer], asyncio.Future[Server]]]:
         server.server.close()
 
 
+async def raw_server(handler) -> tuple[asyncio.Server, str]:
+    """A loopback server running `handler` per connection, and its base URL."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def reply(writer: asyncio.StreamWriter, raw: bytes) -> None:
+    writer.write(raw)
+    await writer.drain()
+    writer.close()
+
+
 def ok(body: bytes, extra: bytes = b"") -> Answer:
     return lambda _: b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
@@ -134,15 +146,12 @@ async def test_a_lost_or_malformed_answer_is_an_unknown_outcome(serve, answer: A
 async def test_a_body_cut_off_is_an_unknown_outcome() -> None:
     async def truncating(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
-        await writer.drain()
-        writer.close()
+        await reply(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
 
-    server = await asyncio.start_server(truncating, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server, url = await raw_server(truncating)
     pool = ConnectionPool()
     with pytest.raises(ExchangeFailed, match="closed"):
-        await pool.request("GET", f"http://127.0.0.1:{port}/x", timeout_s=5)
+        await pool.request("GET", url + "/x", timeout_s=5)
     server.close()
     await pool.close()
 
@@ -155,11 +164,10 @@ async def test_no_answer_in_time_is_a_timeout(serve) -> None:
         await never.wait()
         writer.close()
 
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server, url = await raw_server(silent)
     pool = ConnectionPool()
     with pytest.raises(TimeoutError):
-        await pool.request("GET", f"http://127.0.0.1:{port}/x", timeout_s=0.2)
+        await pool.request("GET", url + "/x", timeout_s=0.2)
     never.set()
     await asyncio.sleep(0.01)
     server.close()
@@ -183,8 +191,8 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None
         await reader.read()  # keep-alive as far as the client knows, until the test closes it
         writer.close()
 
-    server = await asyncio.start_server(answer_once, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    server, base = await raw_server(answer_once)
+    url = base + "/x"
     pool = ConnectionPool()
     assert (await pool.request("GET", url, timeout_s=5)).body == b"1"
     connections[0].close()  # the server drops the idle connection
@@ -201,14 +209,11 @@ async def test_the_source_address_is_bound(serve) -> None:
     async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         seen.append(writer.get_extra_info("peername")[0])
         await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        writer.close()
+        await reply(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 
-    server = await asyncio.start_server(record, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    server, url = await raw_server(record)
     pool = ConnectionPool(local_host="127.0.0.7")
-    await pool.request("GET", f"http://127.0.0.1:{port}/x", timeout_s=5)
+    await pool.request("GET", url + "/x", timeout_s=5)
     assert seen == ["127.0.0.7"]
     server.close()
     await pool.close()
@@ -223,12 +228,10 @@ async def test_waiting_for_a_free_connection_is_bounded(serve, monkeypatch) -> N
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         await release.wait()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        writer.close()
+        await reply(writer, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
 
-    server = await asyncio.start_server(slow, "127.0.0.1", 0)
-    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    server, base = await raw_server(slow)
+    url = base + "/x"
     pool = ConnectionPool()
     busy = asyncio.create_task(pool.request("GET", url, timeout_s=5))
     await asyncio.sleep(0.05)
