@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import cast
 from urllib.parse import quote, urlencode, urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -62,8 +63,9 @@ class _Exchange(asyncio.Protocol):
         self._head: tuple[int, CIMultiDict[str], int] | None = None  # status, headers, body length
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport, though not always a subclass of asyncio.Transport (uvloop's
+        # is not), so it is taken for one rather than checked.
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
