@@ -10,6 +10,11 @@ segment closes, if that entry was already applied), kept in memory, a bounded
 number per group, and written into the start point in the same database write
 that moves the start. A capture lost to a restart only delays retention to a
 later segment end; it never moves the start without the matching state.
+
+The metadata group is compacted the same way (its state: the catalog), so its log
+stays bounded however long the cluster runs. Its membership changes (nodes join
+as learners), so a capture also records the configuration in force at its index:
+the start point must name the members as of that entry, not as of today.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftlog.messages import Membership
@@ -32,37 +38,48 @@ CAPTURES_MAX = 32  # per group: segment ends awaiting retention
 COMPACTION_INTERVAL_S = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A group's state machine and configuration as of one applied index."""
+
+    data: bytes
+    membership: Membership
+
+
 class Boundaries:
     """Segment ends of one group and the state captured at each (oldest first)."""
 
     def __init__(self) -> None:
         self.pending: set[Index] = set()  # closed-segment ends not yet applied
-        self.captured: OrderedDict[Index, bytes] = OrderedDict()
+        self.captured: OrderedDict[Index, Capture] = OrderedDict()
         self._seen_up_to = Index(0)
 
-    def note_segments(self, store: SegmentStore, applied: Index, machine: Any) -> None:
+    def note_segments(self, store: SegmentStore, applied: Index, machine: Any, membership: Membership) -> None:
         """After an append: segments that closed since the last look end where? (Rolls
-        happen at the tail, so the newest few segments are all there is to look at.)"""
+        happen at the tail, so the newest few segments are all there is to look at.)
+        `membership`: the configuration in force at `applied`."""
         for segment in store.segments[-4:]:
             if not segment.closed or segment.last_index <= self._seen_up_to:
                 continue
             self._seen_up_to = segment.last_index
             if segment.last_index == applied:
-                self._capture(segment.last_index, machine)  # already applied: state is at its end
+                # Already applied: the state is at its end.
+                self._capture(segment.last_index, machine, membership)
             elif segment.last_index > applied:
                 self.pending.add(segment.last_index)
 
-    def applied(self, index: Index, machine: Any) -> None:
+    def applied(self, index: Index, machine: Any, membership: Membership) -> None:
+        """Entry `index` was just applied; `membership`: the configuration in force there."""
         if index in self.pending:
             self.pending.discard(index)
-            self._capture(index, machine)
+            self._capture(index, machine, membership)
 
-    def _capture(self, index: Index, machine: Any) -> None:
-        self.captured[index] = machine.snapshot()
+    def _capture(self, index: Index, machine: Any, membership: Membership) -> None:
+        self.captured[index] = Capture(machine.snapshot(), membership)
         while len(self.captured) > CAPTURES_MAX:
             self.captured.popitem(last=False)
 
-    def best_at_or_below(self, index: Index) -> tuple[Index, bytes] | None:
+    def best_at_or_below(self, index: Index) -> tuple[Index, Capture] | None:
         found = None
         for boundary, data in self.captured.items():
             if boundary <= index:
@@ -78,20 +95,16 @@ class Boundaries:
         self.captured.clear()
 
 
-def compact_group(store: SegmentStore, boundaries: Boundaries, applied: Index, now_ms: int,
-                  membership: Membership) -> Index:
-    """Move the log start as far as retention allows and a captured state exists; returns it.
-    `membership`: the group's configuration now; partition groups do not change
-    membership yet (no reassignment), so it is the one in force at the boundary too.
-    When they do, a capture must record the configuration along with the state."""
+def compact_group(store: SegmentStore, boundaries: Boundaries, applied: Index, now_ms: int) -> Index:
+    """Move the log start as far as retention allows and a captured state exists; returns it."""
     target = retention_index(store, now_ms, applied)
     if target < store.first_index():
         return store.first_index()
     choice = boundaries.best_at_or_below(target)
     if choice is None or choice[0] < store.first_index():
         return store.first_index()
-    boundary, data = choice
-    store.compact(boundary, data=data, membership=membership)
+    boundary, capture = choice
+    store.compact(boundary, data=capture.data, membership=capture.membership)
     boundaries.forget_through(boundary)
     return store.first_index()
 
@@ -107,8 +120,7 @@ async def compaction_loop(node: Node, interval_s: float = COMPACTION_INTERVAL_S)
                 continue
             before = store.first_index()
             with contextlib.suppress(OSError):  # a full disk: the next round tries again
-                after = compact_group(store, boundaries, runtime.core.applied_index, now_ms,
-                                      runtime.core.membership)
+                after = compact_group(store, boundaries, runtime.core.applied_index, now_ms)
                 if after > before:
                     node.logger.info("log_compacted", group_id=group_id, first_index=after,
                                      log_start_offset=int(store.log_start_offset))

@@ -32,7 +32,16 @@ from raftlog.core.progress import ProgressState
 from raftlog.core.raft import RaftCore
 from raftlog.core.ready import Ready
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import ConfChange, Entry, EntryKind, Message, MessageType, Role
+from raftlog.messages import (
+    ConfChange,
+    Entry,
+    EntryKind,
+    Membership,
+    Message,
+    MessageType,
+    Role,
+    decode_conf_change,
+)
 from raftlog.storage import RaftStorage
 from raftlog.types import GroupId, Index, Term
 
@@ -356,7 +365,9 @@ class GroupRuntime:
         if ready.entries:
             store.append(ready.entries)
             if self.boundaries is not None:
-                self.boundaries.note_segments(store, self.core.applied_index, self.state_machine)
+                self.boundaries.note_segments(
+                    store, self.core.applied_index, self.state_machine, self.core.membership
+                )
         if ready.hard_state is not None:
             store.set_hard_state(ready.hard_state)
         if ready.must_sync or ready.entries or ready.hard_state is not None:
@@ -380,8 +391,13 @@ class GroupRuntime:
             self._send_or_hold(message)
         if ready.committed_entries:
             began = time.perf_counter()
+            # The configuration in force at each entry, for retention's captures (the core
+            # takes this Ready's configuration changes in at advance()).
+            membership = self.core.membership
             for entry in ready.committed_entries:
-                self._apply(entry)
+                if entry.kind is EntryKind.CONFIG:
+                    membership = membership.apply(decode_conf_change(entry.payload))
+                self._apply(entry, membership)
             if self.latencies is not None:
                 self.latencies.apply.observe(time.perf_counter() - began)
         for read_state in ready.read_states:
@@ -473,10 +489,10 @@ class GroupRuntime:
         if self.boundaries is not None:
             self.boundaries.clear()
 
-    def _apply(self, entry: Entry) -> None:
+    def _apply(self, entry: Entry, membership: Membership) -> None:
         result = self.state_machine.apply(entry)
         if self.boundaries is not None:
-            self.boundaries.applied(entry.index, self.state_machine)
+            self.boundaries.applied(entry.index, self.state_machine, membership)
         proposal = self._proposals.pop(entry.index, None)
         if proposal is None or proposal.future.done():
             return

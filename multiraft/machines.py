@@ -40,6 +40,9 @@ class CatalogMachine:
         self.node.catalog_changed()
         return result
 
+    def snapshot(self) -> bytes:
+        return self.node.catalog.snapshot()
+
     def restore(self, data: object, index: Index) -> None:
         assert isinstance(data, bytes), "metadata snapshots are catalog bytes"
         self.node.catalog = Catalog.restore(data)

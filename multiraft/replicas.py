@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from multiraft.node import Node
 
 METADATA_GROUP = GroupId(0)
+# The metadata group's log is compacted like a partition's (compaction.py), with the
+# catalog as its state: small segments, and about this much log kept behind the
+# catalog's latest start point, so a restart replays a few MiB, not the cluster's life.
+METADATA_LOG_CONFIG = {"segment_bytes": 1 << 20, "retention_bytes": 8 << 20, "retention_ms": -1}
 GROUP_REOPEN_DELAY_S = 1.0  # before a failed group is opened again from disk
 
 
@@ -75,7 +79,7 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     # A reopened group (its storage failed) may have applied past the commit it had
     # stored: its readers saw that far, so it serves reads again only from there.
     runtime.replay_until = max(store.initial_state().hard_state.commit, node.replay_floor.pop(group_id, 0))
-    if isinstance(machine, PartitionMachine):
+    if isinstance(machine, (PartitionMachine, CatalogMachine)):
         runtime.boundaries = Boundaries()
     runtime.is_live = node.is_live
     runtime.sync = node.flusher.sync
@@ -133,7 +137,8 @@ async def reopen_failed(node: Node, group_id: GroupId) -> None:
 
 
 def open_metadata_group(node: Node) -> GroupRuntime:
-    return open_group(node, METADATA_GROUP, sorted(node.config.initial_cluster), CatalogMachine(node))
+    return open_group(node, METADATA_GROUP, sorted(node.config.initial_cluster), CatalogMachine(node),
+                      METADATA_LOG_CONFIG)
 
 
 async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:

@@ -1,0 +1,171 @@
+"""Goal: the metadata group's log is compacted like a partition's, with the catalog as
+its state, so it stays bounded however long a cluster runs. The start point carries
+the catalog as of its index; a node that was down while the log moved on catches up
+by installing the leader's catalog snapshot; after a restart of every node the
+catalog is whole (topics, nodes) and no producer id is handed out twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from multiraft import replicas
+from multiraft.compaction import compact_group
+from multiraft.config import Address, NodeConfig
+from multiraft.metadata.catalog_snapshot import encode_catalog
+from multiraft.node import METADATA_GROUP, Node
+from raftlog.messages import Role
+from raftlog.types import NodeId
+from tests.node.test_node_cluster import SECRET, configs, free_port, running_cluster, until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+
+def first_index(node: Node) -> int:
+    return int(node.stores[METADATA_GROUP].first_index())
+
+
+def metadata_leader(nodes: list[Node]) -> Node | None:
+    return next((n for n in nodes if n.db is not None and n.groups[METADATA_GROUP].core.role is Role.LEADER), None)
+
+
+def catalog_without_index(node: Node) -> bytes:
+    """The catalog's content; `applied_index` differs between replicas that applied
+    the same commands plus a different number of no-ops."""
+    catalog = node.catalog
+    applied, catalog.applied_index = catalog.applied_index, 0
+    try:
+        return encode_catalog(catalog)
+    finally:
+        catalog.applied_index = applied
+
+
+async def test_the_metadata_log_is_compacted_with_the_catalog(tmp_path: Path, monkeypatch) -> None:
+    # 4 KiB segments, 8 KiB kept: a few hundred small commands roll many segments.
+    monkeypatch.setattr(replicas, "METADATA_LOG_CONFIG",
+                        {"segment_bytes": 4096, "retention_bytes": 8192, "retention_ms": -1})
+    async with running_cluster(tmp_path, timeout_s=180) as nodes:
+        await nodes[0].create_topic("kept", 2, 3, {})
+        for node in nodes:
+            await node.wait_for_topic("kept")
+        await until(lambda: metadata_leader(nodes) is not None, "a metadata leader")
+        leader = metadata_leader(nodes)
+        assert leader is not None
+        lagging = next(n for n in nodes if n is not leader)
+        await lagging.stop()  # it comes back after the metadata log's start moved past it
+        live = [n for n in nodes if n is not lagging]
+
+        handed_out = [(await leader.allocate_producer_id())[0] for _ in range(400)]
+        assert len(set(handed_out)) == len(handed_out)
+        await until(lambda: all(first_index(n) > 1 for n in live), "the metadata log's start moved", 30)
+        segments = len(leader.stores[METADATA_GROUP].segments)
+        assert segments <= 4, f"retention keeps about 8 KiB of 4 KiB segments, not {segments}"
+
+        # The lagging node returns: the leader's log starts past its own, so it installs
+        # the catalog snapshot and then follows the log from there.
+        index = nodes.index(lagging)
+        nodes[index] = back = Node(lagging.config)
+        await back.start()
+        await until(lambda: catalog_without_index(back) == catalog_without_index(leader), "the catalog caught up", 30)
+        assert first_index(back) > 1, "it installed the leader's snapshot"
+        assert "kept" in back.catalog.topics and len(back.catalog.nodes) == 3
+
+        # Restart every node: each restores the catalog from its start point.
+        before = catalog_without_index(leader)
+        for node in nodes:
+            await node.stop()
+        for position, node in enumerate(list(nodes)):
+            nodes[position] = Node(node.config)
+        for node in nodes:
+            await node.start()
+        for node in nodes:
+            assert first_index(node) > 1, "restored from a start point, not replayed from entry 1"
+        await until(lambda: metadata_leader(nodes) is not None, "a metadata leader", 30)
+        await until(lambda: all(catalog_without_index(n) == before for n in nodes), "the catalog restored", 30)
+        for node in nodes:
+            await node.wait_for_topic("kept")
+        again = (await nodes[0].allocate_producer_id())[0]
+        assert again > max(handed_out), "a producer id is never handed out twice"
+
+
+async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_member(tmp_path: Path, monkeypatch) -> None:
+    # The joiner's learner entry is a configuration change in the metadata log. A start
+    # point names the configuration as of its own index: one captured before the join
+    # has no learner (the entry after it adds one on replay), one past it has.
+    # Compaction runs by hand here, so that a capture from before the join is used after it.
+    from multiraft import node as node_module
+    from multiraft.http import HttpServer
+
+    async def no_background_compaction(node: Node) -> None:
+        return None
+
+    monkeypatch.setattr(node_module, "compaction_loop", no_background_compaction)
+    monkeypatch.setattr(replicas, "METADATA_LOG_CONFIG",
+                        {"segment_bytes": 4096, "retention_bytes": 8192, "retention_ms": -1})
+
+    def compact(node: Node) -> int:
+        runtime = node.groups[METADATA_GROUP]
+        return int(compact_group(node.stores[METADATA_GROUP], runtime.boundaries, runtime.core.applied_index,
+                                 int(time.time() * 1000)))
+
+    def start_learners(node: Node) -> frozenset[int]:
+        return node.stores[METADATA_GROUP].snapshot().meta.membership.learners
+
+    cfgs = configs(tmp_path, 3)
+    nodes = [Node(c) for c in cfgs]
+    servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
+    joiner: Node | None = None
+    try:
+        async with asyncio.timeout(180):
+            for node, server in zip(nodes, servers, strict=True):
+                await node.start()
+                await server.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            await nodes[0].create_topic("before", 1, 3, {})
+            for _ in range(300):
+                await nodes[1].allocate_producer_id()
+            await until(lambda: all(n.groups[METADATA_GROUP].boundaries.captured for n in nodes), "captures", 30)
+
+            join_via = Address.parse(servers[1].url.removeprefix("http://"), "join")
+            joiner = Node(NodeConfig(
+                node_id=NodeId(4), data_dir=tmp_path / "node4", raft_addr=Address("127.0.0.4", free_port("127.0.0.4")),
+                http_addr=Address("127.0.0.4", 8004), join=join_via, cluster_secret=SECRET, tick_ms=20,
+            ))
+            await joiner.start()
+            await joiner.wait_for_topic("before", timeout_s=30)
+            await until(lambda: all(len(n.catalog.nodes) == 4 for n in [*nodes, joiner]), "4 nodes everywhere", 30)
+            for node in nodes:
+                assert compact(node) > 1
+                assert 4 not in start_learners(node), "captured before the join: no learner yet"
+
+            joined_at = max(int(n.stores[METADATA_GROUP].last_index()) for n in nodes)
+            for _ in range(300):  # roll the log well past the learner's entry
+                await nodes[1].allocate_producer_id()
+            await until(lambda: all(max(n.groups[METADATA_GROUP].boundaries.captured, default=0) > joined_at
+                                    for n in nodes), "captures past the join", 30)
+            for node in nodes:
+                assert compact(node) > joined_at
+                assert 4 in start_learners(node), "captured after the join: the learner is in"
+
+            for server in servers:
+                await server.stop()
+            for node in nodes:
+                await node.stop()
+            for position, node in enumerate(list(nodes)):
+                nodes[position] = Node(node.config)
+                await nodes[position].start()
+            for node in nodes:
+                assert 4 in node.groups[METADATA_GROUP].core.membership.learners, "the learner is still a member"
+            await until(lambda: metadata_leader(nodes) is not None, "a metadata leader", 30)
+            await nodes[0].create_topic("after", 4, 1, {})  # one replica on each of the 4 nodes
+            await joiner.wait_for_topic("after", timeout_s=30)
+            await until(lambda: len(joiner.partitions) == 1, "the joiner hosts a replica", 30)
+    finally:
+        for server in servers:
+            await server.stop()
+        for node in [*nodes, joiner]:
+            if node is not None and node.db is not None:
+                await node.stop()
