@@ -81,9 +81,9 @@ class Boundaries:
 
     def best_at_or_below(self, index: Index) -> tuple[Index, Capture] | None:
         found = None
-        for boundary, data in self.captured.items():
+        for boundary, capture in self.captured.items():
             if boundary <= index:
-                found = (boundary, data)
+                found = (boundary, capture)
         return found
 
     def forget_through(self, index: Index) -> None:
