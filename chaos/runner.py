@@ -31,7 +31,7 @@ from chaos.cluster import ChaosCluster, copy_logs
 from chaos.history import HistoryWriter, PartitionKey, read_history
 from chaos.nemesis import Nemesis
 from chaos.serverchecks import leaders_per_term, replica_digests, skipped_ranges
-from chaos.workload import CLIENT_HOST, Stats, Workload
+from chaos.workload import CLIENT_HOST, Stats, Workload, value_of
 from multiraft.clients.http import AsyncClient, RaftlogError
 from multiraft.launcher import LauncherError
 
@@ -216,7 +216,7 @@ async def _final_reads(cluster: ChaosCluster, history: HistoryWriter, keys: list
                     server = None
                     await asyncio.sleep(0.2)
                     continue
-                records = [(int(r["offset"]), r["value"]) for r in answer["records"]]
+                records = [(int(r["offset"]), value_of(r)) for r in answer["records"]]
                 label = cluster.label(leader) if leader and server else None
                 history.ok_poll(index, records, int(answer["high_watermark"]), node=label)
                 position = int(answer["next_offset"])

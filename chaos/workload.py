@@ -152,7 +152,7 @@ class Workload:
                 except (RaftlogError, TimeoutError, OSError) as error:
                     self._complete_error(index, error, "poll")  # a read changes nothing either way
                 else:
-                    records = [(int(r["offset"]), _value_of(r)) for r in answer["records"]]
+                    records = [(int(r["offset"]), value_of(r)) for r in answer["records"]]
                     self.history.ok_poll(index, records, int(answer["high_watermark"]), node=label)
                     self.stats.record("poll-ok", began)
                     positions[key] = int(answer["next_offset"])
@@ -255,7 +255,7 @@ def _json(raw: bytes) -> Any:
     return json.loads(raw)
 
 
-def _value_of(record: dict[str, Any]) -> str:
+def value_of(record: dict[str, Any]) -> str:
     """A polled record's value. The server sends bytes that are not UTF-8 as `value_b64`;
     nothing the workload writes is such, so it is kept, marked, as the value read (the
     checker then reports a value nobody wrote) instead of failing the poller."""

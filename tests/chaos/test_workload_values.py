@@ -4,11 +4,11 @@ skip-crc control once bitflips landed in record bytes (seed 42)."""
 
 from __future__ import annotations
 
-from chaos.workload import _value_of
+from chaos.workload import value_of
 
 
 def test_a_value_sent_as_base64_is_kept_marked() -> None:
     # The checker takes values as opaque strings: a marked one is a value nobody sent
     # (`unexpected`, tests/chaos/test_checker.py::test_unexpected).
-    assert _value_of({"offset": 3, "value": "w1-7"}) == "w1-7"
-    assert _value_of({"offset": 3, "value_b64": "/w=="}) == "b64:/w=="
+    assert value_of({"offset": 3, "value": "w1-7"}) == "w1-7"
+    assert value_of({"offset": 3, "value_b64": "/w=="}) == "b64:/w=="
