@@ -157,6 +157,8 @@ class Message:
     - APPEND: `log_term`/`index` name the entry before `entries`; `commit` is the leader's.
     - APPEND_RESPONSE: `index` is the follower's last matching index, or with `reject`
       the index it rejected; `reject_hint`/`log_term` point the leader at the conflict.
+      A rejection of index 0 (which no append draws) says the follower lost entries it
+      had acknowledged; `reject_hint`/`log_term` name its last entry.
     - VOTE / PRE_VOTE: `index`/`log_term` describe the candidate's last entry; for
       PRE_VOTE, `term` is the term the candidate would campaign in.
     - HEARTBEAT: `commit` is min(follower's match, leader's commit); `context` echoes ReadIndex.

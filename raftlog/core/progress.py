@@ -100,6 +100,15 @@ class Progress:
         self.install_ticks = 0
         self.inflights.reset()
 
+    def forget_match(self, next_probe: Index) -> None:
+        """The follower holds less than it acknowledged: it lost entries (a replica whose
+        storage was damaged, in repair). Nothing it acknowledged can be counted on any more,
+        so `match` goes back to 0 (which only ever delays a commit) and probing restarts at
+        `next_probe`."""
+        self.match = Index(0)
+        self.become_probe()
+        self.next = Index(max(1, next_probe))
+
     def maybe_update(self, index: Index) -> bool:
         """Record that the follower holds the log up to `index`; False if that is old news."""
         updated = index > self.match

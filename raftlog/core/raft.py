@@ -633,8 +633,19 @@ class RaftCore:
                 # The leader's commit for us is capped by the match it believes we have; a
                 # replica that lost its tail (needs repair) holds less. Its prefix still
                 # matches the leader's (only this term's leader appends), so commit what is there.
-                self.log.commit_to(Index(min(message.commit, self.log.last_index())))
+                last = self.log.last_index()
+                self.log.commit_to(Index(min(message.commit, last)))
                 self._send(self._message(MT.HEARTBEAT_RESPONSE, message.source, context=message.context))
+                if message.commit > last:
+                    # The leader believes we hold entries we no longer have (we lost a tail:
+                    # a replica in repair). Say so (a rejection of index 0, which no append
+                    # can draw), naming our last entry, so it probes from there: its appends
+                    # would not find out, as it never probes below what we acknowledged, and
+                    # an idle group sends none.
+                    self._send(self._message(
+                        MT.APPEND_RESPONSE, message.source, index=Index(0), reject=True,
+                        reject_hint=last, log_term=self.log.last_term(),
+                    ))
             else:
                 self._handle_snapshot(message)
         elif kind is MT.TIMEOUT_NOW:
@@ -706,6 +717,21 @@ class RaftCore:
         next_probe = message.reject_hint
         if message.log_term > 0:
             next_probe, _ = self.log.find_conflict_by_term(message.reject_hint, message.log_term)
+        # The follower lost entries it had acknowledged (a replica in repair) if it says so
+        # (a rejection of index 0: see _step_follower's heartbeat case) or if it rejects the
+        # probe at an index it acknowledged. Its match is then forgotten: trusting it would
+        # leave the replica short for as long as this leader lasts, or bounce the same probe
+        # between the two forever. Forgetting is safe even on a late answer (a resend).
+        said_so = message.index == 0
+        probe_refused = progress.state is ProgressState.PROBE and message.index == progress.next - 1
+        if (said_so or probe_refused) and message.reject_hint < progress.match:
+            self.logger.info("follower_lost_entries", follower=message.source,
+                             match=progress.match, holds=message.reject_hint)
+            progress.forget_match(Index(next_probe + 1))
+            self._send_append(message.source)
+            return
+        if said_so:
+            return  # it caught up since: old news
         if progress.maybe_decrease_to(message.index, next_probe):
             if progress.state is ProgressState.REPLICATE:
                 progress.become_probe()

@@ -169,6 +169,51 @@ def test_replica_needing_repair_neither_votes_nor_campaigns() -> None:
     assert not core.needs_repair
 
 
+@pytest.mark.parametrize("writes_after", [0, 3])
+def test_a_follower_that_lost_acknowledged_entries_gets_them_back(writes_after: int) -> None:
+    # Goal: a replica whose storage lost entries it had acknowledged (recovery put it in
+    # repair) gets them back from the same leader, idle or not. The leader never probes
+    # below what a follower acknowledged, and an idle group sends no appends at all: the
+    # follower's answer to a heartbeat that credits it with more than it holds says so.
+    # (Found by the chaos runner: a metadata replica with a damaged tail stayed short.)
+    from raftlog.messages import HardState
+    from raftlog.storage import InitialState
+    from raftlog.types import Index
+
+    class RepairingStorage(MemoryStorage):
+        def initial_state(self) -> InitialState:
+            state = super().initial_state()
+            return InitialState(state.hard_state, state.membership, needs_repair=True)
+
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    for number in range(6):
+        leader.propose([b"v%d" % number])
+        cluster.stabilize()
+    damaged = cluster.cores[3]
+    assert damaged.log.last_index() == leader.log.last_index()
+    kept = Index(damaged.log.last_index() - 4)
+    storage = RepairingStorage()
+    storage.append(damaged.log.storage.entries(Index(1), Index(kept + 1), 1 << 30))
+    old = damaged.log.storage.initial_state().hard_state
+    storage.set_hard_state(HardState(term=old.term, vote=old.vote, commit=kept))  # recovery clamps it
+    storage.sync()
+    cluster.cores[3] = restarted = RaftCore(Config(node_id=NodeId(3)), storage, random.Random(3))
+    cluster.applied[3] = []
+    assert restarted.needs_repair
+
+    for number in range(writes_after):
+        leader.propose([b"after%d" % number])
+        cluster.stabilize()
+    for _ in range(4 * leader.config.heartbeat_interval_ticks):
+        leader.tick()
+        cluster.stabilize()
+    assert leader.role is Role.LEADER
+    assert restarted.log.last_index() == leader.log.last_index(), "it got its entries back"
+    assert restarted.commit_index == leader.commit_index
+    assert cluster.applied[3] == cluster.applied[1]
+
+
 def test_idle_followers_stay_in_sync() -> None:
     # Goal: with no writes at all, followers that answer heartbeats stay in the ISR.
     cluster = Cluster(replica_lag_time_max_ticks=5)
