@@ -131,8 +131,10 @@ class NothingToCorrupt(LookupError):
     """The data directory holds no segment to damage (a node that never wrote)."""
 
 
-def corrupt_tail(data_dir: str | os.PathLike[str], mode: CorruptMode, rng: random.Random) -> Corruption:
-    """Damage the newest segment of a random group under `<data_dir>/groups/*/`.
+def corrupt_tail(data_dir: str | os.PathLike[str], mode: CorruptMode, rng: random.Random,
+                 spare_groups: frozenset[str] = frozenset()) -> Corruption:
+    """Damage the newest segment of a random group under `<data_dir>/groups/*/`, except
+    the groups named in `spare_groups` (directory names).
 
     The node must be stopped. Touches exactly one regular file inside `data_dir`
     (symbolic links are never followed). Raises `NothingToCorrupt` when no group
@@ -141,7 +143,8 @@ def corrupt_tail(data_dir: str | os.PathLike[str], mode: CorruptMode, rng: rando
     if mode not in CORRUPT_MODES:
         raise ValueError(f"unknown corruption mode {mode!r}; one of {CORRUPT_MODES}")
     root = Path(data_dir).resolve()
-    candidates = _newest_segments(root, need_bytes=mode != "garbage")
+    candidates = [path for path in _newest_segments(root, need_bytes=mode != "garbage")
+                  if path.parent.name not in spare_groups]
     if not candidates:
         raise NothingToCorrupt(f"no segment to {mode} under {root / 'groups'}")
     segment = candidates[rng.randrange(len(candidates))]

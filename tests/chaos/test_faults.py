@@ -417,6 +417,17 @@ def test_corrupt_tail_changes_exactly_what_it_reports(tmp_path: Path, mode: str,
     assert (tmp_path / "outside" / f"{99:020d}.seg").read_bytes() == b"x" * 5000
 
 
+def test_corrupt_tail_spares_the_groups_it_is_told_to(tmp_path: Path) -> None:
+    # Goal: the runner keeps damage to a minority of each group's replicas by sparing,
+    # on one node, the groups it already damaged on another.
+    data_dir, _ = _data_dir(tmp_path)
+    for seed in range(20):
+        corruption = faults.corrupt_tail(data_dir, "garbage", random.Random(seed), frozenset({"0", "5"}))
+        assert Path(corruption.path).parent.name == "3"
+    with pytest.raises(faults.NothingToCorrupt):
+        faults.corrupt_tail(data_dir, "garbage", random.Random(0), frozenset({"0", "3", "5"}))
+
+
 def test_corrupt_tail_picks_several_groups_and_refuses_empty_dirs(tmp_path: Path) -> None:
     # Goal: the group is random (not always group 0); a node with no segment is reported, not faked.
     data_dir, _ = _data_dir(tmp_path)
