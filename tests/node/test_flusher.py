@@ -14,8 +14,8 @@ from raftlog.messages import HardState
 from raftlog.types import Index, Term
 from storage.errors import DiskFullError, SyncFailedError
 from storage.files import OsFiles
-from storage.segments import SegmentStore
 from storage.node_state import decode_hard_state
+from storage.segments import SegmentStore
 from storage.state_db import HARD_STATE, StateDatabase, group_key
 from tests.storage.helpers import entries
 

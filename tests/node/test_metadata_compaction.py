@@ -14,12 +14,17 @@ import pytest
 
 from multiraft import replicas
 from multiraft.compaction import compact_group
-from multiraft.config import Address, NodeConfig
 from multiraft.metadata.catalog_snapshot import encode_catalog
 from multiraft.node import METADATA_GROUP, Node
 from raftlog.messages import Role
-from raftlog.types import NodeId
-from tests.node.test_node_cluster import SECRET, configs, free_port, running_cluster, until
+from tests.node.test_node_cluster import (
+    configs,
+    free_port,
+    joiner_config,
+    restart_all,
+    running_cluster,
+    until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -75,12 +80,7 @@ async def test_the_metadata_log_is_compacted_with_the_catalog(tmp_path: Path, mo
 
         # Restart every node: each restores the catalog from its start point.
         before = catalog_without_index(leader)
-        for node in nodes:
-            await node.stop()
-        for position, node in enumerate(list(nodes)):
-            nodes[position] = Node(node.config)
-        for node in nodes:
-            await node.start()
+        await restart_all(nodes)
         for node in nodes:
             assert first_index(node) > 1, "restored from a start point, not replayed from entry 1"
         await until(lambda: metadata_leader(nodes) is not None, "a metadata leader", 30)
@@ -129,11 +129,7 @@ async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_memb
                 await nodes[1].allocate_producer_id()
             await until(lambda: all(n.groups[METADATA_GROUP].boundaries.captured for n in nodes), "captures", 30)
 
-            join_via = Address.parse(servers[1].url.removeprefix("http://"), "join")
-            joiner = Node(NodeConfig(
-                node_id=NodeId(4), data_dir=tmp_path / "node4", raft_addr=Address("127.0.0.4", free_port("127.0.0.4")),
-                http_addr=Address("127.0.0.4", 8004), join=join_via, cluster_secret=SECRET, tick_ms=20,
-            ))
+            joiner = Node(joiner_config(tmp_path, servers[1].url))
             await joiner.start()
             await joiner.wait_for_topic("before", timeout_s=30)
             await until(lambda: all(len(n.catalog.nodes) == 4 for n in [*nodes, joiner]), "4 nodes everywhere", 30)
@@ -152,11 +148,7 @@ async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_memb
 
             for server in servers:
                 await server.stop()
-            for node in nodes:
-                await node.stop()
-            for position, node in enumerate(list(nodes)):
-                nodes[position] = Node(node.config)
-                await nodes[position].start()
+            await restart_all(nodes)
             for node in nodes:
                 assert 4 in node.groups[METADATA_GROUP].core.membership.learners, "the learner is still a member"
             await until(lambda: metadata_leader(nodes) is not None, "a metadata leader", 30)

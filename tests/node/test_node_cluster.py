@@ -46,6 +46,25 @@ def configs(tmp_path: Path, n: int = 3) -> list[NodeConfig]:
     ]
 
 
+async def restart_all(nodes: list[Node]) -> None:
+    """Stop every node, then start each again from its own data (`nodes` is updated)."""
+    for node in nodes:
+        await node.stop()
+    for position, node in enumerate(list(nodes)):
+        nodes[position] = Node(node.config)
+    for node in nodes:
+        await node.start()
+
+
+def joiner_config(tmp_path: Path, via: str) -> NodeConfig:
+    """Node 4 on 127.0.0.4, joining through the HTTP server at `via` (a URL)."""
+    return NodeConfig(
+        node_id=NodeId(4), data_dir=tmp_path / "node4", raft_addr=Address("127.0.0.4", free_port("127.0.0.4")),
+        http_addr=Address("127.0.0.4", 8004), join=Address.parse(via.removeprefix("http://"), "join"),
+        cluster_secret=SECRET, tick_ms=20,
+    )
+
+
 def batch(*values: bytes) -> bytes:
     return encode_batch([Record(None, v) for v in values], first_timestamp_ms=1)
 
@@ -295,12 +314,7 @@ async def test_a_node_joins_as_a_metadata_learner(tmp_path: Path) -> None:
                 await server.start()
             await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
             await nodes[0].create_topic("before", 1, 3, {})
-            join_via = Address.parse(servers[1].url.removeprefix("http://"), "join")
-            joiner_config = NodeConfig(
-                node_id=NodeId(4), data_dir=tmp_path / "node4", raft_addr=Address("127.0.0.4", free_port("127.0.0.4")),
-                http_addr=Address("127.0.0.4", 8004), join=join_via, cluster_secret=SECRET, tick_ms=20,
-            )
-            joiner = Node(joiner_config)
+            joiner = Node(joiner_config(tmp_path, servers[1].url))
             await joiner.start()
             await joiner.wait_for_topic("before")
             await until(lambda: all(len(n.catalog.nodes) == 4 for n in [*nodes, joiner]), "4 nodes everywhere")

@@ -17,7 +17,13 @@ from multiraft import partition_ops
 from multiraft.node import Node
 from raftlog.errors import ClientError
 from storage.batch import Record, encode_batch
-from tests.node.test_node_cluster import leader_of, produce_retrying, running_cluster, until
+from tests.node.test_node_cluster import (
+    leader_of,
+    produce_retrying,
+    restart_all,
+    running_cluster,
+    until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 CONFIG = {"segment_bytes": 4096, "retention_bytes": 8192}
@@ -84,12 +90,7 @@ async def test_retention_moves_the_log_start_with_the_state(tmp_path: Path) -> N
         assert await read_all(back, start_of(back)) == list(range(start_of(back), high_watermark))
 
         # Restart every node: state comes from the start point; dedup and offsets continue.
-        for node in nodes:
-            await node.stop()
-        for position, node in enumerate(list(nodes)):
-            nodes[position] = Node(node.config)
-        for node in nodes:
-            await node.start()
+        await restart_all(nodes)
         for node in nodes:
             await node.wait_for_topic("ret")
         retried = await produce_retrying(nodes[0], "ret", 0, idempotent, timeout_s=30)
