@@ -6,7 +6,6 @@ catalog is whole (topics, nodes) and no producer id is handed out twice."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -18,11 +17,10 @@ from multiraft.metadata.catalog_snapshot import encode_catalog
 from multiraft.node import METADATA_GROUP, Node
 from raftlog.messages import Role
 from tests.node.test_node_cluster import (
-    configs,
-    free_port,
     joiner_config,
     restart_all,
     running_cluster,
+    running_cluster_with_http,
     until,
 )
 
@@ -97,7 +95,6 @@ async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_memb
     # has no learner (the entry after it adds one on replay), one past it has.
     # Compaction runs by hand here, so that a capture from before the join is used after it.
     from multiraft import node as node_module
-    from multiraft.http import HttpServer
 
     async def no_background_compaction(node: Node) -> None:
         return None
@@ -114,16 +111,9 @@ async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_memb
     def start_learners(node: Node) -> frozenset[int]:
         return node.stores[METADATA_GROUP].snapshot().meta.membership.learners
 
-    cfgs = configs(tmp_path, 3)
-    nodes = [Node(c) for c in cfgs]
-    servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
     joiner: Node | None = None
-    try:
-        async with asyncio.timeout(180):
-            for node, server in zip(nodes, servers, strict=True):
-                await node.start()
-                await server.start()
-            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+    async with running_cluster_with_http(tmp_path, timeout_s=180) as (nodes, servers):
+        try:
             await nodes[0].create_topic("before", 1, 3, {})
             for _ in range(300):
                 await nodes[1].allocate_producer_id()
@@ -155,9 +145,6 @@ async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_memb
             await nodes[0].create_topic("after", 4, 1, {})  # one replica on each of the 4 nodes
             await joiner.wait_for_topic("after", timeout_s=30)
             await until(lambda: len(joiner.partitions) == 1, "the joiner hosts a replica", 30)
-    finally:
-        for server in servers:
-            await server.stop()
-        for node in [*nodes, joiner]:
-            if node is not None and node.db is not None:
-                await node.stop()
+        finally:
+            if joiner is not None and joiner.db is not None:
+                await joiner.stop()

@@ -56,6 +56,30 @@ async def restart_all(nodes: list[Node]) -> None:
         await node.start()
 
 
+@contextlib.asynccontextmanager
+async def running_cluster_with_http(tmp_path: Path, timeout_s: float = 90) -> AsyncIterator[tuple[list[Node], list]]:
+    """Three started, registered nodes with an HTTP server each (a joiner needs one to join
+    through); servers and every node still running are stopped on the way out."""
+    from multiraft.http import HttpServer
+
+    cfgs = configs(tmp_path, 3)
+    nodes = [Node(c) for c in cfgs]
+    servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
+    try:
+        async with asyncio.timeout(timeout_s):
+            for node, server in zip(nodes, servers, strict=True):
+                await node.start()
+                await server.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            yield nodes, servers
+    finally:
+        for server in servers:
+            await server.stop()
+        for node in nodes:
+            if node.db is not None:
+                await node.stop()
+
+
 def joiner_config(tmp_path: Path, via: str) -> NodeConfig:
     """Node 4 on 127.0.0.4, joining through the HTTP server at `via` (a URL)."""
     return NodeConfig(
@@ -301,18 +325,9 @@ async def test_idle_groups_quiesce_and_wake(tmp_path: Path) -> None:
 async def test_a_node_joins_as_a_metadata_learner(tmp_path: Path) -> None:
     # Goal: a fourth node started with --join (an HTTP address) is admitted as a learner
     # of the metadata group, receives the catalog, and hosts replicas of new topics.
-    from multiraft.http import HttpServer
-
-    cfgs = configs(tmp_path, 3)
-    nodes = [Node(c) for c in cfgs]
-    servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
     joiner: Node | None = None
-    try:
-        async with asyncio.timeout(90):
-            for node, server in zip(nodes, servers, strict=True):
-                await node.start()
-                await server.start()
-            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+    async with running_cluster_with_http(tmp_path) as (nodes, servers):
+        try:
             await nodes[0].create_topic("before", 1, 3, {})
             joiner = Node(joiner_config(tmp_path, servers[1].url))
             await joiner.start()
@@ -323,9 +338,6 @@ async def test_a_node_joins_as_a_metadata_learner(tmp_path: Path) -> None:
             await nodes[2].create_topic("after", 4, 1, {})  # one replica on each of the 4 nodes
             await joiner.wait_for_topic("after")
             await until(lambda: len(joiner.partitions) == 1, "the joiner hosts a replica")
-    finally:
-        for server in servers:
-            await server.stop()
-        for node in [*nodes, joiner]:
-            if node is not None and node.db is not None:
-                await node.stop()
+        finally:
+            if joiner is not None and joiner.db is not None:
+                await joiner.stop()
