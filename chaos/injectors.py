@@ -161,7 +161,7 @@ class Injectors:
         # on another in the same run. Damage on two of three replicas (each before the
         # other was repaired) is a majority losing what it acknowledged: the group then
         # rightly elects nobody (a replica in repair neither votes nor leads), and the run
-        # would fail for a fault outside the model (seeds 43, 44 with --faults corrupt).
+        # would fail for a fault outside the model (seed 44 with --faults corrupt).
         spare = frozenset(group for group, damaged_on in self._damaged.items() if damaged_on != node)
         try:
             corruption = faults.corrupt_tail(self.cluster.data_dir(node), mode, self.rng, spare)
