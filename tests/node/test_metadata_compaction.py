@@ -14,6 +14,7 @@ import pytest
 from multiraft import replicas
 from multiraft.compaction import compact_group
 from multiraft.metadata.catalog_snapshot import encode_catalog
+from multiraft.metadata.commands import NodeStatus
 from multiraft.node import METADATA_GROUP, Node
 from raftlog.messages import Role
 from tests.node.test_node_cluster import (
@@ -46,6 +47,15 @@ def catalog_without_index(node: Node) -> bytes:
         catalog.applied_index = applied
 
 
+def all_alive_and_agreed(nodes: list[Node]) -> bool:
+    """Every replica holds the same catalog and it has every node alive: the controller's
+    liveness marks (a node down for longer than node_dead_after_ms is marked dead, then
+    alive again when it beats) are settled."""
+    first = catalog_without_index(nodes[0])
+    return (all(catalog_without_index(n) == first for n in nodes)
+            and all(info.status is NodeStatus.ALIVE for info in nodes[0].catalog.nodes.values()))
+
+
 async def test_the_metadata_log_is_compacted_with_the_catalog(tmp_path: Path, monkeypatch) -> None:
     # 4 KiB segments, 8 KiB kept: a few hundred small commands roll many segments.
     monkeypatch.setattr(replicas, "METADATA_LOG_CONFIG",
@@ -76,15 +86,20 @@ async def test_the_metadata_log_is_compacted_with_the_catalog(tmp_path: Path, mo
         assert first_index(back) > 1, "it installed the leader's snapshot"
         assert "kept" in back.catalog.topics and len(back.catalog.nodes) == 3
 
-        # Restart every node: each restores the catalog from its start point.
+        # Restart every node: each restores the catalog from its start point. The lagging
+        # node may have been marked dead while it was down (a slow box takes more than
+        # node_dead_after_ms for the 400 allocations): compare from the settled state.
+        await until(lambda: all_alive_and_agreed(nodes), "every node alive in every catalog", 30)
         before = catalog_without_index(leader)
         await restart_all(nodes)
         for node in nodes:
             assert first_index(node) > 1, "restored from a start point, not replayed from entry 1"
         await until(lambda: metadata_leader(nodes) is not None, "a metadata leader", 30)
-        await until(lambda: all(catalog_without_index(n) == before for n in nodes), "the catalog restored", 30)
+        await until(lambda: all_alive_and_agreed(nodes) and catalog_without_index(nodes[0]) == before,
+                    "the catalog restored", 30)
         for node in nodes:
             await node.wait_for_topic("kept")
+        await until(lambda: nodes[0].groups[METADATA_GROUP].core.leader != 0, "node 1 knows the metadata leader", 30)
         again = (await nodes[0].allocate_producer_id())[0]
         assert again > max(handed_out), "a producer id is never handed out twice"
 
