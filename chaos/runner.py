@@ -21,6 +21,7 @@ import asyncio
 import json
 import random
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,7 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 await asyncio.to_thread(cluster.wait_healthy, 90.0)
             except LauncherError as error:  # a node that cannot come back is a finding, not a crash
                 details["not_healthy"] = str(error)
+                await _dump_tasks(cluster)
             details["crashed"] = cluster.exited()
             if "not_healthy" not in details:
                 details["recovery_s"] = await _recovery(cluster, history, keys, healed_at)
@@ -169,6 +171,14 @@ async def _until_writable(client: AsyncClient, topic: str, partition: int, timeo
             if time.monotonic() - began > timeout_s:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def _dump_tasks(cluster: ChaosCluster) -> None:
+    """Ask every running node to log its tasks' await chains (SIGUSR1): the logs then
+    show where a node that did not come back, or its peers, were waiting."""
+    for node in cluster.serving():
+        cluster.local.signal_node(node, signal.SIGUSR1)
+    await asyncio.sleep(1.0)
 
 
 async def _recovery(cluster: ChaosCluster, history: HistoryWriter, keys: list[PartitionKey],

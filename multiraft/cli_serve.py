@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 import time
@@ -18,6 +19,7 @@ import uvloop
 
 from multiraft import logs
 from multiraft.config import ConfigError, load_config
+from multiraft.diagnostics import dump_tasks
 from multiraft.launcher import HTTP_PORT_DEFAULT, RAFT_PORT_DEFAULT, LauncherError, LocalCluster
 from multiraft.unsafe import ChaosHooks
 
@@ -57,6 +59,7 @@ async def _serve(config: object, hooks: ChaosHooks) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     logger = structlog.get_logger("raftlog.serve").bind(node_id=node.id)
+    loop.add_signal_handler(signal.SIGUSR1, lambda: dump_tasks(logger, _peer_states(node)))
     try:
         await node.start()
         await server.start()
@@ -66,6 +69,13 @@ async def _serve(config: object, hooks: ChaosHooks) -> None:
     finally:
         await server.stop()
         await node.stop()
+
+
+def _peer_states(node: object) -> dict[str, object]:
+    transport = getattr(node, "transport", None)
+    if transport is None:
+        return {}
+    return {"peers": {peer: dataclasses.asdict(stats) for peer, stats in transport.stats().peers.items()}}
 
 
 def cluster_up(args: argparse.Namespace) -> int:

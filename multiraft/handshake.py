@@ -80,7 +80,7 @@ async def connect_handshake(
     on any exception."""
     assert len(secret) >= SECRET_BYTES_MIN
     client_nonce = secrets.token_bytes(NONCE_BYTES)
-    writer.write(_HELLO.pack(MAGIC, HANDSHAKE_VERSION, node_id, peer_id, client_nonce))
+    _send(writer, _HELLO.pack(MAGIC, HANDSHAKE_VERSION, node_id, peer_id, client_nonce))
     challenge = await _read(reader, _CHALLENGE.size, "challenge")
     magic, version, status, server_id, server_nonce, server_proof = _CHALLENGE.unpack(challenge)
     if magic != MAGIC or version != HANDSHAKE_VERSION:
@@ -93,7 +93,7 @@ async def connect_handshake(
     expected = _proof(_SERVER_LABEL, secret, ids, client_nonce, server_nonce)
     if not hmac.compare_digest(expected, server_proof):
         raise HandshakeError("peer failed to prove the cluster secret")
-    writer.write(_proof(_CLIENT_LABEL, secret, ids, server_nonce, client_nonce))
+    _send(writer, _proof(_CLIENT_LABEL, secret, ids, server_nonce, client_nonce))
     accept = await _read(reader, _ACCEPT.size, "accept (wrong cluster secret?)")
     if accept[0] != HandshakeStatus.OK:
         raise HandshakeError(f"peer refused the proof: {_status_name(accept[0])}")
@@ -123,20 +123,26 @@ async def accept_handshake(
         status = HandshakeStatus.BAD_HELLO
     if status != HandshakeStatus.OK:
         empty = bytes(NONCE_BYTES)
-        writer.write(_CHALLENGE.pack(MAGIC, HANDSHAKE_VERSION, status, node_id, empty, empty))
+        _send(writer, _CHALLENGE.pack(MAGIC, HANDSHAKE_VERSION, status, node_id, empty, empty))
         raise HandshakeError(f"refused hello from node {client_id}: {status.name}")
     server_nonce = secrets.token_bytes(NONCE_BYTES)
     ids = _IDS.pack(client_id, node_id)
     server_proof = _proof(_SERVER_LABEL, secret, ids, client_nonce, server_nonce)
-    writer.write(
-        _CHALLENGE.pack(MAGIC, HANDSHAKE_VERSION, status, node_id, server_nonce, server_proof)
-    )
+    _send(writer, _CHALLENGE.pack(MAGIC, HANDSHAKE_VERSION, status, node_id, server_nonce, server_proof))
     client_proof = await _read(reader, PROOF_BYTES, "proof")
     expected = _proof(_CLIENT_LABEL, secret, ids, server_nonce, client_nonce)
     if not hmac.compare_digest(expected, client_proof):
         raise HandshakeError(f"node {client_id} failed to prove the cluster secret")
-    writer.write(_ACCEPT.pack(HandshakeStatus.OK))
+    _send(writer, _ACCEPT.pack(HandshakeStatus.OK))
     return client_id
+
+
+def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    # uvloop refuses a write on a transport that a reset already closed (RuntimeError,
+    # where asyncio's own loop drops it with a warning): either way the peer hung up.
+    if writer.transport.is_closing():
+        raise HandshakeError("connection closed during handshake")
+    writer.write(data)
 
 
 async def _read(reader: asyncio.StreamReader, size: int, what: str) -> bytes:

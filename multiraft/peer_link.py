@@ -137,7 +137,9 @@ class PeerLink:
         while True:
             try:
                 reader, writer = await self._connect()
-            except (OSError, TimeoutError, TransportError, asyncio.IncompleteReadError) as error:
+            except Exception as error:  # whatever one dial does, the link dials again
+                if not isinstance(error, (OSError, TimeoutError, TransportError, asyncio.IncompleteReadError)):
+                    self._logger.error("peer_link_unexpected_error", phase="connect", error=repr(error))
                 attempt += 1
                 self._connect_failures += 1
                 self._counters.connect_failures += 1
@@ -155,6 +157,9 @@ class PeerLink:
             try:
                 await self._write_loop(reader, writer)
             except (OSError, TimeoutError, TransportError) as error:
+                reason = repr(error)
+            except Exception as error:  # a link ends only when cancelled, never silently
+                self._logger.error("peer_link_unexpected_error", phase="write", error=repr(error))
                 reason = repr(error)
             finally:
                 self._writer = None
@@ -208,6 +213,10 @@ class PeerLink:
             if watch.done():
                 data = watch.result()  # raises the read's OSError, if any
                 raise ConnectionLost("peer sent bytes after the handshake" if data else "eof")
+            if writer.transport.is_closing():
+                # Closed under us (a reset seen by the loop) before the watch could say so:
+                # uvloop refuses writes on a closed transport with a RuntimeError.
+                raise ConnectionLost("closed")
             batch = queue.pop_batch(config.write_batch_frames_max, config.write_batch_bytes_max)
             if not batch:
                 self._wakeup.clear()

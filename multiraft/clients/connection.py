@@ -83,6 +83,9 @@ class _Exchange(asyncio.Protocol):
         self.transport.write(request)
         return self._waiter
 
+    def transport_closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
@@ -238,7 +241,9 @@ class ConnectionPool:
         now = time.monotonic()
         while server.idle:
             exchange = server.idle.pop()
-            if not exchange.closed and now - exchange.idle_since < IDLE_KEEP_S:
+            # `closed` comes from a callback; a reset the loop just saw closes the transport
+            # first (uvloop then refuses writes with a RuntimeError): check both.
+            if not exchange.closed and not exchange.transport_closing() and now - exchange.idle_since < IDLE_KEEP_S:
                 return exchange
             exchange.close()
         loop = asyncio.get_running_loop()
