@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from chaos.namespace import FaultError, require_namespace, run_command
+from storage.batch import HEADER_BYTES as BATCH_HEADER_BYTES
 from storage.frames import FRAME_HEADER_BYTES
 from storage.segment import parse_segment_name
 
@@ -233,8 +234,16 @@ def _append_garbage(path: Path, rng: random.Random) -> Corruption:
 
 
 def _flip_bit(path: Path, rng: random.Random) -> Corruption:
+    """One bit of the last frame's records (past its frame and batch headers): damage that
+    no length or structure check notices, only a checksum, which is what this fault is
+    for (the skip-crc control relies on it). Without such bytes, a bit in the last 4 KiB."""
     size = path.lstat().st_size
-    position = rng.randrange(max(0, size - BITFLIP_WINDOW_BYTES), size)
+    start, end = _last_frame(path, size)
+    records_start = start + FRAME_HEADER_BYTES + BATCH_HEADER_BYTES
+    if end > records_start:
+        position = rng.randrange(records_start, end)
+    else:
+        position = rng.randrange(max(0, size - BITFLIP_WINDOW_BYTES), size)
     bit = rng.randrange(8)
     descriptor = _open(path, os.O_RDWR)
     try:

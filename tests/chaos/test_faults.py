@@ -411,7 +411,9 @@ def test_corrupt_tail_changes_exactly_what_it_reports(tmp_path: Path, mode: str,
         assert corruption.position == len(before)
     else:
         differing = [i for i in range(len(before)) if before[i] != after[i]]
-        assert differing == [corruption.position] and len(before) - 4096 <= corruption.position
+        start, end = bounds[changed][-1]
+        assert differing == [corruption.position], "one byte changed"
+        assert start + 38 + 36 <= corruption.position < end, "in the last frame, past its frame and batch headers"
         assert bin(before[corruption.position] ^ after[corruption.position]).count("1") == 1
     assert str(corruption).startswith(f"{mode} {corruption.path}: ")
     assert (tmp_path / "outside" / f"{99:020d}.seg").read_bytes() == b"x" * 5000
