@@ -444,3 +444,20 @@ def test_corrupt_tail_picks_several_groups_and_refuses_empty_dirs(tmp_path: Path
         faults.corrupt_tail(empty, "bitflip", random.Random(0))
     with pytest.raises(ValueError):
         faults.corrupt_tail(data_dir, "shred", random.Random(0))  # type: ignore[arg-type]
+
+
+def test_every_three_corruptions_include_each_mode_in_a_seeded_order() -> None:
+    # The skip-crc control is exposed only by a bitflip (truncation and garbage are
+    # caught without checksums): a run with three or more corruptions always has one.
+    from chaos.injectors import ModeDeck
+
+    orders = set()
+    for seed in range(20):
+        deck = ModeDeck(faults.CORRUPT_MODES, random.Random(seed))
+        drawn = [deck.draw() for _ in range(9)]
+        for round_start in range(0, 9, 3):
+            assert sorted(drawn[round_start:round_start + 3]) == sorted(faults.CORRUPT_MODES)
+        again = ModeDeck(faults.CORRUPT_MODES, random.Random(seed))
+        assert [again.draw() for _ in range(9)] == drawn, "the seed decides the order"
+        orders.add(tuple(drawn[:3]))
+    assert len(orders) > 1, "the order varies with the seed"
