@@ -27,7 +27,8 @@ from chaos.namespace import NAMESPACE_MARKER, OUTER_NAMESPACES, namespace_ids
 from chaos.netfaults import Rule, _iptables_rule, _nft_rule, check_loopback
 from raftlog.messages import Entry, EntryKind
 from raftlog.types import Index, Offset, Term
-from storage.frames import encode_frame
+from storage.batch import HEADER_BYTES as BATCH_HEADER_BYTES
+from storage.frames import FRAME_HEADER_BYTES, encode_frame
 
 pytestmark = pytest.mark.integration
 
@@ -413,7 +414,7 @@ def test_corrupt_tail_changes_exactly_what_it_reports(tmp_path: Path, mode: str,
         differing = [i for i in range(len(before)) if before[i] != after[i]]
         start, end = bounds[changed][-1]
         assert differing == [corruption.position], "one byte changed"
-        assert start + 38 + 36 <= corruption.position < end, "in the last frame, past its frame and batch headers"
+        assert start + FRAME_HEADER_BYTES + BATCH_HEADER_BYTES <= corruption.position < end, "in the last frame, past its frame and batch headers"
         assert bin(before[corruption.position] ^ after[corruption.position]).count("1") == 1
     assert str(corruption).startswith(f"{mode} {corruption.path}: ")
     assert (tmp_path / "outside" / f"{99:020d}.seg").read_bytes() == b"x" * 5000
