@@ -75,6 +75,15 @@ class FlushResult:
     fsync_count: int
 
 
+# The newest entries appended, kept in memory until this many or this many bytes:
+# a write is applied (leader) or learned committed (follower) moments after it was
+# appended, and reading it back from the file (a read, a frame parse, a CRC) sat on
+# every write's critical path. Small, as a node holds thousands of logs; an entry
+# larger than the whole budget is not kept (large batches are read from the file).
+RECENT_ENTRIES_MAX = 64
+RECENT_BYTES_MAX = 64 * 1024
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -105,6 +114,9 @@ class SegmentStore:
         self._opened_hard_state = recovered.hard_state  # what persist_vote=False keeps writing
         self._applied = recovered.applied
         self._dirty: dict[int, Segment] = {}
+        # The log's newest entries (contiguous, ending at last_index()), or nothing.
+        self._recent: deque[Entry] = deque()
+        self._recent_bytes = 0
         self._state_changed = False
         self._durable_index = self.last_index()
         self._truncations = 0
@@ -165,6 +177,16 @@ class SegmentStore:
         self._check_range(lo, hi)
         selected: list[Entry] = []
         total = 0
+        recent = self._recent
+        if recent and lo >= recent[0].index:
+            assert recent[-1].index == self.last_index(), "the recent entries end the log"
+            for position in range(lo - recent[0].index, hi - recent[0].index):
+                entry = recent[position]
+                total += len(entry.payload) + ENTRY_OVERHEAD_BYTES
+                if total > max_bytes and selected:
+                    break
+                selected.append(entry)
+            return selected
         for info, payload in self._frames(lo, hi):
             total += len(payload) + ENTRY_OVERHEAD_BYTES
             if total > max_bytes and selected:
@@ -266,6 +288,24 @@ class SegmentStore:
             position += size
             next_offset = Offset(next_offset + count)
         self._write(segment, buffers, infos)
+        self._remember(entries)
+
+    def _remember(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
+        """Keep the newest entries in memory (RECENT_ENTRIES_MAX, RECENT_BYTES_MAX)."""
+        recent = self._recent
+        if recent and recent[-1].index != entries[0].index - 1:
+            self._forget_recent()  # not contiguous (cannot happen after truncate_from; cheap to hold)
+        for entry in entries:
+            recent.append(entry)
+            self._recent_bytes += len(entry.payload)
+        while recent and (len(recent) > RECENT_ENTRIES_MAX or self._recent_bytes > RECENT_BYTES_MAX):
+            self._recent_bytes -= len(recent.popleft().payload)
+
+    def _forget_recent(self, from_index: Index | None = None) -> None:
+        """Drop the remembered entries from `from_index` on (all of them by default)."""
+        recent = self._recent
+        while recent and (from_index is None or recent[-1].index >= from_index):
+            self._recent_bytes -= len(recent.pop().payload)
 
     def append_frames(self, data: bytes) -> list[FrameInfo]:
         """Store frames received from the leader byte for byte, after validating them."""
@@ -278,6 +318,7 @@ class SegmentStore:
             self.truncate_from(first)
         segment = self._writable_segment()
         frames = validate_frames(data, first, segment.next_offset)
+        self._forget_recent()  # these frames have no Entry objects to remember
         base = segment.size
         infos = [
             FrameInfo(f.index, f.term, f.kind, f.base_offset, f.record_count,
@@ -388,6 +429,26 @@ class SegmentStore:
         with _disk_full_typed(segment.path):
             self._files.fsync(segment.handle)
 
+    @property
+    def state_changed(self) -> bool:
+        """Some node state (hard state, applied index) changed since it was last staged."""
+        return self._state_changed
+
+    def state_urgent(self) -> bool:
+        """Must the changed state be written with this flush, or may it wait?
+
+        A term or vote change must (a node never votes twice, so the vote is durable
+        before it is sent). A moved commit index may wait: Raft never needs it durable,
+        and recovery uses it only as a witness of what was durable. Under the flush
+        policies other than fsync the state goes with every flush, as the database sync
+        there is what makes the files' policy hold."""
+        if not self._state_changed:
+            return False
+        if self.config.flush.mode is not FlushMode.FSYNC:
+            return True
+        hard, durable = self._hard_state, self._durable_hard_state
+        return (hard.term, hard.vote) != (durable.term, durable.vote)
+
     def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
         which must be synced whatever the flush policy (a node never votes twice)."""
@@ -472,6 +533,7 @@ class SegmentStore:
         self._files.sync_dir(self.directory)
         run = bisect_right(self._term_starts, index - 1)
         del self._term_starts[run:], self._terms[run:]
+        self._forget_recent(index)
         self._dirty[id(segment)] = segment
         self._durable_index = min(self._durable_index, Index(index - 1))
         self._truncations += 1
@@ -508,6 +570,7 @@ class SegmentStore:
         for segment in self._segments:
             self._files.close(segment.handle)
         self._segments = []
+        self._forget_recent()
         self.closed = True
 
     # -- snapshots and compaction ----------------------------------------------
@@ -562,6 +625,7 @@ class SegmentStore:
         self._db.write(batch, sync=False)
         self._files.sync_dir(self.directory)
         self._term_starts, self._terms = [], []
+        self._forget_recent()
         self._set_start(StartPoint(snapshot, next_offset))
         self._durable_index = self.last_index()
 
