@@ -293,8 +293,7 @@ class SegmentStore:
     def _remember(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
         """Keep the newest entries in memory (RECENT_ENTRIES_MAX, RECENT_BYTES_MAX)."""
         recent = self._recent
-        if recent and recent[-1].index != entries[0].index - 1:
-            self._forget_recent()  # not contiguous (cannot happen after truncate_from; cheap to hold)
+        assert not recent or recent[-1].index == entries[0].index - 1, "append truncated first"
         for entry in entries:
             recent.append(entry)
             self._recent_bytes += len(entry.payload)
