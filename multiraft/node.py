@@ -78,7 +78,7 @@ from raftlog.wire import (
     encode_message,
     heartbeat_is_compactable,
 )
-from storage.batch import validate_batch
+from storage.batch import BatchHeader, validate_batch
 from storage.errors import InvalidBatchError
 from storage.files import Files, OsFiles
 from storage.segments import SegmentStore
@@ -453,18 +453,21 @@ class Node:
             raise UnknownTopic(f"topic {topic!r} has no partition {partition}")
         return info.partitions[partition].group_id
 
-    async def produce(self, topic: str, partition: int, batch: bytes, acks: str = "quorum") -> Any:
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: str = "quorum",
+                      header: BatchHeader | None = None) -> Any:
         """Append one record batch to a partition; forwarded to its leader if needed.
 
         `acks`: "none" (answer at once), "leader" (after the leader's fsync),
         "quorum" (after commit, the default), "all" (after every in-sync replica).
+        `header`: what `validate_batch` returned, when the caller already validated
+        `batch` (the HTTP layer does, to answer 400 before anything else): not twice.
         """
         if acks not in ACKS:
             raise InvalidRequest(f"acks must be one of {sorted(ACKS)}")
         group_id = self.partition_group(topic, partition)
         runtime = self.groups.get(group_id)
         if runtime is not None and runtime.core.role is Role.LEADER:
-            return _result_json(await self._produce_local(group_id, batch, acks))
+            return _result_json(await self._produce_local(group_id, batch, acks, header))
         leader = self.forward_target(group_id, self.catalog.topic(topic).partitions[partition].replicas)
         if leader == 0:
             raise NotLeader(0, "the partition has no leader yet")
@@ -480,7 +483,8 @@ class Node:
             raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
         return json.loads(answer)
 
-    async def _produce_local(self, group_id: GroupId, batch: bytes, acks: str) -> Any:
+    async def _produce_local(self, group_id: GroupId, batch: bytes, acks: str,
+                             header: BatchHeader | None = None) -> Any:
         runtime = self.groups[group_id]
         machine = self.partitions[group_id]
         core = runtime.core
@@ -490,10 +494,11 @@ class Node:
         if core.applied_index < core.commit_index or core.log.term_or_none(core.commit_index) != core.term:
             # Until this leader applied its own term's NOOP, its producer table may lag.
             raise ProposalDropped("the new leader is not ready yet; retry")
-        try:
-            header = validate_batch(batch)
-        except InvalidBatchError as error:
-            raise InvalidBatch(str(error)) from None
+        if header is None:
+            try:
+                header = validate_batch(batch)
+            except InvalidBatchError as error:
+                raise InvalidBatch(str(error)) from None
         decision = machine.state.check_produce(header)
         if isinstance(decision, Duplicate):
             return {"base_offset": decision.base_offset, "count": decision.record_count, "duplicate": True}

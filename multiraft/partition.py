@@ -168,20 +168,22 @@ class PartitionState:
         count = header.record_count
         assert count >= 1
         self.next_offset = Offset(stored + count)
-        base = ApplyResult(index=entry.index, kind=EntryKind.DATA, count=count,
-                           stored_base_offset=stored)  # fmt: skip
         try:
             decision = self.producers.apply(producer_batch(header), stored)
         except ClientError as error:
             self._skip(stored, count)
-            return replace(base, error=error)
+            return ApplyResult(index=entry.index, kind=EntryKind.DATA, count=count,
+                               stored_base_offset=stored, error=error)  # fmt: skip
         if isinstance(decision, Duplicate):
             assert decision.record_count == count
             assert decision.base_offset < stored
             self._skip(stored, count)
-            return replace(base, base_offset=decision.base_offset, duplicate=True)
+            return ApplyResult(index=entry.index, kind=EntryKind.DATA, count=count,
+                               stored_base_offset=stored, base_offset=decision.base_offset,
+                               duplicate=True)  # fmt: skip
         assert isinstance(decision, Accept)
-        return replace(base, base_offset=stored)
+        return ApplyResult(index=entry.index, kind=EntryKind.DATA, count=count,
+                           stored_base_offset=stored, base_offset=stored)  # fmt: skip
 
     def _skip(self, stored: Offset, count: int) -> None:
         if self.skipped_ranges:

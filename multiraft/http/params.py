@@ -19,6 +19,8 @@ from multiraft.http.limits import BODY_READ_TIMEOUT_S
 
 async def read_body(request: web.Request) -> bytes:
     """The whole body, bounded in size (the app's client_max_size) and in time."""
+    if request.content.is_eof():  # already received whole (small bodies): nothing to wait for
+        return await request.read()
     try:
         async with asyncio.timeout(BODY_READ_TIMEOUT_S):
             return await request.read()

@@ -823,8 +823,13 @@ class RaftCore:
         progress = self._progress[target]
         if progress.is_paused():
             return False
-        previous = Index(progress.next - 1)
         last = self.log.last_index()
+        if progress.next > last and not send_if_empty:
+            # Nothing new, and the entry before `next` (our last) always has a known
+            # term, so no snapshot is due either. Asked several times per write (after
+            # each send, after each answer): this answer is the common one.
+            return False
+        previous = Index(progress.next - 1)
         assert previous <= last, "a follower's next index never passes the leader's log"
         previous_term = self.log.term_or_none(previous)
         if previous_term is None:

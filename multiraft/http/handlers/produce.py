@@ -145,13 +145,14 @@ async def produce_partition(request: web.Request) -> web.Response:
     node.partition_group(topic, partition)  # 404 before reading a large body
     if request.content_type == BATCH_CONTENT_TYPE:
         batch = await read_body(request)
-        validate_batch(batch)
+        header = validate_batch(batch)
         acks = query_str(request, "acks", "quorum", _ACKS)
     elif request.content_type == "application/json" or not request.can_read_body:
         batch, acks = await _json_partition_batch(request)
+        header = None  # encoded here, validated by the leader
     else:
         raise UnsupportedMediaType(f"expected application/json or {BATCH_CONTENT_TYPE}, got {request.content_type}")
     _leader_check(request, topic, partition)
-    result = await bounded(node.produce(topic, partition, batch, acks), "produce")
+    result = await bounded(node.produce(topic, partition, batch, acks, header), "produce")
     return web.json_response({"partition": partition, "base_offset": result["base_offset"],
                               "count": result["count"], "duplicate": bool(result["duplicate"])})
