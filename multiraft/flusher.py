@@ -5,10 +5,9 @@ asks the flusher to make them durable and waits. The flusher runs once per
 event-loop turn for everyone who asked: it fsyncs each touched segment file once
 (a large flush on its one fsync thread: an fsync blocks for 0.1-2 ms here, and on
 the event loop it took a sixth of a busy leader's time, during which no request
-was parsed and no follower answer read), then writes the hard states of the
-groups whose term or vote changed in *one* synced rocksdict batch (a vote must be
-durable before it is sent). Hard states whose only change is the commit index
-wait for a timer that stores them all in one unsynced write (COMMIT_STORE_DELAY_S).
+was parsed and no follower answer read), then writes all the groups' hard states
+in *one* rocksdict batch, synced only if some group's term or vote changed (a
+vote must be durable before it is sent).
 
 Why it matters: a synced rocksdict write holds the GIL for about a millisecond
 (../shared/DEPS.md). With a thousand groups electing at once, one synced write
@@ -33,13 +32,12 @@ from storage.state_db import StateDatabase
 # quick, and the hop to the fsync thread and back cost more than it (sequential
 # single-record writes: +1.2 ms p50, +0.5 ms CPU per follower when every fsync hopped).
 DETACH_BYTES_MIN = 64 * 1024
-# A commit index moves with nearly every write, on the leader and on its followers.
-# Written with each flush it put a database write (about 50 us on a busy node: the
-# write-ahead log's write() waits behind the file system's journal) on every write's
-# critical path. Raft never needs it durable, so flushes leave it out (unless a term
-# or vote changed) and a timer stores every moved commit index in one write per this
-# delay. Recovery uses it as a witness (a log ending below it lost durable entries and
-# goes into repair), so the delay stays short.
+# A leader's commit index moves once per write, after the write's own flush: stored
+# at once it cost a second flush per write (a database write and a loop turn). It
+# rides along with the next flush instead (the next write's, usually within a
+# millisecond), or is stored after this delay at the latest. Raft never needs it
+# durable, but recovery uses it as a witness (a log ending below it lost durable
+# entries and goes into repair), so the delay stays short.
 COMMIT_STORE_DELAY_S = 0.01
 
 
@@ -70,27 +68,17 @@ class Flusher:
         return future
 
     def store_lazily(self, store: SegmentStore) -> None:
-        """`store`'s commit index moved and nothing else: store it within COMMIT_STORE_DELAY_S."""
+        """`store`'s commit index moved and nothing else: store it with the next flush."""
         self._lazy[id(store)] = store
         if self._lazy_timer is None:
             self._lazy_timer = asyncio.get_running_loop().call_later(COMMIT_STORE_DELAY_S, self._store_lazy)
 
     def _store_lazy(self) -> None:
-        """One unsynced database write for every store whose commit index waits.
-
-        A store whose term or vote changed meanwhile is left to the flush its group is
-        waiting for: that flush writes it synced, before the vote goes out; written here,
-        unsynced, it would count as stored and never be synced."""
         self._lazy_timer = None
         lazy, self._lazy = self._lazy, {}
-        batch = self._db.batch()
         for store in lazy.values():
-            if not store.closed and not store.state_urgent():
-                store.stage_state(batch)
-        try:
-            self._db.write(batch, sync=False)
-        except Exception as error:  # the next flush's write fails too, and fails its groups
-            self._logger.warning("commit_index_store_failed", error=repr(error))
+            if not store.closed:
+                self.sync(store).add_done_callback(_consume_outcome)
 
     async def close(self) -> None:
         """Wait for the flushes under way (their stores and the database stay open until then)."""
@@ -170,30 +158,27 @@ class Flusher:
         pending: list[tuple[SegmentStore, PendingSync]],
         began: float,
     ) -> None:
-        """The fsyncs are done: record them, then one database write for the groups whose
-        term or vote changed; moved commit indexes go to the timer."""
+        """The fsyncs are done: record them, then one database write for every group's state."""
         try:
             for store, started in pending:
                 store.finish_sync(started)
-            batch = None  # most flushes write nothing: only the files' data changed
+            batch = self._db.batch()
             must_sync = False
             seen: set[int] = set()
             for store, _ in waiting:
                 if id(store) in seen:
                     continue
                 seen.add(id(store))
-                if store.state_urgent():
-                    if batch is None:
-                        batch = self._db.batch()
-                    vote_changed = store.stage_state(batch)
-                    must_sync = must_sync or vote_changed
-                elif store.state_changed:  # only the commit index moved: it may wait
-                    self.store_lazily(store)
-            if batch is not None:
-                lazy_policy = any(s.config.flush.mode is not FlushMode.FSYNC for s, _ in pending)
-                fsynced = any(started.segments for _, started in pending)
-                must_sync = must_sync or (fsynced and lazy_policy)
-                self._db.write(batch, sync=must_sync)
+                vote_changed = store.stage_state(batch)
+                must_sync = must_sync or vote_changed
+            lazy, self._lazy = self._lazy, {}
+            for store in lazy.values():  # commit indexes waiting for a flush: this one
+                if not store.closed:
+                    store.stage_state(batch)
+            lazy_policy = any(s.config.flush.mode is not FlushMode.FSYNC for s, _ in pending)
+            fsynced = any(started.segments for _, started in pending)
+            must_sync = must_sync or (fsynced and lazy_policy)
+            self._db.write(batch, sync=must_sync)
         except Exception as error:
             _fail(waiting, error)
             return

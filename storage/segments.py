@@ -428,26 +428,6 @@ class SegmentStore:
         with _disk_full_typed(segment.path):
             self._files.fsync(segment.handle)
 
-    @property
-    def state_changed(self) -> bool:
-        """Some node state (hard state, applied index) changed since it was last staged."""
-        return self._state_changed
-
-    def state_urgent(self) -> bool:
-        """Must the changed state be written with this flush, or may it wait?
-
-        A term or vote change must (a node never votes twice, so the vote is durable
-        before it is sent). A moved commit index may wait: Raft never needs it durable,
-        and recovery uses it only as a witness of what was durable. Under the flush
-        policies other than fsync the state goes with every flush, as the database sync
-        there is what makes the files' policy hold."""
-        if not self._state_changed:
-            return False
-        if self.config.flush.mode is not FlushMode.FSYNC:
-            return True
-        hard, durable = self._hard_state, self._durable_hard_state
-        return (hard.term, hard.vote) != (durable.term, durable.vote)
-
     def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
         which must be synced whatever the flush policy (a node never votes twice)."""
