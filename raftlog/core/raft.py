@@ -288,6 +288,8 @@ class RaftCore:
         """Raise `NotEnoughReplicas` unless at least that many voters are in sync."""
         if self.role is not Role.LEADER:
             raise NotLeader(self.leader)
+        if min_insync_replicas <= 1 and self.id in self.membership.voters:
+            return  # a voting leader is in sync with itself (the default; asked per produce)
         in_sync = len(self.in_sync_replicas() & self.membership.voters)
         if in_sync < min_insync_replicas:
             raise NotEnoughReplicas(
@@ -307,8 +309,19 @@ class RaftCore:
             or self._broadcast_pending
             or self._commit_broadcast_pending
             or self.log.committed > self.log.applied
-            or self._hard_state() != self._prev_hard_state
-            or self._soft_state() != self._prev_soft_state
+            or self._state_changed()
+        )
+
+    def _state_changed(self) -> bool:
+        """Hard or soft state differ from the last Ready's (compared field by field:
+        asked several times per Ready, building the two states each time showed up)."""
+        hard, soft = self._prev_hard_state, self._prev_soft_state
+        return (
+            self.term != hard.term
+            or self.vote != hard.vote
+            or self.log.committed != hard.commit
+            or self.leader != soft.leader
+            or self.role is not soft.role
         )
 
     def ready(self) -> Ready:
