@@ -77,6 +77,13 @@ async def consume(
     if group_id in node.partitions:
         return await _consume_local(node, group_id, offset, max_records, max_bytes, wait_ms, isolation)
     replicas = node.catalog.topic(topic).partitions[partition].replicas
+    if node.id in replicas:
+        # Our replica is closed for a moment (reopening after a storage failure, or not
+        # opened yet). Forwarding would answer from another replica, which may lag what
+        # ours served: a reader would see this server's high watermark go back (chaos:
+        # nonmonotonic-hw, disk-full runs). Refused instead, retriable, as while re-applying.
+        raise NotLeader(node.leader_of(group_id), "this node's replica of the partition is reopening; "
+                        "retry or read from another replica")
     request = {"group": group_id, "offset": offset, "max_records": max_records, "max_bytes": max_bytes,
                "wait_ms": wait_ms, "isolation": isolation}
     answer = await _call(node, replicas[0], "partition.read", json.dumps(request).encode(),

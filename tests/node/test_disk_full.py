@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from multiraft.partition_ops import consume
+from multiraft.replicas import close_group
 from multiraft.unsafe import ChaosHooks
-from raftlog.errors import ClientError
+from raftlog.errors import ClientError, NotLeader
 from storage.write_behind import WriteBehindFiles
 from tests.chaos_server.test_node_hooks import started
 from tests.node.test_node_cluster import (
@@ -61,3 +63,25 @@ async def test_a_full_disk_fails_the_group_which_reopens_when_space_returns(tmp_
             await until(lambda n=node: values_at(n, "full", 0)[-1:] == [b"after"], "every replica", 20)
             values = values_at(node, "full", 0)
             assert values[0] == b"before" and b"after" in values
+
+
+async def test_a_replica_closed_for_a_reopen_refuses_reads_instead_of_forwarding(tmp_path: Path) -> None:
+    # Goal: while a node's replica is closed (between a failure and its reopen), reads on
+    # that node are refused (retriable), not forwarded: the replica they would go to may
+    # lag what this node served, and its reader would see the high watermark go back.
+    async with started(configs(tmp_path), ChaosHooks()) as nodes:
+        await nodes[0].create_topic("reopen", 1, 3, {})
+        for node in nodes:
+            await node.wait_for_topic("reopen")
+        await until(lambda: leader_of(nodes, "reopen", 0) is not None, "a leader")
+        await produce_retrying(nodes[0], "reopen", 0, batch(b"one"))
+        replicas = nodes[0].catalog.topic("reopen").partitions[0].replicas
+        node = next(n for n in nodes if n.id in replicas[1:])  # reads would go to replicas[0]
+        group = node.partition_group("reopen", 0)
+        await until(lambda: node.partitions[group].state.high_watermark >= 1, "node 2 applied the write")
+        assert (await consume(node, "reopen", 0, 0)).high_watermark >= 1
+        await close_group(node, group, delete=False)  # what reopen_failed does first
+        with pytest.raises(NotLeader):
+            await consume(node, "reopen", 0, 0)
+        node.catalog_changed()  # ... and then: the reconciler opens it again
+        await until(lambda: group in node.partitions, "reopened")
