@@ -173,14 +173,11 @@ def _parse_head(head: bytes) -> tuple[int, CIMultiDict[str], int]:
 # A client sends the same few URLs over and over (a producer: one per partition);
 # splitting and quoting each anew cost about a tenth of a small request's client CPU.
 @functools.lru_cache(maxsize=1024)
-def _origin(url: str) -> tuple[str, str | None, int | None, str]:
+def _split(url: str) -> tuple[str, str | None, int | None, str, str]:
+    """(scheme, hostname, port, netloc, quoted path) of `url`."""
     parts = urlsplit(url)
-    return parts.scheme, parts.hostname, parts.port, parts.netloc
-
-
-@functools.lru_cache(maxsize=1024)
-def _path(url: str) -> str:
-    return quote(urlsplit(url).path or "/", safe="/:@!$&'()*+,;=-._~")
+    path = quote(parts.path or "/", safe="/:@!$&'()*+,;=-._~")
+    return parts.scheme, parts.hostname, parts.port, parts.netloc, path
 
 
 @functools.lru_cache(maxsize=1024)
@@ -209,7 +206,7 @@ class ConnectionPool:
                       headers: dict[str, str] | None = None, timeout_s: float) -> Response:
         """One exchange. Raises ConnectFailed, ExchangeFailed or TimeoutError (outcome unknown)."""
         server = self._server(url)
-        target = _path(url)
+        target = _split(url)[4]
         if query:
             target += "?" + _query(tuple(query.items()))
         lines = [f"{method} {target} HTTP/1.1", f"Host: {server.host_header}", f"Content-Length: {len(body)}"]
@@ -246,7 +243,7 @@ class ConnectionPool:
         await asyncio.sleep(0)  # let the transports finish closing
 
     def _server(self, url: str) -> _Server:
-        scheme, hostname, port, netloc = _origin(url)
+        scheme, hostname, port, netloc, _ = _split(url)
         key = f"{hostname}:{port}"
         server = self._servers.get(key)
         if server is None:
