@@ -97,7 +97,7 @@ def encode_frame(frame_type: int, group_id: int, body: bytes) -> bytes:
     return encode_frame_header(frame_type, group_id, body) + body
 
 
-def parse_frame_header(header: bytes, frame_bytes_max: int) -> FrameHeader:
+def parse_frame_header(header: bytes | memoryview, frame_bytes_max: int) -> FrameHeader:
     """Validate a frame header read off the wire, before its body is read."""
     assert len(header) == FRAME_HEADER_BYTES
     length, crc, frame_type, group_id = _HEADER.unpack(header)

@@ -32,10 +32,18 @@ import hashlib
 import hmac
 import secrets
 import struct
+from typing import Any, Protocol
 
 from multiraft.frames import TransportError
 
-__all__ = ["HandshakeError", "HandshakeStatus", "accept_handshake", "connect_handshake"]
+__all__ = [
+    "HandshakeError",
+    "HandshakeReader",
+    "HandshakeStatus",
+    "HandshakeWriter",
+    "accept_handshake",
+    "connect_handshake",
+]
 
 MAGIC = b"RLTP"
 HANDSHAKE_VERSION = 1
@@ -99,9 +107,24 @@ async def connect_handshake(
         raise HandshakeError(f"peer refused the proof: {_status_name(accept[0])}")
 
 
+class HandshakeReader(Protocol):
+    """What the server side reads with: a StreamReader, or an inbound connection."""
+
+    async def readexactly(self, n: int, /) -> bytes: ...
+
+
+class HandshakeWriter(Protocol):
+    """What the handshake writes with: a StreamWriter, or an inbound connection."""
+
+    @property
+    def transport(self) -> Any: ...
+
+    def write(self, data: bytes, /) -> None: ...
+
+
 async def accept_handshake(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
+    reader: HandshakeReader,
+    writer: HandshakeWriter,
     *,
     secret: bytes,
     node_id: int,
@@ -137,7 +160,7 @@ async def accept_handshake(
     return client_id
 
 
-def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+def _send(writer: HandshakeWriter, data: bytes) -> None:
     # uvloop refuses a write on a transport that a reset already closed (RuntimeError,
     # where asyncio's own loop drops it with a warning): either way the peer hung up.
     if writer.transport.is_closing():
@@ -145,7 +168,7 @@ def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
     writer.write(data)
 
 
-async def _read(reader: asyncio.StreamReader, size: int, what: str) -> bytes:
+async def _read(reader: HandshakeReader, size: int, what: str) -> bytes:
     try:
         return await reader.readexactly(size)
     except asyncio.IncompleteReadError as error:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import random
 import socket
-from typing import Any
+from typing import Any, Protocol
 
 from multiraft.frames import TransportError, encode_frame_header
 from multiraft.handshake import connect_handshake
@@ -240,7 +240,11 @@ class PeerLink:
         self._counters.bytes_out += len(data)
 
 
-def enable_keepalive(writer: asyncio.StreamWriter) -> None:
+class _HasSocket(Protocol):
+    def get_extra_info(self, name: str, default: Any = None, /) -> Any: ...
+
+
+def enable_keepalive(writer: _HasSocket) -> None:
     """TCP keepalive, so an idle connection to a vanished host is eventually noticed."""
     sock = writer.get_extra_info("socket")
     if sock is not None:

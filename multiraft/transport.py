@@ -1,20 +1,21 @@
 """The node's TCP transport: one outbound connection per peer, carrying every group.
 
     node 1                                         node 2
-    send(2, type, group, body) -> PeerLink(2) ---- TCP (dialled by 1) ----> inbound reader
-    inbound reader <---- TCP (dialled by 2) ---- PeerLink(1) <- send(1, ...)  -> on_frame(2, ...)
+    send(2, type, group, body) -> PeerLink(2) ---- TCP (dialled by 1) ----> InboundConnection
+    InboundConnection <---- TCP (dialled by 2) ---- PeerLink(1) <- send(1, ...)  -> on_frame(2, ...)
 
 Each node dials each peer once, so between two nodes there are two connections,
 one per direction; an outbound connection only writes (after the handshake) and
 an inbound one only reads. That keeps each side simple: the writer drains one
-bounded queue, the reader hands frames to `on_frame` in arrival order.
+bounded queue, the inbound connection (a protocol, multiraft/inbound.py) hands
+frames to `on_frame` in arrival order, from the callback that read them.
 
 Why a callback rather than a queue we own: `on_frame` is a plain synchronous
 call, so the runtime decides how to queue and bound inbound work per group
 without a second copy of that policy here. It must not block; if it raises, the
 error is logged and counted and the connection goes on.
 
-Every task this module starts (peer links, inbound readers) is tracked and
+Every task this module starts (peer links, inbound handshakes) is tracked and
 awaited by `stop()`. Faults from a peer (bad handshake, bad frame, oversized
 frame) drop that one connection and are counted; they never stop the transport.
 See docs/transport.md for the frame and handshake formats and the API.
@@ -29,15 +30,9 @@ from typing import Any
 
 import structlog
 
-from multiraft.frames import (
-    FRAME_HEADER_BYTES,
-    FrameTooLarge,
-    TransportError,
-    check_frame_crc,
-    frame_bytes,
-    parse_frame_header,
-)
+from multiraft.frames import FrameTooLarge, TransportError, frame_bytes
 from multiraft.handshake import SECRET_BYTES_MIN, accept_handshake
+from multiraft.inbound import InboundConnection
 from multiraft.peer_link import PeerLink, enable_keepalive
 from multiraft.transport_config import (
     PeerStats,
@@ -51,9 +46,6 @@ __all__ = ["OnFrame", "Transport"]
 OnFrame = Callable[[int, int, int, bytes], None]  # (source_node_id, frame_type, group_id, body)
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
-# Yield to the loop after this many frames read back to back, so one busy peer
-# cannot starve the rest while its data sits in the read buffer.
-_FRAMES_PER_YIELD = 64
 
 
 class Transport:
@@ -89,7 +81,7 @@ class Transport:
         self._counters = TransportCounters()
         self._links: dict[int, PeerLink] = {}
         self._retiring: set[asyncio.Task[None]] = set()  # links being cancelled
-        self._inbound: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._inbound: dict[asyncio.Task[None], InboundConnection] = {}
         self._inbound_by_source: dict[int, asyncio.Task[None]] = {}
         self._server: asyncio.Server | None = None
         self._running = False
@@ -101,12 +93,8 @@ class Transport:
     async def start(self) -> None:
         """Listen, then start dialling every peer."""
         assert not self._running and not self._stopped, "a transport starts once"
-        self._server = await asyncio.start_server(
-            self._accept,
-            self._listen_host,
-            self._listen_port,
-            limit=self._config.read_buffer_bytes,
-            reuse_address=True,
+        self._server = await asyncio.get_running_loop().create_server(
+            self._new_inbound, self._listen_host, self._listen_port, reuse_address=True
         )
         self._running = True
         for link in self._links.values():
@@ -130,8 +118,8 @@ class Transport:
                 tasks.append(task)
         self._links.clear()
         tasks.extend(self._retiring)
-        for task, writer in self._inbound.items():
-            writer.transport.abort()
+        for task, connection in self._inbound.items():
+            connection.abort()
             task.cancel()
             tasks.append(task)
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -231,16 +219,26 @@ class Transport:
 
     # ------------------------------------------------------------------ receiving
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """start_server's callback. A plain function, so that the reader task is
-        ours (tracked, cancelled and awaited by stop), not an anonymous one."""
+    def _new_inbound(self) -> InboundConnection:
+        """The listener's protocol factory: one reader per accepted connection."""
+        return InboundConnection(
+            frame_bytes_max=self._config.frame_bytes_max,
+            counters=self._counters,
+            on_frame=self._on_frame,
+            logger=self._logger,
+            on_connection=self._accept,
+        )
+
+    def _accept(self, connection: InboundConnection) -> None:
+        """A connection was accepted: start its handshake in a task of ours (tracked,
+        cancelled and awaited by stop); frames then flow without it."""
         if not self._running or len(self._inbound) >= self._config.inbound_connections_max:
             self._counters.inbound_refused += 1
-            self._logger.warning("inbound_refused", peer_address=_peername(writer))
-            writer.transport.abort()
+            self._logger.warning("inbound_refused", peer_address=_peername(connection))
+            connection.abort()
             return
-        task = asyncio.create_task(self._serve_inbound(reader, writer), name="transport-inbound")
-        self._inbound[task] = writer
+        task = asyncio.create_task(self._serve_inbound(connection), name="transport-inbound")
+        self._inbound[task] = connection
         task.add_done_callback(self._inbound_done)
 
     def _inbound_done(self, task: asyncio.Task[None]) -> None:
@@ -248,36 +246,26 @@ class Transport:
         if not task.cancelled() and task.exception() is not None:
             self._logger.error("inbound_task_failed", error=repr(task.exception()))
 
-    async def _serve_inbound(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        peer_address = _peername(writer)
+    async def _serve_inbound(self, connection: InboundConnection) -> None:
+        """Authenticate, then let the connection hand its frames on until it closes."""
         source: int | None = None
         try:
-            source = await self._authenticate(reader, writer, peer_address)
+            source = await self._authenticate(connection, _peername(connection))
             if source is None:
                 return
-            await self._read_frames(reader, source)
-        except asyncio.IncompleteReadError:
-            pass  # the peer closed between frames or mid-frame: an ordinary end
-        except (OSError, TransportError) as error:
-            self._counters.protocol_errors += 1
-            self._logger.warning(
-                "inbound_dropped", source=source, peer_address=peer_address, error=repr(error)
-            )
+            connection.start_frames(source)
+            await connection.closed
         finally:
-            writer.transport.abort()
+            connection.abort()
             if source is not None and self._inbound_by_source.get(source) is asyncio.current_task():
                 del self._inbound_by_source[source]
 
-    async def _authenticate(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer_address: object
-    ) -> int | None:
-        enable_keepalive(writer)
+    async def _authenticate(self, connection: InboundConnection, peer_address: object) -> int | None:
+        enable_keepalive(connection)
         try:
             async with asyncio.timeout(self._config.handshake_timeout_s):
                 source = await accept_handshake(
-                    reader, writer, secret=self._secret, node_id=self.node_id
+                    connection, connection, secret=self._secret, node_id=self.node_id
                 )
         except (OSError, TimeoutError, TransportError) as error:
             self._counters.handshakes_refused += 1
@@ -289,40 +277,11 @@ class Transport:
         assert current is not None
         previous = self._inbound_by_source.get(source)
         if previous is not None and previous in self._inbound:
-            self._inbound[previous].transport.abort()
+            self._inbound[previous].abort()
         self._inbound_by_source[source] = current
         self._logger.info("inbound_connected", source=source, peer_address=peer_address)
         return source
 
-    async def _read_frames(self, reader: asyncio.StreamReader, source: int) -> None:
-        frame_bytes_max = self._config.frame_bytes_max
-        counters = self._counters
-        on_frame = self._on_frame
-        since_yield = 0
-        while True:
-            header = parse_frame_header(
-                await reader.readexactly(FRAME_HEADER_BYTES), frame_bytes_max
-            )
-            body = await reader.readexactly(header.body_bytes) if header.body_bytes else b""
-            check_frame_crc(header, body)
-            counters.frames_in += 1
-            counters.bytes_in += FRAME_HEADER_BYTES + header.body_bytes
-            try:
-                on_frame(source, header.frame_type, header.group_id, body)
-            except Exception as error:
-                counters.on_frame_errors += 1
-                self._logger.exception(
-                    "on_frame_failed",
-                    source=source,
-                    frame_type=header.frame_type,
-                    group_id=header.group_id,
-                    error=repr(error),
-                )
-            since_yield += 1
-            if since_yield >= _FRAMES_PER_YIELD:
-                since_yield = 0
-                await asyncio.sleep(0)
 
-
-def _peername(writer: asyncio.StreamWriter) -> object:
-    return writer.get_extra_info("peername")
+def _peername(connection: InboundConnection) -> object:
+    return connection.get_extra_info("peername")
