@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from multiraft.frames import (
@@ -47,9 +48,9 @@ class InboundConnection(asyncio.Protocol):
         *,
         frame_bytes_max: int,
         counters: TransportCounters,
-        on_frame: Any,
+        on_frame: Callable[[int, int, int, bytes], None],
         logger: Any,
-        on_connection: Any,
+        on_connection: Callable[[InboundConnection], None],
     ) -> None:
         self._frame_bytes_max = frame_bytes_max
         self._counters = counters
@@ -141,6 +142,7 @@ class InboundConnection(asyncio.Protocol):
     def _dispatch(self) -> None:
         """Hand on the complete frames in the buffer, at most FRAMES_PER_TURN of them."""
         buffer, counters, source = self._buffer, self._counters, self._source
+        assert source is not None, "frames flow only once the handshake named their source"
         position, handed = 0, 0
         try:
             with memoryview(buffer) as view:  # released before the buffer is cut below
@@ -168,7 +170,7 @@ class InboundConnection(asyncio.Protocol):
             return
         del buffer[:position]
 
-    def _hand_on(self, source: int | None, frame_type: int, group_id: int, body: bytes) -> None:
+    def _hand_on(self, source: int, frame_type: int, group_id: int, body: bytes) -> None:
         try:
             self._on_frame(source, frame_type, group_id, body)
         except Exception as error:  # the callback's fault, not the peer's: the connection goes on
