@@ -14,13 +14,23 @@ follower -> leader -> client) plus the time a woken process waits for a core.
 To compare two versions, run this script from each checkout in turn, several
 times: this machine's speed varies by a third within minutes.
 
-    .venv/bin/python bench/sequential.py [--count 3000] [--warmup 200]
+`--floor` also runs the same shape with nothing of raftlog in it (bench/floor.py),
+one write there after each write here (in alternating order, so both meet the
+same moments of this machine), and prints its latency and raftlog's ratio to it:
+the floor's own p99 says how much tail the machine adds at that moment.
+
+`--legs` loads bench/trace_legs/ into the nodes (marks around a few functions,
+about a microsecond each) and prints, per process, the median wall and CPU time
+of each leg of a write (bench/legs.py): where the time goes, not just how much.
+
+    .venv/bin/python bench/sequential.py [--count 3000] [--warmup 200] [--floor] [--legs]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import statistics
@@ -33,10 +43,12 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import floor, legs
 from multiraft.clients.http import AsyncClient
 from multiraft.launcher import LocalCluster
 from storage.batch import Record, encode_batch
 
+TRACE_LEGS = Path(__file__).resolve().parent / "trace_legs"
 RAFT_PORT, HTTP_PORT = 17300, 18300  # apart from bench/node.py's, so both may run in turn
 
 
@@ -56,9 +68,14 @@ def own_times() -> tuple[float, float, int, int]:
     return usage.ru_utime, usage.ru_stime, usage.ru_nvcsw, usage.ru_nivcsw
 
 
-async def run(count: int, warmup: int) -> None:
+async def run(count: int, warmup: int, with_floor: bool, with_legs: bool) -> None:
     record = encode_batch([Record(None, b"x" * 100)], first_timestamp_ms=int(time.time() * 1000))
     with tempfile.TemporaryDirectory(prefix="raftlog-sequential-") as directory:
+        marks = Path(directory) / "legs"
+        if with_legs:  # the nodes inherit this process's environment
+            marks.mkdir()
+            os.environ["RAFTLOG_TRACE_LEGS"] = str(marks)
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TRACE_LEGS), os.environ.get("PYTHONPATH")]))
         cluster = LocalCluster(Path(directory), 3, raft_port=RAFT_PORT, http_port=HTTP_PORT)
         cluster.start()
         try:
@@ -74,28 +91,37 @@ async def run(count: int, warmup: int) -> None:
                     raise RuntimeError("no partition leader")
             leader_node = cluster.nodes[int(leader) - 1]
             pids = {node.node_id: int(node.pid_file.read_text()) for node in cluster.nodes}
-            async with AsyncClient([leader_node.http_addr], timeout_s=60) as client:
+            async with contextlib.AsyncExitStack() as stack:
+                client = await stack.enter_async_context(AsyncClient([leader_node.http_addr], timeout_s=60))
+                clients = [(client, "sequential")]
+                if with_floor:
+                    clients.append(((await stack.enter_async_context(floor.pipeline())).client, "floor"))
                 for _ in range(warmup):
-                    await client.produce_batch("sequential", 0, record)
+                    for each, topic in clients:
+                        await each.produce_batch(topic, 0, record)
                 before = {node: process_times(pid) for node, pid in pids.items()}
                 mine = own_times()
-                samples = []
-                for _ in range(count):
-                    began = time.perf_counter()
-                    await client.produce_batch("sequential", 0, record)
-                    samples.append((time.perf_counter() - began) * 1000)
+                runs: list[list[float]] = [[] for _ in clients]
+                for i in range(count):
+                    # Interleaved, in alternating order: both pipelines meet the same moments of this box.
+                    for k in (range(len(clients)) if i % 2 == 0 else reversed(range(len(clients)))):
+                        each, topic = clients[k]
+                        began = time.perf_counter()
+                        await each.produce_batch(topic, 0, record)
+                        runs[k].append((time.perf_counter() - began) * 1000)
                 after = {node: process_times(pid) for node, pid in pids.items()}
                 mine = tuple(b - a for a, b in zip(mine, own_times(), strict=True))
         finally:
             cluster.stop()
-    samples.sort()
+        leg_lines = legs.table(marks, pids, leader_node.node_id) if with_legs else []
+    samples = sorted(runs[0])
 
     def at(fraction: float) -> float:
         return samples[min(len(samples) - 1, int(len(samples) * fraction))]
 
     print(f"sequential single-record produce, {count} writes: p50 {statistics.median(samples):.2f} ms, "
           f"p90 {at(0.9):.2f} ms, p99 {at(0.99):.2f} ms, max {samples[-1]:.2f} ms")
-    rows = [("client", mine)]
+    rows = [] if with_floor else [("client", mine)]  # with the floor, this process drives both
     for node in sorted(pids):
         role = "leader" if node == leader_node.node_id else "follower"
         rows.append((f"node {node} ({role})", tuple(b - a for a, b in zip(before[node], after[node], strict=True))))
@@ -103,16 +129,26 @@ async def run(count: int, warmup: int) -> None:
     for name, (user, system, voluntary, involuntary) in rows:
         print(f"  {name:18s} {user / count * 1000:7.2f} ms {system / count * 1000:7.2f} ms"
               f"   {voluntary / count:8.2f} / {involuntary / count:.2f}")
+    if with_floor:
+        lowest = sorted(runs[1])
+        print("  (node CPU includes their idle cost while the floor's writes ran)")
+        print(f"floor (same shape, nothing of raftlog: bench/floor.py), interleaved: {floor.summary(lowest)}")
+        print(f"raftlog / floor: p50 {statistics.median(samples) / statistics.median(lowest):.1f}x, "
+              f"p99 {at(0.99) / floor.percentile(lowest, 0.99):.1f}x")
+    for line in leg_lines:
+        print(line)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--floor", action="store_true", help="also run bench/floor.py's pipeline and print ratios")
+    parser.add_argument("--legs", action="store_true", help="mark the nodes and print where each write's time goes")
     args = parser.parse_args()
     if args.count < 100:
         parser.error("--count: at least 100, or the p99 is one sample")
-    uvloop.run(run(args.count, args.warmup))  # the client on uvloop, like the nodes
+    uvloop.run(run(args.count, args.warmup, args.floor, args.legs))  # the client on uvloop, like the nodes
     return 0
 
 
