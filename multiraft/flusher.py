@@ -98,13 +98,12 @@ class Flusher:
         began = time.perf_counter()
         pending: list[tuple[SegmentStore, PendingSync]] = []
         refused: dict[int, BaseException] = {}
-        seen: set[int] = set()
-        for store, _ in waiting:
-            if id(store) in seen:
-                continue
-            seen.add(id(store))
+        stores = list({id(store): store for store, _ in waiting}.values())
+        # Decided before the syncs start: fsyncs that stay on the loop need no duplicate descriptors.
+        detach = sum(store.unsynced_bytes for store in stores) >= DETACH_BYTES_MIN
+        for store in stores:
             try:
-                started = store.start_sync()
+                started = store.start_sync(detached=detach)
             except Exception as error:  # this store's groups fail (and reopen); not the others
                 refused[id(store)] = error
                 continue
@@ -116,7 +115,7 @@ class Flusher:
                     future.set_exception(refused[id(store)])
             waiting = [(store, future) for store, future in waiting if id(store) not in refused]
         fsyncs = [fsync for _, started in pending for fsync in started.fsyncs]
-        if sum(started.bytes for _, started in pending) < DETACH_BYTES_MIN:
+        if not detach:
             try:
                 _run_all(fsyncs)
             except Exception as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from raftlog.messages import HardState
 from raftlog.types import Index, NodeId, Term
 from storage.config import FlushMode, FlushPolicy, StoreConfig
@@ -115,4 +117,29 @@ def test_a_sync_that_finishes_early_waits_for_the_one_begun_before_it(tmp_path):
     assert store.sync().durable_index == 0, "entries 1-4 are still being fsynced"
     _complete(store, large)
     assert store.sync().durable_index == 4
+    harness.close()
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_sync_run_on_the_loop_uses_the_open_descriptors(tmp_path):
+    # Goal: fsyncs handed out for another thread hold a duplicate descriptor each (the
+    # segment may be closed before they run); fsyncs that run at once on the store's own
+    # thread (the flusher's small flushes, one per write) make none, and are as durable.
+    harness = SegmentHarness(str(tmp_path))
+    store = harness.store
+    store.append(entries(1, 5))
+    before = _open_descriptors()
+    detached = store.start_sync()
+    assert detached is not None and _open_descriptors() == before + 1
+    _complete(store, detached)
+    assert _open_descriptors() == before
+    store.append(entries(5, 9))
+    inline = store.start_sync(detached=False)
+    assert inline is not None and inline.segments == 1 and _open_descriptors() == before
+    _complete(store, inline)
+    assert store.sync().durable_index == 8
+    assert harness.crash().last_index() == 8
     harness.close()
