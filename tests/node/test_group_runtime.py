@@ -17,7 +17,7 @@ from multiraft.group import COMMIT_HOLD_S, GroupRuntime
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
-from raftlog.errors import NotLeader, OutcomeUnknown
+from raftlog.errors import NotLeader, OutcomeUnknown, ProposalDropped
 from raftlog.messages import Entry, EntryKind, Message, MessageType, Role
 from raftlog.types import GroupId, Index, NodeId
 from storage.memory import MemoryStorage
@@ -155,3 +155,26 @@ async def test_commit_only_appends_are_held_and_replaced() -> None:
         await asyncio.gather(ticker, return_exceptions=True)
         for runtime in cluster.runtimes.values():
             await runtime.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_full_inbox_sheds_messages_and_refuses_proposals(monkeypatch) -> None:
+    """The inbox is bounded: past INBOX_ITEMS_MAX waiting inputs a message is dropped
+    (counted; Raft resends) and a proposal or read fails at once with ProposalDropped,
+    rather than the loop queueing without end behind a stalled group task. What was
+    queued in time is still delivered, in order."""
+    monkeypatch.setattr("multiraft.group.INBOX_ITEMS_MAX", 3)
+    cluster = Cluster()
+    runtime = cluster.runtimes[1]  # not started: nothing drains the inbox yet
+    beats = [Message(type=MessageType.HEARTBEAT, source=NodeId(2), target=NodeId(1), term=1) for _ in range(5)]
+    for beat in beats:
+        runtime.deliver(beat)
+    assert runtime.messages_shed == 2
+    with pytest.raises(ProposalDropped):
+        await runtime.propose([b"x"])
+    with pytest.raises(ProposalDropped):
+        await runtime.read_index()
+    stepped: list[Message] = []
+    monkeypatch.setattr(runtime.core, "step", stepped.append)
+    runtime._drain()
+    assert stepped == beats[:3]
