@@ -50,6 +50,11 @@ class Files(Protocol):
 
     def fsync(self, handle: FileHandle) -> None: ...
 
+    def to_os(self, handle: FileHandle) -> None:
+        """What was appended reaches the OS file now (only the write-behind double holds
+        appends back; the real thing wrote them already). May fail like a write."""
+        ...
+
     def detached_fsync(self, handle: FileHandle) -> Callable[[], None]:
         """An fsync of `handle` to run later, on another thread; closing the handle
         meanwhile is harmless. Writes made after this call are not covered."""
@@ -138,6 +143,9 @@ class OsFiles:
 
     def fsync(self, handle: FileHandle) -> None:
         os.fsync(handle.fd)
+
+    def to_os(self, handle: FileHandle) -> None:
+        pass  # O_APPEND writes went to the OS as they were made
 
     def detached_fsync(self, handle: FileHandle) -> Callable[[], None]:
         return fsync_later(handle.fd)

@@ -406,11 +406,14 @@ class SegmentStore:
             return None
         fsyncs = []
         for segment in self._dirty.values():
-            if detached:
-                with _disk_full_typed(segment.path):  # the write-behind double writes here
+            # The write-behind double writes here, so a failed write refuses this store
+            # alone (its groups reopen) rather than the whole flush.
+            with _disk_full_typed(segment.path):
+                if detached:
                     fsync = self._files.detached_fsync(segment.handle)
-            else:
-                fsync = functools.partial(self._files.fsync, segment.handle)
+                else:
+                    self._files.to_os(segment.handle)
+                    fsync = functools.partial(self._files.fsync, segment.handle)
             fsyncs.append(_disk_full_as_typed(fsync, segment.path))
         count, appended = len(self._dirty), self._unsynced_bytes
         self._dirty.clear()

@@ -139,17 +139,17 @@ class WriteBehindFiles:
         handle.size = size
 
     def fsync(self, handle: FileHandle) -> None:
-        self._to_os(handle)
+        self.to_os(handle)
         os.fsync(handle.fd)
 
     def detached_fsync(self, handle: FileHandle) -> Callable[[], None]:
         """The unsynced tail reaches the OS file now (this thread owns it); only the
         fsync runs later. A kill -9 before that fsync keeps those bytes, which is still
         what a power failure may leave: the store acknowledges nothing before it ends."""
-        self._to_os(handle)
+        self.to_os(handle)
         return fsync_later(handle.fd)
 
-    def _to_os(self, handle: FileHandle) -> None:
+    def to_os(self, handle: FileHandle) -> None:
         node = handle.node
         assert isinstance(node, _Node)
         if node.cut < node.os_size:

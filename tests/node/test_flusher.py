@@ -134,3 +134,38 @@ async def test_a_moved_commit_index_rides_with_the_next_flush_or_is_stored_after
     await asyncio.sleep(0.2)
     assert _stored_commit(db, 2) == 0, "a closed store is not written"
     await flusher.close()
+
+
+async def test_a_failed_hand_over_to_the_os_refuses_only_its_own_store(tmp_path, monkeypatch):
+    # Goal: with the chaos write-behind double, a small (on-the-loop) flush first hands
+    # each store's held-back appends to the OS; ENOSPC there fails that store's waiter
+    # (typed: its group reopens) and the other store's flush in the same turn goes on.
+    from storage.write_behind import WriteBehindFiles
+
+    db = StateDatabase(str(tmp_path / "state"))
+    files = WriteBehindFiles(str(tmp_path))
+    full_store, other = (SegmentStore(g, str(tmp_path / str(g)), db, files) for g in (1, 2))
+    try:
+        flusher = Flusher(db, structlog.get_logger())
+        full_store.append(entries(1, 3))
+        other.append(entries(1, 3))
+        real_writev = os.writev
+        full_fd = full_store._segments[-1].handle.fd
+
+        def writev(fd, buffers):
+            if fd == full_fd:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_writev(fd, buffers)
+
+        monkeypatch.setattr(os, "writev", writev)
+        refused, served = flusher.sync(full_store), flusher.sync(other)
+        with pytest.raises(DiskFullError):
+            await refused
+        await served
+        monkeypatch.undo()
+        assert other.sync().durable_index == 2
+        await flusher.close()
+    finally:
+        full_store.close()
+        other.close()
+        db.close()
