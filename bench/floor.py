@@ -5,7 +5,7 @@ answer) -> leader (its own append and fsync, commit on the first answer) -> clie
 This script runs exactly that shape with the least Python that can do it: a
 leader on aiohttp (one route with the produce path's shape, one middleware, a JSON
 answer, as raftlog's HTTP layer has), followers on a bare asyncio protocol, an
-8-byte header per frame, O_APPEND files with an fsync per write, all on uvloop
+12-byte header per frame, O_APPEND files with an fsync per write, all on uvloop
 and loopback, driven by raftlog's own HTTP client. No Raft, no CRC, no index, no
 state database, no metrics.
 
