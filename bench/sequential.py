@@ -115,12 +115,7 @@ async def run(count: int, warmup: int, with_floor: bool, with_legs: bool) -> Non
             cluster.stop()
         leg_lines = legs.table(marks, pids, leader_node.node_id) if with_legs else []
     samples = sorted(runs[0])
-
-    def at(fraction: float) -> float:
-        return samples[min(len(samples) - 1, int(len(samples) * fraction))]
-
-    print(f"sequential single-record produce, {count} writes: p50 {statistics.median(samples):.2f} ms, "
-          f"p90 {at(0.9):.2f} ms, p99 {at(0.99):.2f} ms, max {samples[-1]:.2f} ms")
+    print(f"sequential single-record produce, {count} writes: {floor.summary(samples)}")
     rows = [] if with_floor else [("client", mine)]  # with the floor, this process drives both
     for node in sorted(pids):
         role = "leader" if node == leader_node.node_id else "follower"
@@ -134,7 +129,7 @@ async def run(count: int, warmup: int, with_floor: bool, with_legs: bool) -> Non
         print("  (node CPU includes their idle cost while the floor's writes ran)")
         print(f"floor (same shape, nothing of raftlog: bench/floor.py), interleaved: {floor.summary(lowest)}")
         print(f"raftlog / floor: p50 {statistics.median(samples) / statistics.median(lowest):.1f}x, "
-              f"p99 {at(0.99) / floor.percentile(lowest, 0.99):.1f}x")
+              f"p99 {floor.percentile(samples, 0.99) / floor.percentile(lowest, 0.99):.1f}x")
     for line in leg_lines:
         print(line)
 
