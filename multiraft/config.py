@@ -9,6 +9,8 @@ node trusts them. Flags override the file.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import secrets
 import tomllib
@@ -167,10 +169,24 @@ def _secret(path: str | Path | None, data_dir: Path) -> bytes:
         return secret
     shared = data_dir.resolve().parent / "cluster.secret"
     if not shared.exists():
-        shared.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with open(shared, "x") as file:
-                file.write(secrets.token_hex(32))
-        except FileExistsError:
-            pass
+        _create_whole(shared, secrets.token_hex(32).encode())
     return shared.read_bytes().strip()
+
+
+def _create_whole(path: Path, content: bytes) -> None:
+    """Create `path` holding `content`, unless it exists: whoever comes first wins, and
+    nobody ever reads it half written (nodes started side by side race for it; one that
+    read an empty file refused to start). Written under a name of its own, then linked:
+    the name appears complete or not at all. Readable by the owner only (a secret)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        with contextlib.suppress(FileExistsError):  # another node's came first: everyone uses it
+            os.link(draft, path)
+    finally:
+        draft.unlink()

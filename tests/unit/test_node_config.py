@@ -60,3 +60,29 @@ def test_dev_cluster_shares_a_generated_secret(tmp_path: Path) -> None:
     first = load_config(_parse(argv))
     second = load_config(_parse([*argv[:3], str(tmp_path / "n2"), *argv[4:]]))
     assert first.cluster_secret == second.cluster_secret and len(first.cluster_secret) == 64
+
+
+def test_nodes_started_side_by_side_never_read_a_half_written_secret(tmp_path: Path, monkeypatch) -> None:
+    # Goal: a node that finds the shared secret file while another node is still
+    # creating it must not read it empty (CI saw "cluster_secret: at least 16 bytes" and
+    # a node that would not start). Here the second node comes in while the first is
+    # between deciding to create the file and having written it; both must end up
+    # with the same whole secret.
+    import multiraft.config as config
+
+    argv = [a for a in _base(tmp_path)][:-2]
+    second_argv = [*argv[:3], str(tmp_path / "n2"), *argv[4:]]
+    real_token_hex = config.secrets.token_hex
+    seen: list[bytes] = []
+
+    def token_hex(count: int) -> str:
+        if not seen:
+            seen.append(b"")  # only the first node's generation lets the other one in
+            seen[0] = load_config(_parse(second_argv)).cluster_secret
+        return real_token_hex(count)
+
+    monkeypatch.setattr(config.secrets, "token_hex", token_hex)
+    first = load_config(_parse(argv)).cluster_secret
+    assert len(first) == 64 and seen == [first]
+    assert (tmp_path / "cluster.secret").stat().st_mode & 0o077 == 0, "the secret is the owner's alone"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".cluster.secret")) == []
