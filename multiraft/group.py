@@ -54,6 +54,8 @@ from raftlog.types import GroupId, Index, Term
 COMMIT_HOLD_S = 0.005
 INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (Raft tolerates loss)
 DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
+_CAMPAIGNING = frozenset({Role.PRE_CANDIDATE, Role.CANDIDATE})
+CAMPAIGN_BACKOFF_SHIFT_MAX = 3  # a replica's clock slows to 1/8 after failed campaigns (see tick)
 PENDING_TICKS_MAX = 16  # ticks buffered while busy (etcd buffers 128 on its tick channel)
 # The ack-before-fsync chaos control (multiraft/unsafe.py) syncs this long after it
 # acknowledged: a kill -9 (with write-behind files) then loses up to this much
@@ -113,6 +115,10 @@ class GroupRuntime:
         # Quiescence (see quiescence.py): a quiet group is not ticked.
         self.quiesced = False
         self._idle_ticks = 0
+        self._woken_in: tuple[Any, ...] | None = None  # see wake_for_silence
+        self._held = False  # see hold_for_first_voter
+        self._campaigns_without_leader = 0  # see tick
+        self._ticks_offered = 0
         self.on_quiesce: Callable[[GroupId, int, int], None] | None = None
         # Node-level liveness of a peer; a group with a silent member never goes quiet
         # (its leader must keep ticking so the ISR notices).
@@ -165,10 +171,50 @@ class GroupRuntime:
     # ------------------------------------------------------------------ inputs (any task)
 
     def wake(self) -> None:
+        self._held = False
         if self.quiesced:
             self.quiesced = False
             self._idle_ticks = 0
             self._wakeup.set()
+
+    def hold_for_first_voter(self) -> None:
+        """A new group's other voters start quiet: the first voter campaigns at once
+        (`request_campaign`) and its vote request wakes them. Were they ticking, every
+        replica that opened before the first voter's (a thousand groups open over
+        seconds on a busy node) would time out and campaign too, and those contested
+        elections are what overloads a node creating many partitions. `release_hold`
+        wakes a replica that heard nothing, should that campaign never come."""
+        self._held = True
+        self.quiesced = True
+
+    def release_hold(self) -> None:
+        if self._held:
+            self.wake()
+
+    def wake_for_silence(self) -> None:
+        """Wake because a member's node fell silent, remembering the state it woke in: if
+        the node is heard again before anything happened here, `sleep_again` undoes it."""
+        if self.quiesced:
+            self.wake()
+            self._woken_in = self._sleep_state()
+
+    def sleep_again(self) -> bool:
+        """Back to quiet after a false alarm: only a follower still following the same
+        leader in the same term with the same log, nothing queued. The leader never woke
+        (its node was only slow), so nothing else would quiet this replica again; it would
+        campaign instead, and wake the leader's group to reject it. Safe as any quiescence:
+        it only withholds ticks."""
+        woken_in, self._woken_in = self._woken_in, None
+        if woken_in is None or self.quiesced or self._inbox or woken_in != self._sleep_state():
+            return False
+        if self.core.role is not Role.FOLLOWER:
+            return False
+        self.quiesced = True
+        return True
+
+    def _sleep_state(self) -> tuple[Any, ...]:
+        core = self.core
+        return (core.role, core.term, core.leader, core.log.last_index(), core.commit_index)
 
     def request_campaign(self) -> None:
         """Campaign once the bootstrap is applied (a new group's preferred leader does,
@@ -197,7 +243,7 @@ class GroupRuntime:
         return True
 
     def deliver(self, message: Message) -> None:
-        self.quiesced = False
+        self.quiesced = self._held = False
         if not self._enqueue("message", message):
             self.messages_shed += 1  # Raft retries: shedding beats blocking the loop
         self._wakeup.set()
@@ -205,6 +251,18 @@ class GroupRuntime:
     def tick(self) -> None:
         if self.quiesced:
             return
+        failed = self._campaigns_without_leader - 1
+        if failed > 0:
+            # Campaigns that found no leader back off: after each one this replica's clock
+            # runs at half the speed, down to an eighth, until some leader is known. When
+            # a busy node's messages take longer than an election timeout, every campaign
+            # times out before its votes arrive and starts another, whose messages slow
+            # the node further; without backing off, such an election storm never ends (a
+            # thousand new partitions on a slow box did just that). Withholding ticks is
+            # as safe as quiescence: ticks only drive liveness.
+            self._ticks_offered += 1
+            if self._ticks_offered % (1 << min(failed, CAMPAIGN_BACKOFF_SHIFT_MAX)):
+                return
         self._pending_ticks = min(self._pending_ticks + 1, PENDING_TICKS_MAX)
         self._wakeup.set()
 
@@ -298,7 +356,10 @@ class GroupRuntime:
         core = self.core
         ticks, self._pending_ticks = self._pending_ticks, 0
         for _ in range(ticks):
+            elapsed = core.election_elapsed
             core.tick()
+            if core.election_elapsed <= elapsed and core.role in _CAMPAIGNING:
+                self._campaigns_without_leader += 1  # its election timer ran out (see tick)
         inbox = self._inbox
         for _ in range(min(len(inbox), DRAIN_BATCH_MAX)):
             kind, item = inbox.popleft()
@@ -562,6 +623,8 @@ class GroupRuntime:
 
     def _check_role(self) -> None:
         leader = self.core.leader
+        if leader:
+            self._campaigns_without_leader = 0
         if leader != self._known_leader:
             self._known_leader = leader
             if leader:

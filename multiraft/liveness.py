@@ -40,9 +40,10 @@ class PeerLiveness:
     def is_live(self, node: int) -> bool:
         return self._clock() - self._last_heard.get(node, self._started) <= self.silence_s
 
-    def silent(self, peers: list[int]) -> set[int]:
-        now = self._clock()
-        return {p for p in peers if now - self._last_heard.get(p, self._started) > self.silence_s}
+    def silent(self, peers: list[int], periods: float = 1.0) -> set[int]:
+        """The peers not heard from for more than `periods` silence periods."""
+        now, limit = self._clock(), self.silence_s * periods
+        return {p for p in peers if now - self._last_heard.get(p, self._started) > limit}
 
     def next_ping(self, led: Callable[[], list[tuple[GroupId, int]]]) -> bytes:
         """The next ping's body: empty, or every few pings the (group, term) list that

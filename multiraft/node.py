@@ -89,6 +89,11 @@ METADATA_GROUP = replicas.METADATA_GROUP
 _PRODUCE = struct.Struct(">QB")  # group id, acks
 _QUIESCE = struct.Struct(">QQQ")  # group id, term, log end index
 FRAME_PING = 5  # node-level liveness (multiraft/liveness.py)
+# Quiet groups wake when a member's node has been silent this many election timeouts.
+# Waking is dear (every group a node shares with the silent one starts ticking), so a
+# stall of a busy peer must not pass for a death; a dead leader of an idle group is
+# replaced a little later instead (Kafka waits 9 s for a broker's session to expire).
+WAKE_SILENCE_PERIODS = 2
 FRAME_QUIESCE = 6
 ACKS = {"none": 0, "leader": 1, "quorum": 2, "all": 3}
 
@@ -110,8 +115,17 @@ class Node:
         self._flush_scheduled = False
         self._catalog_event = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self.liveness = PeerLiveness(config.election_timeout_ticks * config.tick_ms / 1000)
+        # Silence is counted in the ticks this node ran, not in wall time: after a stall of
+        # our own, peers' frames still wait in our sockets and must not look like silence.
+        self.ticks_run = 0
+        self.liveness = PeerLiveness(
+            config.election_timeout_ticks * config.tick_ms / 1000,
+            clock=lambda: self.ticks_run * config.tick_ms / 1000,
+        )
         self.ticks_skipped = 0
+        self._silent: set[int] = set()
+        self.peer_silences = 0  # peers that fell silent long enough to wake quiet groups
+        self.groups_back_to_quiet = 0  # groups such a silence woke for nothing (sleep_again)
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
         self.replay_floor: dict[GroupId, Index] = {}  # applied index of groups being reopened
         self.controller = Controller(self)
@@ -292,16 +306,29 @@ class Node:
                 self.ticks_skipped += int((loop.time() - next_tick) / interval)
                 next_tick = loop.time()
             count += 1
+            self.ticks_run = count
             if count % config.heartbeat_interval_ticks == 0:
                 self._ping_peers()
-            silent = self.liveness.silent(self._peer_ids())
+            silent = self.liveness.silent(self._peer_ids(), WAKE_SILENCE_PERIODS)
+            if silent != self._silent:
+                self._on_silence_change(silent)
             for runtime in list(self.groups.values()):
                 if runtime.quiesced:
                     # Quiet groups cost nothing per tick unless some peer node fell silent.
                     if not silent or not self._depends_on(runtime, silent):
                         continue
-                    runtime.wake()  # a member's node went silent: elect, or update the ISR
+                    runtime.wake_for_silence()  # a member's node went silent: elect, or update the ISR
                 runtime.tick()
+
+    def _on_silence_change(self, silent: set[int]) -> None:
+        """Log which peers fell silent or came back; a peer back before its followers here
+        campaigned was slow, not dead: they go quiet again rather than disturb its leaders."""
+        back = self._silent - silent
+        slept = sum(1 for r in self.groups.values() if r.sleep_again()) if back else 0
+        self.logger.info("peers_silent", silent=sorted(silent), heard_again=sorted(back), back_to_quiet=slept)
+        self.peer_silences += len(silent - self._silent)
+        self.groups_back_to_quiet += slept
+        self._silent = silent
 
     def _depends_on(self, runtime: GroupRuntime, silent: set[int]) -> bool:
         core = runtime.core

@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from multiraft import heap
 from multiraft.compaction import Boundaries
 from multiraft.group import GroupRuntime
 from multiraft.machines import CatalogMachine, PartitionMachine
@@ -36,6 +37,9 @@ METADATA_GROUP = GroupId(0)
 # catalog's latest start point, so a restart replays a few MiB, not the cluster's life.
 METADATA_LOG_CONFIG = {"segment_bytes": 1 << 20, "retention_bytes": 8 << 20, "retention_ms": -1}
 GROUP_REOPEN_DELAY_S = 1.0  # before a failed group is opened again from disk
+# How long (in election timeouts) a new group's other voters wait quietly for its first
+# voter's campaign before they start their own clocks (GroupRuntime.hold_for_first_voter).
+FIRST_VOTER_WAIT_TIMEOUTS = 4
 
 
 def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any,
@@ -87,6 +91,10 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     runtime.ack_before_fsync = node.hooks.ack_before_fsync
     if created and voters[0] == node.id:
         runtime.request_campaign()
+    elif created:
+        runtime.hold_for_first_voter()
+        hold_s = FIRST_VOTER_WAIT_TIMEOUTS * config.election_timeout_ticks * config.tick_ms / 1000
+        asyncio.get_running_loop().call_later(hold_s, runtime.release_hold)
     node.groups[group_id] = runtime
     node.stores[group_id] = store
     runtime.start()
@@ -148,8 +156,10 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
         changed.clear()
         node.update_peers()
         wanted = groups_for_node(node.catalog, node.id)
+        opened = closed = 0
         for group_id, local in sorted(wanted.items()):
             if group_id not in node.groups:
+                opened += 1
                 machine = PartitionMachine(local.topic, local.partition, dedup=not node.hooks.no_dedup)
                 node.partitions[group_id] = machine
                 topic = node.catalog.topics.get(local.topic)
@@ -164,6 +174,10 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
                 node.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
         for group_id in sorted(set(node.groups) - set(wanted) - {METADATA_GROUP}):
             await close_group(node, group_id, delete=True)
+            closed += 1
+        if opened or closed:
+            pause = heap.settle(groups_closed=closed > 0)
+            node.logger.info("heap_settled", opened=opened, closed=closed, pause_ms=round(pause * 1000, 1))
 
 
 def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:

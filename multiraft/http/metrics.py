@@ -106,6 +106,10 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily("raftlog_node_topics", "topics in the catalog", value=len(node.catalog.topics))
         yield GaugeMetricFamily("raftlog_quiesced_groups", "idle groups that stopped ticking",
                                 value=node.quiesced_groups())
+        yield CounterMetricFamily("raftlog_peer_silences", "peers silent long enough to wake quiet groups",
+                                  value=node.peer_silences)
+        yield CounterMetricFamily("raftlog_groups_back_to_quiet", "groups a peer's silence woke for nothing",
+                                  value=node.groups_back_to_quiet)
         if node.transport is None:
             return
         stats = node.transport.stats()

@@ -8,6 +8,7 @@ leader that loses its leadership fails its waiters with OutcomeUnknown.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
 import pytest
@@ -37,7 +38,7 @@ class ListMachine:
 
 
 class Cluster:
-    def __init__(self, n: int = 3) -> None:
+    def __init__(self, n: int = 3, **config: int) -> None:
         entries, hard_state = bootstrap_entries([NodeId(i) for i in range(1, n + 1)])
         self.runtimes: dict[int, GroupRuntime] = {}
         self.isolated: set[int] = set()
@@ -46,7 +47,7 @@ class Cluster:
             storage.append(entries)
             storage.set_hard_state(hard_state)
             storage.sync()
-            core = RaftCore(Config(node_id=NodeId(node)), storage, random.Random(node))
+            core = RaftCore(Config(node_id=NodeId(node), **config), storage, random.Random(node))
             self.runtimes[node] = GroupRuntime(
                 GroupId(7), core, storage, ListMachine(), self.route, structlog.get_logger()
             )
@@ -178,3 +179,116 @@ async def test_a_full_inbox_sheds_messages_and_refuses_proposals(monkeypatch) ->
     monkeypatch.setattr(runtime.core, "step", stepped.append)
     runtime._drain()
     assert stepped == beats[:3]
+
+
+@pytest.mark.asyncio
+async def test_a_follower_woken_by_a_false_alarm_goes_back_to_quiet() -> None:
+    """A quiet follower woken because its leader's node seemed silent goes quiet again
+    when that node is heard before anything changed here (the node was slow, and its
+    leader never woke, so nothing else would quiet the follower). Once the follower has
+    campaigned, or a leader was woken, it stays awake: that is no false alarm to undo."""
+    cluster = Cluster(heartbeat_interval_ticks=2)  # as a node's (a heartbeat every tick wakes the quiet)
+    for node, runtime in cluster.runtimes.items():
+        runtime.on_quiesce = lambda group, term, index, node=node: [
+            r.request_quiesce(node, term, index) for n, r in cluster.runtimes.items() if n != node]
+        runtime.start()
+    ticker = asyncio.create_task(cluster.ticker())
+    try:
+        async with asyncio.timeout(20):
+            leader = await cluster.leader()
+            await leader.propose([b"a"])
+            while not all(r.quiesced for r in cluster.runtimes.values()):
+                await asyncio.sleep(0.01)
+            follower = next(r for r in cluster.runtimes.values() if r is not leader)
+
+            follower.wake_for_silence()
+            assert not follower.quiesced
+            await asyncio.sleep(0.02)  # a few ticks, fewer than an election timeout
+            assert follower.sleep_again() and follower.quiesced
+            assert not follower.sleep_again(), "nothing to undo twice"
+
+            cluster.isolated.add(leader.core.id)  # now the leader's node is silent for real
+            follower.wake_for_silence()
+            while follower.core.role is Role.FOLLOWER:
+                await asyncio.sleep(0.01)
+            assert not follower.sleep_again() and not follower.quiesced, "it campaigned: stays awake"
+
+            cluster.isolated.clear()
+            leader.wake_for_silence()
+            assert not leader.sleep_again() and not leader.quiesced, "a leader quiets by asking its followers"
+    finally:
+        ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
+        for runtime in cluster.runtimes.values():
+            await runtime.stop()
+
+
+@pytest.mark.asyncio
+async def test_campaigns_that_find_no_leader_slow_the_replicas_clock() -> None:
+    """A replica that campaigned again and again without a leader emerging lets through
+    only every 2nd, 4th, then 8th tick, so an overloaded node's election storm thins out
+    instead of feeding itself; the first campaign is not slowed, and once a leader is
+    known the clock runs at full speed again."""
+    cluster = Cluster()
+    lonely = cluster.runtimes[1]
+    cluster.isolated.update({2, 3})  # nobody answers node 1: every campaign fails
+    for runtime in cluster.runtimes.values():
+        runtime.start()  # only node 1's clock runs
+    try:
+        async with asyncio.timeout(20):
+            campaigns: list[int] = []
+            for _ in range(400):
+                lonely.tick()
+                await asyncio.sleep(0)  # let the group task drain the tick
+                campaigns.append(lonely._campaigns_without_leader)
+            assert max(campaigns) >= 5, "it kept campaigning, at a slowing pace"
+            # Ticks between the starts of consecutive campaigns grow to 8 election timeouts.
+            starts = [i for i in range(1, len(campaigns)) if campaigns[i] > campaigns[i - 1]]
+            gaps = [b - a for a, b in itertools.pairwise(starts)]
+            timeout = lonely.core.config.election_timeout_ticks
+            assert gaps[0] < 2 * timeout and gaps[-1] >= 8 * timeout, gaps
+            cluster.isolated.clear()  # a leader appears
+            while lonely.core.leader == 0:
+                lonely.tick()
+                await asyncio.sleep(0.001)
+            assert lonely._campaigns_without_leader == 0
+    finally:
+        for runtime in cluster.runtimes.values():
+            await runtime.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_held_replica_waits_for_the_first_voter_and_wakes_for_it() -> None:
+    """A new group's other voters start quiet (no ticks, so no competing campaigns) and
+    wake at the first voter's vote request; release_hold wakes one that heard nothing,
+    and does not wake a replica that has since gone quiet for the ordinary reason."""
+    cluster = Cluster()
+    held = [cluster.runtimes[2], cluster.runtimes[3]]
+    for runtime in held:
+        runtime.hold_for_first_voter()
+    for runtime in cluster.runtimes.values():
+        runtime.start()
+    cluster.isolated.add(1)  # the first voter's group has not opened yet
+    ticker = asyncio.create_task(cluster.ticker())
+    try:
+        async with asyncio.timeout(20):
+            await asyncio.sleep(0.5)  # many election timeouts of 5 ms ticks
+            assert all(r.quiesced and r.core.role is Role.FOLLOWER for r in held), "held replicas do not campaign"
+            cluster.isolated.clear()
+            cluster.runtimes[1].request_campaign()
+            leader = await cluster.leader()
+            assert leader is cluster.runtimes[1] and not any(r.quiesced for r in held)
+
+            lone = Cluster()
+            waiting = lone.runtimes[2]
+            waiting.hold_for_first_voter()
+            waiting.release_hold()
+            assert not waiting.quiesced, "no campaign came: it starts its own clock"
+            waiting.quiesced = True  # later quiet for the ordinary reason
+            waiting.release_hold()
+            assert waiting.quiesced, "a stale release does not wake it"
+    finally:
+        ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
+        for runtime in cluster.runtimes.values():
+            await runtime.stop()

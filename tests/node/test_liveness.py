@@ -32,6 +32,19 @@ def test_a_peer_not_heard_yet_is_live_for_one_silence_period_after_start():
     assert liveness.silent([2, 3]) == {2, 3}
 
 
+
+def test_silence_can_be_asked_for_over_several_periods():
+    # Goal: quiet groups wake only after a longer silence than "not live" takes (the
+    # node's WAKE_SILENCE_PERIODS), so a stall shorter than that wakes nothing.
+    clock = Clock()
+    liveness = PeerLiveness(silence_s=1.0, clock=clock)
+    liveness.heard(2)
+    clock.now += 1.5
+    assert not liveness.is_live(2) and liveness.silent([2]) == {2}
+    assert liveness.silent([2], periods=2) == set()
+    clock.now += 0.6
+    assert liveness.silent([2], periods=2) == {2}
+
 def test_leaders_list_rides_every_tenth_ping_and_replaces_the_senders_entries():
     # Goal: the list is built only when sent; a newer list from a node replaces its
     # old claims; a claim with a lower term does not beat another node's.

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from multiraft.config import Address, NodeConfig
-from multiraft.node import Node
+from multiraft.node import WAKE_SILENCE_PERIODS, Node
 from raftlog.errors import ClientError
 from raftlog.messages import Role
 from raftlog.types import NodeId
@@ -319,6 +320,25 @@ async def test_idle_groups_quiesce_and_wake(tmp_path: Path) -> None:
     # one, and the death of a leader's node wakes its groups elsewhere to elect.
     await _quiesce_scenario(tmp_path, partitions=60, timeout_s=90)
 
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_stall_of_the_nodes_own_loop_wakes_no_quiet_group(tmp_path: Path) -> None:
+    # Goal: a node whose own event loop stalled (a long GC pass, a starved CPU) does not
+    # take its peers for silent when it resumes: their frames were only waiting for it.
+    # Silence is counted in the ticks the node ran, and overdue ticks are dropped. Here
+    # the three nodes share one loop, so none pinged while it was blocked.
+    async with running_cluster(tmp_path, 60) as nodes:
+        await nodes[0].create_topic("stall", 3, 3, {})
+        for node in nodes:
+            await node.wait_for_topic("stall")
+        await until(lambda: all(n.quiesced_groups() == 4 for n in nodes), "all 4 groups quiet everywhere", 30)
+        wake_after_s = nodes[0].liveness.silence_s * WAKE_SILENCE_PERIODS
+        time.sleep(3 * wake_after_s)  # blocks the loop: no tick, no ping, no read
+        for _ in range(10):
+            await asyncio.sleep(0.05)
+            assert [n.peer_silences for n in nodes] == [0, 0, 0], "a stall of our own is no silence of theirs"
+            assert all(n.quiesced_groups() == 4 for n in nodes)
 
 @pytest.mark.integration
 @pytest.mark.asyncio
