@@ -8,8 +8,10 @@ leader that loses its leadership fails its waiters with OutcomeUnknown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
+from collections.abc import AsyncIterator
 
 import pytest
 import structlog
@@ -62,6 +64,23 @@ class Cluster:
             for runtime in self.runtimes.values():
                 runtime.tick()  # an isolated node's clock keeps running
             await asyncio.sleep(0.005)
+
+    @contextlib.asynccontextmanager
+    async def running(self, ticking: bool = True) -> AsyncIterator[None]:
+        """Every runtime started (and the shared ticker, if `ticking`), all stopped after;
+        the body has 20 s."""
+        for runtime in self.runtimes.values():
+            runtime.start()
+        ticker = asyncio.create_task(self.ticker()) if ticking else None
+        try:
+            async with asyncio.timeout(20):
+                yield
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+            for runtime in self.runtimes.values():
+                await runtime.stop()
 
     async def leader(self) -> GroupRuntime:
         while True:
@@ -191,36 +210,28 @@ async def test_a_follower_woken_by_a_false_alarm_goes_back_to_quiet() -> None:
     for node, runtime in cluster.runtimes.items():
         runtime.on_quiesce = lambda group, term, index, node=node: [
             r.request_quiesce(node, term, index) for n, r in cluster.runtimes.items() if n != node]
-        runtime.start()
-    ticker = asyncio.create_task(cluster.ticker())
-    try:
-        async with asyncio.timeout(20):
-            leader = await cluster.leader()
-            await leader.propose([b"a"])
-            while not all(r.quiesced for r in cluster.runtimes.values()):
-                await asyncio.sleep(0.01)
-            follower = next(r for r in cluster.runtimes.values() if r is not leader)
+    async with cluster.running():
+        leader = await cluster.leader()
+        await leader.propose([b"a"])
+        while not all(r.quiesced for r in cluster.runtimes.values()):
+            await asyncio.sleep(0.01)
+        follower = next(r for r in cluster.runtimes.values() if r is not leader)
 
-            follower.wake_for_silence()
-            assert not follower.quiesced
-            await asyncio.sleep(0.02)  # a few ticks, fewer than an election timeout
-            assert follower.sleep_again() and follower.quiesced
-            assert not follower.sleep_again(), "nothing to undo twice"
+        follower.wake_for_silence()
+        assert not follower.quiesced
+        await asyncio.sleep(0)  # its task runs; far from an election timeout
+        assert follower.sleep_again() and follower.quiesced
+        assert not follower.sleep_again(), "nothing to undo twice"
 
-            cluster.isolated.add(leader.core.id)  # now the leader's node is silent for real
-            follower.wake_for_silence()
-            while follower.core.role is Role.FOLLOWER:
-                await asyncio.sleep(0.01)
-            assert not follower.sleep_again() and not follower.quiesced, "it campaigned: stays awake"
+        cluster.isolated.add(leader.core.id)  # now the leader's node is silent for real
+        follower.wake_for_silence()
+        while follower.core.role is Role.FOLLOWER:
+            await asyncio.sleep(0.01)
+        assert not follower.sleep_again() and not follower.quiesced, "it campaigned: stays awake"
 
-            cluster.isolated.clear()
-            leader.wake_for_silence()
-            assert not leader.sleep_again() and not leader.quiesced, "a leader quiets by asking its followers"
-    finally:
-        ticker.cancel()
-        await asyncio.gather(ticker, return_exceptions=True)
-        for runtime in cluster.runtimes.values():
-            await runtime.stop()
+        cluster.isolated.clear()
+        leader.wake_for_silence()
+        assert not leader.sleep_again() and not leader.quiesced, "a leader quiets by asking its followers"
 
 
 @pytest.mark.asyncio
@@ -232,29 +243,23 @@ async def test_campaigns_that_find_no_leader_slow_the_replicas_clock() -> None:
     cluster = Cluster()
     lonely = cluster.runtimes[1]
     cluster.isolated.update({2, 3})  # nobody answers node 1: every campaign fails
-    for runtime in cluster.runtimes.values():
-        runtime.start()  # only node 1's clock runs
-    try:
-        async with asyncio.timeout(20):
-            campaigns: list[int] = []
-            for _ in range(400):
-                lonely.tick()
-                await asyncio.sleep(0)  # let the group task drain the tick
-                campaigns.append(lonely._campaigns_without_leader)
-            assert max(campaigns) >= 5, "it kept campaigning, at a slowing pace"
-            # Ticks between the starts of consecutive campaigns grow to 8 election timeouts.
-            starts = [i for i in range(1, len(campaigns)) if campaigns[i] > campaigns[i - 1]]
-            gaps = [b - a for a, b in itertools.pairwise(starts)]
-            timeout = lonely.core.config.election_timeout_ticks
-            assert gaps[0] < 2 * timeout and gaps[-1] >= 8 * timeout, gaps
-            cluster.isolated.clear()  # a leader appears
-            while lonely.core.leader == 0:
-                lonely.tick()
-                await asyncio.sleep(0.001)
-            assert lonely._campaigns_without_leader == 0
-    finally:
-        for runtime in cluster.runtimes.values():
-            await runtime.stop()
+    async with cluster.running(ticking=False):  # only node 1's clock runs, by hand
+        campaigns: list[int] = []
+        for _ in range(400):
+            lonely.tick()
+            await asyncio.sleep(0)  # let the group task drain the tick
+            campaigns.append(lonely._campaigns_without_leader)
+        assert max(campaigns) >= 5, "it kept campaigning, at a slowing pace"
+        # Ticks between the starts of consecutive campaigns grow to 8 election timeouts.
+        starts = [i for i in range(1, len(campaigns)) if campaigns[i] > campaigns[i - 1]]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        timeout = lonely.core.config.election_timeout_ticks
+        assert gaps[0] < 2 * timeout and gaps[-1] >= 8 * timeout, gaps
+        cluster.isolated.clear()  # a leader appears
+        while lonely.core.leader == 0:
+            lonely.tick()
+            await asyncio.sleep(0.001)
+        assert lonely._campaigns_without_leader == 0
 
 
 @pytest.mark.asyncio
@@ -266,29 +271,20 @@ async def test_a_held_replica_waits_for_the_first_voter_and_wakes_for_it() -> No
     held = [cluster.runtimes[2], cluster.runtimes[3]]
     for runtime in held:
         runtime.hold_for_first_voter()
-    for runtime in cluster.runtimes.values():
-        runtime.start()
     cluster.isolated.add(1)  # the first voter's group has not opened yet
-    ticker = asyncio.create_task(cluster.ticker())
-    try:
-        async with asyncio.timeout(20):
-            await asyncio.sleep(0.5)  # many election timeouts of 5 ms ticks
-            assert all(r.quiesced and r.core.role is Role.FOLLOWER for r in held), "held replicas do not campaign"
-            cluster.isolated.clear()
-            cluster.runtimes[1].request_campaign()
-            leader = await cluster.leader()
-            assert leader is cluster.runtimes[1] and not any(r.quiesced for r in held)
+    async with cluster.running():
+        await asyncio.sleep(0.5)  # many election timeouts of 5 ms ticks
+        assert all(r.quiesced and r.core.role is Role.FOLLOWER for r in held), "held replicas do not campaign"
+        cluster.isolated.clear()
+        cluster.runtimes[1].request_campaign()
+        leader = await cluster.leader()
+        assert leader is cluster.runtimes[1] and not any(r.quiesced for r in held)
 
-            lone = Cluster()
-            waiting = lone.runtimes[2]
-            waiting.hold_for_first_voter()
-            waiting.release_hold()
-            assert not waiting.quiesced, "no campaign came: it starts its own clock"
-            waiting.quiesced = True  # later quiet for the ordinary reason
-            waiting.release_hold()
-            assert waiting.quiesced, "a stale release does not wake it"
-    finally:
-        ticker.cancel()
-        await asyncio.gather(ticker, return_exceptions=True)
-        for runtime in cluster.runtimes.values():
-            await runtime.stop()
+        lone = Cluster()
+        waiting = lone.runtimes[2]
+        waiting.hold_for_first_voter()
+        waiting.release_hold()
+        assert not waiting.quiesced, "no campaign came: it starts its own clock"
+        waiting.quiesced = True  # later quiet for the ordinary reason
+        waiting.release_hold()
+        assert waiting.quiesced, "a stale release does not wake it"
