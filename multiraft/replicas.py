@@ -159,7 +159,6 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
         opened = closed = 0
         for group_id, local in sorted(wanted.items()):
             if group_id not in node.groups:
-                opened += 1
                 machine = PartitionMachine(local.topic, local.partition, dedup=not node.hooks.no_dedup)
                 node.partitions[group_id] = machine
                 topic = node.catalog.topics.get(local.topic)
@@ -171,6 +170,7 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
                     node.logger.error("group_open_failed", group_id=group_id, error=repr(error))
                     asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, node.catalog_changed)
                     continue
+                opened += 1
                 node.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
         for group_id in sorted(set(node.groups) - set(wanted) - {METADATA_GROUP}):
             await close_group(node, group_id, delete=True)
