@@ -126,6 +126,7 @@ class GroupRuntime:
         # Cross-group group commit (multiraft/flusher.py); None: the store syncs alone.
         self.sync: Callable[[Any], Awaitable[None]] | None = None
         self.store_lazily: Callable[[Any], None] | None = None
+        self.write_states: Callable[[], None] | None = None  # see Flusher.write_states
         self._campaign_requested = False
         self.failed = False
         # Partition state at closed-segment ends, for retention (multiraft/compaction.py).
@@ -418,6 +419,7 @@ class GroupRuntime:
 
     async def _handle_ready(self) -> None:
         ready = self.core.ready()
+        flushed = False
         for message in ready.messages:
             self._send_or_hold(message)
         store = self.store
@@ -443,6 +445,7 @@ class GroupRuntime:
                     self.sync(store).add_done_callback(_consume_outcome)
             elif self.sync is not None:
                 await self.sync(store)  # shared with every group of this loop turn
+                flushed = True
             else:
                 store.sync()
                 await asyncio.sleep(0)  # let other groups run between Readys
@@ -450,6 +453,8 @@ class GroupRuntime:
             self._release_persisted(ready.entries[-1].index)
         for message in ready.persisted_messages:
             self._send_or_hold(message)
+        if flushed and self.write_states is not None:
+            self.write_states()  # the flush's state write, after the answers, before applying
         if ready.committed_entries:
             began = time.perf_counter()
             # The configuration in force at each entry, for retention's captures (the core

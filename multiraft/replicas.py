@@ -88,6 +88,7 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     runtime.is_live = node.is_live
     runtime.sync = node.flusher.sync
     runtime.store_lazily = node.flusher.store_lazily
+    runtime.write_states = node.flusher.write_states
     runtime.ack_before_fsync = node.hooks.ack_before_fsync
     if created and voters[0] == node.id:
         runtime.request_campaign()

@@ -443,17 +443,27 @@ class SegmentStore:
         with _disk_full_typed(segment.path):
             self._files.fsync(segment.handle)
 
+    def vote_unsaved(self) -> bool:
+        """Would `stage_state` stage a new term or vote (a write that must be synced)?"""
+        if not self._state_changed:
+            return False
+        stored, durable = self._hard_state_to_store(), self._durable_hard_state
+        return (stored.term, stored.vote) != (durable.term, durable.vote)
+
+    def _hard_state_to_store(self) -> HardState:
+        hard = self._hard_state
+        if self.config.persist_vote:
+            return hard
+        # The vote-without-persist control: a restart forgets term and vote.
+        opened = self._opened_hard_state
+        return HardState(term=opened.term, vote=opened.vote, commit=hard.commit)
+
     def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
         which must be synced whatever the flush policy (a node never votes twice)."""
         if not self._state_changed:
             return False
-        hard, durable = self._hard_state, self._durable_hard_state
-        stored = hard
-        if not self.config.persist_vote:
-            # The vote-without-persist control: a restart forgets term and vote.
-            opened = self._opened_hard_state
-            stored = HardState(term=opened.term, vote=opened.vote, commit=hard.commit)
+        durable, stored = self._durable_hard_state, self._hard_state_to_store()
         if self.config.flush.mode is FlushMode.FSYNC and stored.commit > self._durable_index:
             # Entries may be appended while an fsync runs on another thread: the commit
             # index is stored only as far as the log is durable, so a crash never leaves

@@ -118,6 +118,7 @@ async def test_a_moved_commit_index_rides_with_the_next_flush_or_is_stored_after
     assert _stored_commit(db, 1) == 0, "not stored on its own"
     other.append(entries(1, 3))
     await flusher.sync(other)
+    flusher.write_states()  # what the woken group does before it applies
     assert _stored_commit(db, 1) == 3, "stored with another group's flush"
 
     leader.append(entries(4, 5))
@@ -133,6 +134,83 @@ async def test_a_moved_commit_index_rides_with_the_next_flush_or_is_stored_after
     other.close()
     await asyncio.sleep(0.2)
     assert _stored_commit(db, 2) == 0, "a closed store is not written"
+    await flusher.close()
+
+
+async def test_a_flush_wakes_its_waiters_before_it_writes_the_states(stores):
+    # Goal: a follower's answer waits for its entries' fsync, not for the database write
+    # of its commit and applied indexes: the waiter runs first, the state is written when
+    # it calls write_states (or, if nobody does, one loop turn later), once for all stores.
+    db, (one, two) = stores
+    flusher = Flusher(db, structlog.get_logger())
+    for store in (one, two):
+        store.append(entries(1, 3))
+        store.set_hard_state(HardState(term=Term(1), commit=Index(0)))
+    await asyncio.gather(flusher.sync(one), flusher.sync(two))
+    flusher.write_states()
+    writes = []
+    original = db.write
+    db.write = lambda batch, sync: (writes.append(sync), original(batch, sync=sync))  # type: ignore[method-assign]
+
+    one.append(entries(3, 4))
+    one.set_hard_state(HardState(term=Term(1), commit=Index(2)))
+    two.set_hard_state(HardState(term=Term(1), commit=Index(2)))
+    flusher.store_lazily(two)
+    await flusher.sync(one)
+    assert (_stored_commit(db, 1), _stored_commit(db, 2), writes) == (0, 0, []), "not before the waiter ran"
+    flusher.write_states()
+    assert (_stored_commit(db, 1), _stored_commit(db, 2), writes) == (2, 2, [False]), "one unsynced write"
+    flusher.write_states()
+    assert writes == [False], "nothing is written twice"
+
+    one.append(entries(4, 5))
+    one.set_hard_state(HardState(term=Term(1), commit=Index(3)))
+    await flusher.sync(one)
+    await asyncio.sleep(0)
+    assert (_stored_commit(db, 1), writes) == (3, [False, False]), "written a turn later without a call"
+    await flusher.close()
+
+
+async def test_a_new_term_or_vote_is_written_and_synced_before_the_waiters_wake(stores):
+    # Goal: a vote is durable before the message that carries it is sent, so a flush
+    # with a term or vote change writes (synced) before its waiters run.
+    db, (one, _) = stores
+    flusher = Flusher(db, structlog.get_logger())
+    one.append(entries(1, 3))
+    one.set_hard_state(HardState(term=Term(2), vote=2, commit=Index(1)))
+    synced_before = flusher.synced_writes
+    await flusher.sync(one)
+    stored = decode_hard_state(db.get(group_key(HARD_STATE, 1)))
+    assert (stored.term, stored.vote, stored.commit) == (2, 2, 1)
+    assert flusher.synced_writes == synced_before + 1
+    await flusher.close()
+
+
+async def test_a_failed_state_write_fails_the_stores_next_flush(stores, monkeypatch):
+    # Goal: a state write that fails after the waiters woke is not lost silently: the
+    # caller gets the error and every store of that write fails its next flush (typed),
+    # so its group reopens from disk.
+    db, (one, two) = stores
+    flusher = Flusher(db, structlog.get_logger())
+    one.append(entries(1, 3))
+    one.set_hard_state(HardState(term=Term(1), commit=Index(0)))
+    await flusher.sync(one)  # a new term: written before the waiter woke
+    one.append(entries(3, 4))
+    one.set_hard_state(HardState(term=Term(1), commit=Index(2)))
+    await flusher.sync(one)  # only the commit moved: written by write_states
+
+    def broken(batch, sync):
+        raise OSError(errno.EIO, "state database write failed")
+
+    monkeypatch.setattr(db, "write", broken)
+    with pytest.raises(OSError):
+        flusher.write_states()
+    monkeypatch.undo()
+    one.append(entries(4, 5))
+    with pytest.raises(SyncFailedError):
+        await flusher.sync(one)
+    two.append(entries(1, 2))
+    await flusher.sync(two)  # another store goes on
     await flusher.close()
 
 

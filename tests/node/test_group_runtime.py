@@ -21,7 +21,7 @@ from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
 from raftlog.errors import NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import Entry, EntryKind, Message, MessageType, Role
+from raftlog.messages import RESPONSE_TYPES, Entry, EntryKind, Message, MessageType, Role
 from raftlog.types import GroupId, Index, NodeId
 from storage.memory import MemoryStorage
 
@@ -288,3 +288,53 @@ async def test_a_held_replica_waits_for_the_first_voter_and_wakes_for_it() -> No
         waiting.quiesced = True  # later quiet for the ordinary reason
         waiting.release_hold()
         assert waiting.quiesced, "a stale release does not wake it"
+
+
+@pytest.mark.asyncio
+async def test_a_flushed_ready_answers_then_writes_the_states_then_applies() -> None:
+    """With the node's flusher, a Ready that waited for a flush sends its answers first,
+    then has the flush's state write done (Flusher.write_states), and only then applies:
+    the answer does not wait for the database write, and nothing is applied (and served)
+    above what is stored."""
+    cluster = Cluster()
+    events: list[tuple[int, str]] = []
+    for node, runtime in cluster.runtimes.items():
+
+        def sync(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
+            events.append((node, "flush"))
+            store.sync()
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+        def send(group: GroupId, message: Message, node: int = node) -> None:
+            if message.type in RESPONSE_TYPES:
+                events.append((node, "answer"))
+            cluster.route(group, message)
+
+        def apply(entry: Entry, machine: ListMachine = runtime.state_machine, node: int = node) -> int:
+            events.append((node, "apply"))
+            return ListMachine.apply(machine, entry)
+
+        runtime.sync = sync
+        runtime.store_lazily = lambda store: store.sync()
+        runtime.write_states = lambda node=node: events.append((node, "states"))
+        runtime._send = send
+        runtime.state_machine.apply = apply  # type: ignore[method-assign]
+    async with cluster.running():
+        leader = await cluster.leader()
+        for payload in (b"a", b"b", b"c"):
+            await leader.propose([payload])
+        while any(r.state_machine.applied[-1:] != [b"c"] for r in cluster.runtimes.values()):
+            await asyncio.sleep(0.01)
+    answered_first = 0
+    for node, runtime in cluster.runtimes.items():
+        mine = [what for who, what in events if who == node]
+        assert mine.count("flush") >= 3, mine
+        for at, what in enumerate(mine):
+            if what == "flush":
+                after = [e for e in mine[at + 1:] if e != "answer"][:1]
+                assert after == ["states"], f"node {node}: {mine[at:at + 4]}"
+                if runtime is not leader and mine[at + 1] == "answer":
+                    answered_first += 1
+    assert answered_first >= 6, "each follower answered each append before its state write"
