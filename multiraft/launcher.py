@@ -70,9 +70,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The children import this checkout whatever their working directory is."""
-    root = str(Path(__file__).resolve().parent.parent)
+def _child_env(extra: dict[str, str] | None = None, code_root: Path | None = None) -> dict[str, str]:
+    """The children import this checkout (or `code_root`) whatever their working directory is."""
+    root = str(code_root or Path(__file__).resolve().parent.parent)
     env = dict(os.environ) | (extra or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
     return env
@@ -82,7 +82,8 @@ class LocalCluster:
     def __init__(self, directory: Path, nodes: int = 3, *, raft_port: int = RAFT_PORT_DEFAULT,
                  http_port: int = HTTP_PORT_DEFAULT, python: str = sys.executable,
                  extra_args: tuple[str, ...] = (),
-                 node_env: Callable[[int], dict[str, str]] | None = None) -> None:
+                 node_env: Callable[[int], dict[str, str]] | None = None,
+                 code_root: Path | None = None) -> None:
         self.directory = directory.resolve()
         layout = self._load_layout()
         if layout is not None:
@@ -96,6 +97,7 @@ class LocalCluster:
         self.python = python
         self.extra_args = extra_args
         self.node_env = node_env  # extra environment per node id (the chaos runner's hooks)
+        self.code_root = code_root  # another checkout to run the nodes from (bench/interleaved.py)
         self.raft_port = raft_port
         self.http_port = http_port
         self.nodes = [LocalNode(i, f"127.0.0.{i}", raft_port, http_port, self.directory / f"node{i}")
@@ -148,7 +150,8 @@ class LocalCluster:
         with open(node.log_file, "ab") as log:
             node.process = subprocess.Popen(self.command(node), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True,
-                                            env=_child_env(self.node_env(node_id) if self.node_env else None))
+                                            env=_child_env(self.node_env(node_id) if self.node_env else None,
+                                                           self.code_root))
         node.pid_file.write_text(f"{node.process.pid}\n")
 
     def wait_healthy(self, timeout_s: float = 30.0, nodes: list[int] | None = None) -> None:
