@@ -1,8 +1,13 @@
 # raftlog developer commands. Everything installs into .venv inside the repo.
-PYTHON ?= python3
+# The interpreter .venv is made from: the distribution's CPython 3.11 when the machine
+# has one, else python3. Debian builds it with PGO and LTO and links libpython into the
+# executable; a default pyenv build (shared libpython, no PGO) costs the nodes about 7 %
+# more CPU per write (docs/node.md, "The interpreter"). Any other: make PYTHON=...
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3.11) python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+# Named after the interpreter, so choosing another one reinstalls (into a new .venv).
+STAMP := $(VENV)/.installed-$(subst /,_,$(PYTHON))
 SEEDS ?= 5000
 START ?= 0
 PYTEST_ARGS ?=
@@ -11,6 +16,11 @@ PYTEST_ARGS ?=
 
 # Idempotent: reinstalls only when the package metadata changed.
 $(STAMP): setup.cfg pyproject.toml
+	@if test -x $(PY) && [ "$$($(PY) -c 'import os, sys; print(os.path.realpath(sys._base_executable))')" \
+	    != "$$($(PYTHON) -c 'import os, sys; print(os.path.realpath(sys.executable))')" ]; then \
+	  echo "install: $(VENV) was made from another interpreter than $(PYTHON); making it anew"; \
+	  rm -rf $(VENV); \
+	fi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,spark]'
 	touch $(STAMP)
