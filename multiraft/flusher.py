@@ -187,9 +187,11 @@ class Flusher:
             if not future.done():
                 future.set_result(None)
         if self._due and not self._due_scheduled:
-            # After the woken groups' turns: they call write_states themselves first.
+            # Two turns on: after the woken groups' turns and after what those woke (a
+            # leader's answer to its client), none of which waits for this write then.
             self._due_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_states_later)
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self._write_states_later)
 
     def write_states(self, sync: bool = False) -> None:
         """Write the state of every store a finished flush left due, in one database write.
@@ -198,8 +200,12 @@ class Flusher:
         entries to be durable, not for its commit index or applied index (Raft needs
         neither stored; recovery takes them as a lower bound). Written before, the
         write sat on every sequential write's critical path (about 0.1 ms of a
-        follower's turn). A group calls this after sending its answers and before
-        applying, so nothing it serves is above what is stored, as before.
+        follower's turn). A group with entries to apply calls this after sending its
+        answers and before applying, so nothing it serves is above what is stored, as
+        before. A leader's flush usually has nothing to apply (its entries commit
+        later, with their commit index stored lazily): then the write waits two loop
+        turns, so the commit that the followers' answers bring, and the answer to the
+        client, do not wait behind it either.
         Synced when `sync` or when some store's term or vote changed. Raises if the
         write fails; the stores then sync no more (their groups fail and reopen)."""
         due, self._due = self._due, {}

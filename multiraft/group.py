@@ -453,8 +453,8 @@ class GroupRuntime:
             self._release_persisted(ready.entries[-1].index)
         for message in ready.persisted_messages:
             self._send_or_hold(message)
-        if flushed and self.write_states is not None:
-            self.write_states()  # the flush's state write, after the answers, before applying
+        if flushed and ready.committed_entries and self.write_states is not None:
+            self.write_states()  # the flush's state write: after the answers, before applying
         if ready.committed_entries:
             began = time.perf_counter()
             # The configuration in force at each entry, for retention's captures (the core

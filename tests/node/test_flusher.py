@@ -163,11 +163,20 @@ async def test_a_flush_wakes_its_waiters_before_it_writes_the_states(stores):
     flusher.write_states()
     assert writes == [False], "nothing is written twice"
 
+    # Nobody calls (a leader's flush with nothing to apply): the write comes after what
+    # the woken waiter woke in its turn (a leader's answer to its client).
+    for _ in range(3):
+        await asyncio.sleep(0)  # what earlier flushes scheduled has run
     one.append(entries(4, 5))
     one.set_hard_state(HardState(term=Term(1), commit=Index(3)))
     await flusher.sync(one)
-    await asyncio.sleep(0)
-    assert (_stored_commit(db, 1), writes) == (3, [False, False]), "written a turn later without a call"
+    loop = asyncio.get_running_loop()
+    seen_by_woken: asyncio.Future[int] = loop.create_future()
+    loop.call_soon(lambda: seen_by_woken.set_result(_stored_commit(db, 1)))
+    assert await seen_by_woken == 2, "what the waiter woke ran before the write"
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert (_stored_commit(db, 1), writes) == (3, [False, False]), "then written without a call"
     await flusher.close()
 
 
