@@ -44,7 +44,7 @@ from raftlog.messages import (
     decode_conf_change,
 )
 from raftlog.storage import RaftStorage
-from raftlog.types import GroupId, Index, Term
+from raftlog.types import NO_NODE, GroupId, Index, NodeId, Term
 
 # A leader holds an append that only carries a new commit index this long: the next
 # append to that follower (which carries the commit too) usually replaces it. For
@@ -56,6 +56,10 @@ INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (
 DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
 _CAMPAIGNING = frozenset({Role.PRE_CANDIDATE, Role.CANDIDATE})
 CAMPAIGN_BACKOFF_SHIFT_MAX = 3  # a replica's clock slows to 1/8 after failed campaigns (see tick)
+# After a leader's node is gone (GroupRuntime._leader_gone) its successor asks again
+# this often, this many times, in case the others learned of it after its first round.
+LEADER_GONE_RETRY_S = 0.05
+LEADER_GONE_RETRIES = 4
 PENDING_TICKS_MAX = 16  # ticks buffered while busy (etcd buffers 128 on its tick channel)
 # The ack-before-fsync chaos control (multiraft/unsafe.py) syncs this long after it
 # acknowledged: a kill -9 (with write-behind files) then loses up to this much
@@ -243,6 +247,12 @@ class GroupRuntime:
         self._inbox.append((kind, item))
         return True
 
+    def leader_gone(self, leader: int) -> None:
+        """`leader`'s node is gone (its raft port refuses connections); see _leader_gone."""
+        self.quiesced = self._held = False
+        if self._enqueue("leader_gone", leader):
+            self._wakeup.set()
+
     def deliver(self, message: Message) -> None:
         self.quiesced = self._held = False
         if not self._enqueue("message", message):
@@ -376,6 +386,10 @@ class GroupRuntime:
             elif kind == "transfer":
                 with contextlib.suppress(ClientError):  # no longer leading, or target not a voter
                     core.transfer_leadership(item)
+            elif kind == "leader_gone":
+                self._leader_gone(item)
+            elif kind == "gone_retry":
+                self._campaign_again()
             else:
                 self._read(*item)
         self._consider_quiescing(ticks)
@@ -384,6 +398,38 @@ class GroupRuntime:
         self._check_role()
         if self._isr_waiters:
             self._release_isr_waiters()
+
+    def _leader_gone(self, leader: int) -> None:
+        """Failover without waiting out an election timeout: a follower of a leader whose
+        process is gone (a kill -9 closes its sockets; a live node never refuses a
+        connection) stops honouring its lease, and the lowest-numbered voter left that
+        this node hears campaigns at once. Only that one: two campaigning together would
+        split the vote and both wait out a timeout. If it is not heard by the others, or
+        they have not noticed yet, the timers elect someone as before."""
+        core = self.core
+        if core.role is not Role.FOLLOWER or core.leader != leader:
+            return
+        core.forget_leader(NodeId(leader))
+        left = [v for v in core.membership.voters if v != leader and (v == core.id or self.is_live(v))]
+        if left and min(left) == core.id:
+            self.logger.info("campaign_leader_gone", leader=leader)
+            core.campaign()
+            # The others may learn of it a few milliseconds after us and ignore this
+            # round (the dead leader's lease): ask again, a bounded number of times.
+            loop = asyncio.get_running_loop()
+            for attempt in range(1, LEADER_GONE_RETRIES + 1):
+                loop.call_later(attempt * LEADER_GONE_RETRY_S, self._enqueue_and_wake, "gone_retry", leader)
+
+    def _campaign_again(self) -> None:
+        """A retry of _leader_gone's campaign, while still no leader is known and no real
+        election of ours is under way (a new term for nothing would only disturb)."""
+        core = self.core
+        if core.leader == NO_NODE and core.role in (Role.FOLLOWER, Role.PRE_CANDIDATE):
+            core.campaign()
+
+    def _enqueue_and_wake(self, kind: str, item: Any) -> None:
+        if self._task is not None and self._enqueue(kind, item):
+            self._wakeup.set()
 
     def _propose(
         self, payloads: tuple[bytes, ...], kind: EntryKind, futures: list[asyncio.Future[Any]],

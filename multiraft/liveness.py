@@ -37,6 +37,11 @@ class PeerLiveness:
     def heard(self, node: int) -> None:
         self._last_heard[node] = self._clock()
 
+    def gone(self, node: int) -> None:
+        """`node`'s process is gone (its raft port refuses connections): silent from now
+        on, not only after a silence period, until a frame from it proves it back."""
+        self._last_heard[node] = float("-inf")
+
     def is_live(self, node: int) -> bool:
         return self._clock() - self._last_heard.get(node, self._started) <= self.silence_s
 

@@ -148,6 +148,7 @@ class Node:
             self.id, config.raft_addr.host, config.raft_addr.port, peers,
             config.cluster_secret, self._on_frame, logger=self.logger,
         )
+        self.transport.on_peer_refused = self._on_peer_refused
         self.rpc = Rpc(self.transport.send, self.logger)
         self.rpc.peer_alive = self.is_live
         self.rpc.register("metadata.propose", self._serve_metadata_propose)
@@ -281,6 +282,17 @@ class Node:
                 self.rpc.on_frame(source, frame_type, body)
         except (WireError, struct.error) as error:
             self.logger.warning("bad_frame_dropped", source=source, error=str(error))
+
+    def _on_peer_refused(self, peer: int) -> None:
+        """Nothing listens at `peer`'s raft address: its process is gone (a kill -9, a
+        crash; a live node never refuses). It counts as silent at once, and the groups
+        it led fail over now instead of after an election timeout (GroupRuntime._leader_gone)."""
+        self.liveness.gone(peer)  # calls waiting on it fail now (rpc), quiet groups wake
+        led = [runtime for runtime in self.groups.values() if runtime.core.leader == peer]
+        if led:
+            self.logger.info("peer_refused_leader_gone", peer=peer, groups=len(led))
+        for runtime in led:
+            runtime.leader_gone(peer)
 
     def _deliver(self, source: int, group_id: GroupId, message: Message) -> None:
         if message.source != source or message.target != self.id:

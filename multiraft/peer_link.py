@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import random
 import socket
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from multiraft.frames import TransportError, encode_frame_header
@@ -56,6 +57,7 @@ class PeerLink:
         self._counters = counters
         self._logger = logger.bind(peer_id=peer_id)
         self._rng = rng
+        self.on_refused: Callable[[int], None] | None = None  # see Transport.on_peer_refused
         self.queue = SendQueue(
             frames_max=config.send_queue_frames_max,
             bytes_max=config.send_queue_bytes_max,
@@ -133,6 +135,7 @@ class PeerLink:
 
     async def _run(self) -> None:
         attempt = 0
+        was_connected = False  # connected since the last refusal we reported
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -146,12 +149,20 @@ class PeerLink:
                 # The first failure in a row is news; the retries that follow are not.
                 log = self._logger.info if attempt == 1 else self._logger.debug
                 log("peer_connect_failed", address=self.address, attempt=attempt, error=repr(error))
+                if isinstance(error, ConnectionRefusedError) and was_connected:
+                    # We were connected and now nothing listens there: the peer's process
+                    # went away. (A peer refusing before it ever answered may just be
+                    # starting later than us: that is no news.) Said once per loss.
+                    was_connected = False
+                    if self.on_refused is not None:
+                        self.on_refused(self.peer_id)
                 await asyncio.sleep(self._backoff_s(attempt))
                 continue
             started = loop.time()
             self._connects += 1
             self._counters.connects += 1
             self._writer = writer
+            was_connected = True
             self._logger.info("peer_connected", address=self.address)
             reason = "closed"
             try:

@@ -78,6 +78,9 @@ class Transport:
         # Outgoing sockets bind to our own raft host so per-address faults (chaos)
         # cut exactly this node's traffic; a wildcard listen host cannot be bound to.
         self._source_host = None if listen_host in _WILDCARD_HOSTS else listen_host
+        # Called with a peer's id when dialling it was refused (nothing listens at its
+        # raft address: its process is gone); the node fails over the groups it led.
+        self.on_peer_refused: Callable[[int], None] | None = None
         self._counters = TransportCounters()
         self._links: dict[int, PeerLink] = {}
         self._retiring: set[asyncio.Task[None]] = set()  # links being cancelled
@@ -183,9 +186,14 @@ class Transport:
                 logger=self._logger,
                 rng=self._rng,
             )
+            link.on_refused = self._peer_refused
             self._links[peer_id] = link
             if self._running:
                 link.start()
+
+    def _peer_refused(self, peer_id: int) -> None:
+        if self.on_peer_refused is not None:
+            self.on_peer_refused(peer_id)
 
     # ------------------------------------------------------------------ observing
 

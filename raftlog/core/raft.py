@@ -227,6 +227,17 @@ class RaftCore:
             self.election_elapsed = 0
             self._campaign(transfer=False)
 
+    def forget_leader(self, leader: NodeId) -> None:
+        """The driver learned that `leader`'s node is gone (say, its process refuses
+        connections): stop honouring its lease, so another replica's vote request is
+        heard now rather than after our election timeout. Like our timer running out
+        early, which Raft allows at any moment (its safety never rests on timing): a
+        leader that is alive after all is followed again at its next message."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        if self.role is Role.FOLLOWER and self.leader == leader != NO_NODE:
+            self.leader = NO_NODE
+            self.logger.info("leader_forgotten", leader=leader, term=self.term)
+
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point; a `ReadState` with `context` arrives in a Ready."""
         assert self._outstanding is None, "no input between ready() and advance()"

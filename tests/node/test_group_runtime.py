@@ -351,3 +351,36 @@ async def test_a_flushed_ready_answers_then_writes_the_states_then_applies() -> 
                 if runtime is not leader and ready[ready.index("flush") + 1] == "answer":
                     answered_first += 1
     assert answered_first >= 6, "each follower answered each append before its state write"
+
+
+@pytest.mark.asyncio
+async def test_a_gone_leader_is_replaced_without_waiting_for_an_election_timeout() -> None:
+    """When the node learns a leader's node is gone (its raft port refuses connections),
+    the lowest-numbered voter left campaigns at once and the others give up the dead
+    leader's lease: a new leader with no tick at all. A stale report (a node that does
+    not lead) changes nothing."""
+    cluster = Cluster()
+    async with cluster.running(ticking=False):
+        while (leader := next((r for r in cluster.runtimes.values() if r.core.role is Role.LEADER), None)) is None:
+            for runtime in cluster.runtimes.values():
+                runtime.tick()
+            await asyncio.sleep(0.005)
+        await leader.propose([b"a"])
+        followers = [r for r in cluster.runtimes.values() if r is not leader]
+        while any(r.core.leader != leader.core.id for r in followers):
+            await asyncio.sleep(0.005)
+        terms = {r.core.term for r in followers}
+
+        followers[0].leader_gone(99)  # not its leader: nothing happens
+        await asyncio.sleep(0.05)
+        assert all(r.core.leader == leader.core.id for r in followers)
+
+        cluster.isolated.add(leader.core.id)  # dead: no ticks from here on either
+        for runtime in followers:
+            runtime.leader_gone(leader.core.id)
+        while not any(r.core.role is Role.LEADER for r in followers):
+            await asyncio.sleep(0.005)
+        new = next(r for r in followers if r.core.role is Role.LEADER)
+        assert new.core.id == min(r.core.id for r in followers), "the lowest-numbered voter left"
+        assert new.core.term > max(terms)
+        assert await new.propose([b"b"]) == [2]

@@ -45,6 +45,20 @@ def test_silence_can_be_asked_for_over_several_periods():
     clock.now += 0.6
     assert liveness.silent([2], periods=2) == {2}
 
+def test_a_gone_peer_is_silent_at_once_until_heard_again():
+    # Goal: a peer whose raft port refuses connections (its process is gone) counts as
+    # silent now, not a silence period later (calls waiting on it fail at once), and a
+    # frame from it makes it live again.
+    clock = Clock()
+    liveness = PeerLiveness(silence_s=1.0, clock=clock)
+    liveness.heard(2)
+    liveness.gone(2)
+    assert not liveness.is_live(2) and liveness.silent([2], periods=2) == {2}
+    clock.now += 0.1
+    liveness.heard(2)
+    assert liveness.is_live(2) and liveness.silent([2]) == set()
+
+
 def test_leaders_list_rides_every_tenth_ping_and_replaces_the_senders_entries():
     # Goal: the list is built only when sent; a newer list from a node replaces its
     # old claims; a claim with a lower term does not beat another node's.

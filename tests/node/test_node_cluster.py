@@ -35,13 +35,13 @@ def free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
-def configs(tmp_path: Path, n: int = 3) -> list[NodeConfig]:
+def configs(tmp_path: Path, n: int = 3, **overrides: int) -> list[NodeConfig]:
     raft = {NodeId(i): Address(f"127.0.0.{i}", free_port(f"127.0.0.{i}")) for i in range(1, n + 1)}
     return [
         NodeConfig(
             node_id=NodeId(i), data_dir=tmp_path / f"node{i}", raft_addr=raft[NodeId(i)],
             http_addr=Address(f"127.0.0.{i}", 8000 + i), initial_cluster=raft, cluster_secret=SECRET,
-            tick_ms=20, node_dead_after_ms=2000, replica_lag_time_max_ms=1000,
+            **({"tick_ms": 20, "node_dead_after_ms": 2000, "replica_lag_time_max_ms": 1000} | overrides),
         )
         for i in range(1, n + 1)
     ]
@@ -115,9 +115,9 @@ async def produce_retrying(node: Node, topic: str, partition: int, data: bytes, 
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(tmp_path: Path, timeout_s: float = 90) -> AsyncIterator[list[Node]]:
+async def running_cluster(tmp_path: Path, timeout_s: float = 90, **overrides: int) -> AsyncIterator[list[Node]]:
     """Three started, registered nodes; every node still running is stopped on the way out."""
-    nodes = [Node(c) for c in configs(tmp_path)]
+    nodes = [Node(c) for c in configs(tmp_path, **overrides)]
     try:
         async with asyncio.timeout(timeout_s):
             for node in nodes:
@@ -190,6 +190,32 @@ async def test_cluster_forms_produces_fails_over_and_restarts(tmp_path: Path) ->
         await until(lambda: group in restarted.partitions, "the restarted node reopened its replica")
         await until(lambda: values_at(restarted, "events", 0) == [v for _, v in acknowledged],
                     "the restarted node caught up")
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_stopped_leader_is_replaced_before_any_election_timeout(tmp_path: Path) -> None:
+    # Goal: a leader whose process is gone (its raft port refuses connections) is
+    # replaced at once, not after an election timeout: here the timeouts are 3-6 s
+    # (150 ticks of 20 ms, randomized), so a new leader within 2 s can only come from
+    # the refused redial (Node._on_peer_refused -> GroupRuntime._leader_gone).
+    async with running_cluster(tmp_path, election_timeout_ticks=150, heartbeat_interval_ticks=5) as nodes:
+        await nodes[0].create_topic("fast", 1, 3, {})
+        for node in nodes:
+            await node.wait_for_topic("fast")
+        await until(lambda: leader_of(nodes, "fast", 0) is not None, "a partition leader")
+        await produce_retrying(nodes[0], "fast", 0, batch(b"before"))
+        old_leader = leader_of(nodes, "fast", 0)
+        assert old_leader is not None
+        survivors = [n for n in nodes if n is not old_leader]
+        await old_leader.stop()
+        began = time.monotonic()
+        await until(lambda: leader_of(survivors, "fast", 0) is not None, "a new partition leader", 10.0)
+        took = time.monotonic() - began
+        assert took < 2.0, f"a new leader after {took:.2f} s: an election timeout, not the refusal"
+        assert all(not n.is_live(old_leader.id) for n in survivors), "the gone node counts as silent"
+        answer = await produce_retrying(survivors[0], "fast", 0, batch(b"after"))
+        assert answer["base_offset"] == 1
 
 
 @pytest.mark.integration

@@ -222,3 +222,37 @@ def test_idle_followers_stay_in_sync() -> None:
         leader.tick()
         cluster.stabilize()
     assert leader.in_sync_replicas() == {1, 2, 3}
+
+
+def test_a_follower_that_forgot_its_dead_leader_elects_another_without_a_timeout() -> None:
+    # Goal: forget_leader (the driver learned the leader's node is gone) lets a survivor's
+    # campaign succeed at once: without it, the other follower honours the dead leader's
+    # lease and ignores the pre-vote, so only election timeouts could elect anyone.
+    for forget in (False, True):
+        cluster = Cluster(3, pre_vote=True, check_quorum=True)
+        cluster.elect(2)
+        down = frozenset({2})
+        one, three = cluster.cores[1], cluster.cores[3]
+        if forget:
+            one.forget_leader(NodeId(2))
+            three.forget_leader(NodeId(2))
+            assert (one.leader, three.leader) == (0, 0)
+        one.campaign()
+        cluster.stabilize(down=down)
+        assert (one.role is Role.LEADER) is forget, "elected only if the lease was given up"
+        assert three.role is Role.FOLLOWER
+
+
+def test_forget_leader_ignores_any_other_node_and_a_leader() -> None:
+    cluster = Cluster(3)
+    leader = cluster.elect(1)
+    follower = cluster.cores[2]
+    follower.forget_leader(NodeId(3))
+    assert follower.leader == 1, "only the named leader is forgotten"
+    leader.forget_leader(NodeId(1))
+    assert leader.role is Role.LEADER and leader.leader == 1
+    follower.forget_leader(NodeId(1))
+    assert follower.leader == 0
+    leader.propose([b"x"])
+    cluster.stabilize()
+    assert follower.leader == 1, "a live leader is followed again at its next message"
