@@ -21,10 +21,10 @@ from tests.chaos_server.test_node_hooks import started
 from tests.node.test_node_cluster import (
     batch,
     configs,
-    leader_of,
     produce_retrying,
     until,
     values_at,
+    written_partition,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -33,13 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 async def test_a_full_disk_fails_the_group_which_reopens_when_space_returns(tmp_path: Path) -> None:
     hooks = ChaosHooks(write_behind_files=True)
     async with started(configs(tmp_path), hooks) as nodes:
-        await nodes[0].create_topic("full", 1, 3, {})
-        for node in nodes:
-            await node.wait_for_topic("full")
-        await until(lambda: leader_of(nodes, "full", 0) is not None, "a leader")
-        await produce_retrying(nodes[0], "full", 0, batch(b"before"))
-        leader = leader_of(nodes, "full", 0)
-        assert leader is not None
+        leader = await written_partition(nodes, "full", b"before")
         files = leader.files
         assert isinstance(files, WriteBehindFiles)
         files.free_bytes = 0  # the leader's disk is full from now on
@@ -70,11 +64,7 @@ async def test_a_replica_closed_for_a_reopen_refuses_reads_instead_of_forwarding
     # that node are refused (retriable), not forwarded: the replica they would go to may
     # lag what this node served, and its reader would see the high watermark go back.
     async with started(configs(tmp_path), ChaosHooks()) as nodes:
-        await nodes[0].create_topic("reopen", 1, 3, {})
-        for node in nodes:
-            await node.wait_for_topic("reopen")
-        await until(lambda: leader_of(nodes, "reopen", 0) is not None, "a leader")
-        await produce_retrying(nodes[0], "reopen", 0, batch(b"one"))
+        await written_partition(nodes, "reopen", b"one")
         replicas = nodes[0].catalog.topic("reopen").partitions[0].replicas
         node = next(n for n in nodes if n.id in replicas[1:])  # reads would go to replicas[0]
         group = node.partition_group("reopen", 0)

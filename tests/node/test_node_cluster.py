@@ -130,6 +130,19 @@ async def running_cluster(tmp_path: Path, timeout_s: float = 90, **overrides: in
                 await node.stop()
 
 
+async def written_partition(nodes: list[Node], topic: str, first: bytes) -> Node:
+    """A new one-partition, three-replica `topic`, known to every node, with `first`
+    written to it; its leader."""
+    await nodes[0].create_topic(topic, 1, 3, {})
+    for node in nodes:
+        await node.wait_for_topic(topic)
+    await until(lambda: leader_of(nodes, topic, 0) is not None, f"a leader of {topic}")
+    await produce_retrying(nodes[0], topic, 0, batch(first))
+    leader = leader_of(nodes, topic, 0)
+    assert leader is not None
+    return leader
+
+
 def leader_of(nodes: list[Node], topic: str, partition: int) -> Node | None:
     for node in nodes:
         if topic in node.catalog.topics:
@@ -200,13 +213,7 @@ async def test_a_stopped_leader_is_replaced_before_any_election_timeout(tmp_path
     # (150 ticks of 20 ms, randomized), so a new leader within 2 s can only come from
     # the refused redial (Node._on_peer_refused -> GroupRuntime._leader_gone).
     async with running_cluster(tmp_path, election_timeout_ticks=150, heartbeat_interval_ticks=5) as nodes:
-        await nodes[0].create_topic("fast", 1, 3, {})
-        for node in nodes:
-            await node.wait_for_topic("fast")
-        await until(lambda: leader_of(nodes, "fast", 0) is not None, "a partition leader")
-        await produce_retrying(nodes[0], "fast", 0, batch(b"before"))
-        old_leader = leader_of(nodes, "fast", 0)
-        assert old_leader is not None
+        old_leader = await written_partition(nodes, "fast", b"before")
         survivors = [n for n in nodes if n is not old_leader]
         await old_leader.stop()
         began = time.monotonic()
