@@ -1,11 +1,14 @@
 """The replica's view of its log: durable entries in storage plus an unstable tail.
 
 New entries (proposed by a leader, or received by a follower) sit in the
-*unstable* tail until the driver has written them and called `advance`; only
-then are they read from storage. Invariants (checked by assertions):
+*unstable* tail until the driver reports them durable (`advance`, or `persisted`
+for a leader that does not wait for its own fsync); only then are they read from
+storage. `in_progress` is the last unstable entry already handed to the driver in
+a Ready: written, its fsync under way. Invariants (checked by assertions):
 
     first_index - 1 <= applied <= committed <= last_index
     unstable_offset == index of unstable[0]   (== stable last index + 1 if empty)
+    unstable_offset - 1 <= in_progress <= last_index
 
 A pending snapshot (received by a follower) replaces the whole log at once; it is
 durable after the driver installs it.
@@ -23,6 +26,7 @@ class RaftLog:
         self.storage = storage
         self.unstable: list[Entry] = []
         self.unstable_offset = Index(storage.last_index() + 1)
+        self.in_progress = Index(self.unstable_offset - 1)
         self.pending_snapshot: Snapshot | None = None
         first = storage.first_index()
         self.committed = Index(first - 1)
@@ -130,6 +134,8 @@ class RaftLog:
         else:
             del self.unstable[first - offset :]
             self.unstable.extend(entries)
+        # Replaced entries handed out earlier are not what the driver writes now.
+        self.in_progress = Index(min(self.in_progress, first - 1))
 
     def maybe_append(
         self, index: Index, log_term: Term, commit: Index, entries: tuple[Entry, ...]
@@ -168,18 +174,41 @@ class RaftLog:
         self.pending_snapshot = snapshot
         self.unstable = []
         self.unstable_offset = Index(snapshot.meta.index + 1)
+        self.in_progress = snapshot.meta.index
         self.committed = snapshot.meta.index
 
     # -- acknowledgements from the driver ------------------------------------------
 
-    def stable_to(self, index: Index) -> None:
-        """The driver made the unstable tail durable up to `index`."""
-        if not self.unstable:
-            return
-        last = self.unstable_offset + len(self.unstable) - 1
-        assert index == last, "a Ready's entries are persisted whole"
-        self.unstable = []
+    def unwritten(self) -> list[Entry]:
+        """The unstable entries not yet handed to the driver; they are handed now."""
+        start = self.in_progress + 1 - self.unstable_offset
+        assert start >= 0, (self.in_progress, self.unstable_offset)
+        entries = self.unstable[start:]
+        if entries:
+            self.in_progress = entries[-1].index
+        return entries
+
+    def has_unwritten(self) -> bool:
+        return self.in_progress < self.unstable_offset + len(self.unstable) - 1
+
+    def has_in_progress(self) -> bool:
+        """Some entries were handed out and are not yet reported durable."""
+        return self.in_progress >= self.unstable_offset
+
+    def stable_to_in_progress(self) -> None:
+        """The driver synced its storage: everything it was handed is durable."""
+        self.stable_to(self.in_progress, None)
+
+    def stable_to(self, index: Index, term: Term | None) -> bool:
+        """Entries through `index` are durable (when `index` still holds `term`: a report
+        about entries replaced since is stale and changes nothing). True if it did."""
+        if index < self.unstable_offset or index > self.in_progress:
+            return False
+        if term is not None and self.term_or_none(index) != term:
+            return False
+        del self.unstable[: index + 1 - self.unstable_offset]
         self.unstable_offset = Index(index + 1)
+        return True
 
     def snapshot_installed(self, snapshot: Snapshot) -> None:
         assert self.pending_snapshot is snapshot

@@ -315,7 +315,7 @@ class RaftCore:
             self._messages
             or self._persisted_messages
             or self._read_states
-            or self.log.unstable
+            or self.log.has_unwritten()
             or self.log.pending_snapshot is not None
             or self._broadcast_pending
             or self._commit_broadcast_pending
@@ -353,10 +353,12 @@ class RaftCore:
                     self.config.committed_bytes_per_ready_max,
                 )
             )
-        entries = tuple(self.log.unstable)
+        entries = tuple(self.log.unwritten())
         must_sync = bool(entries) or snapshot is not None or (
             changed_hard is not None and (hard_state.term != prev.term or hard_state.vote != prev.vote)
-        )
+        ) or bool(self._persisted_messages and self.log.has_in_progress())
+        # (The last case: an answer about entries a leader wrote without waiting for their
+        # fsync, before it stepped down, waits for that fsync like any other promise.)
         self._ready_number += 1
         ready = Ready(
             number=self._ready_number,
@@ -376,11 +378,35 @@ class RaftCore:
         self._outstanding = ready
         return ready
 
-    def advance(self, ready: Ready) -> None:
-        """The driver persisted, sent and applied everything in `ready`."""
+    def may_persist_later(self, ready: Ready) -> bool:
+        """May the driver `advance(ready, persisted=False)`: go on before `ready`'s entries
+        are durable, and report them with `persisted` when they are?
+
+        Only a leader's plain appends: its own write promises nothing to anyone (it
+        counts itself toward the quorum only once `persisted` says so), so two
+        followers' acknowledgements commit an entry while the leader's fsync still
+        runs (Raft allows the leader's write in parallel with replication; etcd's
+        asynchronous storage writes do the same). A snapshot, a term or vote change,
+        and any message that promises durability wait for the disk as always."""
+        return (
+            self.role is Role.LEADER
+            and bool(ready.entries)
+            and ready.snapshot is None
+            and not ready.persisted_messages
+            and (ready.hard_state is None or (ready.hard_state.term, ready.hard_state.vote) == (
+                self._prev_hard_state.term, self._prev_hard_state.vote))
+        )
+
+    def advance(self, ready: Ready, persisted: bool = True) -> None:
+        """The driver sent and applied everything in `ready`, and wrote what it holds.
+
+        `persisted`: the write is durable (synced: with it, everything written for
+        earlier Readys too). False only where `may_persist_later` allows; the driver
+        then calls `persisted(index, term)` once the write's fsync is done."""
         assert self._outstanding is not None and ready.number == self._outstanding.number, (
             "advance() acknowledges the outstanding Ready"
         )
+        assert persisted or self.may_persist_later(ready), "only a leader's plain appends persist later"
         self._outstanding = None
         if ready.hard_state is not None:
             self._prev_hard_state = ready.hard_state
@@ -388,12 +414,10 @@ class RaftCore:
             self._prev_soft_state = ready.soft_state
         if ready.snapshot is not None:
             self.log.snapshot_installed(ready.snapshot)
-        if ready.entries:
-            self.log.stable_to(ready.entries[-1].index)
-        if self.role is Role.LEADER and (ready.entries or ready.snapshot):
-            # The leader counts itself toward the quorum only for what it persisted.
-            if self._progress[self.id].maybe_update(self.log.stable_last_index()):
-                self._maybe_commit()
+        if persisted and (ready.entries or ready.must_sync):
+            self.log.stable_to_in_progress()
+        if persisted and self.role is Role.LEADER and (ready.entries or ready.snapshot or ready.must_sync):
+            self._count_own_write()
         if ready.committed_entries:
             self.log.applied_to(ready.committed_entries[-1].index)
             if self.role is Role.LEADER:
@@ -402,6 +426,19 @@ class RaftCore:
             for entry in ready.committed_entries:
                 if entry.kind is EntryKind.CONFIG:
                     self._apply_conf_change(decode_conf_change(entry.payload))
+
+    def persisted(self, index: Index, term: Term) -> None:
+        """Entries through `index` (`index` of `term`) that a Ready handed out with
+        `advance(ready, persisted=False)` are durable. A report about entries replaced
+        since (this node stepped down and a new leader overwrote them) changes nothing."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        if self.log.stable_to(index, term) and self.role is Role.LEADER:
+            self._count_own_write()
+
+    def _count_own_write(self) -> None:
+        """The leader counts itself toward the quorum only for what it persisted."""
+        if self._progress[self.id].maybe_update(self.log.stable_last_index()):
+            self._maybe_commit()
 
     # ------------------------------------------------------------------ role changes
 

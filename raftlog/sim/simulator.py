@@ -75,6 +75,10 @@ class FaultMix:
     # messages; it wakes on a timer here, as a real node wakes when the leader's node
     # looks dead. Ticks only drive liveness, so safety must not notice.
     quiesce: bool = False
+    # A leader's own appends become durable in the background (`advance(ready,
+    # persisted=False)`, then `persisted`), as the node runtime does: followers'
+    # acknowledgements commit while the leader's fsync runs, and a crash loses them.
+    leader_writes_async: bool = False
 
     @classmethod
     def everything(cls) -> FaultMix:
@@ -316,6 +320,20 @@ class Simulation:
         self._finish_ready(node, node.busy)
         self._pump(node)
 
+    def _on_leader_persisted(self, node_id: NodeId, incarnation: int, index: Index, term: Term) -> None:
+        """A write a leader did not wait for is durable (with all written before it)."""
+        node = self.nodes[node_id]
+        if incarnation != node.incarnation:
+            return  # the crash lost whatever was not synced
+        if node.busy is not None or self.now < node.paused_until:
+            self._schedule(1, "leader_persisted", node_id, incarnation, index, term)
+            return
+        assert node.core is not None
+        node.storage.sync()
+        node.core.persisted(index, term)
+        self._after_input(node)
+        self._pump(node)
+
     def _on_restart(self, node_id: NodeId) -> None:
         node = self.nodes[node_id]
         if node.up:
@@ -539,6 +557,14 @@ class Simulation:
                 continue
             ready = core.ready()
             self._write_ready(node, ready)
+            if self.faults.leader_writes_async and core.may_persist_later(ready) and self.rng.random() < 0.7:
+                self._finish_ready(node, ready, persisted=False)
+                last = ready.entries[-1]
+                delay = self.rng.randrange(1, 40 if self.faults.slow_disk else 12)
+                self._schedule(delay, "leader_persisted", node.id, node.incarnation, last.index, last.term)
+                if self.faults.crash_mid_persist and self.rng.random() < 0.03:
+                    self._schedule(self.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
+                continue
             persist_waits = ready.must_sync or ready.persisted_messages
             if persist_waits and (self.faults.slow_disk or self.faults.crash_mid_persist):
                 delay = self.rng.randrange(1, 30 if self.faults.slow_disk else 6)
@@ -703,10 +729,11 @@ class Simulation:
         if core.role is Role.LEADER:
             node.led_last_index = storage.last_index()
 
-    def _finish_ready(self, node: SimNode, ready: Ready) -> None:
+    def _finish_ready(self, node: SimNode, ready: Ready, persisted: bool = True) -> None:
         core = node.core
         assert core is not None
-        node.storage.sync()
+        if persisted:
+            node.storage.sync()
         for message in ready.persisted_messages:
             self._send(message)
         for entry in ready.committed_entries:
@@ -714,7 +741,7 @@ class Simulation:
         for read in ready.read_states:
             self._check_read(node, read.index, read.context)
         node.busy = None
-        core.advance(ready)
+        core.advance(ready, persisted=persisted)
         self._after_input(node)
 
     def _apply(self, node: SimNode, entry: Entry) -> None:

@@ -9,6 +9,7 @@ bounded number of seeds. They live in tests, never in the shipped core.
 from __future__ import annotations
 
 from raftlog.core.raft import RaftCore
+from raftlog.core.ready import Ready
 from raftlog.messages import Message, MessageType
 from raftlog.types import Index, NodeId
 
@@ -61,11 +62,21 @@ class CampaignWithUnappliedConfig(RaftCore):
         return False
 
 
+class LeaderCountsUnpersistedWrite(RaftCore):
+    """A leader counts its own write toward the quorum before that write is durable."""
+
+    def advance(self, ready: Ready, persisted: bool = True) -> None:
+        super().advance(ready, persisted)
+        if not persisted and self._progress[self.id].maybe_update(self.log.last_index()):
+            self._maybe_commit()
+
+
 BROKEN_CORES: dict[str, type[RaftCore]] = {
     "vote-without-persist": VoteWithoutPersist,
     "ack-before-persist": AckBeforePersist,
     "commit-old-term-by-counting": CommitOldTermByCounting,
     "skip-up-to-date-check": SkipUpToDateCheck,
+    "leader-counts-unpersisted-write": LeaderCountsUnpersistedWrite,
 }
 
 # Known gap: the simulator does not yet reach this bug's schedule (300 seeds of a
