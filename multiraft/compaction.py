@@ -120,7 +120,10 @@ async def compaction_loop(node: Node, interval_s: float = COMPACTION_INTERVAL_S)
                 continue
             before = store.first_index()
             with contextlib.suppress(OSError):  # a full disk: the next round tries again
-                after = compact_group(store, boundaries, runtime.core.applied_index, now_ms)
+                # Never past the local durable log: a leader applies entries its followers
+                # made durable before its own fsync of them has finished.
+                durable = runtime.core.log.stable_last_index()
+                after = compact_group(store, boundaries, Index(min(runtime.core.applied_index, durable)), now_ms)
                 if after > before:
                     node.logger.info("log_compacted", group_id=group_id, first_index=after,
                                      log_start_offset=int(store.log_start_offset))

@@ -47,6 +47,7 @@ class Flusher:
         self._logger = logger
         self._waiting: list[tuple[SegmentStore, asyncio.Future[None]]] = []
         self._scheduled = False
+        self._detach = False  # the next flush runs on the fsync thread, whatever its size
         # One thread, so threaded flushes finish in the order they began (the stores
         # also order their syncs, as a small flush on the loop can finish first).
         self._fsync_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
@@ -68,6 +69,14 @@ class Flusher:
             self._scheduled = True
             loop.call_soon(self._flush)
         return future
+
+    def sync_in_background(self, store: SegmentStore) -> asyncio.Future[None]:
+        """Like `sync`, for a caller that does not wait for it (a leader's own appends):
+        the fsyncs run on the fsync thread whatever their size, so a slow fsync never
+        holds up the event loop, where the followers' answers that commit the entries
+        are read meanwhile."""
+        self._detach = True
+        return self.sync(store)
 
     def store_lazily(self, store: SegmentStore) -> None:
         """`store`'s commit index moved and nothing else: store it with the next flush."""
@@ -102,8 +111,14 @@ class Flusher:
         pending: list[tuple[SegmentStore, PendingSync]] = []
         refused: dict[int, BaseException] = {}
         stores = list({id(store): store for store, _ in waiting}.values())
-        # Decided before the syncs start: fsyncs that stay on the loop need no duplicate descriptors.
-        detach = sum(store.unsynced_bytes for store in stores) >= DETACH_BYTES_MIN
+        # Decided before the syncs start: fsyncs that stay on the loop need no duplicate
+        # descriptors. A store with a flush still running on the thread is flushed there
+        # too, after it: a waiter woken here first could take the earlier flush's
+        # entries for durable (a segment it wrote before a roll is not fsynced here).
+        detach = self._detach or any(store.sync_in_flight for store in stores) or (
+            sum(store.unsynced_bytes for store in stores) >= DETACH_BYTES_MIN
+        )
+        self._detach = False
         for store in stores:
             try:
                 started = store.start_sync(detached=detach)

@@ -87,6 +87,7 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
         runtime.boundaries = Boundaries()
     runtime.is_live = node.is_live
     runtime.sync = node.flusher.sync
+    runtime.sync_in_background = node.flusher.sync_in_background
     runtime.store_lazily = node.flusher.store_lazily
     runtime.write_states = node.flusher.write_states
     runtime.ack_before_fsync = node.hooks.ack_before_fsync

@@ -391,6 +391,11 @@ class SegmentStore:
         """Appended since the last `start_sync` (what the next one would make durable)."""
         return self._unsynced_bytes
 
+    @property
+    def sync_in_flight(self) -> bool:
+        """A sync was started and its fsyncs have not all finished (they run on another thread)."""
+        return bool(self._syncs)
+
     def start_sync(self, detached: bool = True) -> PendingSync | None:
         """Begin making what was appended durable: the returned fsyncs may run on another
         thread (the event loop goes on meanwhile); `finish_sync` then records them. None:

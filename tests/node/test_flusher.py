@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 
 import pytest
 import structlog
@@ -57,6 +58,39 @@ async def test_large_flushes_go_to_the_fsync_thread_and_finish_in_order(stores, 
     small.append(entries(1, 3))
     await flusher.sync(small)
     assert not threads[-1].startswith("fsync"), "a small flush stays on the loop"
+    await flusher.close()
+
+
+async def test_a_background_sync_runs_on_the_thread_and_a_later_small_flush_waits_behind_it(stores, monkeypatch):
+    # Goal: a leader's own appends (sync_in_background) never fsync on the event loop,
+    # however small; and while such a flush runs, a small flush of the same store goes
+    # to the thread after it, so its waiter never wakes before the earlier entries are
+    # durable (a segment written before a roll is not fsynced by the later flush).
+    db, (store, _) = stores
+    threads = []
+    release = threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd):
+        threads.append(threading.current_thread().name)
+        if len(threads) == 1:
+            assert release.wait(5)
+        real_fsync(fd)
+
+    flusher = Flusher(db, structlog.get_logger())
+    store.append(entries(1, 3))  # (making the segment fsyncs its directory: not counted)
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    background = flusher.sync_in_background(store)
+    await asyncio.sleep(0.05)
+    assert threads == ["fsync_0"] and store.sync_in_flight
+    store.append(entries(3, 4))
+    later = flusher.sync(store)
+    await asyncio.sleep(0.05)
+    assert not later.done() and len(threads) == 1, "the small flush waited on the thread"
+    release.set()
+    await asyncio.wait_for(later, 5)
+    assert background.done() and threads[-1].startswith("fsync")
+    assert not store.sync_in_flight
     await flusher.close()
 
 

@@ -318,9 +318,9 @@ async def test_a_flushed_ready_answers_then_writes_the_states_then_applies() -> 
             events.append((node, "apply"))
             return ListMachine.apply(machine, entry)
 
-        def advance(ready: Any, core: RaftCore = runtime.core, node: int = node) -> None:
+        def advance(ready: Any, persisted: bool = True, core: RaftCore = runtime.core, node: int = node) -> None:
             events.append((node, "advance"))  # the end of one Ready
-            RaftCore.advance(core, ready)
+            RaftCore.advance(core, ready, persisted)
 
         runtime.core.advance = advance  # type: ignore[method-assign]
         runtime.sync = sync
@@ -384,3 +384,57 @@ async def test_a_gone_leader_is_replaced_without_waiting_for_an_election_timeout
         assert new.core.id == min(r.core.id for r in followers), "the lowest-numbered voter left"
         assert new.core.term > max(terms)
         assert await new.propose([b"b"]) == [2]
+
+
+@pytest.mark.asyncio
+async def test_a_leader_answers_before_its_own_fsync_and_counts_itself_after() -> None:
+    """A leader's own appends are made durable in the background (the node's
+    Flusher.sync_in_background): a write is committed, applied and answered on its
+    followers' acknowledgements while the leader's fsync still runs; the leader counts
+    itself, and answers acks=leader writes, only once that fsync reports; and a failed
+    background fsync fails the group, as a failed flush always did."""
+    cluster = Cluster()
+    pending: dict[int, list[tuple[MemoryStorage, asyncio.Future[None]]]] = {}
+    for node, runtime in cluster.runtimes.items():
+
+        def sync(store: MemoryStorage) -> asyncio.Future[None]:
+            store.sync()
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+        def in_background(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pending.setdefault(node, []).append((store, done))
+            return done  # resolved by the test: the "fsync" takes as long as it likes
+
+        runtime.sync = sync
+        runtime.store_lazily = lambda store: store.sync()
+        runtime.sync_in_background = in_background
+    async with cluster.running():
+        leader = await cluster.leader()
+        me = leader.core.id
+        index = leader.core.log.last_index() + 1
+        assert await leader.propose([b"a"]) == [1]  # answered with the fsync still running
+        assert pending.get(me), "the leader's append went to the background"
+        assert leader.core.progress(me).match < index <= leader.core.commit_index
+        assert not [n for n in pending if n != me], "followers never answer before their fsync"
+
+        acks_leader = asyncio.ensure_future(leader.propose([b"b"], acks="leader"))
+        while len(pending[me]) < 2:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)
+        assert not acks_leader.done(), "acks=leader waits for the leader's own fsync"
+        for store, done in pending.pop(me):
+            store.sync()
+            done.set_result(None)
+        assert await asyncio.wait_for(acks_leader, 5) == [None]
+        assert leader.core.progress(me).match >= index + 1
+
+        failing = asyncio.ensure_future(leader.propose([b"c"]))
+        while not pending.get(me):
+            await asyncio.sleep(0.005)
+        pending[me][0][1].set_exception(OSError(5, "Input/output error"))
+        await asyncio.gather(failing, return_exceptions=True)
+        while not leader.failed:
+            await asyncio.sleep(0.005)
