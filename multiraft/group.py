@@ -536,12 +536,12 @@ class GroupRuntime:
         """A leader's own appends: start their fsync and go on without waiting for it.
 
         Why: the leader's own write promises nothing to anyone, and two followers'
-        answers are a majority without it. Waiting for it put the leader's fsync (on
-        a busy machine, 1-4 ms now and then) and its loss of the CPU right after
-        sending the appends on every write's path, although the followers' answers
-        had already come. The core counts the leader toward the quorum only once the
-        report below says the entries are durable (`RaftCore.persisted`), so nothing
-        is committed on the strength of a write a crash could lose."""
+        answers are a majority without it. Waiting for it, a busy leader left the
+        answers and the next requests unread for the length of its fsync (produce
+        throughput rose 6-32 % without the wait; docs/node.md). The core counts the
+        leader toward the quorum only once the report below says the entries are
+        durable (`RaftCore.persisted`), so nothing is committed on the strength of a
+        write a crash could lose."""
         assert self.sync_in_background is not None
         last = ready.entries[-1]
         done = self.sync_in_background(self.store)
