@@ -12,7 +12,7 @@ from tests.unit.driver import handle_ready
 from tests.unit.test_core_api import Cluster
 
 
-def write_without_sync(core: RaftCore) -> tuple[list[Message], tuple[Entry, ...]]:
+def write_without_sync(core: RaftCore) -> list[Message]:
     """Handle a leader's Ready the way the node does: send, write, apply, advance, and
     leave the fsync running (not done here at all)."""
     ready = core.ready()
@@ -23,7 +23,7 @@ def write_without_sync(core: RaftCore) -> tuple[list[Message], tuple[Entry, ...]
     if ready.hard_state is not None:
         storage.set_hard_state(ready.hard_state)
     core.advance(ready, persisted=False)
-    return list(ready.messages), ready.committed_entries
+    return list(ready.messages)
 
 
 def deliver(cluster: Cluster, messages: list[Message]) -> list[Message]:
@@ -41,7 +41,7 @@ def test_two_followers_commit_what_the_leader_has_not_made_durable() -> None:
     cluster = Cluster()
     leader = cluster.elect(1)
     term, index = leader.propose([b"x"])
-    sends, _ = write_without_sync(leader)
+    sends = write_without_sync(leader)
     for answer in deliver(cluster, sends):
         leader.step(answer)
     # Committed on the followers' word alone: the leader's own copy is not counted.
@@ -67,7 +67,7 @@ def test_one_follower_and_an_unpersisted_leader_are_not_a_majority() -> None:
     cluster = Cluster()
     leader = cluster.elect(1)
     term, index = leader.propose([b"x"])
-    sends, _ = write_without_sync(leader)
+    sends = write_without_sync(leader)
     for answer in deliver(cluster, [m for m in sends if m.target == 2]):
         leader.step(answer)
     assert leader.commit_index < index, "the leader counted a write a crash could lose"
@@ -97,7 +97,7 @@ def test_only_a_leaders_plain_appends_may_persist_later() -> None:
     leader = cluster.elect(1)
     follower = cluster.cores[2]
     leader.propose([b"x"])
-    sends, _ = write_without_sync(leader)
+    sends = write_without_sync(leader)
     follower.step(next(m for m in sends if m.target == 2))
     ready = follower.ready()
     assert ready.entries and not follower.may_persist_later(ready), "a follower's answer promises its disk"
