@@ -42,6 +42,7 @@ from raftlog.messages import (
     MessageType,
     Role,
     decode_conf_change,
+    entries_size_bytes,
 )
 from raftlog.storage import RaftStorage
 from raftlog.types import NO_NODE, GroupId, Index, NodeId, Term
@@ -52,6 +53,12 @@ from raftlog.types import NO_NODE, GroupId, Index, NodeId, Term
 # at most this much later (their reads and applies lag by it, Kafka's followers lag by
 # a fetch round). Delay is always safe in Raft: the network may delay anything.
 COMMIT_HOLD_S = 0.005
+# A leader's own appends whose background fsync has not reported yet, in bytes: past
+# this the leader waits for its next write's fsync, as every write did before. Why:
+# its followers' answers commit entries without the leader's disk, so nothing else
+# stops a leader whose disk stalls from holding more and more entries in memory (its
+# log keeps them until they are durable) and queueing more and more fsyncs.
+BACKGROUND_BYTES_MAX = 32 * 1024 * 1024
 INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (Raft tolerates loss)
 DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
 _CAMPAIGNING = frozenset({Role.PRE_CANDIDATE, Role.CANDIDATE})
@@ -136,6 +143,7 @@ class GroupRuntime:
         self.sync_in_background: Callable[[Any], asyncio.Future[None]] | None = None
         self._persist_reports: list[tuple[Index, Term]] = []
         self._persist_failure: BaseException | None = None
+        self._background_bytes = 0  # appends handed to sync_in_background, not reported yet
         self._campaign_requested = False
         self.failed = False
         # Partition state at closed-segment ends, for retention (multiraft/compaction.py).
@@ -496,7 +504,11 @@ class GroupRuntime:
                     self.store_lazily(store)
                 else:
                     self.sync(store).add_done_callback(_consume_outcome)
-            elif self.sync_in_background is not None and self.core.may_persist_later(ready):
+            elif (
+                self.sync_in_background is not None
+                and self._background_bytes < BACKGROUND_BYTES_MAX
+                and self.core.may_persist_later(ready)
+            ):
                 self._persist_later(ready)
                 later = True
             elif self.sync is not None:
@@ -544,9 +556,12 @@ class GroupRuntime:
         write a crash could lose."""
         assert self.sync_in_background is not None
         last = ready.entries[-1]
+        size = entries_size_bytes(ready.entries)
+        self._background_bytes += size
         done = self.sync_in_background(self.store)
 
         def report(future: asyncio.Future[None]) -> None:
+            self._background_bytes -= size
             if future.cancelled():
                 return
             error = future.exception()

@@ -438,3 +438,54 @@ async def test_a_leader_answers_before_its_own_fsync_and_counts_itself_after() -
         await asyncio.gather(failing, return_exceptions=True)
         while not leader.failed:
             await asyncio.sleep(0.005)
+
+
+@pytest.mark.asyncio
+async def test_a_leader_whose_background_fsyncs_lag_too_far_waits_for_the_next(monkeypatch) -> None:
+    """Followers commit without the leader's disk, so a leader whose fsyncs stall would
+    otherwise keep every new entry in memory and queue fsync after fsync: past
+    BACKGROUND_BYTES_MAX of unreported background writes, its next write is synced and
+    waited for (the group stops taking new work until the disk catches up)."""
+    monkeypatch.setattr("multiraft.group.BACKGROUND_BYTES_MAX", 1)  # one write in the background at most
+    cluster = Cluster()
+    background: list[tuple[MemoryStorage, asyncio.Future[None]]] = []
+    waited: list[int] = []
+    for node, runtime in cluster.runtimes.items():
+
+        def sync(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
+            waited.append(node)
+            store.sync()
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+        def in_background(store: MemoryStorage) -> asyncio.Future[None]:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            background.append((store, done))
+            return done
+
+        runtime.sync = sync
+        runtime.store_lazily = lambda store: store.sync()
+        runtime.sync_in_background = in_background
+    async with cluster.running():
+        leader = await cluster.leader()
+        me = leader.core.id
+        for store, done in background:  # the leader's first entry (its term's no-op)
+            store.sync()
+            done.set_result(None)
+        background.clear()
+        await asyncio.sleep(0.01)
+        assert await leader.propose([b"a"]) == [1]
+        assert len(background) == 1, "the first write's fsync went to the background"
+        waited.clear()
+        assert await leader.propose([b"b"]) == [2]
+        assert len(background) == 1 and me in waited, "the next one was synced, not queued behind it"
+        store, done = background.pop()
+        store.sync()
+        done.set_result(None)
+        await asyncio.sleep(0.01)  # the report is taken on the group's next turn
+        assert await leader.propose([b"c"]) == [3]
+        assert len(background) == 1, "with the lag reported, writes go to the background again"
+        store, done = background.pop()
+        store.sync()
+        done.set_result(None)
