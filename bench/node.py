@@ -19,6 +19,10 @@ Baseline: NATS JetStream R=3 run by the peer kit's `nats_bench.py` in the same
 invocation with `--nats-kit DIR` (a writable copy of `../shared/peers` on which
 `setup.sh` ran: `cp -r ../shared/peers /tmp/peers-kit && /tmp/peers-kit/setup.sh`);
 without it the figure the kit recorded on this machine is printed, marked so.
+NATS does not fsync its writes, so with the kit the sequential latency is also
+measured against etcd (3 members, Raft, an fsync per write: the closest peer to
+what raftlog promises), the same number of sequential puts through its HTTP
+gateway, in the same invocation.
 
     .venv/bin/python bench/node.py [--seconds 10] [--window 8] [--nats-kit /tmp/peers-kit]
 """
@@ -219,11 +223,43 @@ def nats_baseline(kit: Path | None) -> str:
         if lines:
             return "NATS JetStream R=3, this run (no fsync; 100 B publishes, window 1024): " + "; ".join(lines)
         return f"NATS baseline run failed (exit {output.returncode}): {output.stderr.strip()[-300:]}"
+    if not (PEERS / "results" / "nats.json").exists():
+        return f"NATS baseline: no --nats-kit given and no recorded figures at {PEERS / 'results'}"
     recorded = json.loads((PEERS / "results" / "nats.json").read_text())
     rates = sorted(r["pub100"]["msgs_per_s"] for r in recorded["runs"] if "pub100" in r)
     p99 = sorted(r["lat"]["p99_ms"] for r in recorded["runs"] if "lat" in r)
     return (f"NATS JetStream R=3 (recorded by ../shared/peers on this machine, not this run): "
             f"publish 100 B median {statistics.median(rates):,.0f} msg/s, sequential p99 {statistics.median(p99):.2f} ms")
+
+
+# Run in the kit's own environment (its etcd_bench module starts and stops the members by PID).
+_ETCD_SEQUENTIAL = """
+import json, sys, etcd_bench
+cluster = etcd_bench.Cluster()
+try:
+    cluster.start()
+    print(json.dumps(etcd_bench.seq_puts(cluster.leader(), int(sys.argv[1]))))
+finally:
+    cluster.stop()
+"""
+
+
+def etcd_latency(kit: Path | None, count: int, our_p99: float) -> str | None:
+    """etcd's sequential put latency, this run: a Raft log that fsyncs every write, as ours."""
+    if kit is None or not (kit / "etcd_bench.py").exists() or not (kit / ".venv" / "bin" / "python").exists():
+        return None
+    output = subprocess.run(
+        [str(kit / ".venv" / "bin" / "python"), "-c", _ETCD_SEQUENTIAL, str(count)],
+        cwd=kit, capture_output=True, text=True, timeout=600, check=False,
+    )
+    lines = output.stdout.strip().splitlines()
+    try:
+        figures = json.loads(lines[-1])
+        p50, p99 = float(figures["p50_ms"]), float(figures["p99_ms"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return f"etcd baseline run failed (exit {output.returncode}): {output.stderr.strip()[-300:]}"
+    return (f"etcd 3 members (Raft, fsync per write), this run: {count} sequential 100 B puts through its HTTP "
+            f"gateway: p50 {p50:.2f} ms, p99 {p99:.2f} ms (raftlog's p99 / etcd's: {our_p99 / p99:.2f})")
 
 
 async def main() -> int:
@@ -269,6 +305,9 @@ async def main() -> int:
         finally:
             cluster.stop()
     print(nats_baseline(args.nats_kit), flush=True)
+    etcd = etcd_latency(args.nats_kit, args.latency_count, p99)
+    if etcd is not None:
+        print(etcd, flush=True)
     return 0
 
 
