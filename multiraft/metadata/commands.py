@@ -54,8 +54,8 @@ ConfigValue = str | int | float | bool
 
 class NodeStatus(enum.StrEnum):
     ALIVE = "alive"
-    FENCED = "fenced"  # missed heartbeats: leads nothing new, may come back
-    DEAD = "dead"  # gone past node_dead_after_ms: its replicas are moved
+    FENCED = "fenced"  # reserved: the controller sets only ALIVE and DEAD so far
+    DEAD = "dead"  # silent past node_dead_after_ms: placed on no more, leads no balancing moves
 
 
 def _is_int(value: object) -> bool:
