@@ -106,7 +106,9 @@ class GroupRuntime:
         self.state_machine = state_machine
         self._send = send
         self._on_role_change = on_role_change
-        self.logger = logger.bind(group_id=group_id)
+        self._unbound_logger = logger.bind(group_id=group_id)
+        self._logged_term = core.term
+        self.logger = self._unbound_logger.bind(term=core.term)  # bound anew as the term moves
         # Filled by callbacks, drained by this group's task, on one loop: a deque and a
         # bound. (asyncio.Queue's waiter bookkeeping went unused and cost a leader about
         # twenty Python calls per write.)
@@ -734,6 +736,9 @@ class GroupRuntime:
         self._ready_reads = waiting
 
     def _check_role(self) -> None:
+        if self.core.term != self._logged_term:
+            self._logged_term = self.core.term
+            self.logger = self._unbound_logger.bind(term=self._logged_term)
         leader = self.core.leader
         if leader:
             self._campaigns_without_leader = 0
@@ -748,7 +753,7 @@ class GroupRuntime:
         if role is Role.CANDIDATE:
             self.elections += 1
         self.logger.info(
-            "role_changed", role=role.value, previous=previous.value, term=self.core.term
+            "role_changed", role=role.value, previous=previous.value
         )
         if previous is Role.LEADER:
             self._fail_waiters(OutcomeUnknown("leadership was lost before the proposal applied"))

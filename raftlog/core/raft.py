@@ -118,7 +118,9 @@ class RaftCore:
         self._outstanding: Ready | None = None
         self._prev_hard_state = hard
         self._prev_soft_state = SoftState()
-        self.logger = (logger or _NullLogger()).bind(node_id=self.id)
+        # Every line carries the term it was logged in: the logger is bound anew when it moves.
+        self._unbound_logger = (logger or _NullLogger()).bind(node_id=self.id)
+        self.logger = self._unbound_logger.bind(term=self.term)
         self._become_follower(self.term, NO_NODE)
 
     # ------------------------------------------------------------------ inputs
@@ -209,7 +211,7 @@ class RaftCore:
             return target
         self.lead_transferee = target
         self.election_elapsed = 0  # the transfer is abandoned after one election timeout
-        self.logger.info("leadership_transfer_started", target=target, term=self.term)
+        self.logger.info("leadership_transfer_started", target=target)
         if self._progress[target].match == self.log.last_index():
             self._send(self._message(MT.TIMEOUT_NOW, target))
         else:
@@ -236,7 +238,7 @@ class RaftCore:
         assert self._outstanding is None, "no input between ready() and advance()"
         if self.role is Role.FOLLOWER and self.leader == leader != NO_NODE:
             self.leader = NO_NODE
-            self.logger.info("leader_forgotten", leader=leader, term=self.term)
+            self.logger.info("leader_forgotten", leader=leader)
 
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point; a `ReadState` with `context` arrives in a Ready."""
@@ -447,6 +449,7 @@ class RaftCore:
             assert term > self.term, "terms never go back"
             self.term = term
             self.vote = NO_NODE
+            self.logger = self._unbound_logger.bind(term=term)
         self.leader = NO_NODE
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
@@ -467,21 +470,21 @@ class RaftCore:
         self._reset(term)
         self.leader = leader
         self.role = Role.FOLLOWER
-        self.logger.debug("became_follower", term=term, leader=leader)
+        self.logger.debug("became_follower", leader=leader)
 
     def _become_pre_candidate(self) -> None:
         assert self.role is not Role.LEADER, "a leader does not campaign"
         self.role = Role.PRE_CANDIDATE
         self._votes = {}
         self.leader = NO_NODE
-        self.logger.debug("became_pre_candidate", term=self.term)
+        self.logger.debug("became_pre_candidate")
 
     def _become_candidate(self) -> None:
         assert self.role is not Role.LEADER, "a leader does not campaign"
         self._reset(Term(self.term + 1))
         self.vote = self.id
         self.role = Role.CANDIDATE
-        self.logger.debug("became_candidate", term=self.term)
+        self.logger.debug("became_candidate")
 
     def _become_leader(self) -> None:
         assert self.role is Role.CANDIDATE, "only a candidate becomes leader"
@@ -501,7 +504,7 @@ class RaftCore:
         self._pending_conf_index = last
         noop = Entry(Index(last + 1), self.term, EntryKind.NOOP)
         self._append_as_leader([noop], noop.size_bytes())
-        self.logger.info("became_leader", term=self.term, last_index=last)
+        self.logger.info("became_leader", last_index=last)
 
     def _add_progress(self, node: NodeId, last: Index) -> None:
         self._progress[node] = Progress(
@@ -537,7 +540,7 @@ class RaftCore:
         if self.election_elapsed >= self.config.election_timeout_ticks:
             self.election_elapsed = 0
             if self.config.check_quorum and not self._quorum_active():
-                self.logger.info("stepped_down_no_quorum", term=self.term)
+                self.logger.info("stepped_down_no_quorum")
                 self._become_follower(self.term, NO_NODE)
                 return
             for node, progress in self._progress.items():
@@ -567,7 +570,7 @@ class RaftCore:
         if self._has_unapplied_config():
             # Our membership may be two changes behind the one in force; the two majorities
             # need not overlap, so votes counted by the old one could elect a second leader.
-            self.logger.info("campaign_deferred_unapplied_config", term=self.term)
+            self.logger.info("campaign_deferred_unapplied_config")
             return
         if self.config.pre_vote and not transfer:
             self._become_pre_candidate()
@@ -666,7 +669,7 @@ class RaftCore:
             return
         self.vote = message.source
         self.election_elapsed = 0
-        self.logger.debug("vote_granted", term=self.term, candidate=message.source)
+        self.logger.debug("vote_granted", candidate=message.source)
         # The vote is a promise: it leaves only after the hard state is durable.
         self._send_after_persist(self._message(MT.VOTE_RESPONSE, message.source))
 
@@ -711,7 +714,7 @@ class RaftCore:
                 self._handle_snapshot(message)
         elif kind is MT.TIMEOUT_NOW:
             if self._promotable():
-                self.logger.info("campaign_on_timeout_now", term=self.term, source=message.source)
+                self.logger.info("campaign_on_timeout_now", source=message.source)
                 self._campaign(transfer=True)
         elif kind is MT.READ_INDEX_RESPONSE:
             self._read_states.append(ReadState(message.index, message.context))
@@ -978,7 +981,7 @@ class RaftCore:
         if self.role is not Role.LEADER:
             return
         if self.id not in self.membership.voters:
-            self.logger.info("stepped_down_removed", term=self.term)
+            self.logger.info("stepped_down_removed")
             self._become_follower(self.term, NO_NODE)
             return
         if len(self.membership.voters) == 1 and len(self._read_only):

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import structlog
+import structlog.testing
 
 from multiraft.group import COMMIT_HOLD_S, GroupRuntime
 from raftlog.bootstrap import bootstrap_entries
@@ -358,7 +359,17 @@ async def test_a_gone_leader_is_replaced_without_waiting_for_an_election_timeout
     """When the node learns a leader's node is gone (its raft port refuses connections),
     the lowest-numbered voter left campaigns at once and the others give up the dead
     leader's lease: a new leader with no tick at all. A stale report (a node that does
-    not lead) changes nothing."""
+    not lead) changes nothing. Every line the groups log carries their group id and
+    the term they were in when they logged it."""
+    with structlog.testing.capture_logs() as logs:  # (loggers bound inside it are captured)
+        new, term_before = await _replace_a_gone_leader()
+    campaign = [e for e in logs if e["event"] == "campaign_leader_gone"]
+    assert campaign and all(e["group_id"] == 7 and e["term"] == term_before for e in campaign)
+    assert any(e["event"] == "role_changed" and e["role"] == "leader" and e["term"] == new.core.term for e in logs)
+    assert all("term" in e and "group_id" in e for e in logs)
+
+
+async def _replace_a_gone_leader() -> tuple[GroupRuntime, int]:
     cluster = Cluster()
     async with cluster.running(ticking=False):
         while (leader := next((r for r in cluster.runtimes.values() if r.core.role is Role.LEADER), None)) is None:
@@ -384,6 +395,8 @@ async def test_a_gone_leader_is_replaced_without_waiting_for_an_election_timeout
         assert new.core.id == min(r.core.id for r in followers), "the lowest-numbered voter left"
         assert new.core.term > max(terms)
         assert await new.propose([b"b"]) == [2]
+    (term_before,) = terms
+    return new, term_before
 
 
 @pytest.mark.asyncio
