@@ -24,7 +24,7 @@ is recorded as one operation per partition with the same times, which is sound
 for the per-partition checks because they are local):
 
 - `send`: values appended to one partition. `ok` carries the offset of every
-  value (`None` where the server did not say, e.g. `acks=leader`) and the
+  value (`None` where the server did not say, e.g. `acks=none`) and the
   `duplicate` flag of an idempotent produce answer.
 - `poll`: one read of one partition from `position` (committed isolation);
   `ok` carries the `(offset, value)` records in the order returned, the high

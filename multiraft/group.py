@@ -119,7 +119,8 @@ class GroupRuntime:
         self._reads: dict[bytes, asyncio.Future[Index]] = {}
         self._read_ids = itertools.count(1)
         self._ready_reads: list[tuple[Index, asyncio.Future[Index]]] = []
-        self._persist_waiters: list[tuple[Index, asyncio.Future[None]]] = []
+        # acks=leader writes: (last index, waiter, (first index, term) to answer with).
+        self._persist_waiters: list[tuple[Index, asyncio.Future[tuple[Index, Term]], tuple[Index, Term]]] = []
         self._isr_waiters: list[tuple[Index, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._role = core.role
@@ -298,8 +299,9 @@ class GroupRuntime:
         """Replicate `payloads` as consecutive entries and wait as `acks` says.
 
         - "quorum": until applied (committed by a majority); returns the apply results;
-        - "leader": until durable on this leader only; returns Nones (a leader crash
-          before the commit can lose them: the relaxation the user asked for);
+        - "leader": until durable on this leader only; returns the entries' indexes
+          (a leader crash before the commit can lose them: the relaxation the user
+          asked for; Kafka's acks=1 answers with the leader's offsets the same way);
         - "all": until applied and held by every in-sync replica.
         """
         assert acks in ("quorum", "leader", "all")
@@ -307,15 +309,17 @@ class GroupRuntime:
         self.wake()
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in payloads]
-        persisted: asyncio.Future[None] = loop.create_future()
+        persisted: asyncio.Future[tuple[Index, Term]] = loop.create_future()
         if not self._enqueue("propose", (tuple(payloads), kind, futures, persisted)):
             raise ProposalDropped("the group's inbox is full; retry")
         self._wakeup.set()
         if acks == "leader":
             for future in futures:  # nobody awaits these: retrieve their outcome quietly
                 future.add_done_callback(_consume_outcome)
-            await persisted
-            return [None] * len(futures)
+            first, term = await persisted
+            if self.core.log.term_or_none(first) != term:  # replaced since (this leader was deposed)
+                raise OutcomeUnknown("leadership was lost after the leader's write; it may be lost")
+            return [Index(first + i) for i in range(len(futures))]
         persisted.add_done_callback(_consume_outcome)
         if len(futures) == 1:  # one batch, the usual case: gather would add a loop turn
             results = [await futures[0]]
@@ -450,7 +454,7 @@ class GroupRuntime:
 
     def _propose(
         self, payloads: tuple[bytes, ...], kind: EntryKind, futures: list[asyncio.Future[Any]],
-        persisted: asyncio.Future[None],
+        persisted: asyncio.Future[tuple[Index, Term]],
     ) -> None:
         try:
             term, first = self.core.propose(payloads, kind)
@@ -462,7 +466,7 @@ class GroupRuntime:
         now = time.perf_counter()
         for offset, future in enumerate(futures):
             self._proposals[Index(first + offset)] = _Proposal(term, future, now)
-        self._persist_waiters.append((Index(first + len(payloads) - 1), persisted))
+        self._persist_waiters.append((Index(first + len(payloads) - 1), persisted, (first, term)))
 
     def _propose_membership(self, change: ConfChange, future: asyncio.Future[Any]) -> None:
         try:
@@ -697,13 +701,13 @@ class GroupRuntime:
 
     def _release_persisted(self, stable_index: Index) -> None:
         waiting = []
-        for index, future in self._persist_waiters:
+        for index, future, answer in self._persist_waiters:
             if future.done():
                 continue
             if index <= stable_index:
-                future.set_result(None)
+                future.set_result(answer)
             else:
-                waiting.append((index, future))
+                waiting.append((index, future, answer))
         self._persist_waiters = waiting
 
     def _release_isr_waiters(self) -> None:
@@ -774,7 +778,11 @@ class GroupRuntime:
             if not future.done():
                 future.set_exception(error)
         self._reads.clear()
-        for _, future in [*self._ready_reads, *self._persist_waiters, *self._isr_waiters]:
+        for future in [
+            *(f for _, f in self._ready_reads),
+            *(f for _, f, _ in self._persist_waiters),
+            *(f for _, f in self._isr_waiters),
+        ]:
             if not future.done():
                 future.set_exception(error)
         self._ready_reads.clear()

@@ -550,8 +550,9 @@ class Node:
             task.add_done_callback(_consume_task)
             return {"base_offset": -1, "count": header.record_count, "duplicate": False}
         (result,) = await runtime.propose([batch], acks=acks)
-        if result is None:  # acks=leader: durable here, offset not assigned by a commit yet
-            return {"base_offset": -1, "count": header.record_count, "duplicate": False}
+        if acks == "leader":  # durable here, not committed: the offset the leader's log gives it (Kafka's acks=1)
+            base_offset = self.stores[group_id].offset_after(Index(result - 1))
+            return {"base_offset": int(base_offset), "count": header.record_count, "duplicate": False}
         return result
 
     async def _serve_produce(self, source: int, body: bytes) -> tuple[int, bytes]:

@@ -441,7 +441,7 @@ async def test_a_leader_answers_before_its_own_fsync_and_counts_itself_after() -
         for store, done in pending.pop(me):
             store.sync()
             done.set_result(None)
-        assert await asyncio.wait_for(acks_leader, 5) == [None]
+        assert await asyncio.wait_for(acks_leader, 5) == [index + 1], "answered with its index"
         assert leader.core.progress(me).match >= index + 1
 
         failing = asyncio.ensure_future(leader.propose([b"c"]))

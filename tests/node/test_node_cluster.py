@@ -103,11 +103,12 @@ async def until(condition, what: str, timeout_s: float = 15.0) -> None:  # type:
         raise AssertionError(f"timed out waiting for {what}") from None
 
 
-async def produce_retrying(node: Node, topic: str, partition: int, data: bytes, timeout_s: float = 15.0) -> dict:
+async def produce_retrying(node: Node, topic: str, partition: int, data: bytes, timeout_s: float = 15.0,
+                           acks: str = "quorum") -> dict:
     async with asyncio.timeout(timeout_s):
         while True:
             try:
-                return await node.produce(topic, partition, data)
+                return await node.produce(topic, partition, data, acks)
             except ClientError as error:
                 if not error.retriable:
                     raise
@@ -293,6 +294,8 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
 async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
     # Goal: every acks mode answers; with a replica down, acks=quorum still works at
     # min_insync_replicas=2 but is refused with NOT_ENOUGH_REPLICAS at 3.
+    from multiraft import partition_ops
+
     async with running_cluster(tmp_path) as nodes:
         await nodes[0].create_topic("strict", 1, 3, {"min_insync_replicas": 3})
         await nodes[0].create_topic("relaxed", 1, 3, {"min_insync_replicas": 2})
@@ -301,8 +304,13 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
             await node.wait_for_topic("relaxed")
         await until(lambda: leader_of(nodes, "strict", 0) and leader_of(nodes, "relaxed", 0), "leaders")
         for acks in ("none", "leader", "quorum", "all"):
-            answer = await produce_retrying(nodes[0], "relaxed", 0, batch(acks.encode()))
+            answer = await produce_retrying(nodes[0], "relaxed", 0, batch(acks.encode()), acks=acks)
             assert answer["count"] == 1
+        # acks=leader answers with the offset the leader's log gave the batch (Kafka's acks=1).
+        answer = await produce_retrying(nodes[0], "relaxed", 0, batch(b"offset"), acks="leader")
+        assert answer["base_offset"] == 4, "after the four above"
+        read = await partition_ops.consume(nodes[0], "relaxed", 0, 4, wait_ms=5000)
+        assert [(base, count) for base, count, _ in read.batches] == [(4, 1)]
         answer = await produce_retrying(nodes[0], "strict", 0, batch(b"x"), timeout_s=15)
         assert answer["base_offset"] == 0
         # Take down a follower of both partitions; wait past the lag time (short here).
