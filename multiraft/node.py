@@ -451,6 +451,14 @@ class Node:
         block = await self.propose_metadata(AllocateProducerIds(count=1))
         return int(block["first"]), 0
 
+    async def sync_catalog(self) -> None:
+        """Return once this node's catalog holds every metadata change completed anywhere
+        before the call: a ReadIndex on the metadata group (a follower or learner asks
+        the metadata leader for its commit index, the leader confirms it still leads
+        with a round of heartbeats), then a wait until this node applied that far. What
+        makes catalog reads linearizable where the API offers them."""
+        await self.groups[METADATA_GROUP].read_index()
+
     async def wait_for_topic(self, name: str, timeout_s: float = 10.0) -> None:
         """Wait until this node's catalog holds `name` (after a create elsewhere)."""
         async with asyncio.timeout(timeout_s):

@@ -43,6 +43,8 @@ def _query(name: str, schema: dict[str, Any], required: bool = False) -> dict[st
 
 
 _TOPIC = _path("topic", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"})
+# Catalog reads: this node's view (default) or, linearizable, after catching up with the metadata leader.
+_CONSISTENCY = _query("consistency", {"type": "string", "enum": ["local", "linearizable"], "default": "local"})
 _ADDRESS = r"^[A-Za-z0-9.\-\[\]:]{1,255}:[0-9]{1,5}$"
 _CONFIG = {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9_.]{0,99}$"}}
 _PARTITION = _path("partition", {"type": "integer", "minimum": 0, "maximum": 999_999_999})
@@ -86,18 +88,19 @@ _CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties":
 
 _PATHS: dict[str, Any] = {
     "/v1/health": {"get": {"summary": "liveness", "responses": {"200": _ok("ok", {"type": "object"})}}},
-    "/v1/cluster": {"get": {"summary": "nodes and the metadata group", "responses": {
-        "200": _ok("the cluster as this node sees it", {"type": "object"})}}},
+    "/v1/cluster": {"get": {"summary": "nodes and the metadata group", "parameters": [_CONSISTENCY], "responses": {
+        "200": _ok("the cluster as this node sees it", {"type": "object"}), **_errors(421, 504)}}},
     "/v1/topics": {
-        "get": {"summary": "list topics", "responses": {"200": _ok("topics", {"type": "object"})}},
+        "get": {"summary": "list topics", "parameters": [_CONSISTENCY],
+                "responses": {"200": _ok("topics", {"type": "object"}), **_errors(421, 504)}},
         "post": {"summary": "create a topic", "requestBody": {"required": True, **_json(_CREATE_TOPIC)},
                  "responses": {"201": _ok("created", {"$ref": "#/components/schemas/Topic"}),
                                **_errors(409, 415, 503, 504)}},
     },
     "/v1/topics/{topic}": {
         "parameters": [_TOPIC],
-        "get": {"summary": "describe a topic", "responses": {
-            "200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}), **_errors(404)}},
+        "get": {"summary": "describe a topic", "parameters": [_CONSISTENCY], "responses": {
+            "200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}), **_errors(404, 421, 504)}},
         "delete": {"summary": "delete a topic", "responses": {"204": _ok("deleted"), **_errors(404, 503, 504)}},
     },
     "/v1/topics/{topic}/records": {

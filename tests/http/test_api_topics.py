@@ -3,6 +3,8 @@ every node, and a topic created through one node is visible through all."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.http.conftest import Cluster
@@ -85,3 +87,54 @@ async def test_metrics_expose_group_and_node_figures(cluster: Cluster) -> None:
         count = next(line for line in text.splitlines() if line.startswith(f"{name}_count"))
         assert float(count.split()[-1]) > 0, count
         assert f'{name}_bucket{{le="+Inf"}}' in text
+
+
+async def test_linearizable_catalog_reads_wait_for_changes_made_elsewhere(cluster: Cluster) -> None:
+    # Goal: a node whose catalog trails (its metadata replica gets no messages for a
+    # while) answers a plain read from what it has, but a `consistency=linearizable`
+    # read first catches up with every change completed elsewhere; a delete's answer
+    # waits until the deleting node's own catalog agrees; a bad value is a 400.
+    from multiraft.replicas import METADATA_GROUP
+    from raftlog.messages import Message, MessageType
+
+    leader_id = cluster.nodes[0].groups[METADATA_GROUP].core.leader
+    lagging = next(i for i, n in enumerate(cluster.nodes) if n.id != leader_id)
+    writer = next(i for i, n in enumerate(cluster.nodes) if i != lagging)
+    runtime = cluster.nodes[lagging].groups[METADATA_GROUP]
+    held: list = []
+    deliver = runtime.deliver
+
+    def hold_entries(message: Message) -> None:  # heartbeats pass: it still follows its leader
+        if message.type is MessageType.APPEND and message.entries:
+            held.append(message)
+        else:
+            deliver(message)
+
+    runtime.deliver = hold_entries  # the lagging replica receives no new entries for now
+    try:
+        status, _ = await cluster.call("POST", writer, "/v1/topics", json={"name": "lin-t", "partitions": 1})
+        assert status == 201
+        status, body = await cluster.call("GET", lagging, "/v1/topics/lin-t")
+        assert (status, body["error_code"]) == (404, "UNKNOWN_TOPIC"), "a local read answers from what it has"
+        read = asyncio.ensure_future(cluster.call("GET", lagging, "/v1/topics/lin-t?consistency=linearizable"))
+        listed = asyncio.ensure_future(cluster.call("GET", lagging, "/v1/topics?consistency=linearizable"))
+        await asyncio.sleep(0.3)
+        assert not read.done() and not listed.done(), "a linearizable read waits for the change"
+    finally:
+        runtime.deliver = deliver
+        for message in held:
+            deliver(message)
+    status, body = await read
+    assert status == 200 and body["name"] == "lin-t"
+    status, body = await listed
+    assert status == 200 and "lin-t" in [t["name"] for t in body["topics"]]
+    status, body = await cluster.call("GET", lagging, "/v1/cluster?consistency=linearizable")
+    assert status == 200 and body["metadata_leader"] == leader_id
+
+    status, _ = await cluster.call("DELETE", lagging, "/v1/topics/lin-t")
+    assert status == 204
+    assert "lin-t" not in cluster.nodes[lagging].catalog.topics, "the delete's answer waited for this node"
+    status, body = await cluster.call("GET", writer, "/v1/topics/lin-t?consistency=linearizable")
+    assert (status, body["error_code"]) == (404, "UNKNOWN_TOPIC")
+    status, body = await cluster.call("GET", writer, "/v1/topics?consistency=fresh")
+    assert (status, body["error_code"]) == (400, "INVALID_REQUEST")

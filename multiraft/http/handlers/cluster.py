@@ -1,10 +1,11 @@
-"""GET /v1/health and GET /v1/cluster: liveness and the cluster as this node sees it."""
+"""GET /v1/health and GET /v1/cluster: liveness and the cluster as this node sees it
+(`?consistency=linearizable`: after catching up with the metadata leader)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from multiraft.http.handlers.common import node_of
+from multiraft.http.handlers.common import catalog_read, node_of
 from multiraft.http.view import cluster_view
 
 
@@ -20,4 +21,5 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def cluster(request: web.Request) -> web.Response:
+    await catalog_read(request)
     return web.json_response(cluster_view(node_of(request)))

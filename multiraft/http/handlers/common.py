@@ -1,4 +1,5 @@
-"""What every handler shares: the node of the app and a bounded wait on the cluster."""
+"""What every handler shares: the node of the app, a bounded wait on the cluster, and
+how fresh a catalog read must be."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from aiohttp import web
 
 from multiraft.http.errors import NODE_KEY, Timeout
 from multiraft.http.limits import REQUEST_TIMEOUT_S
+from multiraft.http.params import query_str
 
 if TYPE_CHECKING:
     from multiraft.node import Node
@@ -28,3 +30,10 @@ async def bounded(work: Awaitable[T], what: str, timeout_s: float = REQUEST_TIME
             return await work
     except TimeoutError:
         raise Timeout(f"{what} did not complete within {timeout_s:.0f} s (outcome unknown)") from None
+
+
+async def catalog_read(request: web.Request) -> None:
+    """`?consistency=local` (default): this node's catalog as it is; `linearizable`:
+    first catch up with every metadata change completed before the request."""
+    if query_str(request, "consistency", "local", ("local", "linearizable")) == "linearizable":
+        await bounded(node_of(request).sync_catalog(), "a linearizable catalog read")

@@ -3,8 +3,15 @@
 Creation is validated here with the same checks the metadata command applies
 (`check_topic_name`, partition and replication factor ranges, config entries),
 so bad input is refused before anything reaches the controller. The answer of
-a create waits until this node's catalog holds the topic, so a describe right
-after it on the same node finds it.
+a create waits until this node's catalog holds the topic, and the answer of a
+delete until it no longer does, so a describe right after either on the same
+node agrees with it.
+
+Reads answer from this node's catalog, which may trail the metadata leader by a
+few milliseconds (a change made through another node may not show yet). With
+`?consistency=linearizable` they first wait for everything completed anywhere
+before the request (`Node.sync_catalog`), as etcd's linearizable reads do; the
+price is a round trip to the metadata leader.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from multiraft.errors import InvalidPartitions, InvalidReplicationFactor, InvalidRequest
-from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.handlers.common import bounded, catalog_read, node_of
 from multiraft.http.params import is_int, json_object
 from multiraft.http.view import topic_view
 from multiraft.metadata.commands import (
@@ -50,6 +57,7 @@ async def create_topic(request: web.Request) -> web.Response:
 
 async def list_topics(request: web.Request) -> web.Response:
     node = node_of(request)
+    await catalog_read(request)
     topics = [
         {"name": t.name, "partitions": len(t.partitions), "replication_factor": t.replication_factor}
         for _, t in sorted(node.catalog.topics.items())
@@ -59,10 +67,12 @@ async def list_topics(request: web.Request) -> web.Response:
 
 async def describe_topic(request: web.Request) -> web.Response:
     node = node_of(request)
+    await catalog_read(request)
     return web.json_response(topic_view(node, node.catalog.topic(request.match_info["topic"])))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     await bounded(node.delete_topic(request.match_info["topic"]), "topic deletion")
+    await bounded(node.sync_catalog(), "topic propagation")
     return web.Response(status=204)
