@@ -1,8 +1,8 @@
 """Reads and consumer-offset operations on partitions, local or forwarded.
 
 - `consume`: any replica serves reads up to its own applied high watermark
-  (follower reads spread load); `isolation="uncommitted"` reads to the local log
-  end. With `wait_ms` a read at the high watermark waits (bounded) for new
+  (follower reads spread load); `isolation="uncommitted"` reads to the leader's
+  log end (forwarded to the leader). With `wait_ms` a read at the high watermark waits (bounded) for new
   records. A node that hosts no replica forwards the read to one.
 - `commit_offsets`: an offset commit is a META entry of the partition's own group,
   so it is ordered with the records it points at; proposed on the leader.
@@ -74,6 +74,13 @@ async def consume(
 ) -> ConsumeResult:
     _check_read_limits(offset, max_records, max_bytes, wait_ms, isolation)
     group_id = node.partition_group(topic, partition)
+    if isolation == "uncommitted":
+        # Up to the leader's log end, which a follower's own log may not reach yet.
+        leader = node.leader_of(group_id)
+        if not leader:
+            raise NotLeader(0, "no leader known for the partition; an uncommitted read needs it, retry")
+        if leader != node.id:
+            return await _read_remote(node, leader, group_id, offset, max_records, max_bytes, wait_ms, isolation)
     if group_id in node.partitions:
         return await _consume_local(node, group_id, offset, max_records, max_bytes, wait_ms, isolation)
     replicas = node.catalog.topic(topic).partitions[partition].replicas
@@ -84,10 +91,16 @@ async def consume(
         # nonmonotonic-hw, disk-full runs). Refused instead, retriable, as while re-applying.
         raise NotLeader(node.leader_of(group_id), "this node's replica of the partition is reopening; "
                         "retry or read from another replica")
+    return await _read_remote(node, replicas[0], group_id, offset, max_records, max_bytes, wait_ms, isolation)
+
+
+async def _read_remote(
+    node: Node, target: int, group_id: GroupId, offset: int, max_records: int, max_bytes: int, wait_ms: int,
+    isolation: str,
+) -> ConsumeResult:
     request = {"group": group_id, "offset": offset, "max_records": max_records, "max_bytes": max_bytes,
                "wait_ms": wait_ms, "isolation": isolation}
-    answer = await _call(node, replicas[0], "partition.read", json.dumps(request).encode(),
-                         RPC_TIMEOUT_S + wait_ms / 1000)
+    answer = await _call(node, target, "partition.read", json.dumps(request).encode(), RPC_TIMEOUT_S + wait_ms / 1000)
     return _decode_read(answer)
 
 

@@ -15,13 +15,14 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from multiraft.config import Address, NodeConfig
 from multiraft.node import WAKE_SILENCE_PERIODS, Node
 from raftlog.errors import ClientError
-from raftlog.messages import Role
+from raftlog.messages import Message, MessageType, Role
 from raftlog.types import NodeId
 from storage.batch import Record, decode_batch, encode_batch
 from storage.offsets import read_records
@@ -311,6 +312,7 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
         assert answer["base_offset"] == 4, "after the four above"
         read = await partition_ops.consume(nodes[0], "relaxed", 0, 4, wait_ms=5000)
         assert [(base, count) for base, count, _ in read.batches] == [(4, 1)]
+        await _uncommitted_reads_reach_the_leaders_log_end(nodes, "relaxed")
         answer = await produce_retrying(nodes[0], "strict", 0, batch(b"x"), timeout_s=15)
         assert answer["base_offset"] == 0
         # Take down a follower of both partitions; wait past the lag time (short here).
@@ -328,6 +330,38 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
         with pytest.raises(ClientError) as raised:
             await survivors[0].produce("strict", 0, batch(b"no"))
         assert raised.value.code == "NOT_ENOUGH_REPLICAS"
+
+
+async def _uncommitted_reads_reach_the_leaders_log_end(nodes: list[Node], topic: str) -> None:
+    # Goal: with the followers not given a new entry yet, a committed read through a
+    # follower stops at the high watermark, and an uncommitted one reaches the leader's
+    # log end (it is read on the leader), wherever it is asked.
+    from multiraft import partition_ops
+
+    leader = leader_of(nodes, topic, 0)
+    assert leader is not None
+    group = leader.partition_group(topic, 0)
+    held: list[tuple[Any, Message]] = []
+    runtimes = [n.groups[group] for n in nodes if n is not leader]
+    for runtime in runtimes:
+        def hold(message: Message, deliver: Any = runtime.deliver) -> None:
+            if message.type is MessageType.APPEND and message.entries:
+                held.append((deliver, message))
+            else:
+                deliver(message)
+        runtime.deliver = hold  # type: ignore[method-assign]
+    try:
+        ahead = (await leader.produce(topic, 0, batch(b"ahead"), "leader"))["base_offset"]
+        for node in nodes:
+            committed = await partition_ops.consume(node, topic, 0, ahead)
+            assert committed.batches == [] and committed.high_watermark == ahead
+            read = await partition_ops.consume(node, topic, 0, ahead, isolation="uncommitted")
+            assert [(base, count) for base, count, _ in read.batches] == [(ahead, 1)], node.id
+    finally:
+        for runtime in runtimes:
+            del runtime.deliver  # the class's method again
+        for deliver, message in held:
+            deliver(message)
 
 
 async def _quiesce_scenario(tmp_path: Path, partitions: int, timeout_s: float) -> None:
