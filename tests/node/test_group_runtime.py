@@ -399,18 +399,19 @@ async def _replace_a_gone_leader() -> tuple[GroupRuntime, int]:
     return new, term_before
 
 
-@pytest.mark.asyncio
-async def test_a_leader_answers_before_its_own_fsync_and_counts_itself_after() -> None:
-    """A leader's own appends are made durable in the background (the node's
-    Flusher.sync_in_background): a write is committed, applied and answered on its
-    followers' acknowledgements while the leader's fsync still runs; the leader counts
-    itself, and answers acks=leader writes, only once that fsync reports; and a failed
-    background fsync fails the group, as a failed flush always did."""
-    cluster = Cluster()
-    pending: dict[int, list[tuple[MemoryStorage, asyncio.Future[None]]]] = {}
+Held = list[tuple[MemoryStorage, asyncio.Future[None]]]
+
+
+def hold_background_fsyncs(cluster: Cluster) -> tuple[dict[int, Held], list[int]]:
+    """Every runtime's flushes: a waited-for one completes at once (and its node is
+    recorded), a background one (a leader's own write) is held, per node, until the
+    test resolves it: the "fsync" takes as long as the test likes."""
+    pending: dict[int, Held] = {}
+    waited: list[int] = []
     for node, runtime in cluster.runtimes.items():
 
-        def sync(store: MemoryStorage) -> asyncio.Future[None]:
+        def sync(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
+            waited.append(node)
             store.sync()
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
@@ -419,11 +420,23 @@ async def test_a_leader_answers_before_its_own_fsync_and_counts_itself_after() -
         def in_background(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending.setdefault(node, []).append((store, done))
-            return done  # resolved by the test: the "fsync" takes as long as it likes
+            return done
 
         runtime.sync = sync
         runtime.store_lazily = lambda store: store.sync()
         runtime.sync_in_background = in_background
+    return pending, waited
+
+
+@pytest.mark.asyncio
+async def test_a_leader_answers_before_its_own_fsync_and_counts_itself_after() -> None:
+    """A leader's own appends are made durable in the background (the node's
+    Flusher.sync_in_background): a write is committed, applied and answered on its
+    followers' acknowledgements while the leader's fsync still runs; the leader counts
+    itself, and answers acks=leader writes, only once that fsync reports; and a failed
+    background fsync fails the group, as a failed flush always did."""
+    cluster = Cluster()
+    pending, _ = hold_background_fsyncs(cluster)
     async with cluster.running():
         leader = await cluster.leader()
         me = leader.core.id
@@ -461,28 +474,11 @@ async def test_a_leader_whose_background_fsyncs_lag_too_far_waits_for_the_next(m
     waited for (the group stops taking new work until the disk catches up)."""
     monkeypatch.setattr("multiraft.group.BACKGROUND_BYTES_MAX", 1)  # one write in the background at most
     cluster = Cluster()
-    background: list[tuple[MemoryStorage, asyncio.Future[None]]] = []
-    waited: list[int] = []
-    for node, runtime in cluster.runtimes.items():
-
-        def sync(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
-            waited.append(node)
-            store.sync()
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-
-        def in_background(store: MemoryStorage) -> asyncio.Future[None]:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            background.append((store, done))
-            return done
-
-        runtime.sync = sync
-        runtime.store_lazily = lambda store: store.sync()
-        runtime.sync_in_background = in_background
+    pending, waited = hold_background_fsyncs(cluster)
     async with cluster.running():
         leader = await cluster.leader()
         me = leader.core.id
+        background = pending.setdefault(me, [])
         for store, done in background:  # the leader's first entry (its term's no-op)
             store.sync()
             done.set_result(None)
