@@ -459,10 +459,11 @@ class Node:
         makes catalog reads linearizable where the API offers them."""
         await self.groups[METADATA_GROUP].read_index()
 
-    async def wait_for_topic(self, name: str, timeout_s: float = 10.0) -> None:
-        """Wait until this node's catalog holds `name` (after a create elsewhere)."""
+    async def wait_for_topic(self, name: str, timeout_s: float = 10.0, present: bool = True) -> None:
+        """Wait until this node's catalog holds `name` (after a create elsewhere), or no
+        longer holds it with `present=False` (after a delete)."""
         async with asyncio.timeout(timeout_s):
-            while name not in self.catalog.topics:
+            while (name in self.catalog.topics) != present:
                 await asyncio.sleep(0.02)
 
     async def call_leader(self, runtime: GroupRuntime, method: str, body: bytes) -> bytes:

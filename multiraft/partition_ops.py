@@ -2,8 +2,9 @@
 
 - `consume`: any replica serves reads up to its own applied high watermark
   (follower reads spread load); `isolation="uncommitted"` reads to the leader's
-  log end (forwarded to the leader). With `wait_ms` a read at the high watermark waits (bounded) for new
-  records. A node that hosts no replica forwards the read to one.
+  log end (forwarded to the leader). With `wait_ms` a read at the high watermark
+  waits (bounded) for new records. A node that hosts no replica forwards the read
+  to one.
 - `commit_offsets`: an offset commit is a META entry of the partition's own group,
   so it is ordered with the records it points at; proposed on the leader.
 - `fetch_offsets`: linearizable: the leader confirms its leadership (ReadIndex)

@@ -74,5 +74,5 @@ async def describe_topic(request: web.Request) -> web.Response:
 async def delete_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     await bounded(node.delete_topic(request.match_info["topic"]), "topic deletion")
-    await bounded(node.sync_catalog(), "topic propagation")
+    await bounded(node.wait_for_topic(request.match_info["topic"], present=False), "topic propagation")
     return web.Response(status=204)
