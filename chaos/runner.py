@@ -196,7 +196,7 @@ async def _recovery(cluster: ChaosCluster, history: HistoryWriter, keys: list[Pa
                 try:
                     answer = await client.produce(key.topic, [{"value": value, "partition": key.partition}])
                 except RaftlogError as error:
-                    history.info(index, error.code) if error.code not in ("NOT_LEADER", "UNAVAILABLE") \
+                    history.info(index, error.code) if error.code not in ("NOT_LEADER", "LEADER_NOT_AVAILABLE", "UNAVAILABLE") \
                         else history.fail(index, error.code)
                     if time.monotonic() > deadline:
                         return float("inf")

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftlog.errors import ClientError
-from raftlog.types import Offset
+from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader
+from raftlog.types import NO_NODE, Offset
 
 
 class InvalidRequest(ClientError):
@@ -169,8 +169,18 @@ def error_table() -> dict[str, tuple[int, bool]]:
     return table
 
 
+def answered(error: ClientError) -> ClientError:
+    """The error as the contract answers it: a refusal that names no leader is
+    LEADER_NOT_AVAILABLE (503), whichever layer raised it; the Raft core only knows
+    "not the leader" and has no say in HTTP statuses."""
+    if type(error) is NotLeader and error.leader_hint == NO_NODE:
+        return LeaderNotAvailable(error.message)
+    return error
+
+
 def error_body(error: ClientError) -> dict[str, Any]:
     """The JSON body of every error answer (DESIGN.md section 6); a NOT_LEADER names the leader."""
+    error = answered(error)
     body: dict[str, Any] = {"error_code": error.code, "message": error.message}
     hint = getattr(error, "leader_hint", 0)
     if hint:

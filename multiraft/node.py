@@ -63,6 +63,7 @@ from multiraft.rpc import (
 from multiraft.transport import Transport
 from multiraft.unsafe import ChaosHooks
 from raftlog.errors import (
+    LeaderNotAvailable,
     NotLeader,
     OutcomeUnknown,
     ProposalDropped,
@@ -518,7 +519,7 @@ class Node:
             return _result_json(await self._produce_local(group_id, batch, acks, header))
         leader = self.forward_target(group_id, self.catalog.topic(topic).partitions[partition].replicas)
         if leader == 0:
-            raise NotLeader(0, "the partition has no leader yet")
+            raise LeaderNotAvailable("the partition has no leader yet")
         assert self.rpc is not None
         try:
             body = _PRODUCE.pack(group_id, ACKS[acks]) + batch

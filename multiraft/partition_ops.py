@@ -32,7 +32,7 @@ from multiraft.rpc import (
     answer,
     error_answer,
 )
-from raftlog.errors import NotLeader, OutcomeUnknown
+from raftlog.errors import LeaderNotAvailable, NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind, Role
 from raftlog.types import GroupId, Offset
 from storage.errors import CorruptionError, OffsetOutOfRangeError
@@ -79,7 +79,7 @@ async def consume(
         # Up to the leader's log end, which a follower's own log may not reach yet.
         leader = node.leader_of(group_id)
         if not leader:
-            raise NotLeader(0, "no leader known for the partition; an uncommitted read needs it, retry")
+            raise LeaderNotAvailable("no leader known for the partition; an uncommitted read needs it, retry")
         if leader != node.id:
             return await _read_remote(node, leader, group_id, offset, max_records, max_bytes, wait_ms, isolation)
     if group_id in node.partitions:
@@ -225,9 +225,9 @@ async def _fetch_local(node: Node, group_id: GroupId, group: str) -> dict[str, A
 
 async def _call(node: Node, peer: int, method: str, body: bytes, timeout_s: float, *, write: bool = False) -> bytes:
     """Forward to `peer`. A write whose answer never came may have happened: OUTCOME_UNKNOWN.
-    A read may simply be retried: NOT_LEADER (retriable) either way."""
+    A read may simply be retried: NOT_LEADER (retriable) either way; LEADER_NOT_AVAILABLE with no peer."""
     if peer == 0:
-        raise NotLeader(0, "no leader known for this partition yet")
+        raise LeaderNotAvailable("no leader known for this partition yet")
     assert node.rpc is not None
     try:
         return await node.rpc.call(peer, method, body, timeout_s)

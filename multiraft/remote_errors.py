@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from multiraft.errors import error_table
-from raftlog.errors import ClientError, NotLeader
+from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader
 from raftlog.types import NodeId
 
 
@@ -33,5 +33,7 @@ def error_from_body(body: bytes) -> ClientError:
     if code == NotLeader.code:
         hint = decoded.get("leader_hint", 0)
         return NotLeader(NodeId(hint if isinstance(hint, int) else 0), message)
+    if code == LeaderNotAvailable.code:
+        return LeaderNotAvailable(message)
     http_status, retriable = error_table().get(code, (500, False))
     return RemoteClientError(code, message, http_status, retriable)

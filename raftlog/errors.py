@@ -32,6 +32,23 @@ class NotLeader(ClientError):
         self.leader_hint = leader_hint
 
 
+class LeaderNotAvailable(NotLeader):
+    """Not the leader, and no leader is known to name or forward to: an election is
+    under way, or this replica has lost touch with the others. Retry after a moment.
+
+    Its own code because the contract answers it 503 where a refusal naming the
+    leader is 421 (DESIGN.md section 6; Kafka's LEADER_NOT_AVAILABLE): a client has
+    nowhere to go but to wait. The core raises plain `NotLeader(NO_NODE)`; the
+    boundary (`multiraft.errors.answered`) gives it this code.
+    """
+
+    code = "LEADER_NOT_AVAILABLE"
+    http_status = 503
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(NO_NODE, message or "no leader known yet (an election may be under way); retry")
+
+
 class ProposalDropped(ClientError):
     """Refused before it entered the log: safe to retry."""
 

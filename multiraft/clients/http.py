@@ -1,6 +1,6 @@
 """The async HTTP client of a raftlog cluster: one call per endpoint, with retries.
 
-Retries follow the error table: a retriable code (NOT_LEADER, PROPOSAL_DROPPED,
+Retries follow the error table: a retriable code (NOT_LEADER, LEADER_NOT_AVAILABLE, PROPOSAL_DROPPED,
 NOT_ENOUGH_REPLICAS, ...) or a connection that could not be made is retried on
 the next server with backoff, a bounded number of times. An answer cut off after
 the request was sent is ambiguous: a read or an idempotent produce retries it

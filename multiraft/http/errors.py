@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from multiraft.errors import InvalidBatch, InvalidRequest, error_body
+from multiraft.errors import InvalidBatch, InvalidRequest, answered, error_body
 from raftlog.errors import ClientError, NotLeader
 from storage.errors import InvalidBatchError
 
@@ -93,6 +93,7 @@ def _http_exception_error(exception: web.HTTPException) -> ClientError:
 
 
 def error_response(request: web.Request, error: ClientError) -> web.Response:
+    error = answered(error)
     headers: dict[str, str] = {}
     if isinstance(error, NotLeader) and error.leader_hint:
         headers["Raftlog-Leader-Id"] = str(error.leader_hint)

@@ -78,6 +78,7 @@ SKIPPED = {
     "INTERNAL": "a server bug by definition; every answer here is checked not to be a 500",
     "REQUEST_TIMEOUT": "needs a body stalled past BODY_READ_TIMEOUT_S (30 s), not settable on `raftlog serve`",
     "TIMEOUT": "the cluster not answering within 15 s: leader loss or a network partition",
+    "LEADER_NOT_AVAILABLE": "needs two of three replicas gone; provoked over HTTP in tests/node/test_node_cluster.py",
     "OUTCOME_UNKNOWN": "a leader stepping down after appending a proposal",
     "PROPOSAL_DROPPED": "a full inbox, too many uncommitted bytes or a new leader not ready yet: transient",
     "LEADERSHIP_TRANSFER_IN_PROGRESS": "only while a leadership transfer is under way (a race, not an input)",

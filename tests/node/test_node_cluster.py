@@ -436,3 +436,43 @@ async def test_a_node_joins_as_a_metadata_learner(tmp_path: Path) -> None:
         finally:
             if joiner is not None and joiner.db is not None:
                 await joiner.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_partition_without_a_leader_answers_503_leader_not_available(tmp_path: Path) -> None:
+    # Goal: the contract's two refusals (DESIGN.md section 6). While another node leads,
+    # forward=false is 421 NOT_LEADER naming it; with two of three replicas gone no leader
+    # can be elected, and the survivor answers a produce (forwarded or not) and an
+    # uncommitted read 503 LEADER_NOT_AVAILABLE without a hint, while it still serves
+    # committed reads from its own replica.
+    import aiohttp
+
+    async with running_cluster_with_http(tmp_path) as (nodes, servers):
+        leader = await written_partition(nodes, "orphan", b"before")
+        position = next(i for i, n in enumerate(nodes) if n is not leader)
+        records = servers[position].url + "/v1/topics/orphan/partitions/0/records"
+        produce = {"json": {"records": [{"value": "x"}]}}
+        await until(lambda: values_at(nodes[position], "orphan", 0) == [b"before"], "the survivor knows it committed")
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+            async with session.post(records, params={"forward": "false"}, **produce) as response:
+                body = await response.json()
+                assert (response.status, body["error_code"], body["leader_hint"]) == (421, "NOT_LEADER", leader.id)
+            for node in nodes:
+                if node is not nodes[position]:
+                    await node.stop()
+
+            async def answer(method: str, **kwargs: Any) -> tuple[int, dict]:
+                async with session.request(method, records, **kwargs) as response:
+                    return response.status, await response.json()
+
+            async with asyncio.timeout(20):
+                while (await answer("POST", **produce))[0] != 503:
+                    await asyncio.sleep(0.05)  # until the survivor's replica gives up on the old leader
+            for method, kwargs in [("POST", produce), ("POST", {**produce, "params": {"forward": "false"}}),
+                                   ("GET", {"params": {"offset": "0", "isolation": "uncommitted"}})]:
+                status, body = await answer(method, **kwargs)
+                assert (status, body["error_code"]) == (503, "LEADER_NOT_AVAILABLE"), (method, kwargs, body)
+                assert set(body) == {"error_code", "message"}, "no leader to name"
+            status, body = await answer("GET", params={"offset": "0", "format": "string"})
+            assert status == 200 and [r["value"] for r in body["records"]] == ["before"], body

@@ -262,6 +262,28 @@ def test_error_codes_form_one_table():
     table = error_table()
     assert table["OUT_OF_ORDER_SEQUENCE"] == (409, False)
     assert table["NOT_LEADER"][0] == 421
+    assert table["LEADER_NOT_AVAILABLE"] == (503, True)
+
+
+def test_a_refusal_naming_no_leader_is_answered_leader_not_available():
+    # Goal: the core's plain "not the leader" without a hint leaves a node as 503
+    # LEADER_NOT_AVAILABLE, over HTTP and between nodes alike, and comes back from a
+    # peer as a NotLeader (what forwarding code catches); one naming a leader stays 421.
+    import json
+
+    from multiraft.errors import answered, error_body
+    from multiraft.remote_errors import error_from_body
+    from raftlog.errors import LeaderNotAvailable, NotLeader
+
+    assert error_body(NotLeader()) == {"error_code": "LEADER_NOT_AVAILABLE",
+                                       "message": "not the leader (leader hint: unknown)"}
+    assert answered(NotLeader()).http_status == 503
+    back = error_from_body(json.dumps(error_body(NotLeader())).encode())
+    assert isinstance(back, LeaderNotAvailable) and isinstance(back, NotLeader) and back.retriable
+    named = NotLeader(2)
+    assert answered(named) is named and error_body(named) == {
+        "error_code": "NOT_LEADER", "message": "not the leader (leader hint: 2)", "leader_hint": 2}
+    assert error_from_body(json.dumps(error_body(named)).encode()).leader_hint == 2
 
 
 # ---- property: random produce / retry schedules against a reference model ----
