@@ -89,10 +89,10 @@ _CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties":
 _PATHS: dict[str, Any] = {
     "/v1/health": {"get": {"summary": "liveness", "responses": {"200": _ok("ok", {"type": "object"})}}},
     "/v1/cluster": {"get": {"summary": "nodes and the metadata group", "parameters": [_CONSISTENCY], "responses": {
-        "200": _ok("the cluster as this node sees it", {"type": "object"}), **_errors(421, 504)}}},
+        "200": _ok("the cluster as this node sees it", {"type": "object"}), **_errors(421, 503, 504)}}},
     "/v1/topics": {
         "get": {"summary": "list topics", "parameters": [_CONSISTENCY],
-                "responses": {"200": _ok("topics", {"type": "object"}), **_errors(421, 504)}},
+                "responses": {"200": _ok("topics", {"type": "object"}), **_errors(421, 503, 504)}},
         "post": {"summary": "create a topic", "requestBody": {"required": True, **_json(_CREATE_TOPIC)},
                  "responses": {"201": _ok("created", {"$ref": "#/components/schemas/Topic"}),
                                **_errors(409, 415, 503, 504)}},
@@ -100,15 +100,16 @@ _PATHS: dict[str, Any] = {
     "/v1/topics/{topic}": {
         "parameters": [_TOPIC],
         "get": {"summary": "describe a topic", "parameters": [_CONSISTENCY], "responses": {
-            "200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}), **_errors(404, 421, 504)}},
+            "200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}), **_errors(404, 421, 503, 504)}},
         "delete": {"summary": "delete a topic", "responses": {"204": _ok("deleted"), **_errors(404, 503, 504)}},
     },
     "/v1/topics/{topic}/records": {
         "parameters": [_TOPIC],
         "post": {"summary": "produce records, partitioned by key (murmur2) or round-robin",
+                 "parameters": [_query("forward", {"type": "string", "enum": ["true", "false"]})],
                  "requestBody": {"required": True, **_json({"$ref": "#/components/schemas/ProduceRequest"})},
                  "responses": {"200": _ok("offsets in request order", {"type": "object"}),
-                               **_errors(404, 413, 415, 503, 504)}},
+                               **_errors(404, 413, 415, 421, 503, 504)}},
     },
     "/v1/topics/{topic}/partitions/{partition}/records": {
         "parameters": [_TOPIC, _PARTITION],

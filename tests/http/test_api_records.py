@@ -175,3 +175,32 @@ async def test_forward_false_on_a_follower_names_the_leader(cluster: Cluster) ->
             assert response.headers["Raftlog-Leader-Id"] == str(leader)
             assert response.headers["Raftlog-Leader"] == str(cluster.nodes[leader - 1].config.http_addr)
     assert created["name"] == "fwd"
+
+
+async def test_forward_false_on_the_topic_route_refuses_each_partition_not_led_here(cluster: Cluster) -> None:
+    # Goal: the topic route honours forward=false per partition. A node stores the records
+    # of the partitions it leads and answers NOT_LEADER with the leader for the others
+    # (nothing of theirs is stored); when it leads none, the whole answer is a 421.
+    await cluster.create_topic("fwd-topic", partitions=3)
+    _, body = await cluster.call("GET", 0, "/v1/topics/fwd-topic")
+    leaders = {p["partition"]: p["leader"] for p in body["partitions"]}
+    records = {"records": [{"value": p, "partition": p} for p in range(3)]}
+    for node in range(3):
+        led = {p for p, leader in leaders.items() if leader == node + 1}
+        status, body = await cluster.call("POST", node, "/v1/topics/fwd-topic/records",
+                                          params={"forward": "false"}, json=records)
+        if not led:
+            assert (status, body["error_code"], body["leader_hint"]) == (421, "NOT_LEADER", leaders[0]), body
+            continue
+        assert status == 200, body
+        for entry in body["offsets"]:
+            p = entry["partition"]
+            if p in led:
+                assert entry["offset"] >= 0 and "error_code" not in entry, entry
+            else:
+                assert (entry["offset"], entry["error_code"], entry["leader_hint"]) == (None, "NOT_LEADER",
+                                                                                        leaders[p]), entry
+    for p, leader in leaders.items():  # each partition got its record once: from its leader's request
+        status, body = await cluster.call("GET", leader - 1, f"/v1/topics/fwd-topic/partitions/{p}/records",
+                                          params={"offset": 0})
+        assert status == 200 and [r["value"] for r in body["records"]] == [p], body

@@ -6,7 +6,9 @@ Records of one partition become one batch (one Raft entry), and the batches of
 different partitions are produced concurrently. Offsets come back in request
 order. When some partitions fail and others succeed, the answer is 200 and the
 failed records carry `error_code`/`message` instead of an offset (the Confluent
-REST v2 convention); when all fail, the answer is the first error.
+REST v2 convention); when all fail, the answer is the first error. With
+`forward=false` the records of partitions this node does not lead fail that way
+with NOT_LEADER (a client that routes by itself learns each partition's leader).
 
 Partition produce: a binary batch (`application/vnd.raftlog.batch`, validated
 before anything is proposed) or JSON records, with the idempotent-producer fields
@@ -34,7 +36,7 @@ from multiraft.http.params import (
     str_field,
 )
 from multiraft.http.records import ParsedRecord, encode_records, parse_records
-from multiraft.node import ACKS
+from multiraft.node import ACKS, Node
 from multiraft.partitioner import partition_for_key
 from raftlog.errors import ClientError, NotLeader
 from raftlog.messages import Role
@@ -84,8 +86,15 @@ async def produce_topic(request: web.Request) -> web.Response:
         node.partition_group(topic, partition)  # 404 for a partition that does not exist
     order = sorted(by_partition)
     batches = [encode_records([records[i] for i in by_partition[p]]) for p in order]
+    here_only = _forward_refused(request)
+
+    async def produce(partition: int, batch: bytes) -> Any:
+        if here_only:
+            _require_leadership(node, topic, partition)
+        return await node.produce(topic, partition, batch, acks)
+
     outcomes = await asyncio.gather(
-        *(bounded(node.produce(topic, p, batch, acks), "produce") for p, batch in zip(order, batches, strict=True)),
+        *(bounded(produce(p, batch), "produce") for p, batch in zip(order, batches, strict=True)),
         return_exceptions=True,
     )
     offsets: list[dict[str, Any]] = [{} for _ in records]
@@ -106,15 +115,18 @@ async def produce_topic(request: web.Request) -> web.Response:
     return web.json_response({"offsets": offsets})
 
 
-def _leader_check(request: web.Request, topic: str, partition: int) -> None:
-    """`forward=false`: refuse unless this node leads the partition (421 with a hint)."""
-    if query_str(request, "forward", "true", ("true", "false")) == "true":
-        return
-    node = node_of(request)
-    runtime = node.groups.get(node.partition_group(topic, partition))
+def _forward_refused(request: web.Request) -> bool:
+    """`forward=false`: the client wants this node's own answer, never a forward."""
+    return query_str(request, "forward", "true", ("true", "false")) == "false"
+
+
+def _require_leadership(node: Node, topic: str, partition: int) -> None:
+    """Refuse (421 naming the leader, or 503 when none is known) unless this node leads."""
+    group_id = node.partition_group(topic, partition)
+    runtime = node.groups.get(group_id)
     if runtime is None:
         replicas = node.catalog.topic(topic).partitions[partition].replicas
-        raise NotLeader(replicas[0], "this node hosts no replica of the partition")
+        raise NotLeader(node.forward_target(group_id, replicas), "this node hosts no replica of the partition")
     if runtime.core.role is not Role.LEADER:
         raise NotLeader(runtime.core.leader, "this node does not lead the partition")
 
@@ -152,7 +164,8 @@ async def produce_partition(request: web.Request) -> web.Response:
         header = None  # encoded here, validated by the leader
     else:
         raise UnsupportedMediaType(f"expected application/json or {BATCH_CONTENT_TYPE}, got {request.content_type}")
-    _leader_check(request, topic, partition)
+    if _forward_refused(request):
+        _require_leadership(node, topic, partition)
     result = await bounded(node.produce(topic, partition, batch, acks, header), "produce")
     return web.json_response({"partition": partition, "base_offset": result["base_offset"],
                               "count": result["count"], "duplicate": bool(result["duplicate"])})
