@@ -58,6 +58,9 @@ class NodeCollector(Collector):
             "shed": CounterMetricFamily("raftlog_group_messages_shed", "inbox messages shed", labels=labels),
             "lag": GaugeMetricFamily("raftlog_group_follower_lag_entries",
                                      "entries the furthest-behind follower lacks (leader only)", labels=labels),
+            "lag_time": GaugeMetricFamily("raftlog_group_follower_lag_seconds",
+                                          "time since the furthest-behind follower was last caught up "
+                                          "(leader only; tick granularity)", labels=labels),
             "elections": CounterMetricFamily("raftlog_group_elections", "times this replica stood for election",
                                              labels=labels),
             "changes": CounterMetricFamily("raftlog_group_leader_changes", "times this replica saw a new leader",
@@ -84,6 +87,8 @@ class NodeCollector(Collector):
                 matches = [p.match for n in core.membership.members if n != core.id
                            and (p := core.progress(n)) is not None]
                 families["lag"].add_metric(values, max((last - m for m in matches), default=0))
+                lag_ticks = max(core.follower_lag_ticks().values(), default=0)
+                families["lag_time"].add_metric(values, lag_ticks * node.config.tick_ms / 1000)
             store = node.stores.get(group_id)
             if machine is not None and store is not None:
                 families["hwm"].add_metric(values, machine.state.high_watermark)

@@ -29,9 +29,11 @@ class InSyncTracker:
         self._ticks: list[int] = []
         self._last_indexes: list[int] = []
         self._caught_up_tick: dict[NodeId, int] = {}
+        self._since = 0  # the tick this leadership began
 
     def reset(self, now: int, in_sync: Iterable[NodeId], others: Iterable[NodeId]) -> None:
         """Start a leadership: `in_sync` begin in the ISR (as Kafka does), `others` outside it."""
+        self._since = now
         self._ticks.clear()
         self._last_indexes.clear()
         self._caught_up_tick = {node: now for node in in_sync}
@@ -80,6 +82,12 @@ class InSyncTracker:
 
     def out_of_sync(self, now: int) -> frozenset[NodeId]:
         return frozenset(self._caught_up_tick) - self.in_sync(now)
+
+    def lag_ticks(self, node: NodeId, now: int) -> int:
+        """Ticks since `node` was last caught up: the follower lag in time that the ISR
+        rule compares with the lag time. For a node not caught up since this leadership
+        began, the ticks since it began (a lower bound: this leader knows no better)."""
+        return now - max(self._caught_up_tick.get(node, NEVER), self._since)
 
     def caught_up_tick(self, node: NodeId) -> int:
         return self._caught_up_tick.get(node, NEVER)

@@ -292,6 +292,13 @@ class RaftCore:
             return frozenset()
         return self._in_sync.in_sync(self.now_ticks) | {self.id}
 
+    def follower_lag_ticks(self) -> dict[NodeId, int]:
+        """Per member other than this leader: ticks since it was last caught up (empty
+        on a follower). The time lag of DESIGN.md principle 6, for metrics."""
+        if self.role is not Role.LEADER:
+            return {}
+        return {node: self._in_sync.lag_ticks(node, self.now_ticks) for node in self.membership.members - {self.id}}
+
     def out_of_sync_replicas(self) -> frozenset[NodeId]:
         if self.role is not Role.LEADER:
             return frozenset()

@@ -89,6 +89,46 @@ async def test_metrics_expose_group_and_node_figures(cluster: Cluster) -> None:
         assert f'{name}_bucket{{le="+Inf"}}' in text
 
 
+async def test_follower_lag_seconds_grows_while_a_follower_gets_no_entries(cluster: Cluster) -> None:
+    # Goal: the leader's /metrics shows the time lag of its furthest-behind follower
+    # (DESIGN.md section 10): it grows while one follower receives no new entries,
+    # and falls back once that follower catches up.
+    from raftlog.messages import Message, MessageType, Role
+
+    await cluster.create_topic("lag-t", partitions=1)
+    group = cluster.nodes[0].partition_group("lag-t", 0)
+    leader = next(i for i, n in enumerate(cluster.nodes) if n.groups[group].core.role is Role.LEADER)
+    follower = next(i for i in range(3) if i != leader)
+    runtime = cluster.nodes[follower].groups[group]
+    held: list = []
+    deliver = runtime.deliver
+
+    def hold_entries(message: Message) -> None:
+        (held.append if message.type is MessageType.APPEND and message.entries else deliver)(message)
+
+    async def lag_s() -> float:
+        _, body = await cluster.call("GET", leader, "/metrics")
+        prefix = "raftlog_group_follower_lag_seconds{"
+        line = next(x for x in body.decode().splitlines() if x.startswith(prefix) and f'group_id="{group}"' in x)
+        return float(line.split()[-1])
+
+    runtime.deliver = hold_entries
+    try:
+        status, _ = await cluster.call("POST", leader, "/v1/topics/lag-t/partitions/0/records",
+                                       json={"records": [{"value": 1}]})
+        assert status == 200
+        async with asyncio.timeout(20):
+            while await lag_s() < 0.3:
+                await asyncio.sleep(0.05)
+    finally:
+        runtime.deliver = deliver
+        for message in held:
+            deliver(message)
+    async with asyncio.timeout(20):
+        while await lag_s() >= 0.3:
+            await asyncio.sleep(0.05)
+
+
 async def test_linearizable_catalog_reads_wait_for_changes_made_elsewhere(cluster: Cluster) -> None:
     # Goal: a node whose catalog trails (its metadata replica gets no messages for a
     # while) answers a plain read from what it has, but a `consistency=linearizable`

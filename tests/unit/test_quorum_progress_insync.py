@@ -112,3 +112,18 @@ def test_in_sync_follower_stuck_leaves_after_the_lag_time() -> None:
     assert N(2) not in tracker.in_sync(11)
     tracker.record_match(N(2), Index(11), 11, Index(11))
     assert N(2) in tracker.in_sync(11), "catching up brings it back"
+
+
+def test_lag_ticks_count_from_the_last_catch_up_or_the_leadership_start() -> None:
+    # Goal: the time lag a metric shows is the one the ISR rule compares with the lag time;
+    # a node never caught up in this leadership lags at least since the leadership began.
+    tracker = InSyncTracker(lag_ticks=10)
+    tracker.reset(5, in_sync=[N(2)], others=[N(3)])
+    for now in range(6, 20):
+        tracker.sample(now, Index(now))
+    assert tracker.lag_ticks(N(2), 19) == 14
+    assert tracker.lag_ticks(N(3), 19) == 14, "from the leadership start, not from NEVER"
+    tracker.record_match(N(2), Index(12), 19, Index(19))  # covers the last index as sampled at tick 12
+    assert tracker.lag_ticks(N(2), 19) == 7
+    tracker.record_match(N(2), Index(19), 19, Index(19))
+    assert tracker.lag_ticks(N(2), 19) == 0
