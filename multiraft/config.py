@@ -60,6 +60,9 @@ class NodeConfig:
     flush: FlushPolicy = FlushPolicy()
     segment_bytes_max: int = 64 * 1024 * 1024
     node_dead_after_ms: int = 10_000
+    # A node silent this long has its replicas moved to live nodes (-1: never). Long, as
+    # Redpanda's 15 minutes: a restart or a short outage must not copy whole partitions.
+    replica_move_after_ms: int = 900_000
 
     def __post_init__(self) -> None:
         if self.node_id < 1:
@@ -75,6 +78,8 @@ class NodeConfig:
             raise ConfigError("tick_ms: must be between 10 and 1000")
         if not 0 < self.heartbeat_interval_ticks < self.election_timeout_ticks:
             raise ConfigError("heartbeat_interval_ticks: must be positive and below election_timeout_ticks")
+        if self.replica_move_after_ms < -1:
+            raise ConfigError("replica_move_after_ms: -1 (never) or a duration in ms")
         if len(self.cluster_secret) < 16:
             raise ConfigError("cluster_secret: at least 16 bytes")
 
@@ -149,7 +154,7 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
         except (ValueError, AssertionError) as error:
             raise ConfigError(f"flush: expected fsync, none or interval_ms=N, got {settings['flush']!r}") from error
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
-                 "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms"):
+                 "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms"):
         if name in settings:
             values[name] = settings[name] if name == "rack" else int(settings[name])
     return NodeConfig(**values)

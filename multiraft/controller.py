@@ -5,6 +5,11 @@ it was started with `--join`, first asks an existing node to admit it (register
 it and make it a learner of the metadata group). Every node sends a heartbeat
 to the metadata leader each interval; the metadata leader (the controller)
 marks nodes dead or alive from them and logs the transitions, not the beats.
+
+A node silent for `replica_move_after_ms` loses its replicas: the controller
+names a live node in each one's place (`ReplaceReplica`, placement's
+`replacement_for`), and each partition's leader moves the copy
+(multiraft/reassignment.py).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from multiraft.metadata.commands import NodeStatus, RegisterNode, SetNodeStatus
+from multiraft.metadata.commands import NodeStatus, RegisterNode, ReplaceReplica, SetNodeStatus
+from multiraft.metadata.placement import PlacementNode, replacement_for
 from multiraft.replicas import METADATA_GROUP
 from multiraft.rpc import RPC_TIMEOUT_S, STATUS_OK, RpcError, answer, error_answer
 from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 JOIN_TIMEOUT_S = 60.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
+REPLICA_MOVES_PER_ROUND_MAX = 100  # catalog entries per round; the copies themselves run per partition
 
 
 class Controller:
@@ -156,6 +163,48 @@ class Controller:
                     node.logger.info("node_status_changed", node=member.node_id, status=status.value)
                     with contextlib.suppress(ClientError):
                         await node.propose_metadata(SetNodeStatus(node_id=member.node_id, status=status))
+            move_after = node.config.replica_move_after_ms / 1000
+            if move_after >= 0:
+                gone = {m.node_id for m in node.catalog.nodes.values() if m.status is NodeStatus.DEAD
+                        and now - self._last_seen.get(m.node_id, now) >= move_after}
+                if gone:
+                    await self.replace_replicas_of(gone)
+
+    async def replace_replicas_of(self, gone: set[NodeId]) -> int:
+        """Name a live node in place of each replica on a `gone` node; returns the moves
+        proposed. One move per partition at a time (a partition with a copy still
+        leaving waits); at most REPLICA_MOVES_PER_ROUND_MAX per call."""
+        node = self.node
+        catalog = node.catalog
+        live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes() if n.node_id not in gone]
+        loads: dict[NodeId, int] = {}
+        for topic in catalog.topics.values():
+            for partition in topic.partitions:
+                for host in partition.hosts:
+                    loads[host] = loads.get(host, 0) + 1
+        moves = 0
+        for name, topic in sorted(catalog.topics.items()):
+            for partition in topic.partitions:
+                old = next((r for r in partition.replicas if r in gone), None)
+                if old is None or partition.leaving:
+                    continue
+                others = [r for r in partition.replicas if r != old]
+                new = replacement_for(live, others, partition.hosts, loads)
+                if new is None:
+                    continue
+                try:
+                    await node.propose_metadata(ReplaceReplica(topic=name, partition=partition.partition,
+                                                               old=old, new=new))
+                except ClientError as error:  # the topic went, or leadership moved: next round
+                    node.logger.warning("replica_move_refused", topic=name, partition=partition.partition,
+                                        error=repr(error))
+                    return moves
+                node.logger.info("replica_moving", topic=name, partition=partition.partition, old=old, new=new)
+                loads[new] = loads.get(new, 0) + 1
+                moves += 1
+                if moves >= REPLICA_MOVES_PER_ROUND_MAX:
+                    return moves
+        return moves
 
 
 def host_port(address: str) -> tuple[str, int]:

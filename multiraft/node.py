@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from multiraft import leadership, partition_ops, replicas
+from multiraft import leadership, partition_ops, reassignment, replicas
 from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
 from multiraft.controller import Controller, host_port
@@ -172,6 +172,7 @@ class Node:
             ("node-heartbeats", self.controller.send_heartbeats()),
             ("controller", self.controller.watch_liveness()),
             ("leader-balancer", leadership.balance_loop(self)),
+            ("replica-mover", reassignment.move_loop(self)),
             ("compaction", compaction_loop(self)),
         ):
             self._tasks.append(asyncio.create_task(coroutine, name=f"node-{self.id}-{name}"))

@@ -2,7 +2,9 @@
 
 Every node applies the catalog and reconciles its groups with it: it opens the
 groups the catalog assigns to it (creating them on first sight, bootstrapped
-with the assigned replicas as voters) and closes and deletes the rest. A group
+with the replicas the partition was created with as voters; a copy on a node
+the partition moved to starts empty) and closes and deletes the rest, a copy
+that is leaving only once its group removed it (multiraft/reassignment.py). A group
 whose storage fails (the disk filled up) is closed and opened again from disk
 after a pause, as a restart of the node would.
 """
@@ -165,7 +167,9 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
                 node.partitions[group_id] = machine
                 topic = node.catalog.topics.get(local.topic)
                 try:
-                    open_group(node, group_id, list(local.replicas), machine,
+                    # A copy on a node the partition moved to (not among the voters it was
+                    # created with) starts empty and learns its log from the leader.
+                    open_group(node, group_id, list(local.bootstrap_voters or local.replicas), machine,
                                topic.config if topic is not None else None)
                 except OSError as error:  # e.g. the disk is full: try again shortly
                     node.partitions.pop(group_id, None)

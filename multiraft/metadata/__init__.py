@@ -23,12 +23,14 @@ from multiraft.metadata.commands import (
     DeleteTopic,
     NodeStatus,
     RegisterNode,
+    ReplaceReplica,
+    ReplicaLeft,
     SetClusterConfig,
     SetNodeStatus,
     decode_command,
     encode_command,
 )
-from multiraft.metadata.placement import PlacementNode, place_replicas
+from multiraft.metadata.placement import PlacementNode, place_replicas, replacement_for
 
 __all__ = [
     "METADATA_GROUP",
@@ -45,6 +47,8 @@ __all__ = [
     "PlacementNode",
     "ProducerIdBlock",
     "RegisterNode",
+    "ReplaceReplica",
+    "ReplicaLeft",
     "SetClusterConfig",
     "SetNodeStatus",
     "TopicInfo",
@@ -52,4 +56,5 @@ __all__ = [
     "encode_command",
     "groups_for_node",
     "place_replicas",
+    "replacement_for",
 ]

@@ -17,7 +17,7 @@ replica of a deleted partition can never be mistaken for a new one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from multiraft.errors import (
@@ -36,6 +36,8 @@ from multiraft.metadata.commands import (
     DeleteTopic,
     NodeStatus,
     RegisterNode,
+    ReplaceReplica,
+    ReplicaLeft,
     SetClusterConfig,
     SetNodeStatus,
 )
@@ -58,11 +60,28 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
-    """One partition: its Raft group and replicas (preferred leader first)."""
+    """One partition: its Raft group and replicas (preferred leader first).
+
+    `initial`: the replicas it was created with, the voters a new group's log is
+    bootstrapped with (empty: the same as `replicas`, never moved). `leaving`: nodes
+    whose replica moved elsewhere (`ReplaceReplica`) and which keep their copy until
+    the group has removed them (`ReplicaLeft`).
+    """
 
     partition: int
     group_id: GroupId
     replicas: tuple[NodeId, ...]
+    initial: tuple[NodeId, ...] = ()
+    leaving: tuple[NodeId, ...] = ()
+
+    @property
+    def bootstrap_voters(self) -> tuple[NodeId, ...]:
+        return self.initial or self.replicas
+
+    @property
+    def hosts(self) -> tuple[NodeId, ...]:
+        """The nodes that keep a copy: the replicas and the leaving ones."""
+        return self.replicas + self.leaving
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +117,7 @@ class LocalGroup(NamedTuple):
     topic: str
     partition: int
     replicas: tuple[NodeId, ...]
+    bootstrap_voters: tuple[NodeId, ...] = ()  # empty: the same as `replicas`
 
 
 class Catalog:
@@ -125,6 +145,21 @@ class Catalog:
         if isinstance(command, AllocateProducerIds):
             if self.next_producer_id + command.count - 1 > ID_MAX:
                 raise ResourceExhausted("producer ids are exhausted")
+        if isinstance(command, ReplaceReplica):
+            partition = self.partition_info(command.topic, command.partition)
+            if command.old not in partition.replicas:
+                raise InvalidReplicaAssignment(f"node {command.old} holds no replica of {command.topic}/"
+                                               f"{command.partition}")
+            if command.new in partition.hosts:
+                raise InvalidReplicaAssignment(f"node {command.new} already holds a copy of {command.topic}/"
+                                               f"{command.partition}")
+            if command.new not in self.nodes:
+                raise UnknownNode(f"node {command.new} is not registered")
+        if isinstance(command, ReplicaLeft):
+            partition = self.partition_info(command.topic, command.partition)
+            if command.node not in partition.leaving:
+                raise InvalidReplicaAssignment(f"node {command.node} is not leaving {command.topic}/"
+                                               f"{command.partition}")
 
     def _validate_create(self, command: CreateTopic) -> None:
         if command.name in self.topics:
@@ -177,6 +212,8 @@ class Catalog:
             block = ProducerIdBlock(self.next_producer_id, command.count)
             self.next_producer_id += command.count
             return block
+        if isinstance(command, ReplaceReplica | ReplicaLeft):
+            return self._move(command)
         assert isinstance(command, SetClusterConfig), f"unknown command {command!r}"
         if command.value is None:
             self.cluster_config.pop(command.key, None)
@@ -203,7 +240,26 @@ class Catalog:
         self.topics[command.name] = topic
         return topic
 
+    def _move(self, command: ReplaceReplica | ReplicaLeft) -> TopicInfo:
+        topic = self.topics[command.topic]
+        before = topic.partitions[command.partition]
+        if isinstance(command, ReplaceReplica):
+            replicas = tuple(command.new if n == command.old else n for n in before.replicas)
+            after = replace(before, replicas=replicas, initial=before.bootstrap_voters,
+                            leaving=(*before.leaving, command.old))
+        else:
+            after = replace(before, leaving=tuple(n for n in before.leaving if n != command.node))
+        partitions = tuple(after if p.partition == command.partition else p for p in topic.partitions)
+        self.topics[command.topic] = updated = replace(topic, partitions=partitions)
+        return updated
+
     # ---- queries ------------------------------------------------------------------
+
+    def partition_info(self, topic: str, partition: int) -> PartitionInfo:
+        partitions = self.topic(topic).partitions
+        if not 0 <= partition < len(partitions):
+            raise UnknownTopic(f"topic {topic!r} has no partition {partition}")
+        return partitions[partition]
 
     def topic(self, name: str) -> TopicInfo:
         if name not in self.topics:
@@ -232,8 +288,8 @@ def groups_for_node(catalog: Catalog, node_id: NodeId) -> dict[GroupId, LocalGro
     hosted: dict[GroupId, LocalGroup] = {}
     for topic in catalog.topics.values():
         for partition in topic.partitions:
-            if node_id in partition.replicas:
+            if node_id in partition.hosts:
                 hosted[partition.group_id] = LocalGroup(
-                    topic.name, partition.partition, partition.replicas
+                    topic.name, partition.partition, partition.replicas, partition.bootstrap_voters
                 )
     return hosted

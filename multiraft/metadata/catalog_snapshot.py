@@ -54,6 +54,9 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
         "config": topic.config,
         "group_ids": [p.group_id for p in topic.partitions],
         "assignments": [list(p.replicas) for p in topic.partitions],
+        # Replica moves (absent in snapshots from before them: none moved).
+        "initial": [list(p.initial) for p in topic.partitions],
+        "leaving": [list(p.leaving) for p in topic.partitions],
     }
 
 
@@ -100,6 +103,18 @@ def _build(document: Any) -> Catalog:
     return catalog
 
 
+def _node_lists(rows: Any, count: int) -> list[tuple[NodeId, ...]]:
+    """Per partition, a list of distinct node ids (absent: all empty)."""
+    if rows is None:
+        return [()] * count
+    if not isinstance(rows, list) or len(rows) != count:
+        raise ValueError("one node list per partition")
+    lists = [tuple(NodeId(_int(n, 1)) for n in row) for row in rows]
+    if any(len(set(nodes)) != len(nodes) for nodes in lists):
+        raise ValueError("a node appears twice in one partition's list")
+    return lists
+
+
 def _topic(row: dict[str, Any]) -> TopicInfo:
     assignments = tuple(tuple(NodeId(n) for n in replicas) for replicas in row["assignments"])
     command = CreateTopic(
@@ -112,7 +127,14 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
     group_ids = [GroupId(_int(g, FIRST_PARTITION_GROUP)) for g in row["group_ids"]]
     if len(group_ids) != command.partitions or len(set(group_ids)) != len(group_ids):
         raise ValueError(f"group ids of {command.name!r} do not match its partitions")
+    initial = _node_lists(row.get("initial"), len(group_ids))
+    leaving = _node_lists(row.get("leaving"), len(group_ids))
+    for p, replicas in enumerate(assignments):
+        if initial[p] and len(initial[p]) != len(replicas):
+            raise ValueError(f"initial replicas of {command.name!r}/{p} do not match its replication factor")
+        if set(leaving[p]) & set(replicas):
+            raise ValueError(f"a replica of {command.name!r}/{p} is also leaving it")
     partitions = tuple(
-        PartitionInfo(p, group_ids[p], replicas) for p, replicas in enumerate(assignments)
+        PartitionInfo(p, group_ids[p], replicas, initial[p], leaving[p]) for p, replicas in enumerate(assignments)
     )
     return TopicInfo(command.name, command.replication_factor, dict(command.config), partitions)

@@ -204,6 +204,49 @@ class SetClusterConfig:
             check_config_entry(self.key, self.value)
 
 
+def _check_partition(topic: object, partition: object) -> None:
+    check_topic_name(topic)
+    if not _is_int(partition) or not 0 <= partition < PARTITIONS_MAX:  # type: ignore[operator]
+        raise InvalidPartitions(f"partition must be 0..{PARTITIONS_MAX - 1}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplaceReplica:
+    """Move one replica of a partition from `old` (a dead node) to `new`.
+
+    The catalog lists `new` in `old`'s place at once (same position, so the order of
+    preferred leaders stays) and keeps `old` as *leaving*: its node keeps its copy
+    until the group itself has removed it (`ReplicaLeft`), so no copy is deleted
+    while the group may still need it. The partition's leader does the Raft side
+    (multiraft/reassignment.py).
+    """
+
+    topic: str
+    partition: int
+    old: NodeId
+    new: NodeId
+
+    def __post_init__(self) -> None:
+        _check_partition(self.topic, self.partition)
+        _check_node_id(self.old)
+        _check_node_id(self.new)
+        if self.old == self.new:
+            raise InvalidReplicaAssignment("a replica moves to another node")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaLeft:
+    """The partition's group has committed the removal of `node`: its copy may go."""
+
+    topic: str
+    partition: int
+    node: NodeId
+
+    def __post_init__(self) -> None:
+        _check_partition(self.topic, self.partition)
+        _check_node_id(self.node)
+
+
 Command = (
     RegisterNode
     | SetNodeStatus
@@ -211,6 +254,8 @@ Command = (
     | DeleteTopic
     | AllocateProducerIds
     | SetClusterConfig
+    | ReplaceReplica
+    | ReplicaLeft
 )
 
 COMMAND_TYPES: dict[str, type] = {
@@ -220,6 +265,8 @@ COMMAND_TYPES: dict[str, type] = {
     "delete_topic": DeleteTopic,
     "allocate_producer_ids": AllocateProducerIds,
     "set_cluster_config": SetClusterConfig,
+    "replace_replica": ReplaceReplica,
+    "replica_left": ReplicaLeft,
 }
 _TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
 

@@ -111,3 +111,21 @@ def place_replicas(
         assignments.append([order[i].node_id for i in chosen])
     assert max(loads) - min(loads) <= 1
     return assignments
+
+
+def replacement_for(
+    nodes: Sequence[PlacementNode], others: Sequence[NodeId], exclude: Sequence[NodeId],
+    loads: dict[NodeId, int],
+) -> NodeId | None:
+    """The node that takes over a lost replica of a partition whose other replicas are
+    on `others`: among the live `nodes` not in `exclude` (every node holding a copy),
+    the one holding the fewest replicas (`loads`), then on a rack none of `others`
+    uses, then the lowest id. None when every live node already holds a copy (the
+    partition then stays under-replicated until a node is added or comes back)."""
+    racks = {n.node_id: n.rack for n in nodes}
+    used = {racks.get(k) for k in others if racks.get(k) is not None}
+    candidates = [n for n in nodes if n.node_id not in exclude]
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda n: (loads.get(n.node_id, 0), n.rack is not None and n.rack in used, n.node_id))
+    return best.node_id

@@ -59,12 +59,13 @@ async def restart_all(nodes: list[Node]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster_with_http(tmp_path: Path, timeout_s: float = 90) -> AsyncIterator[tuple[list[Node], list]]:
+async def running_cluster_with_http(tmp_path: Path, timeout_s: float = 90,
+                                    **overrides: int) -> AsyncIterator[tuple[list[Node], list]]:
     """Three started, registered nodes with an HTTP server each (a joiner needs one to join
     through); servers and every node still running are stopped on the way out."""
     from multiraft.http import HttpServer
 
-    cfgs = configs(tmp_path, 3)
+    cfgs = configs(tmp_path, 3, **overrides)
     nodes = [Node(c) for c in cfgs]
     servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
     try:
@@ -476,3 +477,65 @@ async def test_a_partition_without_a_leader_answers_503_leader_not_available(tmp
                 assert set(body) == {"error_code", "message"}, "no leader to name"
             status, body = await answer("GET", params={"offset": "0", "format": "string"})
             assert status == 200 and [r["value"] for r in body["records"]] == ["before"], body
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_dead_nodes_replica_moves_to_a_live_node(tmp_path: Path) -> None:
+    # Goal: re-replication (DESIGN.md section 5). A node silent past replica_move_after_ms
+    # loses its replica of a partition to the one live node without a copy: the catalog
+    # names it, the partition leader adds it as a learner, promotes it once caught up,
+    # removes the dead voter and reports it; the new copy holds every acknowledged record
+    # and takes part in later writes.
+    joiner: Node | None = None
+    async with running_cluster_with_http(tmp_path, replica_move_after_ms=2000) as (nodes, servers):
+        try:
+            joiner = Node(joiner_config(tmp_path, servers[1].url))
+            await joiner.start()
+            everyone = [*nodes, joiner]
+            await until(lambda: all(len(n.catalog.nodes) == 4 for n in everyone), "4 nodes everywhere")
+            await nodes[0].create_topic("moved", 1, 3, {})
+            for node in everyone:
+                await node.wait_for_topic("moved")
+            group = nodes[0].partition_group("moved", 0)
+            before = nodes[0].catalog.topics["moved"].partitions[0].replicas
+            await until(lambda: leader_of(everyone, "moved", 0) is not None, "a partition leader")
+            written = [b"r%d" % i for i in range(5)]
+            for value in written:
+                await produce_retrying(nodes[0], "moved", 0, batch(value))
+            metadata_leader = next(n for n in nodes if n.groups[0].core.role is Role.LEADER)
+            victim = next(n for n in everyone if n.id in before and n is not metadata_leader
+                          and n is not leader_of(everyone, "moved", 0))
+            newcomer = next(n for n in everyone if n.id not in before)
+            await victim.stop()
+            survivors = [n for n in everyone if n is not victim]
+
+            def moved() -> bool:
+                info = metadata_leader.catalog.topics["moved"].partitions[0]
+                leader = leader_of(survivors, "moved", 0)
+                if leader is None or victim.id in info.replicas or info.leaving:
+                    return False
+                membership = leader.groups[group].core.membership
+                return membership.voters == set(info.replicas) and not membership.learners
+
+            await until(moved, "the replica moved off the dead node", 60)
+            info = metadata_leader.catalog.topics["moved"].partitions[0]
+            assert newcomer.id in info.replicas and info.replicas.index(newcomer.id) == before.index(victim.id)
+            await until(lambda: values_at(newcomer, "moved", 0) == written, "the new copy holds every record")
+            await produce_retrying(survivors[0], "moved", 0, batch(b"after"))
+            await until(lambda: all(values_at(n, "moved", 0) == [*written, b"after"] for n in survivors
+                                    if n.id in info.replicas), "every copy takes the next write")
+            # The dead node comes back: its copy is no longer the partition's, so it goes.
+            returned = Node(victim.config)
+            everyone[everyone.index(victim)] = returned
+            if victim in nodes:
+                nodes[nodes.index(victim)] = returned
+            else:
+                joiner = returned
+            await returned.start()
+            await returned.wait_for_topic("moved")
+            directory = victim.config.data_dir / "groups" / str(group)
+            await until(lambda: group not in returned.groups and not directory.exists(), "the old copy deleted")
+        finally:
+            if joiner is not None and joiner.db is not None:
+                await joiner.stop()

@@ -25,6 +25,8 @@ from multiraft.metadata import (
     NodeStatus,
     ProducerIdBlock,
     RegisterNode,
+    ReplaceReplica,
+    ReplicaLeft,
     SetClusterConfig,
     SetNodeStatus,
     decode_command,
@@ -70,6 +72,8 @@ ALL_COMMANDS = [
     AllocateProducerIds(count=1000),
     SetClusterConfig(key="replica_lag_time_max_ms", value=10_000),
     SetClusterConfig(key="gone", value=None),
+    ReplaceReplica(topic="orders", partition=1, old=3, new=4),
+    ReplicaLeft(topic="orders", partition=1, node=3),
 ]
 
 
@@ -247,8 +251,55 @@ def test_groups_for_node():
     applier(create("a", ((1, 2), (2, 3))))
     applier(create("b", ((3, 1),)))
     assert groups_for_node(applier.catalog, 1) == {
-        1: LocalGroup("a", 0, (1, 2)),
-        3: LocalGroup("b", 0, (3, 1)),
+        1: LocalGroup("a", 0, (1, 2), (1, 2)),
+        3: LocalGroup("b", 0, (3, 1), (3, 1)),
     }
     assert set(groups_for_node(applier.catalog, 2)) == {1, 2}
     assert groups_for_node(applier.catalog, 4) == {}
+
+
+def test_a_replaced_replica_keeps_its_copy_until_the_group_left_it():
+    # Goal: ReplaceReplica puts the new node in the old one's place (preferred-leader
+    # order kept) and keeps the old node hosting its copy as leaving; the new node's
+    # copy is not bootstrapped (the voters stay the created ones); ReplicaLeft lets
+    # the old copy go. Refusals leave the catalog unchanged.
+    applier = cluster(4)
+    applier(create("a", ((1, 2, 3),)))
+    before = applier.catalog.snapshot()
+    for command, error in [(ReplaceReplica(topic="a", partition=0, old=4, new=1), InvalidReplicaAssignment),
+                           (ReplaceReplica(topic="a", partition=0, old=3, new=2), InvalidReplicaAssignment),
+                           (ReplaceReplica(topic="a", partition=0, old=3, new=9), UnknownNode),
+                           (ReplaceReplica(topic="a", partition=1, old=3, new=4), UnknownTopic),
+                           (ReplicaLeft(topic="a", partition=0, node=3), InvalidReplicaAssignment)]:
+        assert isinstance(applier(command).error, error), command
+    assert applier.catalog.snapshot().replace(b'"applied_index":10', b'"applied_index":5') == before
+
+    assert applier(ReplaceReplica(topic="a", partition=0, old=2, new=4)).ok
+    info = applier.catalog.topics["a"].partitions[0]
+    assert (info.replicas, info.leaving, info.bootstrap_voters) == ((1, 4, 3), (2,), (1, 2, 3))
+    assert groups_for_node(applier.catalog, 4)[1] == LocalGroup("a", 0, (1, 4, 3), (1, 2, 3))
+    assert 1 in groups_for_node(applier.catalog, 2), "the leaving node keeps its copy"
+    assert isinstance(applier(ReplaceReplica(topic="a", partition=0, old=4, new=2)).error,
+                      InvalidReplicaAssignment), "the leaving node still holds a copy"
+    restored = Catalog.restore(applier.catalog.snapshot())
+    assert restored.topics == applier.catalog.topics
+
+    assert applier(ReplicaLeft(topic="a", partition=0, node=2)).ok
+    info = applier.catalog.topics["a"].partitions[0]
+    assert (info.replicas, info.leaving, info.bootstrap_voters) == ((1, 4, 3), (), (1, 2, 3))
+    assert groups_for_node(applier.catalog, 2) == {}
+
+
+def test_snapshots_without_move_fields_restore_as_never_moved():
+    # Goal: a snapshot written before replica moves existed restores with the
+    # created replicas as the bootstrap voters and nothing leaving.
+    applier = cluster()
+    applier(create("a", ((1, 2, 3),)))
+    data = applier.catalog.snapshot().replace(b',"initial":[[]]', b"").replace(b',"leaving":[[]]', b"")
+    assert b"initial" not in data and b"leaving" not in data
+    info = Catalog.restore(data).topics["a"].partitions[0]
+    assert (info.replicas, info.leaving, info.bootstrap_voters) == ((1, 2, 3), (), (1, 2, 3))
+    for bad in (b'"initial":[[1,1,2]]', b'"initial":[[1]]', b'"leaving":[[1]]', b'"leaving":[]'):
+        with pytest.raises(SnapshotFormatError):
+            Catalog.restore(applier.catalog.snapshot().replace(b'"initial":[[]]', bad)
+                            if b"initial" in bad else applier.catalog.snapshot().replace(b'"leaving":[[]]', bad))

@@ -35,9 +35,13 @@ def test_flags(tmp_path: Path) -> None:
 
 def test_toml_file_and_flag_override(tmp_path: Path) -> None:
     path = tmp_path / "node.toml"
-    path.write_text('tick_ms = 100\nrack = "r1"\nflush = "interval_ms=20"\n')
+    path.write_text('tick_ms = 100\nrack = "r1"\nflush = "interval_ms=20"\nreplica_move_after_ms = -1\n')
     config = load_config(_parse([*_base(tmp_path), "--config", str(path), "--tick-ms", "40"]))
     assert (config.tick_ms, config.rack, config.flush.interval_ms) == (40, "r1", 20)
+    assert config.replica_move_after_ms == -1, "never move replicas"
+    path.write_text("replica_move_after_ms = -5\n")
+    with pytest.raises(ConfigError, match="replica_move_after_ms"):
+        load_config(_parse([*_base(tmp_path), "--config", str(path)]))
 
 
 @pytest.mark.parametrize(
