@@ -149,6 +149,7 @@ class GroupRuntime:
         self._background_bytes = 0  # appends handed to sync_in_background, not reported yet
         self._campaign_requested = False
         self.failed = False
+        self.failure: BaseException | None = None  # what made the group fail, for the reopen
         # Partition state at closed-segment ends, for retention (multiraft/compaction.py).
         self.boundaries: Any = None
         # Reads wait until the replica re-applied what it had committed before it (re)opened,
@@ -377,6 +378,7 @@ class GroupRuntime:
         except Exception as error:  # a storage failure is fatal for the group, never silent
             self.logger.error("group_failed", error=repr(error))
             self.failed = True
+            self.failure = error
             self._fail_waiters(OutcomeUnknown(f"group {self.group_id} failed: {error!r}"))
             if self.on_failure is not None:
                 self.on_failure(self.group_id)  # the node reopens it from disk (like a restart)

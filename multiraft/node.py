@@ -129,6 +129,7 @@ class Node:
         self.groups_back_to_quiet = 0  # groups such a silence woke for nothing (sleep_again)
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
         self.replay_floor: dict[GroupId, Index] = {}  # applied index of groups being reopened
+        self.repairing: set[GroupId] = set()  # groups reopening because a read met corruption
         self.controller = Controller(self)
         self.registered = asyncio.Event()
         self.db: StateDatabase | None = None

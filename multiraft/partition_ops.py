@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from multiraft import replicas
 from multiraft.consumer_offsets import OffsetCommit, encode_meta
 from multiraft.errors import InvalidRequest, OffsetOutOfRange
 from multiraft.remote_errors import error_from_body
@@ -139,6 +140,7 @@ async def _consume_local(
         ) from None
     except CorruptionError as error:  # this replica's copy is damaged: never a 500, never bad data
         node.logger.error("read_hit_corruption", group_id=group_id, offset=offset, error=str(error))
+        replicas.report_damage(node, group_id)
         raise NotLeader(runtime.core.leader, "this replica's log is damaged at that offset; "
                         "read from another replica") from None
     skipped = set(machine.state.skipped_between(Offset(offset), Offset(end)))

@@ -28,6 +28,7 @@ from raftlog.core.raft import RaftCore
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
 from storage.config import StoreConfig
+from storage.errors import CorruptionError
 from storage.segments import SegmentStore
 
 if TYPE_CHECKING:
@@ -133,6 +134,35 @@ async def reopen_failed(node: Node, group_id: GroupId) -> None:
     runtime = node.groups.get(group_id)
     if runtime is None or not runtime.failed:
         return
+    if isinstance(runtime.failure, CorruptionError):  # met reading its log, say to replicate it
+        node.stores[group_id].request_full_check()
+    await _reopen(node, group_id, runtime)
+
+
+def report_damage(node: Node, group_id: GroupId) -> None:
+    """A read of this replica's log met a frame that fails its checksum. Reopen the group
+    with a full check of its segments: recovery cuts the log before the bad frame and
+    marks it for repair (no vote until it caught up), and the leader sends the rest
+    again, as after a restart that found the damage. Never serves the bad bytes."""
+    runtime = node.groups.get(group_id)
+    store = node.stores.get(group_id)
+    if runtime is None or store is None or group_id in node.repairing:
+        return
+    node.repairing.add(group_id)
+    store.request_full_check()
+    node.start_task(_reopen_damaged(node, group_id))
+
+
+async def _reopen_damaged(node: Node, group_id: GroupId) -> None:
+    try:
+        runtime = node.groups.get(group_id)
+        if runtime is not None and not runtime.failed:  # a failed one is reopened by reopen_failed
+            await _reopen(node, group_id, runtime)
+    finally:
+        node.repairing.discard(group_id)
+
+
+async def _reopen(node: Node, group_id: GroupId, runtime: GroupRuntime) -> None:
     # What its readers may have seen: it applied this far, or (reopened before and failed
     # again before catching up) it was still owed this much.
     node.replay_floor[group_id] = max(runtime.core.applied_index, runtime.replay_until)

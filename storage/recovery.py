@@ -12,7 +12,10 @@ What a crash can leave, and what happens to it:
 - segments wholly below the start point (an unfinished compaction): deleted;
 - closed segments without a catalog entry (the catalog write was lost): scanned
   and catalogued again; the open segment is always scanned, which rebuilds its
-  in-memory index.
+  in-memory index. A closed segment whose size matches its entry is trusted
+  without reading it, unless a running replica met a bad frame since
+  (`SegmentStore.request_full_check`): then every segment is scanned once, and the
+  bad frame is handled as above.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from storage.segment import (
 )
 from storage.state_db import (
     APPLIED,
+    CHECK_ALL,
     CLOSED_SEGMENT,
     HARD_STATE,
     NEWEST_SEGMENT,
@@ -113,6 +117,7 @@ class _Walk:
         self.directory_changed = False
         self.term_starts: list[int] = []
         self.terms: list[int] = []
+        self.check_all = db.get(group_key(CHECK_ALL, group)) is not None
 
     def _remove(self, path: str, first: Index) -> None:
         self.files.unlink(path)
@@ -162,7 +167,7 @@ class _Walk:
     def _load(self, first: Index, path: str, last: bool, expected_offset: Offset | None) -> None:
         handle = self.files.open(path)
         entry = self.catalog.get(first)
-        if entry is not None and not last:
+        if entry is not None and not last and not self.check_all:
             if self._catalog_matches(entry, handle.size, expected_offset):
                 self.segments.append(_closed_segment(path, handle, entry))
                 return
@@ -226,6 +231,8 @@ class _Walk:
         if self.corruption:
             reason = "; ".join(self.corruption)
             self.batch.put(group_key(REPAIR, self.group), reason.encode())
+        if self.check_all:
+            self.batch.delete(group_key(CHECK_ALL, self.group))
         self.db.write(self.batch, sync=True)
         if self.directory_changed:
             self.files.sync_dir(self.directory)

@@ -40,6 +40,7 @@ from storage.recovery import RecoveryReport, recover
 from storage.segment import Segment, segment_name
 from storage.state_db import (
     APPLIED,
+    CHECK_ALL,
     CLOSED_SEGMENT,
     HARD_STATE,
     INDEX,
@@ -662,6 +663,14 @@ class SegmentStore:
         )
         self._db.write(batch, sync=False)
         self._files.sync_dir(self.directory)
+
+    def request_full_check(self) -> None:
+        """A read met a frame that fails its checksum: have the next open of this log
+        scan every segment (closed ones are otherwise trusted by their catalog entry),
+        so recovery cuts the log at the bad frame and marks it for repair."""
+        batch = self._db.batch()
+        batch.put(group_key(CHECK_ALL, self.group), b"1")
+        self._db.write(batch, sync=True)
 
     def mark_repaired(self) -> None:
         """The node caught up from its leader: clear the needs-repair marker."""

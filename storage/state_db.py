@@ -33,6 +33,7 @@ SNAPSHOT = b"S"
 CLOSED_SEGMENT = b"C"
 NEWEST_SEGMENT = b"N"
 REPAIR = b"R"
+CHECK_ALL = b"V"  # a read met corruption: the next open scans every segment's frames
 INDEX = b"I"
 OFFSET = b"O"
 TERM_RUN = b"T"

@@ -114,6 +114,31 @@ def test_bit_flip_in_closed_segment_is_never_served(harness):
         store.entries(Index(1), Index(5), 1 << 20)
 
 
+def test_a_bad_frame_met_by_a_read_is_cut_away_at_the_next_open(harness):
+    # Goal: a closed segment whose size matches its catalog entry is trusted at open,
+    # so a flipped bit in it survives a plain reopen; after a read met it
+    # (request_full_check), the next open scans every segment, cuts the log before the
+    # bad frame and marks the log for repair, once (the check is not repeated).
+    _fill(harness, 40, commit=40)
+    with open(_segment_paths(harness)[1], "r+b") as file:
+        file.seek(100)
+        byte = file.read(1)
+        file.seek(100)
+        file.write(bytes([byte[0] ^ 0x01]))
+    store = _reopen(harness)
+    assert not store.recovery.needs_repair and store.last_index() == 40, "trusted by its catalog entry"
+    bad_segment_first = store.segments[1].first_index
+    with pytest.raises(CorruptionError):
+        store.entries(bad_segment_first, Index(40), 1 << 20)
+    store.request_full_check()
+    store = _reopen(harness)
+    assert store.recovery.needs_repair
+    assert bad_segment_first <= store.last_index() + 1 < 40
+    assert len(store.entries(Index(1), Index(store.last_index() + 1), 1 << 20)) == store.last_index()
+    store = _reopen(harness)
+    assert store.recovery.rescanned_segments == 1, "only the open segment: the full check ran once"
+
+
 def test_truncated_closed_segment_needs_repair(harness):
     # Goal: a closed segment shorter than its catalog entry is corruption.
     _fill(harness, 40, commit=40)
