@@ -98,7 +98,8 @@ def cluster_up(args: argparse.Namespace) -> int:
         first = cluster.nodes[0].http_addr
         print(f"\nready. try:\n  echo hello | raftlog produce demo --server {first}\n"
               f"  raftlog consume demo --from-beginning --server {first}\n"
-              f"  curl http://{first}/v1/cluster\nCtrl-C stops the cluster.", flush=True)
+              f"  curl http://{first}/v1/cluster\n  open http://{first}/ui in a browser\n"
+              "Ctrl-C stops the cluster.", flush=True)
         _wait_for_interrupt(cluster)
         interrupted = True
     except LauncherError as error:

@@ -24,6 +24,7 @@ from multiraft.http.handlers import (
     produce,
     producers,
     topics,
+    ui,
 )
 from multiraft.http.limits import REQUEST_BYTES_MAX
 from multiraft.http.metrics import node_registry
@@ -50,6 +51,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/admin/nodes", nodes.add_node),
     ("GET", "/v1/openapi.json", docs.openapi),
     ("GET", "/metrics", metrics.metrics),
+    ("GET", "/ui", ui.page),
 )
 
 # Served only when the node started with RAFTLOG_CHAOS_DEBUG=1 (multiraft/unsafe.py), else

@@ -171,6 +171,8 @@ _PATHS: dict[str, Any] = {
                                                                                     {"type": "object"})}}},
     "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
         "description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    "/ui": {"get": {"summary": "the cluster page (HTML, this node's view, reloads itself)", "responses": {"200": {
+        "description": "an HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}}}},
 }
 
 

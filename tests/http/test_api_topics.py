@@ -178,3 +178,20 @@ async def test_linearizable_catalog_reads_wait_for_changes_made_elsewhere(cluste
     assert (status, body["error_code"]) == (404, "UNKNOWN_TOPIC")
     status, body = await cluster.call("GET", writer, "/v1/topics?consistency=fresh")
     assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
+
+
+async def test_the_cluster_page_shows_nodes_topics_and_leaders(cluster: Cluster) -> None:
+    # Goal: GET /ui is an HTML page of this node's view: the nodes with their status,
+    # each topic's partitions with their leader and replicas, the metadata leader.
+    await cluster.create_topic("ui-t", partitions=2)
+    _, described = await cluster.call("GET", 1, "/v1/topics/ui-t")
+    async with cluster.session.get(cluster.url(1, "/ui")) as response:
+        assert response.status == 200 and response.content_type == "text/html"
+        page = await response.text()
+    assert "<h3>ui-t</h3>" in page and "node 2 sees it" in page
+    for partition in described["partitions"]:
+        row = (f"<tr><td>{partition['partition']}</td><td>{partition['leader']}</td>"
+               f"<td>{', '.join(map(str, partition['replicas']))}</td>")
+        assert row in page, row
+    assert page.count("<td>alive</td>") == 3
+
