@@ -10,7 +10,21 @@ at the groups *it* leads and hands each one whose preferred replica is live and
 in sync over to it (Raft leadership transfer: the target is caught up, then told
 to campaign at once). Bounded per round so a thousand moves do not land at once.
 
-Pure choice (`preferred_moves`) apart from the loop that acts on it.
+When a partition's preferred replica cannot lead (its node is dead, or the
+replica is behind), elections put its leadership wherever they happen to, and
+one survivor can end up leading far more than the others. So a node that leads
+more than its fair share of the partitions (the ceiling of the leaders counted
+over the live nodes) also hands such partitions to in-sync followers on nodes
+below that share, least loaded first: the fewest transfers that even the
+leaders out, as DESIGN.md section 5 asks. Only partitions whose preferred
+replica cannot lead (and is not this node) move this way, so the two rules
+never undo each other; once the preferred node is back, leadership goes home.
+The counts come from this
+node's view (its replicas' leaders, the leaders' pings for the rest), a second
+old at most; concurrent moves by two nodes can overshoot by a little, and the
+next round evens that out.
+
+Pure choices (`preferred_moves`, `evening_moves`) apart from the loop that acts on them.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ from raftlog.messages import Role
 from raftlog.types import GroupId, NodeId
 
 if TYPE_CHECKING:
+    from multiraft.group import GroupRuntime
     from multiraft.node import Node
 
 BALANCE_INTERVAL_S = 5.0
@@ -37,34 +52,92 @@ class Move:
     target: NodeId
 
 
-def preferred_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
-    """Groups this node leads whose preferred replica could lead now (live, in sync)."""
-    assert limit >= 0
-    moves: list[Move] = []
-    for group_id, machine in node.partitions.items():
-        if len(moves) >= limit:
-            break
+def _can_lead(node: Node, runtime: GroupRuntime, candidate: NodeId) -> bool:
+    """`candidate` could take this group's leadership now: a live, in-sync voter."""
+    if candidate == node.id or candidate not in runtime.core.membership.voters:
+        return False
+    info = node.catalog.nodes.get(candidate)
+    if info is None or info.status is not NodeStatus.ALIVE or not node.is_live(candidate):
+        return False
+    return candidate in runtime.core.in_sync_replicas()
+
+
+def _led_here(node: Node) -> list[tuple[GroupId, GroupRuntime, tuple[NodeId, ...]]]:
+    """The partition groups this node leads, with their catalog replicas."""
+    led = []
+    for group_id, machine in sorted(node.partitions.items()):
         runtime = node.groups.get(group_id)
         if runtime is None or runtime.core.role is not Role.LEADER:
             continue
         topic = node.catalog.topics.get(machine.state.topic)
         if topic is None or machine.state.partition >= len(topic.partitions):
             continue  # being deleted
-        preferred = NodeId(topic.partitions[machine.state.partition].replicas[0])
-        if preferred == node.id or preferred not in runtime.core.membership.voters:
-            continue
-        info = node.catalog.nodes.get(preferred)
-        if info is None or info.status is not NodeStatus.ALIVE or not node.is_live(preferred):
-            continue
-        if preferred not in runtime.core.in_sync_replicas():
-            continue
-        moves.append(Move(group_id, preferred))
+        led.append((group_id, runtime, topic.partitions[machine.state.partition].replicas))
+    return led
+
+
+def preferred_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
+    """Groups this node leads whose preferred replica could lead now (live, in sync)."""
+    assert limit >= 0
+    moves: list[Move] = []
+    for group_id, runtime, replicas in _led_here(node):
+        if len(moves) >= limit:
+            break
+        if _can_lead(node, runtime, NodeId(replicas[0])):
+            moves.append(Move(group_id, NodeId(replicas[0])))
     return moves
+
+
+def even_out(me: NodeId, counts: dict[NodeId, int], movable: list[tuple[GroupId, list[NodeId]]],
+             limit: int) -> list[Move]:
+    """Transfers that bring `me` down to the fair share of leaders over the nodes in
+    `counts` (leaders per live node, `me` included): each of `movable` (a group `me`
+    leads, with the nodes that could take it) goes to its candidate with the fewest
+    leaders, while `me` is above the share and that candidate is below it."""
+    assert me in counts and limit >= 0
+    counts = dict(counts)
+    fair = -(-sum(counts.values()) // len(counts))  # the ceiling
+    moves: list[Move] = []
+    for group_id, candidates in movable:
+        if counts[me] <= fair or len(moves) >= limit:
+            break
+        # Below the share, and the move narrows the gap (never trades one excess for another).
+        below = [c for c in candidates if c in counts and counts[c] < fair and counts[c] < counts[me] - 1]
+        if not below:
+            continue
+        target = min(below, key=lambda c: (counts[c], c))
+        moves.append(Move(group_id, target))
+        counts[me] -= 1
+        counts[target] += 1
+    return moves
+
+
+def evening_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
+    """Groups to hand over so this node leads no more than its fair share; only those
+    whose preferred replica cannot lead now (the preferred rule takes the others)."""
+    live = {n.node_id for n in node.catalog.live_nodes() if n.node_id == node.id or node.is_live(n.node_id)}
+    if node.id not in live or len(live) < 2:
+        return []
+    counts = dict.fromkeys(live, 0)
+    for topic in node.catalog.topics.values():
+        for partition in topic.partitions:
+            leader = NodeId(node.leader_of(partition.group_id))
+            if leader in counts:
+                counts[leader] += 1
+    movable = []
+    for group_id, runtime, replicas in _led_here(node):
+        if replicas[0] == node.id or _can_lead(node, runtime, NodeId(replicas[0])):
+            continue  # at home, or about to go home: the preferred rule's
+        candidates = [NodeId(r) for r in replicas if _can_lead(node, runtime, NodeId(r))]
+        if candidates:
+            movable.append((group_id, candidates))
+    return even_out(node.id, counts, movable, limit)
 
 
 def balance_now(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> int:
     """Start the transfers of one round; returns how many were started."""
     moves = preferred_moves(node, limit)
+    moves += evening_moves(node, limit - len(moves))
     for move in moves:
         node.groups[move.group_id].request_transfer(move.target)
     if moves:

@@ -151,7 +151,8 @@ _PATHS: dict[str, Any] = {
                 "responses": {"200": _ok("offsets", {"type": "object"}), **_errors(404, 503, 504)}},
     },
     "/v1/admin/leadership/balance": {"post": {
-        "summary": "one preferred-leader round on every node now (leadership goes to each partition's first replica)",
+        "summary": "one balancing round on every node now (leadership goes to each partition's first replica; "
+                   "a node above its share hands partitions that cannot go home to nodes below it)",
         "responses": {"200": _ok("transfers started, by node (-1: node not reached)", {
             "type": "object", "required": ["transfers_started", "by_node"],
             "properties": {"transfers_started": {"type": "integer", "minimum": 0},

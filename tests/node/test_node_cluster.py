@@ -586,3 +586,39 @@ async def test_a_replica_whose_read_meets_corruption_repairs_itself(tmp_path: Pa
         await until(readable, "the follower repaired from the leader", 30)
         answer = await partition_ops.consume(follower, "rot", 0, 0, max_records=10_000, max_bytes=1 << 24)
         assert sum(count for _, count, _ in answer.batches) == len(values)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_survivors_even_out_the_leadership_of_a_dead_nodes_partitions(tmp_path: Path) -> None:
+    # Goal: with a node gone, the partitions it preferred to lead cannot go home; when
+    # one survivor leads them all (4 of 6), a balancing round hands one to the other
+    # survivor (3 and 3), and the partitions preferred by the survivors stay at home.
+    from multiraft import leadership
+
+    async with running_cluster(tmp_path) as nodes:
+        await nodes[0].create_topic("even", 6, 3, {})
+        for node in nodes:
+            await node.wait_for_topic("even")
+        await until(lambda: all(leader_of(nodes, "even", p) for p in range(6)), "leaders")
+        partitions = nodes[0].catalog.topics["even"].partitions
+        gone = nodes[2]
+        await gone.stop()
+        survivors, heavy = nodes[:2], nodes[0]
+        orphans = [p.partition for p in partitions if p.replicas[0] == gone.id]
+        assert len(orphans) == 2, "placement spread the preferred leaders 2 / 2 / 2"
+        await until(lambda: all(leader_of(survivors, "even", p) for p in range(6)), "leaders again", 20)
+        for p in orphans:  # both of the dead node's partitions onto one survivor
+            holder = leader_of(survivors, "even", p)
+            if holder is not heavy:
+                holder.groups[partitions[p].group_id].request_transfer(heavy.id)
+        await until(lambda: all(leader_of(survivors, "even", p) is heavy for p in orphans), "4 / 2", 20)
+
+        def led(node: Node) -> int:
+            return sum(leader_of(survivors, "even", p) is node for p in range(6))
+
+        assert leadership.balance_now(heavy) == 1, "one transfer evens 4 / 2 out"
+        await until(lambda: led(heavy) == 3 and led(nodes[1]) == 3, "3 / 3", 20)
+        for p in partitions:
+            if p.replicas[0] != gone.id:
+                assert leader_of(survivors, "even", p.partition).id == p.replicas[0], "the others stay home"
