@@ -349,9 +349,13 @@ async def test_a_flushed_ready_answers_then_writes_the_states_then_applies() -> 
         for ready in readys:
             if "flush" in ready and "apply" in ready:
                 assert ready[ready.index("flush") + 1:ready.index("apply")][-1:] == ["states"], f"node {node}: {ready}"
-                if runtime is not leader and ready[ready.index("flush") + 1] == "answer":
-                    answered_first += 1
-    assert answered_first >= 6, "each follower answered each append before its state write"
+            after_flush = ready[ready.index("flush"):] if "flush" in ready else []
+            if runtime is not leader and "answer" in after_flush and "states" in after_flush:
+                assert after_flush.index("answer") < after_flush.index("states"), f"node {node}: {ready}"
+                answered_first += 1
+    # How many Readies hold a flush, an answer and a state write depends on how the
+    # appends and commits happen to batch; each follower has at least one.
+    assert answered_first >= 2, "the followers answered their appends before their state writes"
 
 
 @pytest.mark.asyncio
