@@ -622,3 +622,53 @@ async def test_survivors_even_out_the_leadership_of_a_dead_nodes_partitions(tmp_
         for p in partitions:
             if p.replicas[0] != gone.id:
                 assert leader_of(survivors, "even", p.partition).id == p.replicas[0], "the others stay home"
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_every_replica_of_a_dead_node_moves_with_every_record(tmp_path: Path) -> None:
+    # Goal: the moves of many partitions at once (one step per partition per round, on
+    # every partition leader) all finish: no copy on the dead node is left in the
+    # catalog or in a group, and every copy of every partition holds every record.
+    joiner: Node | None = None
+    async with running_cluster_with_http(tmp_path, replica_move_after_ms=1500) as (nodes, servers):
+        try:
+            joiner = Node(joiner_config(tmp_path, servers[0].url))
+            await joiner.start()
+            everyone = [*nodes, joiner]
+            await until(lambda: all(len(n.catalog.nodes) == 4 for n in everyone), "4 nodes everywhere")
+            partitions = 8
+            await nodes[0].create_topic("many", partitions, 3, {})
+            for node in everyone:
+                await node.wait_for_topic("many")
+            await until(lambda: all(leader_of(everyone, "many", p) for p in range(partitions)), "leaders")
+            for p in range(partitions):
+                for i in range(3):
+                    await produce_retrying(nodes[0], "many", p, batch(b"p%d-%d" % (p, i)))
+            metadata_leader = next(n for n in nodes if n.groups[0].core.role is Role.LEADER)
+            victim = next(n for n in nodes if n is not metadata_leader)
+            hosted = [p.partition for p in metadata_leader.catalog.topics["many"].partitions if victim.id in p.replicas]
+            assert hosted, "placement gave the victim some replicas"
+            await victim.stop()
+            survivors = [n for n in everyone if n is not victim]
+
+            def settled() -> bool:
+                for info in metadata_leader.catalog.topics["many"].partitions:
+                    leader = leader_of(survivors, "many", info.partition)
+                    if leader is None or victim.id in info.replicas or info.leaving:
+                        return False
+                    membership = leader.groups[info.group_id].core.membership
+                    if membership.voters != set(info.replicas) or membership.learners:
+                        return False
+                return True
+
+            await until(settled, f"partitions {hosted} moved off node {victim.id}", 90)
+            def copies_complete() -> bool:
+                return all(values_at(n, "many", info.partition) == [b"p%d-%d" % (info.partition, i) for i in range(3)]
+                           for info in metadata_leader.catalog.topics["many"].partitions
+                           for n in survivors if n.id in info.replicas)
+
+            await until(copies_complete, "every copy of every partition holds its records")
+        finally:
+            if joiner is not None and joiner.db is not None:
+                await joiner.stop()
