@@ -36,8 +36,9 @@ def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -
 
 
 def _topic_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    topic = commands_parser.add_parser("topic", help="create, list, describe or delete topics")
-    topics = topic.add_subparsers(dest="topic_command", required=True, metavar="{create,list,describe,delete}")
+    topic = commands_parser.add_parser("topic", help="create, list, describe, alter or delete topics")
+    topics = topic.add_subparsers(dest="topic_command", required=True,
+                                  metavar="{create,list,describe,alter,delete}")
     create = topics.add_parser("create", help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=1)
@@ -49,6 +50,13 @@ def _topic_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type
     describe = topics.add_parser("describe", help="partitions, leaders, ISR, offsets")
     describe.add_argument("name")
     _client_command(describe, commands.topic_describe)
+    alter = topics.add_parser("alter", help="change topic settings")
+    alter.add_argument("name")
+    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a setting, e.g. retention_ms=3600000 (repeatable)")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                       help="remove a setting: back to its default (repeatable)")
+    _client_command(alter, commands.topic_alter)
     delete = topics.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     _client_command(delete, commands.topic_delete)

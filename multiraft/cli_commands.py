@@ -61,6 +61,16 @@ def topic_create(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def topic_alter(client: Client, args: argparse.Namespace) -> int:
+    changes: dict[str, Any] = _config_pairs(args.config) | dict.fromkeys(args.delete_config)
+    if not changes:
+        raise ValueError("give at least one --config KEY=VALUE or --delete-config KEY")
+    topic = client.alter_topic_config(args.name, changes)
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(topic["config"].items())) or "defaults"
+    print(f"topic {topic['name']}: {settings}")
+    return EXIT_OK
+
+
 def topic_list(client: Client, args: argparse.Namespace) -> int:
     topics = client.list_topics()
     print(_table([[t["name"], t["partitions"], t["replication_factor"]] for t in topics],

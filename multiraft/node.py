@@ -40,6 +40,7 @@ from multiraft.machines import PartitionMachine
 from multiraft.metadata.catalog import Catalog, ProducerIdBlock
 from multiraft.metadata.commands import (
     AllocateProducerIds,
+    AlterTopicConfig,
     Command,
     CreateTopic,
     DeleteTopic,
@@ -448,6 +449,12 @@ class Node:
     async def delete_topic(self, name: str) -> None:
         self.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
         await self.propose_metadata(DeleteTopic(name=name))
+
+    async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> None:
+        """Set (or, with None, remove) topic settings; replicas pick them up as they apply
+        the catalog (retention and segment size at once, min_insync_replicas per produce)."""
+        self.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
+        await self.propose_metadata(AlterTopicConfig(name=name, changes=changes))
 
     async def allocate_producer_id(self) -> tuple[int, int]:
         """A fresh producer id (epoch 0) for an idempotent producer."""

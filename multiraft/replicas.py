@@ -12,6 +12,7 @@ after a pause, as a restart of the node would.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import shutil
 from collections.abc import Mapping
@@ -53,10 +54,9 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     assert node.db is not None
     directory = config.data_dir / "groups" / str(group_id)
     directory.mkdir(parents=True, exist_ok=True)
-    settings: dict[str, Any] = {"flush": config.flush, "segment_bytes_max": config.segment_bytes_max}
-    settings |= retention_settings(topic_config or {})
     store_config = StoreConfig(
-        verify_crc=not node.hooks.skip_crc, persist_vote=not node.hooks.vote_without_persist, **settings,
+        flush=config.flush, verify_crc=not node.hooks.skip_crc, persist_vote=not node.hooks.vote_without_persist,
+        **topic_store_settings(node, topic_config or {}),
     )
     store = SegmentStore(group_id, str(directory), node.db, node.files, store_config)
     # Bootstrap only a replica that never existed: an empty log with a recorded term is
@@ -208,12 +208,37 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
                     continue
                 opened += 1
                 node.logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
+            else:
+                topic = node.catalog.topics.get(local.topic)
+                if topic is not None:
+                    apply_topic_config(node, group_id, topic.config)
         for group_id in sorted(set(node.groups) - set(wanted) - {METADATA_GROUP}):
             await close_group(node, group_id, delete=True)
             closed += 1
         if opened or closed:
             pause = heap.settle(groups_closed=closed > 0)
             node.logger.info("heap_settled", opened=opened, closed=closed, pause_ms=round(pause * 1000, 1))
+
+
+def topic_store_settings(node: Node, topic_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The StoreConfig fields a topic's config decides, with the defaults for keys it
+    does not set (so removing a key restores the default)."""
+    defaults = StoreConfig()
+    return {"segment_bytes_max": node.config.segment_bytes_max, "retention_ms": defaults.retention_ms,
+            "retention_bytes": defaults.retention_bytes} | retention_settings(topic_config)
+
+
+def apply_topic_config(node: Node, group_id: GroupId, topic_config: Mapping[str, Any]) -> None:
+    """A topic's settings changed after its replica opened: the store takes them at once
+    (retention at the next compaction round, segment size at the next roll)."""
+    store = node.stores.get(group_id)
+    if store is None:
+        return
+    wanted = dataclasses.replace(store.config, **topic_store_settings(node, topic_config))
+    if wanted != store.config:
+        store.config = wanted
+        node.logger.info("topic_config_applied", group_id=group_id, segment_bytes_max=wanted.segment_bytes_max,
+                         retention_ms=wanted.retention_ms, retention_bytes=wanted.retention_bytes)
 
 
 def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -182,6 +182,10 @@ class AsyncClient:
     async def describe_topic(self, name: str, server: str | None = None) -> dict[str, Any]:
         return await self._json("GET", f"/v1/topics/{name}", server=server)
 
+    async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Set settings, or remove them with a None value; returns the topic."""
+        return await self._json("PATCH", f"/v1/topics/{name}", json_body={"config": changes})
+
     async def delete_topic(self, name: str) -> None:
         await self.request("DELETE", f"/v1/topics/{name}")
 

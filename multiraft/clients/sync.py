@@ -75,6 +75,9 @@ class Client:
     def describe_topic(self, name: str, server: str | None = None) -> dict[str, Any]:
         return self.run(self.aio.describe_topic(name, server))
 
+    def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self.run(self.aio.alter_topic_config(name, changes))
+
     def delete_topic(self, name: str) -> None:
         self.run(self.aio.delete_topic(name))
 

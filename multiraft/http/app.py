@@ -40,6 +40,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/topics", topics.create_topic),
     ("GET", "/v1/topics", topics.list_topics),
     ("GET", "/v1/topics/{topic}", topics.describe_topic),
+    ("PATCH", "/v1/topics/{topic}", topics.alter_topic),
     ("DELETE", "/v1/topics/{topic}", topics.delete_topic),
     ("POST", "/v1/topics/{topic}/records", produce.produce_topic),
     ("POST", "/v1/topics/{topic}/partitions/{partition}/records", produce.produce_partition),

@@ -101,6 +101,13 @@ _PATHS: dict[str, Any] = {
         "parameters": [_TOPIC],
         "get": {"summary": "describe a topic", "parameters": [_CONSISTENCY], "responses": {
             "200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}), **_errors(404, 421, 503, 504)}},
+        "patch": {"summary": "set (a value) or remove (null) topic settings",
+                  "requestBody": {"required": True, **_json({
+                      "type": "object", "required": ["config"], "additionalProperties": False,
+                      "properties": {"config": {"type": "object", "minProperties": 1, "additionalProperties": {
+                          "type": ["string", "integer", "number", "boolean", "null"]}}}})},
+                  "responses": {"200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}),
+                                **_errors(404, 415, 503, 504)}},
         "delete": {"summary": "delete a topic", "responses": {"204": _ok("deleted"), **_errors(404, 503, 504)}},
     },
     "/v1/topics/{topic}/records": {

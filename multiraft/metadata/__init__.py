@@ -18,6 +18,7 @@ from multiraft.metadata.catalog import (
 )
 from multiraft.metadata.commands import (
     AllocateProducerIds,
+    AlterTopicConfig,
     Command,
     CreateTopic,
     DeleteTopic,
@@ -35,6 +36,7 @@ from multiraft.metadata.placement import PlacementNode, place_replicas, replacem
 __all__ = [
     "METADATA_GROUP",
     "AllocateProducerIds",
+    "AlterTopicConfig",
     "Catalog",
     "CatalogResult",
     "Command",

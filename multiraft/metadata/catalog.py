@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from multiraft.errors import (
+    InvalidConfig,
     InvalidReplicaAssignment,
     InvalidReplicationFactor,
     ResourceExhausted,
@@ -29,7 +30,9 @@ from multiraft.errors import (
     UnknownTopic,
 )
 from multiraft.metadata.commands import (
+    CONFIG_ENTRIES_MAX,
     AllocateProducerIds,
+    AlterTopicConfig,
     Command,
     ConfigValue,
     CreateTopic,
@@ -155,6 +158,9 @@ class Catalog:
                                                f"{command.partition}")
             if command.new not in self.nodes:
                 raise UnknownNode(f"node {command.new} is not registered")
+        if isinstance(command, AlterTopicConfig):
+            if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
+                raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
         if isinstance(command, ReplicaLeft):
             partition = self.partition_info(command.topic, command.partition)
             if command.node not in partition.leaving:
@@ -214,6 +220,10 @@ class Catalog:
             return block
         if isinstance(command, ReplaceReplica | ReplicaLeft):
             return self._move(command)
+        if isinstance(command, AlterTopicConfig):
+            topic = self.topics[command.name]
+            self.topics[command.name] = updated = replace(topic, config=_altered(topic.config, command.changes))
+            return updated
         assert isinstance(command, SetClusterConfig), f"unknown command {command!r}"
         if command.value is None:
             self.cluster_config.pop(command.key, None)
@@ -279,6 +289,16 @@ class Catalog:
         from multiraft.metadata.catalog_snapshot import decode_catalog
 
         return decode_catalog(data)
+
+
+def _altered(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | None]) -> dict[str, ConfigValue]:
+    altered = dict(config)
+    for key, value in changes.items():
+        if value is None:
+            altered.pop(key, None)
+        else:
+            altered[key] = value
+    return altered
 
 
 def groups_for_node(catalog: Catalog, node_id: NodeId) -> dict[GroupId, LocalGroup]:

@@ -204,6 +204,27 @@ class SetClusterConfig:
             check_config_entry(self.key, self.value)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterTopicConfig:
+    """Change a topic's settings after creation, as Kafka's incremental alter-configs:
+    each key of `changes` is set to its value, or removed (back to the default) when
+    the value is None."""
+
+    name: str
+    changes: dict[str, ConfigValue | None]
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+        if not isinstance(self.changes, dict) or not 1 <= len(self.changes) <= CONFIG_ENTRIES_MAX:
+            raise InvalidConfig(f"config changes are an object of 1..{CONFIG_ENTRIES_MAX} entries")
+        for key, value in self.changes.items():
+            if value is None:
+                if not isinstance(key, str) or not CONFIG_KEY_PATTERN.fullmatch(key):
+                    raise InvalidConfig(f"config key {key!r} must match {CONFIG_KEY_PATTERN.pattern}")
+            else:
+                check_config_entry(key, value)
+
+
 def _check_partition(topic: object, partition: object) -> None:
     check_topic_name(topic)
     if not _is_int(partition) or not 0 <= partition < PARTITIONS_MAX:  # type: ignore[operator]
@@ -256,6 +277,7 @@ Command = (
     | SetClusterConfig
     | ReplaceReplica
     | ReplicaLeft
+    | AlterTopicConfig
 )
 
 COMMAND_TYPES: dict[str, type] = {
@@ -267,6 +289,7 @@ COMMAND_TYPES: dict[str, type] = {
     "set_cluster_config": SetClusterConfig,
     "replace_replica": ReplaceReplica,
     "replica_left": ReplicaLeft,
+    "alter_topic_config": AlterTopicConfig,
 }
 _TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
 

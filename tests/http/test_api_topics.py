@@ -195,3 +195,35 @@ async def test_the_cluster_page_shows_nodes_topics_and_leaders(cluster: Cluster)
         assert row in page, row
     assert page.count("<td>alive</td>") == 3
 
+
+
+async def test_topic_settings_change_after_creation_and_reach_every_replica(cluster: Cluster) -> None:
+    # Goal: PATCH /v1/topics/{t} sets and removes settings; every node's catalog and every
+    # replica's store take them (retention and segment size), a removed key is back to its
+    # default; bad input is refused before anything is proposed.
+    from storage.config import StoreConfig
+
+    await cluster.create_topic("alter-t", partitions=1, config={"segment_bytes": 8192})
+    status, body = await cluster.call("PATCH", 2, "/v1/topics/alter-t", json={"config": {
+        "retention_ms": 60_000, "retention_bytes": 1 << 20, "segment_bytes": None, "min_insync_replicas": 2}})
+    assert status == 200, body
+    assert body["config"] == {"retention_ms": 60_000, "retention_bytes": 1 << 20, "min_insync_replicas": 2}
+    group = cluster.nodes[0].partition_group("alter-t", 0)
+
+    def stores_have(retention_ms, retention_bytes, segment_bytes_max) -> bool:
+        return all((n.stores[group].config.retention_ms, n.stores[group].config.retention_bytes,
+                    n.stores[group].config.segment_bytes_max) == (retention_ms, retention_bytes, segment_bytes_max)
+                   for n in cluster.nodes)
+
+    default_segment = cluster.nodes[0].config.segment_bytes_max
+    await until(lambda: stores_have(60_000, 1 << 20, default_segment), "every replica took the settings")
+    status, body = await cluster.call("PATCH", 0, "/v1/topics/alter-t", json={"config": {"retention_ms": None}})
+    assert status == 200 and "retention_ms" not in body["config"], body
+    await until(lambda: stores_have(StoreConfig().retention_ms, 1 << 20, default_segment), "the default is back")
+    for payload, expected in [({"config": {"retention_ms": 0}}, (400, "INVALID_CONFIG")),
+                              ({"config": {}}, (400, "INVALID_REQUEST")),
+                              ({"config": {"retention_ms": 1}, "x": 1}, (400, "INVALID_REQUEST"))]:
+        status, body = await cluster.call("PATCH", 1, "/v1/topics/alter-t", json=payload)
+        assert (status, body["error_code"]) == expected, (payload, body)
+    status, body = await cluster.call("PATCH", 1, "/v1/topics/nope", json={"config": {"retention_ms": 1}})
+    assert (status, body["error_code"]) == (404, "UNKNOWN_TOPIC")

@@ -93,6 +93,10 @@ def test_produce_failover_restart_and_status(tmp_path: Path) -> None:
         done = raftlog("topic", "create", "events", "--partitions", "1", "--replication-factor", "3",
                        server=cluster.http_addresses[1])
         assert done.returncode == 0, done.stderr.decode()
+        done = raftlog("topic", "alter", "events", "--config", "retention_ms=86400000", "--delete-config",
+                       "segment_bytes", server=cluster.http_addresses[2])
+        assert done.returncode == 0 and b"retention_ms=86400000" in done.stdout, done.stderr.decode()
+        assert raftlog("topic", "alter", "events", server=cluster.http_addresses[2]).returncode == 2, "nothing given"
         leader = _leader(cluster, "events")
         follower = next(n for n in cluster.nodes if n.node_id != leader)
         first = "".join(f"{i}\n" for i in range(1, 201)).encode()

@@ -18,6 +18,7 @@ from multiraft.errors import (
 )
 from multiraft.metadata import (
     AllocateProducerIds,
+    AlterTopicConfig,
     Catalog,
     CreateTopic,
     DeleteTopic,
@@ -74,6 +75,7 @@ ALL_COMMANDS = [
     SetClusterConfig(key="gone", value=None),
     ReplaceReplica(topic="orders", partition=1, old=3, new=4),
     ReplicaLeft(topic="orders", partition=1, node=3),
+    AlterTopicConfig(name="orders", changes={"retention_ms": 60_000, "cleanup.policy": None}),
 ]
 
 
@@ -303,3 +305,23 @@ def test_snapshots_without_move_fields_restore_as_never_moved():
         with pytest.raises(SnapshotFormatError):
             Catalog.restore(applier.catalog.snapshot().replace(b'"initial":[[]]', bad)
                             if b"initial" in bad else applier.catalog.snapshot().replace(b'"leaving":[[]]', bad))
+
+
+def test_topic_settings_change_after_creation():
+    # Goal: AlterTopicConfig sets and removes keys (Kafka's incremental alter-configs),
+    # refuses bad values, unknown topics and a config past its size bound, and a
+    # refusal changes nothing.
+    applier = cluster()
+    applier(create("a", ((1, 2),), {"retention_ms": 5, "segment_bytes": 8192}))
+    assert applier(AlterTopicConfig(name="a", changes={"retention_ms": 60_000, "segment_bytes": None,
+                                                       "min_insync_replicas": 2})).ok
+    assert applier.catalog.topics["a"].config == {"retention_ms": 60_000, "min_insync_replicas": 2}
+    assert isinstance(applier(AlterTopicConfig(name="b", changes={"x": 1})).error, UnknownTopic)
+    many = {f"k{i}": i for i in range(99)}
+    assert isinstance(applier(AlterTopicConfig(name="a", changes=many)).error, InvalidConfig)
+    assert applier.catalog.topics["a"].config == {"retention_ms": 60_000, "min_insync_replicas": 2}
+    for changes in ({}, {"retention_ms": 0}, {"Bad-Key": None}, {"min_insync_replicas": 9}):
+        with pytest.raises(InvalidConfig):
+            AlterTopicConfig(name="a", changes=changes)
+    restored = Catalog.restore(applier.catalog.snapshot())
+    assert restored.topics["a"].config == applier.catalog.topics["a"].config

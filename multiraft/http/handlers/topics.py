@@ -1,4 +1,4 @@
-"""Topic administration: create, list, describe, delete.
+"""Topic administration: create, list, describe, alter settings, delete.
 
 Creation is validated here with the same checks the metadata command applies
 (`check_topic_name`, partition and replication factor ranges, config entries),
@@ -25,6 +25,7 @@ from multiraft.http.view import topic_view
 from multiraft.metadata.commands import (
     PARTITIONS_MAX,
     REPLICATION_FACTOR_MAX,
+    AlterTopicConfig,
     check_config,
     check_topic_name,
 )
@@ -69,6 +70,21 @@ async def describe_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     await catalog_read(request)
     return web.json_response(topic_view(node, node.catalog.topic(request.match_info["topic"])))
+
+
+async def alter_topic(request: web.Request) -> web.Response:
+    """PATCH: `{"config": {key: value, key: null, ...}}` sets or removes settings (Kafka's
+    incremental alter-configs); answers the topic as this node's catalog has it after."""
+    node = node_of(request)
+    name = request.match_info["topic"]
+    body = await json_object(request)
+    if set(body) != {"config"} or not isinstance(body["config"], dict) or not body["config"]:
+        raise InvalidRequest('body is {"config": {KEY: VALUE or null, ...}} with at least one key')
+    changes = body["config"]
+    AlterTopicConfig(name=name, changes=changes)  # 400 for a bad key or value before anything is proposed
+    await bounded(node.alter_topic_config(name, changes), "topic configuration")
+    await bounded(node.sync_catalog(), "topic propagation")
+    return web.json_response(topic_view(node, node.catalog.topic(name)))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
