@@ -32,6 +32,8 @@ def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -
     parser.add_argument("--server", default=None,
                         help="HTTP address(es) of the cluster, comma-separated (default: $RAFTLOG_SERVER or "
                              "127.0.0.1:8080)")
+    parser.add_argument("--token", default=None,
+                        help="bearer token, for a cluster started with --admin-token-file (default: $RAFTLOG_TOKEN)")
     parser.set_defaults(func=func, client=True)
 
 
@@ -121,7 +123,8 @@ def _run_client_command(args: argparse.Namespace) -> int:
 
     server = args.server or os.environ.get("RAFTLOG_SERVER") or DEFAULT_SERVER
     try:
-        with Client(server, attempts=4, timeout_s=max(30.0, getattr(args, "wait_ms", 0) / 1000 + 15)) as client:
+        with Client(server, attempts=4, timeout_s=max(30.0, getattr(args, "wait_ms", 0) / 1000 + 15),
+                    token=args.token) as client:
             return args.func(client, args)
     except UnavailableError as error:
         print(f"raftlog: cannot reach the cluster at {server}: {error.message}\n"

@@ -63,6 +63,8 @@ class NodeConfig:
     # A node silent this long has its replicas moved to live nodes (-1: never). Long, as
     # Redpanda's 15 minutes: a restart or a short outage must not copy whole partitions.
     replica_move_after_ms: int = 900_000
+    # HTTP bearer-token auth (multiraft/auth.py): on when set, from --admin-token-file.
+    admin_token: bytes = b""
 
     def __post_init__(self) -> None:
         if self.node_id < 1:
@@ -78,6 +80,8 @@ class NodeConfig:
             raise ConfigError("tick_ms: must be between 10 and 1000")
         if not 0 < self.heartbeat_interval_ticks < self.election_timeout_ticks:
             raise ConfigError("heartbeat_interval_ticks: must be positive and below election_timeout_ticks")
+        if self.admin_token and len(self.admin_token) < 16:
+            raise ConfigError("admin_token_file: the admin token has at least 16 characters")
         if self.replica_move_after_ms < -1:
             raise ConfigError("replica_move_after_ms: -1 (never) or a duration in ms")
         if len(self.cluster_secret) < 16:
@@ -111,6 +115,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-secret-file", type=Path)
     parser.add_argument("--tick-ms", type=int)
     parser.add_argument("--flush", help="fsync (default), interval_ms=N or none")
+    parser.add_argument("--admin-token-file", type=Path,
+                        help="turns on HTTP bearer-token auth; the same file on every node")
 
 
 def load_config(args: argparse.Namespace) -> NodeConfig:
@@ -124,7 +130,8 @@ def load_config(args: argparse.Namespace) -> NodeConfig:
     for name, value in vars(args).items():
         if value is not None and name not in ("config", "command", "func"):
             settings[name] = value
-    known = {f.name for f in fields(NodeConfig)} | {"cluster_secret_file", "flush"}
+    known = ({f.name for f in fields(NodeConfig)} | {"cluster_secret_file", "flush", "admin_token_file"}) - {
+        "admin_token", "cluster_secret"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ConfigError(f"config: unknown settings {unknown}")
@@ -147,6 +154,7 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
         },
         "join": Address.parse(settings["join"], "join") if settings.get("join") else None,
         "cluster_secret": _secret(settings.get("cluster_secret_file"), data_dir),
+        "admin_token": _admin_token(settings.get("admin_token_file")),
     }
     if "flush" in settings:
         try:
@@ -158,6 +166,18 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
         if name in settings:
             values[name] = settings[name] if name == "rack" else int(settings[name])
     return NodeConfig(**values)
+
+
+def _admin_token(path: str | Path | None) -> bytes:
+    if path is None:
+        return b""
+    try:
+        token = Path(path).read_bytes().strip()
+    except OSError as error:
+        raise ConfigError(f"admin_token_file: cannot read {path}: {error}") from error
+    if not token:
+        raise ConfigError(f"admin_token_file: {path} is empty")
+    return token
 
 
 def _secret(path: str | Path | None, data_dir: Path) -> bytes:

@@ -86,11 +86,13 @@ class Controller:
         body = {"node_id": node.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
                 "rack": config.rack or None}
         url = f"http://{address}/v1/admin/nodes"
+        # Admitting a node is an admin's act: with auth on, the joiner shows the admin token.
+        headers = {"Authorization": f"Bearer {config.admin_token.decode()}"} if config.admin_token else {}
         delay = 0.1
         async with asyncio.timeout(JOIN_TIMEOUT_S), aiohttp.ClientSession() as session:
             while True:
                 try:
-                    async with session.post(url, json=body) as response:
+                    async with session.post(url, json=body, headers=headers) as response:
                         reply = await response.json()
                         if response.status == 200:
                             break

@@ -124,6 +124,25 @@ class UnknownNode(ClientError):
     http_status = 404
 
 
+class UnknownToken(ClientError):
+    code = "UNKNOWN_TOKEN"
+    http_status = 404
+
+
+class Unauthenticated(ClientError):
+    """No valid bearer token on a node that requires one (multiraft/auth.py)."""
+
+    code = "UNAUTHENTICATED"
+    http_status = 401
+
+
+class NotAuthorized(ClientError):
+    """A valid token whose rights do not cover the request."""
+
+    code = "NOT_AUTHORIZED"
+    http_status = 403
+
+
 class InvalidConfig(InvalidRequest):
     code = "INVALID_CONFIG"
     http_status = 400

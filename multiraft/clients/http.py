@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ class AsyncClient:
 
     def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, *, timeout_s: float = 30.0,
                  attempts: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 1.0,
-                 local_host: str | None = None) -> None:
+                 local_host: str | None = None, token: str | None = None) -> None:
+        """`token`: a bearer token for a cluster that requires one (default: $RAFTLOG_TOKEN)."""
         listed = servers.split(",") if isinstance(servers, str) else list(servers)
         self.servers = [normalize(s) for s in listed if s.strip()]
         if not self.servers:
@@ -88,6 +90,8 @@ class AsyncClient:
         self._next = 0
         self._pool = ConnectionPool(local_host)  # local_host: the source address fault rules match
         self._table = error_table()
+        token = token if token is not None else os.environ.get("RAFTLOG_TOKEN")
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -146,6 +150,8 @@ class AsyncClient:
         if json_body is not None:
             body = json.dumps(json_body).encode()
             headers = {"Content-Type": "application/json", **(headers or {})}
+        if self._auth:
+            headers = {**self._auth, **(headers or {})}
         response = await self._pool.request(method, url, body=body, query=query, headers=headers,
                                             timeout_s=self.timeout_s)
         if response.status >= 400:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from multiraft.http.access import access_middleware
 from multiraft.http.errors import NODE_KEY, error_middleware
 from multiraft.http.handlers import (
     admin,
@@ -23,6 +24,7 @@ from multiraft.http.handlers import (
     nodes,
     produce,
     producers,
+    tokens,
     topics,
     ui,
 )
@@ -50,6 +52,9 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("GET", "/v1/groups/{group}/offsets", groups.fetch_offsets),
     ("POST", "/v1/admin/leadership/balance", admin.balance_leadership),
     ("POST", "/v1/admin/nodes", nodes.add_node),
+    ("POST", "/v1/admin/tokens", tokens.create_token),
+    ("GET", "/v1/admin/tokens", tokens.list_tokens),
+    ("DELETE", "/v1/admin/tokens/{name}", tokens.delete_token),
     ("GET", "/v1/openapi.json", docs.openapi),
     ("GET", "/metrics", metrics.metrics),
     ("GET", "/ui", ui.page),
@@ -66,7 +71,7 @@ DEBUG_ROUTES: tuple[tuple[str, str, Handler], ...] = (
 
 def create_app(node: Node) -> web.Application:
     """The HTTP API of `node`. Bodies beyond REQUEST_BYTES_MAX get 413 before parsing."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=REQUEST_BYTES_MAX)
+    app = web.Application(middlewares=[error_middleware, access_middleware], client_max_size=REQUEST_BYTES_MAX)
     app[NODE_KEY] = node
     app[produce.ROUND_ROBIN_KEY] = {}
     app[metrics.REGISTRY_KEY] = node_registry(node)

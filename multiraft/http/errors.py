@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from multiraft.errors import InvalidBatch, InvalidRequest, answered, error_body
+from multiraft.errors import InvalidBatch, InvalidRequest, Unauthenticated, answered, error_body
 from raftlog.errors import ClientError, NotLeader
 from storage.errors import InvalidBatchError
 
@@ -101,6 +101,8 @@ def error_response(request: web.Request, error: ClientError) -> web.Response:
         info = node.catalog.nodes.get(error.leader_hint) if node is not None else None
         if info is not None:
             headers["Raftlog-Leader"] = info.http_addr
+    if isinstance(error, Unauthenticated):
+        headers["WWW-Authenticate"] = 'Bearer realm="raftlog"'
     if isinstance(error, MethodNotAllowed):
         headers["Allow"] = error.message.rpartition("allowed: ")[2]
     return web.json_response(error_body(error), status=error.http_status, headers=headers)

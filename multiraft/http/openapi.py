@@ -31,7 +31,8 @@ def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    return {str(status): _ERROR for status in (400, *statuses)}
+    # 401 and 403 only on a node started with --admin-token-file (multiraft/auth.py).
+    return {str(status): _ERROR for status in sorted({400, 401, 403, *statuses})}
 
 
 def _path(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -175,6 +176,23 @@ _PATHS: dict[str, Any] = {
         "responses": {"200": _ok("the raft addresses of the registered nodes",
                                  {"type": "object", "properties": {"nodes": {"type": "object"}}}),
                       "400": _ERROR, "421": _ERROR, "503": _ERROR, "504": _ERROR}}},
+    "/v1/admin/tokens": {
+        "post": {"summary": "make a bearer token (its value is in this answer only; an existing name is replaced)",
+                 "requestBody": {"required": True, **_json({
+                     "type": "object", "required": ["name", "rights"], "additionalProperties": False,
+                     "properties": {"name": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,64}$"},
+                                    "rights": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
+                                        "type": "string",
+                                        "pattern": "^(admin|(read|write):(\\*|[a-zA-Z0-9._-]{1,249}))$"}}}})},
+                 "responses": {"201": _ok("the token", {"type": "object", "required": ["name", "rights", "token"]}),
+                               **_errors(415, 503, 504)}},
+        "get": {"summary": "the tokens' names and rights (never their values)",
+                "responses": {"200": _ok("tokens", {"type": "object"}), **_errors()}},
+    },
+    "/v1/admin/tokens/{name}": {
+        "parameters": [_path("name", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,64}$"})],
+        "delete": {"summary": "delete a token", "responses": {"204": _ok("deleted"), **_errors(404, 503, 504)}},
+    },
     "/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": _ok("OpenAPI 3",
                                                                                     {"type": "object"})}}},
     "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
@@ -189,7 +207,9 @@ def openapi_document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "raftlog", "version": "1", "description": "A replicated, partitioned message log."},
         "paths": _PATHS,
-        "components": {"schemas": _SCHEMAS, "responses": {"Error": {
+        "security": [{"bearer": []}, {}],  # a token only where the node requires one
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+                       "schemas": _SCHEMAS, "responses": {"Error": {
             "description": "every error: {error_code, message}",
             **_json({"$ref": "#/components/schemas/Error"})}}},
     }

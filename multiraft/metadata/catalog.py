@@ -24,9 +24,11 @@ from multiraft.errors import (
     InvalidConfig,
     InvalidReplicaAssignment,
     InvalidReplicationFactor,
+    InvalidRequest,
     ResourceExhausted,
     TopicExists,
     UnknownNode,
+    UnknownToken,
     UnknownTopic,
 )
 from multiraft.metadata.commands import (
@@ -36,8 +38,10 @@ from multiraft.metadata.commands import (
     Command,
     ConfigValue,
     CreateTopic,
+    DeleteToken,
     DeleteTopic,
     NodeStatus,
+    PutToken,
     RegisterNode,
     ReplaceReplica,
     ReplicaLeft,
@@ -88,6 +92,15 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A bearer token: its name, SHA-256 digest (never the token) and rights."""
+
+    name: str
+    digest: str
+    rights: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
     name: str
     replication_factor: int
@@ -134,6 +147,8 @@ class Catalog:
         self.next_group_id = FIRST_PARTITION_GROUP
         self.next_producer_id = 0
         self.cluster_config: dict[str, ConfigValue] = {}
+        self.tokens: dict[str, TokenInfo] = {}
+        self._token_digests: dict[str, TokenInfo] = {}
 
     # ---- validation (before proposing, and again on apply) -----------------
 
@@ -158,6 +173,12 @@ class Catalog:
                                                f"{command.partition}")
             if command.new not in self.nodes:
                 raise UnknownNode(f"node {command.new} is not registered")
+        if isinstance(command, DeleteToken) and command.name not in self.tokens:
+            raise UnknownToken(f"token {command.name!r} does not exist")
+        if isinstance(command, PutToken):
+            holder = self._token_digests.get(command.digest)
+            if holder is not None and holder.name != command.name:
+                raise InvalidRequest("that token digest belongs to another token")
         if isinstance(command, AlterTopicConfig):
             if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
                 raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
@@ -220,6 +241,8 @@ class Catalog:
             return block
         if isinstance(command, ReplaceReplica | ReplicaLeft):
             return self._move(command)
+        if isinstance(command, PutToken | DeleteToken):
+            return self._token(command)
         if isinstance(command, AlterTopicConfig):
             topic = self.topics[command.name]
             self.topics[command.name] = updated = replace(topic, config=_altered(topic.config, command.changes))
@@ -249,6 +272,25 @@ class Catalog:
                           partitions)  # fmt: skip
         self.topics[command.name] = topic
         return topic
+
+    def apply_token(self, command: PutToken | DeleteToken) -> None:
+        """A token change outside `apply` (restoring a snapshot)."""
+        self._token(command)
+
+    def _token(self, command: PutToken | DeleteToken) -> None:
+        old = self.tokens.pop(command.name, None)
+        if old is not None:
+            self._token_digests.pop(old.digest, None)
+        if isinstance(command, PutToken):
+            token = TokenInfo(command.name, command.digest, command.rights)
+            self.tokens[token.name] = token
+            self._token_digests[token.digest] = token
+        return None
+
+    def token_by_digest(self, digest: str) -> tuple[str, tuple[str, ...]] | None:
+        """(name, rights) of the token with this SHA-256 digest."""
+        token = self._token_digests.get(digest)
+        return (token.name, token.rights) if token is not None else None
 
     def _move(self, command: ReplaceReplica | ReplicaLeft) -> TopicInfo:
         topic = self.topics[command.topic]

@@ -22,6 +22,7 @@ from multiraft.metadata.catalog import (
 from multiraft.metadata.commands import (
     CreateTopic,
     NodeStatus,
+    PutToken,
     RegisterNode,
     SetClusterConfig,
 )
@@ -43,6 +44,7 @@ def encode_catalog(catalog: Catalog) -> bytes:
             for _, n in sorted(catalog.nodes.items())
         ],
         "topics": [_topic_row(t) for _, t in sorted(catalog.topics.items())],
+        "tokens": [[t.name, t.digest, list(t.rights)] for _, t in sorted(catalog.tokens.items())],
     }
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
@@ -100,6 +102,12 @@ def _build(document: Any) -> Catalog:
             raise ValueError(f"topic {topic.name!r} appears twice")
         seen_groups |= groups
         catalog.topics[topic.name] = topic
+    for name, digest, rights in document.get("tokens", []):  # absent in snapshots from before tokens
+        command = PutToken(name=name, digest=digest, rights=tuple(rights))
+        catalog.validate(command)
+        if name in catalog.tokens:
+            raise ValueError(f"token {name!r} appears twice")
+        catalog.apply_token(command)
     return catalog
 
 

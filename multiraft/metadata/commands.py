@@ -225,6 +225,35 @@ class AlterTopicConfig:
                 check_config_entry(key, value)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PutToken:
+    """Create or replace the bearer token `name`: its SHA-256 `digest` (never the token)
+    and its `rights` (multiraft/auth.py)."""
+
+    name: str
+    digest: str
+    rights: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        from multiraft.auth import check_rights, check_token_name
+
+        check_token_name(self.name)
+        if not isinstance(self.digest, str) or not re.fullmatch(r"[0-9a-f]{64}", self.digest):
+            raise InvalidRequest("token digest is 64 lowercase hex digits (SHA-256)")
+        if check_rights(self.rights) != self.rights:
+            raise InvalidRequest("token rights are sorted and distinct")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteToken:
+    name: str
+
+    def __post_init__(self) -> None:
+        from multiraft.auth import check_token_name
+
+        check_token_name(self.name)
+
+
 def _check_partition(topic: object, partition: object) -> None:
     check_topic_name(topic)
     if not _is_int(partition) or not 0 <= partition < PARTITIONS_MAX:  # type: ignore[operator]
@@ -278,6 +307,8 @@ Command = (
     | ReplaceReplica
     | ReplicaLeft
     | AlterTopicConfig
+    | PutToken
+    | DeleteToken
 )
 
 COMMAND_TYPES: dict[str, type] = {
@@ -290,6 +321,8 @@ COMMAND_TYPES: dict[str, type] = {
     "replace_replica": ReplaceReplica,
     "replica_left": ReplicaLeft,
     "alter_topic_config": AlterTopicConfig,
+    "put_token": PutToken,
+    "delete_token": DeleteToken,
 }
 _TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
 
@@ -324,6 +357,8 @@ def decode_command(payload: bytes) -> Command:
             arguments["status"] = NodeStatus(arguments["status"])
         except ValueError:
             raise InvalidRequest(f"unknown node status {arguments['status']!r}") from None
+    if cls is PutToken and isinstance(arguments["rights"], list):
+        arguments["rights"] = tuple(arguments["rights"])
     if cls is CreateTopic and isinstance(arguments["assignments"], list):
         arguments["assignments"] = tuple(
             tuple(r) if isinstance(r, list) else r for r in arguments["assignments"]

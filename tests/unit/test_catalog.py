@@ -21,10 +21,12 @@ from multiraft.metadata import (
     AlterTopicConfig,
     Catalog,
     CreateTopic,
+    DeleteToken,
     DeleteTopic,
     LocalGroup,
     NodeStatus,
     ProducerIdBlock,
+    PutToken,
     RegisterNode,
     ReplaceReplica,
     ReplicaLeft,
@@ -76,6 +78,8 @@ ALL_COMMANDS = [
     ReplaceReplica(topic="orders", partition=1, old=3, new=4),
     ReplicaLeft(topic="orders", partition=1, node=3),
     AlterTopicConfig(name="orders", changes={"retention_ms": 60_000, "cleanup.policy": None}),
+    PutToken(name="reader", digest="ab" * 32, rights=("read:*", "write:orders")),
+    DeleteToken(name="reader"),
 ]
 
 

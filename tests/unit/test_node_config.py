@@ -90,3 +90,16 @@ def test_nodes_started_side_by_side_never_read_a_half_written_secret(tmp_path: P
     assert len(first) == 64 and seen == [first]
     assert (tmp_path / "cluster.secret").stat().st_mode & 0o077 == 0, "the secret is the owner's alone"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".cluster.secret")) == []
+
+
+def test_admin_token_file_turns_auth_on_and_is_checked(tmp_path: Path) -> None:
+    assert load_config(_parse(_base(tmp_path))).admin_token == b"", "auth off by default"
+    token = tmp_path / "admin.token"
+    token.write_text("an-admin-token-of-enough-length\n")
+    config = load_config(_parse([*_base(tmp_path), "--admin-token-file", str(token)]))
+    assert config.admin_token == b"an-admin-token-of-enough-length"
+    token.write_text("short")
+    with pytest.raises(ConfigError, match="admin_token_file"):
+        load_config(_parse([*_base(tmp_path), "--admin-token-file", str(token)]))
+    with pytest.raises(ConfigError, match="admin_token_file"):
+        load_config(_parse([*_base(tmp_path), "--admin-token-file", str(tmp_path / "missing")]))

@@ -12,6 +12,7 @@ from aiohttp import web
 from multiraft import partition_ops
 from multiraft.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
 from multiraft.errors import InvalidRequest
+from multiraft.http.access import require
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import GROUP_COMMITS_PER_REQUEST_MAX
 from multiraft.http.params import json_object
@@ -42,6 +43,7 @@ async def commit_offsets(request: web.Request) -> web.Response:
         commit = OffsetCommit(group=group, topic=item.get("topic"), partition=item.get("partition"),
                               offset=item.get("offset"), metadata=item.get("metadata", ""))
         node.partition_group(commit.topic, commit.partition)  # 404 for unknown topic or partition
+        require(request, "read", commit.topic)  # a group commits where it reads (Kafka: READ on the topic)
         commits.append(commit)
     await bounded(partition_ops.commit_offsets(node, group, commits), "offset commit")
     return web.json_response({"offsets": [

@@ -1,0 +1,97 @@
+"""Who may call which route, when the node requires bearer tokens (multiraft/auth.py).
+
+One table, by route (method and path pattern), of the right each needs, so a new
+route cannot be forgotten: a route missing from `RULES` needs `admin`. The one
+check that depends on a body (a consumer-group commit names its topics there)
+is made by its handler through `require`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from multiraft.auth import ADMIN, Principal, authenticate
+from multiraft.errors import NotAuthorized, Unauthenticated
+from multiraft.http.errors import NODE_KEY
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
+
+OPEN = "open"  # no token needed
+ANY = "any"  # any valid token
+ADMIN_RIGHT = "admin"
+READ_PATH, WRITE_PATH = "read:path", "write:path"  # on the topic in the path
+READ_QUERY = "read:query"  # on the topic in the query
+WRITE_SOME = "write:some"  # a write right on some topic
+IN_HANDLER = "handler"  # any valid token here; the handler checks the topics of its body
+
+RULES: dict[tuple[str, str], str] = {
+    ("GET", "/v1/health"): OPEN,
+    ("GET", "/v1/openapi.json"): OPEN,
+    ("GET", "/v1/cluster"): ANY,
+    ("GET", "/v1/topics"): ANY,
+    ("GET", "/v1/topics/{topic}"): ANY,
+    ("GET", "/metrics"): ANY,
+    ("GET", "/ui"): ANY,
+    ("POST", "/v1/topics/{topic}/records"): WRITE_PATH,
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/records"): WRITE_PATH,
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): READ_PATH,
+    ("POST", "/v1/producers"): WRITE_SOME,
+    ("GET", "/v1/groups/{group}/offsets"): READ_QUERY,
+    ("POST", "/v1/groups/{group}/offsets"): IN_HANDLER,
+}
+
+
+def rule_for(method: str, path: str) -> str:
+    return RULES.get((method, path), ADMIN_RIGHT)
+
+
+def _token_lookup(node: Any) -> Callable[[str], tuple[str, tuple[str, ...]] | None]:
+    return node.catalog.token_by_digest  # type: ignore[no-any-return]
+
+
+@web.middleware
+async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    node = request.app[NODE_KEY]
+    if not node.config.admin_token:
+        return await handler(request)
+    resource = request.match_info.route.resource
+    rule = rule_for(request.method, resource.canonical) if resource is not None else ANY
+    if rule == OPEN:
+        return await handler(request)
+    principal = authenticate(request.headers.get("Authorization"), node.config.admin_token, _token_lookup(node))
+    if principal is None:
+        raise Unauthenticated("this node requires a bearer token: Authorization: Bearer TOKEN")
+    request[PRINCIPAL_KEY] = principal
+    if rule == ADMIN_RIGHT:
+        _check(principal, "admin", None, "this needs the admin right")
+    elif rule in (READ_PATH, WRITE_PATH):
+        topic = request.match_info.get("topic", "")
+        _check(principal, rule.partition(":")[0], topic, f"this needs {rule.partition(':')[0]}:{topic}")
+    elif rule == READ_QUERY:
+        topic = request.query.get("topic", "")
+        _check(principal, "read", topic, f"this needs read:{topic}")
+    elif rule == WRITE_SOME:
+        _check(principal, "write", None, "this needs a write right on some topic")
+    return await handler(request)
+
+
+def _check(principal: Principal, action: str, topic: str | None, message: str) -> None:
+    if not principal.may(action, topic):
+        raise NotAuthorized(f"token {principal.name!r} may not do this: {message}")
+
+
+def require(request: web.Request, action: str, topic: str) -> None:
+    """A handler's own check (on a topic named in the body); a no-op without auth."""
+    principal: Principal | None = request.get(PRINCIPAL_KEY)
+    if principal is not None:
+        _check(principal, action, topic, f"this needs {action}:{topic}")
+
+
+def principal_of(request: web.Request) -> Principal:
+    """Who made the request (the admin when the node requires no token)."""
+    principal: Principal | None = request.get(PRINCIPAL_KEY)
+    return principal if principal is not None else ADMIN
