@@ -28,7 +28,7 @@ from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
-from storage.config import StoreConfig
+from storage.config import FlushPolicy, StoreConfig
 from storage.errors import CorruptionError
 from storage.segments import SegmentStore
 
@@ -49,13 +49,14 @@ FIRST_VOTER_WAIT_TIMEOUTS = 4
 def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any,
                topic_config: Mapping[str, Any] | None = None) -> GroupRuntime:
     """Open (or create) a group's replica; a new group's first voter campaigns at once.
-    `topic_config`: the topic's `segment_bytes`, `retention_ms`, `retention_bytes`."""
+    `topic_config`: the topic's `segment_bytes`, `segment_ms`, `retention_ms`,
+    `retention_bytes` and `flush` (the node's settings where it has none)."""
     config = node.config
     assert node.db is not None
     directory = config.data_dir / "groups" / str(group_id)
     directory.mkdir(parents=True, exist_ok=True)
     store_config = StoreConfig(
-        flush=config.flush, verify_crc=not node.hooks.skip_crc, persist_vote=not node.hooks.vote_without_persist,
+        verify_crc=not node.hooks.skip_crc, persist_vote=not node.hooks.vote_without_persist,
         **topic_store_settings(node, topic_config or {}),
     )
     store = SegmentStore(group_id, str(directory), node.db, node.files, store_config)
@@ -224,8 +225,9 @@ def topic_store_settings(node: Node, topic_config: Mapping[str, Any]) -> dict[st
     """The StoreConfig fields a topic's config decides, with the defaults for keys it
     does not set (so removing a key restores the default)."""
     defaults = StoreConfig()
-    return {"segment_bytes_max": node.config.segment_bytes_max, "retention_ms": defaults.retention_ms,
-            "retention_bytes": defaults.retention_bytes} | retention_settings(topic_config)
+    return {"segment_bytes_max": node.config.segment_bytes_max, "segment_ms_max": defaults.segment_ms_max,
+            "retention_ms": defaults.retention_ms, "retention_bytes": defaults.retention_bytes,
+            "flush": node.config.flush} | retention_settings(topic_config)
 
 
 def apply_topic_config(node: Node, group_id: GroupId, topic_config: Mapping[str, Any]) -> None:
@@ -238,15 +240,21 @@ def apply_topic_config(node: Node, group_id: GroupId, topic_config: Mapping[str,
     if wanted != store.config:
         store.config = wanted
         node.logger.info("topic_config_applied", group_id=group_id, segment_bytes_max=wanted.segment_bytes_max,
-                         retention_ms=wanted.retention_ms, retention_bytes=wanted.retention_bytes)
+                         segment_ms_max=wanted.segment_ms_max, retention_ms=wanted.retention_ms,
+                         retention_bytes=wanted.retention_bytes, flush=wanted.flush.mode.value)
 
 
 def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """StoreConfig fields from a topic's config (Kafka's segment.bytes, retention.ms,
-    retention.bytes, spelled with underscores); absent keys keep the defaults."""
+    """StoreConfig fields from a topic's config (Kafka's segment.bytes, segment.ms,
+    retention.ms, retention.bytes, spelled with underscores, and the flush policy);
+    absent keys keep the defaults."""
     settings: dict[str, Any] = {}
     if "segment_bytes" in config:
         settings["segment_bytes_max"] = int(config["segment_bytes"])
+    if "segment_ms" in config:
+        settings["segment_ms_max"] = int(config["segment_ms"])
+    if "flush" in config:
+        settings["flush"] = FlushPolicy.parse(str(config["flush"]))
     for key in ("retention_ms", "retention_bytes"):
         if key in config:
             value = int(config[key])

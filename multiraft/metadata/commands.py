@@ -93,6 +93,8 @@ def check_config_entry(key: object, value: object) -> None:
         raise InvalidConfig(f"config value of {key} must be a string, number or boolean")
     if isinstance(value, str) and len(value) > CONFIG_STRING_CHARS_MAX:
         raise InvalidConfig(f"config value of {key} exceeds {CONFIG_STRING_CHARS_MAX} characters")
+    if key == "flush":
+        _check_flush(value)
     bounds = TYPED_CONFIG.get(key)
     if bounds is not None:
         low, high, unlimited = bounds
@@ -103,10 +105,22 @@ def check_config_entry(key: object, value: object) -> None:
             raise InvalidConfig(f"config {key} must be an integer in [{low}, {high}]{extra}")
 
 
+def _check_flush(value: object) -> None:
+    """A topic's flush policy, spelled as the node's --flush (DESIGN.md section 3)."""
+    from storage.config import FlushPolicy
+
+    try:
+        FlushPolicy.parse(value)  # type: ignore[arg-type]
+    except (ValueError, AssertionError, AttributeError, TypeError):
+        raise InvalidConfig(f"config flush must be fsync, none or interval_ms=N (N > 0), got {value!r}") from None
+
+
 # Topic settings the node acts on: key -> (low, high, -1 allowed for "unlimited").
+# Also `flush` (fsync, none or interval_ms=N), checked by `_check_flush`.
 TYPED_CONFIG: dict[str, tuple[int, int, bool]] = {
     "min_insync_replicas": (1, 5, False),
     "segment_bytes": (4096, 1 << 30, False),
+    "segment_ms": (1, 2**62, False),
     "retention_ms": (1, 2**62, True),
     "retention_bytes": (1, 2**62, True),
 }

@@ -227,3 +227,34 @@ async def test_topic_settings_change_after_creation_and_reach_every_replica(clus
         assert (status, body["error_code"]) == expected, (payload, body)
     status, body = await cluster.call("PATCH", 1, "/v1/topics/nope", json={"config": {"retention_ms": 1}})
     assert (status, body["error_code"]) == (404, "UNKNOWN_TOPIC")
+
+
+async def test_a_topic_has_its_own_flush_policy_and_segment_age(cluster: Cluster) -> None:
+    # Goal: `flush` and `segment_ms` per topic (DESIGN.md section 3): at creation and by
+    # PATCH, every replica's store takes them, a removed key is back to the node's
+    # setting, records still flow, and a malformed policy is refused.
+    from storage.config import FlushMode, FlushPolicy, StoreConfig
+
+    await cluster.create_topic("flush-t", partitions=1, config={"flush": "none", "segment_ms": 60_000})
+    group = cluster.nodes[0].partition_group("flush-t", 0)
+
+    def stores(flush: FlushPolicy, segment_ms: int) -> bool:
+        return all((n.stores[group].config.flush, n.stores[group].config.segment_ms_max) == (flush, segment_ms)
+                   for n in cluster.nodes)
+
+    await until(lambda: stores(FlushPolicy(FlushMode.NONE), 60_000), "created with the topic's policy")
+    status, body = await cluster.call("POST", 0, "/v1/topics/flush-t/records", json={"records": [{"value": 1}]})
+    assert status == 200, body
+    status, body = await cluster.call("PATCH", 1, "/v1/topics/flush-t",
+                                      json={"config": {"flush": "interval_ms=50", "segment_ms": None}})
+    assert status == 200 and body["config"] == {"flush": "interval_ms=50"}, body
+    default_ms = StoreConfig().segment_ms_max
+    await until(lambda: stores(FlushPolicy(FlushMode.INTERVAL, 50), default_ms), "the new policy everywhere")
+    status, body = await cluster.call("PATCH", 1, "/v1/topics/flush-t", json={"config": {"flush": None}})
+    assert status == 200
+    await until(lambda: stores(cluster.nodes[0].config.flush, default_ms), "the node's policy again")
+    status, body = await cluster.call("POST", 2, "/v1/topics/flush-t/records", json={"records": [{"value": 2}]})
+    assert status == 200 and body["offsets"][0]["offset"] == 1, body
+    for bad in ("sometimes", "interval_ms=0", "interval_ms=x", 5):
+        status, body = await cluster.call("PATCH", 0, "/v1/topics/flush-t", json={"config": {"flush": bad}})
+        assert (status, body["error_code"]) == (400, "INVALID_CONFIG"), (bad, body)
