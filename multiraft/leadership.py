@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from multiraft.metadata.catalog import NodeStatus
-from raftlog.messages import Role
+from multiraft.replicas import led_partitions
 from raftlog.types import GroupId, NodeId
 
 if TYPE_CHECKING:
@@ -62,29 +62,15 @@ def _can_lead(node: Node, runtime: GroupRuntime, candidate: NodeId) -> bool:
     return candidate in runtime.core.in_sync_replicas()
 
 
-def _led_here(node: Node) -> list[tuple[GroupId, GroupRuntime, tuple[NodeId, ...]]]:
-    """The partition groups this node leads, with their catalog replicas."""
-    led = []
-    for group_id, machine in sorted(node.partitions.items()):
-        runtime = node.groups.get(group_id)
-        if runtime is None or runtime.core.role is not Role.LEADER:
-            continue
-        topic = node.catalog.topics.get(machine.state.topic)
-        if topic is None or machine.state.partition >= len(topic.partitions):
-            continue  # being deleted
-        led.append((group_id, runtime, topic.partitions[machine.state.partition].replicas))
-    return led
-
-
 def preferred_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
     """Groups this node leads whose preferred replica could lead now (live, in sync)."""
     assert limit >= 0
     moves: list[Move] = []
-    for group_id, runtime, replicas in _led_here(node):
+    for group_id, runtime, _, info in led_partitions(node):
         if len(moves) >= limit:
             break
-        if _can_lead(node, runtime, NodeId(replicas[0])):
-            moves.append(Move(group_id, NodeId(replicas[0])))
+        if _can_lead(node, runtime, NodeId(info.replicas[0])):
+            moves.append(Move(group_id, NodeId(info.replicas[0])))
     return moves
 
 
@@ -125,10 +111,10 @@ def evening_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
             if leader in counts:
                 counts[leader] += 1
     movable = []
-    for group_id, runtime, replicas in _led_here(node):
-        if replicas[0] == node.id or _can_lead(node, runtime, NodeId(replicas[0])):
+    for group_id, runtime, _, info in led_partitions(node):
+        if info.replicas[0] == node.id or _can_lead(node, runtime, NodeId(info.replicas[0])):
             continue  # at home, or about to go home: the preferred rule's
-        candidates = [NodeId(r) for r in replicas if _can_lead(node, runtime, NodeId(r))]
+        candidates = [NodeId(r) for r in info.replicas if _can_lead(node, runtime, NodeId(r))]
         if candidates:
             movable.append((group_id, candidates))
     return even_out(node.id, counts, movable, limit)

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from multiraft.metadata.commands import ReplicaLeft
+from multiraft.replicas import led_partitions
 from multiraft.rpc import RPC_TIMEOUT_S
 from raftlog.errors import ClientError
-from raftlog.messages import ConfChange, ConfChangeOp, Role
+from raftlog.messages import ConfChange, ConfChangeOp
 from raftlog.types import GroupId, NodeId
 
 if TYPE_CHECKING:
@@ -104,16 +105,9 @@ def steps(node: Node, limit: int = STEPS_PER_ROUND_MAX) -> tuple[list[GroupStep]
     and whether any such group remains (possibly with no step yet: a copy catching up)."""
     found: list[GroupStep] = []
     unsettled = False
-    for group_id, machine in sorted(node.partitions.items()):
+    for group_id, runtime, topic, info in led_partitions(node):
         if len(found) >= limit:
             break
-        runtime = node.groups.get(group_id)
-        if runtime is None or runtime.core.role is not Role.LEADER:
-            continue
-        topic = node.catalog.topics.get(machine.state.topic)
-        if topic is None or machine.state.partition >= len(topic.partitions):
-            continue  # being deleted
-        info = topic.partitions[machine.state.partition]
         core = runtime.core
         membership = core.membership
         if not info.leaving and not membership.learners and membership.voters == set(info.replicas):
@@ -123,7 +117,7 @@ def steps(node: Node, limit: int = STEPS_PER_ROUND_MAX) -> tuple[list[GroupStep]
         step = next_step(node.id, membership.voters, membership.learners, info.replicas, info.leaving, matches,
                          core.commit_index, core.in_sync_replicas())
         if step is not None:
-            found.append(GroupStep(group_id, topic.name, info.partition, step))
+            found.append(GroupStep(group_id, topic, info.partition, step))
     return found, unsettled or len(found) >= limit
 
 

@@ -16,16 +16,17 @@ import dataclasses
 import random
 import shutil
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from multiraft import heap
 from multiraft.compaction import Boundaries
 from multiraft.group import GroupRuntime
 from multiraft.machines import CatalogMachine, PartitionMachine
-from multiraft.metadata.catalog import Catalog, groups_for_node
+from multiraft.metadata.catalog import Catalog, PartitionInfo, groups_for_node
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
+from raftlog.messages import Role
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
 from storage.config import FlushPolicy, StoreConfig
@@ -260,3 +261,25 @@ def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
             value = int(config[key])
             settings[key] = None if value < 0 else value  # -1: unlimited, as in Kafka
     return settings
+
+
+class LedPartition(NamedTuple):
+    group_id: GroupId
+    runtime: GroupRuntime
+    topic: str
+    info: PartitionInfo
+
+
+def led_partitions(node: Node) -> list[LedPartition]:
+    """The partition groups this node leads, with their catalog entries (a group of a
+    topic being deleted is left out): what leadership balancing and replica moves act on."""
+    led = []
+    for group_id, machine in sorted(node.partitions.items()):
+        runtime = node.groups.get(group_id)
+        if runtime is None or runtime.core.role is not Role.LEADER:
+            continue
+        topic = node.catalog.topics.get(machine.state.topic)
+        if topic is None or machine.state.partition >= len(topic.partitions):
+            continue
+        led.append(LedPartition(group_id, runtime, topic.name, topic.partitions[machine.state.partition]))
+    return led

@@ -84,6 +84,22 @@ async def running_cluster_with_http(tmp_path: Path, timeout_s: float = 90,
                 await node.stop()
 
 
+@contextlib.asynccontextmanager
+async def running_four_nodes(tmp_path: Path, **overrides: int) -> AsyncIterator[list[Node]]:
+    """Three voters with HTTP plus a fourth node joined through node 1's; every node still
+    running is stopped on the way out (entries of the list may be replaced by a test)."""
+    async with running_cluster_with_http(tmp_path, **overrides) as (nodes, servers):
+        everyone = [*nodes, Node(joiner_config(tmp_path, servers[0].url))]
+        try:
+            await everyone[3].start()
+            await until(lambda: all(len(n.catalog.nodes) == 4 for n in everyone), "4 nodes everywhere")
+            yield everyone
+        finally:
+            for node in everyone[3:] + [n for n in everyone[:3] if n not in nodes]:
+                if node.db is not None:
+                    await node.stop()
+
+
 def joiner_config(tmp_path: Path, via: str) -> NodeConfig:
     """Node 4 on 127.0.0.4, joining through the HTTP server at `via` (a URL)."""
     return NodeConfig(
@@ -488,58 +504,46 @@ async def test_a_dead_nodes_replica_moves_to_a_live_node(tmp_path: Path) -> None
     # names it, the partition leader adds it as a learner, promotes it once caught up,
     # removes the dead voter and reports it; the new copy holds every acknowledged record
     # and takes part in later writes.
-    joiner: Node | None = None
-    async with running_cluster_with_http(tmp_path, replica_move_after_ms=2000) as (nodes, servers):
-        try:
-            joiner = Node(joiner_config(tmp_path, servers[1].url))
-            await joiner.start()
-            everyone = [*nodes, joiner]
-            await until(lambda: all(len(n.catalog.nodes) == 4 for n in everyone), "4 nodes everywhere")
-            await nodes[0].create_topic("moved", 1, 3, {})
-            for node in everyone:
-                await node.wait_for_topic("moved")
-            group = nodes[0].partition_group("moved", 0)
-            before = nodes[0].catalog.topics["moved"].partitions[0].replicas
-            await until(lambda: leader_of(everyone, "moved", 0) is not None, "a partition leader")
-            written = [b"r%d" % i for i in range(5)]
-            for value in written:
-                await produce_retrying(nodes[0], "moved", 0, batch(value))
-            metadata_leader = next(n for n in nodes if n.groups[0].core.role is Role.LEADER)
-            victim = next(n for n in everyone if n.id in before and n is not metadata_leader
-                          and n is not leader_of(everyone, "moved", 0))
-            newcomer = next(n for n in everyone if n.id not in before)
-            await victim.stop()
-            survivors = [n for n in everyone if n is not victim]
+    async with running_four_nodes(tmp_path, replica_move_after_ms=2000) as everyone:
+        nodes = everyone[:3]
+        await nodes[0].create_topic("moved", 1, 3, {})
+        for node in everyone:
+            await node.wait_for_topic("moved")
+        group = nodes[0].partition_group("moved", 0)
+        before = nodes[0].catalog.topics["moved"].partitions[0].replicas
+        await until(lambda: leader_of(everyone, "moved", 0) is not None, "a partition leader")
+        written = [b"r%d" % i for i in range(5)]
+        for value in written:
+            await produce_retrying(nodes[0], "moved", 0, batch(value))
+        metadata_leader = next(n for n in nodes if n.groups[0].core.role is Role.LEADER)
+        victim = next(n for n in everyone if n.id in before and n is not metadata_leader
+                      and n is not leader_of(everyone, "moved", 0))
+        newcomer = next(n for n in everyone if n.id not in before)
+        await victim.stop()
+        survivors = [n for n in everyone if n is not victim]
 
-            def moved() -> bool:
-                info = metadata_leader.catalog.topics["moved"].partitions[0]
-                leader = leader_of(survivors, "moved", 0)
-                if leader is None or victim.id in info.replicas or info.leaving:
-                    return False
-                membership = leader.groups[group].core.membership
-                return membership.voters == set(info.replicas) and not membership.learners
-
-            await until(moved, "the replica moved off the dead node", 60)
+        def moved() -> bool:
             info = metadata_leader.catalog.topics["moved"].partitions[0]
-            assert newcomer.id in info.replicas and info.replicas.index(newcomer.id) == before.index(victim.id)
-            await until(lambda: values_at(newcomer, "moved", 0) == written, "the new copy holds every record")
-            await produce_retrying(survivors[0], "moved", 0, batch(b"after"))
-            await until(lambda: all(values_at(n, "moved", 0) == [*written, b"after"] for n in survivors
-                                    if n.id in info.replicas), "every copy takes the next write")
-            # The dead node comes back: its copy is no longer the partition's, so it goes.
-            returned = Node(victim.config)
-            everyone[everyone.index(victim)] = returned
-            if victim in nodes:
-                nodes[nodes.index(victim)] = returned
-            else:
-                joiner = returned
-            await returned.start()
-            await returned.wait_for_topic("moved")
-            directory = victim.config.data_dir / "groups" / str(group)
-            await until(lambda: group not in returned.groups and not directory.exists(), "the old copy deleted")
-        finally:
-            if joiner is not None and joiner.db is not None:
-                await joiner.stop()
+            leader = leader_of(survivors, "moved", 0)
+            if leader is None or victim.id in info.replicas or info.leaving:
+                return False
+            membership = leader.groups[group].core.membership
+            return membership.voters == set(info.replicas) and not membership.learners
+
+        await until(moved, "the replica moved off the dead node", 60)
+        info = metadata_leader.catalog.topics["moved"].partitions[0]
+        assert newcomer.id in info.replicas and info.replicas.index(newcomer.id) == before.index(victim.id)
+        await until(lambda: values_at(newcomer, "moved", 0) == written, "the new copy holds every record")
+        await produce_retrying(survivors[0], "moved", 0, batch(b"after"))
+        await until(lambda: all(values_at(n, "moved", 0) == [*written, b"after"] for n in survivors
+                                if n.id in info.replicas), "every copy takes the next write")
+        # The dead node comes back: its copy is no longer the partition's, so it goes.
+        returned = Node(victim.config)
+        everyone[everyone.index(victim)] = returned
+        await returned.start()
+        await returned.wait_for_topic("moved")
+        directory = victim.config.data_dir / "groups" / str(group)
+        await until(lambda: group not in returned.groups and not directory.exists(), "the old copy deleted")
 
 
 @pytest.mark.integration
@@ -630,45 +634,37 @@ async def test_every_replica_of_a_dead_node_moves_with_every_record(tmp_path: Pa
     # Goal: the moves of many partitions at once (one step per partition per round, on
     # every partition leader) all finish: no copy on the dead node is left in the
     # catalog or in a group, and every copy of every partition holds every record.
-    joiner: Node | None = None
-    async with running_cluster_with_http(tmp_path, replica_move_after_ms=1500) as (nodes, servers):
-        try:
-            joiner = Node(joiner_config(tmp_path, servers[0].url))
-            await joiner.start()
-            everyone = [*nodes, joiner]
-            await until(lambda: all(len(n.catalog.nodes) == 4 for n in everyone), "4 nodes everywhere")
-            partitions = 8
-            await nodes[0].create_topic("many", partitions, 3, {})
-            for node in everyone:
-                await node.wait_for_topic("many")
-            await until(lambda: all(leader_of(everyone, "many", p) for p in range(partitions)), "leaders")
-            for p in range(partitions):
-                for i in range(3):
-                    await produce_retrying(nodes[0], "many", p, batch(b"p%d-%d" % (p, i)))
-            metadata_leader = next(n for n in nodes if n.groups[0].core.role is Role.LEADER)
-            victim = next(n for n in nodes if n is not metadata_leader)
-            hosted = [p.partition for p in metadata_leader.catalog.topics["many"].partitions if victim.id in p.replicas]
-            assert hosted, "placement gave the victim some replicas"
-            await victim.stop()
-            survivors = [n for n in everyone if n is not victim]
+    async with running_four_nodes(tmp_path, replica_move_after_ms=1500) as everyone:
+        nodes = everyone[:3]
+        partitions = 8
+        await nodes[0].create_topic("many", partitions, 3, {})
+        for node in everyone:
+            await node.wait_for_topic("many")
+        await until(lambda: all(leader_of(everyone, "many", p) for p in range(partitions)), "leaders")
+        for p in range(partitions):
+            for i in range(3):
+                await produce_retrying(nodes[0], "many", p, batch(b"p%d-%d" % (p, i)))
+        metadata_leader = next(n for n in nodes if n.groups[0].core.role is Role.LEADER)
+        victim = next(n for n in nodes if n is not metadata_leader)
+        hosted = [p.partition for p in metadata_leader.catalog.topics["many"].partitions if victim.id in p.replicas]
+        assert hosted, "placement gave the victim some replicas"
+        await victim.stop()
+        survivors = [n for n in everyone if n is not victim]
 
-            def settled() -> bool:
-                for info in metadata_leader.catalog.topics["many"].partitions:
-                    leader = leader_of(survivors, "many", info.partition)
-                    if leader is None or victim.id in info.replicas or info.leaving:
-                        return False
-                    membership = leader.groups[info.group_id].core.membership
-                    if membership.voters != set(info.replicas) or membership.learners:
-                        return False
-                return True
+        def settled() -> bool:
+            for info in metadata_leader.catalog.topics["many"].partitions:
+                leader = leader_of(survivors, "many", info.partition)
+                if leader is None or victim.id in info.replicas or info.leaving:
+                    return False
+                membership = leader.groups[info.group_id].core.membership
+                if membership.voters != set(info.replicas) or membership.learners:
+                    return False
+            return True
 
-            await until(settled, f"partitions {hosted} moved off node {victim.id}", 90)
-            def copies_complete() -> bool:
-                return all(values_at(n, "many", info.partition) == [b"p%d-%d" % (info.partition, i) for i in range(3)]
-                           for info in metadata_leader.catalog.topics["many"].partitions
-                           for n in survivors if n.id in info.replicas)
+        await until(settled, f"partitions {hosted} moved off node {victim.id}", 90)
+        def copies_complete() -> bool:
+            return all(values_at(n, "many", info.partition) == [b"p%d-%d" % (info.partition, i) for i in range(3)]
+                       for info in metadata_leader.catalog.topics["many"].partitions
+                       for n in survivors if n.id in info.replicas)
 
-            await until(copies_complete, "every copy of every partition holds its records")
-        finally:
-            if joiner is not None and joiner.db is not None:
-                await joiner.stop()
+        await until(copies_complete, "every copy of every partition holds its records")
