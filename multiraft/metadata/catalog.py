@@ -1,8 +1,9 @@
 """The catalog: the state machine of the metadata group (group 0).
 
 Every node applies the same committed commands in the same order and so holds
-the same catalog: nodes, topics with their partitions (group id, replicas),
-the next free group id and producer id, and cluster config. `apply` is pure and
+the same catalog: nodes, topics with their partitions (group id, replicas,
+replicas being moved), the next free group id and producer id, cluster config,
+and bearer tokens (as digests, multiraft/auth.py). `apply` is pure and
 deterministic: no clock, no randomness, no dict-order surprises (ids only grow).
 
 A command that fails validation on apply is still a committed entry: the catalog
