@@ -19,10 +19,9 @@ below that share, least loaded first: the fewest transfers that even the
 leaders out, as DESIGN.md section 5 asks. Only partitions whose preferred
 replica cannot lead (and is not this node) move this way, so the two rules
 never undo each other; once the preferred node is back, leadership goes home.
-The counts come from this
-node's view (its replicas' leaders, the leaders' pings for the rest), a second
-old at most; concurrent moves by two nodes can overshoot by a little, and the
-next round evens that out.
+The counts come from this node's view (its replicas' leaders, the leaders'
+pings for the rest), a second old at most; concurrent moves by two nodes can
+overshoot by a little, and the next round evens that out.
 
 Pure choices (`preferred_moves`, `evening_moves`) apart from the loop that acts on them.
 """
