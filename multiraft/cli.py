@@ -111,6 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
                     commands.cluster_status)
     _topic_parsers(subcommands)
     _data_parsers(subcommands)
+    token = subcommands.add_parser("token", help="bearer tokens of a cluster with auth on (admin)")
+    tokens = token.add_subparsers(dest="token_command", required=True, metavar="{create,list,delete}")
+    create = tokens.add_parser("create", help="make a token (replaces one of the same name); prints it once")
+    create.add_argument("name")
+    create.add_argument("--right", action="append", required=True, metavar="RIGHT",
+                        help="admin, read:TOPIC or write:TOPIC (TOPIC or *); repeatable")
+    _client_command(create, commands.token_create)
+    _client_command(tokens.add_parser("list", help="token names and rights"), commands.token_list)
+    delete = tokens.add_parser("delete", help="delete a token")
+    delete.add_argument("name")
+    _client_command(delete, commands.token_delete)
     leaders = subcommands.add_parser("leaders", help="partition leadership")
     leaders_commands = leaders.add_subparsers(dest="leaders_command", required=True, metavar="{balance}")
     _client_command(leaders_commands.add_parser("balance", help="even out leaders per node"),

@@ -139,6 +139,24 @@ def cluster_status(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def token_create(client: Client, args: argparse.Namespace) -> int:
+    made = client.create_token(args.name, args.right)
+    print(made["token"])  # alone on stdout, for scripts: TOKEN=$(raftlog token create ...)
+    print(f"token {made['name']} with rights {', '.join(made['rights'])}: shown once, keep it", file=sys.stderr)
+    return EXIT_OK
+
+
+def token_list(client: Client, args: argparse.Namespace) -> int:
+    print(_table([[t["name"], ", ".join(t["rights"])] for t in client.list_tokens()], ["TOKEN", "RIGHTS"]))
+    return EXIT_OK
+
+
+def token_delete(client: Client, args: argparse.Namespace) -> int:
+    client.delete_token(args.name)
+    print(f"deleted token {args.name}")
+    return EXIT_OK
+
+
 def leaders_balance(client: Client, args: argparse.Namespace) -> int:
     answer = client.balance_leaders()
     by_node = ", ".join(f"node {n}: {c if c >= 0 else 'not reached'}" for n, c in answer["by_node"].items())

@@ -198,6 +198,20 @@ class AsyncClient:
     async def balance_leaders(self) -> dict[str, Any]:
         return await self._json("POST", "/v1/admin/leadership/balance")
 
+    # ---- bearer tokens (admin) ----------------------------------------------------
+
+    async def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:
+        """A new token (an existing name is replaced); its value is in this answer only.
+        Not retried when the answer is lost: a retry would draw yet another token."""
+        return await self._json("POST", "/v1/admin/tokens", json_body={"name": name, "rights": rights},
+                                ambiguous_retry=False)
+
+    async def list_tokens(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/v1/admin/tokens"))["tokens"]
+
+    async def delete_token(self, name: str) -> None:
+        await self.request("DELETE", f"/v1/admin/tokens/{name}")
+
     # ---- produce and consume ----------------------------------------------------
 
     async def produce(self, topic: str, records: list[dict[str, Any]], *, format: str = "json",

@@ -84,6 +84,15 @@ class Client:
     def balance_leaders(self) -> dict[str, Any]:
         return self.run(self.aio.balance_leaders())
 
+    def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:
+        return self.run(self.aio.create_token(name, rights))
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        return self.run(self.aio.list_tokens())
+
+    def delete_token(self, name: str) -> None:
+        self.run(self.aio.delete_token(name))
+
     def produce(self, topic: str, records: list[dict[str, Any]], **options: Any) -> list[dict[str, Any]]:
         return self.run(self.aio.produce(topic, records, **options))
 
