@@ -54,6 +54,7 @@ class Flusher:
         self._in_flight: set[asyncio.Future[None]] = set()
         self._lazy: dict[int, SegmentStore] = {}  # stores whose only change is a commit index
         self._lazy_timer: asyncio.TimerHandle | None = None
+        self._interval_timers: dict[int, asyncio.TimerHandle] = {}  # stores whose interval fsync is due later
         self._due: dict[int, SegmentStore] = {}  # flushed stores whose state is not written yet
         self._due_scheduled = False
         self.flushes = 0
@@ -84,6 +85,20 @@ class Flusher:
         if self._lazy_timer is None:
             self._lazy_timer = asyncio.get_running_loop().call_later(COMMIT_STORE_DELAY_S, self._store_lazy)
 
+    def _retry_when_due(self, store: SegmentStore) -> None:
+        """An `interval_ms` store skipped its fsync (the interval was not up): flush it
+        when it is, whether or not anything else is written by then."""
+        due_ms = store.interval_sync_due_ms()
+        if due_ms is None or id(store) in self._interval_timers:
+            return
+
+        def due() -> None:
+            del self._interval_timers[id(store)]
+            if not store.closed:
+                self.sync(store).add_done_callback(_consume_outcome)
+
+        self._interval_timers[id(store)] = asyncio.get_running_loop().call_later(due_ms / 1000 + 0.001, due)
+
     def _store_lazy(self) -> None:
         self._lazy_timer = None
         lazy, self._lazy = self._lazy, {}
@@ -95,6 +110,9 @@ class Flusher:
         """Wait for the flushes under way (their stores and the database stay open until then)."""
         if self._in_flight:
             await asyncio.wait(set(self._in_flight))
+        for timer in self._interval_timers.values():
+            timer.cancel()
+        self._interval_timers.clear()
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()  # the stores' own final sync stores what waits here
             self._lazy_timer = None
@@ -127,6 +145,8 @@ class Flusher:
                 continue
             if started is not None:
                 pending.append((store, started))
+            else:
+                self._retry_when_due(store)
         if refused:
             for store, future in waiting:
                 if id(store) in refused and not future.done():

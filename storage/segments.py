@@ -392,6 +392,15 @@ class SegmentStore:
         """Appended since the last `start_sync` (what the next one would make durable)."""
         return self._unsynced_bytes
 
+    def interval_sync_due_ms(self) -> int | None:
+        """Under the `interval_ms` policy, with appends not yet fsynced: in how many ms the
+        interval is up (0: now). None otherwise. Without a later write nothing would ask
+        for that fsync, and an idle log's last appends would wait for the OS."""
+        policy = self.config.flush
+        if policy.mode is not FlushMode.INTERVAL or self._unsynced_bytes == 0 or self.closed:
+            return None
+        return max(0, policy.interval_ms - (self._clock_ms() - self._last_fsync_ms))
+
     @property
     def sync_in_flight(self) -> bool:
         """A sync was started and its fsyncs have not all finished (they run on another thread)."""

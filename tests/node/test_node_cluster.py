@@ -668,3 +668,21 @@ async def test_every_replica_of_a_dead_node_moves_with_every_record(tmp_path: Pa
                        for n in survivors if n.id in info.replicas)
 
         await until(copies_complete, "every copy of every partition holds its records")
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_an_interval_flush_reaches_the_disk_without_a_later_write(tmp_path: Path) -> None:
+    # Goal: under flush interval_ms=N a write inside the interval skips its fsync; the
+    # fsync then comes when the interval is up even if nothing else is written, not at
+    # the next write (an idle log's last records would wait for the OS otherwise).
+    async with running_cluster(tmp_path) as nodes:
+        await nodes[0].create_topic("lazy", 1, 3, {"flush": "interval_ms=400"})
+        for node in nodes:
+            await node.wait_for_topic("lazy")
+        await until(lambda: leader_of(nodes, "lazy", 0) is not None, "a leader")
+        group = nodes[0].partition_group("lazy", 0)
+        for value in (b"first", b"second", b"third"):  # the later ones fall inside the interval
+            await produce_retrying(nodes[0], "lazy", 0, batch(value))
+        assert any(n.stores[group].unsynced_bytes > 0 for n in nodes), "some write skipped its fsync"
+        await until(lambda: all(n.stores[group].unsynced_bytes == 0 for n in nodes), "fsynced when due", 5)
