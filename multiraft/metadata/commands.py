@@ -106,7 +106,7 @@ def check_config_entry(key: object, value: object) -> None:
 
 
 def _check_flush(value: object) -> None:
-    """A topic's flush policy, spelled as the node's --flush (DESIGN.md section 3)."""
+    """A topic's flush policy, spelled as the node's --flush (DESIGN.md section 4)."""
     from storage.config import FlushPolicy
 
     try:

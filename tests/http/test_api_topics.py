@@ -230,7 +230,7 @@ async def test_topic_settings_change_after_creation_and_reach_every_replica(clus
 
 
 async def test_a_topic_has_its_own_flush_policy_and_segment_age(cluster: Cluster) -> None:
-    # Goal: `flush` and `segment_ms` per topic (DESIGN.md section 3): at creation and by
+    # Goal: `flush` and `segment_ms` per topic (DESIGN.md section 4): at creation and by
     # PATCH, every replica's store takes them, a removed key is back to the node's
     # setting, records still flow, and a malformed policy is refused.
     from storage.config import FlushMode, FlushPolicy, StoreConfig
