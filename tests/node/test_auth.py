@@ -41,6 +41,12 @@ async def test_tokens_gate_every_route_by_its_right(tmp_path: Path) -> None:
             assert (status, body["error_code"]) == (401, "UNAUTHENTICATED") and "Bearer" in headers["WWW-Authenticate"]
             status, body, _ = await call(session, "GET", url[0] + "/v1/topics", token="wrong-token-0123456789")
             assert status == 401
+            status, body, _ = await call(session, "GET", url[0] + "/v1/nowhere")
+            assert (status, body["error_code"]) == (401, "UNAUTHENTICATED"), "no route map for strangers"
+            status, body, _ = await call(session, "GET", url[0] + "/v1/nowhere", ADMIN)
+            assert (status, body["error_code"]) == (404, "NOT_FOUND")
+            status, body, _ = await call(session, "PUT", url[0] + "/v1/topics", ADMIN)
+            assert (status, body["error_code"]) == (405, "METHOD_NOT_ALLOWED")
             status, body, _ = await call(session, "POST", url[1] + "/v1/topics", ADMIN,
                                          json={"name": "t1", "partitions": 1})
             assert status == 201, body
