@@ -9,11 +9,10 @@ is made by its handler through `require`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
-from multiraft.auth import ADMIN, Principal, authenticate
+from multiraft.auth import Principal, authenticate
 from multiraft.errors import NotAuthorized, Unauthenticated
 from multiraft.http.errors import NODE_KEY
 
@@ -49,10 +48,6 @@ def rule_for(method: str, path: str) -> str:
     return RULES.get((method, path), ADMIN_RIGHT)
 
 
-def _token_lookup(node: Any) -> Callable[[str], tuple[str, tuple[str, ...]] | None]:
-    return node.catalog.token_by_digest  # type: ignore[no-any-return]
-
-
 @web.middleware
 async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     node = request.app[NODE_KEY]
@@ -62,7 +57,8 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     rule = rule_for(request.method, resource.canonical) if resource is not None else ANY
     if rule == OPEN:
         return await handler(request)
-    principal = authenticate(request.headers.get("Authorization"), node.config.admin_token, _token_lookup(node))
+    principal = authenticate(request.headers.get("Authorization"), node.config.admin_token,
+                             node.catalog.token_by_digest)
     if principal is None:
         raise Unauthenticated("this node requires a bearer token: Authorization: Bearer TOKEN")
     request[PRINCIPAL_KEY] = principal
@@ -89,9 +85,3 @@ def require(request: web.Request, action: str, topic: str) -> None:
     principal: Principal | None = request.get(PRINCIPAL_KEY)
     if principal is not None:
         _check(principal, action, topic, f"this needs {action}:{topic}")
-
-
-def principal_of(request: web.Request) -> Principal:
-    """Who made the request (the admin when the node requires no token)."""
-    principal: Principal | None = request.get(PRINCIPAL_KEY)
-    return principal if principal is not None else ADMIN
