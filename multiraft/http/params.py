@@ -7,12 +7,12 @@ returns a typed value or raises `InvalidRequest` saying what was wrong.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
 
 from multiraft.errors import InvalidRequest
+from multiraft.http import jsontext
 from multiraft.http.errors import RequestTimeout, UnsupportedMediaType
 from multiraft.http.limits import BODY_READ_TIMEOUT_S
 
@@ -32,17 +32,20 @@ async def read_body(request: web.Request) -> bytes:
         raise InvalidRequest("the connection closed before the request body was complete") from None
 
 
-async def json_object(request: web.Request, *, required: bool = True) -> dict[str, Any]:
-    """The body as a JSON object; the content type must say JSON when a body is sent."""
+async def json_object(request: web.Request, *, required: bool = True, check_depth: bool = True) -> dict[str, Any]:
+    """The body as a JSON object (`jsontext.loads`: standard JSON, bounded depth).
+
+    A body must say `Content-Type: application/json`: a browser sends a cross-site
+    form or `text/plain` POST without asking the server first (no CORS preflight),
+    so accepting those would let any web page drive a developer's local cluster.
+    """
     body = await read_body(request)
     if not body and not required:
         return {}
-    if request.content_type not in ("application/json", "application/octet-stream", "text/plain") and body:
-        raise UnsupportedMediaType(f"expected application/json, got {request.content_type}")
-    try:
-        document = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise InvalidRequest(f"body is not valid JSON: {error}") from None
+    declared = "Content-Type" in request.headers
+    if (body or declared) and request.content_type != "application/json":
+        raise UnsupportedMediaType(f"expected Content-Type application/json, got {request.content_type}")
+    document = jsontext.loads(body, check_depth=check_depth)
     if not isinstance(document, dict):
         raise InvalidRequest("body must be a JSON object")
     return document

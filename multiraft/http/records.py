@@ -1,7 +1,9 @@
 """JSON records <-> record batches, in the three formats of DESIGN.md section 6.
 
-- `json`: a value is any JSON document, stored as its compact JSON text and
-  returned parsed; a stored value that is not JSON comes back as `value_b64`.
+- `json`: a value is any JSON document nesting at most `VALUE_DEPTH_MAX` levels,
+  stored as its compact JSON text and returned as it was stored; a stored value
+  that is not standard JSON within that depth (a binary producer may store anything)
+  comes back as `value_b64`, so rendering a read never fails (`jsontext`).
 - `string`: UTF-8 text (a stored value that is not UTF-8 comes back as `value_b64`).
 - `binary`: base64, for keys, values and header values.
 Keys are strings (base64 in `binary`); header values are strings (base64 in
@@ -22,12 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from multiraft.errors import InvalidRequest
+from multiraft.http import jsontext
 from multiraft.http.errors import MessageTooLarge
 from multiraft.http.limits import HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX
 from multiraft.http.params import is_int
 from storage.batch import Record, decode_columns, encode_batch
 
 FORMATS = ("json", "string", "binary")
+# A value sits at depth 4 of a produce body ({"records": [{"value": ...}]}), so the
+# body's limit holds when each value nests at most this deep.
+VALUE_DEPTH_MAX = jsontext.JSON_DEPTH_MAX - 3
 _RECORD_FIELDS = {"key", "value", "headers", "partition", "timestamp"}
 
 
@@ -48,14 +54,28 @@ def _text(value: object, fmt: str, what: str) -> bytes:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidRequest(f"{what} is not valid base64") from None
-    return value.encode()
+    return _utf8(value, what)
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800") parses as JSON but is no UTF-8 text
+        raise InvalidRequest(f"{what} is not valid Unicode text (a lone surrogate)") from None
 
 
 def _value(value: object, fmt: str, what: str) -> bytes | None:
     if value is None:
         return None
     if fmt == "json":
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+        try:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except RecursionError:
+            raise InvalidRequest(f"{what} nests deeper than {VALUE_DEPTH_MAX} levels") from None
+        encoded = _utf8(text, what)
+        if jsontext.value_too_deep(encoded, value, VALUE_DEPTH_MAX):
+            raise InvalidRequest(f"{what} nests deeper than {VALUE_DEPTH_MAX} levels")
+        return encoded
     return _text(value, fmt, what)
 
 
@@ -68,6 +88,7 @@ def _headers(headers: object, fmt: str, what: str) -> tuple[tuple[str, bytes], .
     for header in headers:
         if not isinstance(header, dict) or set(header) - {"name", "value"} or not isinstance(header.get("name"), str):
             raise InvalidRequest(f"{what}.headers items are {{\"name\": string, \"value\": string}}")
+        _utf8(header["name"], f"{what}.headers name")
         parsed.append((header["name"], _text(header.get("value", ""), "binary" if fmt == "binary" else "string",
                                              f"{what}.headers value")))
     return tuple(parsed)
@@ -122,11 +143,10 @@ def _render(data: bytes | None, fmt: str, name: str, into: dict[str, Any]) -> No
         into[name] = None
         return
     if fmt == "json":
-        try:
-            into[name] = json.loads(data)
+        rendered = jsontext.stored_value(data)
+        if rendered is not None:
+            into[name] = rendered
             return
-        except (ValueError, UnicodeDecodeError):
-            pass
     elif fmt == "string":
         try:
             into[name] = data.decode()

@@ -126,6 +126,19 @@ TYPED_CONFIG: dict[str, tuple[int, int, bool]] = {
 }
 
 
+# What a client may set: Kafka refuses a config it does not know, so a typo never
+# passes silently. Enforced where requests enter (HTTP), not when commands are
+# applied, so a catalog written before this rule still replays.
+TOPIC_CONFIG_KEYS = frozenset(TYPED_CONFIG) | {"flush"}
+
+
+def check_known_config(config: dict[str, object]) -> None:
+    """Refuse a key no topic setting has; removing one (value None) is always allowed."""
+    for key, value in config.items():
+        if value is not None and key not in TOPIC_CONFIG_KEYS:
+            raise InvalidConfig(f"unknown config key {key!r}; known: {', '.join(sorted(TOPIC_CONFIG_KEYS))}")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RegisterNode:
     """A node joins (or re-registers after a restart, possibly with new addresses)."""

@@ -27,6 +27,7 @@ from multiraft.metadata.commands import (
     REPLICATION_FACTOR_MAX,
     AlterTopicConfig,
     check_config,
+    check_known_config,
     check_topic_name,
 )
 
@@ -51,6 +52,7 @@ async def create_topic(request: web.Request) -> web.Response:
         raise InvalidReplicationFactor(f"replication_factor must be an integer in 1..{REPLICATION_FACTOR_MAX}")
     config = body.get("config", {})
     check_config(config)
+    check_known_config(config)
     await bounded(node.create_topic(name, partitions, replication_factor, config), "topic creation")
     await bounded(node.wait_for_topic(name), "topic propagation")
     return web.json_response(topic_view(node, node.catalog.topic(name)), status=201)
@@ -82,6 +84,7 @@ async def alter_topic(request: web.Request) -> web.Response:
         raise InvalidRequest('body is {"config": {KEY: VALUE or null, ...}} with at least one key')
     changes = body["config"]
     AlterTopicConfig(name=name, changes=changes)  # 400 for a bad key or value before anything is proposed
+    check_known_config(changes)
     await bounded(node.alter_topic_config(name, changes), "topic configuration")
     await bounded(node.sync_catalog(), "topic propagation")
     return web.json_response(topic_view(node, node.catalog.topic(name)))

@@ -1,0 +1,113 @@
+"""Goal (issue 21, family 1): JSON in is standard and bounded, JSON out cannot fail.
+
+One careless producer must not poison a partition for every JSON consumer; a body
+nested 100,000 deep or holding NaN is a 400, never a 500; a topic setting nobody
+knows is refused with INVALID_CONFIG naming the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from multiraft.http.jsontext import JSON_DEPTH_MAX
+from storage.batch import Record, encode_batch
+from tests.http.conftest import Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
+BATCH = "application/vnd.raftlog.batch"
+JSON = {"Content-Type": "application/json"}
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+async def _read_all(cluster: Cluster, topic: str, node: int = 0) -> tuple[int, Any]:
+    return await cluster.call("GET", node, f"/v1/topics/{topic}/partitions/0/records"
+                             "?offset=0&max_records=100&wait_ms=5000")
+
+
+async def test_a_deeply_nested_value_is_refused_and_the_partition_stays_readable(cluster: Cluster) -> None:
+    await cluster.create_topic("deep", replication_factor=3)
+    path = "/v1/topics/deep/partitions/0/records"
+    status, body = await cluster.call("POST", 0, path, data=f'{{"records":[{{"value":{_nested(300)}}}]}}',
+                                      headers=JSON)
+    assert status == 400 and body["error_code"] == "INVALID_REQUEST" and "nests deeper" in body["message"], body
+    status, body = await cluster.call("POST", 0, "/v1/topics/deep/records",
+                                      data=f'{{"records":[{{"value":{_nested(62)}}}]}}', headers=JSON)
+    assert status == 400, body
+    status, body = await cluster.call("POST", 0, path, json={"records": [{"value": {"ok": [1, 2]}}]})
+    assert status == 200, body
+    for node in range(3):
+        status, body = await _read_all(cluster, "deep", node)
+        assert status == 200 and [r["value"] for r in body["records"]] == [{"ok": [1, 2]}], body
+
+
+async def test_values_a_binary_producer_stored_never_fail_a_json_read(cluster: Cluster) -> None:
+    await cluster.create_topic("odd-values", replication_factor=3)
+    huge_int = "123456789012345678901234567890"
+    values = [_nested(300).encode(), b"NaN", b'{"n":1e400}', b'"\xed\xa0\x80"', huge_int.encode(), b'{"a": 1}']
+    batch = encode_batch([Record(None, v) for v in values], first_timestamp_ms=1)
+    status, body = await cluster.call("POST", 0, "/v1/topics/odd-values/partitions/0/records", data=batch,
+                                      headers={"Content-Type": BATCH})
+    assert status == 200, body
+    status, raw = await cluster.call("GET", 0, "/v1/topics/odd-values/partitions/0/records?offset=0&wait_ms=5000")
+    assert status == 200, raw
+    records = raw["records"]
+    for record, value in zip(records[:4], values[:4], strict=True):
+        assert "value" not in record and base64.b64decode(record["value_b64"]) == value
+    assert records[5]["value"] == {"a": 1}
+    async with cluster.session.get(cluster.url(0, "/v1/topics/odd-values/partitions/0/records?offset=4")) as answer:
+        text = await answer.text()
+    assert f'"value":{huge_int}' in text  # embedded as stored: the integer keeps every digit
+    assert json.loads(text)["records"][0]["value"] == int(huge_int)
+
+
+@pytest.mark.parametrize("body", [
+    _nested(100_000),
+    '{"name":"t","x":' + _nested(5_000) + "}",
+    '{"name":"t","x":' + _nested(JSON_DEPTH_MAX) + "}",
+    '{"name":"t","partitions":NaN}',
+    '{"name":"t","partitions":Infinity}',
+    '{"name":"t","partitions":1e400}',
+    '{"name":"t","partitions":' + "9" * 5000 + "}",
+])
+async def test_hostile_json_bodies_get_400(cluster: Cluster, body: str) -> None:
+    status, answer = await cluster.call("POST", 1, "/v1/topics", data=body, headers=JSON)
+    assert status == 400 and answer["error_code"] == "INVALID_REQUEST", answer
+    status, _ = await cluster.call("GET", 1, "/v1/health")
+    assert status == 200
+
+
+async def test_topic_config_takes_only_known_keys_and_finite_numbers(cluster: Cluster) -> None:
+    await cluster.create_topic("configs", replication_factor=3)
+    for raw, code, named in [('{"config":{"x":NaN}}', "INVALID_REQUEST", None),
+                             ('{"config":{"x":1}}', "INVALID_CONFIG", "'x'"),
+                             ('{"config":{"retention_ms":1e400}}', "INVALID_REQUEST", None),
+                             ('{"config":{"retention.ms":1000}}', "INVALID_CONFIG", "'retention.ms'")]:
+        status, body = await cluster.call("PATCH", 0, "/v1/topics/configs", data=raw, headers=JSON)
+        assert status == 400 and body["error_code"] == code, (raw, body)
+        assert named is None or named in body["message"], body
+    status, body = await cluster.call("POST", 0, "/v1/topics", json={"name": "configs2", "config": {"colour": "red"}})
+    assert status == 400 and body["error_code"] == "INVALID_CONFIG" and "'colour'" in body["message"], body
+    status, body = await cluster.call("PATCH", 0, "/v1/topics/configs", json={"config": {"retention_ms": 60_000}})
+    assert status == 200 and body["config"] == {"retention_ms": 60_000}, body
+    async with cluster.session.get(cluster.url(0, "/v1/topics/configs")) as answer:
+        json.loads(await answer.text(), parse_constant=lambda name: pytest.fail(f"describe emitted {name}"))
+
+
+@pytest.mark.parametrize(("record", "what"), [
+    ({"key": "\ud800", "value": 1}, "key"),
+    ({"value": "\udfff"}, "value"),
+    ({"value": 1, "headers": [{"name": "\ud800", "value": "v"}]}, "headers name"),
+])
+async def test_a_lone_surrogate_is_400_not_500(cluster: Cluster, record: dict[str, Any], what: str) -> None:
+    if "surrogates" not in cluster.nodes[0].catalog.topics:
+        await cluster.create_topic("surrogates", replication_factor=3)
+    body = json.dumps({"records": [record]})  # ensure_ascii: the surrogate travels as \\udXXX
+    status, answer = await cluster.call("POST", 0, "/v1/topics/surrogates/records", data=body, headers=JSON)
+    assert status == 400 and answer["error_code"] == "INVALID_REQUEST" and what in answer["message"], answer
