@@ -65,6 +65,10 @@ class NodeConfig:
     replica_move_after_ms: int = 900_000
     # HTTP bearer-token auth (multiraft/auth.py): on when set, from --admin-token-file.
     admin_token: bytes = b""
+    # Web origins whose pages may call the API, and host names the node answers to
+    # beyond its own address and localhost (multiraft/http/browsers.py).
+    http_allowed_origins: tuple[str, ...] = ()
+    http_host_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.node_id < 1:
@@ -117,6 +121,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush", help="fsync (default), interval_ms=N or none")
     parser.add_argument("--admin-token-file", type=Path,
                         help="turns on HTTP bearer-token auth; the same file on every node")
+    parser.add_argument("--http-allowed-origins",
+                        help="comma-separated web origins (https://console.example) whose pages may call the API")
+    parser.add_argument("--http-host-names",
+                        help="comma-separated host names the HTTP API answers to, beyond its address and localhost")
 
 
 def load_config(args: argparse.Namespace) -> NodeConfig:
@@ -156,6 +164,13 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
         "cluster_secret": _secret(settings.get("cluster_secret_file"), data_dir),
         "admin_token": _admin_token(settings.get("admin_token_file")),
     }
+    for name in ("http_allowed_origins", "http_host_names"):
+        if name in settings:
+            raw = settings[name]
+            items = raw.split(",") if isinstance(raw, str) else raw
+            if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+                raise ConfigError(f"{name}: a comma-separated string or a list of strings")
+            values[name] = tuple(i.strip() for i in items if i.strip())
     if "flush" in settings:
         try:
             values["flush"] = FlushPolicy.parse(str(settings["flush"]))

@@ -20,6 +20,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
+from multiraft import admission
 from multiraft.metadata.commands import NodeStatus, RegisterNode, ReplaceReplica, SetNodeStatus
 from multiraft.metadata.placement import PlacementNode, replacement_for
 from multiraft.replicas import METADATA_GROUP
@@ -86,13 +87,17 @@ class Controller:
         body = {"node_id": node.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
                 "rack": config.rack or None}
         url = f"http://{address}/v1/admin/nodes"
-        # Admitting a node is an admin's act: with auth on, the joiner shows the admin token.
+        data = json.dumps(body).encode()
+        # Admitting a node is an admin's act: with auth on, the joiner shows the admin token;
+        # always, it signs its addresses with the cluster secret (multiraft/admission.py).
         headers = {"Authorization": f"Bearer {config.admin_token.decode()}"} if config.admin_token else {}
         delay = 0.1
         async with asyncio.timeout(JOIN_TIMEOUT_S), aiohttp.ClientSession() as session:
             while True:
+                signed = {**headers, "Content-Type": "application/json",
+                          **admission.sign(config.cluster_secret, data, time.time())}
                 try:
-                    async with session.post(url, json=body, headers=headers) as response:
+                    async with session.post(url, data=data, headers=signed) as response:
                         reply = await response.json()
                         if response.status == 200:
                             break

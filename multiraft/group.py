@@ -46,6 +46,7 @@ from raftlog.messages import (
 )
 from raftlog.storage import RaftStorage
 from raftlog.types import NO_NODE, GroupId, Index, NodeId, Term
+from storage.errors import InvalidBatchError
 
 # A leader holds an append that only carries a new commit index this long: the next
 # append to that follower (which carries the commit too) usually replaces it. For
@@ -99,8 +100,12 @@ class GroupRuntime:
         send: Callable[[GroupId, Message], None],
         logger: Any,
         on_role_change: Callable[[GroupId, Role, int], None] | None = None,
+        check_data: Callable[[bytes], object] | None = None,
     ) -> None:
         self.group_id = group_id
+        # What a follower runs over every DATA payload it is sent before storing it (a
+        # partition's record batches: `validate_batch`); it raises InvalidBatchError.
+        self._check_data = check_data
         self.core = core
         self.store = store
         self.state_machine = state_machine
@@ -126,6 +131,7 @@ class GroupRuntime:
         self._role = core.role
         self._known_leader = core.leader
         self.messages_shed = 0
+        self.appends_refused = 0  # appends holding a batch that is not valid (see _batches_valid)
         # Quiescence (see quiescence.py): a quiet group is not ticked.
         self.quiesced = False
         self._idle_ticks = 0
@@ -399,6 +405,9 @@ class GroupRuntime:
             kind, item = inbox.popleft()
             if kind == "message":
                 self.quiesced = False
+                if item.type is MessageType.APPEND and item.entries and self._check_data is not None \
+                        and not self._batches_valid(item):
+                    continue
                 core.step(item)
             elif kind == "propose":
                 self._propose(*item)
@@ -626,6 +635,23 @@ class GroupRuntime:
             if mark is not None:
                 mark()
             self.logger.warning("replica_repaired", commit=core.commit_index)
+
+    def _batches_valid(self, message: Message) -> bool:
+        """A follower checks every batch it is sent before storing it, as the leader did
+        before proposing it: a leader with a bug (or a corrupting path between them)
+        must not plant a batch that every later read of this replica trips over. A bad
+        append is dropped whole; the leader retries it, and the error says which."""
+        assert self._check_data is not None
+        for entry in message.entries:
+            if entry.kind is EntryKind.DATA:
+                try:
+                    self._check_data(entry.payload)
+                except InvalidBatchError as error:
+                    self.appends_refused += 1
+                    self.logger.error("append_refused_invalid_batch", leader=message.source, index=entry.index,
+                                      error=str(error))
+                    return False
+        return True
 
     def _send_or_hold(self, message: Message) -> None:
         """Send, except a leader's commit-only append to a replicating follower, which

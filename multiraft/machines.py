@@ -68,6 +68,11 @@ class PartitionMachine:
     async def wait_for_change(self) -> None:
         await self._changed.wait()
 
+    def close(self) -> None:
+        """The replica is going away (topic deleted, replica moved): wake every waiting
+        reader now, so it finds the partition gone instead of waiting out its wait_ms."""
+        self._changed.set()
+
     def snapshot(self) -> bytes:
         return self.state.snapshot()
 

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from multiraft import leadership, partition_ops, reassignment, replicas
+from multiraft.batch_checks import validate_off_loop
 from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
 from multiraft.controller import Controller, host_port
@@ -80,7 +81,7 @@ from raftlog.wire import (
     encode_message,
     heartbeat_is_compactable,
 )
-from storage.batch import BatchHeader, validate_batch
+from storage.batch import BatchHeader
 from storage.errors import InvalidBatchError
 from storage.files import Files, OsFiles
 from storage.segments import SegmentStore
@@ -543,7 +544,14 @@ class Node:
 
     async def _produce_local(self, group_id: GroupId, batch: bytes, acks: str,
                              header: BatchHeader | None = None) -> Any:
-        runtime = self.groups[group_id]
+        if header is None:  # first: nothing below may be separated from the proposal by an await
+            try:
+                header = await validate_off_loop(batch)
+            except InvalidBatchError as error:
+                raise InvalidBatch(str(error)) from None
+        runtime = self.groups.get(group_id)
+        if runtime is None or runtime.core.role is not Role.LEADER:
+            raise NotLeader(runtime.core.leader if runtime else 0, "this node no longer leads the partition")
         machine = self.partitions[group_id]
         core = runtime.core
         if acks in ("quorum", "all"):
@@ -552,11 +560,6 @@ class Node:
         if core.applied_index < core.commit_index or core.log.term_or_none(core.commit_index) != core.term:
             # Until this leader applied its own term's NOOP, its producer table may lag.
             raise ProposalDropped("the new leader is not ready yet; retry")
-        if header is None:
-            try:
-                header = validate_batch(batch)
-            except InvalidBatchError as error:
-                raise InvalidBatch(str(error)) from None
         decision = machine.state.check_produce(header)
         if isinstance(decision, Duplicate):
             return {"base_offset": decision.base_offset, "count": decision.record_count, "duplicate": True}

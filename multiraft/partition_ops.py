@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft import replicas
 from multiraft.consumer_offsets import OffsetCommit, encode_meta
-from multiraft.errors import InvalidRequest, OffsetOutOfRange
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
 from multiraft.remote_errors import error_from_body
 from multiraft.rpc import (
     RPC_TIMEOUT_S,
@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 WAIT_MS_MAX = 30_000
 MAX_BYTES_MAX = 64 * 1024 * 1024
 MAX_RECORDS_MAX = 100_000
+# A read answered over the transport fits one frame (16 MiB): a forwarded read asks for
+# at most this much, and the reader continues from the answer's next offset, as a Kafka
+# fetch bounded by fetch.max.bytes does. One batch larger than this still comes whole.
+FORWARDED_READ_BYTES_MAX = 8 * 1024 * 1024
 _LENGTH = struct.Struct(">I")
 _GROUP = struct.Struct(">Q")
 
@@ -100,8 +104,8 @@ async def _read_remote(
     node: Node, target: int, group_id: GroupId, offset: int, max_records: int, max_bytes: int, wait_ms: int,
     isolation: str,
 ) -> ConsumeResult:
-    request = {"group": group_id, "offset": offset, "max_records": max_records, "max_bytes": max_bytes,
-               "wait_ms": wait_ms, "isolation": isolation}
+    request = {"group": group_id, "offset": offset, "max_records": max_records,
+               "max_bytes": min(max_bytes, FORWARDED_READ_BYTES_MAX), "wait_ms": wait_ms, "isolation": isolation}
     answer = await _call(node, target, "partition.read", json.dumps(request).encode(), RPC_TIMEOUT_S + wait_ms / 1000)
     return _decode_read(answer)
 
@@ -155,9 +159,12 @@ def _batch(stored: StoredBatch) -> tuple[int, int, bytes]:
 
 
 def _end_offset(node: Node, group_id: GroupId, isolation: str) -> int:
+    machine, store = node.partitions.get(group_id), node.stores.get(group_id)
+    if machine is None or store is None:  # closed while a read waited (topic deleted, replica moved)
+        raise UnknownTopic("the partition is no longer on this node (its topic was deleted or it moved)")
     if isolation == "uncommitted" or node.hooks.read_uncommitted:  # the latter: a chaos control only
-        return int(node.stores[group_id].log_end_offset)
-    return int(node.partitions[group_id].state.high_watermark)
+        return int(store.log_end_offset)
+    return int(machine.state.high_watermark)
 
 
 def _encode_read(result: ConsumeResult) -> bytes:
@@ -253,8 +260,9 @@ async def serve_read(node: Node, source: int, body: bytes) -> tuple[int, bytes]:
         return error_answer(NotLeader(0, "this node hosts no replica of the partition"))
     _check_read_limits(request["offset"], request["max_records"], request["max_bytes"], request["wait_ms"],
                        request["isolation"])
+    max_bytes = min(request["max_bytes"], FORWARDED_READ_BYTES_MAX)  # whatever an older peer asks
     return await answer(_consume_local(node, group_id, request["offset"], request["max_records"],
-                                        request["max_bytes"], request["wait_ms"], request["isolation"]), _encode_read)
+                                        max_bytes, request["wait_ms"], request["isolation"]), _encode_read)
 
 
 async def serve_commit(node: Node, source: int, body: bytes) -> tuple[int, bytes]:

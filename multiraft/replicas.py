@@ -29,6 +29,7 @@ from raftlog.core.raft import RaftCore
 from raftlog.messages import Role
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
+from storage.batch import validate_batch
 from storage.config import FlushPolicy, StoreConfig
 from storage.errors import CorruptionError
 from storage.segments import SegmentStore
@@ -81,7 +82,8 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     if start.meta.index > 0 and start.data is not None:
         machine.restore(start.data, start.meta.index)  # the state the compacted log began from
     core = RaftCore(core_config, store, random.Random(node.rng.random()), logger)
-    runtime = GroupRuntime(group_id, core, store, machine, node.send, logger, node.on_role_change)
+    check_data = validate_batch if isinstance(machine, PartitionMachine) else None
+    runtime = GroupRuntime(group_id, core, store, machine, node.send, logger, node.on_role_change, check_data)
     runtime.on_quiesce = node.on_quiesce
     runtime.on_failure = lambda failed: _on_failure(node, failed)
     runtime.latencies = node.latencies
@@ -111,8 +113,10 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
 async def close_group(node: Node, group_id: GroupId, delete: bool) -> None:
     runtime = node.groups.pop(group_id)
     await runtime.stop()
-    node.partitions.pop(group_id, None)
+    machine = node.partitions.pop(group_id, None)
     store = node.stores.pop(group_id)
+    if machine is not None:
+        machine.close()
     if not runtime.failed:  # a failed store may not sync (disk full): what it lost, a crash loses
         try:
             store.sync()
@@ -203,7 +207,7 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
                     # created with) starts empty and learns its log from the leader.
                     open_group(node, group_id, list(local.bootstrap_voters or local.replicas), machine,
                                topic.config if topic is not None else None)
-                except OSError as error:  # e.g. the disk is full: try again shortly
+                except (OSError, StorageError) as error:  # e.g. the disk is full (DiskFullError): try again shortly
                     node.partitions.pop(group_id, None)
                     node.logger.error("group_open_failed", group_id=group_id, error=repr(error))
                     asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, node.catalog_changed)

@@ -19,6 +19,8 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from multiraft.frames import FrameTooLarge
+
 FRAME_RPC_REQUEST = 3
 FRAME_RPC_RESPONSE = 4
 STATUS_OK = 0
@@ -140,7 +142,12 @@ class Rpc:
             except Exception as error:  # answer every request; a handler bug must not hang callers
                 self._logger.error("rpc_handler_failed", method=method, error=repr(error))
                 status, answer = STATUS_ERROR, b'{"error_code":"INTERNAL","message":"internal error"}'
-        self._send(source, FRAME_RPC_RESPONSE, 0, _RESPONSE.pack(request_id, status) + answer)
+        try:
+            self._send(source, FRAME_RPC_RESPONSE, 0, _RESPONSE.pack(request_id, status) + answer)
+        except FrameTooLarge as error:  # a handler's bug, but the caller must hear of it, not wait
+            self._logger.error("rpc_answer_too_large", method=method, error=str(error))
+            answer = b'{"error_code":"INVALID_REQUEST","message":"the answer exceeds a transport frame; ask for less"}'
+            self._send(source, FRAME_RPC_RESPONSE, 0, _RESPONSE.pack(request_id, STATUS_ERROR) + answer)
 
     async def stop(self) -> None:
         for task in list(self._tasks):

@@ -44,7 +44,17 @@ _BIG_ENDIAN_HOST = sys.byteorder == "big"
 
 # Kafka's default message.max.bytes is ~1 MiB; we allow more for large values but bound it.
 BATCH_BYTES_MAX = 16 * 1024 * 1024
-RECORD_COUNT_MAX = 1_000_000
+# What one batch may declare, so that a few bytes on the wire cannot become work a
+# reader pays on every read (16 KB of zlib once declared 980,000 records, and every
+# read of one of them decoded them all). Kafka bounds a batch by bytes only, but its
+# records cost at least seven bytes each on the wire; here a compressed record can
+# cost nothing, hence a count per wire byte and an inflation ratio too.
+RECORD_COUNT_MAX = 100_000
+RECORDS_PER_WIRE_BYTE_MAX = 1
+INFLATE_RATIO_MAX = 256
+INFLATE_FLOOR_BYTES = 1024 * 1024  # below this a ratio means nothing (tiny batches compress well)
+# One record (key + value + headers), wherever it comes from: Kafka's message.max.bytes.
+RECORD_BYTES_MAX = 1024 * 1024
 
 
 class Compression(enum.IntEnum):
@@ -150,8 +160,10 @@ def validate_batch(
     *,
     batch_bytes_max: int = BATCH_BYTES_MAX,
     record_count_max: int = RECORD_COUNT_MAX,
+    record_bytes_max: int = RECORD_BYTES_MAX,
 ) -> BatchHeader:
-    """Check a batch before storing it: header, CRC and every declared length.
+    """Check a batch before storing it: header, CRC, every declared length, what it
+    may declare relative to its size, and the size of each record.
 
     O(1) Python work for a batch without headers; the loops run in C.
     """
@@ -163,13 +175,20 @@ def validate_batch(
     if HEADER_BYTES + header.records_bytes != len(data):
         raise InvalidBatchError("declared records length does not match the batch length")
     if not 1 <= header.record_count <= record_count_max:
-        raise InvalidBatchError(f"record count {header.record_count} is out of range")
+        raise InvalidBatchError(f"record count {header.record_count} is out of range 1..{record_count_max}")
+    if header.record_count > RECORDS_PER_WIRE_BYTE_MAX * len(data):
+        raise InvalidBatchError(f"{header.record_count} records declared in {len(data)} bytes")
     (crc,) = struct.unpack_from(">I", data, 1)
     if zlib.crc32(memoryview(data)[CRC_START:]) != crc:
         raise InvalidBatchError("batch CRC mismatch")
-    section = _records_section(data, header, batch_bytes_max)
-    _validate_lengths(section, header)
+    section = _records_section(data, header, min(batch_bytes_max, inflated_bytes_max(len(data))))
+    _validate_lengths(section, header, record_bytes_max)
     return header
+
+
+def inflated_bytes_max(wire_bytes: int) -> int:
+    """How large a compressed batch of `wire_bytes` may inflate (BATCH_BYTES_MAX at most)."""
+    return min(BATCH_BYTES_MAX, max(INFLATE_FLOOR_BYTES, INFLATE_RATIO_MAX * wire_bytes))
 
 
 def _records_section(
@@ -193,7 +212,12 @@ def _column_count(header: BatchHeader) -> int:
     return 4 if header.flags & FLAG_HEADERS else 3
 
 
-def _validate_lengths(section: memoryview, header: BatchHeader) -> None:
+def _data_bytes(lengths: array) -> int:
+    """The bytes fields of these lengths take (a null, -1, takes none): C loops only."""
+    return sum(lengths) + lengths.count(_NULL)
+
+
+def _validate_lengths(section: memoryview, header: BatchHeader, record_bytes_max: int) -> None:
     count = header.record_count
     columns_bytes = 4 * count * _column_count(header)
     if columns_bytes > len(section):
@@ -202,70 +226,97 @@ def _validate_lengths(section: memoryview, header: BatchHeader) -> None:
     values = _read_column(section, 8 * count, count, "i")
     if min(keys) < _NULL or min(values) < _NULL:
         raise InvalidBatchError("negative key or value length")
-    # Sum of the non-null lengths: every null (-1) subtracted one, add them back.
-    data_bytes = sum(keys) + keys.count(_NULL) + sum(values) + values.count(_NULL)
-    headers_bytes = 0
-    if header.flags & FLAG_HEADERS:
-        headers_bytes = sum(_read_column(section, 12 * count, count, "I"))
+    data_bytes = _data_bytes(keys) + _data_bytes(values)
+    headers = _read_column(section, 12 * count, count, "I") if header.flags & FLAG_HEADERS else None
+    headers_bytes = sum(headers) if headers is not None else 0
     if columns_bytes + data_bytes + headers_bytes != len(section):
         raise InvalidBatchError("declared record lengths do not match the records section")
+    _check_record_sizes(keys, values, headers, record_bytes_max)
     if headers_bytes:
         _validate_headers(section, header)
+
+
+def _check_record_sizes(keys: array, values: array, headers: array | None, record_bytes_max: int) -> None:
+    """No record above `record_bytes_max`: the sum of the largest of each column bounds
+    every record, so the per-record loop runs only for a batch holding large fields."""
+    headers_max = max(headers) if headers is not None else 0
+    if max(keys) + max(values) + headers_max <= record_bytes_max:
+        return
+    sizes = (max(k, 0) + max(v, 0) for k, v in zip(keys, values, strict=True))
+    if headers is not None:
+        sizes = (size + h for size, h in zip(sizes, headers, strict=True))
+    for i, size in enumerate(sizes):
+        if size > record_bytes_max:
+            raise InvalidBatchError(f"record {i} is {size} bytes, more than {record_bytes_max}")
 
 
 def _decode_headers(blob: memoryview) -> tuple[tuple[str, bytes], ...]:
     try:
         pairs = msgpack.unpackb(blob, use_list=True, raw=False)
-    except (ValueError, msgpack.UnpackException) as error:
+    except (ValueError, TypeError, msgpack.UnpackException) as error:  # TypeError: an unhashable map key
         raise InvalidBatchError(f"record headers do not decode: {error}") from None
     if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
         raise InvalidBatchError("record headers are not a list of pairs")
     return tuple((p[0], p[1]) for p in pairs)
 
 
-def _fields(raw: bytes, lengths: array, start: int) -> tuple[list[bytes | None], int]:
-    """Slice each field out of `raw` (None for nulls); returns them and the end position.
+def _fields(section: memoryview, lengths: array, column_at: int, start: int, stop: int) -> list[bytes | None]:
+    """Fields start..stop of one column whose data begins at `column_at` (None for nulls).
 
-    One comprehension over precomputed ends: this is the decode loop, and it stays
-    the only per-record Python work.
+    The fields before `start` are skipped by summing their lengths (C loops); one
+    comprehension over precomputed ends then slices the wanted ones out of one copy
+    of their bytes: the only per-record Python work of a decode.
     """
-    ends = list(accumulate((n if n > 0 else 0 for n in lengths), initial=start))
-    fields = [
-        raw[a:b] if n >= 0 else None for a, b, n in zip(ends, ends[1:], lengths, strict=False)
-    ]
-    return fields, ends[-1]
+    wanted = lengths[start:stop]
+    first = column_at + _data_bytes(lengths[:start])
+    raw = section[first : first + _data_bytes(wanted)].tobytes()
+    ends = list(accumulate((n if n > 0 else 0 for n in wanted), initial=0))
+    return [raw[a:b] if n >= 0 else None for a, b, n in zip(ends, ends[1:], wanted, strict=False)]
 
 
 @dataclass(frozen=True, slots=True)
 class DecodedBatch:
-    """A batch as columns: the fast shape for building JSON responses."""
+    """Records `first` .. `first + len(keys)` of a batch as columns: the fast shape
+    for building JSON responses."""
 
     header: BatchHeader
+    first: int
     keys: list[bytes | None]
     values: list[bytes | None]
     headers: list[tuple[tuple[str, bytes], ...]]
     timestamp_deltas_ms: list[int]
 
 
-def decode_columns(data: bytes | memoryview) -> DecodedBatch:
-    """Decode a stored (already validated) batch into columns."""
+def decode_columns(data: bytes | memoryview, start: int = 0, stop: int | None = None) -> DecodedBatch:
+    """Decode records [start, stop) of a stored (already validated) batch into columns.
+
+    Only those records are sliced out and built as Python objects: a read of one
+    record of a large batch pays C loops over the length columns, not a Python
+    object per record of the batch.
+    """
     header = read_header(data)
-    return _decode_section(_records_section(data, header, BATCH_BYTES_MAX), header)
+    section = _records_section(data, header, inflated_bytes_max(len(data)))
+    return _decode_section(section, header, start, stop)
 
 
-def _decode_section(section: memoryview, header: BatchHeader) -> DecodedBatch:
+def _decode_section(section: memoryview, header: BatchHeader, start: int = 0,
+                    stop: int | None = None) -> DecodedBatch:
     count = header.record_count
-    raw = section.tobytes()
-    deltas = _read_column(section, 0, count, "I").tolist()
+    stop = count if stop is None else max(0, min(stop, count))
+    start = max(0, min(start, stop))
+    deltas = _read_column(section, 4 * start, stop - start, "I").tolist()
     key_lengths = _read_column(section, 4 * count, count, "i")
     value_lengths = _read_column(section, 8 * count, count, "i")
-    keys, position = _fields(raw, key_lengths, 4 * count * _column_count(header))
-    values, position = _fields(raw, value_lengths, position)
-    headers: list[tuple[tuple[str, bytes], ...]] = [()] * count
+    keys_at = 4 * count * _column_count(header)
+    values_at = keys_at + _data_bytes(key_lengths)
+    keys = _fields(section, key_lengths, keys_at, start, stop)
+    values = _fields(section, value_lengths, values_at, start, stop)
+    headers: list[tuple[tuple[str, bytes], ...]] = [()] * (stop - start)
     if header.flags & FLAG_HEADERS:
-        blobs, _ = _fields(raw, _read_column(section, 12 * count, count, "I"), position)
+        header_lengths = _read_column(section, 12 * count, count, "I")
+        blobs = _fields(section, header_lengths, values_at + _data_bytes(value_lengths), start, stop)
         headers = [_decode_headers(blob) if blob else () for blob in blobs]
-    return DecodedBatch(header, keys, values, headers, deltas)
+    return DecodedBatch(header, start, keys, values, headers, deltas)
 
 
 def _validate_headers(section: memoryview, header: BatchHeader) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from multiraft.http.access import access_middleware
+from multiraft.http.browsers import BrowserPolicy, browser_middleware
 from multiraft.http.errors import NODE_KEY, error_middleware
 from multiraft.http.handlers import (
     admin,
@@ -71,7 +72,9 @@ DEBUG_ROUTES: tuple[tuple[str, str, Handler], ...] = (
 
 def create_app(node: Node) -> web.Application:
     """The HTTP API of `node`. Bodies beyond REQUEST_BYTES_MAX get 413 before parsing."""
-    app = web.Application(middlewares=[error_middleware, access_middleware], client_max_size=REQUEST_BYTES_MAX)
+    browsers = browser_middleware(BrowserPolicy.of(node.config))
+    app = web.Application(middlewares=[error_middleware, browsers, access_middleware],
+                          client_max_size=REQUEST_BYTES_MAX)
     app[NODE_KEY] = node
     app[produce.ROUND_ROBIN_KEY] = {}
     app[metrics.REGISTRY_KEY] = node_registry(node)

@@ -56,6 +56,8 @@ class NodeCollector(Collector):
             "hwm": GaugeMetricFamily("raftlog_partition_high_watermark", "high watermark", labels=labels),
             "leo": GaugeMetricFamily("raftlog_partition_log_end_offset", "log end offset", labels=labels),
             "shed": CounterMetricFamily("raftlog_group_messages_shed", "inbox messages shed", labels=labels),
+            "refused": CounterMetricFamily("raftlog_group_appends_refused",
+                                           "appends dropped for holding an invalid batch", labels=labels),
             "lag": GaugeMetricFamily("raftlog_group_follower_lag_entries",
                                      "entries the furthest-behind follower lacks (leader only)", labels=labels),
             "lag_time": GaugeMetricFamily("raftlog_group_follower_lag_seconds",
@@ -77,6 +79,7 @@ class NodeCollector(Collector):
             families["applied"].add_metric(values, core.applied_index)
             families["last"].add_metric(values, core.log.last_index())
             families["shed"].add_metric(values, runtime.messages_shed)
+            families["refused"].add_metric(values, runtime.appends_refused)
             families["elections"].add_metric(values, runtime.elections)
             families["changes"].add_metric(values, runtime.leader_changes)
             if core.role is Role.LEADER:

@@ -167,7 +167,8 @@ _PATHS: dict[str, Any] = {
                            "by_node": {"type": "object", "additionalProperties": {"type": "integer"}}}}),
                       **_errors(504)}}},
     "/v1/admin/nodes": {"post": {
-        "summary": "admit a node started with --join (registers it, adds it as a metadata learner)",
+        "summary": "admit a node started with --join (registers it, adds it as a metadata learner); the body is "
+                   "signed with the cluster secret (Raftlog-Timestamp, Raftlog-Signature), else 403",
         "requestBody": {"required": True, **_json({"type": "object", "required": ["node_id", "raft_addr", "http_addr"],
                                                    "properties": {"node_id": {"type": "integer", "minimum": 1},
                                                                   "raft_addr": {"type": "string", "pattern": _ADDRESS},
@@ -175,7 +176,7 @@ _PATHS: dict[str, Any] = {
                                                                   "rack": {"type": ["string", "null"]}}})},
         "responses": {"200": _ok("the raft addresses of the registered nodes",
                                  {"type": "object", "properties": {"nodes": {"type": "object"}}}),
-                      "400": _ERROR, "421": _ERROR, "503": _ERROR, "504": _ERROR}}},
+                      "400": _ERROR, "403": _ERROR, "421": _ERROR, "503": _ERROR, "504": _ERROR}}},
     "/v1/admin/tokens": {
         "post": {"summary": "make a bearer token (its value is in this answer only; an existing name is replaced)",
                  "requestBody": {"required": True, **_json({

@@ -161,14 +161,17 @@ def _render(data: bytes | None, fmt: str, name: str, into: dict[str, Any]) -> No
 
 def render_batch(base_offset: int, batch: bytes, fmt: str, out: list[dict[str, Any]], limit: int,
                  skip_below: int = 0) -> None:
-    """Append a stored batch's records at offsets >= `skip_below` to `out`, at most `limit` in all."""
-    decoded = decode_columns(batch)
+    """Append a stored batch's records at offsets >= `skip_below` to `out`, at most `limit` in all.
+
+    Decodes only the records it appends (`decode_columns(start, stop)`).
+    """
+    start = max(0, skip_below - base_offset)
+    decoded = decode_columns(batch, start, start + max(0, limit - len(out)))
     first = decoded.header.first_timestamp_ms
     key_format = "binary" if fmt == "binary" else "string"
-    for i in range(max(0, skip_below - base_offset), decoded.header.record_count):
-        if len(out) >= limit:
-            return
-        record: dict[str, Any] = {"offset": base_offset + i, "timestamp": first + decoded.timestamp_deltas_ms[i]}
+    for i in range(len(decoded.keys)):
+        record: dict[str, Any] = {"offset": base_offset + start + i,
+                                  "timestamp": first + decoded.timestamp_deltas_ms[i]}
         _render(decoded.keys[i], key_format, "key", record)
         _render(decoded.values[i], fmt, "value", record)
         record["headers"] = [

@@ -169,7 +169,7 @@ async def test_slow_client_gets_408_and_the_node_stays_healthy(cluster: Cluster,
     reader, writer = await asyncio.open_connection(server.host, server.port)
     try:
         body = json.dumps({"records": [{"value": 1}]}).encode()
-        writer.write(b"POST /v1/topics/bad/records HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        writer.write(b"POST /v1/topics/bad/records HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % (len(body) + 100) + body)
         await writer.drain()
         async with asyncio.timeout(10):
@@ -185,7 +185,7 @@ async def test_abandoned_long_poll_leaves_the_node_healthy(cluster: Cluster) -> 
     await _ensure_bad_topic(cluster)
     server = cluster.servers[0]
     _reader, writer = await asyncio.open_connection(server.host, server.port)
-    writer.write(b"GET " + RECORDS.encode() + b"?offset=1&wait_ms=20000 HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET " + RECORDS.encode() + b"?offset=1&wait_ms=20000 HTTP/1.1\r\nHost: localhost\r\n\r\n")
     await writer.drain()
     writer.close()
     await writer.wait_closed()

@@ -7,6 +7,7 @@ knows is refused with INVALID_CONFIG naming the key.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Any
@@ -111,3 +112,18 @@ async def test_a_lone_surrogate_is_400_not_500(cluster: Cluster, record: dict[st
     body = json.dumps({"records": [record]})  # ensure_ascii: the surrogate travels as \\udXXX
     status, answer = await cluster.call("POST", 0, "/v1/topics/surrogates/records", data=body, headers=JSON)
     assert status == 400 and answer["error_code"] == "INVALID_REQUEST" and what in answer["message"], answer
+
+
+async def test_a_long_poll_on_a_topic_deleted_meanwhile_ends_cleanly(cluster: Cluster) -> None:
+    # Goal: a reader waiting at the log end of a partition that is deleted gets a clean
+    # answer (404 UNKNOWN_TOPIC, or an empty 200 if the delete came first) at once, not a 500.
+    await cluster.create_topic("vanishing", replication_factor=3)
+    path = "/v1/topics/vanishing/partitions/0/records?offset=0&wait_ms=20000"
+    polls = [asyncio.create_task(cluster.call("GET", node, path)) for node in range(3)]
+    await asyncio.sleep(0.3)  # the polls are waiting at the log end
+    status, _ = await cluster.call("DELETE", 0, "/v1/topics/vanishing")
+    assert status == 204
+    async with asyncio.timeout(10):
+        answers = await asyncio.gather(*polls)
+    for status, body in answers:
+        assert (status, body.get("error_code")) in ((404, "UNKNOWN_TOPIC"), (200, None)), body

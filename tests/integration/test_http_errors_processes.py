@@ -87,7 +87,6 @@ SKIPPED = {
     "INVALID_REPLICA_ASSIGNMENT": "the controller computes assignments; the API takes none",
     "UNKNOWN_NODE": "raised for node status commands only the controller proposes",
     "UNAUTHENTICATED": "this cluster runs without an admin token; tests/node/test_auth.py provokes it over HTTP",
-    "NOT_AUTHORIZED": "this cluster runs without an admin token; tests/node/test_auth.py provokes it over HTTP",
     "RESOURCE_EXHAUSTED": "needs 2**63 producer or group ids",
     "TOO_MANY_CONSUMER_GROUPS": "needs 10,000 groups committed on one partition (unit-tested in tests/unit)",
 }
@@ -269,12 +268,16 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
      404, "UNKNOWN_TOPIC"),
     ("GET", "/v1/groups/g/offsets", {}, 400, "INVALID_REQUEST"),
     ("GET", "/v1/groups/g/offsets", {"params": {"topic": "e-nope"}}, 404, "UNKNOWN_TOPIC"),
-    # node admission: refused before anything is proposed
-    ("POST", "/v1/admin/nodes", {"json": {"node_id": 0, "raft_addr": "h:1", "http_addr": "h:2"}}, 400,
-     "INVALID_REQUEST"),
-    ("POST", "/v1/admin/nodes", {"json": {"node_id": 9, "raft_addr": "nowhere", "http_addr": "h:2"}}, 400,
-     "INVALID_REQUEST"),
-    ("POST", "/v1/admin/nodes", {"json": {"node_id": 9, "surprise": 1}}, 400, "INVALID_REQUEST"),
+    # node admission: refused before anything is proposed, valid or not, unless signed with the cluster secret
+    ("POST", "/v1/admin/nodes", {"json": {"node_id": 0, "raft_addr": "h:1", "http_addr": "h:2"}}, 403,
+     "NOT_AUTHORIZED"),
+    ("POST", "/v1/admin/nodes", {"json": {"node_id": 2, "raft_addr": "127.0.0.9:1", "http_addr": "h:2"}}, 403,
+     "NOT_AUTHORIZED"),
+    ("POST", "/v1/admin/nodes", {"json": {"node_id": 9, "surprise": 1}}, 403, "NOT_AUTHORIZED"),
+    # browsers (multiraft/http/browsers.py)
+    ("POST", "/v1/topics", {"json": {"name": "e-csrf"}, "headers": {"Origin": "http://evil.example"}}, 403,
+     "FORBIDDEN_ORIGIN"),
+    ("GET", "/v1/cluster", {"headers": {"Host": "rebound.evil.example"}}, 403, "FORBIDDEN_HOST"),
     # routes and methods
     ("GET", "/v1/nowhere", {}, 404, "NOT_FOUND"),
     ("GET", f"/v1/topics/{BAD}/partitions", {}, 404, "NOT_FOUND"),
@@ -571,7 +574,7 @@ async def _read_response(reader: asyncio.StreamReader,
 
 
 def _head(method: str, path: str, content_type: str, length: int) -> bytes:
-    return (f"{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
+    return (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {length}\r\n\r\n").encode()
 
 
@@ -582,16 +585,16 @@ HALF_BODIES = [  # a body cut short: the client closes before Content-Length byt
 ]
 ABANDONED = [  # the client closes in the middle of the request line, the headers, or a long-poll
     b"GET /v1/hea",
-    f"POST /v1/topics/{BAD}/records HTTP/1.1\r\nHost: test\r\nContent-Ty".encode(),
-    f"GET {RECORDS}?offset=1&wait_ms=3000 HTTP/1.1\r\nHost: test\r\n\r\n".encode(),
+    f"POST /v1/topics/{BAD}/records HTTP/1.1\r\nHost: localhost\r\nContent-Ty".encode(),
+    f"GET {RECORDS}?offset=1&wait_ms=3000 HTTP/1.1\r\nHost: localhost\r\n\r\n".encode(),
 ]
 MALFORMED = [  # not HTTP the parser accepts: answered by aiohttp itself, before the app
     b"NOT HTTP\r\n\r\n",
-    b"GET /v1/health HTTP/9.9\r\nHost: test\r\n\r\n",
-    b"GET /v1/health HTTP/1.1\r\nHost: test\r\nX-Long: " + b"a" * 10_000 + b"\r\n\r\n",
-    b"GET /v1/health HTTP/1.1\r\nHost: test\r\nContent-Length: abc\r\n\r\n",
-    b"GET /v1/health HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
-    b"POST /v1/topics HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n{\r\n",
+    b"GET /v1/health HTTP/9.9\r\nHost: localhost\r\n\r\n",
+    b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nX-Long: " + b"a" * 10_000 + b"\r\n\r\n",
+    b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n",
+    b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"POST /v1/topics HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n{\r\n",
     b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + b"\x00" * 40,  # a TLS client hello
 ]
 
@@ -638,9 +641,9 @@ async def test_stalled_requests_do_not_block_the_node(
         _head("POST", f"/v1/topics/{BAD}/records", "application/json", 10_000_000) + HALF_JSON,
         _head("POST", RECORDS, BATCH, REQUEST_BYTES_MAX - 1) + b"\x00" * 1024,
         _head("POST", RECORDS, BATCH, 2**40) + b"\x00" * 1024,
-        b"POST /v1/topics HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n"
+        b"POST /v1/topics HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
         b"Content-Type: application/json\r\n\r\n5\r\n{\"nam\r\n",
-        b"POST /v1/topics HTTP/1.1\r\nHost: test\r\nContent-Type: applicat",
+        b"POST /v1/topics HTTP/1.1\r\nHost: localhost\r\nContent-Type: applicat",
     ]
     opened = []
     try:
@@ -686,7 +689,7 @@ async def test_a_slow_client_is_served_and_an_error_keeps_the_connection(
         assert (status, json.loads(answer)["error_code"]) == (400, "INVALID_REQUEST"), answer
         # wait_ms: if this node is a follower, it applies the record a moment after the leader answered
         writer.write(f"GET /v1/topics/{LIVE}/partitions/0/records?offset={offset}&max_records=1&wait_ms=2000"
-                     f" HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+                     f" HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
         status, _, answer = await _read_response(reader)
         got = [r["value"] for r in json.loads(answer)["records"]]
         assert status == 200 and got == ["trickled"], (offset, answer)

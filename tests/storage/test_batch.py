@@ -11,10 +11,15 @@ from hypothesis import strategies as st
 
 from storage.batch import (
     HEADER_BYTES,
+    INFLATE_FLOOR_BYTES,
+    RECORD_BYTES_MAX,
+    RECORD_COUNT_MAX,
     Compression,
     Record,
     decode_batch,
+    decode_columns,
     encode_batch,
+    inflated_bytes_max,
     validate_batch,
 )
 from storage.errors import InvalidBatchError
@@ -95,11 +100,92 @@ def test_lying_lengths_are_rejected():
         validate_batch(b"\xb1" + b"\x00" * 10)
 
 
+def _max_compressed(records: list[Record]) -> bytes:
+    """The batch of `records` compressed at zlib level 9, as a hostile client would."""
+    plain = encode_batch(records, first_timestamp_ms=1)
+    section = zlib.compress(plain[HEADER_BYTES:], 9)
+    head = bytearray(plain[:HEADER_BYTES])
+    head[5] |= int(Compression.ZLIB)
+    struct.pack_into(">I", head, 10, len(section))
+    body = bytes(head[5:]) + section
+    return plain[:1] + struct.pack(">I", zlib.crc32(body)) + body
+
+
 def test_compression_bomb_is_bounded():
-    # Goal: a small compressed batch cannot inflate past the batch limit.
+    # Goal: a small compressed batch cannot inflate past the batch limit, nor past its
+    # ratio to the bytes it came in.
     records = [Record(None, b"\x00" * 100_000)] * 20
     data = encode_batch(records, first_timestamp_ms=1, compression=Compression.ZLIB)
     assert len(data) < 100_000
     with pytest.raises(InvalidBatchError):
         validate_batch(data, batch_bytes_max=1_000_000)
-    validate_batch(data, batch_bytes_max=4_000_000)
+    bomb = _max_compressed(records)
+    with pytest.raises(InvalidBatchError, match="inflates beyond the limit"):
+        validate_batch(bomb)  # 2 MB from 2 KiB: beyond INFLATE_RATIO_MAX
+    fits = encode_batch([Record(None, b"\x00" * 100_000)] * 5, first_timestamp_ms=1, compression=Compression.ZLIB)
+    assert validate_batch(fits).record_count == 5  # under the floor: any ratio
+
+
+def test_a_few_bytes_cannot_declare_a_million_records():
+    # Goal (issue 21): 16 KB of zlib that inflates to 980,000 empty records is refused:
+    # every read of one of them would otherwise pay for all of them.
+    data = _max_compressed([Record(None, None)] * 980_000)
+    assert len(data) < 20_000
+    with pytest.raises(InvalidBatchError, match="out of range"):
+        validate_batch(data)
+    data = _max_compressed([Record(None, None)] * 50_000)
+    with pytest.raises(InvalidBatchError, match="records declared in"):
+        validate_batch(data)
+    plain = encode_batch([Record(None, None)] * (RECORD_COUNT_MAX + 1), first_timestamp_ms=1)
+    with pytest.raises(InvalidBatchError, match="out of range"):
+        validate_batch(plain)
+    assert validate_batch(encode_batch([Record(None, None)] * RECORD_COUNT_MAX, first_timestamp_ms=1))
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+def test_no_record_above_the_record_limit_hides_in_a_batch(compression):
+    # Goal: the 1 MiB record limit holds for binary batches too, not only for JSON.
+    at_limit = Record(b"k", b"v" * (RECORD_BYTES_MAX - 1 - 11), (("h", b"x" * 5),))  # headers: 11 bytes
+    ok = encode_batch([Record(b"a", b"b"), at_limit], first_timestamp_ms=1, compression=compression)
+    assert validate_batch(ok).record_count == 2
+    over = Record(None, b"v" * (RECORD_BYTES_MAX + 1))
+    small_fields = [Record(b"k" * 600_000, None), Record(None, b"v" * 600_000)]  # big columns, small records
+    assert validate_batch(encode_batch(small_fields, first_timestamp_ms=1, compression=compression))
+    with pytest.raises(InvalidBatchError, match="record 1 is"):
+        validate_batch(encode_batch([Record(b"a", b"b"), over], first_timestamp_ms=1, compression=compression))
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=_records, bounds=st.tuples(st.integers(-3, 60), st.integers(-3, 60)),
+       compression=st.sampled_from(list(Compression)))
+def test_a_decoded_range_is_that_slice_of_the_whole(records, bounds, compression):
+    # Goal: a read decodes only the records it returns, and they are the right ones.
+    data = encode_batch(records, first_timestamp_ms=7, compression=compression)
+    start, stop = bounds
+    part = decode_columns(data, start, stop)
+    _, whole = decode_batch(data)
+    first = max(0, min(start, max(0, min(stop, len(records)))))
+    wanted = whole[first : max(first, min(stop, len(records)))]
+    assert part.first == first
+    assert list(zip(part.keys, part.values, part.headers, part.timestamp_deltas_ms, strict=True)) == \
+        [(r.key, r.value, r.headers, r.timestamp_delta_ms) for r in wanted]
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=600) | st.builds(
+    lambda records, cut, junk, compression: (
+        encode_batch(records, first_timestamp_ms=1, compression=compression)[:cut] + junk),
+    _records, st.integers(HEADER_BYTES, 5_000), st.binary(max_size=16), st.sampled_from(list(Compression))))
+def test_any_bytes_validate_or_raise_the_typed_error_within_bounds(data):
+    # Goal: whatever arrives, validate_batch returns or raises InvalidBatchError (never
+    # another exception), and what it accepts is bounded by the bytes that came in:
+    # records by the byte, inflated size by the ratio. A read then decodes cleanly.
+    try:
+        header = validate_batch(data)
+    except InvalidBatchError:
+        return
+    assert header.record_count <= len(data)
+    decoded = decode_columns(data)
+    inflated = 4 * 3 * header.record_count + sum(len(v or b"") + len(k or b"")
+                                                 for k, v in zip(decoded.keys, decoded.values, strict=True))
+    assert inflated <= max(inflated_bytes_max(len(data)), INFLATE_FLOOR_BYTES)

@@ -3,18 +3,22 @@
 The joiner names itself and its addresses; the cluster registers it in the
 catalog and makes it a learner of the metadata group, and answers with the raft
 addresses of the registered nodes so the joiner can dial them. Idempotent: a
-restarted joiner asks again.
+restarted joiner asks again. The body must be signed with the cluster secret
+(multiraft/admission.py), auth on or off: no HTTP client can change where the
+cluster finds a node.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from aiohttp import web
 
+from multiraft import admission
 from multiraft.errors import InvalidRequest
 from multiraft.http.handlers.common import bounded, node_of
-from multiraft.http.params import is_int, json_object
+from multiraft.http.params import is_int, json_object, read_body
 from raftlog.types import NodeId
 
 _FIELDS = {"node_id", "raft_addr", "http_addr", "rack"}
@@ -22,6 +26,10 @@ _ADDRESS = re.compile(r"[A-Za-z0-9.\-\[\]:]{1,255}:\d{1,5}")
 
 
 async def add_node(request: web.Request) -> web.Response:
+    node = node_of(request)
+    admission.verify(node.config.cluster_secret, await read_body(request),
+                     request.headers.get(admission.TIMESTAMP_HEADER), request.headers.get(admission.SIGNATURE_HEADER),
+                     time.time())
     body = await json_object(request)
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
@@ -35,6 +43,5 @@ async def add_node(request: web.Request) -> web.Response:
     rack = body.get("rack")
     if rack is not None and (not isinstance(rack, str) or len(rack) > 255):
         raise InvalidRequest("rack must be a string of at most 255 characters")
-    node = node_of(request)
     nodes = await bounded(node.add_node(NodeId(node_id), addresses[0], addresses[1], rack), "adding a node")
     return web.json_response({"nodes": nodes})

@@ -23,6 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
+from multiraft.batch_checks import validate_off_loop
 from multiraft.errors import InvalidRequest, error_body
 from multiraft.http.errors import UnsupportedMediaType
 from multiraft.http.handlers.common import bounded, node_of
@@ -40,7 +41,6 @@ from multiraft.node import ACKS, Node
 from multiraft.partitioner import partition_for_key
 from raftlog.errors import ClientError, NotLeader
 from raftlog.messages import Role
-from storage.batch import validate_batch
 
 ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round_robin", dict)
 _ACKS = tuple(ACKS)
@@ -157,7 +157,7 @@ async def produce_partition(request: web.Request) -> web.Response:
     node.partition_group(topic, partition)  # 404 before reading a large body
     if request.content_type == BATCH_CONTENT_TYPE:
         batch = await read_body(request)
-        header = validate_batch(batch)
+        header = await validate_off_loop(batch)
         acks = query_str(request, "acks", "quorum", _ACKS)
     elif request.content_type == "application/json" or not request.can_read_body:
         batch, acks = await _json_partition_batch(request)
