@@ -237,3 +237,22 @@ def test_confirmed_leader(views, expected):
     # the term it claims.
     assert confirmed_leader(views) == expected
 
+
+def test_the_run_fails_on_an_incomplete_read_and_says_which():
+    # Goal: the summary line fails the run on the verdict itself, under its own name and
+    # with the numbers, distinguishable from a loss (no `unseen` in it).
+    from pathlib import Path
+
+    from chaos.runner import RunConfig, _summary
+
+    clock, stream = FakeClock(), io.BytesIO()
+    history = workload(stream, acked=10)
+    result = final_read(FakeReplicas(clock, {3: lambda now: log_of(6)}, leaders=[3]), clock, history, stream)
+    history.flush()
+    checked = check(parse_history(stream.getvalue().splitlines()),
+                    incomplete_reads={K: result.explanation()})
+    details = {"fault_counts": {}, "replicas": {"compared": 8, "identical": 8}}
+    line, ok = _summary(RunConfig(out=Path("unused"), seed=1), details, checked)
+    assert not ok
+    assert "anomalies: final-read-incomplete=1;" in line and "unseen" not in line
+    assert "chaos-a/0: final read incomplete: node 3 stuck at HW 6, acked up to 9" in line
