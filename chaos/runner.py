@@ -10,7 +10,8 @@ Phases:
 4. final reads of every partition from offset 0 until a confirmed leader's high
    watermark covers the highest offset the history saw (`chaos/finalread.py`);
    a partition that never gets there is its own verdict, `final-read-incomplete`;
-5. server-side checks (every replica's committed prefix byte-identical when the
+5. server-side checks (every replica of every group catches up to the group's
+   highest commit index, then their logs up to it are byte-identical, when the
    debug endpoints are on; at most one leader per group and term, from the node
    logs), then the history checker;
 6. report: history.jsonl, node logs, summary.txt, stats.json, index.html.
@@ -34,7 +35,7 @@ from chaos.cluster import ChaosCluster, copy_logs
 from chaos.finalread import ClusterReplicas, FinalRead, FinalReader, targets_of
 from chaos.history import HistoryWriter, PartitionKey, read_history
 from chaos.nemesis import Nemesis
-from chaos.serverchecks import leaders_per_term, replica_digests, skipped_ranges
+from chaos.serverchecks import DebugEndpoints, compare_replicas, leaders_per_term, skipped_ranges
 from chaos.workload import CLIENT_HOST, Stats, Workload
 from multiraft.clients.http import AsyncClient, RaftlogError
 from multiraft.launcher import LauncherError
@@ -126,7 +127,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 finals = await _final_reads(cluster, history, history_path, keys)
                 details["final_reads"] = [final.details() for final in finals]
         if "not_healthy" not in details:
-            details["replicas"] = await asyncio.to_thread(replica_digests, cluster)
+            replicas = await asyncio.to_thread(compare_replicas, DebugEndpoints(cluster))
+            details["replicas"] = replicas.details()
             refused = await asyncio.to_thread(skipped_ranges, cluster, keys)
         else:
             refused = {}  # the final phase did not run: the history checks what it saw
@@ -244,6 +246,9 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(f"{final.key}: {final.explanation}")
     if replicas.get("mismatched"):
         problems.append(f"replicas differ in {len(replicas['mismatched'])} groups")
+    if replicas.get("stuck"):
+        problems.append(f"replicas stuck behind their group's commit: {len(replicas['stuck'])} "
+                        f"({'; '.join(replicas['stuck'][:LISTED_PROBLEMS])})")
     if two_leaders:
         problems.append(f"two leaders in one term: {len(two_leaders)}")
     if crashed:

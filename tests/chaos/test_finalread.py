@@ -240,7 +240,8 @@ def test_confirmed_leader(views, expected):
 
 def test_the_run_fails_on_an_incomplete_read_and_says_which():
     # Goal: the summary line fails the run on the verdict itself, under its own name and
-    # with the numbers, distinguishable from a loss (no `unseen` in it).
+    # with the numbers, distinguishable from a loss (no `unseen` in it); a stuck replica
+    # fails it the same way.
     from pathlib import Path
 
     from chaos.runner import RunConfig, _summary
@@ -251,8 +252,10 @@ def test_the_run_fails_on_an_incomplete_read_and_says_which():
     history.flush()
     checked = check(parse_history(stream.getvalue().splitlines()),
                     incomplete_reads={K: result.explanation()})
-    details = {"fault_counts": {}, "replicas": {"compared": 8, "identical": 8}}
+    stuck = ["replica 3 of group 5 stuck at commit 5 < 10"]
+    details = {"fault_counts": {}, "replicas": {"compared": 8, "identical": 7, "stuck": stuck}}
     line, ok = _summary(RunConfig(out=Path("unused"), seed=1), details, checked)
     assert not ok
     assert "anomalies: final-read-incomplete=1;" in line and "unseen" not in line
     assert "chaos-a/0: final read incomplete: node 3 stuck at HW 6, acked up to 9" in line
+    assert "replicas stuck behind their group's commit: 1 (replica 3 of group 5 stuck at commit 5 < 10)" in line
