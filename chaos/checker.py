@@ -20,6 +20,11 @@ Classes (a single one fails a run):
   never read (Jepsen's bound; conservative when offsets disagree).
 - `unseen`: an acknowledged value the final full read did not return. Only this
   tells lost from late, which is why runs end with that read.
+- `final-read-incomplete`: the runner's final read of a partition never covered
+  the highest offset the history saw (chaos/finalread.py says why: a node stuck
+  at a high watermark, no confirmed leader). Not a loss found, a check that could
+  not finish; for that partition, `unseen` judges only values at offsets below
+  the high watermark the read reached.
 - `poll-skip` / `nonmonotonic-poll`: a poll asked for `position` and got a first
   record past the next existing value (skipping some) or before it. Our polls
   use manual positions, so the consumer's position *is* Jepsen's "last value the
@@ -79,6 +84,7 @@ ANOMALY_CLASSES = (
     "G1a",
     "lost-write",
     "unseen",
+    "final-read-incomplete",
     "poll-skip",
     "nonmonotonic-poll",
     "int-poll-skip",
@@ -227,11 +233,14 @@ def check(
     history: Iterable[AnyOp],
     *,
     refused_ranges: Mapping[PartitionKey, Iterable[tuple[int, int]]] | None = None,
+    incomplete_reads: Mapping[PartitionKey, str] | None = None,
     limits: CheckLimits | None = None,
 ) -> CheckResult:
     """Check a whole history. `refused_ranges` (base offset, count) per partition:
     batches the server refused on apply, whose offsets no read returns (from the
-    end-of-run debug dump); without them such a range shows as an `offset-hole`."""
+    end-of-run debug dump); without them such a range shows as an `offset-hole`.
+    `incomplete_reads`: partitions whose final read ran out of time before covering
+    the history, with the reader's explanation (`final-read-incomplete`)."""
     limits = limits or CheckLimits()
     split = _split(history)
     sends, polls = split.sends, split.ok_polls
@@ -243,11 +252,14 @@ def check(
     for order in orders.values():
         order.finish()
     finals = _final_reads(polls)
+    incomplete = incomplete_reads or {}
+    not_judged = _not_judged(finals, orders, acknowledged, incomplete)
     anomalies = [
         *_log_anomalies(orders),
         *_read_validity(orders, writers),
         *_lost_writes(orders, acknowledged),
-        *_unseen(finals, acknowledged),
+        *_unseen(finals, acknowledged, not_judged),
+        *_incomplete_reads(finals, not_judged, incomplete),
         *_offset_holes(finals, refused_ranges or {}),
         *_poll_order(orders, polls),
         *_send_order(orders, sends),
@@ -479,19 +491,56 @@ def _lost_writes(
     return anomalies
 
 
+def _not_judged(
+    finals: Mapping[PartitionKey, _FinalRead],
+    orders: Mapping[PartitionKey, _VersionOrder],
+    acknowledged: Mapping[PartitionKey, Mapping[Value, int]],
+    incomplete: Mapping[PartitionKey, str],
+) -> dict[PartitionKey, set[Value]]:
+    """Per partition whose final read is incomplete, the acknowledged values it cannot
+    vouch for: those not at a known offset below the high watermark the read reached."""
+    beyond: dict[PartitionKey, set[Value]] = {}
+    for key in incomplete:
+        final, order = finals.get(key), orders.get(key)
+        reached = final.high_watermark if final is not None else 0
+        offset_of = order.offset_of if order is not None else {}
+        beyond[key] = {value for value in acknowledged.get(key, {})
+                       if offset_of.get(value, reached) >= reached}
+    return beyond
+
+
 def _unseen(
     finals: Mapping[PartitionKey, _FinalRead],
     acknowledged: Mapping[PartitionKey, Mapping[Value, int]],
+    not_judged: Mapping[PartitionKey, set[Value]],
 ) -> list[Anomaly]:
+    """`not_judged`: per partition with an incomplete final read, the values beyond it."""
     anomalies = []
     for key, of_key in acknowledged.items():
         final = finals.get(key)
         if final is None:
             continue  # reported as unchecked by the caller
+        beyond = not_judged.get(key, set())
         for value, writer in of_key.items():
-            if value not in final.values:
+            if value not in final.values and value not in beyond:
                 explanation = f"{value!r} (sent by op {writer}) is missing from the final read"
                 anomalies.append(_anomaly("unseen", key, explanation, (writer,)))
+    return anomalies
+
+
+def _incomplete_reads(
+    finals: Mapping[PartitionKey, _FinalRead],
+    not_judged: Mapping[PartitionKey, set[Value]],
+    incomplete: Mapping[PartitionKey, str],
+) -> list[Anomaly]:
+    anomalies = []
+    for key, why in sorted(incomplete.items()):
+        final = finals.get(key)
+        reached = final.high_watermark if final is not None else 0
+        explanation = (f"final read incomplete: {why}; {len(not_judged.get(key, ()))} acknowledged "
+                       f"values at or beyond HW {reached} not judged")
+        ops = tuple(final.ops[-LISTED_MAX:]) if final is not None else ()
+        anomalies.append(_anomaly("final-read-incomplete", key, explanation, ops))
     return anomalies
 
 

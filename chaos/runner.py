@@ -7,8 +7,11 @@ Phases:
 3. heal: stop the nemesis, undo every fault, restart what is down, wait until
    every node is healthy; time how long each partition takes to accept a write
    again (the recovery time after the final heal);
-4. final reads of every partition from offset 0 to its high watermark;
-5. server-side checks (every replica's committed prefix byte-identical when the
+4. final reads of every partition from offset 0 until a confirmed leader's high
+   watermark covers the highest offset the history saw (`chaos/finalread.py`);
+   a partition that never gets there is its own verdict, `final-read-incomplete`;
+5. server-side checks (every replica of every group catches up to the group's
+   highest commit index, then their logs up to it are byte-identical, when the
    debug endpoints are on; at most one leader per group and term, from the node
    logs), then the history checker;
 6. report: history.jsonl, node logs, summary.txt, stats.json, index.html.
@@ -29,10 +32,11 @@ from typing import Any
 
 from chaos import checker
 from chaos.cluster import ChaosCluster, copy_logs
+from chaos.finalread import ClusterReplicas, FinalRead, FinalReader, targets_of
 from chaos.history import HistoryWriter, PartitionKey, read_history
 from chaos.nemesis import Nemesis
-from chaos.serverchecks import leaders_per_term, replica_digests, skipped_ranges
-from chaos.workload import CLIENT_HOST, Stats, Workload, value_of
+from chaos.serverchecks import DebugEndpoints, compare_replicas, leaders_per_term, skipped_ranges
+from chaos.workload import CLIENT_HOST, Stats, Workload
 from multiraft.clients.http import AsyncClient, RaftlogError
 from multiraft.launcher import LauncherError
 
@@ -41,7 +45,7 @@ RECOVERY_TIMEOUT_S = 60.0
 # Faults start this long after the topics exist: the ack-before-fsync control defers
 # every fsync by 2 s, metadata included, and must lose records, not the topics.
 TOPIC_SETTLE_S = 3.0
-FINAL_READ_TIMEOUT_S = 120.0
+LISTED_PROBLEMS = 2  # findings of one kind spelled out in the summary line; details.json has all
 
 
 @dataclass
@@ -117,15 +121,19 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 details["not_healthy"] = str(error)
                 await _dump_tasks(cluster)
             details["crashed"] = cluster.exited()
+            finals: list[FinalRead] = []
             if "not_healthy" not in details:
                 details["recovery_s"] = await _recovery(cluster, history, keys, healed_at)
-                await _final_reads(cluster, history, keys)
+                finals = await _final_reads(cluster, history, history_path, keys)
+                details["final_reads"] = [final.details() for final in finals]
         if "not_healthy" not in details:
-            details["replicas"] = await asyncio.to_thread(replica_digests, cluster)
+            replicas = await asyncio.to_thread(compare_replicas, DebugEndpoints(cluster))
+            details["replicas"] = replicas.details()
             refused = await asyncio.to_thread(skipped_ranges, cluster, keys)
         else:
             refused = {}  # the final phase did not run: the history checks what it saw
-        result = checker.check(read_history(history_path), refused_ranges=refused)
+        incomplete = {final.key: final.explanation() for final in finals if not final.complete}
+        result = checker.check(read_history(history_path), refused_ranges=refused, incomplete_reads=incomplete)
         details["leaders_per_term"] = leaders_per_term(cluster)
     finally:
         await asyncio.to_thread(cluster.stop)
@@ -208,30 +216,17 @@ async def _recovery(cluster: ChaosCluster, history: HistoryWriter, keys: list[Pa
     return worst
 
 
-async def _final_reads(cluster: ChaosCluster, history: HistoryWriter, keys: list[PartitionKey]) -> None:
-    """Every partition from offset 0 to its high watermark, from its leader (final polls)."""
+async def _final_reads(cluster: ChaosCluster, history: HistoryWriter, history_path: Path,
+                       keys: list[PartitionKey]) -> list[FinalRead]:
+    """Every partition read back until it covers what the history saw (chaos/finalread.py).
+    The targets come from the history file itself, flushed first: it holds every op,
+    the recovery probes included."""
+    history.flush()
+    targets = targets_of(await asyncio.to_thread(read_history, history_path))
     servers = [cluster.http(n) for n in cluster.ids]
-    async with AsyncClient(servers, timeout_s=10, attempts=10, local_host=CLIENT_HOST) as client:
-        for key in keys:
-            leader = await asyncio.to_thread(cluster.leader_of, key.topic, key.partition)
-            server = cluster.http(leader) if leader else None
-            position, deadline = 0, time.monotonic() + FINAL_READ_TIMEOUT_S
-            while time.monotonic() < deadline:
-                index = history.invoke_poll(99_999, key, position, final=True)
-                try:
-                    answer = await client.consume(key.topic, key.partition, position, max_records=5000,
-                                                  server=server)
-                except RaftlogError as error:
-                    history.fail(index, error.code)
-                    server = None
-                    await asyncio.sleep(0.2)
-                    continue
-                records = [(int(r["offset"]), value_of(r)) for r in answer["records"]]
-                label = cluster.label(leader) if leader and server else None
-                history.ok_poll(index, records, int(answer["high_watermark"]), node=label)
-                position = int(answer["next_offset"])
-                if position >= int(answer["high_watermark"]):
-                    break
+    async with AsyncClient(servers, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as client:
+        reader = FinalReader(ClusterReplicas(cluster, client), history)
+        return await reader.read_all(keys, targets)
 
 
 def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckResult) -> tuple[str, bool]:
@@ -247,8 +242,13 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(result.summary())
     if result.unchecked:
         problems.append(f"unchecked {len(result.unchecked)}")
+    for final in result.of_class("final-read-incomplete")[:LISTED_PROBLEMS]:
+        problems.append(f"{final.key}: {final.explanation}")
     if replicas.get("mismatched"):
         problems.append(f"replicas differ in {len(replicas['mismatched'])} groups")
+    if replicas.get("stuck"):
+        problems.append(f"replicas stuck behind their group's commit: {len(replicas['stuck'])} "
+                        f"({'; '.join(replicas['stuck'][:LISTED_PROBLEMS])})")
     if two_leaders:
         problems.append(f"two leaders in one term: {len(two_leaders)}")
     if crashed:
