@@ -22,6 +22,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from multiraft.http.connections import ConnectionGate
+from multiraft.http.connections import Refusal as HttpRefusal
 from multiraft.inbound_admission import Refusal
 from multiraft.transport_config import TransportStats
 from raftlog.messages import Role
@@ -147,6 +149,30 @@ def _transport_connections(stats: TransportStats) -> Iterator[Metric]:
     for reason in Refusal:
         refused.add_metric([reason.value], stats.inbound_refused_by_reason.get(reason, 0))
     yield refused
+
+
+class ConnectionsCollector(Collector):
+    """The HTTP port's connections (multiraft/http/server.py): open, and those refused
+    or dropped on a deadline. Registered by the server, which owns the gate."""
+
+    def __init__(self, gate: ConnectionGate) -> None:
+        self.gate = gate
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.gate.stats()
+        yield GaugeMetricFamily("raftlog_http_connections", "open HTTP connections", value=stats.open)
+        refused = CounterMetricFamily("raftlog_http_connections_refused",
+                                      "HTTP connections closed at once, by the bound they hit",
+                                      labels=["reason"])
+        for reason in HttpRefusal:
+            refused.add_metric([reason.value], stats.refused_by_reason.get(reason, 0))
+        yield refused
+        yield CounterMetricFamily("raftlog_http_header_timeouts",
+                                  "HTTP connections dropped for not sending a request's headers in time",
+                                  value=stats.header_timeouts)
+        yield CounterMetricFamily("raftlog_http_write_timeouts",
+                                  "HTTP connections dropped because the client stopped reading its answer",
+                                  value=stats.write_timeouts)
 
 
 def node_registry(node: Node) -> CollectorRegistry:
