@@ -24,6 +24,9 @@ each socket:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from multiraft.node import Node
 
 SHUTDOWN_TIMEOUT_S = 5.0
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends a reset
 
 
 _logger = structlog.get_logger("multiraft.http")
@@ -88,7 +92,7 @@ class _JsonErrorRequestHandler(RequestHandler):
             _sampled(count)("http_connection_refused", reason=str(refusal), refused=count,
                             client=address)
             self._manager = None  # never registered: aiohttp's connection_lost is a no-op
-            transport.abort()  # type: ignore[attr-defined]
+            _reset(transport)
             return
         self._address = address
         self._socket = transport  # type: ignore[assignment]
@@ -159,9 +163,7 @@ class _JsonErrorRequestHandler(RequestHandler):
         self._gate.write_timeouts += 1
         count = self._gate.write_timeouts
         _sampled(count)("http_write_timeout", client=self._address, dropped=count)
-        # abort, not close: close would wait for the buffer to drain, which is the
-        # very thing that is not happening. Fails the pending drain (ConnectionError).
-        self._socket.abort()
+        _reset(self._socket)  # fails the pending drain (ConnectionError)
 
     # ------------------------------------------------------------------ parser refusals
 
@@ -230,6 +232,17 @@ class HttpServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+def _reset(transport: asyncio.BaseTransport) -> None:
+    """Close at once with a TCP reset, dropping whatever is still buffered, ours and
+    the kernel's. A plain close would wait for the buffers to drain to a client that
+    does not read (asyncio's, forever; the kernel's, until it gives the socket up)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    transport.abort()  # type: ignore[attr-defined]
 
 
 def _client_address(peername: object) -> str:

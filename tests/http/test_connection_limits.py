@@ -172,8 +172,8 @@ def _request_task_count() -> int:
 
 # Goal: a client that asks for a large binary consume answer (16 MB, more than the
 # socket buffers hold) and never reads it is dropped within the write deadline (1 s):
-# its socket is reset and its handler ends, so the answer's memory is let go; the
-# node answers /v1/health quickly all along.
+# its socket is reset (what the kernel still buffered is dropped too) and its handler
+# ends, so the answer's memory is let go; the node answers /v1/health quickly all along.
 async def test_a_client_that_stops_reading_is_dropped_after_the_write_deadline(cluster: Cluster) -> None:
     await cluster.create_topic("slow-reader", replication_factor=1)
     group_id = cluster.nodes[0].catalog.topics["slow-reader"].partitions[0].group_id
@@ -211,7 +211,8 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_write_deadline(c
                 async with asyncio.timeout(5):
                     while chunk := await loop.sock_recv(stalled, 65536):
                         received += len(chunk)
-            assert received < 16_000_000, "the answer was cut short"
+            # Reset, not closed: the kernel's send buffer (megabytes) was dropped too.
+            assert received < 1024 * 1024, f"{received} bytes still arrived after the drop"
         finally:
             stalled.close()
             await _close([health])
