@@ -78,7 +78,7 @@ async def _close(streams: list[Stream]) -> None:
 # Goal: with 2 connections from 127.0.0.2 open, a third from there is refused at once
 # while other addresses still connect; with 4 open in all, a fifth from anywhere is
 # refused; the connections already open keep getting answers, and /metrics counts
-# each refusal by reason.
+# each refusal by reason (and exports the raft port's counters too).
 async def test_connections_over_the_bounds_are_refused_and_open_ones_are_served(cluster: Cluster) -> None:
     async with _server(cluster, connections_max=4, connections_per_address_max=2) as server:
         streams: list[Stream] = []
@@ -105,6 +105,10 @@ async def test_connections_over_the_bounds_are_refused_and_open_ones_are_served(
             assert b'raftlog_http_connections_refused_total{reason="address_full"} 1.0' in metrics
             assert b'raftlog_http_connections_refused_total{reason="connections_full"} 1.0' in metrics
             assert b"raftlog_http_connections 4.0" in metrics
+            # The raft port's defences are exported alongside (tests/transport checks them).
+            assert b'raftlog_transport_inbound_refused_total{reason="pending_full"}' in metrics
+            assert b"raftlog_transport_handshakes_pending " in metrics
+            assert b"raftlog_transport_handshake_timeouts_total " in metrics
             stats = server.connection_stats()
             assert stats.refused_by_reason == {"address_full": 1, "connections_full": 1}
         finally:
