@@ -72,7 +72,10 @@ class _JsonErrorRequestHandler(RequestHandler):
 
     It also applies the connection bounds (module docstring): admission when the
     connection is made, the header deadline around the parser, the write deadline
-    around the transport's flow control."""
+    around the transport's flow control. aiohttp has no hooks for these, so they
+    read its handler's internals (`_waiter`, `_messages`, `_request_count`,
+    `_request_in_progress`, `_paused`); tests/http/test_connection_limits.py fails
+    if an aiohttp upgrade changes them."""
 
     def __init__(self, manager: Server, *, connection_gate: ConnectionGate, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
@@ -111,6 +114,9 @@ class _JsonErrorRequestHandler(RequestHandler):
     # ------------------------------------------------------------------ header deadline
 
     def data_received(self, data: bytes) -> None:
+        """The deadline starts with the first byte that arrives while the handler waits
+        for a request (bytes that come while it is still busy with the previous one
+        fall back to the keep-alive timeout) and ends when the parser has a request."""
         parsed = self._request_count
         idle = self._waiter is not None and not self._waiter.done() and not self._messages
         super().data_received(data)
@@ -131,7 +137,7 @@ class _JsonErrorRequestHandler(RequestHandler):
 
     def _header_timed_out(self) -> None:
         self._header_deadline = None
-        if self.transport is None:
+        if self.transport is None or self._request_in_progress:  # never cut a request short
             return
         self._gate.header_timeouts += 1
         count = self._gate.header_timeouts
