@@ -18,6 +18,13 @@ error is logged and counted and the connection goes on.
 Every task this module starts (peer links, inbound handshakes) is tracked and
 awaited by `stop()`. Faults from a peer (bad handshake, bad frame, oversized
 frame) drop that one connection and are counted; they never stop the transport.
+
+Hostile connections: an inbound connection is admitted only while it fits the
+bounds of `TransportConfig` (all inbound connections; those still in their
+handshake, from strangers and per source address, with known peers' addresses
+kept apart: multiraft/inbound_admission.py); otherwise it is closed at once and
+counted by reason. Admitted, it must finish the handshake within
+`handshake_timeout_s`.
 See docs/transport.md for the frame and handshake formats and the API.
 """
 
@@ -33,6 +40,7 @@ import structlog
 from multiraft.frames import FrameTooLarge, TransportError, frame_bytes
 from multiraft.handshake import SECRET_BYTES_MIN, accept_handshake
 from multiraft.inbound import InboundConnection
+from multiraft.inbound_admission import InboundAdmission, PendingSlot, Refusal, normal_address
 from multiraft.peer_link import PeerLink, enable_keepalive
 from multiraft.transport_config import (
     PeerStats,
@@ -86,6 +94,10 @@ class Transport:
         self._retiring: set[asyncio.Task[None]] = set()  # links being cancelled
         self._inbound: dict[asyncio.Task[None], InboundConnection] = {}
         self._inbound_by_source: dict[int, asyncio.Task[None]] = {}
+        self._admission = InboundAdmission(
+            pending_max=self._config.handshakes_pending_max,
+            pending_per_address_max=self._config.handshakes_pending_per_address_max,
+        )
         self._server: asyncio.Server | None = None
         self._running = False
         self._stopped = False
@@ -162,6 +174,7 @@ class Transport:
         whole cluster map may be passed. Inbound connections are not affected."""
         wanted = {peer_id: tuple(address) for peer_id, address in peers.items()}
         wanted.pop(self.node_id, None)
+        self._admission.set_peers({peer_id: address[0] for peer_id, address in wanted.items()})
         for peer_id in sorted(set(self._links) - set(wanted)):
             task = self._links.pop(peer_id).cancel()
             if task is not None:
@@ -217,11 +230,14 @@ class Transport:
             connects=counters.connects,
             connect_failures=counters.connect_failures,
             handshakes_refused=counters.handshakes_refused,
+            handshake_timeouts=counters.handshake_timeouts,
             inbound_refused=counters.inbound_refused,
             protocol_errors=counters.protocol_errors,
             on_frame_errors=counters.on_frame_errors,
             connections_inbound=len(self._inbound_by_source),
             connections_outbound=sum(1 for link in self._links.values() if link.connected),
+            handshakes_pending=self._admission.pending,
+            inbound_refused_by_reason=dict(counters.inbound_refused_by_reason),
             peers=peers,
         )
 
@@ -238,32 +254,55 @@ class Transport:
         )
 
     def _accept(self, connection: InboundConnection) -> None:
-        """A connection was accepted: start its handshake in a task of ours (tracked,
-        cancelled and awaited by stop); frames then flow without it."""
-        if not self._running or len(self._inbound) >= self._config.inbound_connections_max:
-            self._counters.inbound_refused += 1
-            self._logger.warning("inbound_refused", peer_address=_peername(connection))
-            connection.abort()
+        """A connection was accepted: if it fits the bounds, start its handshake in a
+        task of ours (tracked, cancelled and awaited by stop); frames then flow without
+        it. Otherwise close it at once and count why."""
+        peer_address = _peername(connection)
+        address = _source_address(peer_address)
+        admitted: PendingSlot | Refusal
+        if not self._running:
+            admitted = Refusal.NOT_RUNNING
+        elif len(self._inbound) >= self._config.inbound_connections_max:
+            admitted = Refusal.CONNECTIONS_FULL
+        else:
+            admitted = self._admission.admit(address)
+        if isinstance(admitted, Refusal):
+            self._refuse(connection, admitted, peer_address)
             return
-        task = asyncio.create_task(self._serve_inbound(connection), name="transport-inbound")
+        task = asyncio.create_task(
+            self._serve_inbound(connection, admitted), name="transport-inbound"
+        )
         self._inbound[task] = connection
         task.add_done_callback(self._inbound_done)
+
+    def _refuse(self, connection: InboundConnection, reason: Refusal, peer_address: object) -> None:
+        counters = self._counters
+        counters.inbound_refused += 1
+        count = counters.inbound_refused_by_reason.get(reason, 0) + 1
+        counters.inbound_refused_by_reason[reason] = count
+        log = _sampled(self._logger, count)
+        log("inbound_refused", reason=str(reason), refused=count, peer_address=peer_address)
+        connection.abort()
 
     def _inbound_done(self, task: asyncio.Task[None]) -> None:
         self._inbound.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             self._logger.error("inbound_task_failed", error=repr(task.exception()))
 
-    async def _serve_inbound(self, connection: InboundConnection) -> None:
+    async def _serve_inbound(self, connection: InboundConnection, slot: PendingSlot) -> None:
         """Authenticate, then let the connection hand its frames on until it closes."""
         source: int | None = None
         try:
             source = await self._authenticate(connection, _peername(connection))
+            self._admission.release(slot)  # authenticated or refused: no longer pending
             if source is None:
                 return
+            if source in self._links:
+                self._admission.learn(source, slot.address)
             connection.start_frames(source)
             await connection.closed
         finally:
+            self._admission.release(slot)
             connection.abort()
             if source is not None and self._inbound_by_source.get(source) is asyncio.current_task():
                 del self._inbound_by_source[source]
@@ -277,7 +316,11 @@ class Transport:
                 )
         except (OSError, TimeoutError, TransportError) as error:
             self._counters.handshakes_refused += 1
-            self._logger.warning("handshake_refused", peer_address=peer_address, error=repr(error))
+            if isinstance(error, TimeoutError):
+                self._counters.handshake_timeouts += 1
+            log = _sampled(self._logger, self._counters.handshakes_refused)
+            log("handshake_refused", peer_address=peer_address, error=repr(error),
+                refused=self._counters.handshakes_refused)
             return None
         # A peer that redialled (restart, healed partition) replaces its old connection,
         # which may be dead without us knowing; one inbound connection per source.
@@ -293,3 +336,17 @@ class Transport:
 
 def _peername(connection: InboundConnection) -> object:
     return connection.get_extra_info("peername")
+
+
+def _sampled(logger: Any, count: int) -> Callable[..., Any]:
+    """A flood of hostile connections must not become a flood of log lines: every
+    refusal is counted, but only the 1st, 2nd, 4th, 8th... of a kind is a warning
+    (the count is in the line); the rest are at debug."""
+    return logger.warning if count & (count - 1) == 0 else logger.debug
+
+
+def _source_address(peer_address: object) -> str:
+    """The source IP of a connection ("" when the socket no longer knows it)."""
+    if isinstance(peer_address, tuple) and peer_address:
+        return normal_address(peer_address[0]) or str(peer_address[0])
+    return ""

@@ -125,10 +125,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(request, InvalidRequest(f"body is not valid JSON: {error}"))
     except TimeoutError:
         return error_response(request, Timeout("the cluster did not answer in time"))
-    except Exception:  # a bug: log it here, answer without internals
+    except Exception as error:  # a bug: log it here, answer without internals
+        if isinstance(error, ConnectionError) and _client_gone(request):
+            raise  # the client left, or was dropped on a deadline, mid-answer: no one to answer
         _logger.exception("http_handler_failed", method=request.method, path=request.path)
         error = ClientError("internal error; see the node's log")
         return web.json_response(error_body(error), status=500)
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 NODE_KEY: web.AppKey[Any] = web.AppKey("node", Any)

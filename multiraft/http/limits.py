@@ -1,9 +1,13 @@
 """Bounds of the HTTP API, each with the precedent it follows (STYLE.md section 10).
 
-Exceeding one answers a clear 4xx at once; nothing waits without a deadline.
+Exceeding a request bound answers a clear 4xx at once; exceeding a connection
+bound closes that connection (`ConnectionLimits`, applied by
+multiraft/http/server.py); nothing waits without a deadline.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from storage.batch import BATCH_BYTES_MAX
 
@@ -26,3 +30,52 @@ CONSUME_MAX_RECORDS_DEFAULT = 500
 CONSUME_MAX_BYTES_DEFAULT = 1024 * 1024
 GROUP_COMMITS_PER_REQUEST_MAX = 10_000
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
+
+# --- Connections (multiraft/http/server.py). Each bound protects the node from
+# clients that hold sockets without doing work; a connection beyond one is closed.
+
+# Open connections, all clients together: bounds sockets (file descriptors: keep the
+# process's open-file limit well above this plus storage's files) and per-connection
+# buffers. nginx's stock configuration has 1,024 worker_connections; Apache's
+# MaxRequestWorkers is 256.
+CONNECTIONS_MAX = 1024
+# Open connections from one client address: one host (or one runaway client) cannot
+# take every slot from the others. Above the Python client's pool of 100 per server,
+# so one client process fits twice over. Kafka's max.connections.per.ip, nginx's
+# limit_conn.
+CONNECTIONS_PER_ADDRESS_MAX = 256
+# A request line and headers must arrive within this time from the connection's
+# first byte (or from its opening, for a new connection): a client that trickles
+# them, or never sends them, is dropped (slowloris). nginx's client_header_timeout
+# (60 s), Apache mod_reqtimeout's header=20-40, Go's http.Server ReadHeaderTimeout.
+HEADER_READ_TIMEOUT_S = 10.0
+# An answer that cannot make progress this long (the socket's buffer stays above its
+# high-water mark: the client stopped reading) is abandoned: the connection is reset
+# and the answer's memory freed, however large it was. nginx's send_timeout (60 s,
+# between two successive writes); the raft transport's write_stall_timeout_s.
+WRITE_STALL_TIMEOUT_S = 30.0
+# Idle keep-alive connections are closed after this (aiohttp's default is 75 s);
+# shorter frees sockets of abandoned clients sooner. The Python client drops idle
+# connections after 15 s, before the server does, so it never sends on a connection
+# the server is closing.
+KEEPALIVE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionLimits:
+    """The connection bounds of one HTTP server (the constants above are the
+    defaults; tests shrink them). Validated on construction."""
+
+    connections_max: int = CONNECTIONS_MAX
+    connections_per_address_max: int = CONNECTIONS_PER_ADDRESS_MAX
+    header_read_timeout_s: float = HEADER_READ_TIMEOUT_S
+    write_stall_timeout_s: float = WRITE_STALL_TIMEOUT_S
+    keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("connections_max", "connections_per_address_max", "header_read_timeout_s",
+                     "write_stall_timeout_s", "keepalive_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.connections_per_address_max > self.connections_max:
+            raise ValueError("connections_per_address_max must be <= connections_max")

@@ -22,6 +22,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from multiraft.http.connections import ConnectionGate
+from multiraft.http.connections import Refusal as HttpRefusal
+from multiraft.inbound_admission import Refusal
+from multiraft.transport_config import TransportStats
 from raftlog.messages import Role
 
 if TYPE_CHECKING:
@@ -128,6 +132,50 @@ class NodeCollector(Collector):
         for name in ("connections_inbound", "connections_outbound"):
             yield GaugeMetricFamily(f"raftlog_transport_{name}", f"transport {name.replace('_', ' ')}",
                                     value=getattr(stats, name))
+        yield from _transport_connections(stats)
+
+
+def _transport_connections(stats: TransportStats) -> Iterator[Metric]:
+    """The raft port's defences against hostile connections (docs/transport.md)."""
+    yield GaugeMetricFamily("raftlog_transport_handshakes_pending",
+                            "inbound raft connections admitted and not yet authenticated",
+                            value=stats.handshakes_pending)
+    yield CounterMetricFamily("raftlog_transport_handshakes_refused",
+                              "inbound raft handshakes that failed (timeouts included)",
+                              value=stats.handshakes_refused)
+    yield CounterMetricFamily("raftlog_transport_handshake_timeouts",
+                              "inbound raft connections closed for not finishing the handshake in time",
+                              value=stats.handshake_timeouts)
+    refused = CounterMetricFamily("raftlog_transport_inbound_refused",
+                                  "inbound raft connections closed at once, by the bound they hit",
+                                  labels=["reason"])
+    for reason in Refusal:
+        refused.add_metric([reason.value], stats.inbound_refused_by_reason.get(reason, 0))
+    yield refused
+
+
+class ConnectionsCollector(Collector):
+    """The HTTP port's connections (multiraft/http/server.py): open, and those refused
+    or dropped on a deadline. Registered by the server, which owns the gate."""
+
+    def __init__(self, gate: ConnectionGate) -> None:
+        self.gate = gate
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.gate.stats()
+        yield GaugeMetricFamily("raftlog_http_connections", "open HTTP connections", value=stats.open)
+        refused = CounterMetricFamily("raftlog_http_connections_refused",
+                                      "HTTP connections closed at once, by the bound they hit",
+                                      labels=["reason"])
+        for reason in HttpRefusal:
+            refused.add_metric([reason.value], stats.refused_by_reason.get(reason, 0))
+        yield refused
+        yield CounterMetricFamily("raftlog_http_header_timeouts",
+                                  "HTTP connections dropped for not sending a request's headers in time",
+                                  value=stats.header_timeouts)
+        yield CounterMetricFamily("raftlog_http_write_timeouts",
+                                  "HTTP connections dropped because the client stopped reading its answer",
+                                  value=stats.write_timeouts)
 
 
 def node_registry(node: Node) -> CollectorRegistry:

@@ -1,7 +1,32 @@
-"""Serving the app on a real socket, started and stopped with the node."""
+"""Serving the app on a real socket, started and stopped with the node.
+
+The connection bounds of multiraft/http/limits.py (`ConnectionLimits`) are
+enforced here, per connection, in the request handler class aiohttp makes for
+each socket:
+
+- a connection beyond `connections_max`, or beyond `connections_per_address_max`
+  from its client's address, is reset at once, before aiohttp sees it (no
+  parser, no task) and counted;
+- a new connection must deliver a request's line and headers within
+  `header_read_timeout_s`, and so must a kept-alive one from the first byte of its
+  next request (idle between requests, `keepalive_timeout_s` applies): a client that
+  trickles its headers or sends none is dropped (aiohttp's own bound is the
+  keep-alive timeout, which idles and trickles share);
+- an answer whose socket stays above its write buffer's high-water mark for
+  `write_stall_timeout_s` (the client stopped reading) is abandoned: the socket is
+  reset, which frees its buffer and fails the handler's pending write, so the
+  handler lets go of the answer too. This is one check for every answer: every
+  write of aiohttp (a streamed consume's `write`, a JSON body's `write_eof`) waits
+  for the transport through the protocol's pause_writing/resume_writing, which is
+  where the deadline is armed and disarmed.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
+import struct
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -11,16 +36,18 @@ from aiohttp.web_server import Server
 
 from multiraft.errors import InvalidRequest, error_body
 from multiraft.http.app import create_app
+from multiraft.http.connections import ConnectionGate, ConnectionStats
 from multiraft.http.errors import RequestTimeout, RequestTooLarge
+from multiraft.http.handlers.metrics import REGISTRY_KEY
+from multiraft.http.limits import ConnectionLimits
+from multiraft.http.metrics import ConnectionsCollector
 from raftlog.errors import ClientError
 
 if TYPE_CHECKING:
     from multiraft.node import Node
 
-# aiohttp closes idle keep-alive connections after this (its default is 75 s);
-# shorter frees sockets of abandoned clients sooner.
-KEEPALIVE_TIMEOUT_S = 30.0
 SHUTDOWN_TIMEOUT_S = 5.0
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends a reset
 
 
 _logger = structlog.get_logger("multiraft.http")
@@ -41,10 +68,115 @@ def protocol_error(status: int, exc: BaseException | None) -> ClientError:
 class _JsonErrorRequestHandler(RequestHandler):
     """aiohttp answers requests its parser refuses (bad request line, oversized
     header, bad Content-Length, TLS on a plain port) itself, before any middleware,
-    as text/plain. This keeps those answers in the one JSON error shape too."""
+    as text/plain. This keeps those answers in the one JSON error shape too.
+
+    It also applies the connection bounds (module docstring): admission when the
+    connection is made, the header deadline around the parser, the write deadline
+    around the transport's flow control. aiohttp has no hooks for these, so they
+    read its handler's internals (`_waiter`, `_messages`, `_request_count`,
+    `_request_in_progress`, `_paused`); tests/http/test_connection_limits.py fails
+    if an aiohttp upgrade changes them."""
+
+    def __init__(self, manager: Server, *, connection_gate: ConnectionGate, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._gate = connection_gate
+        self._address: str | None = None  # the client's, while admitted (released on close)
+        self._socket: asyncio.Transport | None = None  # kept past aiohttp's force_close
+        self._header_deadline: asyncio.TimerHandle | None = None
+        self._write_deadline: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------ admission
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        address = _client_address(transport.get_extra_info("peername"))
+        refusal = self._gate.admit(address)
+        if refusal is not None:
+            count = self._gate.refused_by_reason[refusal]
+            _sampled(count)("http_connection_refused", reason=str(refusal), refused=count,
+                            client=address)
+            self._manager = None  # never registered: aiohttp's connection_lost is a no-op
+            _reset(transport)
+            return
+        self._address = address
+        self._socket = transport  # type: ignore[assignment]
+        super().connection_made(transport)
+        self._arm_header_deadline()  # a new connection owes its first request's headers
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._cancel_header_deadline()
+        self._cancel_write_deadline()
+        self._socket = None
+        if self._address is not None:
+            self._gate.release(self._address)
+            self._address = None
+        super().connection_lost(exc)
+
+    # ------------------------------------------------------------------ header deadline
+
+    def data_received(self, data: bytes) -> None:
+        """The deadline starts with the first byte that arrives while the handler waits
+        for a request (bytes that come while it is still busy with the previous one
+        fall back to the keep-alive timeout) and ends when the parser has a request."""
+        parsed = self._request_count
+        idle = self._waiter is not None and not self._waiter.done() and not self._messages
+        super().data_received(data)
+        if self._request_count != parsed:  # a request's headers are complete (or refused)
+            self._cancel_header_deadline()
+        elif idle and data and self._header_deadline is None:  # a request has begun
+            self._arm_header_deadline()
+
+    def _arm_header_deadline(self) -> None:
+        self._header_deadline = self._loop.call_later(
+            self._gate.limits.header_read_timeout_s, self._header_timed_out
+        )
+
+    def _cancel_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _header_timed_out(self) -> None:
+        self._header_deadline = None
+        if self.transport is None or self._request_in_progress:  # never cut a request short
+            return
+        self._gate.header_timeouts += 1
+        count = self._gate.header_timeouts
+        _sampled(count)("http_header_timeout", client=self._address, dropped=count)
+        self.force_close()  # nothing is being written: a plain close
+
+    # ------------------------------------------------------------------ write deadline
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_deadline is None:
+            self._write_deadline = self._loop.call_later(
+                self._gate.limits.write_stall_timeout_s, self._write_stalled
+            )
+
+    def resume_writing(self) -> None:
+        self._cancel_write_deadline()
+        super().resume_writing()
+
+    def _cancel_write_deadline(self) -> None:
+        if self._write_deadline is not None:
+            self._write_deadline.cancel()
+            self._write_deadline = None
+
+    def _write_stalled(self) -> None:
+        self._write_deadline = None
+        if self._socket is None or not self._paused:
+            return
+        self._gate.write_timeouts += 1
+        count = self._gate.write_timeouts
+        _sampled(count)("http_write_timeout", client=self._address, dropped=count)
+        _reset(self._socket)  # fails the pending drain (ConnectionError)
+
+    # ------------------------------------------------------------------ parser refusals
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
+        if isinstance(exc, ConnectionError) and (self.transport is None or self.transport.is_closing()):
+            raise ConnectionError("the client went away or was dropped; nothing to answer") from exc
         if status >= 500:
             _logger.error("http_protocol_failure", status=status, error=repr(exc))
         else:
@@ -59,6 +191,7 @@ class _JsonErrorRequestHandler(RequestHandler):
 
 class _JsonErrorServer(Server):
     def __call__(self) -> RequestHandler:
+        # connection_gate arrives in _kwargs, from the runner's keyword arguments.
         return _JsonErrorRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
@@ -70,17 +203,22 @@ class _JsonErrorRunner(web.AppRunner):
 
 
 class HttpServer:
-    """The HTTP API of one node on `host:port` (port 0 picks a free one)."""
+    """The HTTP API of one node on `host:port` (port 0 picks a free one), within
+    `limits` (the defaults of multiraft/http/limits.py unless given)."""
 
-    def __init__(self, node: Node, host: str, port: int) -> None:
+    def __init__(self, node: Node, host: str, port: int, *, limits: ConnectionLimits | None = None) -> None:
         self.node = node
         self.host = host
         self.port = port
+        self._gate = ConnectionGate(limits or ConnectionLimits())
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        self._runner = _JsonErrorRunner(create_app(self.node), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S,
-                                     shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+        app = create_app(self.node)
+        app[REGISTRY_KEY].register(ConnectionsCollector(self._gate))
+        self._runner = _JsonErrorRunner(app, access_log=None,
+                                        keepalive_timeout=self._gate.limits.keepalive_timeout_s,
+                                        shutdown_timeout=SHUTDOWN_TIMEOUT_S, connection_gate=self._gate)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -92,7 +230,36 @@ class HttpServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def connection_stats(self) -> ConnectionStats:
+        """Open connections, and those refused or dropped on a deadline (also in /metrics)."""
+        return self._gate.stats()
+
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+def _reset(transport: asyncio.BaseTransport) -> None:
+    """Close at once with a TCP reset, dropping whatever is still buffered, ours and
+    the kernel's. A plain close would wait for the buffers to drain to a client that
+    does not read (asyncio's, forever; the kernel's, until it gives the socket up)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+    transport.abort()  # type: ignore[attr-defined]
+
+
+def _client_address(peername: object) -> str:
+    """The client's IP ("" when the socket no longer knows it)."""
+    if isinstance(peername, tuple) and peername:
+        return str(peername[0])
+    return ""
+
+
+def _sampled(count: int) -> Any:
+    """A flood of hostile connections must not become a flood of log lines: every
+    one is counted, but only the 1st, 2nd, 4th, 8th... of a kind is a warning
+    (the count is in the line); the rest are at debug."""
+    return _logger.warning if count & (count - 1) == 0 else _logger.debug

@@ -197,12 +197,18 @@ async def test_redial_replaces_the_inbound_connection(stopper) -> None:  # type:
 @pytest.mark.asyncio
 async def test_inbound_connection_limit(stopper) -> None:  # type: ignore[no-untyped-def]
     async with asyncio.timeout(5):
-        config = dataclasses.replace(FAST, inbound_connections_max=2)
+        config = dataclasses.replace(
+            FAST,
+            inbound_connections_max=2,
+            handshakes_pending_max=1,
+            handshakes_pending_per_address_max=1,
+        )
         victim, good, inbox = await _serving_pair(stopper, config)
         await _still_serving(victim, good, inbox, b"one inbound in use")
         idle_reader, idle_writer = await _raw_connection(victim, secret=None)
         extra_reader, extra_writer = await _raw_connection(victim, secret=None)
         await _closed_by_peer(extra_reader, extra_writer)
         assert victim.stats().inbound_refused == 1
+        assert victim.stats().inbound_refused_by_reason == {"connections_full": 1}
         await _still_serving(victim, good, inbox, b"still served")
         await _closed_by_peer(idle_reader, idle_writer)  # the handshake timeout ends it

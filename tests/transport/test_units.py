@@ -111,6 +111,9 @@ def test_frame_header_limits() -> None:
         {"send_queue_bytes_max": 1024, "frame_bytes_max": 4096},
         {"reconnect_backoff_initial_s": 1.0, "reconnect_backoff_max_s": 0.5},
         {"handshake_timeout_s": 0},
+        {"handshakes_pending_max": 0},
+        {"inbound_connections_max": 16, "handshakes_pending_max": 16},
+        {"handshakes_pending_max": 2, "handshakes_pending_per_address_max": 3},
     ],
 )
 def test_config_validation(fields: dict[str, object]) -> None:
