@@ -23,6 +23,7 @@ from multiraft.secret_files import (
     create_private_file,
     generate_secret,
     read_private_file,
+    read_token_file,
     secret_material_bytes,
 )
 from raftlog.types import NodeId
@@ -180,7 +181,7 @@ def _admin_token(path: str | Path | None) -> bytes:
     if path is None:
         return b""
     try:
-        return read_private_file(Path(path), "admin_token_file")
+        return read_token_file(Path(path), "admin_token_file").encode()
     except SecretFileError as error:
         raise ConfigError(str(error)) from error
 

@@ -33,6 +33,11 @@ _BASE64 = re.compile(rb"[A-Za-z0-9+/_-]+=*")
 MAKE_SECRET_HINT = "python3 -c 'import secrets; print(secrets.token_hex(32))'"
 
 
+# What a bearer token may hold: visible ASCII, so it goes into a header as it is (no
+# space, no CR/LF to end the header early). RFC 6750's b64token is a subset.
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+
+
 class SecretFileError(ValueError):
     """A secret file is missing, unreadable, exposed or too weak; the message names it and the fix."""
 
@@ -78,6 +83,21 @@ def read_private_file(path: Path, setting: str) -> bytes:
     if not content:
         raise SecretFileError(f"{setting}: {path} is empty")
     return content
+
+
+def check_token(token: str, where: str) -> str:
+    if not _TOKEN.fullmatch(token):
+        raise SecretFileError(f"{where}: a bearer token is visible ASCII only (no spaces or control characters)")
+    return token
+
+
+def read_token_file(path: Path, setting: str = "token_file") -> str:
+    """A bearer token from its file (checked as any secret file)."""
+    content = read_private_file(path, setting)
+    try:
+        return check_token(content.decode("ascii"), f"{setting}: {path}")
+    except UnicodeDecodeError:
+        raise SecretFileError(f"{setting}: {path}: a bearer token is visible ASCII only") from None
 
 
 def check_private(path: Path, status: os.stat_result, setting: str) -> None:
