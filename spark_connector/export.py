@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from multiraft.clients.http import AsyncClient
+from multiraft.secret_files import read_token_file
 from spark_connector.cluster import concrete_offsets, partition_states, subscribed_partitions
 from spark_connector.errors import ConnectorError, OptionError
 from spark_connector.options import EARLIEST, LATEST, Bound, ReadOptions, Subscription
@@ -319,6 +320,10 @@ def export_command(args: Any, servers: list[str]) -> int:
         print(f"raftlog export: needs PySpark ({error}); install the extra: pip install 'raftlog[spark]'",
               file=sys.stderr)
         return 2
+    if getattr(args, "token_file", None) is not None:
+        # The connector's clients (the planning here, the readers in Spark's local
+        # workers, which inherit this environment) take their token from $RAFTLOG_TOKEN.
+        os.environ["RAFTLOG_TOKEN"] = read_token_file(args.token_file)
     owned = SparkSession.getActiveSession() is None  # a session we start, we stop
     with _quiet_log4j() as log4j:
         spark = spark_session(args.master, "raftlog export",
