@@ -59,18 +59,15 @@ class BatchRead:
 
 
 def bearer_token(token: str | None, token_file: str | os.PathLike[str] | None) -> str | None:
-    """The token given, else the one in `token_file`, else $RAFTLOG_TOKEN (None: no auth).
-    Never a command-line argument: other users see those (`ps`), shells keep them."""
+    """The token given, else the one in `token_file`, else $RAFTLOG_TOKEN (None or empty:
+    no auth). Never a command-line argument: other users see those (`ps`), shells keep them."""
     if token is not None and token_file is not None:
         raise ValueError("give a token or a token file, not both")
     if token_file is not None:
         return read_token_file(Path(token_file))
-    if token is None:
-        token = os.environ.get("RAFTLOG_TOKEN") or None
-        where = "$RAFTLOG_TOKEN"
-    else:
-        where = "token"
-    return check_token(token, where) if token is not None else None
+    where = "token" if token is not None else "$RAFTLOG_TOKEN"
+    token = token if token is not None else os.environ.get("RAFTLOG_TOKEN")
+    return check_token(token, where) if token else None
 
 
 def normalize(server: str) -> str:

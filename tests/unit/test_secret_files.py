@@ -139,3 +139,4 @@ def test_the_client_takes_its_token_from_a_private_file_or_the_environment(tmp_p
         bearer_token(None, None)
     monkeypatch.delenv("RAFTLOG_TOKEN")
     assert bearer_token(None, None) is None
+    assert bearer_token("", None) is None, "an empty token: no auth, as before"
