@@ -30,7 +30,8 @@ SECRET_FILE_BYTES_MAX = 64 * 1024  # a secret is a line; anything longer is the 
 PRIVATE_FILE_MODE = 0o600
 _HEX = re.compile(rb"[0-9a-fA-F]+")
 _BASE64 = re.compile(rb"[A-Za-z0-9+/_-]+=*")
-MAKE_SECRET_HINT = "python3 -c 'import secrets; print(secrets.token_hex(32))'"
+# In a subshell with umask 077, so the new file is never readable by others, not even for a moment.
+MAKE_SECRET_HINT = "(umask 077; python3 -c 'import secrets; print(secrets.token_hex(32))' > FILE)"
 
 
 # What a bearer token may hold: visible ASCII, so it goes into a header as it is (no
@@ -61,7 +62,7 @@ def check_cluster_secret(secret: bytes, setting: str, path: Path | None = None) 
     if found >= SECRET_BYTES_MIN:
         return
     where = f"{path} holds" if path is not None else "the secret holds"
-    fix = f"; make one: {MAKE_SECRET_HINT} > FILE && chmod 600 FILE" if path is not None else ""
+    fix = f"; make one: {MAKE_SECRET_HINT}" if path is not None else ""
     raise SecretFileError(
         f"{setting}: {where} at most {found} bytes of random material; at least {SECRET_BYTES_MIN} are "
         f"needed (64 hex digits, 43 base64 characters or {SECRET_BYTES_MIN} raw bytes){fix}")
