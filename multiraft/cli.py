@@ -7,10 +7,13 @@
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
     raftlog leaders balance
+    raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
 
 `--server` (or RAFTLOG_SERVER) picks the HTTP address, several separated by
-commas; the default is node 1 of `raftlog cluster up`. Exit codes: 0 done,
+commas; the default is node 1 of `raftlog cluster up`. A cluster with auth on
+takes a bearer token from `--token-file FILE` or RAFTLOG_TOKEN, never from the
+command line (`--token VALUE` is refused). Exit codes: 0 done,
 1 the cluster refused or failed (the message names the error code), 2 bad
 usage or configuration, 3 no server reachable.
 """
@@ -21,6 +24,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from multiraft import cli_commands as commands
 from multiraft.cli_serve import add_cluster_up, add_serve_parsers
@@ -28,12 +32,26 @@ from multiraft.cli_serve import add_cluster_up, add_serve_parsers
 EXIT_UNREACHABLE = 3
 
 
+class _NoTokenOnTheCommandLine(argparse.Action):
+    """`--token VALUE` was replaced by `--token-file` and $RAFTLOG_TOKEN: a command line is
+    visible to every user of the machine (`ps`) and kept in shell history. Refused with
+    that advice (and without echoing the value), rather than taken, through argparse's
+    prefix matching, as an abbreviation of `--token-file`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        parser.error("--token: a token on the command line is visible to other users (ps) and kept in shell "
+                     "history; use --token-file FILE (mode 0600) or $RAFTLOG_TOKEN")
+
+
 def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -> None:
     parser.add_argument("--server", default=None,
                         help="HTTP address(es) of the cluster, comma-separated (default: $RAFTLOG_SERVER or "
                              "127.0.0.1:8080)")
-    parser.add_argument("--token", default=None,
-                        help="bearer token, for a cluster started with --admin-token-file (default: $RAFTLOG_TOKEN)")
+    parser.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                        help="file holding the bearer token (mode 0600), for a cluster started with "
+                             "--admin-token-file (default: the token in $RAFTLOG_TOKEN)")
+    parser.add_argument("--token", nargs="?", action=_NoTokenOnTheCommandLine, help=argparse.SUPPRESS)
     parser.set_defaults(func=func, client=True)
 
 
@@ -117,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--right", action="append", required=True, metavar="RIGHT",
                         help="admin, read:TOPIC or write:TOPIC (TOPIC or *); repeatable")
+    create.add_argument("--output", type=Path, metavar="FILE",
+                        help="write the token to FILE, created mode 0600 (refused if it exists), not stdout")
     _client_command(create, commands.token_create)
     _client_command(tokens.add_parser("list", help="token names and rights"), commands.token_list)
     delete = tokens.add_parser("delete", help="delete a token")
@@ -135,7 +155,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
     server = args.server or os.environ.get("RAFTLOG_SERVER") or DEFAULT_SERVER
     try:
         with Client(server, attempts=4, timeout_s=max(30.0, getattr(args, "wait_ms", 0) / 1000 + 15),
-                    token=args.token) as client:
+                    token_file=args.token_file) as client:
             return args.func(client, args)
     except UnavailableError as error:
         print(f"raftlog: cannot reach the cluster at {server}: {error.message}\n"

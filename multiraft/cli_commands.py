@@ -12,9 +12,11 @@ import collections
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from multiraft.client import Client, RaftlogError
+from multiraft.secret_files import create_private_file
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -140,9 +142,28 @@ def cluster_status(client: Client, args: argparse.Namespace) -> int:
 
 
 def token_create(client: Client, args: argparse.Namespace) -> int:
+    """The token alone on stdout, for scripts; or, with --output, in a new 0600 file (a
+    shell's `> FILE` makes it as the umask says, usually readable by all, and then
+    `--token-file` refuses it)."""
+    output: Path | None = args.output
+    if output is not None and (output.exists() or output.is_symlink()):
+        raise ValueError(f"--output: {output} exists; name a new file (the token is written once)")
     made = client.create_token(args.name, args.right)
-    print(made["token"])  # alone on stdout, for scripts: TOKEN=$(raftlog token create ...)
-    print(f"token {made['name']} with rights {', '.join(made['rights'])}: shown once, keep it", file=sys.stderr)
+    rights = f"token {made['name']} with rights {', '.join(made['rights'])}"
+    if output is None:
+        print(made["token"])  # TOKEN=$(raftlog token create ...)
+        print(f"{rights}: shown once, keep it", file=sys.stderr)
+        return EXIT_OK
+    try:
+        written = create_private_file(output, made["token"].encode() + b"\n")
+    except OSError as error:
+        written, reason = False, error.strerror
+    else:
+        reason = "it appeared meanwhile, and is left as it is"
+    if not written:
+        raise ValueError(f"--output: token {made['name']} was made but not written to {output} ({reason}); "
+                         f"create it again (the same name replaces it)")
+    print(f"{rights}: written to {output} (mode 0600)", file=sys.stderr)
     return EXIT_OK
 
 

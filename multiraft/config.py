@@ -9,15 +9,23 @@ node trusts them. Flags override the file.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import re
-import secrets
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from multiraft.secret_files import (
+    SECRET_BYTES_MIN,
+    SECRET_FILE_NAME,
+    SecretFileError,
+    check_cluster_secret,
+    create_private_file,
+    generate_secret,
+    read_private_file,
+    read_token_file,
+    secret_material_bytes,
+)
 from raftlog.types import NodeId
 from storage.config import FlushPolicy
 
@@ -88,8 +96,9 @@ class NodeConfig:
             raise ConfigError("admin_token_file: the admin token has at least 16 characters")
         if self.replica_move_after_ms < -1:
             raise ConfigError("replica_move_after_ms: -1 (never) or a duration in ms")
-        if len(self.cluster_secret) < 16:
-            raise ConfigError("cluster_secret: at least 16 bytes")
+        if secret_material_bytes(self.cluster_secret) < SECRET_BYTES_MIN:
+            raise ConfigError(f"cluster_secret: at least {SECRET_BYTES_MIN} bytes of random material "
+                              f"(64 hex digits, 43 base64 characters or {SECRET_BYTES_MIN} raw bytes)")
 
     @property
     def replica_lag_time_max_ticks(self) -> int:
@@ -187,46 +196,40 @@ def _admin_token(path: str | Path | None) -> bytes:
     if path is None:
         return b""
     try:
-        token = Path(path).read_bytes().strip()
-    except OSError as error:
-        raise ConfigError(f"admin_token_file: cannot read {path}: {error}") from error
-    if not token:
-        raise ConfigError(f"admin_token_file: {path} is empty")
-    return token
+        return read_token_file(Path(path), "admin_token_file").encode()
+    except SecretFileError as error:
+        raise ConfigError(str(error)) from error
 
 
 def _secret(path: str | Path | None, data_dir: Path) -> bytes:
-    """The cluster secret from its file; a dev cluster without one shares a generated file.
-
-    Without `--cluster-secret-file`, the secret lives in `<data_dir>/../cluster.secret`,
-    created once: nodes started side by side by `raftlog cluster up` share it.
-    """
-    if path is not None:
-        try:
-            secret = Path(path).read_bytes().strip()
-        except OSError as error:
-            raise ConfigError(f"cluster_secret_file: cannot read {path}: {error}") from error
-        return secret
-    shared = data_dir.resolve().parent / "cluster.secret"
-    if not shared.exists():
-        _create_whole(shared, secrets.token_hex(32).encode())
-    return shared.read_bytes().strip()
-
-
-def _create_whole(path: Path, content: bytes) -> None:
-    """Create `path` holding `content`, unless it exists: whoever comes first wins, and
-    nobody ever reads it half written (nodes started side by side race for it; one that
-    read an empty file refused to start). Written under a name of its own, then linked:
-    the name appears complete or not at all. Readable by the owner only (a secret)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """The cluster secret from its file; without one, from `<data_dir>/cluster.secret`,
+    which the node's first start generates (0600). Nodes of one cluster need the same
+    secret: `raftlog cluster up` writes one into each node's directory; elsewhere, copy
+    the first node's file into the others' directories, or give every node the same
+    `--cluster-secret-file`."""
     try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        with contextlib.suppress(FileExistsError):  # another node's came first: everyone uses it
-            os.link(draft, path)
-    finally:
-        draft.unlink()
+        if path is not None:
+            secret = read_private_file(Path(path), "cluster_secret_file")
+            check_cluster_secret(secret, "cluster_secret_file", Path(path))
+            return secret
+        own = data_dir / SECRET_FILE_NAME
+        if not own.exists():
+            _refuse_a_legacy_shared_secret(own, data_dir.resolve().parent / SECRET_FILE_NAME)
+            create_private_file(own, generate_secret())
+        secret = read_private_file(own, "cluster_secret_file")
+        check_cluster_secret(secret, "cluster_secret_file", own)
+        return secret
+    except SecretFileError as error:
+        raise ConfigError(str(error)) from error
+
+
+def _refuse_a_legacy_shared_secret(own: Path, legacy: Path) -> None:
+    """Earlier versions kept the generated secret in the data directory's parent, shared
+    by its siblings. It is no longer read (another user could plant one in a shared
+    directory); a node that would otherwise make a secret of its own, which its peers do
+    not hold, says how to carry the old one over."""
+    if legacy.exists():
+        raise ConfigError(
+            f"cluster_secret_file: not given, and {own} does not exist; {legacy}, where earlier versions "
+            f"kept a secret shared by sibling data directories, is no longer read. Copy it into each "
+            f"node's data directory (cp -p {legacy} {own}) or pass --cluster-secret-file")

@@ -1,8 +1,10 @@
 """A local development cluster: N `raftlog serve` child processes on 127.0.0.N.
 
 Node i listens on 127.0.0.i (Raft and HTTP on the same ports on every address,
-so nothing collides) with its data under `<dir>/node<i>`; the nodes share the
-generated cluster secret `<dir>/cluster.secret`. The layout is remembered in
+so nothing collides) with its data under `<dir>/node<i>`; the nodes share one
+generated cluster secret, a copy in each node's directory (`<dir>/node<i>/cluster.secret`,
+0600, where `raftlog serve` looks when no `--cluster-secret-file` is given; the
+directories are 0700). The layout is remembered in
 `<dir>/cluster.json`, so a second `up` on the same directory restarts the same
 cluster at the same addresses. Children run in their own sessions: Ctrl-C
 reaches only the launcher, which stops each child by its PID (SIGTERM, then
@@ -23,6 +25,15 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from multiraft.secret_files import (
+    SECRET_FILE_NAME,
+    SecretFileError,
+    create_private_file,
+    generate_secret,
+    read_private_file,
+)
+from storage.files import make_private_dirs
 
 NODES_MAX = 9  # 127.0.0.1-9 and the metadata group's 1, 3 or 5 voters leave room for learners
 RAFT_PORT_DEFAULT = 7100
@@ -58,6 +69,10 @@ class LocalNode:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "node.log"
+
+    @property
+    def secret_file(self) -> Path:
+        return self.data_dir / SECRET_FILE_NAME
 
 
 def _alive(pid: int) -> bool:
@@ -132,7 +147,7 @@ class LocalCluster:
                 "--initial-cluster", self.initial_cluster, *self.extra_args]
 
     def start(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.directory)
         for node in self.nodes:
             if node.pid_file.exists():
                 pid = int(node.pid_file.read_text().strip() or 0)
@@ -146,13 +161,26 @@ class LocalCluster:
 
     def start_node(self, node_id: int) -> None:
         node = self.nodes[node_id - 1]
-        node.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(node.log_file, "ab") as log:
+        make_private_dirs(node.data_dir)
+        self._provide_secret(node)
+        log_fd = os.open(node.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        with open(log_fd, "ab") as log:
             node.process = subprocess.Popen(self.command(node), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, start_new_session=True,
                                             env=_child_env(self.node_env(node_id) if self.node_env else None,
                                                            self.code_root))
         node.pid_file.write_text(f"{node.process.pid}\n")
+
+    def _provide_secret(self, node: LocalNode) -> None:
+        """The cluster's secret in `node`'s directory: a copy of another node's, or a new one."""
+        if node.secret_file.exists():
+            return
+        try:
+            secret = next((read_private_file(n.secret_file, "cluster secret") for n in self.nodes
+                           if n.secret_file.exists()), None) or generate_secret()
+        except SecretFileError as error:
+            raise LauncherError(str(error)) from error
+        create_private_file(node.secret_file, secret)
 
     def wait_healthy(self, timeout_s: float = 30.0, nodes: list[int] | None = None) -> None:
         """Poll each node's /v1/health until it answers and has registered."""

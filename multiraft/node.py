@@ -83,7 +83,7 @@ from raftlog.wire import (
 )
 from storage.batch import BatchHeader
 from storage.errors import InvalidBatchError
-from storage.files import Files, OsFiles
+from storage.files import Files, OsFiles, make_private_dirs
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
@@ -142,7 +142,7 @@ class Node:
 
     async def start(self) -> None:
         config = self.config
-        (config.data_dir / "groups").mkdir(parents=True, exist_ok=True)
+        make_private_dirs(config.data_dir / "groups")  # 0700, as every directory the node makes
         self._start_chaos_hooks()
         self.db = StateDatabase(str(config.data_dir / "state.db"))
         self.flusher = Flusher(self.db, self.logger)

@@ -32,6 +32,7 @@ from raftlog.types import GroupId, Index, NodeId
 from storage.batch import validate_batch
 from storage.config import FlushPolicy, StoreConfig
 from storage.errors import CorruptionError
+from storage.files import make_private_dirs
 from storage.segments import SegmentStore
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     config = node.config
     assert node.db is not None
     directory = config.data_dir / "groups" / str(group_id)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(directory)
     store_config = StoreConfig(
         verify_crc=not node.hooks.skip_crc, persist_vote=not node.hooks.vote_without_persist,
         **topic_store_settings(node, topic_config or {}),

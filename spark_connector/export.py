@@ -24,6 +24,7 @@ import contextlib
 import datetime
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from multiraft.clients.http import AsyncClient
+from multiraft.secret_files import read_token_file
 from spark_connector.cluster import concrete_offsets, partition_states, subscribed_partitions
 from spark_connector.errors import ConnectorError, OptionError
 from spark_connector.options import EARLIEST, LATEST, Bound, ReadOptions, Subscription
@@ -290,12 +292,22 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-def _quiet_log4j() -> str:
-    """A log4j2 file that keeps Spark's JVM to errors (the command prints its own progress)."""
-    path = Path(tempfile.gettempdir()) / "raftlog-export-log4j2.properties"
-    if not path.exists() or path.read_text() != _LOG4J_ERRORS_ONLY:
-        path.write_text(_LOG4J_ERRORS_ONLY)
-    return str(path)
+@contextlib.contextmanager
+def _quiet_log4j() -> Iterator[str]:
+    """A log4j2 file that keeps Spark's JVM to errors (the command prints its own progress).
+
+    Made with `mkstemp` (0600) in a directory of its own (`mkdtemp`: 0700, a new name
+    each time), removed when the export is done. A fixed name in the shared temporary
+    directory let another user plant a configuration of their own for the JVM to load,
+    or a symlink for the export to write through."""
+    directory = tempfile.mkdtemp(prefix="raftlog-export-")
+    try:
+        fd, path = tempfile.mkstemp(prefix="log4j2-", suffix=".properties", dir=directory)
+        with os.fdopen(fd, "w") as file:
+            file.write(_LOG4J_ERRORS_ONLY)
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def export_command(args: Any, servers: list[str]) -> int:
@@ -308,21 +320,26 @@ def export_command(args: Any, servers: list[str]) -> int:
         print(f"raftlog export: needs PySpark ({error}); install the extra: pip install 'raftlog[spark]'",
               file=sys.stderr)
         return 2
+    if getattr(args, "token_file", None) is not None:
+        # The connector's clients (the planning here, the readers in Spark's local
+        # workers, which inherit this environment) take their token from $RAFTLOG_TOKEN.
+        os.environ["RAFTLOG_TOKEN"] = read_token_file(args.token_file)
     owned = SparkSession.getActiveSession() is None  # a session we start, we stop
-    quiet = {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_quiet_log4j()}"}
-    spark = spark_session(args.master, "raftlog export", conf=quiet)
-    try:
-        summary = run_export(spark, servers, args.topic, args.to, fmt=args.format, start=args.start,
-                             until=args.until, group=args.group, fail_on_data_loss=not args.skip_lost,
-                             progress=sys.stderr)
-    except OptionError as error:
-        print(f"raftlog export: {error}", file=sys.stderr)
-        return 2
-    except ConnectorError as error:
-        print(f"raftlog export: {error}", file=sys.stderr)
-        return 1
-    finally:
-        if owned:
-            spark.stop()
+    with _quiet_log4j() as log4j:
+        spark = spark_session(args.master, "raftlog export",
+                              conf={"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j}"})
+        try:
+            summary = run_export(spark, servers, args.topic, args.to, fmt=args.format, start=args.start,
+                                 until=args.until, group=args.group, fail_on_data_loss=not args.skip_lost,
+                                 progress=sys.stderr)
+        except OptionError as error:
+            print(f"raftlog export: {error}", file=sys.stderr)
+            return 2
+        except ConnectorError as error:
+            print(f"raftlog export: {error}", file=sys.stderr)
+            return 1
+        finally:
+            if owned:
+                spark.stop()
     print(summary.line())
     return 0

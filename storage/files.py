@@ -14,6 +14,9 @@ Contract of both implementations:
 - Reads see every write at once, synced or not.
 - Data is durable only after `fsync(handle)`; a created, renamed or unlinked
   name is durable only after `sync_dir` of its directory.
+- Files are created readable by their owner only (`FILE_MODE`), directories
+  likewise (`DIRECTORY_MODE`): a log holds users' records (docs/node.md
+  "Secrets and files").
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from typing import Protocol
 
 # Linux caps a writev call at IOV_MAX (1024) buffers.
 _IOV_MAX = 1024
+# The owner's alone, set at creation (never a chmod after: no window where others may read).
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
 
 
 @dataclass(slots=True)
@@ -118,7 +124,7 @@ class OsFiles:
 
     def create(self, path: str) -> FileHandle:
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        return FileHandle(path=path, fd=os.open(path, flags, 0o644), size=0)
+        return FileHandle(path=path, fd=os.open(path, flags, FILE_MODE), size=0)
 
     def open(self, path: str) -> FileHandle:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
@@ -170,15 +176,32 @@ class OsFiles:
         fsync_directory(directory)
 
     def make_dirs(self, directory: str) -> None:
-        """Create `directory` and its parents, making each new name durable."""
-        missing: list[str] = []
-        current = os.path.abspath(directory)
-        while not os.path.isdir(current):
-            missing.append(current)
-            current = os.path.dirname(current)
-        for path in reversed(missing):
-            os.mkdir(path)
+        """Create `directory` and its parents (each `DIRECTORY_MODE`), making each new name durable."""
+        for path in _missing_directories(directory):
+            os.mkdir(path, DIRECTORY_MODE)
             self.sync_dir(os.path.dirname(path))
+
+
+def _missing_directories(directory: str) -> list[str]:
+    """The components of `directory` that do not exist yet, outermost first."""
+    missing: list[str] = []
+    current = os.path.abspath(directory)
+    while not os.path.isdir(current):
+        missing.append(current)
+        current = os.path.dirname(current)
+    return missing[::-1]
+
+
+def make_private_dirs(directory: str | os.PathLike[str]) -> None:
+    """`mkdir -p` whose every new directory is `DIRECTORY_MODE` (`os.makedirs` gives its
+    mode to the last one only). Directories that exist keep their modes. No directory
+    fsync: for names that need not survive a power failure (the store syncs its own)."""
+    for path in _missing_directories(os.fspath(directory)):
+        try:
+            os.mkdir(path, DIRECTORY_MODE)
+        except FileExistsError:  # made meanwhile (another node's start, a racing group)
+            if not os.path.isdir(path):
+                raise
 
 
 def fsync_directory(directory: str) -> None:

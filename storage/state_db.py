@@ -22,6 +22,7 @@ import struct
 from rocksdict import Options, Rdict, RdictIter, WriteBatch, WriteOptions
 
 from raftlog.types import GroupId
+from storage.files import make_private_dirs
 
 _GROUP_KEY = struct.Struct(">cQ")
 _GROUP_INT_KEY = struct.Struct(">cQQ")
@@ -56,6 +57,9 @@ class StateDatabase:
     """A thin, typed-key wrapper: batches, synced writes, range scans, seeks."""
 
     def __init__(self, path: str) -> None:
+        # RocksDB would make a missing directory with the umask's mode; ours is the
+        # owner's alone, so the files it creates inside (0644) are unreachable to others.
+        make_private_dirs(path)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         self._db = Rdict(path, options)

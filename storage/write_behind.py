@@ -23,7 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
-from storage.files import FileHandle, fsync_directory, fsync_later, write_all
+from storage.files import (
+    FILE_MODE,
+    FileHandle,
+    fsync_directory,
+    fsync_later,
+    make_private_dirs,
+    write_all,
+)
 
 PENDING_PREFIX = ".wbpending-"
 
@@ -85,7 +92,7 @@ class WriteBehindFiles:
         directory, name = os.path.split(path)
         temporary = os.path.join(directory, f"{PENDING_PREFIX}{next(self._temporary_names)}-{name}")
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o644)
+        fd = os.open(temporary, flags, FILE_MODE)
         node = _Node(os_path=temporary, os_size=0, cut=0)
         self._names[path] = node
         self._record(path, _DirOp("link", node, path))
@@ -224,4 +231,4 @@ class WriteBehindFiles:
     def make_dirs(self, directory: str) -> None:
         """Directories are made durable at once (a simplification: the store never
         relies on a new directory's entry before its first segment's `sync_dir`)."""
-        os.makedirs(directory, exist_ok=True)
+        make_private_dirs(directory)

@@ -17,10 +17,12 @@ import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from multiraft.clients.connection import ConnectFailed, ConnectionPool, ExchangeFailed
 from multiraft.errors import error_table
+from multiraft.secret_files import check_token, read_token_file
 
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
 DEFAULT_SERVER = "127.0.0.1:8080"
@@ -56,6 +58,18 @@ class BatchRead:
     log_start_offset: int
 
 
+def bearer_token(token: str | None, token_file: str | os.PathLike[str] | None) -> str | None:
+    """The token given, else the one in `token_file`, else $RAFTLOG_TOKEN (None or empty:
+    no auth). Never a command-line argument: other users see those (`ps`), shells keep them."""
+    if token is not None and token_file is not None:
+        raise ValueError("give a token or a token file, not both")
+    if token_file is not None:
+        return read_token_file(Path(token_file))
+    where = "token" if token is not None else "$RAFTLOG_TOKEN"
+    token = token if token is not None else os.environ.get("RAFTLOG_TOKEN")
+    return check_token(token, where) if token else None
+
+
 def normalize(server: str) -> str:
     server = server.strip().rstrip("/")
     return server if "://" in server else f"http://{server}"
@@ -76,8 +90,10 @@ class AsyncClient:
 
     def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, *, timeout_s: float = 30.0,
                  attempts: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 1.0,
-                 local_host: str | None = None, token: str | None = None) -> None:
-        """`token`: a bearer token for a cluster that requires one (default: $RAFTLOG_TOKEN)."""
+                 local_host: str | None = None, token: str | None = None,
+                 token_file: str | os.PathLike[str] | None = None) -> None:
+        """`token`: a bearer token for a cluster that requires one; or `token_file`, a file
+        holding it (refused when others may read it); by default $RAFTLOG_TOKEN."""
         listed = servers.split(",") if isinstance(servers, str) else list(servers)
         self.servers = [normalize(s) for s in listed if s.strip()]
         if not self.servers:
@@ -90,7 +106,7 @@ class AsyncClient:
         self._next = 0
         self._pool = ConnectionPool(local_host)  # local_host: the source address fault rules match
         self._table = error_table()
-        token = token if token is not None else os.environ.get("RAFTLOG_TOKEN")
+        token = bearer_token(token, token_file)
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
 
     async def __aenter__(self) -> AsyncClient:

@@ -42,8 +42,8 @@ class Client:
     """The blocking client. `with Client("127.0.0.1:8080") as client: client.list_topics()`."""
 
     def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, **options: Any) -> None:
+        self.aio = AsyncClient(servers, **options)  # first: bad options (a token file) leave no thread behind
         self._loop = _Loop()
-        self.aio = AsyncClient(servers, **options)
         self._deadline_s = self.aio.timeout_s * self.aio.attempts + CALL_TIMEOUT_MARGIN_S
 
     def __enter__(self) -> Client:

@@ -1,7 +1,8 @@
 """Goal: the real `raftlog` command against real `raftlog serve` processes on
 127.0.0.1-3: produce through a follower, kill -9 the partition leader and keep
 producing with every acknowledged record intact, restart the whole cluster from
-its directory and read the same records, a readable `cluster status`, and
+its directory and read the same records (one generated secret, a 0600 copy in each
+node's directory, kept across the restart), a readable `cluster status`, and
 `cluster up` stopping its children on Ctrl-C."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -82,6 +84,17 @@ def _values_eventually(cluster: LocalCluster, server: str, expected: list[str]) 
         time.sleep(0.2)
 
 
+def _secrets_held(cluster: LocalCluster, directory: Path) -> bytes:
+    """The one secret `cluster up` gave every node: a 0600 copy in each node's directory
+    (0700), none in the cluster's directory."""
+    held = {node.secret_file.read_bytes() for node in cluster.nodes}
+    assert len(held) == 1 and len(bytes.fromhex(held.copy().pop().decode())) == 32
+    assert {stat.S_IMODE(n.secret_file.stat().st_mode) for n in cluster.nodes} == {0o600}
+    assert {stat.S_IMODE(n.data_dir.stat().st_mode) for n in cluster.nodes} == {0o700}
+    assert not (directory / "cluster.secret").exists()
+    return held.pop()
+
+
 def test_produce_failover_restart_and_status(tmp_path: Path) -> None:
     raft_port, http_port = _ports()
     cluster = LocalCluster(tmp_path / "data", 3, raft_port=raft_port, http_port=http_port,
@@ -89,6 +102,7 @@ def test_produce_failover_restart_and_status(tmp_path: Path) -> None:
     try:
         cluster.start()
         cluster.wait_healthy(60)
+        held = _secrets_held(cluster, tmp_path / "data")
         everyone = ",".join(cluster.http_addresses)
         done = raftlog("topic", "create", "events", "--partitions", "1", "--replication-factor", "3",
                        server=cluster.http_addresses[1])
@@ -119,6 +133,7 @@ def test_produce_failover_restart_and_status(tmp_path: Path) -> None:
         assert (cluster.raft_port, cluster.http_port) == (raft_port, http_port)
         cluster.start()
         cluster.wait_healthy(60)
+        assert _secrets_held(cluster, tmp_path / "data") == held, "a restart keeps the secret"
         assert _values(cluster, everyone) == [str(i) for i in range(1, 401)]
         for node in cluster.nodes:  # every replica serves the same records once it applied them
             _values_eventually(cluster, node.http_addr, [str(i) for i in range(1, 401)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,21 +119,42 @@ async def test_tokens_gate_every_route_by_its_right(tmp_path: Path) -> None:
                                          json={"name": "x", "rights": ["read:"]})
             assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
 
-            # The CLI: an admin makes, lists and deletes tokens (--token, or $RAFTLOG_TOKEN).
-            async def cli(*args: str, token: str = ADMIN) -> tuple[int, str, str]:
+            # The CLI: an admin makes, lists and deletes tokens. The token comes from
+            # $RAFTLOG_TOKEN or --token-file (0600), never from the command line.
+            async def cli(*args: str, env_token: str | None = ADMIN) -> tuple[int, str, str]:
+                environment = {k: v for k, v in os.environ.items() if k != "RAFTLOG_TOKEN"}
+                if env_token is not None:
+                    environment["RAFTLOG_TOKEN"] = env_token
+                argv = ["-m", "multiraft.cli", *args, "--server", url[1]]
+                assert ADMIN not in " ".join(argv), "no token in argv"
                 process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "multiraft.cli", *args, "--server", url[1], "--token", token,
+                    sys.executable, *argv, env=environment,
                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
                 out, err = await asyncio.wait_for(process.communicate(), 60)
                 return process.returncode or 0, out.decode(), err.decode()
 
             code, out, err = await cli("token", "create", "ops", "--right", "read:t1", "--right", "admin")
             assert code == 0 and "shown once" in err, err
-            code, out, err = await cli("token", "list", token=out.strip())  # the new token is an admin's
+            code, out, err = await cli("token", "list", env_token=out.strip())  # the new token is an admin's
             assert code == 0 and "ops" in out and "admin, read:t1" in out, (out, err)
+            saved = tmp_path / "tokens" / "ops.token"
+            code, out, err = await cli("token", "create", "ops", "--right", "admin", "--output", str(saved))
+            assert code == 0 and out == "" and f"written to {saved}" in err, (out, err)
+            assert (saved.stat().st_mode & 0o777, saved.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+            code, out, err = await cli("token", "create", "ops", "--right", "admin", "--output", str(saved))
+            assert code == 2 and "exists" in err, "never over an existing file"
+            code, out, err = await cli("token", "list", "--token-file", str(saved), env_token="not-a-token-0123")
+            assert code == 0 and "ops" in out, "--token-file wins over $RAFTLOG_TOKEN"
+            saved.chmod(0o644)
+            code, out, err = await cli("token", "list", "--token-file", str(saved), env_token=None)
+            assert code == 2 and f"chmod 600 {saved}" in err, err
+            code, out, err = await cli("token", "list", "--token", saved.read_text().strip(), env_token=None)
+            assert code == 2 and "--token-file FILE" in err and saved.read_text().strip() not in err, err
             code, out, err = await cli("token", "delete", "ops")
             assert code == 0, err
-            code, out, err = await cli("token", "list", token="not-a-token-0123456789")
+            code, out, err = await cli("token", "list", env_token="not-a-token-0123456789")
+            assert code == 1 and "UNAUTHENTICATED" in err, err
+            code, out, err = await cli("token", "list", env_token=None)
             assert code == 1 and "UNAUTHENTICATED" in err, err
 
             # A node joining an authenticated cluster shows the admin token to be admitted.

@@ -28,7 +28,7 @@ from raftlog.types import NodeId
 from storage.batch import Record, decode_batch, encode_batch
 from storage.offsets import read_records
 
-SECRET = b"test-secret-0123456789abcdef"
+SECRET = b"test-secret-0123456789abcdef-0123456789abcdef"  # 45 base64url characters: 33 bytes
 
 
 def free_port(host: str) -> int:

@@ -16,9 +16,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _private(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o600)  # a secret file open to others is refused (tests/unit/test_secret_files.py)
+    return path
+
+
 def _base(tmp_path: Path) -> list[str]:
-    secret = tmp_path / "secret"
-    secret.write_text("0123456789abcdef0123456789abcdef")
+    secret = _private(tmp_path / "secret", "0123456789abcdef" * 4)
     return [
         "--node-id", "1", "--data-dir", str(tmp_path / "n1"), "--raft-addr", "127.0.0.1:7001",
         "--http-addr", "127.0.0.1:8001", "--initial-cluster", "1=127.0.0.1:7001,2=127.0.0.2:7001,3=127.0.0.3:7001",
@@ -59,43 +64,46 @@ def test_bad_settings_are_named(tmp_path: Path, extra: list[str], setting: str) 
         load_config(_parse([*_base(tmp_path), *extra]))
 
 
-def test_dev_cluster_shares_a_generated_secret(tmp_path: Path) -> None:
-    argv = [a for a in _base(tmp_path)][:-2]
-    first = load_config(_parse(argv))
-    second = load_config(_parse([*argv[:3], str(tmp_path / "n2"), *argv[4:]]))
-    assert first.cluster_secret == second.cluster_secret and len(first.cluster_secret) == 64
+def test_a_node_without_a_secret_file_generates_one_in_its_own_data_directory(tmp_path: Path) -> None:
+    # Goal: without --cluster-secret-file a node makes 32 random bytes (64 hex digits) in
+    # `<data_dir>/cluster.secret`, never in the shared parent, and reads the same one again.
+    argv = _base(tmp_path)[:-2]
+    first = load_config(_parse(argv)).cluster_secret
+    assert len(first) == 64 and bytes.fromhex(first.decode())
+    assert (tmp_path / "n1" / "cluster.secret").read_bytes().strip() == first
+    assert not (tmp_path / "cluster.secret").exists(), "nothing in the parent"
+    assert load_config(_parse(argv)).cluster_secret == first
 
 
-def test_nodes_started_side_by_side_never_read_a_half_written_secret(tmp_path: Path, monkeypatch) -> None:
-    # Goal: a node that finds the shared secret file while another node is still
-    # creating it must not read it empty (CI saw "cluster_secret: at least 16 bytes" and
-    # a node that would not start). Here the second node comes in while the first is
-    # between deciding to create the file and having written it; both must end up
-    # with the same whole secret.
-    import multiraft.config as config
+def test_starts_side_by_side_never_read_a_half_written_secret(tmp_path: Path, monkeypatch) -> None:
+    # Goal: a start that finds the secret file while another start is still creating it
+    # must not read it empty (CI saw "cluster_secret: at least 16 bytes" and a node that
+    # would not start). Here the second start comes in while the first is between
+    # deciding to create the file and having written it; both must end up with the
+    # same whole secret.
+    import multiraft.secret_files as secret_files
 
-    argv = [a for a in _base(tmp_path)][:-2]
-    second_argv = [*argv[:3], str(tmp_path / "n2"), *argv[4:]]
-    real_token_hex = config.secrets.token_hex
+    argv = _base(tmp_path)[:-2]
+    real_token_hex = secret_files.secrets.token_hex
     seen: list[bytes] = []
 
     def token_hex(count: int) -> str:
         if not seen:
-            seen.append(b"")  # only the first node's generation lets the other one in
-            seen[0] = load_config(_parse(second_argv)).cluster_secret
+            seen.append(b"")  # only the first start's generation lets the other one in
+            seen[0] = load_config(_parse(argv)).cluster_secret
         return real_token_hex(count)
 
-    monkeypatch.setattr(config.secrets, "token_hex", token_hex)
+    monkeypatch.setattr(secret_files.secrets, "token_hex", token_hex)
     first = load_config(_parse(argv)).cluster_secret
     assert len(first) == 64 and seen == [first]
-    assert (tmp_path / "cluster.secret").stat().st_mode & 0o077 == 0, "the secret is the owner's alone"
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".cluster.secret")) == []
+    data_dir = tmp_path / "n1"
+    assert (data_dir / "cluster.secret").stat().st_mode & 0o077 == 0, "the secret is the owner's alone"
+    assert sorted(p.name for p in data_dir.iterdir() if p.name.startswith(".cluster.secret")) == []
 
 
 def test_admin_token_file_turns_auth_on_and_is_checked(tmp_path: Path) -> None:
     assert load_config(_parse(_base(tmp_path))).admin_token == b"", "auth off by default"
-    token = tmp_path / "admin.token"
-    token.write_text("an-admin-token-of-enough-length\n")
+    token = _private(tmp_path / "admin.token", "an-admin-token-of-enough-length\n")
     config = load_config(_parse([*_base(tmp_path), "--admin-token-file", str(token)]))
     assert config.admin_token == b"an-admin-token-of-enough-length"
     token.write_text("short")
