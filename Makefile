@@ -38,6 +38,15 @@ test: install chaos-deps
 test-fast: install
 	$(PY) -m pytest -m "not slow and not sim" -q $(PYTEST_ARGS)
 
+# Deep fuzzing: the fuzz tests of `make test` with FUZZ_SCALE times their examples
+# (hypothesis over the batch codec and the transport decoders, schemathesis over the API);
+# each test's own budget grows with the scale, so pytest's per-test timeout is lifted.
+FUZZ_SCALE ?= 20
+.PHONY: fuzz
+fuzz: install
+	RAFTLOG_FUZZ_SCALE=$(FUZZ_SCALE) $(PY) -m pytest -q -p no:cacheprovider --timeout=0 tests/storage/test_batch.py \
+	  tests/transport/test_decoders_fuzz.py tests/unit/test_wire.py tests/http/test_fuzz.py $(PYTEST_ARGS)
+
 # Long simulation sweep: make sim SEEDS=10000 START=0
 sim: install
 	$(PY) -m tests.sim.sweep --seeds $(SEEDS) --start $(START)

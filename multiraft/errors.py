@@ -162,6 +162,73 @@ class SnapshotFormatError(Exception):
     """
 
 
+# ---------------------------------------------------------------- conditions only HTTP has
+
+class RouteNotFound(ClientError):
+    code = "NOT_FOUND"
+    http_status = 404
+
+
+class MethodNotAllowed(ClientError):
+    code = "METHOD_NOT_ALLOWED"
+    http_status = 405
+
+
+class RequestTooLarge(ClientError):
+    """The request body exceeds the server's bound (413 before anything is parsed)."""
+
+    code = "REQUEST_TOO_LARGE"
+    http_status = 413
+
+
+class MessageTooLarge(ClientError):
+    """One record (key + value + headers) exceeds `record_bytes_max`."""
+
+    code = "MESSAGE_TOO_LARGE"
+    http_status = 413
+
+    def __init__(self, message: str, bytes_max: int) -> None:
+        super().__init__(message)
+        self.bytes_max = bytes_max
+
+
+class UnsupportedMediaType(ClientError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    http_status = 415
+
+
+class RequestTimeout(ClientError):
+    """The client did not send its body within the bound (slow or abandoned client)."""
+
+    code = "REQUEST_TIMEOUT"
+    http_status = 408
+
+
+class Timeout(ClientError):
+    """The cluster did not answer within the request's bound.
+
+    For a produce the outcome is unknown (it may still commit): retry only with
+    an idempotent producer, which deduplicates.
+    """
+
+    code = "TIMEOUT"
+    http_status = 504
+
+
+class ForeignOrigin(ClientError):
+    """The request came from a web page of another origin (cross-site request)."""
+
+    code = "FORBIDDEN_ORIGIN"
+    http_status = 403
+
+
+class UnknownHost(ClientError):
+    """The Host header names no address of this node (DNS rebinding)."""
+
+    code = "FORBIDDEN_HOST"
+    http_status = 403
+
+
 def _subclasses(cls: type[ClientError]) -> list[type[ClientError]]:
     found = []
     for sub in cls.__subclasses__():
@@ -170,12 +237,7 @@ def _subclasses(cls: type[ClientError]) -> list[type[ClientError]]:
     return found
 
 
-def error_table() -> dict[str, tuple[int, bool]]:
-    """The one table: error code -> (HTTP status, retriable), over every ClientError.
-
-    Built from the class hierarchy (raftlog.errors and this module) so that a new
-    error cannot be forgotten; a code defined twice is a programmer error.
-    """
+def _build_table() -> dict[str, tuple[int, bool]]:
     table: dict[str, tuple[int, bool]] = {}
     owners: dict[str, type[ClientError]] = {}
     for cls in [ClientError, *_subclasses(ClientError)]:
@@ -186,6 +248,18 @@ def error_table() -> dict[str, tuple[int, bool]]:
         owners[cls.code] = cls
         table[cls.code] = (cls.http_status, cls.retriable)
     return table
+
+
+# Built once, here, after every code is defined (raftlog.errors and this module hold them
+# all; tests/unit/test_error_table.py checks no other module defines one), so it is the
+# same in every process whatever else it imported: a client's table lacked the HTTP-only
+# codes while they lived in the HTTP layer.
+_TABLE = _build_table()
+
+
+def error_table() -> dict[str, tuple[int, bool]]:
+    """The one table: error code -> (HTTP status, retriable), over every ClientError."""
+    return dict(_TABLE)
 
 
 def answered(error: ClientError) -> ClientError:

@@ -44,3 +44,4 @@ class NodeLatencies:
     fsync: Histogram = field(default_factory=Histogram)  # one flush: segment fsyncs + state write
     replicate: Histogram = field(default_factory=Histogram)  # leader: proposal -> applied (committed)
     apply: Histogram = field(default_factory=Histogram)  # one Ready's committed entries applied
+    loop_lag: Histogram = field(default_factory=Histogram)  # how late the event loop ran a timer (loop_lag.py)

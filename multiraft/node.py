@@ -37,6 +37,7 @@ from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
 from multiraft.histograms import NodeLatencies
 from multiraft.liveness import PeerLiveness
+from multiraft.loop_lag import watch_loop_lag
 from multiraft.machines import PartitionMachine
 from multiraft.metadata.catalog import Catalog, ProducerIdBlock
 from multiraft.metadata.commands import (
@@ -62,6 +63,7 @@ from multiraft.rpc import (
     answer,
     error_answer,
 )
+from multiraft.supervision import supervised, watch
 from multiraft.transport import Transport
 from multiraft.unsafe import ChaosHooks
 from raftlog.errors import (
@@ -168,17 +170,19 @@ class Node:
         if config.join is not None:
             await self.controller.join(config.join)
         replicas.open_metadata_group(self)
-        for name, coroutine in (
-            ("ticker", self._ticker()),
-            ("reconciler", replicas.reconcile_loop(self, self._catalog_event)),
-            ("registrar", self.controller.register()),
-            ("node-heartbeats", self.controller.send_heartbeats()),
-            ("controller", self.controller.watch_liveness()),
-            ("leader-balancer", leadership.balance_loop(self)),
-            ("replica-mover", reassignment.move_loop(self)),
-            ("compaction", compaction_loop(self)),
+        controller = self.controller
+        for name, loop in (
+            ("ticker", self._ticker),
+            ("reconciler", lambda: replicas.reconcile_loop(self, self._catalog_event)),
+            ("registrar", controller.register),
+            ("node-heartbeats", controller.send_heartbeats),
+            ("controller", controller.watch_liveness),
+            ("leader-balancer", lambda: leadership.balance_loop(self)),
+            ("replica-mover", lambda: reassignment.move_loop(self)),
+            ("compaction", lambda: compaction_loop(self)),
+            ("loop-lag", lambda: watch_loop_lag(self.latencies.loop_lag)),
         ):
-            self._tasks.append(asyncio.create_task(coroutine, name=f"node-{self.id}-{name}"))
+            self._tasks.append(asyncio.create_task(supervised(name, loop, self.logger), name=f"node-{self.id}-{name}"))
         self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr))
 
     def _start_chaos_hooks(self) -> None:
@@ -225,9 +229,9 @@ class Node:
     def catalog_changed(self) -> None:
         self._catalog_event.set()
 
-    def start_task(self, coroutine: Any) -> None:
-        """Run node work in the background; stopped with the node."""
-        self._tasks.append(asyncio.get_running_loop().create_task(coroutine))
+    def start_task(self, coroutine: Any, name: str = "background") -> None:
+        """Run node work in the background; stopped with the node, its failure logged."""
+        self._tasks.append(watch(asyncio.get_running_loop().create_task(coroutine), name, self.logger))
 
     def update_peers(self) -> None:
         assert self.transport is not None

@@ -28,26 +28,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from raftlog.errors import ClientError
+from multiraft.errors import ForeignOrigin, UnknownHost
 
 if TYPE_CHECKING:
     from multiraft.config import NodeConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class ForeignOrigin(ClientError):
-    """The request came from a web page of another origin (cross-site request)."""
-
-    code = "FORBIDDEN_ORIGIN"
-    http_status = 403
-
-
-class UnknownHost(ClientError):
-    """The Host header names no address of this node (DNS rebinding)."""
-
-    code = "FORBIDDEN_HOST"
-    http_status = 403
 
 
 @dataclass(frozen=True, slots=True)

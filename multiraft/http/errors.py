@@ -2,10 +2,10 @@
 
 Every failure leaves the server as `{"error_code", "message"}` with the status of
 the one error table (`multiraft.errors.error_table`), the way h11 turns local
-errors into remote ones at a single place. The errors defined here are the
-conditions only HTTP has (unknown route, body too large, wrong content type, a
-client too slow to send its body); they subclass `ClientError` so the table and
-the Python client see them like any other code.
+errors into remote ones at a single place. The conditions only HTTP has (unknown
+route, body too large, wrong content type, a client too slow to send its body, a
+foreign web origin) are defined in `multiraft.errors` with every other code, so the
+table is the same in every process, a client's included.
 
 A `NotLeader` answer also carries the leader's id and HTTP address in headers
 (`Raftlog-Leader-Id`, `Raftlog-Leader`), so a client can go straight there
@@ -21,63 +21,22 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from multiraft.errors import InvalidBatch, InvalidRequest, Unauthenticated, answered, error_body
+from multiraft.errors import (  # the HTTP-only conditions live with the others, in the one table's module
+    InvalidBatch,
+    InvalidRequest,
+    MethodNotAllowed,
+    RequestTooLarge,
+    RouteNotFound,
+    Timeout,
+    Unauthenticated,
+    answered,
+    error_body,
+)
 from raftlog.errors import ClientError, NotLeader
 from storage.errors import InvalidBatchError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _logger = structlog.get_logger("multiraft.http")
-
-
-class RouteNotFound(ClientError):
-    code = "NOT_FOUND"
-    http_status = 404
-
-
-class MethodNotAllowed(ClientError):
-    code = "METHOD_NOT_ALLOWED"
-    http_status = 405
-
-
-class RequestTooLarge(ClientError):
-    """The request body exceeds the server's bound (413 before anything is parsed)."""
-
-    code = "REQUEST_TOO_LARGE"
-    http_status = 413
-
-
-class MessageTooLarge(ClientError):
-    """One record (key + value + headers) exceeds `record_bytes_max`."""
-
-    code = "MESSAGE_TOO_LARGE"
-    http_status = 413
-
-    def __init__(self, message: str, bytes_max: int) -> None:
-        super().__init__(message)
-        self.bytes_max = bytes_max
-
-
-class UnsupportedMediaType(ClientError):
-    code = "UNSUPPORTED_MEDIA_TYPE"
-    http_status = 415
-
-
-class RequestTimeout(ClientError):
-    """The client did not send its body within the bound (slow or abandoned client)."""
-
-    code = "REQUEST_TIMEOUT"
-    http_status = 408
-
-
-class Timeout(ClientError):
-    """The cluster did not answer within the request's bound.
-
-    For a produce the outcome is unknown (it may still commit): retry only with
-    an idempotent producer, which deduplicates.
-    """
-
-    code = "TIMEOUT"
-    http_status = 504
 
 
 def _http_exception_error(exception: web.HTTPException) -> ClientError:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storage.batch import BATCH_BYTES_MAX
+from storage.batch import (
+    RECORD_BYTES_MAX as RECORD_BYTES_MAX,  # one record, JSON or binary (see below)
+)
 
 # A binary batch may be as large as storage accepts, plus room for nothing else.
 REQUEST_BYTES_MAX = BATCH_BYTES_MAX
@@ -18,8 +21,8 @@ JSON_BYTES_MAX = BATCH_BYTES_MAX
 # Confluent REST Proxy has no explicit cap; 10,000 records keeps one request's
 # Python work (encode, group, answer) in the tens of milliseconds.
 RECORDS_PER_REQUEST_MAX = 10_000
-# Kafka's default message.max.bytes is ~1 MiB: one record (key + value + headers).
-RECORD_BYTES_MAX = 1024 * 1024
+# One record (key + value + headers), JSON or binary, is storage's RECORD_BYTES_MAX (1 MiB,
+# Kafka's message.max.bytes), imported above so the two paths cannot drift apart.
 HEADERS_PER_RECORD_MAX = 64
 # A client must deliver its whole body within this time (slowloris guard).
 BODY_READ_TIMEOUT_S = 30.0

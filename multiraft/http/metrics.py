@@ -107,6 +107,8 @@ class NodeCollector(Collector):
             ("raftlog_fsync_seconds", self.node.latencies.fsync, "one group-commit flush: segment fsyncs + state write"),
             ("raftlog_replicate_seconds", self.node.latencies.replicate, "leader: proposal to applied (committed)"),
             ("raftlog_apply_seconds", self.node.latencies.apply, "applying one batch of committed entries"),
+            ("raftlog_event_loop_lag_seconds", self.node.latencies.loop_lag,
+             "how late the event loop ran a timer due now (a request or task holding the loop)"),
         ):
             yield HistogramMetricFamily(name, help_text, buckets=histogram.cumulative(), sum_value=histogram.total)
 

@@ -11,9 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from multiraft.errors import InvalidRequest
+from multiraft.errors import InvalidRequest, RequestTimeout, UnsupportedMediaType
 from multiraft.http import jsontext
-from multiraft.http.errors import RequestTimeout, UnsupportedMediaType
 from multiraft.http.limits import BODY_READ_TIMEOUT_S
 
 

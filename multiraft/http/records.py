@@ -23,9 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from multiraft.errors import InvalidRequest
+from multiraft.errors import InvalidRequest, MessageTooLarge
 from multiraft.http import jsontext
-from multiraft.http.errors import MessageTooLarge
 from multiraft.http.limits import HEADERS_PER_RECORD_MAX, RECORD_BYTES_MAX
 from multiraft.http.params import is_int
 from storage.batch import Record, decode_columns, encode_batch
@@ -64,16 +63,22 @@ def _utf8(text: str, what: str) -> bytes:
         raise InvalidRequest(f"{what} is not valid Unicode text (a lone surrogate)") from None
 
 
+# One encoder for every value: json.dumps with options builds a new one per call.
+_VALUE_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _value(value: object, fmt: str, what: str) -> bytes | None:
     if value is None:
         return None
     if fmt == "json":
         try:
-            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            encoded = _VALUE_ENCODER.encode(value).encode()
         except RecursionError:
             raise InvalidRequest(f"{what} nests deeper than {VALUE_DEPTH_MAX} levels") from None
-        encoded = _utf8(text, what)
-        if jsontext.value_too_deep(encoded, value, VALUE_DEPTH_MAX):
+        except UnicodeEncodeError:
+            raise InvalidRequest(f"{what} is not valid Unicode text (a lone surrogate)") from None
+        # A text of at most VALUE_DEPTH_MAX bytes cannot nest deeper: most values skip the check.
+        if len(encoded) > VALUE_DEPTH_MAX and jsontext.value_too_deep(encoded, value, VALUE_DEPTH_MAX):
             raise InvalidRequest(f"{what} nests deeper than {VALUE_DEPTH_MAX} levels")
         return encoded
     return _text(value, fmt, what)

@@ -34,10 +34,9 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
-from multiraft.errors import InvalidRequest, error_body
+from multiraft.errors import InvalidRequest, RequestTimeout, RequestTooLarge, error_body
 from multiraft.http.app import create_app
 from multiraft.http.connections import ConnectionGate, ConnectionStats
-from multiraft.http.errors import RequestTimeout, RequestTooLarge
 from multiraft.http.handlers.metrics import REGISTRY_KEY
 from multiraft.http.limits import ConnectionLimits
 from multiraft.http.metrics import ConnectionsCollector

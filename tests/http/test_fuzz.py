@@ -54,14 +54,15 @@ from typing import Any
 import pytest
 
 from multiraft.http.limits import BATCH_CONTENT_TYPE
+from tests.fuzzing import fuzz_examples
 from tests.http.conftest import Cluster
 from tests.node.test_node_cluster import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
 
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = fuzz_examples(25)  # per operation; `make fuzz` multiplies it
 SEED = 20_240_501  # hypothesis draws from this seed (derandomize=True plus an explicit seed)
-FUZZ_BUDGET_S = 120.0  # ~30 s alone; a busy 2-core CI box needs the room
+FUZZ_BUDGET_S = 120.0 * fuzz_examples(1)  # ~30 s alone at scale 1; a busy 2-core CI box needs the room
 REQUEST_TIMEOUT_S = 20.0
 FUZZ_TOPIC = "fuzz-topic"
 FUZZ_TOPIC_PARTITIONS = 2

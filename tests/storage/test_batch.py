@@ -23,6 +23,7 @@ from storage.batch import (
     validate_batch,
 )
 from storage.errors import InvalidBatchError
+from tests.fuzzing import fuzz_examples
 
 _records = st.lists(
     st.builds(
@@ -171,7 +172,7 @@ def test_a_decoded_range_is_that_slice_of_the_whole(records, bounds, compression
         [(r.key, r.value, r.headers, r.timestamp_delta_ms) for r in wanted]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=fuzz_examples(500), deadline=None)
 @given(data=st.binary(max_size=600) | st.builds(
     lambda records, cut, junk, compression: (
         encode_batch(records, first_timestamp_ms=1, compression=compression)[:cut] + junk),

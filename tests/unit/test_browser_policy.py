@@ -12,7 +12,7 @@ from multiraft.http.browsers import BrowserPolicy
 def _config(tmp_path: Path, **settings: Any) -> NodeConfig:
     return NodeConfig(node_id=1, data_dir=tmp_path, raft_addr=Address("127.0.0.1", 1),
                       http_addr=Address("node1.internal", 8080), initial_cluster={1: Address("127.0.0.1", 1)},
-                      cluster_secret=b"s" * 32, **settings)
+                      cluster_secret=b"0123456789abcdef" * 4, **settings)
 
 
 def test_allowed_origins_and_host_names_come_from_the_config(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from aiohttp import web
 
-from multiraft.http.errors import NODE_KEY, Timeout
+from multiraft.errors import Timeout
+from multiraft.http.errors import NODE_KEY
 from multiraft.http.limits import REQUEST_TIMEOUT_S
 from multiraft.http.params import query_str
 

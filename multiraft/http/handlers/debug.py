@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from multiraft.errors import InvalidRequest
-from multiraft.http.errors import RouteNotFound
+from multiraft.errors import InvalidRequest, RouteNotFound
 from multiraft.http.handlers.common import node_of
 from raftlog.storage import CompactedError, UnavailableError
 from raftlog.types import GroupId, Index

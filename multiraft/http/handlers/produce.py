@@ -24,8 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from multiraft.batch_checks import validate_off_loop
-from multiraft.errors import InvalidRequest, error_body
-from multiraft.http.errors import UnsupportedMediaType
+from multiraft.errors import InvalidRequest, UnsupportedMediaType, error_body
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
 from multiraft.http.params import (
