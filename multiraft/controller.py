@@ -21,7 +21,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from multiraft import admission
-from multiraft.metadata.commands import NodeStatus, RegisterNode, ReplaceReplica, SetNodeStatus
+from multiraft.metadata.commands import (
+    NodeStatus,
+    RegisterNode,
+    ReplaceReplica,
+    SetNodeStatus,
+    encode_command,
+)
 from multiraft.metadata.placement import PlacementNode, replacement_for
 from multiraft.replicas import METADATA_GROUP
 from multiraft.rpc import RPC_TIMEOUT_S, STATUS_OK, RpcError, answer, error_answer
@@ -35,6 +41,9 @@ if TYPE_CHECKING:
 JOIN_TIMEOUT_S = 60.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
+# A relayed registration waits this long for an answer that may never come back (see
+# Controller._relay_registration): the proposal reaches the leader either way.
+RELAY_TIMEOUT_S = 1.0
 REPLICA_MOVES_PER_ROUND_MAX = 100  # catalog entries per round; the copies themselves run per partition
 
 
@@ -127,8 +136,28 @@ class Controller:
                 return
             except ClientError as error:
                 node.logger.debug("registration_retry", error=error.code)
+                if node.groups[METADATA_GROUP].core.leader == 0:
+                    await self._relay_registration(command)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    async def _relay_registration(self, command: RegisterNode) -> None:
+        """Hand this node's registration to any peer, which forwards it to the metadata leader.
+
+        A node whose catalog entry holds addresses it does not listen on (rewritten by a
+        bug or an old unsigned admission) hears from no leader: every message to it goes
+        to the wrong place. Its own outbound links still reach the others, so a peer can
+        carry the registration; once it is applied, the cluster dials the node where it
+        is. The peer's answer may not come back (it travels the same wrong way): the
+        registration loop learns the outcome from the next round.
+        """
+        node = self.node
+        assert node.rpc is not None
+        peers = {n for n in node.config.initial_cluster} | set(node.catalog.nodes)
+        for peer in sorted(peers - {node.id}):
+            with contextlib.suppress(RpcError, ClientError):
+                await node.rpc.call(peer, "metadata.propose", encode_command(command), RELAY_TIMEOUT_S)
+                return
 
     # ------------------------------------------------------------------ liveness
 
@@ -164,7 +193,9 @@ class Controller:
                 continue
             now = time.monotonic()
             for member in list(node.catalog.nodes.values()):
-                seen = self._last_seen.get(member.node_id, now)
+                # A node never heard from ages from when this controller first found it in the
+                # catalog: an admitted node that never speaks goes dead and gets no placement.
+                seen = self._last_seen.setdefault(member.node_id, now)
                 status = NodeStatus.ALIVE if now - seen < dead_after else NodeStatus.DEAD
                 if status is not member.status:
                     node.logger.info("node_status_changed", node=member.node_id, status=status.value)

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from multiraft import leadership, partition_ops, reassignment, replicas
+from multiraft import leadership, open_files, partition_ops, reassignment, replicas
 from multiraft.batch_checks import validate_off_loop
 from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
@@ -136,6 +136,7 @@ class Node:
         self.repairing: set[GroupId] = set()  # groups reopening because a read met corruption
         self.controller = Controller(self)
         self.registered = asyncio.Event()
+        self.open_files_limit = 0  # the soft RLIMIT_NOFILE, raised at start (multiraft/open_files.py)
         self.db: StateDatabase | None = None
         self.transport: Transport | None = None
         self.rpc: Rpc | None = None
@@ -144,6 +145,7 @@ class Node:
 
     async def start(self) -> None:
         config = self.config
+        self.open_files_limit = open_files.raise_soft_limit()
         make_private_dirs(config.data_dir / "groups")  # 0700, as every directory the node makes
         self._start_chaos_hooks()
         self.db = StateDatabase(str(config.data_dir / "state.db"))
@@ -183,7 +185,8 @@ class Node:
             ("loop-lag", lambda: watch_loop_lag(self.latencies.loop_lag)),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, self.logger), name=f"node-{self.id}-{name}"))
-        self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr))
+        self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
+                         open_files_limit=self.open_files_limit)
 
     def _start_chaos_hooks(self) -> None:
         """Apply and announce the chaos runner's switches (multiraft/unsafe.py), if any."""
@@ -442,6 +445,11 @@ class Node:
         assignments = place_replicas(
             nodes, request["partitions"], request["replication_factor"], start=self.catalog.next_group_id
         )
+        per_node: dict[int, int] = {}
+        for replicas_of_partition in assignments:
+            for host in replicas_of_partition:
+                per_node[host] = per_node.get(host, 0) + 1
+        open_files.check_room(per_node, self.open_files_limit, open_files.open_now())
         command = CreateTopic(
             name=request["name"],
             partitions=request["partitions"],
