@@ -18,6 +18,7 @@ requested offset and hold at most `max_records`.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import Any
 
@@ -34,8 +35,12 @@ from multiraft.http.limits import (
 )
 from multiraft.http.params import path_partition, query_int, query_str
 from multiraft.http.records import FORMATS, render_batch
+from storage.batch import FLAG_COMPRESSION_MASK
 
 BATCH_FRAME = struct.Struct(">qI")
+# Stored bytes a JSON answer renders on the event loop; beyond, or for a compressed
+# batch, it renders in a worker thread (the loop keeps turning every switch interval).
+RENDER_INLINE_BYTES_MAX = 1024 * 1024
 
 
 async def consume(request: web.Request) -> web.StreamResponse:
@@ -58,6 +63,21 @@ async def consume(request: web.Request) -> web.StreamResponse:
     )
     if binary:
         return await _binary(request, result)
+    if _costly(result.batches):
+        body = await asyncio.to_thread(_json_answer, result, fmt, offset, max_records)
+    else:
+        body = _json_answer(result, fmt, offset, max_records)
+    return web.Response(body=body, content_type="application/json")
+
+
+def _costly(batches: list[tuple[int, int, bytes]]) -> bool:
+    """Whether rendering could hold the event loop for more than a few ms: a compressed
+    batch inflates (up to 16 MiB) before its records can be sliced out."""
+    return sum(len(b) for _, _, b in batches) > RENDER_INLINE_BYTES_MAX or any(
+        len(b) > 5 and b[5] & FLAG_COMPRESSION_MASK for _, _, b in batches)
+
+
+def _json_answer(result: partition_ops.ConsumeResult, fmt: str, offset: int, max_records: int) -> bytes:
     records: list[dict[str, Any]] = []
     next_offset = result.next_offset
     for base, _count, batch in result.batches:
@@ -66,11 +86,10 @@ async def consume(request: web.Request) -> web.StreamResponse:
             next_offset = records[-1]["offset"] + 1
             break
     # orjson: the JSON answer is the consume hot path, and stdlib json doubled its cost.
-    body = orjson.dumps({
+    return orjson.dumps({
         "records": records, "next_offset": next_offset, "high_watermark": result.high_watermark,
         "log_start_offset": result.log_start_offset,
     })
-    return web.Response(body=body, content_type="application/json")
 
 
 async def _binary(request: web.Request, result: partition_ops.ConsumeResult) -> web.StreamResponse:
