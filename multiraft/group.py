@@ -104,7 +104,7 @@ class GroupRuntime:
     ) -> None:
         self.group_id = group_id
         # What a follower runs over every DATA payload it is sent before storing it (a
-        # partition's record batches: `validate_batch`); it raises InvalidBatchError.
+        # partition's record batches: `check_stored_batch`); it raises InvalidBatchError.
         self._check_data = check_data
         self.core = core
         self.store = store

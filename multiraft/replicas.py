@@ -29,7 +29,7 @@ from raftlog.core.raft import RaftCore
 from raftlog.messages import Role
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
-from storage.batch import validate_batch
+from storage.batch import check_stored_batch
 from storage.config import FlushPolicy, StoreConfig
 from storage.errors import CorruptionError
 from storage.files import make_private_dirs
@@ -83,7 +83,7 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     if start.meta.index > 0 and start.data is not None:
         machine.restore(start.data, start.meta.index)  # the state the compacted log began from
     core = RaftCore(core_config, store, random.Random(node.rng.random()), logger)
-    check_data = validate_batch if isinstance(machine, PartitionMachine) else None
+    check_data = check_stored_batch if isinstance(machine, PartitionMachine) else None
     runtime = GroupRuntime(group_id, core, store, machine, node.send, logger, node.on_role_change, check_data)
     runtime.on_quiesce = node.on_quiesce
     runtime.on_failure = lambda failed: _on_failure(node, failed)

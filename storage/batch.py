@@ -55,6 +55,11 @@ INFLATE_RATIO_MAX = 256
 INFLATE_FLOOR_BYTES = 1024 * 1024  # below this a ratio means nothing (tiny batches compress well)
 # One record (key + value + headers), wherever it comes from: Kafka's message.max.bytes.
 RECORD_BYTES_MAX = 1024 * 1024
+# What a batch already stored may hold: the bounds before the ones above existed. A
+# follower catching up, or a segment transfer, checks a stored batch's integrity
+# against these (`check_stored_batch`), so a log written by an older version still
+# replicates; the tighter bounds apply where new batches enter (`validate_batch`).
+STORED_RECORD_COUNT_MAX = 1_000_000
 
 
 class Compression(enum.IntEnum):
@@ -186,6 +191,25 @@ def validate_batch(
     return header
 
 
+def check_stored_batch(data: bytes | memoryview) -> BatchHeader:
+    """Check a batch a leader sends or a transfer carries: header, CRC, every length,
+    within the bounds any stored batch meets (not the produce bounds: see above)."""
+    if len(data) > BATCH_BYTES_MAX:
+        raise InvalidBatchError(f"batch of {len(data)} bytes exceeds {BATCH_BYTES_MAX}")
+    header = read_header(data)
+    if header.flags & ~_FLAGS_KNOWN or header.flags & FLAG_COMPRESSION_MASK > Compression.ZLIB:
+        raise InvalidBatchError(f"unknown batch flags {header.flags:#x}")
+    if HEADER_BYTES + header.records_bytes != len(data):
+        raise InvalidBatchError("declared records length does not match the batch length")
+    if not 1 <= header.record_count <= STORED_RECORD_COUNT_MAX:
+        raise InvalidBatchError(f"record count {header.record_count} is out of range")
+    (crc,) = struct.unpack_from(">I", data, 1)
+    if zlib.crc32(memoryview(data)[CRC_START:]) != crc:
+        raise InvalidBatchError("batch CRC mismatch")
+    _validate_lengths(_records_section(data, header, BATCH_BYTES_MAX), header, BATCH_BYTES_MAX)
+    return header
+
+
 def inflated_bytes_max(wire_bytes: int) -> int:
     """How large a compressed batch of `wire_bytes` may inflate (BATCH_BYTES_MAX at most)."""
     return min(BATCH_BYTES_MAX, max(INFLATE_FLOOR_BYTES, INFLATE_RATIO_MAX * wire_bytes))
@@ -295,7 +319,7 @@ def decode_columns(data: bytes | memoryview, start: int = 0, stop: int | None = 
     object per record of the batch.
     """
     header = read_header(data)
-    section = _records_section(data, header, inflated_bytes_max(len(data)))
+    section = _records_section(data, header, BATCH_BYTES_MAX)  # stored: it may predate the ratio
     return _decode_section(section, header, start, stop)
 
 

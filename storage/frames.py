@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from raftlog.messages import Entry, EntryKind
 from raftlog.types import Index, Offset, Term
-from storage.batch import BATCH_BYTES_MAX, read_header, validate_batch
+from storage.batch import BATCH_BYTES_MAX, check_stored_batch, read_header
 from storage.errors import CorruptionError, InvalidBatchError
 
 FRAME_HEADER = struct.Struct(">IIQQBBQI")
@@ -121,7 +121,7 @@ def validate_frames(data: bytes, first_index: Index, next_offset: Offset) -> lis
         if info.index != expected_index or info.base_offset != expected_offset:
             raise InvalidBatchError(f"frame at {position} is not contiguous with the log")
         if info.kind is EntryKind.DATA:
-            if validate_batch(payload).record_count != info.record_count:
+            if check_stored_batch(payload).record_count != info.record_count:
                 raise InvalidBatchError(f"frame at {position} miscounts its records")
         elif info.record_count != 0:
             raise InvalidBatchError(f"frame at {position} counts records outside DATA")

@@ -16,6 +16,7 @@ from storage.batch import (
     RECORD_COUNT_MAX,
     Compression,
     Record,
+    check_stored_batch,
     decode_batch,
     decode_columns,
     encode_batch,
@@ -141,6 +142,19 @@ def test_a_few_bytes_cannot_declare_a_million_records():
     with pytest.raises(InvalidBatchError, match="out of range"):
         validate_batch(plain)
     assert validate_batch(encode_batch([Record(None, None)] * RECORD_COUNT_MAX, first_timestamp_ms=1))
+
+
+def test_a_batch_stored_before_the_produce_bounds_still_replicates():
+    # Goal: a follower or a segment transfer checks a stored batch's integrity only, so a
+    # log an older version wrote (150,000 records, a 2 MiB record) still replicates,
+    # while a damaged one is refused as before.
+    for records in ([Record(None, None)] * 150_000, [Record(None, b"v" * (2 * RECORD_BYTES_MAX))]):
+        legacy = encode_batch(records, first_timestamp_ms=1)
+        with pytest.raises(InvalidBatchError):
+            validate_batch(legacy)
+        assert check_stored_batch(legacy).record_count == len(records)
+        with pytest.raises(InvalidBatchError, match="CRC"):
+            check_stored_batch(legacy[:-1] + bytes([legacy[-1] ^ 1]))
 
 
 @pytest.mark.parametrize("compression", list(Compression))
