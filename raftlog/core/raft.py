@@ -799,6 +799,11 @@ class RaftCore:
             self.logger.info("follower_lost_entries", follower=message.source,
                              match=progress.match, holds=message.reject_hint)
             progress.forget_match(Index(next_probe + 1))
+            # Short, it is not in sync, whenever it last caught up: out of the ISR until its
+            # match reaches our log again (a lone in-sync replica short of entries would
+            # otherwise count toward min_insync_replicas and acks=all, and be picked for a
+            # leadership transfer it cannot take).
+            self._in_sync.lost(message.source, self.now_ticks)
             self._send_append(message.source)
             return
         if said_so:
