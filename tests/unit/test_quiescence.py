@@ -7,7 +7,7 @@ import random
 from multiraft.quiescence import follower_may_quiesce, quiesce_refusal
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
-from raftlog.messages import MessageType, Role
+from raftlog.messages import Message, MessageType, Role
 from raftlog.types import NodeId
 from storage.memory import MemoryStorage
 from tests.unit.driver import handle_ready
@@ -41,6 +41,11 @@ def test_lagging_follower_or_pending_read_refuses() -> None:
     assert leader.role is Role.LEADER
 
 
+def _heartbeat(leader: RaftCore, follower: RaftCore) -> Message:
+    return Message(type=MessageType.HEARTBEAT, source=leader.id, target=follower.id, term=leader.term,
+                   commit=leader.commit_index)
+
+
 def _damaged(cluster: Cluster, node: int, lost: int) -> RaftCore:
     """Restart `node` as recovery leaves a replica whose log was cut at damage: its last
     `lost` entries gone, its commit clamped to what is left, marked for repair."""
@@ -51,6 +56,24 @@ def _damaged(cluster: Cluster, node: int, lost: int) -> RaftCore:
     cluster.applied[node] = []
     assert core.needs_repair
     return core
+
+
+def test_a_replica_in_repair_does_not_quiesce() -> None:
+    # Goal: a replica whose damaged log was cut refuses to go quiet even when it agrees
+    # with the leader on everything: its clock is what makes it ask for the rest.
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    cluster.stabilize()
+    follower = _damaged(cluster, 3, lost=0)
+    cluster.stabilize()
+    last = leader.log.last_index()
+    assert follower.log.last_index() == last
+    follower.step(_heartbeat(leader, follower))
+    cluster.stabilize()
+    assert follower.leader == 1 and follower.commit_index == last
+    assert not follower_may_quiesce(follower, 1, leader.term, last), "in repair: keeps ticking"
+    follower.mark_repaired()
+    assert follower_may_quiesce(follower, 1, leader.term, last)
 
 
 def test_a_short_replica_of_a_quiet_group_is_refilled_without_a_leader_tick() -> None:
