@@ -558,9 +558,14 @@ class RaftCore:
         lost entries, as it does in answer to a heartbeat, every election timeout while no
         leader talks to it: to its leader, or to every voter while it knows none (a
         follower ignores it; a quiet one merely wakes, and its leader, woken too, quiets
-        it again). The leader forgets the match, drops it from the ISR and probes. Its
-        elapsed time is left running: the lease rule for vote requests reads it."""
-        targets = [self.leader] if self.leader != NO_NODE else sorted(self.membership.voters - {self.id})
+        it again), counting the driver's `repair_contacts` in case the cut took the
+        configuration entries with it. The leader forgets the match, drops it from the
+        ISR and probes. Its elapsed time is left running: the lease rule for vote
+        requests reads it."""
+        if self.leader != NO_NODE:
+            targets = [self.leader]
+        else:
+            targets = sorted((self.membership.voters | self.config.repair_contacts) - {self.id})
         self.logger.debug("repair_requested", targets=targets, last_index=self.log.last_index())
         for target in targets:
             self._say_log_end(target)

@@ -40,17 +40,23 @@ REFILL_TIMEOUT_S = 10.0  # "within a few seconds": a notice goes out after one e
 HOLD_S = 1.0  # the leader's first appends to the short replica wait this long (see below)
 
 
-def _flip_middle_of_a_closed_segment(node: Node, group: int) -> None:
-    """Flip 64 bytes in the middle of a closed segment halfway through the log (the node
-    is stopped). Its size still matches its catalog entry, so the open trusts it; the
-    replay of the restart meets the bad frame, and the reopen's full check cuts there."""
+def _flip_bytes_in_a_closed_segment(node: Node, group: int, where: str) -> None:
+    """Flip 64 bytes of a closed segment (the node is stopped): in the middle of one
+    halfway through the log, or at the very start of the log, in the group's first
+    configuration entries. Its size still matches its catalog entry, so the open trusts
+    it; the replay of the restart meets the bad frame, and the reopen's full check cuts
+    the log there."""
     directory = node.config.data_dir / "groups" / str(group)
     segments = sorted((first, name) for name in os.listdir(directory)
                       if (first := parse_segment_name(name)) is not None)
     assert len(segments) >= 6, f"the log spans several segments: {segments}"
-    path = directory / segments[len(segments) // 2][1]  # closed: only the newest is open
+    if where == "middle":
+        path = directory / segments[len(segments) // 2][1]  # closed: only the newest is open
+        position = os.path.getsize(path) // 2
+    else:
+        path, position = directory / segments[0][1], 0
     with open(path, "r+b") as file:
-        file.seek(os.path.getsize(path) // 2)
+        file.seek(position)
         data = file.read(64)
         file.seek(-len(data), os.SEEK_CUR)
         file.write(bytes(byte ^ 0xFF for byte in data))
@@ -73,7 +79,10 @@ def _hold_appends(node: Node, group: int, held: list[tuple[Any, Message]]) -> No
 
 @pytest.mark.integration
 @pytest.mark.asyncio
-async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["middle", "start"])
+async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(tmp_path: Path, where: str) -> None:
+    # "start": the cut takes the configuration entries too, so the replica knows no
+    # member to tell; it tells the catalog's replicas (Config.repair_contacts).
     async with running_cluster(tmp_path, timeout_s=120) as nodes:
         await nodes[0].create_topic(TOPIC, 1, 3, {"segment_bytes": SEGMENT_BYTES})
         for node in nodes:
@@ -101,7 +110,7 @@ async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(
 
         # Stopped again, a closed segment damaged, started again: short and in repair.
         await nodes[position].stop()
-        _flip_middle_of_a_closed_segment(nodes[position], group)
+        _flip_bytes_in_a_closed_segment(nodes[position], group, where)
         follower = nodes[position] = Node(nodes[position].config)
         await follower.start()
 
@@ -111,6 +120,8 @@ async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(
 
         await until(in_repair, "the reopen cut the damaged log and marked it for repair", 30)
         assert follower.stores[group].last_index() < last, "the replica is short"
+        if where == "start":
+            assert follower.stores[group].last_index() == 0, "nothing left, membership included"
         held: list[tuple[Any, Message]] = []
         _hold_appends(follower, group, held)
         info = leader.catalog.topics[TOPIC].partitions[0]

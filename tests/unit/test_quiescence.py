@@ -117,3 +117,33 @@ def test_a_short_replica_of_a_quiet_group_is_refilled_without_a_leader_tick() ->
     assert cluster.applied[3] == cluster.applied[1]
     assert leader.in_sync_replicas() == {1, 2, 3}, "caught up: back in"
     assert quiesce_refusal(leader) is None
+
+
+def test_a_replica_cut_before_its_configuration_asks_the_drivers_contacts() -> None:
+    # Goal: damage in the first entries leaves a replica in repair with no log and so no
+    # membership: it knows nobody to tell. The driver's repair_contacts (the catalog's
+    # replicas) are told instead, and the quiet leader refills it from index 1.
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    leader.propose([b"v"])
+    cluster.stabilize()
+    storage = cluster.cores[3].log.storage
+    assert isinstance(storage, MemoryStorage)
+    storage.lose_tail(storage.last_index())
+    for contacts in (frozenset(), frozenset({NodeId(1), NodeId(2), NodeId(3)})):
+        config = Config(node_id=NodeId(3), repair_contacts=contacts)
+        cluster.cores[3] = short = RaftCore(config, storage, random.Random(3))
+        cluster.applied[3] = []
+        assert short.log.last_index() == 0 and not short.membership.voters
+        notices = []
+        for _ in range(2 * short.config.election_timeout_ticks):
+            short.tick()
+            while short.has_ready():
+                notices += handle_ready(short, lambda entry: None)
+        assert {m.target for m in notices} == contacts - {3}, "nobody to tell without contacts"
+    for message in notices:
+        cluster.cores[message.target].step(message)
+    cluster.stabilize()
+    assert short.log.last_index() == leader.log.last_index(), "refilled from index 1"
+    assert short.membership.voters == {1, 2, 3}, "its membership came back with its log"
+    assert leader.in_sync_replicas() == {1, 2, 3}
