@@ -212,6 +212,8 @@ class GroupRuntime:
         seconds on a busy node) would time out and campaign too, and those contested
         elections are what overloads a node creating many partitions. `release_hold`
         wakes a replica that heard nothing, should that campaign never come."""
+        if self.core.needs_repair:
+            return  # a replica in repair ticks: see follower_may_quiesce
         self._held = True
         self.quiesced = True
 
@@ -235,8 +237,8 @@ class GroupRuntime:
         woken_in, self._woken_in = self._woken_in, None
         if woken_in is None or self.quiesced or self._inbox or woken_in != self._sleep_state():
             return False
-        if self.core.role is not Role.FOLLOWER:
-            return False
+        if self.core.role is not Role.FOLLOWER or self.core.needs_repair:
+            return False  # a replica in repair keeps ticking (see follower_may_quiesce)
         self.quiesced = True
         return True
 

@@ -6,7 +6,9 @@ whole log, everything is committed and applied, no read or transfer pending)
 tells its followers to go quiet and stops ticking itself; they stop ticking too.
 A quiet group wakes on any message, proposal or read, and a quiet follower wakes
 when the leader's *node* stops answering (node-level pings), so a dead leader is
-still replaced. Quiescence only withholds ticks, and ticks only drive liveness:
+still replaced. A replica in repair (its damaged log was cut at restart) never goes
+quiet: its clock is what makes it tell a quiet leader, which still credits it with
+the whole log, that it came back short. Quiescence only withholds ticks, and ticks only drive liveness:
 the simulator's tick-freeze fault (`FaultMix.quiesce`) checks safety is untouched.
 
 The decision is a pure function over a narrow view of the core, and says why it
@@ -44,9 +46,12 @@ def quiesce_refusal(core: RaftCore) -> str | None:
 
 
 def follower_may_quiesce(core: RaftCore, leader: int, term: int, index: int) -> bool:
-    """A follower obeys a quiesce request only if it agrees on leader, term and log end."""
+    """A follower obeys a quiesce request only if it agrees on leader, term and log end,
+    and is not in repair: a replica whose log was cut at damage must keep ticking, as
+    only its clock makes it tell a quiet leader what it lost (`RaftCore._ask_for_repair`)."""
     return (
         core.role is Role.FOLLOWER
+        and not core.needs_repair
         and core.leader == leader
         and core.term == term
         and core.log.last_index() == index

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from multiraft import heap
@@ -50,10 +50,12 @@ FIRST_VOTER_WAIT_TIMEOUTS = 4
 
 
 def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any,
-               topic_config: Mapping[str, Any] | None = None) -> GroupRuntime:
+               topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
     """Open (or create) a group's replica; a new group's first voter campaigns at once.
     `topic_config`: the topic's `segment_bytes`, `segment_ms`, `retention_ms`,
-    `retention_bytes` and `flush` (the node's settings where it has none)."""
+    `retention_bytes` and `flush` (the node's settings where it has none). `replicas`:
+    the catalog's, which with `voters` are whom a replica in repair tells what it holds
+    (`Config.repair_contacts`)."""
     config = node.config
     assert node.db is not None
     directory = config.data_dir / "groups" / str(group_id)
@@ -77,6 +79,7 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
         heartbeat_interval_ticks=config.heartbeat_interval_ticks,
         replica_lag_time_max_ticks=config.replica_lag_time_max_ticks,
         applied=Index(store.first_index() - 1),
+        repair_contacts=frozenset(voters) | frozenset(replicas),
     )
     logger = node.logger.bind(group_id=group_id)
     start = store.snapshot()
@@ -207,7 +210,7 @@ async def reconcile_loop(node: Node, changed: asyncio.Event) -> None:
                     # A copy on a node the partition moved to (not among the voters it was
                     # created with) starts empty and learns its log from the leader.
                     open_group(node, group_id, list(local.bootstrap_voters or local.replicas), machine,
-                               topic.config if topic is not None else None)
+                               topic.config if topic is not None else None, local.replicas)
                 except (OSError, StorageError) as error:  # e.g. the disk is full (DiskFullError): try again shortly
                     node.partitions.pop(group_id, None)
                     node.logger.error("group_open_failed", group_id=group_id, error=repr(error))

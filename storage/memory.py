@@ -42,11 +42,16 @@ class MemoryStorage:
         # Lowest list position changed since the last sync (None: nothing changed).
         self._dirty_from: int | None = None
         self.sync_count = 0
+        # Set by `mark_for_repair` (as recovery marks a damaged log); kept across crashes.
+        self._needs_repair = False
 
     # -- read side (LogStorage) ------------------------------------------------
 
     def initial_state(self) -> InitialState:
-        return InitialState(hard_state=self._hard_state, membership=self._snapshot.meta.membership)
+        return InitialState(
+            hard_state=self._hard_state, membership=self._snapshot.meta.membership,
+            needs_repair=self._needs_repair,
+        )
 
     def first_index(self) -> Index:
         return Index(self._snapshot.meta.index + 1)
@@ -168,6 +173,28 @@ class MemoryStorage:
         return durable.snapshot.meta.index, durable.snapshot.meta.term
 
     # -- faults ----------------------------------------------------------------
+
+    def lose_tail(self, count: int) -> None:
+        """A restart that found the log damaged (tests): a crash, then recovery cuts the
+        last `count` durable entries (never into the snapshot), clamps the commit index
+        to what is left and marks the log for repair, as `storage/recovery.py` does."""
+        self.crash()
+        durable = self._durable
+        assert 0 <= count <= len(durable.entries), "the cut stays above the snapshot"
+        del durable.entries[len(durable.entries) - count :]
+        last = Index(durable.snapshot.meta.index + len(durable.entries))
+        hard = durable.hard_state
+        durable.hard_state = HardState(term=hard.term, vote=hard.vote, commit=min(hard.commit, last))
+        self.crash()
+        self.mark_for_repair()
+
+    def mark_for_repair(self) -> None:
+        """As recovery does for a log it cut at damage: a core opened over this storage
+        starts in repair (it neither votes nor leads, and asks its leader for the rest)."""
+        self._needs_repair = True
+
+    def mark_repaired(self) -> None:
+        self._needs_repair = False
 
     def crash(self, rng: random.Random | None = None, torn_tail: bool = False) -> None:
         """Lose what was not synced; with `torn_tail`, keep a random prefix of it."""

@@ -40,6 +40,10 @@ class Config:
     snapshot_timeout_ticks: int = 50
     # Index the driver's state machine has already applied (restart point).
     applied: Index = Index(0)
+    # Whom a replica in repair tells what it holds while it knows no leader, besides the
+    # voters of its membership: the group's replicas as the driver knows them. A log cut
+    # at damage before its configuration entries leaves the core no membership at all.
+    repair_contacts: frozenset[NodeId] = frozenset()
 
     def __post_init__(self) -> None:
         if self.node_id == NO_NODE or self.node_id < 0:
@@ -62,3 +66,5 @@ class Config:
                 raise ValueError(f"{name} must be at least 1")
         if self.applied < 0:
             raise ValueError("applied must not be negative")
+        if any(node == NO_NODE or node < 0 for node in self.repair_contacts):
+            raise ValueError("repair_contacts must be positive node ids")

@@ -9,6 +9,12 @@ it stays behind longer than the lag time (no shuttling in and out under bursts).
 
 The leader samples its last index once per tick into a bounded window; a match
 update finds, by bisection, the latest sampled tick whose last index it covers.
+
+A follower that *lost* entries it had acknowledged (a replica whose damaged log
+was cut at restart) is out at once, whenever it last caught up: the leader learns
+it holds less than its match said, and a short replica is not in sync. It comes
+back in only when its match covers the leader's last index as of a tick at or
+after the loss: being caught up before the loss says nothing about it now.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ class InSyncTracker:
         self._ticks: list[int] = []
         self._last_indexes: list[int] = []
         self._caught_up_tick: dict[NodeId, int] = {}
+        # Followers known to have lost entries, and the tick the leader learned it: out of
+        # the ISR until caught up to the leader's log as of that tick or later.
+        self._lost_at: dict[NodeId, int] = {}
         self._since = 0  # the tick this leadership began
 
     def reset(self, now: int, in_sync: Iterable[NodeId], others: Iterable[NodeId]) -> None:
@@ -37,6 +46,7 @@ class InSyncTracker:
         self._ticks.clear()
         self._last_indexes.clear()
         self._caught_up_tick = {node: now for node in in_sync}
+        self._lost_at.clear()
         for node in others:
             self._caught_up_tick[node] = NEVER
 
@@ -45,6 +55,13 @@ class InSyncTracker:
 
     def remove(self, node: NodeId) -> None:
         self._caught_up_tick.pop(node, None)
+        self._lost_at.pop(node, None)
+
+    def lost(self, node: NodeId, now: int) -> None:
+        """`node` holds less than it acknowledged (the leader forgot its match): out of the
+        ISR now, until its match covers the leader's last index as of `now` or later."""
+        if node in self._caught_up_tick:
+            self._lost_at[node] = now
 
     def sample(self, now: int, last_index: Index) -> None:
         """Record the leader's last index at the end of tick `now`."""
@@ -72,12 +89,18 @@ class InSyncTracker:
             if position < 0:
                 return
             caught_up = self._ticks[position]
+        lost_at = self._lost_at.get(node)
+        if lost_at is not None:
+            if caught_up < lost_at:
+                return  # caught up to where the leader's log stood before the loss: still short
+            del self._lost_at[node]
         if caught_up > self._caught_up_tick[node]:
             self._caught_up_tick[node] = caught_up
 
     def in_sync(self, now: int) -> frozenset[NodeId]:
         return frozenset(
-            node for node, tick in self._caught_up_tick.items() if now - tick <= self._lag_ticks
+            node for node, tick in self._caught_up_tick.items()
+            if now - tick <= self._lag_ticks and node not in self._lost_at
         )
 
     def out_of_sync(self, now: int) -> frozenset[NodeId]:

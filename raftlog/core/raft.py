@@ -540,6 +540,44 @@ class RaftCore:
         if self._promotable() and self.election_elapsed >= self.randomized_election_timeout:
             self.election_elapsed = 0
             self._campaign(transfer=False)
+        elif (
+            self.needs_repair
+            and self.role is Role.FOLLOWER
+            and self.election_elapsed % self.randomized_election_timeout == 0
+        ):
+            self._ask_for_repair()
+
+    def _ask_for_repair(self) -> None:
+        """A replica in repair heard no leader for an election timeout: say what it holds.
+
+        It may not campaign, the one thing that makes a follower heard when its leader is
+        silent. And a leader is silent when its group is idle: it quiesced (it stopped
+        ticking and sending) while it credited this replica with the whole log, before
+        the replica lost part of it (a restart that found a damaged segment). Left alone,
+        the replica would stay short, and in the ISR, until the next write. So it says it
+        lost entries, as it does in answer to a heartbeat, every election timeout while no
+        leader talks to it: to its leader, or to every voter while it knows none (a
+        follower ignores it; a quiet one merely wakes, and its leader, woken too, quiets
+        it again), counting the driver's `repair_contacts` in case the cut took the
+        configuration entries with it. The leader forgets the match, drops it from the
+        ISR and probes. Its elapsed time is left running: the lease rule for vote
+        requests reads it."""
+        if self.leader != NO_NODE:
+            targets = [self.leader]
+        else:
+            targets = sorted((self.membership.voters | self.config.repair_contacts) - {self.id})
+        self.logger.debug("repair_requested", targets=targets, last_index=self.log.last_index())
+        for target in targets:
+            self._say_log_end(target)
+
+    def _say_log_end(self, target: NodeId) -> None:
+        """Tell `target` that this log ends at its last entry, below what it may have
+        acknowledged: a rejection of index 0, which no append can draw (see
+        `_handle_append_rejection`), naming the last entry so the leader probes from there."""
+        self._send(self._message(
+            MT.APPEND_RESPONSE, target, index=Index(0), reject=True,
+            reject_hint=self.log.last_index(), log_term=self.log.last_term(),
+        ))
 
     def _tick_leader(self) -> None:
         self.heartbeat_elapsed += 1
@@ -709,14 +747,10 @@ class RaftCore:
                 self._send(self._message(MT.HEARTBEAT_RESPONSE, message.source, context=message.context))
                 if message.commit > last:
                     # The leader believes we hold entries we no longer have (we lost a tail:
-                    # a replica in repair). Say so (a rejection of index 0, which no append
-                    # can draw), naming our last entry, so it probes from there: its appends
-                    # would not find out, as it never probes below what we acknowledged, and
-                    # an idle group sends none.
-                    self._send(self._message(
-                        MT.APPEND_RESPONSE, message.source, index=Index(0), reject=True,
-                        reject_hint=last, log_term=self.log.last_term(),
-                    ))
+                    # a replica in repair). Say so, and the leader probes from our last
+                    # entry: its appends would not find out, as it never probes below what
+                    # we acknowledged, and an idle group sends none.
+                    self._say_log_end(message.source)
             else:
                 self._handle_snapshot(message)
         elif kind is MT.TIMEOUT_NOW:
@@ -799,6 +833,11 @@ class RaftCore:
             self.logger.info("follower_lost_entries", follower=message.source,
                              match=progress.match, holds=message.reject_hint)
             progress.forget_match(Index(next_probe + 1))
+            # Short, it is not in sync, whenever it last caught up: out of the ISR until its
+            # match reaches our log again (a lone in-sync replica short of entries would
+            # otherwise count toward min_insync_replicas and acks=all, and be picked for a
+            # leadership transfer it cannot take).
+            self._in_sync.lost(message.source, self.now_ticks)
             self._send_append(message.source)
             return
         if said_so:

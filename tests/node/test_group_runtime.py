@@ -237,6 +237,52 @@ async def test_a_follower_woken_by_a_false_alarm_goes_back_to_quiet() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_replica_back_short_in_a_quiet_group_is_refilled_and_the_group_quiets_again() -> None:
+    """Issue 27, at the runtime: the group is quiet everywhere; a follower is reopened with
+    its log cut at damage (marked for repair). Nothing is written, and the quiet leader
+    is not touched: the follower does not go quiet (not on the leader's old request, not
+    after a false alarm), its notice wakes the leader, which refills it; the store is
+    marked repaired, and the whole group goes quiet again."""
+    cluster = Cluster(heartbeat_interval_ticks=2)
+    for node, runtime in cluster.runtimes.items():
+        runtime.on_quiesce = lambda group, term, index, node=node: [
+            r.request_quiesce(node, term, index) for n, r in cluster.runtimes.items() if n != node]
+    async with cluster.running():
+        leader = await cluster.leader()
+        await leader.propose([b"a", b"b", b"c", b"d"])
+        while not all(r.quiesced for r in cluster.runtimes.values()):
+            await asyncio.sleep(0.01)
+        last = leader.core.log.last_index()
+        node = next(n for n, r in cluster.runtimes.items() if r is not leader)
+        old = cluster.runtimes[node]
+        await old.stop()
+        storage = old.store
+        assert isinstance(storage, MemoryStorage)
+        storage.lose_tail(3)
+        core = RaftCore(Config(node_id=NodeId(node), heartbeat_interval_ticks=2), storage, random.Random(node))
+        short = GroupRuntime(GroupId(7), core, storage, ListMachine(), cluster.route, structlog.get_logger())
+        short.on_quiesce = old.on_quiesce
+        cluster.runtimes[node] = short
+        short.hold_for_first_voter()
+        assert not short.quiesced, "a replica in repair is never held quiet"
+        short.start()
+        short.request_quiesce(leader.core.id, leader.core.term, last)  # the leader's old request
+        short.wake_for_silence()
+        await asyncio.sleep(0)
+        assert not short.sleep_again() and not short.quiesced, "in repair: it keeps ticking"
+        assert leader.quiesced and short.core.log.last_index() == last - 3
+
+        while short.core.log.last_index() < last or short.core.needs_repair:
+            await asyncio.sleep(0.01)
+        assert storage.initial_state().needs_repair is False, "the store was marked repaired"
+        assert leader.core.log.last_index() == last, "refilled without a write"
+        assert short.core.leader == leader.core.id
+        while not all(r.quiesced for r in cluster.runtimes.values()):
+            await asyncio.sleep(0.01)
+        assert leader.core.in_sync_replicas() == {1, 2, 3}
+
+
+@pytest.mark.asyncio
 async def test_campaigns_that_find_no_leader_slow_the_replicas_clock() -> None:
     """A replica that campaigned again and again without a leader emerging lets through
     only every 2nd, 4th, then 8th tick, so an overloaded node's election storm thins out

@@ -127,3 +127,31 @@ def test_lag_ticks_count_from_the_last_catch_up_or_the_leadership_start() -> Non
     assert tracker.lag_ticks(N(2), 19) == 7
     tracker.record_match(N(2), Index(19), 19, Index(19))
     assert tracker.lag_ticks(N(2), 19) == 0
+
+
+def test_a_follower_that_lost_entries_is_out_until_it_caught_up_again() -> None:
+    # Goal: a follower known to have lost entries it acknowledged leaves the ISR at once,
+    # however recently it was caught up; catching up to where the leader's log stood
+    # before the loss does not bring it back, catching up to it since the loss does.
+    tracker = InSyncTracker(lag_ticks=10)
+    tracker.reset(0, in_sync=[N(2), N(3)], others=[])
+    for now in range(1, 6):
+        tracker.sample(now, Index(now * 10))  # the leader's log: 10, 20, ..., 50
+        tracker.record_match(N(2), Index(now * 10), now, Index(now * 10))
+    assert tracker.in_sync(5) == {N(2), N(3)}
+    tracker.lost(N(2), 5)
+    assert tracker.in_sync(5) == {N(3)}, "out at once"
+    assert N(2) in tracker.out_of_sync(5)
+    tracker.sample(6, Index(60))
+    tracker.record_match(N(2), Index(40), 6, Index(60))  # covers tick 4's log: before the loss
+    assert N(2) not in tracker.in_sync(6), "caught up to a log older than the loss: still short"
+    assert tracker.lag_ticks(N(2), 6) == 1, "the lag still counts from its last catch-up"
+    tracker.record_match(N(2), Index(50), 6, Index(60))  # covers tick 5's log: the loss's tick
+    assert tracker.in_sync(6) == {N(2), N(3)}, "back in"
+    tracker.lost(N(3), 6)
+    tracker.remove(N(3))
+    tracker.add(N(3))
+    assert N(3) not in tracker.in_sync(6), "a member added again starts out"
+    tracker.lost(N(2), 6)
+    tracker.reset(7, in_sync=[N(2)], others=[])
+    assert tracker.in_sync(7) == {N(2)}, "a new leadership starts from its own view"

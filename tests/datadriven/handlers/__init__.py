@@ -39,6 +39,7 @@ HANDLERS: dict[str, Handler] = {
     "check": check.handle,
     "compact": compact.handle,
     "crash": crash.handle_crash,
+    "damage": crash.handle_damage,
     "restart": crash.handle_restart,
     "deliver-msgs": deliver_msgs.handle,
     "log-level": log_level.handle,
