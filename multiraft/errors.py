@@ -89,6 +89,13 @@ class TooManyConsumerGroups(ClientError):
     retriable = False
 
 
+class UnknownGroup(ClientError):
+    """No partition keeps committed offsets for the consumer group (Kafka: GROUP_ID_NOT_FOUND)."""
+
+    code = "UNKNOWN_GROUP"
+    http_status = 404
+
+
 class InvalidTopic(InvalidRequest):
     code = "INVALID_TOPIC"
     http_status = 400
