@@ -12,7 +12,8 @@ One process, one `Node`. It owns:
 Elsewhere: the group replicas' lifecycle and the reconcile loop
 (`multiraft/replicas.py`), node admission, registration and liveness
 (`multiraft/controller.py`), peer liveness and the leaders table
-(`multiraft/liveness.py`), reads and offset commits (`multiraft/partition_ops.py`).
+(`multiraft/liveness.py`), reads and offset commits (`multiraft/partition_ops.py`),
+consumer offsets retention (`multiraft/offsets_retention.py`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from typing import Any
 
 import structlog
 
-from multiraft import leadership, open_files, partition_ops, reassignment, replicas
+from multiraft import (
+    leadership,
+    offsets_retention,
+    open_files,
+    partition_ops,
+    reassignment,
+    replicas,
+)
 from multiraft.batch_checks import validate_off_loop
 from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
@@ -183,6 +191,7 @@ class Node:
             ("replica-mover", lambda: reassignment.move_loop(self)),
             ("compaction", lambda: compaction_loop(self)),
             ("loop-lag", lambda: watch_loop_lag(self.latencies.loop_lag)),
+            ("offsets-retention", lambda: offsets_retention.retention_loop(self)),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, self.logger), name=f"node-{self.id}-{name}"))
         self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),

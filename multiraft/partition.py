@@ -225,13 +225,15 @@ class PartitionState:
 
     def _expire(self, command: OffsetsExpire) -> int:
         """Remove the listed groups still idle past the retention as of the entry's time
-        (one that committed since stays); stamp those of unknown commit time with it."""
+        (one that committed since stays); stamp those of unknown commit time with it, and
+        move them to the end of the commit order, as if they had committed then."""
         removed = 0
         for group in command.groups:
             committed = self.consumer_offsets.get(group)
             if committed is None:
                 continue
             if committed.committed_at_ms == COMMIT_TIME_UNKNOWN:
+                del self.consumer_offsets[group]
                 self.consumer_offsets[group] = replace(committed, committed_at_ms=command.as_of_ms)
             elif committed.committed_at_ms < command.expire_before_ms:
                 del self.consumer_offsets[group]
@@ -267,19 +269,25 @@ class PartitionState:
         return self.consumer_offsets.get(group)
 
     def idle_groups(self, as_of_ms: int, retention_ms: int, limit: int) -> tuple[str, ...]:
-        """What a retention pass as of `as_of_ms` lists (at most `limit`, least recently
-        committed first): groups whose last commit is older than `as_of_ms -
-        retention_ms`, and groups whose commit time is unknown (committed before v2),
-        which the pass stamps instead (multiraft/consumer_offsets.py)."""
+        """What a retention pass as of `as_of_ms` lists (at most `limit`): groups whose
+        last commit is older than `as_of_ms - retention_ms`, and groups whose commit time
+        is unknown (committed before v2), which the pass stamps instead.
+
+        Bounded work: `consumer_offsets` is in commit (apply) order, which is commit-time
+        order up to the clock difference between successive leaders, so the scan stops at
+        the first group still inside the retention. A group committed just after a leader
+        change to a slower clock waits behind it for at most that difference.
+        """
         assert limit >= 1 and retention_ms >= 1
         expire_before_ms = as_of_ms - retention_ms
         found: list[str] = []
         for group, committed in self.consumer_offsets.items():
             unknown = committed.committed_at_ms == COMMIT_TIME_UNKNOWN
-            if unknown or committed.committed_at_ms < expire_before_ms:
-                found.append(group)
-                if len(found) == limit:
-                    break
+            if not unknown and committed.committed_at_ms >= expire_before_ms:
+                break
+            found.append(group)
+            if len(found) == limit:
+                break
         return tuple(found)
 
     def skipped_between(self, start: Offset, end: Offset) -> list[tuple[Offset, int]]:

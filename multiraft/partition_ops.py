@@ -6,7 +6,9 @@
   waits (bounded) for new records. A node that hosts no replica forwards the read
   to one.
 - `commit_offsets`: an offset commit is a META entry of the partition's own group,
-  so it is ordered with the records it points at; proposed on the leader.
+  so it is ordered with the records it points at; proposed on the leader, which
+  writes its wall clock into it (`committed_at_ms`, what retention reads:
+  multiraft/offsets_retention.py).
 - `fetch_offsets`: linearizable: the leader confirms its leadership (ReadIndex)
   and answers once it applied that far.
 Batches whose records the partition state skipped (a duplicate that raced its
@@ -18,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from multiraft import replicas
 from multiraft.consumer_offsets import OffsetCommit, encode_meta
 from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
+from multiraft.offsets_retention import wall_clock_ms
 from multiraft.remote_errors import error_from_body
 from multiraft.rpc import (
     RPC_TIMEOUT_S,
@@ -202,6 +205,7 @@ async def commit_offsets(node: Node, group: str, commits: list[OffsetCommit]) ->
 
 
 async def _commit_local(node: Node, group_id: GroupId, commit: OffsetCommit) -> None:
+    commit = replace(commit, committed_at_ms=wall_clock_ms())  # the leader's time, whoever forwarded it
     node.partitions[group_id].state.check_commit(commit)
     (result,) = await node.groups[group_id].propose([encode_meta(commit)], EntryKind.META)
     if result.error is not None:
@@ -273,6 +277,8 @@ async def serve_commit(node: Node, source: int, body: bytes) -> tuple[int, bytes
     if runtime is None or runtime.core.role is not Role.LEADER:
         return error_answer(NotLeader(runtime.core.leader if runtime else 0))
     commit = decode_meta(body[_GROUP.size :])
+    if not isinstance(commit, OffsetCommit):
+        return error_answer(InvalidRequest("partition.commit_offset carries an offset commit"))
     return await answer(_commit_local(node, GroupId(group_id), commit), lambda _: b"{}")
 
 

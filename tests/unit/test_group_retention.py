@@ -88,22 +88,28 @@ def test_expiry_removes_exactly_the_groups_idle_as_of_the_entrys_time():
     assert first.state.committed_offset("idle") is None
 
 
-def test_the_leader_lists_idle_and_unknown_time_groups_least_recently_committed_first():
-    # Goal: the pure selection a retention pass proposes: idle past the retention or of
-    # unknown time (v1), oldest commit first, at most `limit`; none when nothing is idle.
+def test_the_leader_lists_idle_and_unknown_time_groups_in_commit_order():
+    # Goal: the pure selection a retention pass proposes: groups idle past the retention
+    # or of unknown time (v1), in commit order, at most `limit`, stopping at the first
+    # group inside the retention (bounded work); none when nothing is idle; a stamped
+    # group moves to the end of the order as a commit would.
     replica = Replica()
     replica.apply(EntryKind.DATA, records())
+    replica.meta(V1_COMMIT)
     replica.meta(commit("a", at_ms=5 * HOUR_MS))
     replica.meta(commit("b", at_ms=1 * HOUR_MS))
-    replica.meta(V1_COMMIT)
     replica.meta(commit("c", at_ms=9 * HOUR_MS))
-    replica.meta(commit("a", at_ms=2 * HOUR_MS))  # a's last commit: now the most recent in order
+    replica.meta(commit("d", at_ms=2 * HOUR_MS))  # after c in order (a slower leader's clock)
+    replica.meta(commit("a", at_ms=3 * HOUR_MS))  # a's last commit moves it to the end
     state = replica.state
-    assert state.idle_groups(10 * HOUR_MS, 4 * HOUR_MS, limit=10) == ("b", "old", "a")
-    assert state.idle_groups(10 * HOUR_MS, 4 * HOUR_MS, limit=2) == ("b", "old")
+    assert list(state.consumer_offsets) == ["old", "b", "c", "d", "a"]
+    assert state.idle_groups(10 * HOUR_MS, 4 * HOUR_MS, limit=10) == ("old", "b"), "stops at c"
+    assert state.idle_groups(10 * HOUR_MS, 4 * HOUR_MS, limit=1) == ("old",)
     assert state.idle_groups(10 * HOUR_MS, 9 * HOUR_MS, limit=10) == ("old",), "only the unknown time"
     replica.meta(expire(10 * HOUR_MS, 9 * HOUR_MS, "old"))
-    assert state.idle_groups(10 * HOUR_MS, 9 * HOUR_MS, limit=10) == (), "stamped: nothing to propose"
+    assert list(state.consumer_offsets) == ["b", "c", "d", "a", "old"], "stamped: last in order"
+    assert state.idle_groups(10 * HOUR_MS, 9 * HOUR_MS, limit=10) == (), "nothing left to propose"
+    assert state.idle_groups(100 * HOUR_MS, HOUR_MS, limit=10) == ("b", "c", "d", "a", "old")
 
 
 def test_a_v1_commit_decodes_with_an_unknown_time_and_expires_one_retention_after_the_first_pass():
