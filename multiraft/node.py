@@ -176,6 +176,7 @@ class Node:
         self.rpc.register("partition.read", lambda s, b: partition_ops.serve_read(self, s, b))
         self.rpc.register("partition.commit_offset", lambda s, b: partition_ops.serve_commit(self, s, b))
         self.rpc.register("partition.fetch_offset", lambda s, b: partition_ops.serve_fetch(self, s, b))
+        self.rpc.register("partition.delete_group", lambda s, b: partition_ops.serve_delete_group(self, s, b))
         await self.transport.start()
         if config.join is not None:
             await self.controller.join(config.join)

@@ -7,6 +7,7 @@ fsync), as tests/node/test_node_cluster.py. Every wait has a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ import aiohttp
 import pytest
 
 from multiraft.node import Node
-from raftlog.messages import Role
+from raftlog.messages import EntryKind, Role
+from raftlog.types import GroupId, Index
 from tests.node.test_node_cluster import running_cluster_with_http, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -108,3 +110,57 @@ async def test_offsets_idle_past_the_retention_expire_on_every_replica(tmp_path:
                 for node in replicas_of(nodes, "ret", partition):
                     group_id = node.catalog.topic("ret").partitions[partition].group_id
                     assert "stale" not in node.partitions[group_id].state.consumer_offsets
+
+
+def delete_entries(node: Node, group_id: int) -> list[dict[str, Any]]:
+    """The offsets_delete entries in this replica's log of the group."""
+    log = node.groups[GroupId(group_id)].core.log
+    entries = log.slice(log.first_index(), Index(log.last_index() + 1), 1 << 30)
+    decoded = [json.loads(e.payload) for e in entries if e.kind is EntryKind.META]
+    return [d for d in decoded if d["type"] == "offsets_delete"]
+
+
+async def test_delete_removes_a_group_from_every_partition_and_a_second_delete_is_404(tmp_path: Path) -> None:
+    # Goal: DELETE /v1/groups/{g} (through a node that leads only some partitions) answers
+    # 204 and removes g's offsets in every partition of every topic, on every replica, with
+    # one offsets_delete entry in each partition that held g and none elsewhere; another
+    # group's offsets stay; a second DELETE, and one of a group that never committed, is
+    # 404 UNKNOWN_GROUP and proposes nothing; a malformed name is 400.
+    async with running_cluster_with_http(tmp_path) as (nodes, servers):
+        urls = [s.url for s in servers]
+        async with aiohttp.ClientSession() as session:
+            await topic_with_records(session, urls[0], nodes, "del")
+            await topic_with_records(session, urls[1], nodes, "also")
+            await topic_with_records(session, urls[2], nodes, "bystander")
+            await commit(session, urls[0], "g", "del")
+            await commit(session, urls[1], "g", "also")
+            await commit(session, urls[2], "keep", "del")
+            await commit(session, urls[2], "keep", "bystander")
+
+            holders = [p.group_id for t in ("del", "also") for p in nodes[0].catalog.topic(t).partitions]
+            assert any(nodes[2].leader_of(g) != nodes[2].id for g in holders), "some deletes are forwarded"
+            status, body = await call(session, "DELETE", urls[2] + "/v1/groups/g")
+            assert (status, body) == (204, b""), body
+            for url in urls:
+                for topic in ("del", "also"):
+                    assert await committed(session, url, "g", topic) == [], (url, topic)
+                assert await committed(session, url, "keep", "del") == [0, 1]
+                assert await committed(session, url, "keep", "bystander") == [0, 1]
+            for topic in ("del", "also", "bystander"):
+                await until(lambda t=topic: replicas_agree(nodes, t), f"replicas of {topic} agree")
+                for partition in range(PARTITIONS):
+                    group_id = nodes[0].catalog.topic(topic).partitions[partition].group_id
+                    for node in replicas_of(nodes, topic, partition):
+                        assert "g" not in node.partitions[group_id].state.consumer_offsets
+                        expected = [] if topic == "bystander" else [{"v": 2, "type": "offsets_delete", "group": "g"}]
+                        assert delete_entries(node, group_id) == expected, (topic, partition, node.id)
+
+            for url, group in ((urls[0], "g"), (urls[1], "never-committed")):
+                status, body = await call(session, "DELETE", f"{url}/v1/groups/{group}")
+                assert (status, body["error_code"]) == (404, "UNKNOWN_GROUP"), body
+                assert set(body) == {"error_code", "message"}
+            status, body = await call(session, "DELETE", urls[0] + "/v1/groups/bad%20name")
+            assert (status, body["error_code"]) == (400, "INVALID_REQUEST"), body
+            for node in nodes:
+                for gid in node.partitions:
+                    assert len(delete_entries(node, gid)) <= 1, "the refused deletes proposed nothing"
