@@ -39,7 +39,7 @@ from multiraft.batch_checks import validate_off_loop
 from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
 from multiraft.controller import Controller, host_port
-from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
+from multiraft.errors import InvalidBatch, InvalidRequest, UnknownProducerId, UnknownTopic
 from multiraft.flusher import Flusher
 from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
@@ -571,6 +571,8 @@ class Node:
                 header = await validate_off_loop(batch)
             except InvalidBatchError as error:
                 raise InvalidBatch(str(error)) from None
+        if header.producer_id >= self.catalog.next_producer_id:  # before the checks below: it may await
+            await self._require_allocated(header.producer_id)
         runtime = self.groups.get(group_id)
         if runtime is None or runtime.core.role is not Role.LEADER:
             raise NotLeader(runtime.core.leader if runtime else 0, "this node no longer leads the partition")
@@ -598,6 +600,16 @@ class Node:
             base_offset = self.stores[group_id].offset_after(Index(result - 1))
             return {"base_offset": int(base_offset), "count": header.record_count, "duplicate": False}
         return result
+
+    async def _require_allocated(self, producer_id: int) -> None:
+        """Refuse a producer id the cluster never handed out (UNKNOWN_PRODUCER_ID), so a
+        client cannot fill the partition's producer table with invented ids. This node's
+        catalog may trail the allocation a client just got elsewhere, so it first catches
+        up with every allocation completed before (a ReadIndex on the metadata group);
+        only ids above the catalog's next id pay that."""
+        await self.sync_catalog()
+        if producer_id >= self.catalog.next_producer_id:
+            raise UnknownProducerId(producer_id, self.catalog.next_producer_id)
 
     async def _serve_produce(self, source: int, body: bytes) -> tuple[int, bytes]:
         group_id, acks_code = _PRODUCE.unpack_from(body)
