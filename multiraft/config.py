@@ -71,6 +71,12 @@ class NodeConfig:
     # A node silent this long has its replicas moved to live nodes (-1: never). Long, as
     # Redpanda's 15 minutes: a restart or a short outage must not copy whole partitions.
     replica_move_after_ms: int = 900_000
+    # Consumer offsets retention (multiraft/offsets_retention.py): a group's offsets in a
+    # partition go once it has not committed there for this long (Kafka's
+    # offsets.retention.minutes, 7 days); partition leaders look this often (Kafka's
+    # offsets.retention.check.interval.ms, 10 minutes).
+    consumer_offsets_retention_ms: int = 7 * 24 * 3_600_000
+    consumer_offsets_retention_check_ms: int = 600_000
     # HTTP bearer-token auth (multiraft/auth.py): on when set, from --admin-token-file.
     admin_token: bytes = b""
     # Web origins whose pages may call the API, and host names the node answers to
@@ -96,6 +102,10 @@ class NodeConfig:
             raise ConfigError("admin_token_file: the admin token has at least 16 characters")
         if self.replica_move_after_ms < -1:
             raise ConfigError("replica_move_after_ms: -1 (never) or a duration in ms")
+        if self.consumer_offsets_retention_ms < 1:
+            raise ConfigError("consumer_offsets_retention_ms: a duration in ms, at least 1")
+        if self.consumer_offsets_retention_check_ms < 10:
+            raise ConfigError("consumer_offsets_retention_check_ms: a duration in ms, at least 10")
         if secret_material_bytes(self.cluster_secret) < SECRET_BYTES_MIN:
             raise ConfigError(f"cluster_secret: at least {SECRET_BYTES_MIN} bytes of random material "
                               f"(64 hex digits, 43 base64 characters or {SECRET_BYTES_MIN} raw bytes)")
@@ -186,7 +196,8 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
         except (ValueError, AssertionError) as error:
             raise ConfigError(f"flush: expected fsync, none or interval_ms=N, got {settings['flush']!r}") from error
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
-                 "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms"):
+                 "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms",
+                 "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms"):
         if name in settings:
             values[name] = settings[name] if name == "rack" else int(settings[name])
     return NodeConfig(**values)

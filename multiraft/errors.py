@@ -89,6 +89,28 @@ class TooManyConsumerGroups(ClientError):
     retriable = False
 
 
+class UnknownGroup(ClientError):
+    """No partition keeps committed offsets for the consumer group (Kafka: GROUP_ID_NOT_FOUND)."""
+
+    code = "UNKNOWN_GROUP"
+    http_status = 404
+
+
+class UnknownProducerId(ClientError):
+    """A produce names a producer id the cluster never allocated (above the catalog's next
+    one): a client must get its ids from POST /v1/producers, not invent them, or it could
+    fill every partition's producer table with made-up ids (Kafka refuses such ids too:
+    UNKNOWN_PRODUCER_ID / INVALID_PRODUCER_ID_MAPPING). Not retriable."""
+
+    code = "UNKNOWN_PRODUCER_ID"
+    http_status = 400
+
+    def __init__(self, producer_id: int, next_producer_id: int) -> None:
+        super().__init__(f"producer id {producer_id} was never allocated (ids below {next_producer_id} "
+                         f"were); get one from POST /v1/producers")
+        self.producer_id = producer_id
+
+
 class InvalidTopic(InvalidRequest):
     code = "INVALID_TOPIC"
     http_status = 400

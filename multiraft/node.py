@@ -12,7 +12,8 @@ One process, one `Node`. It owns:
 Elsewhere: the group replicas' lifecycle and the reconcile loop
 (`multiraft/replicas.py`), node admission, registration and liveness
 (`multiraft/controller.py`), peer liveness and the leaders table
-(`multiraft/liveness.py`), reads and offset commits (`multiraft/partition_ops.py`).
+(`multiraft/liveness.py`), reads and offset commits (`multiraft/partition_ops.py`),
+consumer offsets retention (`multiraft/offsets_retention.py`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,19 @@ from typing import Any
 
 import structlog
 
-from multiraft import leadership, open_files, partition_ops, reassignment, replicas
+from multiraft import (
+    leadership,
+    offsets_retention,
+    open_files,
+    partition_ops,
+    reassignment,
+    replicas,
+)
 from multiraft.batch_checks import validate_off_loop
 from multiraft.compaction import compaction_loop
 from multiraft.config import NodeConfig
 from multiraft.controller import Controller, host_port
-from multiraft.errors import InvalidBatch, InvalidRequest, UnknownTopic
+from multiraft.errors import InvalidBatch, InvalidRequest, UnknownProducerId, UnknownTopic
 from multiraft.flusher import Flusher
 from multiraft.frames import FrameTooLarge, FrameType
 from multiraft.group import GroupRuntime
@@ -168,6 +176,7 @@ class Node:
         self.rpc.register("partition.read", lambda s, b: partition_ops.serve_read(self, s, b))
         self.rpc.register("partition.commit_offset", lambda s, b: partition_ops.serve_commit(self, s, b))
         self.rpc.register("partition.fetch_offset", lambda s, b: partition_ops.serve_fetch(self, s, b))
+        self.rpc.register("partition.delete_group", lambda s, b: partition_ops.serve_delete_group(self, s, b))
         await self.transport.start()
         if config.join is not None:
             await self.controller.join(config.join)
@@ -183,6 +192,7 @@ class Node:
             ("replica-mover", lambda: reassignment.move_loop(self)),
             ("compaction", lambda: compaction_loop(self)),
             ("loop-lag", lambda: watch_loop_lag(self.latencies.loop_lag)),
+            ("offsets-retention", lambda: offsets_retention.retention_loop(self)),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, self.logger), name=f"node-{self.id}-{name}"))
         self.logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
@@ -561,6 +571,8 @@ class Node:
                 header = await validate_off_loop(batch)
             except InvalidBatchError as error:
                 raise InvalidBatch(str(error)) from None
+        if header.producer_id >= self.catalog.next_producer_id:  # before the checks below: it may await
+            await self._require_allocated(header.producer_id)
         runtime = self.groups.get(group_id)
         if runtime is None or runtime.core.role is not Role.LEADER:
             raise NotLeader(runtime.core.leader if runtime else 0, "this node no longer leads the partition")
@@ -588,6 +600,16 @@ class Node:
             base_offset = self.stores[group_id].offset_after(Index(result - 1))
             return {"base_offset": int(base_offset), "count": header.record_count, "duplicate": False}
         return result
+
+    async def _require_allocated(self, producer_id: int) -> None:
+        """Refuse a producer id the cluster never handed out (UNKNOWN_PRODUCER_ID), so a
+        client cannot fill the partition's producer table with invented ids. This node's
+        catalog may trail the allocation a client just got elsewhere, so it first catches
+        up with every allocation completed before (a ReadIndex on the metadata group);
+        only ids above the catalog's next id pay that."""
+        await self.sync_catalog()
+        if producer_id >= self.catalog.next_producer_id:
+            raise UnknownProducerId(producer_id, self.catalog.next_producer_id)
 
     async def _serve_produce(self, source: int, body: bytes) -> tuple[int, bytes]:
         group_id, acks_code = _PRODUCE.unpack_from(body)

@@ -15,6 +15,11 @@ or carries the error, and its range is recorded in `skipped_ranges` so the read
 path can leave those records out. The leader's pre-proposal check, which also
 counts its own in-flight proposals, keeps such entries rare.
 
+Consumer offsets (META entries, multiraft/consumer_offsets.py): commits, the
+leader's retention passes (`offsets_expire`) and deletions (`offsets_delete`).
+Time enters only inside those entries (a commit's `committed_at_ms`, a pass's
+`as_of_ms`), so expiry is decided alike on every replica.
+
 Invariants: entries apply in index order without gaps; `high_watermark` never
 decreases; committed consumer offsets never exceed the high watermark at the
 time of their commit.
@@ -25,11 +30,19 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from multiraft.consumer_offsets import CommittedOffset, OffsetCommit, decode_meta
+from multiraft.consumer_offsets import (
+    COMMIT_TIME_UNKNOWN,
+    CommittedOffset,
+    OffsetCommit,
+    OffsetsDelete,
+    OffsetsExpire,
+    decode_meta,
+)
 from multiraft.errors import (
     CommitOffsetOutOfRange,
     InvalidRequest,
     TooManyConsumerGroups,
+    UnknownGroup,
 )
 from multiraft.producers import (
     PRODUCERS_MAX_DEFAULT,
@@ -67,8 +80,9 @@ class ApplyResult:
 
     DATA: `base_offset`/`count` are what the producer is told (for a duplicate,
     the original batch's); `stored_base_offset` is where this entry's records sit
-    in the log (equal to `base_offset` unless duplicate or refused). META:
-    `base_offset` is the committed consumer offset. `error` set means refused:
+    in the log (equal to `base_offset` unless duplicate or refused). META: for a
+    commit `base_offset` is the committed consumer offset; for an expiry or a
+    delete `count` is the number of groups removed. `error` set means refused:
     the entry changed nothing but the high watermark (DATA) or nothing (META).
     """
 
@@ -194,15 +208,42 @@ class PartitionState:
     def _apply_meta(self, entry: Entry) -> ApplyResult:
         base = ApplyResult(index=entry.index, kind=EntryKind.META)
         try:
-            commit = decode_meta(entry.payload)
-            self._check_commit(commit)
+            command = decode_meta(entry.payload)
+            if isinstance(command, OffsetsExpire):
+                return replace(base, count=self._expire(command))
+            if isinstance(command, OffsetsDelete):
+                self._delete(command.group)
+                return replace(base, count=1)
+            self._check_commit(command)
         except ClientError as error:
             return replace(base, error=error)
-        self.consumer_offsets.pop(commit.group, None)
-        self.consumer_offsets[commit.group] = CommittedOffset(
-            commit.offset, commit.metadata, entry.index
+        self.consumer_offsets.pop(command.group, None)
+        self.consumer_offsets[command.group] = CommittedOffset(
+            command.offset, command.metadata, entry.index, command.committed_at_ms
         )
-        return replace(base, base_offset=Offset(commit.offset))
+        return replace(base, base_offset=Offset(command.offset))
+
+    def _expire(self, command: OffsetsExpire) -> int:
+        """Remove the listed groups still idle past the retention as of the entry's time
+        (one that committed since stays); stamp those of unknown commit time with it, and
+        move them to the end of the commit order, as if they had committed then."""
+        removed = 0
+        for group in command.groups:
+            committed = self.consumer_offsets.get(group)
+            if committed is None:
+                continue
+            if committed.committed_at_ms == COMMIT_TIME_UNKNOWN:
+                del self.consumer_offsets[group]
+                self.consumer_offsets[group] = replace(committed, committed_at_ms=command.as_of_ms)
+            elif committed.committed_at_ms < command.expire_before_ms:
+                del self.consumer_offsets[group]
+                removed += 1
+        return removed
+
+    def _delete(self, group: str) -> None:
+        if group not in self.consumer_offsets:
+            raise UnknownGroup(f"consumer group {group!r} has no offsets in {self.topic}/{self.partition}")
+        del self.consumer_offsets[group]
 
     def check_commit(self, commit: OffsetCommit) -> None:
         """Pre-proposal check of an offset commit (apply checks again, deterministically)."""
@@ -226,6 +267,28 @@ class PartitionState:
 
     def committed_offset(self, group: str) -> CommittedOffset | None:
         return self.consumer_offsets.get(group)
+
+    def idle_groups(self, as_of_ms: int, retention_ms: int, limit: int) -> tuple[str, ...]:
+        """What a retention pass as of `as_of_ms` lists (at most `limit`): groups whose
+        last commit is older than `as_of_ms - retention_ms`, and groups whose commit time
+        is unknown (committed before v2), which the pass stamps instead.
+
+        Bounded work: `consumer_offsets` is in commit (apply) order, which is commit-time
+        order up to the clock difference between successive leaders, so the scan stops at
+        the first group still inside the retention. A group committed just after a leader
+        change to a slower clock waits behind it for at most that difference.
+        """
+        assert limit >= 1 and retention_ms >= 1
+        expire_before_ms = as_of_ms - retention_ms
+        found: list[str] = []
+        for group, committed in self.consumer_offsets.items():
+            unknown = committed.committed_at_ms == COMMIT_TIME_UNKNOWN
+            if not unknown and committed.committed_at_ms >= expire_before_ms:
+                break
+            found.append(group)
+            if len(found) == limit:
+                break
+        return tuple(found)
 
     def skipped_between(self, start: Offset, end: Offset) -> list[tuple[Offset, int]]:
         """Skipped ranges overlapping [start, end): the read path leaves them out."""

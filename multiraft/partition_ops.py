@@ -6,9 +6,14 @@
   waits (bounded) for new records. A node that hosts no replica forwards the read
   to one.
 - `commit_offsets`: an offset commit is a META entry of the partition's own group,
-  so it is ordered with the records it points at; proposed on the leader.
+  so it is ordered with the records it points at; proposed on the leader, which
+  writes its wall clock into it (`committed_at_ms`, what retention reads:
+  multiraft/offsets_retention.py).
 - `fetch_offsets`: linearizable: the leader confirms its leadership (ReadIndex)
   and answers once it applied that far.
+- `delete_group`: the group's offsets go from every partition holding them, one
+  `offsets_delete` entry each, proposed by the partition's leader; one call per
+  leader node carries all the partitions it leads.
 Batches whose records the partition state skipped (a duplicate that raced its
 original across a leadership change) are left out of every read.
 """
@@ -18,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from multiraft import replicas
-from multiraft.consumer_offsets import OffsetCommit, encode_meta
-from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
+from multiraft.consumer_offsets import OffsetCommit, OffsetsDelete, encode_meta
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownGroup, UnknownTopic
+from multiraft.offsets_retention import wall_clock_ms
 from multiraft.remote_errors import error_from_body
 from multiraft.rpc import (
     RPC_TIMEOUT_S,
@@ -49,6 +55,8 @@ MAX_RECORDS_MAX = 100_000
 # at most this much, and the reader continues from the answer's next offset, as a Kafka
 # fetch bounded by fetch.max.bytes does. One batch larger than this still comes whole.
 FORWARDED_READ_BYTES_MAX = 8 * 1024 * 1024
+# Partitions one node deletes a group from at once (each a ReadIndex or a proposal at most).
+DELETES_IN_FLIGHT_MAX = 64
 _LENGTH = struct.Struct(">I")
 _GROUP = struct.Struct(">Q")
 
@@ -202,6 +210,7 @@ async def commit_offsets(node: Node, group: str, commits: list[OffsetCommit]) ->
 
 
 async def _commit_local(node: Node, group_id: GroupId, commit: OffsetCommit) -> None:
+    commit = replace(commit, committed_at_ms=wall_clock_ms())  # the leader's time, whoever forwarded it
     node.partitions[group_id].state.check_commit(commit)
     (result,) = await node.groups[group_id].propose([encode_meta(commit)], EntryKind.META)
     if result.error is not None:
@@ -230,6 +239,83 @@ async def _fetch_local(node: Node, group_id: GroupId, group: str) -> dict[str, A
     await node.groups[group_id].read_index()  # still the leader, and applied that far
     committed = node.partitions[group_id].state.committed_offset(group)
     return None if committed is None else {"offset": committed.offset, "metadata": committed.metadata}
+
+
+async def delete_group(node: Node, group: str) -> int:
+    """Remove `group`'s committed offsets from every partition of every topic that holds
+    them; the number of partitions it was removed from. `UnknownGroup` when none did.
+
+    Kafka's DeleteGroups. Each partition's leader decides from its own applied state
+    (caught up first), so a partition that never held the group gets no entry. A
+    partition without a known leader fails the call (LEADER_NOT_AVAILABLE, retriable)
+    before anything is removed: without it nobody can say whether it holds the group.
+    """
+    by_leader: dict[int, list[int]] = {}
+    for name in sorted(node.catalog.topics):
+        for partition in node.catalog.topics[name].partitions:
+            leader = _leader_for(node, partition.group_id, partition.replicas)
+            by_leader.setdefault(leader, []).append(partition.group_id)
+    outcomes = await asyncio.gather(
+        *(_delete_on(node, leader, group, ids) for leader, ids in sorted(by_leader.items())), return_exceptions=True
+    )
+    removed = 0
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome  # the others ran to their end: a retry finishes the job
+        removed += outcome
+    if not removed:
+        raise UnknownGroup(f"no partition keeps offsets for consumer group {group!r}")
+    return removed
+
+
+def _leader_for(node: Node, group_id: GroupId, replicas: tuple[int, ...]) -> int:
+    runtime = node.groups.get(group_id)
+    if runtime is not None and runtime.core.role is Role.LEADER:
+        return node.id
+    leader = node.forward_target(group_id, replicas)
+    if leader == 0:
+        raise LeaderNotAvailable(f"partition group {group_id} has no leader yet; retry")
+    return leader
+
+
+async def _delete_on(node: Node, leader: int, group: str, group_ids: list[int]) -> int:
+    if leader == node.id:
+        return await delete_local(node, group, group_ids)
+    body = json.dumps({"group": group, "group_ids": group_ids}).encode()
+    answer = await _call(node, leader, "partition.delete_group", body, RPC_TIMEOUT_S, write=True)
+    return int(json.loads(answer)["removed"])
+
+
+async def delete_local(node: Node, group: str, group_ids: list[int]) -> int:
+    """Delete `group` from each of these partitions led here; how many held it."""
+    slots = asyncio.Semaphore(DELETES_IN_FLIGHT_MAX)
+
+    async def one(group_id: GroupId) -> bool:
+        async with slots:
+            return await _delete_in_partition(node, group_id, group)
+
+    outcomes = await asyncio.gather(*(one(GroupId(g)) for g in group_ids), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return sum(1 for outcome in outcomes if outcome)
+
+
+async def _delete_in_partition(node: Node, group_id: GroupId, group: str) -> bool:
+    runtime = node.groups.get(group_id)
+    if runtime is None or runtime.core.role is not Role.LEADER:
+        raise NotLeader(runtime.core.leader if runtime else 0, "this node no longer leads the partition")
+    core = runtime.core
+    if core.applied_index < core.commit_index or core.log.term_or_none(core.commit_index) != core.term:
+        await runtime.read_index()  # a new leader: applied state may lag what was committed before
+    if node.partitions[group_id].state.committed_offset(group) is None:
+        return False  # nothing to delete here: no entry
+    (result,) = await runtime.propose([encode_meta(OffsetsDelete(group=group))], EntryKind.META)
+    if isinstance(result.error, UnknownGroup):
+        return False  # another delete (or the retention pass) took it first
+    if result.error is not None:
+        raise result.error
+    return True
 
 
 async def _call(node: Node, peer: int, method: str, body: bytes, timeout_s: float, *, write: bool = False) -> bytes:
@@ -273,6 +359,8 @@ async def serve_commit(node: Node, source: int, body: bytes) -> tuple[int, bytes
     if runtime is None or runtime.core.role is not Role.LEADER:
         return error_answer(NotLeader(runtime.core.leader if runtime else 0))
     commit = decode_meta(body[_GROUP.size :])
+    if not isinstance(commit, OffsetCommit):
+        return error_answer(InvalidRequest("partition.commit_offset carries an offset commit"))
     return await answer(_commit_local(node, GroupId(group_id), commit), lambda _: b"{}")
 
 
@@ -283,3 +371,15 @@ async def serve_fetch(node: Node, source: int, body: bytes) -> tuple[int, bytes]
     if runtime is None or runtime.core.role is not Role.LEADER:
         return error_answer(NotLeader(runtime.core.leader if runtime else 0))
     return await answer(_fetch_local(node, group_id, request["group"]), lambda value: json.dumps(value).encode())
+
+
+async def serve_delete_group(node: Node, source: int, body: bytes) -> tuple[int, bytes]:
+    async def work() -> int:
+        request = json.loads(body)
+        group, group_ids = request["group"], request["group_ids"]
+        OffsetsDelete(group=group)  # validates the name (InvalidRequest)
+        if not isinstance(group_ids, list) or not all(type(g) is int for g in group_ids):
+            raise InvalidRequest("partition.delete_group takes a list of group ids")
+        return await delete_local(node, group, group_ids)
+
+    return await answer(work(), lambda removed: json.dumps({"removed": removed}).encode())

@@ -5,6 +5,11 @@ integers), one versioned map. Decoding validates every field's shape and raises
 `SnapshotFormatError`: a snapshot arrives from a peer, so bad bytes are an
 operating condition, not a crash. The producer table keeps its LRU order, since
 that order decides future evictions and must match on every replica.
+
+Versions: v2 adds each consumer group's commit time (a fifth field of its row,
+`committed_at_ms`, which retention reads). v1 snapshots, from before retention,
+still decode: their groups get `COMMIT_TIME_UNKNOWN` (multiraft/consumer_offsets.py
+says how a retention pass treats those). Always encoded as v2.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 
 import msgpack
 
-from multiraft.consumer_offsets import CommittedOffset
+from multiraft.consumer_offsets import COMMIT_TIME_UNKNOWN, CommittedOffset
 from multiraft.errors import SnapshotFormatError
 from multiraft.partition import PartitionState
 from multiraft.producers import (
@@ -25,7 +30,8 @@ from multiraft.producers import (
 )
 from raftlog.types import Index, Offset
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSIONS_DECODED = (1, 2)
 
 
 def encode_snapshot(state: PartitionState) -> bytes:
@@ -39,7 +45,8 @@ def encode_snapshot(state: PartitionState) -> bytes:
         "consumer_groups_max": state.consumer_groups_max,
         "producers": [_producer_row(pid, entry) for pid, entry in state.producers.items()],
         "consumer_offsets": [
-            [group, c.offset, c.metadata, c.index] for group, c in state.consumer_offsets.items()
+            [group, c.offset, c.metadata, c.index, c.committed_at_ms]
+            for group, c in state.consumer_offsets.items()
         ],
         "skipped": [[base, count] for base, count in state.skipped_ranges],
     }
@@ -69,7 +76,8 @@ def _int(value: Any, minimum: int = 0) -> int:
 
 
 def _build(document: Any) -> PartitionState:
-    if not isinstance(document, dict) or document.get("v") != SNAPSHOT_VERSION:
+    version = document.get("v") if isinstance(document, dict) else None
+    if type(version) is not int or version not in SNAPSHOT_VERSIONS_DECODED:
         raise ValueError("unknown partition snapshot version")
     if not isinstance(document["topic"], str):
         raise ValueError("topic is not a string")
@@ -87,12 +95,17 @@ def _build(document: Any) -> PartitionState:
     if len({producer_id for producer_id, _ in producers}) != len(producers):
         raise ValueError("a producer id appears twice")
     state.producers.restore(producers)
-    for group, offset, metadata, index in document["consumer_offsets"]:
-        if not isinstance(group, str) or not isinstance(metadata, str):
+    row_fields = 4 if version == 1 else 5  # v1 rows have no commit time
+    for row in document["consumer_offsets"]:
+        if not isinstance(row, list) or len(row) != row_fields:
+            raise ValueError("consumer offset row is malformed")
+        group, offset, metadata, index = row[:4]
+        committed_at_ms = _int(row[4]) if row_fields == 5 else COMMIT_TIME_UNKNOWN
+        if not isinstance(group, str) or not isinstance(metadata, str) or group in state.consumer_offsets:
             raise ValueError("consumer offset row is malformed")
         if _int(offset) > state.next_offset:
             raise ValueError("committed offset beyond the high watermark")
-        state.consumer_offsets[group] = CommittedOffset(offset, metadata, _int(index))
+        state.consumer_offsets[group] = CommittedOffset(offset, metadata, _int(index), committed_at_ms)
     if len(state.consumer_offsets) > state.consumer_groups_max:
         raise ValueError("more consumer groups than the bound")
     end = 0

@@ -276,6 +276,10 @@ class AsyncClient:
         answer = await self._json("GET", f"/v1/groups/{group}/offsets", params={"topic": topic})
         return {int(o["partition"]): int(o["offset"]) for o in answer["offsets"]}
 
+    async def delete_group(self, group: str) -> None:
+        """Remove the group's committed offsets everywhere (RaftlogError UNKNOWN_GROUP if none)."""
+        await self.request("DELETE", f"/v1/groups/{group}")
+
     async def node_addresses(self, alive_only: bool = True) -> dict[int, str]:
         """{node id: HTTP address} of the cluster's nodes (only those alive, by default)."""
         cluster = await self.cluster()

@@ -114,6 +114,9 @@ class Client:
     def fetch_offsets(self, group: str, topic: str) -> dict[int, int]:
         return self.run(self.aio.fetch_offsets(group, topic))
 
+    def delete_group(self, group: str) -> None:
+        self.run(self.aio.delete_group(group))
+
     def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         return self.run(self.aio.partition_offsets(topic))
 

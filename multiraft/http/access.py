@@ -41,6 +41,10 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/producers"): WRITE_SOME,
     ("GET", "/v1/groups/{group}/offsets"): READ_QUERY,
     ("POST", "/v1/groups/{group}/offsets"): IN_HANDLER,
+    # Kafka asks for DELETE on the group resource; rights here are per topic, and a delete
+    # reaches every topic the group has offsets in, which the caller cannot name in advance
+    # and may not be allowed to read. Only admin covers them all.
+    ("DELETE", "/v1/groups/{group}"): ADMIN_RIGHT,
 }
 
 

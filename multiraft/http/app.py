@@ -51,6 +51,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/producers", producers.allocate_producer),
     ("POST", "/v1/groups/{group}/offsets", groups.commit_offsets),
     ("GET", "/v1/groups/{group}/offsets", groups.fetch_offsets),
+    ("DELETE", "/v1/groups/{group}", groups.delete_group),
     ("POST", "/v1/admin/leadership/balance", admin.balance_leadership),
     ("POST", "/v1/admin/nodes", nodes.add_node),
     ("POST", "/v1/admin/tokens", tokens.create_token),

@@ -158,6 +158,11 @@ _PATHS: dict[str, Any] = {
                 "parameters": [_query("topic", {"type": "string", "minLength": 1}, required=True)],
                 "responses": {"200": _ok("offsets", {"type": "object"}), **_errors(404, 503, 504)}},
     },
+    "/v1/groups/{group}": {
+        "parameters": [_GROUP],
+        "delete": {"summary": "delete a consumer group: its committed offsets in every partition (admin)",
+                   "responses": {"204": _ok("deleted"), **_errors(404, 421, 503, 504)}},
+    },
     "/v1/admin/leadership/balance": {"post": {
         "summary": "one balancing round on every node now (leadership goes to each partition's first replica; "
                    "a node above its share hands partitions that cannot go home to nodes below it)",

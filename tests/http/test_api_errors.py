@@ -107,6 +107,10 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
                                                                      "offset": 0}]}}, 400, "INVALID_REQUEST"),
     ("GET", "/v1/groups/g/offsets", {}, 400, "INVALID_REQUEST"),
     ("GET", "/v1/groups/g/offsets", {"params": {"topic": "nope"}}, 404, "UNKNOWN_TOPIC"),
+    ("DELETE", "/v1/groups/never-committed", {}, 404, "UNKNOWN_GROUP"),
+    ("DELETE", "/v1/groups/bad%20name", {}, 400, "INVALID_REQUEST"),
+    ("POST", RECORDS, {"json": {"records": [{"value": 1}], "producer_id": 2**62, "producer_epoch": 0,
+                                "base_sequence": 0}}, 400, "UNKNOWN_PRODUCER_ID"),
 ]
 
 

@@ -13,8 +13,10 @@ import time
 import pytest
 
 from multiraft.partitioner import partition_for_key
+from raftlog.messages import Role
 from storage.batch import Record, decode_batch, encode_batch
 from tests.http.conftest import Cluster
+from tests.node.test_node_cluster import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
 BATCH = "application/vnd.raftlog.batch"
@@ -122,6 +124,40 @@ async def test_idempotent_json_produce_deduplicates(cluster: Cluster) -> None:
     status, body = await cluster.call("GET", 2, "/v1/topics/idem/partitions/0/records",
                                       params={"offset": 0, "wait_ms": 1000})
     assert [r["value"] for r in body["records"]] in (["x", "y"], [])
+
+
+async def test_a_producer_id_never_allocated_is_refused_and_leaves_no_state(cluster: Cluster) -> None:
+    # Goal: a produce naming a producer id above every id the cluster allocated, JSON or
+    # binary, sent to the leader or forwarded by a follower, is 400 UNKNOWN_PRODUCER_ID: no
+    # replica keeps producer state for it and nothing more is written. An id allocated
+    # through one node is accepted at once through the others (a leader whose catalog has
+    # not applied the allocation yet catches up before it decides).
+    await cluster.create_topic("invented", partitions=1)
+    path = "/v1/topics/invented/partitions/0/records"
+    status, producer = await cluster.call("POST", 1, "/v1/producers")
+    assert status == 200, producer
+    for node_index in (2, 0):
+        request = {"records": [{"value": "ok"}], "producer_id": producer["producer_id"], "producer_epoch": 0,
+                   "base_sequence": 0}
+        status, body = await cluster.call("POST", node_index, path, json=request)
+        assert status == 200 and body["base_offset"] == 0, body  # the second is the first's duplicate
+    invented = 2**62
+    refused = encode_batch([Record(None, b"x")], first_timestamp_ms=1, producer_id=invented, producer_epoch=0,
+                           base_sequence=0)
+    for node_index in range(3):
+        for kwargs in ({"json": {"records": [{"value": "x"}], "producer_id": invented, "producer_epoch": 0,
+                                 "base_sequence": 0}},
+                       {"data": refused, "headers": {"Content-Type": BATCH}}):
+            status, body = await cluster.call("POST", node_index, path, **kwargs)
+            assert (status, body["error_code"]) == (400, "UNKNOWN_PRODUCER_ID"), body
+    group_id = cluster.nodes[0].catalog.topic("invented").partitions[0].group_id
+    leader = next(n for n in cluster.nodes if n.groups[group_id].core.role is Role.LEADER)
+    last = leader.groups[group_id].core.log.last_index()
+    await until(lambda: all(n.groups[group_id].core.applied_index >= last for n in cluster.nodes), "replicas apply")
+    for node in cluster.nodes:
+        state = node.partitions[group_id].state
+        assert [pid for pid, _ in state.producers.items()] == [producer["producer_id"]], "no state for the invented id"
+        assert state.high_watermark == 1, "only the allocated producer's record"
 
 
 async def test_long_poll_wakes_on_new_data(cluster: Cluster) -> None:

@@ -16,7 +16,9 @@ live nodes, refused by the controller), INVALID_CONFIG, INVALID_BATCH,
 UNSUPPORTED_MEDIA_TYPE, UNKNOWN_TOPIC (also the code of an unknown partition:
 the table has no UNKNOWN_PARTITION), NOT_FOUND, METHOD_NOT_ALLOWED,
 TOPIC_EXISTS, OFFSET_OUT_OF_RANGE (consume past the end, whose message names the
-log start; commit past the high watermark), MESSAGE_TOO_LARGE,
+log start; commit past the high watermark), UNKNOWN_GROUP (a delete of a group
+that never committed), UNKNOWN_PRODUCER_ID (a produce naming an id never
+allocated), MESSAGE_TOO_LARGE,
 REQUEST_TOO_LARGE, NOT_LEADER (`forward=false`),
 NOT_ENOUGH_REPLICAS (topic `min_insync_replicas` above its replication
 factor), INVALID_PRODUCER_EPOCH and OUT_OF_ORDER_SEQUENCE (JSON and binary).
@@ -174,6 +176,9 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
     ("POST", RECORDS, _idempotent(producer_id=1, producer_epoch=2**15, base_sequence=0), 400, "INVALID_REQUEST"),
     ("POST", RECORDS, _idempotent(producer_id=1, producer_epoch=0, base_sequence=-1), 400, "INVALID_REQUEST"),
     ("POST", RECORDS, _idempotent(producer_id=1, producer_epoch=True, base_sequence=0), 400, "INVALID_REQUEST"),
+    ("POST", RECORDS, _idempotent(producer_id=2**62, producer_epoch=0, base_sequence=0), 400, "UNKNOWN_PRODUCER_ID"),
+    # consumer groups
+    ("DELETE", "/v1/groups/e-never-committed", {}, 404, "UNKNOWN_GROUP"),
     # record and request size limits
     ("POST", f"/v1/topics/{BAD}/records", {"data": _big_record("string", "value"), "headers": JSON_TYPE},
      413, "MESSAGE_TOO_LARGE"),

@@ -90,6 +90,13 @@ async def test_tokens_gate_every_route_by_its_right(tmp_path: Path) -> None:
             status, body, _ = await call(session, "POST", url[1] + "/v1/groups/g/offsets", token,
                                          json={"offsets": [{"topic": "t1", "partition": 0, "offset": 1}]})
             assert status == 200, body
+            # Deleting a group reaches every topic it has offsets in: admin only, even for its committer.
+            status, body, _ = await call(session, "DELETE", url[1] + "/v1/groups/g", token)
+            assert (status, body["error_code"]) == (403, "NOT_AUTHORIZED"), body
+            status, body, _ = await call(session, "GET", url[1] + "/v1/groups/g/offsets", token, params={"topic": "t1"})
+            assert [o["offset"] for o in body["offsets"]] == [1], "the refused delete changed nothing"
+            status, body, _ = await call(session, "DELETE", url[2] + "/v1/groups/g", ADMIN)
+            assert status == 204, body
             assert "t3" not in nodes[0].catalog.topics and "t1" in nodes[0].catalog.topics, "refusals changed nothing"
 
             # The Python client carries a token; replacing it under the same name retires the old one.

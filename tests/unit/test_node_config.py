@@ -49,6 +49,23 @@ def test_toml_file_and_flag_override(tmp_path: Path) -> None:
         load_config(_parse([*_base(tmp_path), "--config", str(path)]))
 
 
+def test_consumer_offsets_retention_settings(tmp_path: Path) -> None:
+    # Goal: Kafka's defaults (7 days, checked every 10 minutes), settable in the TOML file,
+    # and a retention or check interval that is not a positive duration refuses the start.
+    default = load_config(_parse(_base(tmp_path)))
+    assert (default.consumer_offsets_retention_ms, default.consumer_offsets_retention_check_ms) == (
+        7 * 24 * 3_600_000, 600_000)
+    path = tmp_path / "node.toml"
+    path.write_text("consumer_offsets_retention_ms = 2000\nconsumer_offsets_retention_check_ms = 100\n")
+    config = load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+    assert (config.consumer_offsets_retention_ms, config.consumer_offsets_retention_check_ms) == (2000, 100)
+    for text, setting in (("consumer_offsets_retention_ms = 0", "consumer_offsets_retention_ms"),
+                          ("consumer_offsets_retention_check_ms = 5", "consumer_offsets_retention_check_ms")):
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=setting):
+            load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+
+
 @pytest.mark.parametrize(
     ("extra", "setting"),
     [

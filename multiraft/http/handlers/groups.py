@@ -2,7 +2,9 @@
 
 A commit is ordered with the records it points at and is linearizable to read
 (the partition leader confirms its leadership first), so every node answers
-the same committed offsets.
+the same committed offsets. A delete removes the group from every partition that
+holds it (Kafka's DeleteGroups); idle groups also expire on their own
+(multiraft/offsets_retention.py).
 """
 
 from __future__ import annotations
@@ -59,3 +61,11 @@ async def fetch_offsets(request: web.Request) -> web.Response:
         raise InvalidRequest("query parameter topic is required")
     offsets = await bounded(partition_ops.fetch_offsets(node, group, topic), "offset fetch")
     return web.json_response({"group": group, "topic": topic, "offsets": offsets})
+
+
+async def delete_group(request: web.Request) -> web.Response:
+    """204 once no partition holds the group's offsets; 404 UNKNOWN_GROUP when none did."""
+    node = node_of(request)
+    group = _group(request)
+    await bounded(partition_ops.delete_group(node, group), "group delete")
+    return web.Response(status=204)
