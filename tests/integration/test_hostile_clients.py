@@ -254,6 +254,13 @@ async def _commits(session: aiohttp.ClientSession, cluster: LocalCluster) -> Non
                    json={"offsets": [{"topic": "nowhere", "partition": 0, "offset": 0}]})
 
 
+@probe("an invented producer id, and a delete of a group nobody has")
+async def _invented_ids(session: aiohttp.ClientSession, cluster: LocalCluster) -> None:
+    await _refused(session, cluster.http_addresses[0], "POST", _records(1), 400, "UNKNOWN_PRODUCER_ID",
+                   json={"records": [{"value": 1}], "producer_id": 2**62, "producer_epoch": 0, "base_sequence": 0})
+    await _refused(session, cluster.http_addresses[1], "DELETE", "/v1/groups/nobody-has-it", 404, "UNKNOWN_GROUP")
+
+
 @probe("junk and a stalled handshake on the raft port")
 async def _raft_junk(session: aiohttp.ClientSession, cluster: LocalCluster) -> None:
     host = HOSTS[0]
