@@ -48,7 +48,7 @@ async def _connect(server: HttpServer, source_host: str = "127.0.0.1") -> Stream
 async def _get(stream: Stream, path: str) -> tuple[int, bytes]:
     """One keep-alive GET on a raw connection: the status and the body."""
     reader, writer = stream
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     async with asyncio.timeout(5):
         head = await reader.readuntil(b"\r\n\r\n")
         length = re.search(rb"(?i)content-length: *(\d+)", head)
@@ -130,7 +130,7 @@ async def test_trickled_or_missing_headers_are_dropped_after_the_deadline(cluste
             started = loop.time()
             trickler = await _connect(server)
             streams.append(trickler)
-            trickler[1].write(b"GET /v1/health HTTP/1.1\r\nHost: test\r\n")
+            trickler[1].write(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             dropped = False
             for _ in range(30):  # up to 3 s
                 with contextlib.suppress(ConnectionError):
@@ -199,7 +199,7 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_write_deadline(c
             await loop.sock_connect(stalled, (server.host, server.port))
             await loop.sock_sendall(stalled, (
                 "GET /v1/topics/slow-reader/partitions/0/records?offset=0&max_bytes=67108864 HTTP/1.1\r\n"
-                f"Host: test\r\nAccept: {BATCH_CONTENT_TYPE}\r\n\r\n").encode())
+                f"Host: 127.0.0.1\r\nAccept: {BATCH_CONTENT_TYPE}\r\n\r\n").encode())
             started = loop.time()
             while server.connection_stats().write_timeouts == 0:
                 assert loop.time() - started < 6.0, "the stalled reader was not dropped"
