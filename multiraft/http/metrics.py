@@ -146,6 +146,10 @@ def _transport_connections(stats: TransportStats) -> Iterator[Metric]:
     yield CounterMetricFamily("raftlog_transport_handshake_timeouts",
                               "inbound raft connections closed for not finishing the handshake in time",
                               value=stats.handshake_timeouts)
+    yield CounterMetricFamily("raftlog_transport_tls_handshakes_refused",
+                              "inbound raft TLS handshakes that failed: not TLS, no client certificate "
+                              "or one the CA did not sign (timeouts apart)",
+                              value=stats.tls_handshakes_refused)
     refused = CounterMetricFamily("raftlog_transport_inbound_refused",
                                   "inbound raft connections closed at once, by the bound they hit",
                                   labels=["reason"])
