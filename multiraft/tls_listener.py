@@ -66,12 +66,14 @@ class AcceptedSocket:
 
 
 async def upgrade(accepted: AcceptedSocket, factory: Callable[[], P], context: ssl.SSLContext,
-                  timeout_s: float) -> tuple[asyncio.BaseTransport, P]:
+                  timeout_s: float, *, shutdown_timeout_s: float | None = None) -> tuple[asyncio.BaseTransport, P]:
     """Run the server side of the TLS handshake on `accepted`, then start `factory()`'s
     protocol on the TLS transport. The caller bounds this with its own deadline of
     `timeout_s` (asyncio.timeout); the loop's handshake timeout, just past it, is only
-    a backstop. Raises OSError (ssl.SSLError: a client that is not TLS, or whose
-    certificate the context refuses) or TimeoutError; the socket is closed then."""
+    a backstop. `shutdown_timeout_s` bounds a close's TLS shutdown (flushing what is
+    buffered to a client that may not read; the loop's default is 30 s), after which
+    the connection is cut. Raises OSError (ssl.SSLError: a client that is not TLS, or
+    whose certificate the context refuses) or TimeoutError; the socket is closed then."""
     loop = asyncio.get_running_loop()
     made: list[P] = []
 
@@ -83,7 +85,8 @@ async def upgrade(accepted: AcceptedSocket, factory: Callable[[], P], context: s
     # The protocol is taken from the factory, not from the answer: uvloop answers with its
     # SSLProtocol, asyncio with ours.
     transport, _ = await loop.connect_accepted_socket(make, accepted.hand_over(), ssl=context,
-                                                      ssl_handshake_timeout=timeout_s + 1.0)
+                                                      ssl_handshake_timeout=timeout_s + 1.0,
+                                                      ssl_shutdown_timeout=shutdown_timeout_s)
     assert len(made) == 1
     return transport, made[0]
 

@@ -180,6 +180,13 @@ class ConnectionsCollector(Collector):
         yield CounterMetricFamily("raftlog_http_write_timeouts",
                                   "HTTP connections dropped because the client stopped reading its answer",
                                   value=stats.write_timeouts)
+        yield CounterMetricFamily("raftlog_http_tls_handshakes_failed",
+                                  "HTTPS connections closed because their TLS handshake failed (timeouts "
+                                  "included): plain HTTP on the TLS port, a client that refused the certificate",
+                                  value=stats.tls_handshakes_failed)
+        yield CounterMetricFamily("raftlog_http_tls_handshake_timeouts",
+                                  "HTTPS connections closed for not finishing the TLS handshake in time",
+                                  value=stats.tls_handshake_timeouts)
 
 
 def node_registry(node: Node) -> CollectorRegistry:
