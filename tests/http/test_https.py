@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from multiraft.clients.http import AsyncClient, RaftlogError, UnavailableError
 from multiraft.http import HttpServer
 from multiraft.http.limits import BATCH_CONTENT_TYPE, ConnectionLimits
 from multiraft.tls import client_context, http_server_context
@@ -217,3 +218,30 @@ async def test_a_stalled_tls_answer_written_in_one_piece_is_cut_by_keepalive_and
             assert elapsed < 5.0, f"cut after {elapsed:.1f} s; keep-alive plus shutdown is 2 s"
         finally:
             await _close([stream])
+
+
+# Goal: the Python client with `ca_file` produces and consumes over HTTPS (bare HOST:PORT
+# addresses become https, leader hints too); without the CA (the system's CAs) it fails at
+# once with TLS_VERIFICATION_FAILED instead of retrying; a plain-HTTP client meets a closed
+# connection and is told the node may serve HTTPS.
+async def test_the_python_client_takes_a_ca_file(cluster: Cluster, pki: Pki) -> None:
+    async with _https(cluster, pki) as server:
+        address = f"{server.host}:{server.port}"
+        async with AsyncClient(address, ca_file=pki.ca.cert, timeout_s=10) as client:
+            assert client.servers == [server.url]
+            await client.create_topic("tls-client", partitions=1, replication_factor=3)
+            await cluster.create_topic_wait("tls-client")
+            offsets = await client.produce("tls-client", [{"value": "a"}, {"value": "b"}])
+            assert [o["offset"] for o in offsets] == [0, 1]
+            read = await client.consume("tls-client", 0, 0, wait_ms=1000)
+            assert [r["value"] for r in read["records"]] == ["a", "b"]
+        loop = asyncio.get_running_loop()
+        async with AsyncClient(server.url, timeout_s=10, attempts=8) as untrusting:
+            started = loop.time()
+            with pytest.raises(RaftlogError, match="TLS_VERIFICATION_FAILED") as refused:
+                await untrusting.health()
+            assert "--ca" in refused.value.message
+            assert loop.time() - started < 1.0, "a certificate that does not verify is not retried"
+        async with AsyncClient(f"http://{address}", timeout_s=10, attempts=2, backoff_s=0.01) as plain:
+            with pytest.raises(UnavailableError, match="https://HOST:PORT or --ca"):
+                await plain.health()
