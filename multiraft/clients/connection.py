@@ -41,6 +41,9 @@ CONNECTIONS_PER_SERVER_MAX = 100  # aiohttp's default connector limit
 # Idle connections are dropped well before the server closes them (aiohttp's server:
 # 75 s keep-alive), so a request is not sent on a connection the server is closing.
 IDLE_KEEP_S = 15.0
+# How long `close` waits for connections to finish closing: a TLS connection's close is a
+# round trip (close_notify) that must end before its loop does; after this, it is cut.
+CLOSE_WAIT_S = 1.0
 _NO_BODY_STATUSES = frozenset((204, 304))
 
 
@@ -69,6 +72,7 @@ class _Exchange(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # done once fully closed
         self.idle_since = time.monotonic()
         self.answered = False  # a byte came back on this connection, ever
         self._buffer = bytearray()  # the head, until it is complete
@@ -84,6 +88,8 @@ class _Exchange(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.lost.done():
+            self.lost.set_result(None)
         self._fail(ExchangeFailed(f"the connection closed before the answer was complete ({exc!r})"))
 
     def eof_received(self) -> bool:
@@ -218,6 +224,7 @@ class ConnectionPool:
         self._local_host = local_host  # source address of every connection (fault rules match it)
         self._tls = tls  # for https:// servers; None: the system's trust store, made when needed
         self._servers: dict[str, _Server] = {}
+        self._open: set[_Exchange] = set()  # connections not yet fully closed
 
     async def request(self, method: str, url: str, *, body: bytes = b"", query: dict[str, str] | None = None,
                       headers: dict[str, str] | None = None, timeout_s: float) -> Response:
@@ -257,13 +264,20 @@ class ConnectionPool:
         return response
 
     async def close(self) -> None:
-        """Close the idle connections (a later request opens new ones, as after a restart)."""
+        """Close the idle connections (a later request opens new ones, as after a restart),
+        and wait, briefly, for those closing to finish (TLS's close takes a round trip)."""
         servers, self._servers = self._servers, {}
         for server in servers.values():
             for exchange in server.idle:
                 exchange.close()
             server.idle.clear()
+        closing = [exchange for exchange in self._open if exchange.closed]
         await asyncio.sleep(0)  # let the transports finish closing
+        if closing:
+            await asyncio.wait([exchange.lost for exchange in closing], timeout=CLOSE_WAIT_S)
+            for exchange in closing:
+                if not exchange.lost.done() and exchange.transport is not None:
+                    exchange.transport.abort()
 
     def _server(self, url: str) -> _Server:
         scheme, hostname, port, netloc, _ = _split(url)
@@ -302,4 +316,6 @@ class ConnectionPool:
                                      "or $RAFTLOG_CA") from error
         except OSError as error:
             raise ConnectFailed(f"cannot connect to {server.host_header}: {error}") from error
+        self._open.add(exchange)
+        exchange.lost.add_done_callback(lambda _: self._open.discard(exchange))
         return exchange
