@@ -12,7 +12,7 @@ SEEDS ?= 5000
 START ?= 0
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast sim lint bench run clean
+.PHONY: install test test-fast sim lint bench run run-tls clean
 
 # Idempotent: reinstalls only when the package metadata changed.
 $(STAMP): setup.cfg pyproject.toml
@@ -62,6 +62,12 @@ bench: install
 # A local 3-node cluster on 127.0.0.1-3 (data in ./data); Ctrl-C stops it.
 run: install
 	$(PY) -m multiraft.cli cluster up --nodes 3 --dir ./data
+
+# The same with HTTPS and mutual TLS between nodes, a throwaway CA in ./data-tls/tls
+# (clients: --ca ./data-tls/tls/ca.pem or RAFTLOG_CA). Its own directory: a cluster
+# directory keeps TLS on once it has been used with it.
+run-tls: install
+	$(PY) -m multiraft.cli cluster up --nodes 3 --dir ./data-tls --tls
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

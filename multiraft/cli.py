@@ -11,7 +11,10 @@
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
 
 `--server` (or RAFTLOG_SERVER) picks the HTTP address, several separated by
-commas; the default is node 1 of `raftlog cluster up`. A cluster with auth on
+commas; the default is node 1 of `raftlog cluster up`. A cluster serving HTTPS
+takes `--ca FILE` (or RAFTLOG_CA), the CA that signed its certificates, which
+also makes plain HOST:PORT addresses https; `--server https://HOST:PORT` with no
+CA trusts the system's CAs. A cluster with auth on
 takes a bearer token from `--token-file FILE` or RAFTLOG_TOKEN, never from the
 command line (`--token VALUE` is refused). Exit codes: 0 done,
 1 the cluster refused or failed (the message names the error code), 2 bad
@@ -46,8 +49,11 @@ class _NoTokenOnTheCommandLine(argparse.Action):
 
 def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -> None:
     parser.add_argument("--server", default=None,
-                        help="HTTP address(es) of the cluster, comma-separated (default: $RAFTLOG_SERVER or "
-                             "127.0.0.1:8080)")
+                        help="HTTP address(es) of the cluster, comma-separated: HOST:PORT or https://HOST:PORT "
+                             "(default: $RAFTLOG_SERVER or 127.0.0.1:8080)")
+    parser.add_argument("--ca", type=Path, default=None, metavar="FILE",
+                        help="the CA certificate (PEM) that signed the cluster's HTTPS certificates; turns on "
+                             "HTTPS (default: $RAFTLOG_CA)")
     parser.add_argument("--token-file", type=Path, default=None, metavar="FILE",
                         help="file holding the bearer token (mode 0600), for a cluster started with "
                              "--admin-token-file (default: the token in $RAFTLOG_TOKEN)")
@@ -155,7 +161,7 @@ def _run_client_command(args: argparse.Namespace) -> int:
     server = args.server or os.environ.get("RAFTLOG_SERVER") or DEFAULT_SERVER
     try:
         with Client(server, attempts=4, timeout_s=max(30.0, getattr(args, "wait_ms", 0) / 1000 + 15),
-                    token_file=args.token_file) as client:
+                    token_file=args.token_file, ca_file=args.ca) as client:
             return args.func(client, args)
     except UnavailableError as error:
         print(f"raftlog: cannot reach the cluster at {server}: {error.message}\n"

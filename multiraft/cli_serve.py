@@ -83,7 +83,8 @@ def cluster_up(args: argparse.Namespace) -> int:
     # inherits an ignored signal, and Python then leaves it ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        cluster = LocalCluster(Path(args.dir), args.nodes, raft_port=args.raft_port, http_port=args.http_port)
+        cluster = LocalCluster(Path(args.dir), args.nodes, raft_port=args.raft_port, http_port=args.http_port,
+                               tls=args.tls)
         cluster.start()
     except LauncherError as error:
         print(f"raftlog cluster up: {error}", file=sys.stderr)
@@ -92,14 +93,20 @@ def cluster_up(args: argparse.Namespace) -> int:
     try:
         print(f"starting {len(cluster.nodes)} nodes, data under {cluster.directory}", file=sys.stderr)
         cluster.wait_healthy(args.wait)
+        scheme = cluster.scheme
         for node in cluster.nodes:
-            print(f"node {node.node_id}: http://{node.http_addr}  raft {node.raft_addr}  "
+            print(f"node {node.node_id}: {scheme}://{node.http_addr}  raft {node.raft_addr}  "
                   f"pid {node.process.pid if node.process else '-'}  log {node.log_file}")
         first = cluster.nodes[0].http_addr
-        print(f"\nready. try:\n  echo hello | raftlog produce demo --server {first}\n"
-              f"  raftlog consume demo --from-beginning --server {first}\n"
-              f"  curl http://{first}/v1/cluster\n  open http://{first}/ui in a browser\n"
-              "Ctrl-C stops the cluster.", flush=True)
+        ca = f" --ca {cluster.ca.cert}" if cluster.tls else ""
+        curl = f"curl --cacert {cluster.ca.cert}" if cluster.tls else "curl"
+        tls_note = (f"  (TLS: HTTPS and mutual TLS between nodes, a throwaway CA in {cluster.ca.cert.parent};\n"
+                    f"   export RAFTLOG_CA={cluster.ca.cert} to drop --ca; a browser warns about the\n"
+                    "   certificate unless it is told to trust that CA)\n") if cluster.tls else ""
+        print(f"\nready. try:\n  echo hello | raftlog produce demo --server {first}{ca}\n"
+              f"  raftlog consume demo --from-beginning --server {first}{ca}\n"
+              f"  {curl} {scheme}://{first}/v1/cluster\n  open {scheme}://{first}/ui in a browser\n"
+              f"{tls_note}Ctrl-C stops the cluster.", flush=True)
         _wait_for_interrupt(cluster)
         interrupted = True
     except LauncherError as error:
@@ -145,4 +152,7 @@ def add_cluster_up(cluster_commands: argparse._SubParsersAction) -> None:  # typ
     up.add_argument("--raft-port", type=int, default=RAFT_PORT_DEFAULT)
     up.add_argument("--http-port", type=int, default=HTTP_PORT_DEFAULT)
     up.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the nodes to be healthy")
+    up.add_argument("--tls", action="store_true",
+                    help="HTTPS and mutual TLS between nodes, with a throwaway CA and certificates made in --dir "
+                         "(needs the openssl command; kept for later runs on the same --dir)")
     up.set_defaults(func=cluster_up)

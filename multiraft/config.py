@@ -26,6 +26,7 @@ from multiraft.secret_files import (
     read_token_file,
     secret_material_bytes,
 )
+from multiraft.tls import PeerTls, TlsError, http_server_context
 from raftlog.types import NodeId
 from storage.config import FlushPolicy
 
@@ -83,6 +84,14 @@ class NodeConfig:
     # beyond its own address and localhost (multiraft/http/browsers.py).
     http_allowed_origins: tuple[str, ...] = ()
     http_host_names: tuple[str, ...] = ()
+    # TLS (multiraft/tls.py, docs/http.md "TLS", docs/transport.md "TLS"). The HTTP API's
+    # certificate and key: both or neither. Mutual TLS between nodes: the cluster's CA and
+    # this node's certificate and key, all three or none. Keys are checked as secrets.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    peer_tls_ca: Path | None = None
+    peer_tls_cert: Path | None = None
+    peer_tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if self.node_id < 1:
@@ -109,10 +118,42 @@ class NodeConfig:
         if secret_material_bytes(self.cluster_secret) < SECRET_BYTES_MIN:
             raise ConfigError(f"cluster_secret: at least {SECRET_BYTES_MIN} bytes of random material "
                               f"(64 hex digits, 43 base64 characters or {SECRET_BYTES_MIN} raw bytes)")
+        _all_or_none(self, ("tls_cert", "tls_key"), "HTTPS")
+        _all_or_none(self, ("peer_tls_ca", "peer_tls_cert", "peer_tls_key"), "mutual TLS between nodes")
+
+    @property
+    def http_tls(self) -> bool:
+        """The HTTP API serves HTTPS (and this node calls its peers' over HTTPS)."""
+        return self.tls_cert is not None
+
+    def peer_tls(self) -> PeerTls | None:
+        """The raft transport's TLS contexts, or None for plain TCP (TlsError: bad files)."""
+        if self.peer_tls_ca is None or self.peer_tls_cert is None or self.peer_tls_key is None:
+            return None
+        return PeerTls.load(self.peer_tls_ca, self.peer_tls_cert, self.peer_tls_key)
 
     @property
     def replica_lag_time_max_ticks(self) -> int:
         return max(1, self.replica_lag_time_max_ms // self.tick_ms)
+
+
+def _all_or_none(config: NodeConfig, names: tuple[str, ...], what: str) -> None:
+    given = [name for name in names if getattr(config, name) is not None]
+    if given and len(given) < len(names):
+        flags = {name: "--" + name.replace("_", "-") for name in names}
+        missing = ", ".join(flags[name] for name in names if name not in given)
+        raise ConfigError(f"{given[0]}: {what} needs {' and '.join(flags.values())} together; missing {missing}")
+
+
+def check_tls_files(config: NodeConfig) -> None:
+    """Load every TLS file once (certificates, keys checked as secrets, CAs), so a bad one
+    stops `raftlog serve` before it starts, with the setting named."""
+    try:
+        if config.tls_cert is not None and config.tls_key is not None:
+            http_server_context(config.tls_cert, config.tls_key)
+        config.peer_tls()
+    except TlsError as error:
+        raise ConfigError(str(error)) from None
 
 
 def parse_initial_cluster(text: str) -> dict[NodeId, Address]:
@@ -144,6 +185,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated web origins (https://console.example) whose pages may call the API")
     parser.add_argument("--http-host-names",
                         help="comma-separated host names the HTTP API answers to, beyond its address and localhost")
+    parser.add_argument("--tls-cert", type=Path, metavar="FILE",
+                        help="serve HTTPS with this certificate (PEM, naming the host of --http-addr); with --tls-key")
+    parser.add_argument("--tls-key", type=Path, metavar="FILE", help="the private key of --tls-cert (mode 0600)")
+    parser.add_argument("--peer-tls-ca", type=Path, metavar="FILE",
+                        help="mutual TLS between nodes: the CA that signs every node's --peer-tls-cert")
+    parser.add_argument("--peer-tls-cert", type=Path, metavar="FILE",
+                        help="this node's certificate on the raft port (naming the host of --raft-addr)")
+    parser.add_argument("--peer-tls-key", type=Path, metavar="FILE",
+                        help="the private key of --peer-tls-cert (mode 0600)")
 
 
 def load_config(args: argparse.Namespace) -> NodeConfig:
@@ -195,12 +245,17 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
             values["flush"] = FlushPolicy.parse(str(settings["flush"]))
         except (ValueError, AssertionError) as error:
             raise ConfigError(f"flush: expected fsync, none or interval_ms=N, got {settings['flush']!r}") from error
+    for name in ("tls_cert", "tls_key", "peer_tls_ca", "peer_tls_cert", "peer_tls_key"):
+        if settings.get(name) is not None:
+            values[name] = Path(settings[name])
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
                  "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms",
                  "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms"):
         if name in settings:
             values[name] = settings[name] if name == "rack" else int(settings[name])
-    return NodeConfig(**values)
+    config = NodeConfig(**values)
+    check_tls_files(config)
+    return config
 
 
 def _admin_token(path: str | Path | None) -> bytes:

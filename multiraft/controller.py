@@ -31,6 +31,7 @@ from multiraft.metadata.commands import (
 from multiraft.metadata.placement import PlacementNode, replacement_for
 from multiraft.replicas import METADATA_GROUP
 from multiraft.rpc import RPC_TIMEOUT_S, STATUS_OK, RpcError, answer, error_answer
+from multiraft.tls import node_http_client_context
 from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader
 from raftlog.messages import ConfChange, ConfChangeOp, Role
 from raftlog.types import NodeId
@@ -89,13 +90,17 @@ class Controller:
         return await answer(self._add_learner(node_id), lambda _: b"{}")
 
     async def join(self, address: Any) -> None:
-        """Ask a node of an existing cluster (its HTTP address) to admit this one."""
+        """Ask a node of an existing cluster (its HTTP address) to admit this one. A node
+        whose own HTTP API serves TLS calls over HTTPS too (the scheme is the cluster's
+        setting), trusting the system's CAs and the cluster's peer CA (multiraft/tls.py)."""
         import aiohttp
 
         node, config = self.node, self.node.config
         body = {"node_id": node.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
                 "rack": config.rack or None}
-        url = f"http://{address}/v1/admin/nodes"
+        scheme = "https" if config.http_tls else "http"
+        tls = node_http_client_context(config.peer_tls_ca) if config.http_tls else None
+        url = f"{scheme}://{address}/v1/admin/nodes"
         data = json.dumps(body).encode()
         # Admitting a node is an admin's act: with auth on, the joiner shows the admin token;
         # always, it signs its addresses with the cluster secret (multiraft/admission.py).
@@ -106,7 +111,7 @@ class Controller:
                 signed = {**headers, "Content-Type": "application/json",
                           **admission.sign(config.cluster_secret, data, time.time())}
                 try:
-                    async with session.post(url, data=data, headers=signed) as response:
+                    async with session.post(url, data=data, headers=signed, ssl=tls or True) as response:
                         reply = await response.json()
                         if response.status == 200:
                             break

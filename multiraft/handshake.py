@@ -20,8 +20,10 @@ The secret never crosses the wire and proofs are compared in constant time. A
 server that rejects the client's proof closes the connection without a word,
 which a client reports as a refused handshake (most likely a wrong secret).
 
-This authenticates, it does not encrypt: frames after the handshake are in the
-clear (optional TLS is future work, see docs/transport.md).
+This authenticates, it does not encrypt: without TLS, frames after the handshake
+are in the clear. With mutual TLS on (docs/transport.md "TLS"), this runs inside
+TLS all the same: a node must hold both a certificate of the cluster's CA and the
+secret.
 """
 
 from __future__ import annotations

@@ -50,13 +50,14 @@ class InboundConnection(asyncio.Protocol):
         counters: TransportCounters,
         on_frame: Callable[[int, int, int, bytes], None],
         logger: Any,
-        on_connection: Callable[[InboundConnection], None],
+        on_connection: Callable[[InboundConnection], None] | None = None,
     ) -> None:
         self._frame_bytes_max = frame_bytes_max
         self._counters = counters
         self._on_frame = on_frame
         self._logger = logger
-        self._on_connection = on_connection  # called once connected, with this protocol
+        # Called once connected, with this protocol (None: admitted before, as over TLS).
+        self._on_connection = on_connection
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -71,7 +72,8 @@ class InboundConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's is no subclass of asyncio.Transport).
         self._transport = transport  # type: ignore[assignment]
-        self._on_connection(self)
+        if self._on_connection is not None:
+            self._on_connection(self)
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data

@@ -10,6 +10,13 @@ cluster at the same addresses. Children run in their own sessions: Ctrl-C
 reaches only the launcher, which stops each child by its PID (SIGTERM, then
 SIGKILL after a grace period). PID files let a second `up` refuse to start
 over nodes that are still running.
+
+With `tls=True` (`cluster up --tls`) the launcher makes a throwaway CA
+(`<dir>/tls/ca.pem`, its key 0600 beside it) and a certificate per node
+(`<dir>/node<i>/tls/node.pem` and `node.key`, 0600, naming 127.0.0.i and
+localhost), and starts every node with HTTPS and mutual TLS between nodes, that
+one certificate for both. The layout remembers it: a later `up` on the directory
+keeps TLS on, with the same certificates.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -33,6 +41,8 @@ from multiraft.secret_files import (
     generate_secret,
     read_private_file,
 )
+from multiraft.tls import client_context
+from multiraft.tls_certs import CertificateError, KeyPair, make_ca, make_certificate
 from storage.files import make_private_dirs
 
 NODES_MAX = 9  # 127.0.0.1-9 and the metadata group's 1, 3 or 5 voters leave room for learners
@@ -74,6 +84,11 @@ class LocalNode:
     def secret_file(self) -> Path:
         return self.data_dir / SECRET_FILE_NAME
 
+    @property
+    def tls_files(self) -> KeyPair:
+        """This node's certificate and key, when the cluster runs TLS."""
+        return KeyPair(self.data_dir / "tls" / "node.pem", self.data_dir / "tls" / "node.key")
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -98,10 +113,11 @@ class LocalCluster:
                  http_port: int = HTTP_PORT_DEFAULT, python: str = sys.executable,
                  extra_args: tuple[str, ...] = (),
                  node_env: Callable[[int], dict[str, str]] | None = None,
-                 code_root: Path | None = None) -> None:
+                 code_root: Path | None = None, tls: bool = False) -> None:
         self.directory = directory.resolve()
         layout = self._load_layout()
         if layout is not None:
+            tls = tls or bool(layout.get("tls", False))
             if nodes != len(layout["nodes"]):
                 raise LauncherError(f"{self.directory} holds a {len(layout['nodes'])}-node cluster; "
                                     f"use --nodes {len(layout['nodes'])} or another --dir")
@@ -115,6 +131,7 @@ class LocalCluster:
         self.code_root = code_root  # another checkout to run the nodes from (bench/interleaved.py)
         self.raft_port = raft_port
         self.http_port = http_port
+        self.tls = tls  # HTTPS and mutual TLS between nodes, with certificates made here
         self.nodes = [LocalNode(i, f"127.0.0.{i}", raft_port, http_port, self.directory / f"node{i}")
                       for i in range(1, nodes + 1)]
 
@@ -128,7 +145,7 @@ class LocalCluster:
             raise LauncherError(f"cannot read {path}: {error}") from error
 
     def _save_layout(self) -> None:
-        layout = {"raft_port": self.raft_port, "http_port": self.http_port,
+        layout = {"raft_port": self.raft_port, "http_port": self.http_port, "tls": self.tls,
                   "nodes": [{"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr}
                             for n in self.nodes]}
         (self.directory / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
@@ -141,10 +158,24 @@ class LocalCluster:
     def http_addresses(self) -> list[str]:
         return [n.http_addr for n in self.nodes]
 
+    @property
+    def ca(self) -> KeyPair:
+        """The throwaway CA of a TLS cluster (clients pass `ca.cert` as --ca)."""
+        return KeyPair(self.directory / "tls" / "ca.pem", self.directory / "tls" / "ca.key")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
     def command(self, node: LocalNode) -> list[str]:
+        tls: list[str] = []
+        if self.tls:
+            files = node.tls_files
+            tls = ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--peer-tls-ca", str(self.ca.cert),
+                   "--peer-tls-cert", str(files.cert), "--peer-tls-key", str(files.key)]
         return [self.python, "-m", "multiraft.cli", "serve", "--node-id", str(node.node_id),
                 "--data-dir", str(node.data_dir), "--raft-addr", node.raft_addr, "--http-addr", node.http_addr,
-                "--initial-cluster", self.initial_cluster, *self.extra_args]
+                "--initial-cluster", self.initial_cluster, *tls, *self.extra_args]
 
     def start(self) -> None:
         make_private_dirs(self.directory)
@@ -163,6 +194,8 @@ class LocalCluster:
         node = self.nodes[node_id - 1]
         make_private_dirs(node.data_dir)
         self._provide_secret(node)
+        if self.tls:
+            self._provide_certificate(node)
         log_fd = os.open(node.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         with open(log_fd, "ab") as log:
             node.process = subprocess.Popen(self.command(node), stdin=subprocess.DEVNULL, stdout=log,
@@ -182,9 +215,20 @@ class LocalCluster:
             raise LauncherError(str(error)) from error
         create_private_file(node.secret_file, secret)
 
+    def _provide_certificate(self, node: LocalNode) -> None:
+        """The cluster's CA (made once) and a certificate it signs for `node`, unless both exist."""
+        try:
+            if not (self.ca.cert.exists() and self.ca.key.exists()):
+                make_ca(self.ca.cert.parent, f"raftlog local CA ({self.directory.name})")
+            if not (node.tls_files.cert.exists() and node.tls_files.key.exists()):
+                make_certificate(self.ca, node.tls_files.cert.parent, "node", [node.host, "localhost"])
+        except CertificateError as error:
+            raise LauncherError(f"cannot make the TLS certificates: {error}") from error
+
     def wait_healthy(self, timeout_s: float = 30.0, nodes: list[int] | None = None) -> None:
         """Poll each node's /v1/health until it answers and has registered."""
         deadline = time.monotonic() + timeout_s
+        context: ssl.SSLContext | None = client_context(self.ca.cert) if self.tls else None
         for node in self.nodes:
             if nodes is not None and node.node_id not in nodes:
                 continue
@@ -193,7 +237,8 @@ class LocalCluster:
                     raise LauncherError(f"node {node.node_id} exited with code {node.process.returncode}; "
                                         f"see {node.log_file}")
                 try:
-                    with urllib.request.urlopen(f"http://{node.http_addr}/v1/health", timeout=1) as answer:
+                    with urllib.request.urlopen(f"{self.scheme}://{node.http_addr}/v1/health", timeout=1,
+                                                context=context) as answer:
                         if json.loads(answer.read()).get("registered"):
                             break
                 except (OSError, urllib.error.URLError, ValueError):

@@ -162,7 +162,7 @@ class Node:
         peers = {n: (a.host, a.port) for n, a in config.initial_cluster.items() if n != self.id}
         self.transport = Transport(
             self.id, config.raft_addr.host, config.raft_addr.port, peers,
-            config.cluster_secret, self._on_frame, logger=self.logger,
+            config.cluster_secret, self._on_frame, logger=self.logger, tls=config.peer_tls(),
         )
         self.transport.on_peer_refused = self._on_peer_refused
         self.rpc = Rpc(self.transport.send, self.logger)

@@ -11,6 +11,10 @@ writer.
 The connection is write-only after the handshake, but a watcher reads it too:
 a peer that restarts closes its end, and reading is how we notice at once
 rather than at the next failed write.
+
+With TLS (`tls_context`), the dialled connection is upgraded before the
+secret's handshake, both within `handshake_timeout_s`: the peer's certificate
+must chain to the cluster's CA and name the host dialled, and ours goes with it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import asyncio
 import contextlib
 import random
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -47,6 +52,7 @@ class PeerLink:
         counters: TransportCounters,
         logger: Any,
         rng: random.Random,
+        tls_context: ssl.SSLContext | None = None,
     ) -> None:
         self.node_id = node_id
         self.peer_id = peer_id
@@ -57,6 +63,7 @@ class PeerLink:
         self._counters = counters
         self._logger = logger.bind(peer_id=peer_id)
         self._rng = rng
+        self._tls_context = tls_context
         self.on_refused: Callable[[int], None] | None = None  # see Transport.on_peer_refused
         self.queue = SendQueue(
             frames_max=config.send_queue_frames_max,
@@ -199,6 +206,9 @@ class PeerLink:
         try:
             enable_keepalive(writer)
             async with asyncio.timeout(config.handshake_timeout_s):
+                if self._tls_context is not None:
+                    await writer.start_tls(self._tls_context, server_hostname=host,
+                                           ssl_handshake_timeout=config.handshake_timeout_s + 1.0)
                 await connect_handshake(
                     reader, writer, secret=self._secret, node_id=self.node_id, peer_id=self.peer_id
                 )

@@ -25,6 +25,14 @@ handshake, from strangers and per source address, with known peers' addresses
 kept apart: multiraft/inbound_admission.py); otherwise it is closed at once and
 counted by reason. Admitted, it must finish the handshake within
 `handshake_timeout_s`.
+
+TLS (optional, `tls=PeerTls`): mutual TLS on both directions, the handshake of
+the cluster secret inside it. A peer link dials, then upgrades (verifying the
+peer's certificate and the host it names, presenting ours); the listener is then
+a `multiraft.tls_listener.Listener`, which admits a connection by the same bounds
+*before* its TLS handshake and runs that handshake, then the secret's, within the
+one `handshake_timeout_s`. A client certificate not signed by the CA fails the TLS
+handshake (counted in `tls_handshakes_refused`).
 See docs/transport.md for the frame and handshake formats and the API.
 """
 
@@ -42,6 +50,8 @@ from multiraft.handshake import SECRET_BYTES_MIN, accept_handshake
 from multiraft.inbound import InboundConnection
 from multiraft.inbound_admission import InboundAdmission, PendingSlot, Refusal, normal_address
 from multiraft.peer_link import PeerLink, enable_keepalive
+from multiraft.tls import PeerTls
+from multiraft.tls_listener import AcceptedSocket, Listener, upgrade
 from multiraft.transport_config import (
     PeerStats,
     TransportConfig,
@@ -69,6 +79,7 @@ class Transport:
         config: TransportConfig | None = None,
         logger: Any = None,
         rng: random.Random | None = None,
+        tls: PeerTls | None = None,
     ) -> None:
         if node_id <= 0:
             raise ValueError(f"node_id must be positive, got {node_id}")
@@ -83,6 +94,7 @@ class Transport:
         base_logger = logger if logger is not None else structlog.get_logger("multiraft.transport")
         self._logger = base_logger.bind(node_id=node_id)
         self._rng = rng or random.Random()
+        self._tls = tls  # None: plain TCP, as ever
         # Outgoing sockets bind to our own raft host so per-address faults (chaos)
         # cut exactly this node's traffic; a wildcard listen host cannot be bound to.
         self._source_host = None if listen_host in _WILDCARD_HOSTS else listen_host
@@ -92,13 +104,15 @@ class Transport:
         self._counters = TransportCounters()
         self._links: dict[int, PeerLink] = {}
         self._retiring: set[asyncio.Task[None]] = set()  # links being cancelled
-        self._inbound: dict[asyncio.Task[None], InboundConnection] = {}
+        # Inbound connections by the task serving each (None while its TLS handshake runs).
+        self._inbound: dict[asyncio.Task[None], InboundConnection | None] = {}
         self._inbound_by_source: dict[int, asyncio.Task[None]] = {}
         self._admission = InboundAdmission(
             pending_max=self._config.handshakes_pending_max,
             pending_per_address_max=self._config.handshakes_pending_per_address_max,
         )
         self._server: asyncio.Server | None = None
+        self._listener: Listener | None = None  # instead of _server when TLS is on
         self._running = False
         self._stopped = False
         self.update_peers(peers)
@@ -108,14 +122,20 @@ class Transport:
     async def start(self) -> None:
         """Listen, then start dialling every peer."""
         assert not self._running and not self._stopped, "a transport starts once"
-        self._server = await asyncio.get_running_loop().create_server(
-            self._new_inbound, self._listen_host, self._listen_port, reuse_address=True
-        )
+        if self._tls is not None:
+            self._listener = Listener(self._listen_host, self._listen_port, self._accept_tls,
+                                      logger=self._logger, name="transport")
+            await self._listener.start()
+        else:
+            self._server = await asyncio.get_running_loop().create_server(
+                self._new_inbound, self._listen_host, self._listen_port, reuse_address=True
+            )
         self._running = True
         for link in self._links.values():
             link.start()
         self._logger.info(
-            "transport_started", address=self.listen_address, peers=sorted(self._links)
+            "transport_started", address=self.listen_address, peers=sorted(self._links),
+            tls=self._tls is not None,
         )
 
     async def stop(self) -> None:
@@ -126,6 +146,8 @@ class Transport:
         self._running = False
         if self._server is not None:
             self._server.close()
+        if self._listener is not None:
+            await self._listener.stop()
         tasks: list[asyncio.Task[None]] = []
         for link in self._links.values():
             task = link.cancel()
@@ -134,7 +156,8 @@ class Transport:
         self._links.clear()
         tasks.extend(self._retiring)
         for task, connection in self._inbound.items():
-            connection.abort()
+            if connection is not None:
+                connection.abort()
             task.cancel()
             tasks.append(task)
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -146,6 +169,8 @@ class Transport:
     @property
     def listen_address(self) -> tuple[str, int]:
         """The bound address (the real port when started with port 0)."""
+        if self._listener is not None:
+            return self._listener.address
         assert self._server is not None and self._server.sockets, "start() first"
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
@@ -198,6 +223,7 @@ class Transport:
                 counters=self._counters,
                 logger=self._logger,
                 rng=self._rng,
+                tls_context=self._tls.client if self._tls is not None else None,
             )
             link.on_refused = self._peer_refused
             self._links[peer_id] = link
@@ -231,6 +257,7 @@ class Transport:
             connect_failures=counters.connect_failures,
             handshakes_refused=counters.handshakes_refused,
             handshake_timeouts=counters.handshake_timeouts,
+            tls_handshakes_refused=counters.tls_handshakes_refused,
             inbound_refused=counters.inbound_refused,
             protocol_errors=counters.protocol_errors,
             on_frame_errors=counters.on_frame_errors,
@@ -244,7 +271,8 @@ class Transport:
     # ------------------------------------------------------------------ receiving
 
     def _new_inbound(self) -> InboundConnection:
-        """The listener's protocol factory: one reader per accepted connection."""
+        """The plain listener's protocol factory: one reader per accepted connection,
+        admitted (or refused) by `_accept` once connected."""
         return InboundConnection(
             frame_bytes_max=self._config.frame_bytes_max,
             counters=self._counters,
@@ -253,47 +281,92 @@ class Transport:
             on_connection=self._accept,
         )
 
+    def _new_inbound_tls(self) -> InboundConnection:
+        """The protocol of a TLS connection: admitted before its handshake (`_accept_tls`)."""
+        return InboundConnection(
+            frame_bytes_max=self._config.frame_bytes_max,
+            counters=self._counters,
+            on_frame=self._on_frame,
+            logger=self._logger,
+        )
+
+    def _admit(self, address: str) -> PendingSlot | Refusal:
+        if not self._running:
+            return Refusal.NOT_RUNNING
+        if len(self._inbound) >= self._config.inbound_connections_max:
+            return Refusal.CONNECTIONS_FULL
+        return self._admission.admit(address)
+
     def _accept(self, connection: InboundConnection) -> None:
         """A connection was accepted: if it fits the bounds, start its handshake in a
         task of ours (tracked, cancelled and awaited by stop); frames then flow without
         it. Otherwise close it at once and count why."""
         peer_address = _peername(connection)
-        address = _source_address(peer_address)
-        admitted: PendingSlot | Refusal
-        if not self._running:
-            admitted = Refusal.NOT_RUNNING
-        elif len(self._inbound) >= self._config.inbound_connections_max:
-            admitted = Refusal.CONNECTIONS_FULL
-        else:
-            admitted = self._admission.admit(address)
+        admitted = self._admit(_source_address(peer_address))
         if isinstance(admitted, Refusal):
-            self._refuse(connection, admitted, peer_address)
+            self._refused(admitted, peer_address)
+            connection.abort()
             return
         task = asyncio.create_task(
-            self._serve_inbound(connection, admitted), name="transport-inbound"
+            self._serve_inbound(connection, admitted, self._handshake_deadline()), name="transport-inbound"
         )
         self._inbound[task] = connection
         task.add_done_callback(self._inbound_done)
 
-    def _refuse(self, connection: InboundConnection, reason: Refusal, peer_address: object) -> None:
+    def _accept_tls(self, accepted: AcceptedSocket) -> None:
+        """As `_accept`, before the TLS handshake: the same bounds, one deadline for the
+        TLS handshake and the secret's together."""
+        admitted = self._admit(_source_address(accepted.peer))
+        if isinstance(admitted, Refusal):
+            self._refused(admitted, accepted.peer)
+            accepted.reset()
+            return
+        task = asyncio.create_task(
+            self._serve_inbound_tls(accepted, admitted, self._handshake_deadline()), name="transport-inbound"
+        )
+        self._inbound[task] = None
+        task.add_done_callback(self._inbound_done)
+        task.add_done_callback(lambda _: accepted.reset())  # a no-op once a transport has the socket
+
+    def _handshake_deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self._config.handshake_timeout_s
+
+    def _refused(self, reason: Refusal, peer_address: object) -> None:
         counters = self._counters
         counters.inbound_refused += 1
         count = counters.inbound_refused_by_reason.get(reason, 0) + 1
         counters.inbound_refused_by_reason[reason] = count
         log = _sampled(self._logger, count)
         log("inbound_refused", reason=str(reason), refused=count, peer_address=peer_address)
-        connection.abort()
 
     def _inbound_done(self, task: asyncio.Task[None]) -> None:
         self._inbound.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             self._logger.error("inbound_task_failed", error=repr(task.exception()))
 
-    async def _serve_inbound(self, connection: InboundConnection, slot: PendingSlot) -> None:
+    async def _serve_inbound_tls(self, accepted: AcceptedSocket, slot: PendingSlot, deadline: float) -> None:
+        """The TLS handshake (client certificate required), then as a plain connection."""
+        assert self._tls is not None
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    _, connection = await upgrade(accepted, self._new_inbound_tls, self._tls.server,
+                                                  self._config.handshake_timeout_s)
+            except (OSError, TimeoutError) as error:
+                self._handshake_refused(error, accepted.peer, phase="tls")
+                return
+            task = asyncio.current_task()
+            assert task is not None
+            self._inbound[task] = connection
+            await self._serve_inbound(connection, slot, deadline)
+        finally:
+            self._admission.release(slot)  # a no-op when released already
+
+    async def _serve_inbound(self, connection: InboundConnection, slot: PendingSlot, deadline: float) -> None:
         """Authenticate, then let the connection hand its frames on until it closes."""
         source: int | None = None
         try:
-            source = await self._authenticate(connection, _peername(connection))
+            source = await self._authenticate(connection, _peername(connection), deadline)
             self._admission.release(slot)  # authenticated or refused: no longer pending
             if source is None:
                 return
@@ -307,31 +380,40 @@ class Transport:
             if source is not None and self._inbound_by_source.get(source) is asyncio.current_task():
                 del self._inbound_by_source[source]
 
-    async def _authenticate(self, connection: InboundConnection, peer_address: object) -> int | None:
+    async def _authenticate(self, connection: InboundConnection, peer_address: object,
+                            deadline: float) -> int | None:
         enable_keepalive(connection)
         try:
-            async with asyncio.timeout(self._config.handshake_timeout_s):
+            async with asyncio.timeout_at(deadline):
                 source = await accept_handshake(
                     connection, connection, secret=self._secret, node_id=self.node_id
                 )
         except (OSError, TimeoutError, TransportError) as error:
-            self._counters.handshakes_refused += 1
-            if isinstance(error, TimeoutError):
-                self._counters.handshake_timeouts += 1
-            log = _sampled(self._logger, self._counters.handshakes_refused)
-            log("handshake_refused", peer_address=peer_address, error=repr(error),
-                refused=self._counters.handshakes_refused)
+            self._handshake_refused(error, peer_address, phase="secret")
             return None
         # A peer that redialled (restart, healed partition) replaces its old connection,
         # which may be dead without us knowing; one inbound connection per source.
         current = asyncio.current_task()
         assert current is not None
         previous = self._inbound_by_source.get(source)
-        if previous is not None and previous in self._inbound:
-            self._inbound[previous].abort()
+        if previous is not None and (replaced := self._inbound.get(previous)) is not None:
+            replaced.abort()
         self._inbound_by_source[source] = current
         self._logger.info("inbound_connected", source=source, peer_address=peer_address)
         return source
+
+    def _handshake_refused(self, error: BaseException, peer_address: object, *, phase: str) -> None:
+        """Count and log an inbound handshake that failed: TLS's (`phase="tls"`: not TLS, no
+        certificate or one the CA did not sign) or the secret's; timeouts apart."""
+        counters = self._counters
+        counters.handshakes_refused += 1
+        if isinstance(error, TimeoutError):
+            counters.handshake_timeouts += 1
+        elif phase == "tls":
+            counters.tls_handshakes_refused += 1
+        log = _sampled(self._logger, counters.handshakes_refused)
+        log("handshake_refused", peer_address=peer_address, phase=phase, error=repr(error),
+            refused=counters.handshakes_refused)
 
 
 def _peername(connection: InboundConnection) -> object:

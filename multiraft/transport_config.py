@@ -105,6 +105,7 @@ class TransportCounters:
     connect_failures: int = 0
     handshakes_refused: int = 0  # inbound handshakes that failed (timeouts included)
     handshake_timeouts: int = 0  # of which: not finished within handshake_timeout_s
+    tls_handshakes_refused: int = 0  # of which: TLS failed (not TLS, no or an untrusted certificate)
     inbound_refused: int = 0  # closed at once, for any reason in inbound_refused_by_reason
     inbound_refused_by_reason: dict[str, int] = field(default_factory=dict)  # Refusal values
     protocol_errors: int = 0  # inbound connections dropped for bad frames
@@ -146,6 +147,7 @@ class TransportStats:
     on_frame_errors: int
     connections_inbound: int
     connections_outbound: int
+    tls_handshakes_refused: int = 0  # inbound TLS handshakes that failed (not timeouts)
     handshakes_pending: int = 0  # inbound connections admitted and not yet authenticated
     inbound_refused_by_reason: dict[str, int] = field(default_factory=dict)
     peers: dict[int, PeerStats] = field(default_factory=dict)

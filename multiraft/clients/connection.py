@@ -11,19 +11,28 @@ A response framed any other way (chunked) is refused with a clear error.
 
 Errors say whether the request may have reached the server:
 `ConnectFailed` (nothing was sent: always safe to retry) or `ExchangeFailed`
-(sent, answer lost or malformed: the outcome is unknown).
+(sent, answer lost or malformed: the outcome is unknown). `CertificateRefused`,
+a `ConnectFailed`, means the server's certificate did not verify: nothing was
+sent, and trying again will not help.
+
+`https://` servers are reached over TLS with the pool's context (the client's
+`--ca`, or the system's trust store), verifying the certificate and that it
+names the host dialled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import quote, urlencode, urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from multiraft.tls import client_context
 
 HEAD_BYTES_MAX = 64 * 1024  # status line + headers of one response
 # The largest answer: a consume of 64 MiB (partition_ops.MAX_BYTES_MAX) as JSON (base64).
@@ -32,11 +41,18 @@ CONNECTIONS_PER_SERVER_MAX = 100  # aiohttp's default connector limit
 # Idle connections are dropped well before the server closes them (aiohttp's server:
 # 75 s keep-alive), so a request is not sent on a connection the server is closing.
 IDLE_KEEP_S = 15.0
+# How long `close` waits for connections to finish closing: a TLS connection's close is a
+# round trip (close_notify) that must end before its loop does; after this, it is cut.
+CLOSE_WAIT_S = 1.0
 _NO_BODY_STATUSES = frozenset((204, 304))
 
 
 class ConnectFailed(Exception):
     """No connection could be made; the request was not sent."""
+
+
+class CertificateRefused(ConnectFailed):
+    """The server's TLS certificate did not verify (unknown CA, another host's name, expired)."""
 
 
 class ExchangeFailed(Exception):
@@ -56,7 +72,9 @@ class _Exchange(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # done once fully closed
         self.idle_since = time.monotonic()
+        self.answered = False  # a byte came back on this connection, ever
         self._buffer = bytearray()  # the head, until it is complete
         self._body: list[bytes] = []  # then the body's chunks, joined once at the end
         self._body_bytes = 0
@@ -70,6 +88,8 @@ class _Exchange(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if not self.lost.done():
+            self.lost.set_result(None)
         self._fail(ExchangeFailed(f"the connection closed before the answer was complete ({exc!r})"))
 
     def eof_received(self) -> bool:
@@ -93,6 +113,7 @@ class _Exchange(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        self.answered = True
         if self._waiter is None:
             self._fail_unsolicited()
             return
@@ -191,6 +212,7 @@ class _Server:
     host: str
     port: int
     host_header: str
+    tls: ssl.SSLContext | None  # https
     idle: list[_Exchange] = field(default_factory=list)
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CONNECTIONS_PER_SERVER_MAX))
 
@@ -198,9 +220,11 @@ class _Server:
 class ConnectionPool:
     """Keep-alive connections per server, at most CONNECTIONS_PER_SERVER_MAX each."""
 
-    def __init__(self, local_host: str | None = None) -> None:
+    def __init__(self, local_host: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._local_host = local_host  # source address of every connection (fault rules match it)
+        self._tls = tls  # for https:// servers; None: the system's trust store, made when needed
         self._servers: dict[str, _Server] = {}
+        self._open: set[_Exchange] = set()  # connections not yet fully closed
 
     async def request(self, method: str, url: str, *, body: bytes = b"", query: dict[str, str] | None = None,
                       headers: dict[str, str] | None = None, timeout_s: float) -> Response:
@@ -219,6 +243,12 @@ class ConnectionPool:
                 sent = True
                 try:
                     response = await exchange.send(request)
+                except ExchangeFailed as error:
+                    exchange.close()
+                    if server.tls is None and not exchange.answered:
+                        raise ExchangeFailed(f"{error}; if the node serves HTTPS (it closes plain HTTP connections "
+                                             "this way), use https://HOST:PORT or --ca FILE") from None
+                    raise
                 except BaseException:
                     exchange.close()  # an exchange cut off midway leaves the connection unusable
                     raise
@@ -234,22 +264,34 @@ class ConnectionPool:
         return response
 
     async def close(self) -> None:
-        """Close the idle connections (a later request opens new ones, as after a restart)."""
+        """Close the idle connections (a later request opens new ones, as after a restart),
+        and wait, briefly, for those closing to finish (TLS's close takes a round trip)."""
         servers, self._servers = self._servers, {}
         for server in servers.values():
             for exchange in server.idle:
                 exchange.close()
             server.idle.clear()
+        closing = [exchange for exchange in self._open if exchange.closed]
         await asyncio.sleep(0)  # let the transports finish closing
+        if closing:
+            await asyncio.wait([exchange.lost for exchange in closing], timeout=CLOSE_WAIT_S)
+            for exchange in closing:
+                if not exchange.lost.done() and exchange.transport is not None:
+                    exchange.transport.abort()
 
     def _server(self, url: str) -> _Server:
         scheme, hostname, port, netloc, _ = _split(url)
-        key = f"{hostname}:{port}"
+        key = f"{scheme}://{hostname}:{port}"
         server = self._servers.get(key)
         if server is None:
-            if scheme != "http" or hostname is None:
-                raise ConnectFailed(f"{url}: only http://host:port servers are supported")
-            server = _Server(key, hostname, port or 80, netloc)
+            if scheme not in ("http", "https") or hostname is None:
+                raise ConnectFailed(f"{url}: only http://host:port and https://host:port servers are supported")
+            tls = None
+            if scheme == "https":
+                if self._tls is None:
+                    self._tls = client_context(None)  # the system's trust store
+                tls = self._tls
+            server = _Server(key, hostname, port or (443 if tls else 80), netloc, tls)
             self._servers[key] = server
         return server
 
@@ -265,7 +307,15 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         local = (self._local_host, 0) if self._local_host else None
         try:
-            _, exchange = await loop.create_connection(_Exchange, server.host, server.port, local_addr=local)
+            _, exchange = await loop.create_connection(
+                _Exchange, server.host, server.port, local_addr=local, ssl=server.tls,
+                server_hostname=server.host if server.tls is not None else None)
+        except ssl.SSLCertVerificationError as error:
+            raise CertificateRefused(f"{server.host_header}: the server's certificate did not verify "
+                                     f"({error.verify_message}); give the CA that signed it with --ca FILE "
+                                     "or $RAFTLOG_CA") from error
         except OSError as error:
             raise ConnectFailed(f"cannot connect to {server.host_header}: {error}") from error
+        self._open.add(exchange)
+        exchange.lost.add_done_callback(lambda _: self._open.discard(exchange))
         return exchange

@@ -7,6 +7,13 @@ the request was sent is ambiguous: a read or an idempotent produce retries it
 (the cluster deduplicates), a plain produce raises `OutcomeUnknownError`,
 because retrying could store the records twice. A 421 answer names the leader
 (`Raftlog-Leader` header) and the next attempt goes there.
+
+HTTPS: servers given as `https://HOST:PORT`, or any server at all once a CA is
+given (`ca_file=`, else $RAFTLOG_CA), as NATS clients turn TLS on with a CA.
+Addresses the cluster hands back (leader hints, node addresses) are HOST:PORT and
+take the client's scheme. A certificate that does not verify is not retried
+(`TLS_VERIFICATION_FAILED`), as Kafka clients treat an SSL handshake failure
+as fatal: another attempt would meet the same certificate.
 """
 
 from __future__ import annotations
@@ -20,9 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multiraft.clients.connection import ConnectFailed, ConnectionPool, ExchangeFailed
+from multiraft.clients.connection import (
+    CertificateRefused,
+    ConnectFailed,
+    ConnectionPool,
+    ExchangeFailed,
+)
 from multiraft.errors import error_table
 from multiraft.secret_files import check_token, read_token_file
+from multiraft.tls import client_context
 
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
 DEFAULT_SERVER = "127.0.0.1:8080"
@@ -70,9 +83,20 @@ def bearer_token(token: str | None, token_file: str | os.PathLike[str] | None) -
     return check_token(token, where) if token else None
 
 
-def normalize(server: str) -> str:
+def normalize(server: str, scheme: str = "http") -> str:
+    """`server` as a base URL: HOST:PORT gets `scheme`; a URL keeps its own."""
     server = server.strip().rstrip("/")
-    return server if "://" in server else f"http://{server}"
+    return server if "://" in server else f"{scheme}://{server}"
+
+
+def cluster_scheme(servers: Sequence[str], ca_file: str | os.PathLike[str] | None) -> str:
+    """"https" when a server says so or a CA is given, else "http"; mixed schemes are refused."""
+    schemes = {s.strip().split("://", 1)[0].lower() for s in servers if "://" in s}
+    if len(schemes) > 1:
+        raise ValueError(f"servers mix schemes ({', '.join(sorted(schemes))}); a cluster serves one")
+    if ca_file is not None and schemes == {"http"}:
+        raise ValueError("a CA file is given for TLS, but the servers say http://; use https:// or no scheme")
+    return "https" if ca_file is not None or schemes == {"https"} else "http"
 
 
 def parse_frames(payload: bytes) -> list[tuple[int, bytes]]:
@@ -91,11 +115,18 @@ class AsyncClient:
     def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, *, timeout_s: float = 30.0,
                  attempts: int = 8, backoff_s: float = 0.05, backoff_max_s: float = 1.0,
                  local_host: str | None = None, token: str | None = None,
-                 token_file: str | os.PathLike[str] | None = None) -> None:
+                 token_file: str | os.PathLike[str] | None = None,
+                 ca_file: str | os.PathLike[str] | None = None) -> None:
         """`token`: a bearer token for a cluster that requires one; or `token_file`, a file
-        holding it (refused when others may read it); by default $RAFTLOG_TOKEN."""
-        listed = servers.split(",") if isinstance(servers, str) else list(servers)
-        self.servers = [normalize(s) for s in listed if s.strip()]
+        holding it (refused when others may read it); by default $RAFTLOG_TOKEN.
+        `ca_file`: the CA that signs the cluster's HTTPS certificates (by default
+        $RAFTLOG_CA); with one, every server is reached over HTTPS and trusted only if
+        that CA signed its certificate. `https://` servers without one: the system's CAs."""
+        listed = [s for s in (servers.split(",") if isinstance(servers, str) else list(servers)) if s.strip()]
+        if ca_file is None:
+            ca_file = os.environ.get("RAFTLOG_CA") or None
+        self.scheme = cluster_scheme(listed, ca_file)
+        self.servers = [normalize(s, self.scheme) for s in listed]
         if not self.servers:
             raise ValueError("at least one server address is needed")
         assert attempts >= 1 and timeout_s > 0
@@ -104,7 +135,8 @@ class AsyncClient:
         self.backoff_s = backoff_s
         self.backoff_max_s = backoff_max_s
         self._next = 0
-        self._pool = ConnectionPool(local_host)  # local_host: the source address fault rules match
+        tls = client_context(Path(ca_file)) if self.scheme == "https" and ca_file is not None else None
+        self._pool = ConnectionPool(local_host, tls)  # local_host: the source address fault rules match
         self._table = error_table()
         token = bearer_token(token, token_file)
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
@@ -133,7 +165,7 @@ class AsyncClient:
         """One call with retries; returns (status, body, response headers)."""
         delay = self.backoff_s
         last: RaftlogError | None = None
-        target = normalize(server) if server else None
+        target = normalize(server, self.scheme) if server else None
         for attempt in range(self.attempts):
             base = target or self.servers[(self._next + attempt) % len(self.servers)]
             target = None
@@ -144,6 +176,8 @@ class AsyncClient:
                     raise
                 last = error
                 target = getattr(error, "leader_url", None)
+            except CertificateRefused as error:
+                raise RaftlogError("TLS_VERIFICATION_FAILED", f"{base}: {error}") from None
             except ConnectFailed as error:
                 last = UnavailableError("UNAVAILABLE", f"{base}: {error}", 0, True)
             except (ExchangeFailed, TimeoutError) as error:
@@ -174,7 +208,7 @@ class AsyncClient:
             error = self._error(response.status, response.body)
             leader = response.headers.get("Raftlog-Leader")
             if leader:
-                error.leader_url = normalize(leader)  # type: ignore[attr-defined]
+                error.leader_url = normalize(leader, self.scheme)  # type: ignore[attr-defined]
             raise error
         return response.status, response.body, response.headers
 
@@ -290,7 +324,7 @@ class AsyncClient:
         """Every reachable alive node's view of each partition of `topic` (as `describe_topic`
         gives it; views differ: leader, ISR and offsets are each node's own knowledge)."""
         views: dict[int, list[dict[str, Any]]] = {}
-        servers = [normalize(a) for a in (await self.node_addresses()).values()]
+        servers = [normalize(a, self.scheme) for a in (await self.node_addresses()).values()]
         for server in servers or self.servers:
             try:
                 described = await self.describe_topic(topic, server=server)

@@ -30,6 +30,8 @@ class ConnectionStats:
     refused_by_reason: dict[str, int] = field(default_factory=dict)
     header_timeouts: int = 0
     write_timeouts: int = 0
+    tls_handshakes_failed: int = 0
+    tls_handshake_timeouts: int = 0
 
 
 class ConnectionGate:
@@ -40,6 +42,8 @@ class ConnectionGate:
         self.refused_by_reason: dict[str, int] = {}
         self.header_timeouts = 0  # dropped: headers not in within header_read_timeout_s
         self.write_timeouts = 0  # dropped: the answer stalled for write_stall_timeout_s
+        self.tls_handshakes_failed = 0  # with TLS on: the handshake failed (timeouts included)
+        self.tls_handshake_timeouts = 0  # of which: not done within header_read_timeout_s
 
     def admit(self, address: str) -> Refusal | None:
         """Count a new connection from `address` in, or say why it may not stay."""
@@ -67,6 +71,8 @@ class ConnectionGate:
             refused_by_reason=dict(self.refused_by_reason),
             header_timeouts=self.header_timeouts,
             write_timeouts=self.write_timeouts,
+            tls_handshakes_failed=self.tls_handshakes_failed,
+            tls_handshake_timeouts=self.tls_handshake_timeouts,
         )
 
     def _refused(self, reason: Refusal) -> Refusal:

@@ -148,6 +148,10 @@ def _transport_connections(stats: TransportStats) -> Iterator[Metric]:
     yield CounterMetricFamily("raftlog_transport_handshake_timeouts",
                               "inbound raft connections closed for not finishing the handshake in time",
                               value=stats.handshake_timeouts)
+    yield CounterMetricFamily("raftlog_transport_tls_handshakes_refused",
+                              "inbound raft TLS handshakes that failed: not TLS, no client certificate "
+                              "or one the CA did not sign (timeouts apart)",
+                              value=stats.tls_handshakes_refused)
     refused = CounterMetricFamily("raftlog_transport_inbound_refused",
                                   "inbound raft connections closed at once, by the bound they hit",
                                   labels=["reason"])
@@ -178,6 +182,13 @@ class ConnectionsCollector(Collector):
         yield CounterMetricFamily("raftlog_http_write_timeouts",
                                   "HTTP connections dropped because the client stopped reading its answer",
                                   value=stats.write_timeouts)
+        yield CounterMetricFamily("raftlog_http_tls_handshakes_failed",
+                                  "HTTPS connections closed because their TLS handshake failed (timeouts "
+                                  "included): plain HTTP on the TLS port, a client that refused the certificate",
+                                  value=stats.tls_handshakes_failed)
+        yield CounterMetricFamily("raftlog_http_tls_handshake_timeouts",
+                                  "HTTPS connections closed for not finishing the TLS handshake in time",
+                                  value=stats.tls_handshake_timeouts)
 
 
 def node_registry(node: Node) -> CollectorRegistry:

@@ -19,6 +19,25 @@ each socket:
   write of aiohttp (a streamed consume's `write`, a JSON body's `write_eof`) waits
   for the transport through the protocol's pause_writing/resume_writing, which is
   where the deadline is armed and disarmed.
+
+With TLS (`--tls-cert`, `--tls-key`) the same bounds hold, applied before the TLS
+handshake: the server then accepts on a `multiraft.tls_listener.Listener`, admits
+the connection by the same gate at once, and runs the TLS handshake within
+`header_read_timeout_s` (a client that opens TCP and never finishes TLS is
+dropped then, and counted) before aiohttp's handler starts on the TLS transport.
+Passing the context to aiohttp's site instead would start the handler, and so
+the gate, only after the handshake: connections stuck in it would escape every
+bound.
+
+One difference over TLS: asyncio's TLS layer tells the handler to pause only
+when its own buffer fills, not when the socket's does, so an answer written in
+one piece (one stored batch, a JSON body) goes below TLS at once and the write
+deadline never starts for it; the handler is done and lets go of it, but its
+bytes stay buffered for a client that stopped reading until the keep-alive
+timeout closes the connection, whose TLS shutdown is cut after
+`write_stall_timeout_s`: at most keep-alive plus write-stall (60 s by default),
+rather than 30 s. An answer written in several pieces meets the deadline as
+without TLS.
 """
 
 from __future__ import annotations
@@ -26,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +60,8 @@ from multiraft.http.connections import ConnectionGate, ConnectionStats
 from multiraft.http.handlers.metrics import REGISTRY_KEY
 from multiraft.http.limits import ConnectionLimits
 from multiraft.http.metrics import ConnectionsCollector
+from multiraft.tls import http_server_context
+from multiraft.tls_listener import AcceptedSocket, Listener, upgrade
 from raftlog.errors import ClientError
 
 if TYPE_CHECKING:
@@ -76,10 +98,14 @@ class _JsonErrorRequestHandler(RequestHandler):
     `_request_in_progress`, `_paused`); tests/http/test_connection_limits.py fails
     if an aiohttp upgrade changes them."""
 
-    def __init__(self, manager: Server, *, connection_gate: ConnectionGate, **kwargs: Any) -> None:
+    def __init__(self, manager: Server, *, connection_gate: ConnectionGate, admitted: _Admitted | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._gate = connection_gate
-        self._address: str | None = None  # the client's, while admitted (released on close)
+        # The connection's place in the gate, given back on close; over TLS, taken before the
+        # handshake (then given here), otherwise in connection_made.
+        self._admitted = admitted
+        self._address: str | None = admitted.address if admitted is not None else None  # for logs
         self._socket: asyncio.Transport | None = None  # kept past aiohttp's force_close
         self._header_deadline: asyncio.TimerHandle | None = None
         self._write_deadline: asyncio.TimerHandle | None = None
@@ -87,16 +113,14 @@ class _JsonErrorRequestHandler(RequestHandler):
     # ------------------------------------------------------------------ admission
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        address = _client_address(transport.get_extra_info("peername"))
-        refusal = self._gate.admit(address)
-        if refusal is not None:
-            count = self._gate.refused_by_reason[refusal]
-            _sampled(count)("http_connection_refused", reason=str(refusal), refused=count,
-                            client=address)
-            self._manager = None  # never registered: aiohttp's connection_lost is a no-op
-            _reset(transport)
-            return
-        self._address = address
+        if self._admitted is None:
+            address = _client_address(transport.get_extra_info("peername"))
+            if not _admit(self._gate, address):
+                self._manager = None  # never registered: aiohttp's connection_lost is a no-op
+                _reset(transport)
+                return
+            self._admitted = _Admitted(self._gate, address)
+            self._address = address
         self._socket = transport  # type: ignore[assignment]
         super().connection_made(transport)
         self._arm_header_deadline()  # a new connection owes its first request's headers
@@ -105,9 +129,8 @@ class _JsonErrorRequestHandler(RequestHandler):
         self._cancel_header_deadline()
         self._cancel_write_deadline()
         self._socket = None
-        if self._address is not None:
-            self._gate.release(self._address)
-            self._address = None
+        if self._admitted is not None:
+            self._admitted.release()
         super().connection_lost(exc)
 
     # ------------------------------------------------------------------ header deadline
@@ -189,9 +212,36 @@ class _JsonErrorRequestHandler(RequestHandler):
 
 
 class _JsonErrorServer(Server):
-    def __call__(self) -> RequestHandler:
+    def __call__(self, admitted: _Admitted | None = None) -> RequestHandler:
         # connection_gate arrives in _kwargs, from the runner's keyword arguments.
-        return _JsonErrorRequestHandler(self, loop=self._loop, **self._kwargs)
+        return _JsonErrorRequestHandler(self, loop=self._loop, admitted=admitted, **self._kwargs)
+
+
+class _Admitted:
+    """One admitted connection's place in the gate, given back once, by whoever is
+    first: its handler when it closes, or the TLS handshake that failed before the
+    handler ever started (or raced its start)."""
+
+    __slots__ = ("_gate", "address")
+
+    def __init__(self, gate: ConnectionGate, address: str) -> None:
+        self._gate: ConnectionGate | None = gate
+        self.address = address
+
+    def release(self) -> None:
+        if self._gate is not None:
+            self._gate.release(self.address)
+            self._gate = None
+
+
+def _admit(gate: ConnectionGate, address: str) -> bool:
+    """Count a new connection in, or log (sampled) why it may not stay."""
+    refusal = gate.admit(address)
+    if refusal is None:
+        return True
+    count = gate.refused_by_reason[refusal]
+    _sampled(count)("http_connection_refused", reason=str(refusal), refused=count, client=address)
+    return False
 
 
 class _JsonErrorRunner(web.AppRunner):
@@ -205,12 +255,21 @@ class HttpServer:
     """The HTTP API of one node on `host:port` (port 0 picks a free one), within
     `limits` (the defaults of multiraft/http/limits.py unless given)."""
 
-    def __init__(self, node: Node, host: str, port: int, *, limits: ConnectionLimits | None = None) -> None:
+    def __init__(self, node: Node, host: str, port: int, *, limits: ConnectionLimits | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
+        """HTTPS with `tls`, else when the node's config has `tls_cert` and `tls_key`
+        (TlsError: unusable files); plain HTTP otherwise."""
         self.node = node
         self.host = host
         self.port = port
         self._gate = ConnectionGate(limits or ConnectionLimits())
         self._runner: web.AppRunner | None = None
+        config = node.config
+        self._tls = tls
+        if tls is None and config.tls_cert is not None and config.tls_key is not None:
+            self._tls = http_server_context(config.tls_cert, config.tls_key)
+        self._listener: Listener | None = None  # with TLS, instead of aiohttp's site
+        self._handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
 
     async def start(self) -> None:
         app = create_app(self.node)
@@ -219,6 +278,11 @@ class HttpServer:
                                         keepalive_timeout=self._gate.limits.keepalive_timeout_s,
                                         shutdown_timeout=SHUTDOWN_TIMEOUT_S, connection_gate=self._gate)
         await self._runner.setup()
+        if self._tls is not None:
+            self._listener = Listener(self.host, self.port, self._accept_tls, logger=_logger, name="http")
+            await self._listener.start()
+            self.port = self._listener.address[1]
+            return
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         if self.port == 0:
@@ -227,13 +291,55 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    def _accept_tls(self, accepted: AcceptedSocket) -> None:
+        """The gate's bounds before the handshake; the handshake in a task of ours."""
+        if not _admit(self._gate, accepted.address):
+            accepted.reset()
+            return
+        task = asyncio.create_task(self._handshake(accepted, _Admitted(self._gate, accepted.address)),
+                                   name="http-tls-handshake")
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+        task.add_done_callback(lambda _: accepted.reset())  # a no-op once a transport has the socket
+
+    async def _handshake(self, accepted: AcceptedSocket, admitted: _Admitted) -> None:
+        """TLS within the header deadline, then aiohttp's handler on the TLS transport."""
+        assert self._tls is not None and self._runner is not None and self._runner.server is not None
+        server = self._runner.server
+        timeout_s = self._gate.limits.header_read_timeout_s
+        started = False
+        try:
+            async with asyncio.timeout(timeout_s):
+                await upgrade(accepted, lambda: server(admitted=admitted), self._tls, timeout_s,  # type: ignore[call-arg]
+                              shutdown_timeout_s=self._gate.limits.write_stall_timeout_s)
+            started = True
+        except (OSError, TimeoutError) as error:  # not TLS, a client that refused our certificate, silence
+            gate = self._gate
+            gate.tls_handshakes_failed += 1
+            if isinstance(error, TimeoutError):
+                gate.tls_handshake_timeouts += 1
+            _sampled(gate.tls_handshakes_failed)("http_tls_handshake_failed", client=accepted.address,
+                                                 error=repr(error), failed=gate.tls_handshakes_failed)
+        except Exception as error:  # ours, not the client's: said, and the connection goes
+            _logger.error("http_tls_handshake_error", client=accepted.address, error=repr(error))
+        finally:
+            if not started:  # the handler never started, or its close will find this done already
+                admitted.release()
 
     def connection_stats(self) -> ConnectionStats:
         """Open connections, and those refused or dropped on a deadline (also in /metrics)."""
         return self._gate.stats()
 
     async def stop(self) -> None:
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None
+        for task in list(self._handshakes):
+            task.cancel()
+        await asyncio.gather(*self._handshakes, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
