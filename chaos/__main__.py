@@ -62,11 +62,11 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
         raise SystemExit(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(ALL_FAULTS)})")
     provider = None
     try:
-        from chaos.injectors import Injectors
+        from chaos.injectors import SEED_XOR, Injectors
     except ImportError:
         Injectors = None  # type: ignore[assignment,misc]
     if Injectors is not None and set(faults) - {"kill", "power", "pause"}:
-        provider = Injectors.detect(out, random.Random(seed ^ 0x5EED))
+        provider = Injectors.detect(out, random.Random(seed ^ SEED_XOR))
     print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s, out {out}", flush=True)
     result = await run(RunConfig(out=out, seed=seed, nodes=nodes, duration_s=duration, faults=faults,
                                  unsafe=unsafe), provider)
