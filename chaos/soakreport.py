@@ -176,7 +176,6 @@ class SoakTotals:
         total: Counter[str] = Counter()
         for record in self.records:
             total.update(record.tallies)
-        total["values-acknowledged"] = self.values_acknowledged()
         return dict(total)
 
     def values_acknowledged(self) -> int:
@@ -217,7 +216,7 @@ class SoakTotals:
                 "histogram": histogram(values)}
 
     def gate(self) -> list[dict[str, Any]]:
-        tallies = self.tallies()
+        tallies = self.tallies() | {"values-acknowledged": self.values_acknowledged()}
         return [{"what": what, "count": tallies.get(key, 0) if key else None, "minimum": minimum,
                  "met": tallies.get(key, 0) >= minimum if key else None} for what, key, minimum in GATE]
 
