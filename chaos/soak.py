@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import itertools
 import math
+import os
 import random
 import shutil
 import signal
@@ -406,9 +407,19 @@ def main(args: argparse.Namespace, seed: int, stamp: str) -> int:
     interruption = Interruption()
     interruption.install()
     directory = args.out / f"soak-{stamp}"
+    directory.mkdir(parents=True, exist_ok=True)
+    # This process runs inside the namespaces, under `unshare`, which blocks SIGINT and SIGTERM
+    # in itself (util-linux 2.38 has no --forward-signals): a stop from elsewhere must name
+    # this PID. Ctrl-C in the terminal reaches it directly (the whole process group).
+    pid_file = directory / "soak.pid"
+    pid_file.write_text(f"{os.getpid()}\n")
     print(plan_line(options), flush=True)
-    print(f"soak plan: report under {directory} (rewritten after every run)", flush=True)
-    capabilities = faults.Capabilities.detect()
-    totals = soak(options, directory, real_runner(capabilities, interruption),
-                  stopping=lambda: interruption.requested, say=lambda line: print(line, flush=True))
+    print(f"soak plan: report under {directory} (rewritten after every run); stop it with Ctrl-C "
+          f"or kill -TERM {os.getpid()} (also in {pid_file})", flush=True)
+    try:
+        capabilities = faults.Capabilities.detect()
+        totals = soak(options, directory, real_runner(capabilities, interruption),
+                      stopping=lambda: interruption.requested, say=lambda line: print(line, flush=True))
+    finally:
+        pid_file.unlink(missing_ok=True)
     return 1 if totals.failed else 0

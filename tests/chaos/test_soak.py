@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import signal
 import statistics
 from pathlib import Path
@@ -338,3 +339,30 @@ async def _together(run_one: Any, run: soak.PlannedRun, directory: Path, signal_
         return await asyncio.wait_for(asyncio.to_thread(run_one, run, directory), 10)
     finally:
         await signalling
+
+
+def test_main_writes_the_pid_file_while_running_and_exits_one_on_a_failure(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Goal: the command's wiring: the PID to stop it by is printed and in soak.pid while it
+    # runs (and gone after), the report lands in <out>/soak-<stamp>, a failed run means exit 1.
+    directory = tmp_path / "soak-stamp"
+    fake = FakeRuns(FakeClock(), directory, failing={0})
+    pids: list[str] = []
+
+    def real_runner(capabilities: Any, interruption: soak.Interruption) -> Any:
+        def run_one(run: soak.PlannedRun, run_directory: Path) -> Any:
+            pids.append((directory / "soak.pid").read_text().strip())
+            interruption.requested = True  # as after SIGTERM: this run is the last
+            return fake(run, run_directory)
+        return run_one
+
+    monkeypatch.setattr(soak, "real_runner", real_runner)
+    monkeypatch.setattr("chaos.faults.Capabilities.detect", lambda: None)
+    monkeypatch.setattr(soak.Interruption, "install", lambda self: None)
+    args = _parser().parse_args(["soak", "--hours", "0.1", "--out", str(tmp_path)])
+    assert soak.main(args, seed=11, stamp="stamp") == 1
+    assert pids == [str(os.getpid())]
+    assert not (directory / "soak.pid").exists()
+    assert (directory / "report.json").exists()
+    printed = capsys.readouterr().out
+    assert f"kill -TERM {pids[0]}" in printed and printed.rstrip().endswith("FAIL")
