@@ -114,3 +114,13 @@ chaos: install chaos-deps
 # Testing the tests: each unsafe server switch must be caught.
 chaos-controls: install chaos-deps
 	$(PY) -m chaos suite controls --duration 45 --out $(CHAOS_OUT) $(CHAOS_SEED_ARG)
+
+# Soak (docs/chaos.md, "Soak"): chaos runs back to back for HOURS, on 3 and 5 nodes, fault
+# mixes and seeds rotating, 60 s to 15 min each; one aggregate report under
+# $(CHAOS_OUT)/soak-<time>/ (report.html), rewritten after every run. Only failed runs'
+# directories are kept. Ctrl-C or SIGTERM ends the run in progress and writes the report.
+HOURS ?= 3
+SOAK_SEED ?=
+.PHONY: soak
+soak: install chaos-deps
+	$(PY) -m chaos soak --hours $(HOURS) --out $(CHAOS_OUT) $(if $(SOAK_SEED),--seed $(SOAK_SEED),)

@@ -2,6 +2,7 @@
 
     python -m chaos run --nodes 3 --duration 60 --faults kill,pause,partition --seed 7 --out DIR
     python -m chaos suite NAME --out DIR         # the Makefile's standard sets: smoke, standard, controls
+    python -m chaos soak --hours 3 --seed S      # runs back to back, one aggregate report (chaos/soak.py)
 
 The runner enters fresh network and mount namespaces first (so partition rules
 and tmpfs mounts can never touch the host, and vanish with the run); every
@@ -51,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     suite.add_argument("--duration", type=float, default=60.0)
     suite.add_argument("--seed", type=int, default=None)
     suite.add_argument("--out", type=Path, default=Path("chaos-runs"))
+    from chaos.soak import add_arguments
+
+    add_arguments(commands.add_parser("soak", help="runs back to back for hours, one aggregate report"))
     return parser
 
 
@@ -62,11 +66,11 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
         raise SystemExit(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(ALL_FAULTS)})")
     provider = None
     try:
-        from chaos.injectors import Injectors
+        from chaos.injectors import SEED_XOR, Injectors
     except ImportError:
         Injectors = None  # type: ignore[assignment,misc]
     if Injectors is not None and set(faults) - {"kill", "power", "pause"}:
-        provider = Injectors.detect(out, random.Random(seed ^ 0x5EED))
+        provider = Injectors.detect(out, random.Random(seed ^ SEED_XOR))
     print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s, out {out}", flush=True)
     result = await run(RunConfig(out=out, seed=seed, nodes=nodes, duration_s=duration, faults=faults,
                                  unsafe=unsafe), provider)
@@ -84,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         enter_namespaces(["-m", "chaos", *(argv if argv is not None else sys.argv[1:])])
     seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if args.command == "soak":
+        from chaos.soak import main as soak
+
+        return soak(args, seed, stamp)
     if args.command == "run":
         out = args.out / f"{stamp}-seed{seed}"
         unsafe = [s for s in args.unsafe.split(",") if s]

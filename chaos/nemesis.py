@@ -25,6 +25,8 @@ from chaos.history import PartitionKey
 HOLD_S = (1.5, 5.0)
 GAP_S = (1.0, 4.0)
 QUIET_SHARE = 0.25
+# How `kill` picks its targets, uniformly; "all" is a whole-cluster power failure.
+KILL_TARGETS = ("one", "leader", "metadata-leader", "minority", "all")
 
 
 @dataclass
@@ -96,7 +98,7 @@ class Nemesis:
         return [self.rng.choice(alive)]
 
     async def _kill(self, how: str | None = None) -> Callable[[], Awaitable[None]]:
-        how = how or self.rng.choice(["one", "leader", "metadata-leader", "minority", "all"])
+        how = how or self.rng.choice(KILL_TARGETS)
         nodes = await self.target(how)
         self._open("power" if how == "all" else "kill", f"{how}: {nodes}")
         for node in nodes:

@@ -104,9 +104,15 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             workload.stop = stop
             loads = asyncio.create_task(workload.run())
             faults = asyncio.create_task(nemesis.run(stop))
-            await asyncio.sleep(config.duration_s)
-            stop.set()
-            await faults
+            try:
+                await asyncio.sleep(config.duration_s)
+                stop.set()
+                await faults
+            except asyncio.CancelledError:
+                # Interrupted (Ctrl-C, or the soak's SIGTERM): the nemesis must not restart a
+                # node after `cluster.stop` below, nor the workload write to a closed history.
+                await _cancel(loads, faults)
+                raise
             healed_at = time.monotonic()
             await asyncio.wait_for(loads, 30.0)
             if extra_faults is not None:
@@ -179,6 +185,12 @@ async def _until_writable(client: AsyncClient, topic: str, partition: int, timeo
             if time.monotonic() - began > timeout_s:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def _cancel(*tasks: asyncio.Task[Any]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _dump_tasks(cluster: ChaosCluster) -> None:
