@@ -121,6 +121,7 @@ chaos-controls: install chaos-deps
 # directories are kept. Ctrl-C or SIGTERM ends the run in progress and writes the report.
 HOURS ?= 3
 SOAK_SEED ?=
-.PHONY: soak
+.PHONY: soak chaos-soak
 soak: install chaos-deps
 	$(PY) -m chaos soak --hours $(HOURS) --out $(CHAOS_OUT) $(if $(SOAK_SEED),--seed $(SOAK_SEED),)
+chaos-soak: soak  # the name ../shared/CHAOS.md uses
