@@ -384,9 +384,13 @@ class Simulation:
             return
         if self.leader_after_heal_time < 0:
             self.leader_after_heal_time = self.now
+        assert leader.core is not None
         final = self.final_payload
         proposal = self.proposals.get(final) if final is not None else None
-        if proposal is None or proposal.status in ("unknown", "refused") or proposal.node != leader.id:
+        # A proposal of the leader's earlier term may have been overwritten while it was
+        # deposed; nothing ever resolves it (the runtime fails it with OutcomeUnknown).
+        stale = proposal is not None and proposal.status == "pending" and proposal.term != leader.core.term
+        if proposal is None or proposal.status in ("unknown", "refused") or proposal.node != leader.id or stale:
             # (Re)propose on the current leader; a new payload each time keeps ids unique.
             self.final_attempts += 1
             if proposal is None and final is not None and self.final_attempts % 4 != 0:
@@ -394,7 +398,6 @@ class Simulation:
             self.final_payload = b"final-%d-%d" % (self.seed, self.final_attempts)
             self._enqueue(leader, "propose", [self.final_payload])
             return
-        assert leader.core is not None
         members = leader.core.membership.members
         if proposal.status == "acked" and all(final in self.nodes[m].applied_payloads for m in members):
             self.final_applied_time = self.now
