@@ -646,11 +646,16 @@ class RaftCore:
         return True
 
     def _reply_to_stale(self, message: Message) -> None:
-        """Tell a node from an older term about ours, so a stale leader steps down."""
+        """Tell a node from an older term about ours, so a stale leader steps down and a
+        stale candidate campaigns above our term next time (Raft's rule; etcd drops a
+        stale vote request, but a voter whose own requests never reach the candidate,
+        its configuration being an older one, would then never meet it in one term)."""
         if message.type in (MT.APPEND, MT.HEARTBEAT) and (self.config.check_quorum or self.config.pre_vote):
             self._send(self._message(MT.APPEND_RESPONSE, message.source))
         elif message.type is MT.PRE_VOTE:
             self._send(self._message(MT.PRE_VOTE_RESPONSE, message.source, reject=True))
+        elif message.type is MT.VOTE:
+            self._send(self._message(MT.VOTE_RESPONSE, message.source, reject=True))
 
     def _handle_vote_request(self, message: Message) -> None:
         can_vote = (
