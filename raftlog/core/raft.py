@@ -105,6 +105,8 @@ class RaftCore:
         # The commit index last sent to each follower (saves redundant commit-only appends).
         self._commit_sent: dict[NodeId, Index] = {}
         self._pending_conf_index = Index(0)
+        # The last REMOVE in a leader's log it has not applied (0: none); see `propose`.
+        self._pending_removal_index = Index(0)
         self._uncommitted_bytes = 0
         self._read_only = ReadOnlyQueue(config.pending_reads_max)
         self._reads_before_commit: list[ReadRequest] = []
@@ -158,12 +160,25 @@ class RaftCore:
         """Append `payloads` as entries of this leader's term; returns (term, first index).
 
         Raises `NotLeader` (with a hint) on followers, `LeadershipTransferInProgress`
-        during a transfer, and `ProposalDropped` when the uncommitted tail is full.
+        during a transfer, and `ProposalDropped` when the uncommitted tail is full or
+        while the leader has not applied a removal in its log.
+
+        Why the last: configurations take effect when applied, and a restarted node
+        knows only the commit index it synced. Voters {1, 2}, leader 2 removes 1; had
+        it appended more, node 1 could hold entries node 2 lost in a crash while node 1
+        applied its removal: node 2, restarted with the removal uncommitted, counts
+        votes in {1, 2}, and node 1, no longer campaigning, refuses it for ever (its log
+        is longer). The same when node 1 itself led with its removal in its log. With
+        nothing after the removal until it is applied (then a removed node gets no more
+        entries), the remaining voters' logs are never behind a removed node's
+        (tests/unit/test_regression_removal_liveness.py).
         """
         assert self._outstanding is None, "no input between ready() and advance()"
         assert kind in (EntryKind.DATA, EntryKind.META), "NOOP and CONFIG entries are the core's own"
         assert payloads, "propose at least one payload"
         self._check_can_propose()
+        if self.log.applied < self._pending_removal_index:
+            raise ProposalDropped("a membership removal is being applied; retry after it")
         size = sum(len(p) for p in payloads) + ENTRY_OVERHEAD_BYTES * len(payloads)
         if self._uncommitted_bytes and self._uncommitted_bytes + size > self.config.uncommitted_bytes_max:
             raise ProposalDropped("too many uncommitted bytes; retry after commits catch up")
@@ -191,6 +206,8 @@ class RaftCore:
         entry = Entry(index, self.term, EntryKind.CONFIG, payload)
         self._append_as_leader([entry], entry.size_bytes())
         self._pending_conf_index = index
+        if change.op is ConfChangeOp.REMOVE:
+            self._pending_removal_index = index
         self.logger.info("membership_change_proposed", op=change.op.name, node=change.node_id, index=index)
         return self.term, index
 
@@ -467,6 +484,7 @@ class RaftCore:
         self._progress = {}
         self._commit_sent = {}
         self._pending_conf_index = Index(0)
+        self._pending_removal_index = Index(0)
         self._uncommitted_bytes = 0
         self._read_only.clear()
         self._reads_before_commit.clear()
@@ -509,9 +527,18 @@ class RaftCore:
         )
         # No membership change until everything before this term is applied.
         self._pending_conf_index = last
+        self._pending_removal_index = self._last_unapplied_removal()
         noop = Entry(Index(last + 1), self.term, EntryKind.NOOP)
         self._append_as_leader([noop], noop.size_bytes())
         self.logger.info("became_leader", last_index=last)
+
+    def _last_unapplied_removal(self) -> Index:
+        tail = self.log.slice(Index(self.log.applied + 1), Index(self.log.last_index() + 1), 1 << 62)
+        removals = [
+            entry.index for entry in tail
+            if entry.kind is EntryKind.CONFIG and decode_conf_change(entry.payload).op is ConfChangeOp.REMOVE
+        ]
+        return removals[-1] if removals else Index(0)
 
     def _add_progress(self, node: NodeId, last: Index) -> None:
         self._progress[node] = Progress(
@@ -684,11 +711,16 @@ class RaftCore:
         return True
 
     def _reply_to_stale(self, message: Message) -> None:
-        """Tell a node from an older term about ours, so a stale leader steps down."""
+        """Tell a node from an older term about ours, so a stale leader steps down and a
+        stale candidate campaigns above our term next time (Raft's rule; etcd drops a
+        stale vote request, but a voter whose own requests never reach the candidate,
+        its configuration being an older one, would then never meet it in one term)."""
         if message.type in (MT.APPEND, MT.HEARTBEAT) and (self.config.check_quorum or self.config.pre_vote):
             self._send(self._message(MT.APPEND_RESPONSE, message.source))
         elif message.type is MT.PRE_VOTE:
             self._send(self._message(MT.PRE_VOTE_RESPONSE, message.source, reject=True))
+        elif message.type is MT.VOTE:
+            self._send(self._message(MT.VOTE_RESPONSE, message.source, reject=True))
 
     def _handle_vote_request(self, message: Message) -> None:
         can_vote = (

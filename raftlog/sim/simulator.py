@@ -79,6 +79,17 @@ class FaultMix:
     # persisted=False)`, then `persisted`), as the node runtime does: followers'
     # acknowledgements commit while the leader's fsync runs, and a crash loses them.
     leader_writes_async: bool = False
+    # Applying committed entries takes time on some nodes (the runtime writes them into
+    # the partition's segments after the fsync): the Ready is held meanwhile, so with a
+    # small `committed_bytes_per_ready_max` a node's applied index trails its commit
+    # index over many Readys (after a restart: over its whole log), while it ticks and
+    # steps messages between them. CONFIG entries take effect only when applied.
+    slow_apply: bool = False
+    # Membership changes race elections: changes come in bursts (the next one as soon as
+    # the leader applied the last), and as a leader commits a CONFIG entry an election
+    # is provoked (a campaign, the leader crashed or cut off, a follower restarted,
+    # a split), while some nodes have the change committed but not yet applied.
+    membership_race: bool = False
 
     @classmethod
     def everything(cls) -> FaultMix:
@@ -137,6 +148,7 @@ class SimNode:
     last_term: int = 0
     was_leader_in: int = -1
     led_last_index: int = -1
+    apply_time_max: int = 0  # virtual time one Ready's committed entries may take to apply
 
 
 @dataclass(slots=True)
@@ -181,11 +193,13 @@ class Simulation:
         self.proposals: dict[bytes, Proposal] = {}
         self.crashes = 0
         self.quiesce_events = 0
+        self.membership_changes = 0  # membership changes a leader accepted
+        self.membership_races = 0  # elections provoked as a CONFIG entry committed
         self.reads_checked = 0
         self._read_requirements: dict[bytes, int] = {}
         self._payload_counter = 0
         voter_ids = [NodeId(i) for i in range(1, self.options.nodes + 1)]
-        spare = 2 if self.faults.membership else 0
+        spare = 2 if self.faults.membership or self.faults.membership_race else 0
         self.all_ids = [NodeId(i) for i in range(1, self.options.nodes + spare + 1)]
         bootstrap, hard_state = bootstrap_entries(voter_ids)
         self.nodes: dict[NodeId, SimNode] = {}
@@ -198,6 +212,8 @@ class Simulation:
             node = SimNode(node_id, storage)
             if self.faults.clock_skew:
                 node.tick_interval = self.rng.randrange(TICK_INTERVAL * 6 // 10, TICK_INTERVAL * 14 // 10 + 1)
+            if self.faults.slow_apply:
+                node.apply_time_max = self.rng.choice([0, 10, 30, 80])
             self.nodes[node_id] = node
             self._start(node)
 
@@ -384,9 +400,13 @@ class Simulation:
             return
         if self.leader_after_heal_time < 0:
             self.leader_after_heal_time = self.now
+        assert leader.core is not None
         final = self.final_payload
         proposal = self.proposals.get(final) if final is not None else None
-        if proposal is None or proposal.status in ("unknown", "refused") or proposal.node != leader.id:
+        # A proposal of the leader's earlier term may have been overwritten while it was
+        # deposed; nothing ever resolves it (the runtime fails it with OutcomeUnknown).
+        stale = proposal is not None and proposal.status == "pending" and proposal.term != leader.core.term
+        if proposal is None or proposal.status in ("unknown", "refused") or proposal.node != leader.id or stale:
             # (Re)propose on the current leader; a new payload each time keeps ids unique.
             self.final_attempts += 1
             if proposal is None and final is not None and self.final_attempts % 4 != 0:
@@ -394,7 +414,6 @@ class Simulation:
             self.final_payload = b"final-%d-%d" % (self.seed, self.final_attempts)
             self._enqueue(leader, "propose", [self.final_payload])
             return
-        assert leader.core is not None
         members = leader.core.membership.members
         if proposal.status == "acked" and all(final in self.nodes[m].applied_payloads for m in members):
             self.final_applied_time = self.now
@@ -409,7 +428,7 @@ class Simulation:
             (self.faults.pause, self._fault_pause),
             (self.faults.partition, self._fault_partition),
             (self.faults.transfer, self._fault_transfer),
-            (self.faults.membership, self._fault_membership),
+            (self.faults.membership or self.faults.membership_race, self._fault_membership),
             (self.faults.compaction, self._fault_compaction),
             (self.faults.quiesce, self._fault_quiesce),
         ]
@@ -429,6 +448,7 @@ class Simulation:
         for node in self.nodes.values():
             node.paused_until = 0
             node.ticks_frozen_until = 0
+            node.apply_time_max = 0  # the liveness bound is about catching up, not slow state machines
             if not node.up:
                 self._on_restart(node.id)
             elif node.busy is None:
@@ -493,6 +513,54 @@ class Simulation:
         self._enqueue(leader, "transfer", target)
 
     def _fault_membership(self) -> None:
+        if self.faults.membership_race and self.rng.random() < 0.7:
+            self._on_membership_burst(self.membership_changes, self.rng.randrange(2, 4), 30)
+        else:
+            self._propose_membership_change()
+
+    def _on_membership_burst(self, accepted_before: int, changes_left: int, attempts_left: int) -> None:
+        """The next change of a burst, as soon as the leader takes it (it refuses one while
+        its previous change is unapplied, or before it committed an entry of its term)."""
+        if self.membership_changes > accepted_before:
+            changes_left -= 1
+        if self.healed or changes_left <= 0 or attempts_left <= 0:
+            return
+        accepted = self.membership_changes
+        self._propose_membership_change()
+        self._schedule(self.rng.randrange(5, 30), "membership_burst", accepted, changes_left, attempts_left - 1)
+
+    def _maybe_race_membership(self, core: RaftCore, previous_commit: int) -> None:
+        """A leader just committed entries; if one is a CONFIG entry, provoke an election
+        soon, while followers have it committed but (with slow apply) not yet applied."""
+        entries = core.log.slice(Index(previous_commit + 1), Index(core.commit_index + 1), 1 << 60)
+        if any(e.kind is EntryKind.CONFIG for e in entries) and self.rng.random() < 0.5:
+            self._schedule(self.rng.randrange(8 * TICK_INTERVAL), "membership_race")
+
+    def _on_membership_race(self) -> None:
+        if self.healed:
+            return
+        self.membership_races += 1
+        leader = self._current_leader()
+        followers = [n for n in self.nodes.values() if n.up and n is not leader]
+        kind = self.rng.choice(["campaign", "crash_leader", "isolate_leader", "restart_follower", "split"])
+        self._trace("-", "membership_race", kind=kind)
+        if kind == "campaign" and followers:
+            self._enqueue(self.rng.choice(followers), "campaign", None)
+        elif kind == "crash_leader" and leader is not None:
+            self._on_crash(leader.id, leader.incarnation, "membership-race")
+        elif kind == "isolate_leader" and leader is not None:
+            self.network.isolate(leader.id, self.all_ids)
+            self._schedule(self.rng.randrange(100, 800), "heal_partition")
+        elif kind == "restart_follower" and followers:
+            node = self.rng.choice(followers)
+            self._crash(node, "membership-race")
+            self._schedule(self.rng.randrange(1, 30), "restart", node.id)
+        elif kind == "split":
+            nodes = list(self.all_ids)
+            self.network.split(self.rng.sample(nodes, self.rng.randrange(1, len(nodes))), nodes)
+            self._schedule(self.rng.randrange(100, 800), "heal_partition")
+
+    def _propose_membership_change(self) -> None:
         leader = self._current_leader()
         if leader is None or leader.core is None:
             return
@@ -566,14 +634,23 @@ class Simulation:
                     self._schedule(self.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
                 continue
             persist_waits = ready.must_sync or ready.persisted_messages
+            delay = 0
             if persist_waits and (self.faults.slow_disk or self.faults.crash_mid_persist):
                 delay = self.rng.randrange(1, 30 if self.faults.slow_disk else 6)
-                node.busy = ready
-                self._schedule(delay, "persisted", node.id, node.incarnation)
-                if self.faults.crash_mid_persist and self.rng.random() < self._mid_persist_crash_rate(ready):
+            apply_time = self._apply_time(node, ready)
+            if delay or apply_time:
+                node.busy = ready  # written, then (after `delay`) synced, then applied
+                self._schedule(delay + apply_time, "persisted", node.id, node.incarnation)
+                if delay and self.faults.crash_mid_persist and self.rng.random() < self._mid_persist_crash_rate(ready):
                     self._schedule(self.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
                 return
             self._finish_ready(node, ready)
+
+    def _apply_time(self, node: SimNode, ready: Ready) -> int:
+        """How long applying `ready`'s committed entries takes on `node` (0: at once)."""
+        if not node.apply_time_max or not ready.committed_entries:
+            return 0
+        return self.rng.randrange(1, node.apply_time_max + 1)
 
     def _mid_persist_crash_rate(self, ready: Ready) -> float:
         """Crash often while a promise (a vote) is being written: that is where bugs hide."""
@@ -613,6 +690,7 @@ class Simulation:
                 core.transfer_leadership(item)
             elif kind == "membership":
                 core.propose_membership(item)
+                self.membership_changes += 1
                 self._trace(node.id, "membership", op=item.op.name, target=item.node_id)
             elif kind == "campaign":
                 core.campaign()
@@ -638,6 +716,8 @@ class Simulation:
             self.checker.on_leader_commit(core.term, committed)
             self._check_newer_leaders_hold(core.term, committed)
             self._check_commit_durable(node)
+            if self.faults.membership_race:
+                self._maybe_race_membership(core, node.last_commit)
         node.last_commit, node.last_term = core.commit_index, core.term
         if core.role is Role.LEADER and node.was_leader_in != core.term:
             node.was_leader_in = core.term

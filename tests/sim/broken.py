@@ -77,11 +77,5 @@ BROKEN_CORES: dict[str, type[RaftCore]] = {
     "commit-old-term-by-counting": CommitOldTermByCounting,
     "skip-up-to-date-check": SkipUpToDateCheck,
     "leader-counts-unpersisted-write": LeaderCountsUnpersistedWrite,
-}
-
-# Known gap: the simulator does not yet reach this bug's schedule (300 seeds of a
-# membership-heavy swarm passed). The deterministic regression test
-# tests/unit/test_regression_unapplied_config.py guards the fix instead.
-NOT_YET_CAUGHT: dict[str, type[RaftCore]] = {
     "campaign-with-unapplied-config": CampaignWithUnappliedConfig,
 }

@@ -24,7 +24,16 @@ LEADER_CHURN = FaultMix(crash=True, partition=True, loss=True, reorder=True, slo
 ASYNC_LEADER = FaultMix(
     leader_writes_async=True, crash=True, crash_mid_persist=True, slow_disk=True, loss=True, partition=True
 )
-FAULTS = {"commit-old-term-by-counting": LEADER_CHURN, "leader-counts-unpersisted-write": ASYNC_LEADER}
+# A node campaigning under a stale membership needs committed CONFIG entries it has not
+# applied yet (slow apply: after a restart it re-applies its whole log) and an election at
+# that moment: membership changes in bursts, each commit provoking one, with crashes and
+# partitions so that the stale majority is all it can reach.
+MEMBERSHIP_RACE = FaultMix(membership_race=True, slow_apply=True, crash=True, partition=True)
+FAULTS = {
+    "commit-old-term-by-counting": LEADER_CHURN,
+    "leader-counts-unpersisted-write": ASYNC_LEADER,
+    "campaign-with-unapplied-config": MEMBERSHIP_RACE,
+}
 
 
 def first_caught(name: str) -> tuple[int, str] | None:
@@ -48,7 +57,9 @@ def test_broken_core_is_caught(name: str) -> None:
 
 
 @pytest.mark.sim
-@pytest.mark.parametrize("faults", [LEADER_CHURN, ASYNC_LEADER], ids=["leader-churn", "async-leader"])
+@pytest.mark.parametrize(
+    "faults", [LEADER_CHURN, ASYNC_LEADER, MEMBERSHIP_RACE], ids=["leader-churn", "async-leader", "membership-race"]
+)
 def test_correct_core_passes_the_same_schedules(faults: FaultMix) -> None:
     # Goal: the focused fault mixes are not themselves false alarms for the real core.
     for seed in range(30):

@@ -80,3 +80,13 @@ def test_quiescence_does_not_affect_safety() -> None:
         simulation.run()
         frozen += simulation.quiesce_events
     assert frozen > 0, "the quiesce fault actually fired"
+
+
+@pytest.mark.sim
+def test_final_proposal_overwritten_while_its_leader_was_deposed_is_proposed_again() -> None:
+    # Goal: the liveness harness does not wait forever for a final proposal whose entry a
+    # later leader overwrote while the proposer was deposed (it led again, in a newer term,
+    # with the proposal still "pending"). This seed reported "final proposal not applied
+    # everywhere" against the correct core before the harness re-proposed in that case.
+    mix = FaultMix(membership=True, crash=True, partition=True, slow_disk=True, transfer=True)
+    Simulation(6, SimOptions(nodes=3, faults=mix)).run()
