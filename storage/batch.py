@@ -172,6 +172,24 @@ def validate_batch(
 
     O(1) Python work for a batch without headers; the loops run in C.
     """
+    header = _checked_header(data, batch_bytes_max, record_count_max)
+    if header.record_count > RECORDS_PER_WIRE_BYTE_MAX * len(data):
+        raise InvalidBatchError(f"{header.record_count} records declared in {len(data)} bytes")
+    section = _records_section(data, header, min(batch_bytes_max, inflated_bytes_max(len(data))))
+    _validate_lengths(section, header, record_bytes_max)
+    return header
+
+
+def check_stored_batch(data: bytes | memoryview) -> BatchHeader:
+    """Check a batch a leader sends or a transfer carries: header, CRC, every length,
+    within the bounds any stored batch meets (not the produce bounds: see above)."""
+    header = _checked_header(data, BATCH_BYTES_MAX, STORED_RECORD_COUNT_MAX)
+    _validate_lengths(_records_section(data, header, BATCH_BYTES_MAX), header, BATCH_BYTES_MAX)
+    return header
+
+
+def _checked_header(data: bytes | memoryview, batch_bytes_max: int, record_count_max: int) -> BatchHeader:
+    """Size, header fields, declared length and CRC: what every check of a batch starts with."""
     if len(data) > batch_bytes_max:
         raise InvalidBatchError(f"batch of {len(data)} bytes exceeds {batch_bytes_max}")
     header = read_header(data)
@@ -181,32 +199,9 @@ def validate_batch(
         raise InvalidBatchError("declared records length does not match the batch length")
     if not 1 <= header.record_count <= record_count_max:
         raise InvalidBatchError(f"record count {header.record_count} is out of range 1..{record_count_max}")
-    if header.record_count > RECORDS_PER_WIRE_BYTE_MAX * len(data):
-        raise InvalidBatchError(f"{header.record_count} records declared in {len(data)} bytes")
     (crc,) = struct.unpack_from(">I", data, 1)
     if zlib.crc32(memoryview(data)[CRC_START:]) != crc:
         raise InvalidBatchError("batch CRC mismatch")
-    section = _records_section(data, header, min(batch_bytes_max, inflated_bytes_max(len(data))))
-    _validate_lengths(section, header, record_bytes_max)
-    return header
-
-
-def check_stored_batch(data: bytes | memoryview) -> BatchHeader:
-    """Check a batch a leader sends or a transfer carries: header, CRC, every length,
-    within the bounds any stored batch meets (not the produce bounds: see above)."""
-    if len(data) > BATCH_BYTES_MAX:
-        raise InvalidBatchError(f"batch of {len(data)} bytes exceeds {BATCH_BYTES_MAX}")
-    header = read_header(data)
-    if header.flags & ~_FLAGS_KNOWN or header.flags & FLAG_COMPRESSION_MASK > Compression.ZLIB:
-        raise InvalidBatchError(f"unknown batch flags {header.flags:#x}")
-    if HEADER_BYTES + header.records_bytes != len(data):
-        raise InvalidBatchError("declared records length does not match the batch length")
-    if not 1 <= header.record_count <= STORED_RECORD_COUNT_MAX:
-        raise InvalidBatchError(f"record count {header.record_count} is out of range")
-    (crc,) = struct.unpack_from(">I", data, 1)
-    if zlib.crc32(memoryview(data)[CRC_START:]) != crc:
-        raise InvalidBatchError("batch CRC mismatch")
-    _validate_lengths(_records_section(data, header, BATCH_BYTES_MAX), header, BATCH_BYTES_MAX)
     return header
 
 

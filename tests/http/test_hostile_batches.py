@@ -6,31 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import io
-import struct
 import time
-import zlib
 
 import pytest
 
 from raftlog.messages import Entry, EntryKind, Message, MessageType, Role
 from raftlog.types import Index
-from storage.batch import HEADER_BYTES, RECORD_BYTES_MAX, Compression, Record, encode_batch
+from storage.batch import RECORD_BYTES_MAX, Compression, Record, encode_batch
 from tests.http.conftest import Cluster
 from tests.node.test_node_cluster import until
+from tests.storage.helpers import max_compressed
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
 BATCH = {"Content-Type": "application/vnd.raftlog.batch"}
 
 
-def _max_compressed(records: list[Record]) -> bytes:
-    """`records` as one batch compressed at zlib level 9, as a hostile client would."""
-    plain = encode_batch(records, first_timestamp_ms=1)
-    section = zlib.compress(plain[HEADER_BYTES:], 9)
-    head = bytearray(plain[:HEADER_BYTES])
-    head[5] |= int(Compression.ZLIB)
-    struct.pack_into(">I", head, 10, len(section))
-    body = bytes(head[5:]) + section
-    return plain[:1] + struct.pack(">I", zlib.crc32(body)) + body
 
 
 class LoopLag:
@@ -63,7 +53,7 @@ async def _topic(cluster: Cluster, name: str) -> None:
 
 async def test_an_inflating_batch_is_refused_without_stalling_the_node(cluster: Cluster) -> None:
     await _topic(cluster, "inflate")
-    bomb = _max_compressed([Record(None, None)] * 980_000)
+    bomb = max_compressed([Record(None, None)] * 980_000)
     assert len(bomb) < 20_000
     path = "/v1/topics/inflate/partitions/0/records"
     async with LoopLag() as lag:

@@ -24,7 +24,6 @@ import json
 import re
 import struct
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,10 @@ import aiohttp
 import pytest
 
 from multiraft.launcher import LocalCluster
-from storage.batch import HEADER_BYTES, Compression, Record, encode_batch
+from storage.batch import Record, encode_batch
 from tests.free_ports import process_cluster
 from tests.integration.conftest import BATCH, call, create_topic
+from tests.storage.helpers import max_compressed
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 
@@ -55,14 +55,6 @@ def hostile_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalC
         yield local
 
 
-def _max_compressed(records: list[Record]) -> bytes:
-    plain = encode_batch(records, first_timestamp_ms=1)
-    section = zlib.compress(plain[HEADER_BYTES:], 9)
-    head = bytearray(plain[:HEADER_BYTES])
-    head[5] |= int(Compression.ZLIB)
-    struct.pack_into(">I", head, 10, len(section))
-    body = bytes(head[5:]) + section
-    return plain[:1] + struct.pack(">I", zlib.crc32(body)) + body
 
 
 def _nested(depth: int) -> str:
@@ -163,7 +155,7 @@ async def _deep_body(session: aiohttp.ClientSession, cluster: LocalCluster) -> N
 @probe("16 KB of zlib declaring 980,000 records")
 async def _inflating(session: aiohttp.ClientSession, cluster: LocalCluster) -> None:
     await _refused(session, cluster.http_addresses[2], "POST", _records(1), 400, "INVALID_BATCH",
-                   data=_max_compressed([Record(None, None)] * 980_000), headers={"Content-Type": BATCH})
+                   data=max_compressed([Record(None, None)] * 980_000), headers={"Content-Type": BATCH})
 
 
 @probe("a 2 MiB record inside a binary batch")

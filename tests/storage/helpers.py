@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from dataclasses import dataclass, field
 
 from raftlog.messages import Entry, EntryKind
 from raftlog.types import GroupId, Index, Term
-from storage.batch import Record, encode_batch
+from storage.batch import HEADER_BYTES, Compression, Record, encode_batch
 from storage.config import StoreConfig
 from storage.files import Files, OsFiles
 from storage.segments import SegmentStore
@@ -15,6 +17,18 @@ from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
 
 GROUP = GroupId(7)
+
+
+def max_compressed(records: list[Record]) -> bytes:
+    """`records` as one batch compressed at zlib level 9, as a hostile client would
+    (encode_batch uses level 1, which never reaches the inflation ratio)."""
+    plain = encode_batch(records, first_timestamp_ms=1)
+    section = zlib.compress(plain[HEADER_BYTES:], 9)
+    head = bytearray(plain[:HEADER_BYTES])
+    head[5] |= int(Compression.ZLIB)
+    struct.pack_into(">I", head, 10, len(section))
+    body = bytes(head[5:]) + section
+    return plain[:1] + struct.pack(">I", zlib.crc32(body)) + body
 
 
 def batch(count: int = 2, value_bytes: int = 10, seed: int = 0) -> bytes:

@@ -25,6 +25,7 @@ from storage.batch import (
 )
 from storage.errors import InvalidBatchError
 from tests.fuzzing import fuzz_examples
+from tests.storage.helpers import max_compressed
 
 _records = st.lists(
     st.builds(
@@ -102,15 +103,6 @@ def test_lying_lengths_are_rejected():
         validate_batch(b"\xb1" + b"\x00" * 10)
 
 
-def _max_compressed(records: list[Record]) -> bytes:
-    """The batch of `records` compressed at zlib level 9, as a hostile client would."""
-    plain = encode_batch(records, first_timestamp_ms=1)
-    section = zlib.compress(plain[HEADER_BYTES:], 9)
-    head = bytearray(plain[:HEADER_BYTES])
-    head[5] |= int(Compression.ZLIB)
-    struct.pack_into(">I", head, 10, len(section))
-    body = bytes(head[5:]) + section
-    return plain[:1] + struct.pack(">I", zlib.crc32(body)) + body
 
 
 def test_compression_bomb_is_bounded():
@@ -121,7 +113,7 @@ def test_compression_bomb_is_bounded():
     assert len(data) < 100_000
     with pytest.raises(InvalidBatchError):
         validate_batch(data, batch_bytes_max=1_000_000)
-    bomb = _max_compressed(records)
+    bomb = max_compressed(records)
     with pytest.raises(InvalidBatchError, match="inflates beyond the limit"):
         validate_batch(bomb)  # 2 MB from 2 KiB: beyond INFLATE_RATIO_MAX
     fits = encode_batch([Record(None, b"\x00" * 100_000)] * 5, first_timestamp_ms=1, compression=Compression.ZLIB)
@@ -131,11 +123,11 @@ def test_compression_bomb_is_bounded():
 def test_a_few_bytes_cannot_declare_a_million_records():
     # Goal (issue 21): 16 KB of zlib that inflates to 980,000 empty records is refused:
     # every read of one of them would otherwise pay for all of them.
-    data = _max_compressed([Record(None, None)] * 980_000)
+    data = max_compressed([Record(None, None)] * 980_000)
     assert len(data) < 20_000
     with pytest.raises(InvalidBatchError, match="out of range"):
         validate_batch(data)
-    data = _max_compressed([Record(None, None)] * 50_000)
+    data = max_compressed([Record(None, None)] * 50_000)
     with pytest.raises(InvalidBatchError, match="records declared in"):
         validate_batch(data)
     plain = encode_batch([Record(None, None)] * (RECORD_COUNT_MAX + 1), first_timestamp_ms=1)
