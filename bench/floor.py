@@ -40,7 +40,7 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from multiraft.clients.http import AsyncClient
+from multiraft.client.http import AsyncClient
 
 FRAME = struct.Struct(">IQ")  # body length, write number
 BASE_PORT = 17600  # apart from bench/node.py's and bench/sequential.py's

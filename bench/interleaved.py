@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import floor
 from bench.sequential import process_times
-from multiraft.clients.http import AsyncClient
-from multiraft.launcher import LocalCluster, LocalNode
+from multiraft.cli.launcher import LocalCluster, LocalNode
+from multiraft.client.http import AsyncClient
 from storage.batch import Record, encode_batch
 
 PORTS = ((17400, 18400), (17500, 18500))  # apart from the other benches'
@@ -115,8 +115,10 @@ def main() -> int:
     if args.count < 100:
         parser.error("--count: at least 100, or the p99 is one sample")
     for option, root in (("--a", args.a), ("--b", args.b)):
-        if not (root / "multiraft" / "cli.py").is_file():
-            parser.error(f"{option}: {root} holds no raftlog checkout (no multiraft/cli.py)")
+        # `python -m multiraft.cli` runs either layout: the flat one (cli.py) or the rooms (cli/).
+        cli = root / "multiraft"
+        if not ((cli / "cli.py").is_file() or (cli / "cli" / "__main__.py").is_file()):
+            parser.error(f"{option}: {root} holds no raftlog checkout (no multiraft/cli.py or multiraft/cli/)")
     versions = [(args.a.resolve(), args.python_a), (args.b.resolve(), args.python_b)]
     uvloop.run(run(versions, args.count, args.warmup))
     return 0

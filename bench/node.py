@@ -46,8 +46,8 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from multiraft.clients.http import AsyncClient, RaftlogError
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
+from multiraft.client.http import AsyncClient, RaftlogError
 from storage.batch import Record, encode_batch
 
 PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers"

@@ -44,8 +44,8 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import floor, legs
-from multiraft.clients.http import AsyncClient
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
+from multiraft.client.http import AsyncClient
 from storage.batch import Record, encode_batch
 
 TRACE_LEGS = Path(__file__).resolve().parent / "trace_legs"

@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from multiraft.clients.http import AsyncClient
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
+from multiraft.client.http import AsyncClient
 from spark_connector.decode import ARROW_SCHEMA, TIMESTAMP_TYPE_CREATE_TIME
 from spark_connector.session import spark_session
 from spark_connector.source import SCHEMA

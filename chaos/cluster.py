@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
 
 RAFT_PORT = 7100
 HTTP_PORT = 8080

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from chaos.cluster import ChaosCluster
 from chaos.history import AnyOp, HistoryWriter, Outcome, PartitionKey, Poll, Record, Send
 from chaos.workload import value_of
-from multiraft.clients.http import AsyncClient, RaftlogError
+from multiraft.client.http import AsyncClient, RaftlogError
 
 FINAL_PROCESS = 99_999  # the history process of the final reads
 READ_RECORDS_MAX = 5000  # per read: a 600 s run's partition (~10,000 records) in a few answers

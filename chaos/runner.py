@@ -37,8 +37,8 @@ from chaos.history import HistoryWriter, PartitionKey, read_history
 from chaos.nemesis import Nemesis
 from chaos.serverchecks import DebugEndpoints, compare_replicas, leaders_per_term, skipped_ranges
 from chaos.workload import CLIENT_HOST, Stats, Workload
-from multiraft.clients.http import AsyncClient, RaftlogError
-from multiraft.launcher import LauncherError
+from multiraft.cli.launcher import LauncherError
+from multiraft.client.http import AsyncClient, RaftlogError
 
 TOPICS = (("chaos-a", 4), ("chaos-b", 4))
 RECOVERY_TIMEOUT_S = 60.0

@@ -29,7 +29,7 @@ from typing import Any
 
 from chaos.cluster import ChaosCluster
 from chaos.history import HistoryWriter, PartitionKey, ProducerStamp
-from multiraft.clients.http import AsyncClient, OutcomeUnknownError, RaftlogError, UnavailableError
+from multiraft.client.http import AsyncClient, OutcomeUnknownError, RaftlogError, UnavailableError
 
 CLIENT_HOST = "127.0.0.100"
 OP_TIMEOUT_S = 5.0

@@ -152,7 +152,7 @@ class UnknownToken(ClientError):
 
 
 class Unauthenticated(ClientError):
-    """No valid bearer token on a node that requires one (multiraft/auth.py)."""
+    """No valid bearer token on a node that requires one (multiraft/metadata/auth.py)."""
 
     code = "UNAUTHENTICATED"
     http_status = 401

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from multiraft.clients.http import AsyncClient
-from multiraft.secret_files import read_token_file
+from multiraft.client.http import AsyncClient
+from multiraft.transport.secret_files import read_token_file
 from spark_connector.cluster import concrete_offsets, partition_states, subscribed_partitions
 from spark_connector.errors import ConnectorError, OptionError
 from spark_connector.options import EARLIEST, LATEST, Bound, ReadOptions, Subscription
@@ -311,7 +311,7 @@ def _quiet_log4j() -> Iterator[str]:
 
 
 def export_command(args: Any, servers: list[str]) -> int:
-    """`raftlog export` (multiraft/cli.py): 0 done, 1 failed, 2 bad usage; summary on stdout."""
+    """`raftlog export` (multiraft/cli/main.py): 0 done, 1 failed, 2 bad usage; summary on stdout."""
     try:
         from pyspark.sql import SparkSession
 

@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiraft.clients.http import AsyncClient
-from multiraft.clients.producer import AsyncProducer
+from multiraft.client.http import AsyncClient
+from multiraft.client.producer import AsyncProducer
 from spark_connector.errors import ConnectorError, OptionError
 from spark_connector.options import WriteOptions
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
 
 
 def require_free_ports(hosts: Iterable[str], ports: Iterable[int], who: str) -> None:

@@ -1,14 +1,14 @@
 """Certificates the TLS tests make themselves: the cluster's CA with a certificate per
 loopback host, and a rogue CA with a certificate of its own for the same hosts (what
 a node of another cluster, or an impostor, would present). Made with `openssl`
-through multiraft/tls_certs.py, the code `raftlog cluster up --tls` uses."""
+through multiraft/cli/tls_certs.py, the code `raftlog cluster up --tls` uses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from multiraft.tls_certs import KeyPair, make_ca, make_certificate
+from multiraft.cli.tls_certs import KeyPair, make_ca, make_certificate
 
 HOSTS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
 

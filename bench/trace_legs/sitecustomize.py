@@ -27,10 +27,10 @@ POINTS = {
     "aiohttp.web": [("", "json_response", "answer", False)],
     "aiohttp.web_response": [("StreamResponse", "write_eof", "written", False)],
     "multiraft.http.handlers.produce": [("", "produce_partition", "handler", False)],
-    "multiraft.inbound": [("InboundConnection", "data_received", "frame", False)],
-    "multiraft.group": [("GroupRuntime", "propose", "propose", False), ("GroupRuntime", "_apply", "apply", False)],
-    "multiraft.peer_link": [("PeerLink", "enqueue", "send", False)],
-    "multiraft.flusher": [("Flusher", "_finish", "flushed", True)],
+    "multiraft.transport.inbound": [("InboundConnection", "data_received", "frame", False)],
+    "multiraft.runtime.group": [("GroupRuntime", "propose", "propose", False), ("GroupRuntime", "_apply", "apply", False)],
+    "multiraft.transport.peer_link": [("PeerLink", "enqueue", "send", False)],
+    "multiraft.runtime.flusher": [("Flusher", "_finish", "flushed", True)],
     "storage.files": [("", "write_all", "append", False)],
 }
 

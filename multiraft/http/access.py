@@ -1,4 +1,4 @@
-"""Who may call which route, when the node requires bearer tokens (multiraft/auth.py).
+"""Who may call which route, when the node requires bearer tokens (multiraft/metadata/auth.py).
 
 One table, by route (method and path pattern), of the right each needs, so a new
 route cannot be forgotten: a route missing from `RULES` needs `admin`. The one
@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from multiraft.auth import Principal, authenticate
 from multiraft.errors import NotAuthorized, Unauthenticated
 from multiraft.http.errors import NODE_KEY
+from multiraft.metadata.auth import Principal, authenticate
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PRINCIPAL_KEY: web.RequestKey[Principal] = web.RequestKey("principal", Principal)

@@ -33,7 +33,7 @@ from multiraft.http.limits import REQUEST_BYTES_MAX
 from multiraft.http.metrics import node_registry
 
 if TYPE_CHECKING:
-    from multiraft.node import Node
+    from multiraft.node.node import Node
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -62,7 +62,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("GET", "/ui", ui.page),
 )
 
-# Served only when the node started with RAFTLOG_CHAOS_DEBUG=1 (multiraft/unsafe.py), else
+# Served only when the node started with RAFTLOG_CHAOS_DEBUG=1 (multiraft/node/unsafe.py), else
 # 404 NOT_FOUND like any unknown path. Runner-only, so kept out of ROUTES and the OpenAPI
 # document (and so out of the schemathesis fuzz pass, which would hash whole logs).
 DEBUG_ROUTES: tuple[tuple[str, str, Handler], ...] = (

@@ -28,7 +28,7 @@ HEADERS_PER_RECORD_MAX = 64
 BODY_READ_TIMEOUT_S = 30.0
 # The cluster must answer within this time (produce, admin, offsets); beyond it 504.
 REQUEST_TIMEOUT_S = 15.0
-# Consume defaults (the maxima live in multiraft.partition_ops).
+# Consume defaults (the maxima live in multiraft.node.partition_ops).
 CONSUME_MAX_RECORDS_DEFAULT = 500
 CONSUME_MAX_BYTES_DEFAULT = 1024 * 1024
 GROUP_COMMITS_PER_REQUEST_MAX = 10_000

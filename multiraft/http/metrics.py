@@ -5,7 +5,7 @@ already kept by the node (core positions, ISR, store offsets, transport
 counters), so a scrape reads them and the produce path does no metric work.
 Each app gets its own registry, so several nodes can share one process (tests).
 Durations (replicate, apply, fsync) are node-wide histograms the runtime fills
-(multiraft/histograms.py).
+(multiraft/runtime/histograms.py).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from prometheus_client.registry import Collector
 
 from multiraft.http.connections import ConnectionGate
 from multiraft.http.connections import Refusal as HttpRefusal
-from multiraft.inbound_admission import Refusal
-from multiraft.transport_config import TransportStats
+from multiraft.transport.inbound_admission import Refusal
+from multiraft.transport.transport_config import TransportStats
 from raftlog.messages import Role
 
 if TYPE_CHECKING:
-    from multiraft.node import Node
+    from multiraft.node.node import Node
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ROLES = {Role.FOLLOWER: 0, Role.PRE_CANDIDATE: 1, Role.CANDIDATE: 2, Role.LEADER: 3}

@@ -12,7 +12,7 @@ from typing import Any
 
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
 from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
-from multiraft.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX
+from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _INT = {"type": "integer"}
@@ -31,7 +31,7 @@ def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    # 401 and 403 only on a node started with --admin-token-file (multiraft/auth.py).
+    # 401 and 403 only on a node started with --admin-token-file (multiraft/metadata/auth.py).
     return {str(status): _ERROR for status in sorted({400, 401, 403, *statuses})}
 
 

@@ -17,7 +17,7 @@ from multiraft.metadata.catalog import PartitionInfo, TopicInfo
 from raftlog.messages import Role
 
 if TYPE_CHECKING:
-    from multiraft.node import Node
+    from multiraft.node.node import Node
 
 METADATA_GROUP = 0
 

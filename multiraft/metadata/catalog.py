@@ -3,7 +3,7 @@
 Every node applies the same committed commands in the same order and so holds
 the same catalog: nodes, topics with their partitions (group id, replicas,
 replicas being moved), the next free group id and producer id, cluster config,
-and bearer tokens (as digests, multiraft/auth.py). `apply` is pure and
+and bearer tokens (as digests, multiraft/metadata/auth.py). `apply` is pure and
 deterministic: no clock, no randomness, no dict-order surprises (ids only grow).
 
 A command that fails validation on apply is still a committed entry: the catalog

@@ -255,14 +255,14 @@ class AlterTopicConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PutToken:
     """Create or replace the bearer token `name`: its SHA-256 `digest` (never the token)
-    and its `rights` (multiraft/auth.py)."""
+    and its `rights` (multiraft/metadata/auth.py)."""
 
     name: str
     digest: str
     rights: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        from multiraft.auth import check_rights, check_token_name
+        from multiraft.metadata.auth import check_rights, check_token_name
 
         check_token_name(self.name)
         if not isinstance(self.digest, str) or not re.fullmatch(r"[0-9a-f]{64}", self.digest):
@@ -276,7 +276,7 @@ class DeleteToken:
     name: str
 
     def __post_init__(self) -> None:
-        from multiraft.auth import check_token_name
+        from multiraft.metadata.auth import check_token_name
 
         check_token_name(self.name)
 
@@ -295,7 +295,7 @@ class ReplaceReplica:
     preferred leaders stays) and keeps `old` as *leaving*: its node keeps its copy
     until the group itself has removed it (`ReplicaLeft`), so no copy is deleted
     while the group may still need it. The partition's leader does the Raft side
-    (multiraft/reassignment.py).
+    (multiraft/node/reassignment.py).
     """
 
     topic: str

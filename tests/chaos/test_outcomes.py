@@ -6,7 +6,7 @@ write that did happen into a false G1a) so each class is pinned here."""
 
 import multiraft.http.errors  # noqa: F401  (registers the HTTP-only codes in the table)
 from chaos.workload import DEFINITE, outcome_of
-from multiraft.clients.http import OutcomeUnknownError, RaftlogError, UnavailableError
+from multiraft.client.http import OutcomeUnknownError, RaftlogError, UnavailableError
 from multiraft.errors import error_table
 
 

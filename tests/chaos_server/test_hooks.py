@@ -1,4 +1,4 @@
-"""Goal: the chaos hooks (multiraft/unsafe.py) are read from the environment only as
+"""Goal: the chaos hooks (multiraft/node/unsafe.py) are read from the environment only as
 documented, refuse what they do not know, and each storage- or table-level unsafe
 switch really changes behaviour when set and changes nothing when unset."""
 
@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.config import ConfigError
-from multiraft.partition import PartitionState
-from multiraft.producers import Accept, Duplicate, DuplicatePending, ProducerBatch, ProducerTable
-from multiraft.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
+from multiraft.node.config import ConfigError
+from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
+from multiraft.state.partition import PartitionState
+from multiraft.state.producers import (
+    Accept,
+    Duplicate,
+    DuplicatePending,
+    ProducerBatch,
+    ProducerTable,
+)
 from raftlog.messages import Entry, EntryKind, HardState
 from raftlog.types import Index, NodeId, Term
 from storage.batch import Record, encode_batch

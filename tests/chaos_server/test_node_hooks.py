@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import structlog
 
-from multiraft import group as group_module
-from multiraft import partition_ops
-from multiraft.config import NodeConfig
-from multiraft.node import Node
-from multiraft.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
+from multiraft.node import partition_ops
+from multiraft.node.config import NodeConfig
+from multiraft.node.node import Node
+from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
+from multiraft.runtime import group as group_module
 from raftlog.messages import Role
 from storage.files import OsFiles
 from storage.write_behind import WriteBehindFiles

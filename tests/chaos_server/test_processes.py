@@ -27,8 +27,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from multiraft.group import UNSAFE_SYNC_DELAY_S
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
+from multiraft.runtime.group import UNSAFE_SYNC_DELAY_S
 from tests.free_ports import running
 from tests.integration.conftest import call, until
 from tests.integration.test_cli import common_free_port

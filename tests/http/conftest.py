@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 import pytest_asyncio
 
-from multiraft.config import Address
 from multiraft.http import HttpServer
-from multiraft.node import Node
+from multiraft.node.config import Address
+from multiraft.node.node import Node
 from raftlog.messages import Role
 from tests.node.test_node_cluster import configs, free_port, until
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from multiraft.partitioner import partition_for_key
+from multiraft.state.partitioner import partition_for_key
 from raftlog.messages import Role
 from storage.batch import Record, decode_batch, encode_batch
 from tests.http.conftest import Cluster

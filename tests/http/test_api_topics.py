@@ -134,7 +134,7 @@ async def test_linearizable_catalog_reads_wait_for_changes_made_elsewhere(cluste
     # while) answers a plain read from what it has, but a `consistency=linearizable`
     # read first catches up with every change completed elsewhere; a delete's answer
     # waits until the deleting node's own catalog agrees; a bad value is a 400.
-    from multiraft.replicas import METADATA_GROUP
+    from multiraft.node.replicas import METADATA_GROUP
     from raftlog.messages import Message, MessageType
 
     leader_id = cluster.nodes[0].groups[METADATA_GROUP].core.leader

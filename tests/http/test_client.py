@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from multiraft.client import AsyncClient, AsyncConsumer, AsyncProducer, Client, RaftlogError
-from multiraft.partitioner import partition_for_key
+from multiraft.state.partitioner import partition_for_key
 from tests.http.conftest import Cluster
 from tests.node.test_node_cluster import free_port
 

@@ -15,7 +15,7 @@ is collected (not shrunk) and reported at the end with its request and answer.
 
 Node admissions (`POST /v1/admin/nodes`) are fuzzed as they come, invented
 nodes and addresses included: an admission must be signed with the cluster
-secret (multiraft/admission.py), so every one is refused, and the test checks
+secret (multiraft/node/admission.py), so every one is refused, and the test checks
 afterwards that the catalog's nodes are exactly those it had before.
 
 Nothing is left out silently; these are the deliberate limits:

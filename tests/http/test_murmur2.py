@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.partitioner import murmur2, partition_for_key, to_positive
+from multiraft.state.partitioner import murmur2, partition_for_key, to_positive
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 KAFKA_VECTORS = [

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from multiraft import admission
+from multiraft.node import admission
 from tests.http.conftest import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]

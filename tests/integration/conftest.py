@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
 from tests.free_ports import process_cluster
 
 RAFT_PORT = 17300

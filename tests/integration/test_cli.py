@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from multiraft.cli.launcher import LocalCluster
 from multiraft.client import Client
-from multiraft.launcher import LocalCluster
 
 pytestmark = pytest.mark.integration
 CLI_TIMEOUT_S = 60

@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
 from storage.batch import Record, encode_batch
 from tests.free_ports import process_cluster
 from tests.integration.conftest import BATCH, call, create_topic

@@ -60,9 +60,9 @@ import pytest
 import pytest_asyncio
 
 import multiraft.http.app  # noqa: F401  (registers the HTTP errors in the table, as in the server)
+from multiraft.cli.launcher import LocalCluster
 from multiraft.errors import error_table
 from multiraft.http.limits import RECORD_BYTES_MAX, RECORDS_PER_REQUEST_MAX, REQUEST_BYTES_MAX
-from multiraft.launcher import LocalCluster
 from storage.batch import Record, encode_batch
 from tests.integration.conftest import BATCH, CALL_TIMEOUT_S, call, create_topic, read_all, until
 

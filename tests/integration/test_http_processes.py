@@ -20,9 +20,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from multiraft.clients.http import AsyncClient
-from multiraft.launcher import LocalCluster
-from multiraft.partitioner import partition_for_key
+from multiraft.cli.launcher import LocalCluster
+from multiraft.client.http import AsyncClient
+from multiraft.state.partitioner import partition_for_key
 from storage.batch import Record, decode_batch, encode_batch
 from tests.integration.conftest import (
     CALL_TIMEOUT_S,

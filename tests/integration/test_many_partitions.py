@@ -17,8 +17,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from multiraft.clients.http import AsyncClient
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
+from multiraft.client.http import AsyncClient
 from storage.batch import Record, encode_batch
 
 pytestmark = pytest.mark.integration

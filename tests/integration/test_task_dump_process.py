@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from multiraft.launcher import LocalCluster
+from multiraft.cli.launcher import LocalCluster
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from multiraft.cli.launcher import LocalCluster
 from multiraft.client import Client
-from multiraft.launcher import LocalCluster
 from tests.integration.test_cli import CLI_TIMEOUT_S, _ports
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Bearer tokens over real HTTP (multiraft/auth.py, multiraft/http/access.py): a 3-node
+"""Bearer tokens over real HTTP (multiraft/metadata/auth.py, multiraft/http/access.py): a 3-node
 cluster started with an admin token, in one event loop, on loopback."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from multiraft.clients.http import AsyncClient, RaftlogError
-from multiraft.node import Node
+from multiraft.client.http import AsyncClient, RaftlogError
+from multiraft.node.node import Node
 from tests.node.test_node_cluster import joiner_config, running_cluster_with_http, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.partition_ops import consume
-from multiraft.replicas import close_group
-from multiraft.unsafe import ChaosHooks
+from multiraft.node.partition_ops import consume
+from multiraft.node.replicas import close_group
+from multiraft.node.unsafe import ChaosHooks
 from raftlog.errors import ClientError, NotLeader
 from storage.write_behind import WriteBehindFiles
 from tests.chaos_server.test_node_hooks import started

@@ -10,7 +10,7 @@ import threading
 import pytest
 import structlog
 
-from multiraft.flusher import DETACH_BYTES_MIN, Flusher
+from multiraft.runtime.flusher import DETACH_BYTES_MIN, Flusher
 from raftlog.messages import HardState
 from raftlog.types import Index, Term
 from storage.errors import DiskFullError, SyncFailedError
@@ -142,7 +142,7 @@ async def test_a_moved_commit_index_rides_with_the_next_flush_or_is_stored_after
     # Goal: a commit-only change costs no flush of its own: the next flush (of any group)
     # stores it, and without one it is stored after COMMIT_STORE_DELAY_S; a store closed
     # meanwhile is skipped.
-    monkeypatch.setattr("multiraft.flusher.COMMIT_STORE_DELAY_S", 0.05)
+    monkeypatch.setattr("multiraft.runtime.flusher.COMMIT_STORE_DELAY_S", 0.05)
     db, (leader, other) = stores
     flusher = Flusher(db, structlog.get_logger())
     leader.append(entries(1, 4))  # indexes 1-3

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from multiraft.node import Node
+from multiraft.node.node import Node
 from raftlog.messages import EntryKind, Role
 from raftlog.types import GroupId, Index
 from tests.node.test_node_cluster import running_cluster_with_http, until

@@ -18,7 +18,7 @@ import pytest
 import structlog
 import structlog.testing
 
-from multiraft.group import COMMIT_HOLD_S, GroupRuntime
+from multiraft.runtime.group import COMMIT_HOLD_S, GroupRuntime
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
@@ -185,7 +185,7 @@ async def test_a_full_inbox_sheds_messages_and_refuses_proposals(monkeypatch) ->
     (counted; Raft resends) and a proposal or read fails at once with ProposalDropped,
     rather than the loop queueing without end behind a stalled group task. What was
     queued in time is still delivered, in order."""
-    monkeypatch.setattr("multiraft.group.INBOX_ITEMS_MAX", 3)
+    monkeypatch.setattr("multiraft.runtime.group.INBOX_ITEMS_MAX", 3)
     cluster = Cluster()
     runtime = cluster.runtimes[1]  # not started: nothing drains the inbox yet
     beats = [Message(type=MessageType.HEARTBEAT, source=NodeId(2), target=NodeId(1), term=1) for _ in range(5)]
@@ -522,7 +522,7 @@ async def test_a_leader_whose_background_fsyncs_lag_too_far_waits_for_the_next(m
     otherwise keep every new entry in memory and queue fsync after fsync: past
     BACKGROUND_BYTES_MAX of unreported background writes, its next write is synced and
     waited for (the group stops taking new work until the disk catches up)."""
-    monkeypatch.setattr("multiraft.group.BACKGROUND_BYTES_MAX", 1)  # one write in the background at most
+    monkeypatch.setattr("multiraft.runtime.group.BACKGROUND_BYTES_MAX", 1)  # one write in the background at most
     cluster = Cluster()
     pending, waited = hold_background_fsyncs(cluster)
     async with cluster.running():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.liveness import LEADER_ENTRY, LEADERS_EVERY_PINGS, PeerLiveness
+from multiraft.runtime.liveness import LEADER_ENTRY, LEADERS_EVERY_PINGS, PeerLiveness
 from raftlog.types import GroupId
 from raftlog.wire import WireError
 

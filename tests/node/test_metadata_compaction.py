@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from multiraft import replicas
-from multiraft.compaction import compact_group
 from multiraft.metadata.catalog_snapshot import encode_catalog
 from multiraft.metadata.commands import NodeStatus
-from multiraft.node import METADATA_GROUP, Node
+from multiraft.node import replicas
+from multiraft.node.compaction import compact_group
+from multiraft.node.node import METADATA_GROUP, Node
 from raftlog.messages import Role
 from tests.node.test_node_cluster import (
     joiner_config,
@@ -109,7 +109,7 @@ async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_memb
     # point names the configuration as of its own index: one captured before the join
     # has no learner (the entry after it adds one on replay), one past it has.
     # Compaction runs by hand here, so that a capture from before the join is used after it.
-    from multiraft import node as node_module
+    from multiraft.node import node as node_module
 
     async def no_background_compaction(node: Node) -> None:
         return None

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from multiraft.metadata.commands import NodeStatus, RegisterNode
-from multiraft.node import Node
+from multiraft.node.node import Node
 from raftlog.types import NodeId
 from tests.chaos_server.test_node_hooks import started
 from tests.node.test_node_cluster import configs, until

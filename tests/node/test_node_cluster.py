@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from multiraft.config import Address, NodeConfig
-from multiraft.node import WAKE_SILENCE_PERIODS, Node
+from multiraft.node.config import Address, NodeConfig
+from multiraft.node.node import WAKE_SILENCE_PERIODS, Node
 from raftlog.errors import ClientError
 from raftlog.messages import Message, MessageType, Role
 from raftlog.types import NodeId
@@ -251,8 +251,8 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
     # Goal: follower and forwarded reads, consumer offset commit/fetch through the
     # partition group, idempotent retries answered with original offsets, fenced
     # epochs refused, long-poll woken by a produce.
-    from multiraft import partition_ops
-    from multiraft.consumer_offsets import OffsetCommit
+    from multiraft.node import partition_ops
+    from multiraft.state.consumer_offsets import OffsetCommit
 
     async with running_cluster(tmp_path) as nodes:
         await nodes[0].create_topic("solo", 1, 1, {})  # one replica: two nodes must forward
@@ -313,7 +313,7 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
 async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
     # Goal: every acks mode answers; with a replica down, acks=quorum still works at
     # min_insync_replicas=2 but is refused with NOT_ENOUGH_REPLICAS at 3.
-    from multiraft import partition_ops
+    from multiraft.node import partition_ops
 
     async with running_cluster(tmp_path) as nodes:
         await nodes[0].create_topic("strict", 1, 3, {"min_insync_replicas": 3})
@@ -354,7 +354,7 @@ async def _uncommitted_reads_reach_the_leaders_log_end(nodes: list[Node], topic:
     # Goal: with the followers not given a new entry yet, a committed read through a
     # follower stops at the high watermark, and an uncommitted one reaches the leader's
     # log end (it is read on the leader), wherever it is asked.
-    from multiraft import partition_ops
+    from multiraft.node import partition_ops
 
     leader = leader_of(nodes, topic, 0)
     assert leader is not None
@@ -553,7 +553,7 @@ async def test_a_replica_whose_read_meets_corruption_repairs_itself(tmp_path: Pa
     # entry) is refused to the reader (421, never bad bytes) and then repaired without a
     # restart: the group reopens with a full check, recovery cuts the log before the bad
     # frame and marks it for repair, and the leader sends the rest again.
-    from multiraft import partition_ops
+    from multiraft.node import partition_ops
 
     async with running_cluster(tmp_path) as nodes:
         await nodes[0].create_topic("rot", 1, 3, {"segment_bytes": 4096})
@@ -598,7 +598,7 @@ async def test_survivors_even_out_the_leadership_of_a_dead_nodes_partitions(tmp_
     # Goal: with a node gone, the partitions it preferred to lead cannot go home; when
     # one survivor leads them all (4 of 6), a balancing round hands one to the other
     # survivor (3 and 3), and the partitions preferred by the survivors stay at home.
-    from multiraft import leadership
+    from multiraft.node import leadership
 
     async with running_cluster(tmp_path) as nodes:
         await nodes[0].create_topic("even", 6, 3, {})

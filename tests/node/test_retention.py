@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from multiraft import partition_ops
-from multiraft.node import Node
+from multiraft.node import partition_ops
+from multiraft.node.node import Node
 from raftlog.errors import ClientError
 from storage.batch import Record, encode_batch
 from tests.node.test_node_cluster import (

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from multiraft.http.view import partition_view
-from multiraft.node import Node
+from multiraft.node.node import Node
 from raftlog.messages import Message, MessageType
 from storage.segment import parse_segment_name
 from tests.node.test_node_cluster import (

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import structlog
 
-from multiraft import replicas, supervision
+from multiraft.node import replicas
+from multiraft.runtime import supervision
 from storage.errors import DiskFullError
 from tests.chaos_server.test_node_hooks import started
 from tests.node.test_node_cluster import configs, until

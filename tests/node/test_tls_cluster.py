@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.config import Address, NodeConfig
 from multiraft.http import HttpServer
-from multiraft.node import Node
+from multiraft.node.config import Address, NodeConfig
+from multiraft.node.node import Node
 from raftlog.types import NodeId
 from tests.node.test_node_cluster import (
     SECRET,

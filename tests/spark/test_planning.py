@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from multiraft.clients.http import BatchRead, RaftlogError
+from multiraft.client.http import BatchRead, RaftlogError
 from spark_connector.decode import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, to_record_batch
 from spark_connector.errors import DataLossError, DataLossWarning, OptionError
 from spark_connector.export import parse_position, parse_target

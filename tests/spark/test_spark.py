@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 import pyarrow.parquet as pq
 import pytest
 
-from multiraft.cli import main as raftlog_main
+from multiraft.cli.launcher import LocalCluster
+from multiraft.cli.main import main as raftlog_main
 from multiraft.client import Client
-from multiraft.clients.http import RaftlogError
-from multiraft.launcher import LocalCluster
+from multiraft.client.http import RaftlogError
 from spark_connector.source import SCHEMA, SCHEMA_WITH_HEADERS
 from tests.free_ports import process_cluster
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import pytest_asyncio
 
-from multiraft.transport import Transport
+from multiraft.transport.transport import Transport
 from tests.transport.helpers import Inbox, free_port, make_transport
 
 

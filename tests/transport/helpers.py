@@ -7,8 +7,8 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from multiraft.transport import Transport
-from multiraft.transport_config import TransportConfig
+from multiraft.transport.transport import Transport
+from multiraft.transport.transport_config import TransportConfig
 
 SECRET = b"test-cluster-secret-0123456789"
 WRONG_SECRET = b"another-cluster-secret-98765432"

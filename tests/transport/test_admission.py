@@ -1,4 +1,4 @@
-"""Goal: the bookkeeping of pending inbound connections (multiraft/inbound_admission.py)
+"""Goal: the bookkeeping of pending inbound connections (multiraft/transport/inbound_admission.py)
 keeps strangers within their pool and per-address share, keeps known peers' addresses
 out of the strangers' pool, and gives every slot back exactly once."""
 
@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.inbound_admission import InboundAdmission, PendingSlot, Refusal, normal_address
+from multiraft.transport.inbound_admission import (
+    InboundAdmission,
+    PendingSlot,
+    Refusal,
+    normal_address,
+)
 
 
 def _admission() -> InboundAdmission:

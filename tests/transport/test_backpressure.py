@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from multiraft.frames import FrameType
-from multiraft.handshake import accept_handshake
+from multiraft.transport.frames import FrameType
+from multiraft.transport.handshake import accept_handshake
 from tests.transport.helpers import FAST, SECRET, Inbox, RawPeer, make_transport, until
 
 MIB = 1024 * 1024

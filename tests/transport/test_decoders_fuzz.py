@@ -11,7 +11,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multiraft.frames import (
+from multiraft.transport.frames import (
     FRAME_HEADER_BYTES,
     FrameError,
     FrameTooLarge,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from multiraft.frames import FrameTooLarge, FrameType
+from multiraft.transport.frames import FrameTooLarge, FrameType
 from tests.transport.helpers import FAST, Inbox, make_transport, until
 
 GROUPS = 200

@@ -10,10 +10,10 @@ import struct
 
 import pytest
 
-from multiraft.frames import FRAME_HEADER_BYTES, FrameType, encode_frame
-from multiraft.handshake import HandshakeError, connect_handshake
-from multiraft.transport import Transport
-from multiraft.transport_config import TransportConfig
+from multiraft.transport.frames import FRAME_HEADER_BYTES, FrameType, encode_frame
+from multiraft.transport.handshake import HandshakeError, connect_handshake
+from multiraft.transport.transport import Transport
+from multiraft.transport.transport_config import TransportConfig
 from tests.transport.helpers import FAST, SECRET, WRONG_SECRET, Inbox, make_transport, until
 
 

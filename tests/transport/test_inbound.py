@@ -13,10 +13,10 @@ import pytest
 import pytest_asyncio
 import structlog
 
-from multiraft.frames import FrameType, encode_frame
-from multiraft.handshake import HandshakeError
-from multiraft.inbound import FRAMES_PER_TURN, HANDSHAKE_BYTES_MAX, InboundConnection
-from multiraft.transport_config import TransportConfig, TransportCounters
+from multiraft.transport.frames import FrameType, encode_frame
+from multiraft.transport.handshake import HandshakeError
+from multiraft.transport.inbound import FRAMES_PER_TURN, HANDSHAKE_BYTES_MAX, InboundConnection
+from multiraft.transport.transport_config import TransportConfig, TransportCounters
 from tests.transport.helpers import Inbox, until
 
 

@@ -14,9 +14,9 @@ import pytest
 import structlog
 import uvloop
 
-from multiraft.handshake import accept_handshake
-from multiraft.peer_link import PeerLink
-from multiraft.transport_config import TransportCounters
+from multiraft.transport.handshake import accept_handshake
+from multiraft.transport.peer_link import PeerLink
+from multiraft.transport.transport_config import TransportCounters
 from tests.transport.helpers import FAST, SECRET
 
 RESETS = 40

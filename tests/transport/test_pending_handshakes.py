@@ -16,9 +16,9 @@ import struct
 
 import pytest
 
-from multiraft.frames import FrameType
-from multiraft.handshake import HANDSHAKE_VERSION, MAGIC, NONCE_BYTES
-from multiraft.transport import Transport
+from multiraft.transport.frames import FrameType
+from multiraft.transport.handshake import HANDSHAKE_VERSION, MAGIC, NONCE_BYTES
+from multiraft.transport.transport import Transport
 from tests.transport.helpers import FAST, Inbox, make_transport, until
 
 pytestmark = pytest.mark.asyncio

@@ -1,4 +1,4 @@
-"""Mutual TLS on the raft port (multiraft/transport.py with `tls=PeerTls`), with a CA
+"""Mutual TLS on the raft port (multiraft/transport/transport.py with `tls=PeerTls`), with a CA
 the test makes itself (tests/tls_pki.py): real sockets on loopback.
 
 Strangers connect from other loopback addresses (127.0.0.2, ...) to victims on
@@ -14,10 +14,10 @@ import ssl
 import pytest
 import uvloop
 
-from multiraft.frames import FrameType
-from multiraft.tls import PeerTls
-from multiraft.transport import Transport
-from multiraft.transport_config import TransportConfig
+from multiraft.transport.frames import FrameType
+from multiraft.transport.tls import PeerTls
+from multiraft.transport.transport import Transport
+from multiraft.transport.transport_config import TransportConfig
 from tests.tls_pki import Pki, make_pki
 from tests.transport.helpers import FAST, SECRET, Inbox, until
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.frames import (
+from multiraft.transport.frames import (
     FRAME_HEADER_BYTES,
     FrameError,
     FrameTooLarge,
@@ -13,9 +13,9 @@ from multiraft.frames import (
     encode_frame,
     parse_frame_header,
 )
-from multiraft.send_queue import SendQueue
-from multiraft.transport import Transport
-from multiraft.transport_config import TransportConfig
+from multiraft.transport.send_queue import SendQueue
+from multiraft.transport.transport import Transport
+from multiraft.transport.transport_config import TransportConfig
 
 HEARTBEAT = int(FrameType.HEARTBEATS)
 MESSAGE = int(FrameType.RAFT_MESSAGE)

@@ -1,10 +1,10 @@
-"""Goal: a node admission's signature covers its exact body and its time (multiraft/admission.py)."""
+"""Goal: a node admission's signature covers its exact body and its time (multiraft/node/admission.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from multiraft import admission
+from multiraft.node import admission
 
 
 def test_a_signature_covers_the_exact_body_and_its_time() -> None:

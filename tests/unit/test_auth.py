@@ -1,12 +1,12 @@
-"""Bearer tokens and rights (multiraft/auth.py), and the catalog's tokens."""
+"""Bearer tokens and rights (multiraft/metadata/auth.py), and the catalog's tokens."""
 
 from __future__ import annotations
 
 import pytest
 
-from multiraft.auth import ADMIN, Principal, authenticate, check_rights, token_digest
 from multiraft.errors import InvalidRequest, UnknownToken
 from multiraft.metadata import Catalog, DeleteToken, PutToken
+from multiraft.metadata.auth import ADMIN, Principal, authenticate, check_rights, token_digest
 from raftlog.types import Index
 
 

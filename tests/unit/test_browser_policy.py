@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from multiraft.config import Address, NodeConfig
 from multiraft.http.browsers import BrowserPolicy
+from multiraft.node.config import Address, NodeConfig
 
 
 def _config(tmp_path: Path, **settings: Any) -> NodeConfig:

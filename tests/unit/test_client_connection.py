@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import pytest_asyncio
 
-from multiraft.clients.connection import ConnectFailed, ConnectionPool, ExchangeFailed
+from multiraft.client.connection import ConnectFailed, ConnectionPool, ExchangeFailed
 from tests.node.test_node_cluster import free_port
 
 pytestmark = pytest.mark.asyncio
@@ -222,7 +222,7 @@ async def test_the_source_address_is_bound(serve) -> None:
 async def test_waiting_for_a_free_connection_is_bounded(serve, monkeypatch) -> None:
     # Goal: with every connection to a server busy, a request waits for one only until
     # its deadline, and then fails as not sent.
-    monkeypatch.setattr("multiraft.clients.connection.CONNECTIONS_PER_SERVER_MAX", 1)
+    monkeypatch.setattr("multiraft.client.connection.CONNECTIONS_PER_SERVER_MAX", 1)
     release = asyncio.Event()
 
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -9,7 +9,7 @@ import asyncio
 
 import uvloop
 
-from multiraft.clients.connection import ConnectionPool
+from multiraft.client.connection import ConnectionPool
 from tests.unit.test_client_connection import Server, ok
 
 

@@ -1,4 +1,4 @@
-"""The client over TLS (multiraft/clients/): which scheme it speaks, and its connection
+"""The client over TLS (multiraft/client/): which scheme it speaks, and its connection
 pool against a real loopback HTTPS server with a certificate the test makes itself, on
 asyncio and on uvloop."""
 
@@ -9,9 +9,9 @@ import asyncio
 import pytest
 import uvloop
 
-from multiraft.clients.connection import CertificateRefused, ConnectionPool
-from multiraft.clients.http import AsyncClient, cluster_scheme
-from multiraft.tls import client_context, http_server_context
+from multiraft.client.connection import CertificateRefused, ConnectionPool
+from multiraft.client.http import AsyncClient, cluster_scheme
+from multiraft.transport.tls import client_context, http_server_context
 from tests.tls_pki import Pki, make_pki
 from tests.unit.test_client_connection import Server, ok
 

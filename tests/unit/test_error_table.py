@@ -12,7 +12,7 @@ import multiraft
 import raftlog
 import storage
 from multiraft.errors import error_table
-from multiraft.remote_errors import RemoteClientError
+from multiraft.transport.remote_errors import RemoteClientError
 from raftlog.errors import ClientError
 
 

@@ -12,7 +12,8 @@ import json
 import msgpack
 import pytest
 
-from multiraft.consumer_offsets import (
+from multiraft.errors import InvalidRequest, SnapshotFormatError, UnknownGroup
+from multiraft.state.consumer_offsets import (
     COMMIT_TIME_UNKNOWN,
     EXPIRE_GROUPS_PER_ENTRY_MAX,
     CommittedOffset,
@@ -22,8 +23,7 @@ from multiraft.consumer_offsets import (
     decode_meta,
     encode_meta,
 )
-from multiraft.errors import InvalidRequest, SnapshotFormatError, UnknownGroup
-from multiraft.partition import PartitionState
+from multiraft.state.partition import PartitionState
 from raftlog.messages import Entry, EntryKind
 from raftlog.types import Index, Term
 from storage.batch import Record, encode_batch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from multiraft import heap
+from multiraft.runtime import heap
 
 
 class Node:

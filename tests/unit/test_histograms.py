@@ -1,7 +1,7 @@
 """The latency histogram puts each observation in the right bucket and reports
 Prometheus's cumulative counts."""
 
-from multiraft.histograms import BUCKETS, Histogram
+from multiraft.runtime.histograms import BUCKETS, Histogram
 
 
 def test_buckets_are_cumulative_and_bounds_inclusive() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from multiraft.launcher import _child_env
+from multiraft.cli.launcher import _child_env
 
 HERE = Path(__file__).resolve().parents[2]
 

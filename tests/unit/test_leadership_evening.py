@@ -1,8 +1,8 @@
-"""Evening out leaders per live node when preferred leaders cannot lead (multiraft/leadership.py)."""
+"""Evening out leaders per live node when preferred leaders cannot lead (multiraft/node/leadership.py)."""
 
 from __future__ import annotations
 
-from multiraft.leadership import Move, even_out
+from multiraft.node.leadership import Move, even_out
 
 
 def test_an_overloaded_leader_hands_groups_to_the_least_loaded_candidates():

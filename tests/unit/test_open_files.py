@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from multiraft import open_files
 from multiraft.errors import InvalidPartitions
+from multiraft.node import open_files
 
 
 def test_a_creation_beyond_the_descriptors_is_refused_with_the_limit() -> None:

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multiraft.consumer_offsets import OffsetCommit, decode_meta, encode_meta
 from multiraft.errors import (
     CommitOffsetOutOfRange,
     InvalidProducerEpoch,
@@ -16,8 +15,9 @@ from multiraft.errors import (
     TooManyConsumerGroups,
     error_table,
 )
-from multiraft.partition import ApplyResult, PartitionState
-from multiraft.producers import (
+from multiraft.state.consumer_offsets import OffsetCommit, decode_meta, encode_meta
+from multiraft.state.partition import ApplyResult, PartitionState
+from multiraft.state.producers import (
     SEQUENCE_MAX,
     Accept,
     Duplicate,
@@ -272,7 +272,7 @@ def test_a_refusal_naming_no_leader_is_answered_leader_not_available():
     import json
 
     from multiraft.errors import answered, error_body
-    from multiraft.remote_errors import error_from_body
+    from multiraft.transport.remote_errors import error_from_body
     from raftlog.errors import LeaderNotAvailable, NotLeader
 
     assert error_body(NotLeader()) == {"error_code": "LEADER_NOT_AVAILABLE",

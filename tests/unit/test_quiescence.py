@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from multiraft.quiescence import follower_may_quiesce, quiesce_refusal
+from multiraft.runtime.quiescence import follower_may_quiesce, quiesce_refusal
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
 from raftlog.messages import Message, MessageType, Role

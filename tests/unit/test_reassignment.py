@@ -1,9 +1,9 @@
-"""The partition leader's next membership step toward the catalog's replicas (multiraft/reassignment.py)."""
+"""The partition leader's next membership step toward the catalog's replicas (multiraft/node/reassignment.py)."""
 
 from __future__ import annotations
 
 from multiraft.metadata.placement import PlacementNode, replacement_for
-from multiraft.reassignment import Step, StepKind, next_step
+from multiraft.node.reassignment import Step, StepKind, next_step
 
 
 def step(me=1, voters=(1, 2, 3), learners=(), listed=(1, 2, 3), leaving=(), matches=None, commit=10, in_sync=None):

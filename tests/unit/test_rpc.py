@@ -10,7 +10,7 @@ import asyncio
 import pytest
 import structlog
 
-from multiraft.rpc import (
+from multiraft.transport.rpc import (
     STATUS_OK,
     Rpc,
     RpcError,

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import structlog
 
-from multiraft.diagnostics import dump_tasks
+from multiraft.node.diagnostics import dump_tasks
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,6 +1,6 @@
 """POST /v1/admin/leadership/balance: one preferred-leader round on every node now.
 
-Nodes balance on their own every few seconds (multiraft/leadership.py); this is
+Nodes balance on their own every few seconds (multiraft/node/leadership.py); this is
 the operator's "now" (Kafka's kafka-leader-election --election-type preferred).
 The answer counts the transfers each node started; -1 marks a node not reached.
 """

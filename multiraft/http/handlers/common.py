@@ -15,7 +15,7 @@ from multiraft.http.limits import REQUEST_TIMEOUT_S
 from multiraft.http.params import query_str
 
 if TYPE_CHECKING:
-    from multiraft.node import Node
+    from multiraft.node.node import Node
 
 T = TypeVar("T")
 

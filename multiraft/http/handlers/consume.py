@@ -25,7 +25,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from multiraft import partition_ops
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import (
     BATCH_CONTENT_TYPE,
@@ -35,6 +34,7 @@ from multiraft.http.limits import (
 )
 from multiraft.http.params import path_partition, query_int, query_str
 from multiraft.http.records import FORMATS, render_batch
+from multiraft.node import partition_ops
 from storage.batch import FLAG_COMPRESSION_MASK
 
 BATCH_FRAME = struct.Struct(">qI")

@@ -1,6 +1,6 @@
 """GET /v1/debug/...: per-group Raft state and log digests for the chaos runner's end-of-run checks.
 
-Served only when the node started with `RAFTLOG_CHAOS_DEBUG=1` (multiraft/unsafe.py);
+Served only when the node started with `RAFTLOG_CHAOS_DEBUG=1` (multiraft/node/unsafe.py);
 otherwise the routes do not exist (404 NOT_FOUND). Not part of the public API, so
 not in the OpenAPI document: the runner alone reads them.
 
@@ -29,7 +29,7 @@ from raftlog.storage import CompactedError, UnavailableError
 from raftlog.types import GroupId, Index
 
 if TYPE_CHECKING:
-    from multiraft.node import Node
+    from multiraft.node.node import Node
 
 DIGEST_ENTRY = struct.Struct(">QQBQII")
 DIGEST_CHUNK_ENTRIES = 1024  # entries hashed between two yields to the event loop

@@ -4,20 +4,20 @@ A commit is ordered with the records it points at and is linearizable to read
 (the partition leader confirms its leadership first), so every node answers
 the same committed offsets. A delete removes the group from every partition that
 holds it (Kafka's DeleteGroups); idle groups also expire on their own
-(multiraft/offsets_retention.py).
+(multiraft/node/offsets_retention.py).
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from multiraft import partition_ops
-from multiraft.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
 from multiraft.errors import InvalidRequest
 from multiraft.http.access import require
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import GROUP_COMMITS_PER_REQUEST_MAX
 from multiraft.http.params import json_object
+from multiraft.node import partition_ops
+from multiraft.state.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
 
 _COMMIT_FIELDS = {"topic", "partition", "offset", "metadata"}
 

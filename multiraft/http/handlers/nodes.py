@@ -4,7 +4,7 @@ The joiner names itself and its addresses; the cluster registers it in the
 catalog and makes it a learner of the metadata group, and answers with the raft
 addresses of the registered nodes so the joiner can dial them. Idempotent: a
 restarted joiner asks again. The body must be signed with the cluster secret
-(multiraft/admission.py), auth on or off: no HTTP client can change where the
+(multiraft/node/admission.py), auth on or off: no HTTP client can change where the
 cluster finds a node.
 """
 
@@ -15,10 +15,10 @@ import time
 
 from aiohttp import web
 
-from multiraft import admission
 from multiraft.errors import InvalidRequest
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.params import is_int, json_object, read_body
+from multiraft.node import admission
 from raftlog.types import NodeId
 
 _FIELDS = {"node_id", "raft_addr", "http_addr", "rack"}

@@ -23,7 +23,6 @@ from typing import Any
 
 from aiohttp import web
 
-from multiraft.batch_checks import validate_off_loop
 from multiraft.errors import InvalidRequest, UnsupportedMediaType, error_body
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
@@ -36,8 +35,9 @@ from multiraft.http.params import (
     str_field,
 )
 from multiraft.http.records import ParsedRecord, encode_records, parse_records
-from multiraft.node import ACKS, Node
-from multiraft.partitioner import partition_for_key
+from multiraft.node.batch_checks import validate_off_loop
+from multiraft.node.node import ACKS, Node
+from multiraft.state.partitioner import partition_for_key
 from raftlog.errors import ClientError, NotLeader
 from raftlog.messages import Role
 

@@ -1,4 +1,4 @@
-"""Bearer tokens (multiraft/auth.py): an admin makes, lists and deletes them.
+"""Bearer tokens (multiraft/metadata/auth.py): an admin makes, lists and deletes them.
 
 A new token is drawn here (32 random bytes), its SHA-256 digest goes into the
 catalog, and the token itself is in this answer only: lose it and make another.
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from multiraft.auth import check_rights, check_token_name, new_token, token_digest
 from multiraft.errors import InvalidRequest, UnknownToken
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.params import json_object
+from multiraft.metadata.auth import check_rights, check_token_name, new_token, token_digest
 from multiraft.metadata.commands import DeleteToken, PutToken
 
 

@@ -1,0 +1,264 @@
+"""The client commands of `raftlog`: topics, produce, consume, cluster status, leaders, export.
+
+Each talks to the cluster through `multiraft.client` exactly as a user's
+program would. Errors leave as one line on stderr naming the code and what to
+do; exit codes: 0 done, 1 the cluster refused or failed, 3 no server reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from multiraft.client import Client, RaftlogError
+from multiraft.transport.secret_files import create_private_file
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+PROGRESS_EVERY_RECORDS = 10_000
+STDIN_CHUNK_LINES = 1000
+
+
+def _chunks(stream: Any, size: int) -> Any:
+    """Lines in lists of at most `size`; a short read of a pipe ends a chunk early only at EOF."""
+    chunk: list[bytes] = []
+    for line in stream:
+        chunk.append(line)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [header] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def _config_pairs(pairs: list[str]) -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--config expects KEY=VALUE, got {pair!r}")
+        try:
+            config[key] = json.loads(value)
+        except ValueError:
+            config[key] = value
+    return config
+
+
+def topic_create(client: Client, args: argparse.Namespace) -> int:
+    topic = client.create_topic(args.name, args.partitions, args.replication_factor, _config_pairs(args.config))
+    print(f"created topic {topic['name']}: {len(topic['partitions'])} partitions, "
+          f"replication factor {topic['replication_factor']}")
+    return EXIT_OK
+
+
+def topic_alter(client: Client, args: argparse.Namespace) -> int:
+    changes: dict[str, Any] = _config_pairs(args.config) | dict.fromkeys(args.delete_config)
+    if not changes:
+        raise ValueError("give at least one --config KEY=VALUE or --delete-config KEY")
+    topic = client.alter_topic_config(args.name, changes)
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(topic["config"].items())) or "defaults"
+    print(f"topic {topic['name']}: {settings}")
+    return EXIT_OK
+
+
+def topic_list(client: Client, args: argparse.Namespace) -> int:
+    topics = client.list_topics()
+    print(_table([[t["name"], t["partitions"], t["replication_factor"]] for t in topics],
+                 ["TOPIC", "PARTITIONS", "REPLICATION"]))
+    return EXIT_OK
+
+
+def _merged_partitions(client: Client, topic: str, servers: list[str]) -> list[dict[str, Any]]:
+    """Each partition as its leader sees it (ISR, offsets), with the lag of the slowest replica."""
+    views: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+    for server in servers:
+        try:
+            for partition in client.describe_topic(topic, server=server)["partitions"]:
+                views[partition["partition"]].append(partition)
+        except RaftlogError:
+            continue
+    merged = []
+    for number in sorted(views):
+        seen = views[number]
+        leader_view = next((v for v in seen if v.get("role") == "leader"), seen[0])
+        ends = [v["high_watermark"] for v in seen if v["high_watermark"] is not None]
+        lag = (max(ends) - min(ends)) if ends else None
+        merged.append({**leader_view, "lag": lag})
+    return merged
+
+
+def _alive_servers(client: Client) -> list[str]:
+    cluster = client.cluster()
+    return [n["http_addr"] for n in cluster["nodes"] if n["status"] == "alive"]
+
+
+def topic_describe(client: Client, args: argparse.Namespace) -> int:
+    topic = client.describe_topic(args.name)
+    print(f"topic {topic['name']}  replication factor {topic['replication_factor']}  config {topic['config']}")
+    rows = [[p["partition"], p["group_id"], p["leader"], ",".join(map(str, p["replicas"])),
+             ",".join(map(str, p["isr"])) if p["isr"] is not None else None, p["log_start_offset"],
+             p["high_watermark"], p["lag"]] for p in _merged_partitions(client, args.name, _alive_servers(client))]
+    print(_table(rows, ["PARTITION", "GROUP", "LEADER", "REPLICAS", "ISR", "START", "HWM", "LAG"]))
+    return EXIT_OK
+
+
+def topic_delete(client: Client, args: argparse.Namespace) -> int:
+    client.delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return EXIT_OK
+
+
+def cluster_status(client: Client, args: argparse.Namespace) -> int:
+    cluster = client.cluster()
+    leader = cluster["metadata_leader"]
+    rows = [[n["node_id"] if n["node_id"] != leader else f"{n['node_id']}*", n["http_addr"], n["raft_addr"],
+             n["rack"], n["status"]] for n in cluster["nodes"]]
+    print(f"metadata group: leader {leader or 'none'}, term {cluster['term']}, "
+          f"commit index {cluster['commit_index']}  (* = metadata leader)")
+    print(_table(rows, ["NODE", "HTTP", "RAFT", "RACK", "STATUS"]))
+    servers = [n["http_addr"] for n in cluster["nodes"] if n["status"] == "alive"]
+    rows = []
+    for topic in client.list_topics():
+        for p in _merged_partitions(client, topic["name"], servers):
+            isr = ",".join(map(str, p["isr"])) if p["isr"] is not None else None
+            rows.append([topic["name"], p["partition"], p["group_id"], p["leader"],
+                         ",".join(map(str, p["replicas"])), isr, p["high_watermark"], p["lag"]])
+    print()
+    print(_table(rows, ["TOPIC", "PARTITION", "GROUP", "LEADER", "REPLICAS", "ISR", "HWM", "LAG"])
+          if rows else "no topics")
+    return EXIT_OK
+
+
+def token_create(client: Client, args: argparse.Namespace) -> int:
+    """The token alone on stdout, for scripts; or, with --output, in a new 0600 file (a
+    shell's `> FILE` makes it as the umask says, usually readable by all, and then
+    `--token-file` refuses it)."""
+    output: Path | None = args.output
+    if output is not None and (output.exists() or output.is_symlink()):
+        raise ValueError(f"--output: {output} exists; name a new file (the token is written once)")
+    made = client.create_token(args.name, args.right)
+    rights = f"token {made['name']} with rights {', '.join(made['rights'])}"
+    if output is None:
+        print(made["token"])  # TOKEN=$(raftlog token create ...)
+        print(f"{rights}: shown once, keep it", file=sys.stderr)
+        return EXIT_OK
+    try:
+        written = create_private_file(output, made["token"].encode() + b"\n")
+    except OSError as error:
+        written, reason = False, error.strerror
+    else:
+        reason = "it appeared meanwhile, and is left as it is"
+    if not written:
+        raise ValueError(f"--output: token {made['name']} was made but not written to {output} ({reason}); "
+                         f"create it again (the same name replaces it)")
+    print(f"{rights}: written to {output} (mode 0600)", file=sys.stderr)
+    return EXIT_OK
+
+
+def token_list(client: Client, args: argparse.Namespace) -> int:
+    print(_table([[t["name"], ", ".join(t["rights"])] for t in client.list_tokens()], ["TOKEN", "RIGHTS"]))
+    return EXIT_OK
+
+
+def token_delete(client: Client, args: argparse.Namespace) -> int:
+    client.delete_token(args.name)
+    print(f"deleted token {args.name}")
+    return EXIT_OK
+
+
+def leaders_balance(client: Client, args: argparse.Namespace) -> int:
+    answer = client.balance_leaders()
+    by_node = ", ".join(f"node {n}: {c if c >= 0 else 'not reached'}" for n, c in answer["by_node"].items())
+    print(f"{answer['transfers_started']} leadership transfers started ({by_node})")
+    return EXIT_OK if all(c >= 0 for c in answer["by_node"].values()) else EXIT_FAILED
+
+
+def produce(client: Client, args: argparse.Namespace) -> int:
+    key = args.key.encode() if args.key is not None else None
+    sent = failed = 0
+    pending: collections.deque[Any] = collections.deque()
+    started = time.monotonic()
+    first_error: BaseException | None = None
+    with client.producer(args.topic, acks=args.acks, linger_ms=args.linger_ms, idempotent=args.idempotent) as p:
+        chunk_lines = 1 if sys.stdin.isatty() else STDIN_CHUNK_LINES  # typed lines go at once
+        for chunk in _chunks(sys.stdin.buffer, chunk_lines):
+            pending.extend(p.send_many([line.rstrip(b"\r\n") for line in chunk], key, partition=args.partition))
+            before = sent
+            sent += len(chunk)
+            while pending and (pending[0].done() or len(pending) > 100_000):
+                error = pending.popleft().exception()
+                if error is not None:
+                    failed += 1
+                    first_error = first_error or error
+            if sent // PROGRESS_EVERY_RECORDS > before // PROGRESS_EVERY_RECORDS:
+                print(f"\rproduced {sent} records ({sent / (time.monotonic() - started):.0f}/s)", end="",
+                      file=sys.stderr, flush=True)
+        p.flush()
+    for future in pending:
+        error = future.exception()
+        if error is not None:
+            failed += 1
+            first_error = first_error or error
+    if sent >= PROGRESS_EVERY_RECORDS:
+        print(file=sys.stderr)
+    print(f"produced {sent - failed} of {sent} records to {args.topic}", file=sys.stderr)
+    if first_error is not None:
+        print(f"raftlog produce: {failed} records failed: {first_error}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def consume(client: Client, args: argparse.Namespace) -> int:
+    start: str | dict[int, int] = "earliest" if args.from_beginning else "latest"
+    if args.offset is not None:
+        partitions = [args.partition] if args.partition is not None else [
+            p["partition"] for p in client.describe_topic(args.topic)["partitions"]]
+        start = {p: args.offset for p in partitions}
+    consumer = client.consumer(args.topic, group=args.group, start=start,
+                               partitions=None if args.partition is None else [args.partition],
+                               wait_ms=args.wait_ms if args.follow else min(args.wait_ms, 1000))
+    printed = 0
+    try:
+        while args.max_records is None or printed < args.max_records:
+            records = consumer.poll()
+            if not records and not args.follow:
+                break
+            if args.max_records is not None and printed + len(records) > args.max_records:
+                records, rest = records[: args.max_records - printed], records[args.max_records - printed :]
+                for record in reversed(rest):  # give back what is not printed, so a group does not skip it
+                    consumer.seek(record.partition, record.offset)
+            for record in records:
+                value = (record.value or b"").decode("utf-8", "replace")
+                if args.show_offsets:
+                    key = (record.key or b"").decode("utf-8", "replace")
+                    print(f"{record.partition}\t{record.offset}\t{key}\t{value}")
+                else:
+                    print(value)
+                printed += 1
+            sys.stdout.flush()
+            if args.group and records:
+                consumer.commit()
+    except KeyboardInterrupt:
+        pass
+    if args.group:
+        consumer.commit()
+    return EXIT_OK
+
+
+def export(client: Client, args: argparse.Namespace) -> int:
+    """Runs Spark (spark_connector.export); imported here so other commands never load PySpark."""
+    from spark_connector.export import export_command
+
+    return export_command(args, client.aio.servers)

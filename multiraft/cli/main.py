@@ -1,0 +1,188 @@
+"""The `raftlog` command line (DESIGN.md section 7).
+
+    raftlog serve ...                      one node (see multiraft.node.config for the flags)
+    raftlog cluster up [--nodes 3] [--dir ./data]
+    raftlog cluster status
+    raftlog topic create|list|describe|delete ...
+    raftlog produce TOPIC [--key K] [--partition P] [--acks A]
+    raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
+    raftlog leaders balance
+    raftlog token create NAME --right R [--output FILE] | list | delete NAME
+    raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
+
+`--server` (or RAFTLOG_SERVER) picks the HTTP address, several separated by
+commas; the default is node 1 of `raftlog cluster up`. A cluster serving HTTPS
+takes `--ca FILE` (or RAFTLOG_CA), the CA that signed its certificates, which
+also makes plain HOST:PORT addresses https; `--server https://HOST:PORT` with no
+CA trusts the system's CAs. A cluster with auth on
+takes a bearer token from `--token-file FILE` or RAFTLOG_TOKEN, never from the
+command line (`--token VALUE` is refused). Exit codes: 0 done,
+1 the cluster refused or failed (the message names the error code), 2 bad
+usage or configuration, 3 no server reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from multiraft.cli import commands
+from multiraft.cli.serve import add_cluster_up, add_serve_parsers
+
+EXIT_UNREACHABLE = 3
+
+
+class _NoTokenOnTheCommandLine(argparse.Action):
+    """`--token VALUE` was replaced by `--token-file` and $RAFTLOG_TOKEN: a command line is
+    visible to every user of the machine (`ps`) and kept in shell history. Refused with
+    that advice (and without echoing the value), rather than taken, through argparse's
+    prefix matching, as an abbreviation of `--token-file`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        parser.error("--token: a token on the command line is visible to other users (ps) and kept in shell "
+                     "history; use --token-file FILE (mode 0600) or $RAFTLOG_TOKEN")
+
+
+def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -> None:
+    parser.add_argument("--server", default=None,
+                        help="HTTP address(es) of the cluster, comma-separated: HOST:PORT or https://HOST:PORT "
+                             "(default: $RAFTLOG_SERVER or 127.0.0.1:8080)")
+    parser.add_argument("--ca", type=Path, default=None, metavar="FILE",
+                        help="the CA certificate (PEM) that signed the cluster's HTTPS certificates; turns on "
+                             "HTTPS (default: $RAFTLOG_CA)")
+    parser.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                        help="file holding the bearer token (mode 0600), for a cluster started with "
+                             "--admin-token-file (default: the token in $RAFTLOG_TOKEN)")
+    parser.add_argument("--token", nargs="?", action=_NoTokenOnTheCommandLine, help=argparse.SUPPRESS)
+    parser.set_defaults(func=func, client=True)
+
+
+def _topic_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    topic = commands_parser.add_parser("topic", help="create, list, describe, alter or delete topics")
+    topics = topic.add_subparsers(dest="topic_command", required=True,
+                                  metavar="{create,list,describe,alter,delete}")
+    create = topics.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=None, help="default: min(3, live nodes)")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="topic setting, e.g. min_insync_replicas=2 (repeatable)")
+    _client_command(create, commands.topic_create)
+    _client_command(topics.add_parser("list", help="list topics"), commands.topic_list)
+    describe = topics.add_parser("describe", help="partitions, leaders, ISR, offsets")
+    describe.add_argument("name")
+    _client_command(describe, commands.topic_describe)
+    alter = topics.add_parser("alter", help="change topic settings")
+    alter.add_argument("name")
+    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a setting, e.g. retention_ms=3600000 (repeatable)")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
+                       help="remove a setting: back to its default (repeatable)")
+    _client_command(alter, commands.topic_alter)
+    delete = topics.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("name")
+    _client_command(delete, commands.topic_delete)
+
+
+def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    produce = commands_parser.add_parser("produce", help="produce stdin lines as records")
+    produce.add_argument("topic")
+    produce.add_argument("--key", help="key of every record (placement by murmur2)")
+    produce.add_argument("--partition", type=int, help="partition of every record")
+    produce.add_argument("--acks", default="quorum", choices=("none", "leader", "quorum", "all"))
+    produce.add_argument("--linger-ms", type=int, default=10)
+    produce.add_argument("--idempotent", action="store_true", help="deduplicated retries (producer id)")
+    _client_command(produce, commands.produce)
+    consume = commands_parser.add_parser("consume", help="print records, one value per line")
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int)
+    where = consume.add_mutually_exclusive_group()
+    where.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
+    where.add_argument("--offset", type=int, help="start at this offset")
+    consume.add_argument("--group", help="consumer group: resume from and commit its offsets")
+    consume.add_argument("--follow", action="store_true", help="keep waiting for new records (Ctrl-C stops)")
+    consume.add_argument("--max-records", type=int, default=None, help="stop after this many records")
+    consume.add_argument("--wait-ms", type=int, default=5000, help="long-poll wait per request")
+    consume.add_argument("--show-offsets", action="store_true", help="print partition, offset, key, value")
+    _client_command(consume, commands.consume)
+    export = commands_parser.add_parser("export", help="write a topic's records to Parquet/CSV/JSON with Spark")
+    export.add_argument("topic")
+    export.add_argument("--to", required=True, metavar="FORMAT:DIR", help="e.g. parquet:/tmp/out (csv:, json:)")
+    export.add_argument("--format", choices=("parquet", "csv", "json"), help="instead of the --to prefix")
+    export.add_argument("--from", dest="start", metavar="F", help="earliest (default), N, P:N,P:N, "
+                        "{\"P\":N}, an ISO 8601 time or @MS; with --group: the group's committed offsets")
+    export.add_argument("--until", metavar="U", help="latest (default: the high watermark now), or as --from")
+    export.add_argument("--group", help="start from its committed offsets; commit the end after the write")
+    export.add_argument("--master", default="local[*]", help="Spark master (default: local[*])")
+    export.add_argument("--skip-lost", action="store_true",
+                        help="skip records retention removed instead of failing (failOnDataLoss=false)")
+    _client_command(export, commands.export)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
+    subcommands = parser.add_subparsers(dest="command", required=True,
+                                        metavar="{serve,cluster,topic,produce,consume,leaders,export}")
+    add_serve_parsers(subcommands)
+    cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status}")
+    add_cluster_up(cluster_commands)
+    _client_command(cluster_commands.add_parser("status", help="nodes, groups, leaders, ISR, lag"),
+                    commands.cluster_status)
+    _topic_parsers(subcommands)
+    _data_parsers(subcommands)
+    token = subcommands.add_parser("token", help="bearer tokens of a cluster with auth on (admin)")
+    tokens = token.add_subparsers(dest="token_command", required=True, metavar="{create,list,delete}")
+    create = tokens.add_parser("create", help="make a token (replaces one of the same name); prints it once")
+    create.add_argument("name")
+    create.add_argument("--right", action="append", required=True, metavar="RIGHT",
+                        help="admin, read:TOPIC or write:TOPIC (TOPIC or *); repeatable")
+    create.add_argument("--output", type=Path, metavar="FILE",
+                        help="write the token to FILE, created mode 0600 (refused if it exists), not stdout")
+    _client_command(create, commands.token_create)
+    _client_command(tokens.add_parser("list", help="token names and rights"), commands.token_list)
+    delete = tokens.add_parser("delete", help="delete a token")
+    delete.add_argument("name")
+    _client_command(delete, commands.token_delete)
+    leaders = subcommands.add_parser("leaders", help="partition leadership")
+    leaders_commands = leaders.add_subparsers(dest="leaders_command", required=True, metavar="{balance}")
+    _client_command(leaders_commands.add_parser("balance", help="even out leaders per node"),
+                    commands.leaders_balance)
+    return parser
+
+
+def _run_client_command(args: argparse.Namespace) -> int:
+    from multiraft.client import DEFAULT_SERVER, Client, RaftlogError, UnavailableError
+
+    server = args.server or os.environ.get("RAFTLOG_SERVER") or DEFAULT_SERVER
+    try:
+        with Client(server, attempts=4, timeout_s=max(30.0, getattr(args, "wait_ms", 0) / 1000 + 15),
+                    token_file=args.token_file, ca_file=args.ca) as client:
+            return args.func(client, args)
+    except UnavailableError as error:
+        print(f"raftlog: cannot reach the cluster at {server}: {error.message}\n"
+              f"(is it running? start one with 'raftlog cluster up', or pass --server / RAFTLOG_SERVER)",
+              file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except RaftlogError as error:
+        print(f"raftlog: {error.code}: {error.message}", file=sys.stderr)
+        return commands.EXIT_FAILED
+    except ValueError as error:
+        print(f"raftlog: {error}", file=sys.stderr)
+        return commands.EXIT_USAGE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script `raftlog`."""
+    if sys.flags.optimize:
+        print("raftlog: refusing to run under python -O (assertions guard invariants)", file=sys.stderr)
+        return 2
+    args = build_parser().parse_args(argv)
+    if getattr(args, "client", False):
+        return _run_client_command(args)
+    return args.func(args)
+

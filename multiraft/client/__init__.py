@@ -1,0 +1,35 @@
+"""The Python client of raftlog: sync and async, producer and consumer.
+
+What the CLI, the Spark connector and the chaos runner use to talk to a cluster,
+exactly as a user's program would (DESIGN.md section 2).
+
+    from multiraft.client import Client
+    with Client("127.0.0.1:8080,127.0.0.2:8080") as client:
+        client.create_topic("events", partitions=3)
+        with client.producer("events", idempotent=True) as producer:
+            producer.send(b"hello", key=b"user-1")
+        consumer = client.consumer("events", group="readers")
+        records = consumer.poll()
+        consumer.commit()
+
+Async: `AsyncClient`, `AsyncProducer(client, topic)`, `AsyncConsumer(client, topic)`.
+"""
+
+from multiraft.client.consumer import AsyncConsumer, ConsumedRecord
+from multiraft.client.http import (
+    BATCH_CONTENT_TYPE,
+    DEFAULT_SERVER,
+    AsyncClient,
+    BatchRead,
+    OutcomeUnknownError,
+    RaftlogError,
+    UnavailableError,
+)
+from multiraft.client.producer import AsyncProducer
+from multiraft.client.sync import Client, Consumer, Producer
+
+__all__ = [
+    "BATCH_CONTENT_TYPE", "DEFAULT_SERVER", "AsyncClient", "AsyncConsumer", "AsyncProducer", "BatchRead",
+    "Client", "ConsumedRecord", "Consumer", "OutcomeUnknownError", "Producer", "RaftlogError",
+    "UnavailableError",
+]

@@ -1,0 +1,199 @@
+"""Blocking wrappers: the async client runs on a private event loop in one thread.
+
+Scripts and the CLI call `Client(...).produce(...)` without asyncio; every
+call is the async one, run to completion on the client's loop with a deadline.
+One implementation, so the sync and async clients cannot behave differently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from multiraft.client.consumer import AsyncConsumer, ConsumedRecord
+from multiraft.client.http import DEFAULT_SERVER, AsyncClient, BatchRead
+from multiraft.client.producer import AsyncProducer
+
+T = TypeVar("T")
+CALL_TIMEOUT_MARGIN_S = 5.0
+
+
+class _Loop:
+    """A daemon thread running one event loop until `close`."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="raftlog-client", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class Client:
+    """The blocking client. `with Client("127.0.0.1:8080") as client: client.list_topics()`."""
+
+    def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, **options: Any) -> None:
+        self.aio = AsyncClient(servers, **options)  # first: bad options (a token file) leave no thread behind
+        self._loop = _Loop()
+        self._deadline_s = self.aio.timeout_s * self.aio.attempts + CALL_TIMEOUT_MARGIN_S
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coroutine, self._deadline_s)
+
+    def close(self) -> None:
+        self.run(self.aio.close())
+        self._loop.close()
+
+    def health(self, server: str | None = None) -> dict[str, Any]:
+        return self.run(self.aio.health(server))
+
+    def cluster(self, server: str | None = None) -> dict[str, Any]:
+        return self.run(self.aio.cluster(server))
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int | None = None,
+                     config: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.run(self.aio.create_topic(name, partitions, replication_factor, config))
+
+    def list_topics(self) -> list[dict[str, Any]]:
+        return self.run(self.aio.list_topics())
+
+    def describe_topic(self, name: str, server: str | None = None) -> dict[str, Any]:
+        return self.run(self.aio.describe_topic(name, server))
+
+    def alter_topic_config(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        return self.run(self.aio.alter_topic_config(name, changes))
+
+    def delete_topic(self, name: str) -> None:
+        self.run(self.aio.delete_topic(name))
+
+    def balance_leaders(self) -> dict[str, Any]:
+        return self.run(self.aio.balance_leaders())
+
+    def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:
+        return self.run(self.aio.create_token(name, rights))
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        return self.run(self.aio.list_tokens())
+
+    def delete_token(self, name: str) -> None:
+        self.run(self.aio.delete_token(name))
+
+    def produce(self, topic: str, records: list[dict[str, Any]], **options: Any) -> list[dict[str, Any]]:
+        return self.run(self.aio.produce(topic, records, **options))
+
+    def produce_batch(self, topic: str, partition: int, batch: bytes, **options: Any) -> dict[str, Any]:
+        return self.run(self.aio.produce_batch(topic, partition, batch, **options))
+
+    def consume(self, topic: str, partition: int, offset: int, **options: Any) -> dict[str, Any]:
+        return self.run(self.aio.consume(topic, partition, offset, **options))
+
+    def consume_batches(self, topic: str, partition: int, offset: int, **options: Any) -> BatchRead:
+        return self.run(self.aio.consume_batches(topic, partition, offset, **options))
+
+    def allocate_producer(self) -> tuple[int, int]:
+        return self.run(self.aio.allocate_producer())
+
+    def commit_offsets(self, group: str, offsets: list[dict[str, Any]]) -> None:
+        self.run(self.aio.commit_offsets(group, offsets))
+
+    def fetch_offsets(self, group: str, topic: str) -> dict[int, int]:
+        return self.run(self.aio.fetch_offsets(group, topic))
+
+    def delete_group(self, group: str) -> None:
+        self.run(self.aio.delete_group(group))
+
+    def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        return self.run(self.aio.partition_offsets(topic))
+
+    def producer(self, topic: str, **options: Any) -> Producer:
+        return Producer(self, AsyncProducer(self.aio, topic, **options))
+
+    def consumer(self, topic: str, **options: Any) -> Consumer:
+        return Consumer(self, AsyncConsumer(self.aio, topic, **options))
+
+
+class Producer:
+    """Blocking batching producer: `send` queues, `flush` waits for every acknowledgement."""
+
+    def __init__(self, client: Client, producer: AsyncProducer) -> None:
+        self._client = client
+        self.aio = producer
+        client.run(producer.start())
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, value: bytes | None, key: bytes | None = None, **options: Any) -> concurrent.futures.Future[Any]:
+        """Queue a record; returns a future of (partition, offset)."""
+        return self.send_many([value], key, **options)[0]
+
+    def send_many(self, values: list[bytes | None], key: bytes | None = None,
+                  **options: Any) -> list[concurrent.futures.Future[Any]]:
+        """Queue records in one hop to the client's loop (the CLI's stdin path)."""
+
+        async def queue() -> list[concurrent.futures.Future[Any]]:
+            return [_bridge(await self.aio.send(value, key, **options)) for value in values]
+
+        return self._client.run(queue())
+
+    def flush(self) -> None:
+        self._client.run(self.aio.flush())
+
+    def close(self) -> None:
+        self._client.run(self.aio.close())
+
+
+def _bridge(inner: asyncio.Future[T]) -> concurrent.futures.Future[T]:
+    """A thread-safe future completed from the loop's future (no extra task per record)."""
+    outer: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def settle(done: asyncio.Future[T]) -> None:
+        if done.cancelled():
+            outer.cancel()
+        elif done.exception() is not None:
+            outer.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            outer.set_result(done.result())
+
+    inner.add_done_callback(settle)
+    return outer
+
+
+class Consumer:
+    """Blocking consumer: `poll()` returns records, `commit()` stores positions for the group."""
+
+    def __init__(self, client: Client, consumer: AsyncConsumer) -> None:
+        self._client = client
+        self.aio = consumer
+        client.run(consumer.start())
+
+    def poll(self) -> list[ConsumedRecord]:
+        return self._client.run(self.aio.poll())
+
+    def commit(self) -> None:
+        self._client.run(self.aio.commit())
+
+    def seek(self, partition: int, offset: int) -> None:
+        self.aio.seek(partition, offset)
+
+    @property
+    def positions(self) -> dict[int, int]:
+        return dict(self.aio.positions)

@@ -1,1 +1,0 @@
-"""The Python client's parts; import from `multiraft.client`."""

@@ -1,0 +1,4 @@
+"""The node: `node.Node` is the composition root; controller, replicas, reads, balancing.
+
+See docs/architecture.md and docs/node.md.
+"""

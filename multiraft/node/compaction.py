@@ -1,0 +1,129 @@
+"""Retention: whole closed segments go, and the partition state goes with the log start.
+
+Our message log *is* the Raft log, so deleting old records is Raft log compaction:
+the log's new start point must carry the partition's state as of the entry just
+before it (producer table, consumer offsets, offset mapping), the snapshot a
+lagging follower installs and a restarting node restores. Retention deletes whole
+closed segments only, so the state is needed exactly at segment ends: it is
+captured as the group applies the last entry of a closed segment (or when the
+segment closes, if that entry was already applied), kept in memory, a bounded
+number per group, and written into the start point in the same database write
+that moves the start. A capture lost to a restart only delays retention to a
+later segment end; it never moves the start without the matching state.
+
+The metadata group is compacted the same way (its state: the catalog), so its log
+stays bounded however long the cluster runs. Its membership changes (nodes join
+as learners), so a capture also records the configuration in force at its index:
+the start point must name the members as of that entry, not as of today.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from raftlog.messages import Membership
+from raftlog.types import Index
+from storage.transfer import retention_index
+
+if TYPE_CHECKING:
+    from multiraft.node.node import Node
+    from storage.segments import SegmentStore
+
+CAPTURES_MAX = 32  # per group: segment ends awaiting retention
+COMPACTION_INTERVAL_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """A group's state machine and configuration as of one applied index."""
+
+    data: bytes
+    membership: Membership
+
+
+class Boundaries:
+    """Segment ends of one group and the state captured at each (oldest first)."""
+
+    def __init__(self) -> None:
+        self.pending: set[Index] = set()  # closed-segment ends not yet applied
+        self.captured: OrderedDict[Index, Capture] = OrderedDict()
+        self._seen_up_to = Index(0)
+
+    def note_segments(self, store: SegmentStore, applied: Index, machine: Any, membership: Membership) -> None:
+        """After an append: segments that closed since the last look end where? (Rolls
+        happen at the tail, so the newest few segments are all there is to look at.)
+        `membership`: the configuration in force at `applied`."""
+        for segment in store.segments[-4:]:
+            if not segment.closed or segment.last_index <= self._seen_up_to:
+                continue
+            self._seen_up_to = segment.last_index
+            if segment.last_index == applied:
+                # Already applied: the state is at its end.
+                self._capture(segment.last_index, machine, membership)
+            elif segment.last_index > applied:
+                self.pending.add(segment.last_index)
+
+    def applied(self, index: Index, machine: Any, membership: Membership) -> None:
+        """Entry `index` was just applied; `membership`: the configuration in force there."""
+        if index in self.pending:
+            self.pending.discard(index)
+            self._capture(index, machine, membership)
+
+    def _capture(self, index: Index, machine: Any, membership: Membership) -> None:
+        self.captured[index] = Capture(machine.snapshot(), membership)
+        while len(self.captured) > CAPTURES_MAX:
+            self.captured.popitem(last=False)
+
+    def best_at_or_below(self, index: Index) -> tuple[Index, Capture] | None:
+        found = None
+        for boundary, capture in self.captured.items():
+            if boundary <= index:
+                found = (boundary, capture)
+        return found
+
+    def forget_through(self, index: Index) -> None:
+        for boundary in [b for b in self.captured if b <= index]:
+            del self.captured[boundary]
+
+    def clear(self) -> None:
+        self.pending.clear()
+        self.captured.clear()
+
+
+def compact_group(store: SegmentStore, boundaries: Boundaries, applied: Index, now_ms: int) -> Index:
+    """Move the log start as far as retention allows and a captured state exists; returns it."""
+    target = retention_index(store, now_ms, applied)
+    if target < store.first_index():
+        return store.first_index()
+    choice = boundaries.best_at_or_below(target)
+    if choice is None or choice[0] < store.first_index():
+        return store.first_index()
+    boundary, capture = choice
+    store.compact(boundary, data=capture.data, membership=capture.membership)
+    boundaries.forget_through(boundary)
+    return store.first_index()
+
+
+async def compaction_loop(node: Node, interval_s: float = COMPACTION_INTERVAL_S) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        now_ms = int(time.time() * 1000)
+        for group_id, runtime in list(node.groups.items()):
+            boundaries = runtime.boundaries
+            store = node.stores.get(group_id)
+            if boundaries is None or store is None or not boundaries.captured or runtime.failed:
+                continue
+            before = store.first_index()
+            with contextlib.suppress(OSError):  # a full disk: the next round tries again
+                # Never past the local durable log: a leader applies entries its followers
+                # made durable before its own fsync of them has finished.
+                durable = runtime.core.log.stable_last_index()
+                after = compact_group(store, boundaries, Index(min(runtime.core.applied_index, durable)), now_ms)
+                if after > before:
+                    node.logger.info("log_compacted", group_id=group_id, first_index=after,
+                                     log_start_offset=int(store.log_start_offset))

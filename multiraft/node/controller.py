@@ -1,0 +1,255 @@
+"""Cluster membership duties: admitting and registering nodes, and node liveness.
+
+Every node registers itself (addresses, rack) in the catalog at start and, when
+it was started with `--join`, first asks an existing node to admit it (register
+it and make it a learner of the metadata group). Every node sends a heartbeat
+to the metadata leader each interval; the metadata leader (the controller)
+marks nodes dead or alive from them and logs the transitions, not the beats.
+
+A node silent for `replica_move_after_ms` loses its replicas: the controller
+names a live node in each one's place (`ReplaceReplica`, placement's
+`replacement_for`), and each partition's leader moves the copy
+(multiraft/node/reassignment.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from multiraft.metadata.commands import (
+    NodeStatus,
+    RegisterNode,
+    ReplaceReplica,
+    SetNodeStatus,
+    encode_command,
+)
+from multiraft.metadata.placement import PlacementNode, replacement_for
+from multiraft.node import admission
+from multiraft.node.replicas import METADATA_GROUP
+from multiraft.transport.rpc import RPC_TIMEOUT_S, STATUS_OK, RpcError, answer, error_answer
+from multiraft.transport.tls import node_http_client_context
+from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader
+from raftlog.messages import ConfChange, ConfChangeOp, Role
+from raftlog.types import NodeId
+
+if TYPE_CHECKING:
+    from multiraft.node.node import Node
+
+JOIN_TIMEOUT_S = 60.0
+NODE_HEARTBEAT_INTERVAL_S = 0.5
+CONTROLLER_INTERVAL_S = 0.5
+# A relayed registration waits this long for an answer that may never come back (see
+# Controller._relay_registration): the proposal reaches the leader either way.
+RELAY_TIMEOUT_S = 1.0
+REPLICA_MOVES_PER_ROUND_MAX = 100  # catalog entries per round; the copies themselves run per partition
+
+
+class Controller:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._last_seen: dict[NodeId, float] = {}
+        self._was_controller = False
+
+    # ------------------------------------------------------------------ admission
+
+    async def add_node(self, node_id: NodeId, raft_addr: str, http_addr: str, rack: str | None) -> dict[str, str]:
+        """Admit a joining node: register it, make it a learner of the metadata group.
+
+        Idempotent (a restarted joiner asks again). Returns the raft addresses of the
+        registered nodes, so the joiner can dial the cluster.
+        """
+        node = self.node
+        await node.propose_metadata(
+            RegisterNode(node_id=node_id, raft_addr=raft_addr, http_addr=http_addr, rack=rack)
+        )
+        runtime = node.groups[METADATA_GROUP]
+        if runtime.core.role is Role.LEADER:
+            await self._add_learner(node_id)
+        else:
+            await node.call_leader(runtime, "metadata.add_learner", json.dumps({"node_id": node_id}).encode())
+        return {str(n.node_id): n.raft_addr for n in node.catalog.nodes.values()}
+
+    async def _add_learner(self, node_id: NodeId) -> None:
+        runtime = self.node.groups[METADATA_GROUP]
+        async with asyncio.timeout(RPC_TIMEOUT_S):
+            while node_id not in runtime.core.membership.members:
+                try:
+                    await runtime.propose_membership(ConfChange(ConfChangeOp.ADD_LEARNER, node_id))
+                except MembershipChangeInProgress:
+                    await asyncio.sleep(0.05)  # one change at a time: wait for the previous one
+
+    async def serve_add_learner(self, source: int, body: bytes) -> tuple[int, bytes]:
+        core = self.node.groups[METADATA_GROUP].core
+        if core.role is not Role.LEADER:
+            return error_answer(NotLeader(core.leader))
+        node_id = NodeId(int(json.loads(body)["node_id"]))
+        return await answer(self._add_learner(node_id), lambda _: b"{}")
+
+    async def join(self, address: Any) -> None:
+        """Ask a node of an existing cluster (its HTTP address) to admit this one. A node
+        whose own HTTP API serves TLS calls over HTTPS too (the scheme is the cluster's
+        setting), trusting the system's CAs and the cluster's peer CA (multiraft/transport/tls.py)."""
+        import aiohttp
+
+        node, config = self.node, self.node.config
+        body = {"node_id": node.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
+                "rack": config.rack or None}
+        scheme = "https" if config.http_tls else "http"
+        tls = node_http_client_context(config.peer_tls_ca) if config.http_tls else None
+        url = f"{scheme}://{address}/v1/admin/nodes"
+        data = json.dumps(body).encode()
+        # Admitting a node is an admin's act: with auth on, the joiner shows the admin token;
+        # always, it signs its addresses with the cluster secret (multiraft/node/admission.py).
+        headers = {"Authorization": f"Bearer {config.admin_token.decode()}"} if config.admin_token else {}
+        delay = 0.1
+        async with asyncio.timeout(JOIN_TIMEOUT_S), aiohttp.ClientSession() as session:
+            while True:
+                signed = {**headers, "Content-Type": "application/json",
+                          **admission.sign(config.cluster_secret, data, time.time())}
+                try:
+                    async with session.post(url, data=data, headers=signed, ssl=tls or True) as response:
+                        reply = await response.json()
+                        if response.status == 200:
+                            break
+                        node.logger.info("join_retry", status=response.status, error=reply.get("error_code"))
+                except (aiohttp.ClientError, ValueError) as error:
+                    node.logger.info("join_retry", error=repr(error))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        peers = {int(n): a for n, a in reply["nodes"].items() if int(n) != node.id}
+        assert node.transport is not None
+        node.transport.update_peers({n: host_port(a) for n, a in peers.items()})
+        node.logger.info("joined", via=str(address), peers=sorted(peers))
+
+    async def register(self) -> None:
+        """Register this node (addresses, rack) with the catalog; retry until it is in."""
+        node, config = self.node, self.node.config
+        command = RegisterNode(
+            node_id=node.id, raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
+            rack=config.rack or None,
+        )
+        delay = 0.05
+        while True:
+            try:
+                await node.propose_metadata(command)
+                node.registered.set()
+                node.logger.info("node_registered")
+                return
+            except ClientError as error:
+                node.logger.debug("registration_retry", error=error.code)
+                if node.groups[METADATA_GROUP].core.leader == 0:
+                    await self._relay_registration(command)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _relay_registration(self, command: RegisterNode) -> None:
+        """Hand this node's registration to any peer, which forwards it to the metadata leader.
+
+        A node whose catalog entry holds addresses it does not listen on (rewritten by a
+        bug or an old unsigned admission) hears from no leader: every message to it goes
+        to the wrong place. Its own outbound links still reach the others, so a peer can
+        carry the registration; once it is applied, the cluster dials the node where it
+        is. The peer's answer may not come back (it travels the same wrong way): the
+        registration loop learns the outcome from the next round.
+        """
+        node = self.node
+        assert node.rpc is not None
+        peers = {n for n in node.config.initial_cluster} | set(node.catalog.nodes)
+        for peer in sorted(peers - {node.id}):
+            with contextlib.suppress(RpcError, ClientError):
+                await node.rpc.call(peer, "metadata.propose", encode_command(command), RELAY_TIMEOUT_S)
+                return
+
+    # ------------------------------------------------------------------ liveness
+
+    async def send_heartbeats(self) -> None:
+        node = self.node
+        runtime = node.groups[METADATA_GROUP]
+        while True:
+            await asyncio.sleep(NODE_HEARTBEAT_INTERVAL_S)
+            leader = runtime.core.leader
+            if leader == node.id:
+                self._last_seen[node.id] = time.monotonic()
+            elif leader != 0 and node.rpc is not None:
+                with contextlib.suppress(RpcError):
+                    await node.rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
+
+    async def serve_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
+        self._last_seen[NodeId(source)] = time.monotonic()
+        return STATUS_OK, b""
+
+    async def watch_liveness(self) -> None:
+        """On the metadata leader: mark nodes dead/alive from their heartbeats (transitions logged)."""
+        node = self.node
+        runtime = node.groups[METADATA_GROUP]
+        dead_after = node.config.node_dead_after_ms / 1000
+        while True:
+            await asyncio.sleep(CONTROLLER_INTERVAL_S)
+            leading = runtime.core.role is Role.LEADER
+            if leading and not self._was_controller:
+                now = time.monotonic()  # a new controller gives everyone a fresh grace period
+                self._last_seen = {member: now for member in node.catalog.nodes}
+            self._was_controller = leading
+            if not leading:
+                continue
+            now = time.monotonic()
+            for member in list(node.catalog.nodes.values()):
+                # A node never heard from ages from when this controller first found it in the
+                # catalog: an admitted node that never speaks goes dead and gets no placement.
+                seen = self._last_seen.setdefault(member.node_id, now)
+                status = NodeStatus.ALIVE if now - seen < dead_after else NodeStatus.DEAD
+                if status is not member.status:
+                    node.logger.info("node_status_changed", node=member.node_id, status=status.value)
+                    with contextlib.suppress(ClientError):
+                        await node.propose_metadata(SetNodeStatus(node_id=member.node_id, status=status))
+            move_after = node.config.replica_move_after_ms / 1000
+            if move_after >= 0:
+                gone = {m.node_id for m in node.catalog.nodes.values() if m.status is NodeStatus.DEAD
+                        and now - self._last_seen.get(m.node_id, now) >= move_after}
+                if gone:
+                    await self.replace_replicas_of(gone)
+
+    async def replace_replicas_of(self, gone: set[NodeId]) -> int:
+        """Name a live node in place of each replica on a `gone` node; returns the moves
+        proposed. One move per partition at a time (a partition with a copy still
+        leaving waits); at most REPLICA_MOVES_PER_ROUND_MAX per call."""
+        node = self.node
+        catalog = node.catalog
+        live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes() if n.node_id not in gone]
+        loads: dict[NodeId, int] = {}
+        for topic in catalog.topics.values():
+            for partition in topic.partitions:
+                for host in partition.hosts:
+                    loads[host] = loads.get(host, 0) + 1
+        moves = 0
+        for name, topic in sorted(catalog.topics.items()):
+            for partition in topic.partitions:
+                old = next((r for r in partition.replicas if r in gone), None)
+                if old is None or partition.leaving:
+                    continue
+                others = [r for r in partition.replicas if r != old]
+                new = replacement_for(live, others, partition.hosts, loads)
+                if new is None:
+                    continue
+                try:
+                    await node.propose_metadata(ReplaceReplica(topic=name, partition=partition.partition,
+                                                               old=old, new=new))
+                except ClientError as error:  # the topic went, or leadership moved: next round
+                    node.logger.warning("replica_move_refused", topic=name, partition=partition.partition,
+                                        error=repr(error))
+                    return moves
+                node.logger.info("replica_moving", topic=name, partition=partition.partition, old=old, new=new)
+                loads[new] = loads.get(new, 0) + 1
+                moves += 1
+                if moves >= REPLICA_MOVES_PER_ROUND_MAX:
+                    return moves
+        return moves
+
+
+def host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)

@@ -1,0 +1,89 @@
+"""The two kinds of state machine a node's groups apply their logs to.
+
+`CatalogMachine` is group 0's (metadata commands into the node's `Catalog`);
+`PartitionMachine` is every partition group's (record batches, producer table and
+consumer offsets into a `PartitionState`). Both are thin: the logic lives in the
+catalog and partition modules, which know nothing of Raft.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.commands import decode_command
+from multiraft.state.partition import PartitionState
+from raftlog.messages import Entry, EntryKind
+from raftlog.types import Index, Offset
+
+if TYPE_CHECKING:
+    from multiraft.node.node import Node
+
+
+class CatalogMachine:
+    """Group 0's state machine: metadata commands (META entries) applied to the catalog.
+
+    Commands are META entries, not DATA: DATA entries hold record batches, which
+    storage indexes by offset; a metadata command is not a record.
+    """
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def apply(self, entry: Entry) -> Any:
+        catalog = self.node.catalog
+        if entry.kind is not EntryKind.META:
+            catalog.skip(entry.index)
+            return None
+        result = catalog.apply(entry.index, decode_command(entry.payload))
+        self.node.catalog_changed()
+        return result
+
+    def snapshot(self) -> bytes:
+        return self.node.catalog.snapshot()
+
+    def restore(self, data: object, index: Index) -> None:
+        assert isinstance(data, bytes), "metadata snapshots are catalog bytes"
+        self.node.catalog = Catalog.restore(data)
+        self.node.catalog_changed()
+
+
+class PartitionMachine:
+    """A partition group's state machine (a thin adapter over `PartitionState`)."""
+
+    def __init__(self, topic: str, partition: int, dedup: bool = True) -> None:
+        self.state = PartitionState(topic=topic, partition=partition)
+        self.state.producers.dedup = dedup  # False only for the no-dedup chaos control
+        self._changed = asyncio.Event()
+
+    def apply(self, entry: Entry) -> Any:
+        result = self.state.apply(entry)
+        if entry.kind is EntryKind.DATA:
+            # Wake long-polling readers; later waiters get a fresh event.
+            self._changed.set()
+            self._changed = asyncio.Event()
+        return result
+
+    async def wait_for_change(self) -> None:
+        await self._changed.wait()
+
+    def close(self) -> None:
+        """The replica is going away (topic deleted, replica moved): wake every waiting
+        reader now, so it finds the partition gone instead of waiting out its wait_ms."""
+        self._changed.set()
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    @staticmethod
+    def next_offset_of(data: object) -> Offset:
+        """The offset after the last record a snapshot's state covers (where its log resumes)."""
+        assert isinstance(data, bytes), "partition snapshots are state bytes"
+        return PartitionState.restore(data).next_offset
+
+    def restore(self, data: object, index: Index) -> None:
+        assert isinstance(data, bytes), "partition snapshots are state bytes"
+        dedup = self.state.producers.dedup
+        self.state = PartitionState.restore(data)
+        self.state.producers.dedup = dedup

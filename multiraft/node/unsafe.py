@@ -1,0 +1,88 @@
+"""Chaos hooks: what the chaos runner may switch on in a node, by environment only.
+
+Read once, when the node starts (`ChaosHooks.from_environment`), into one frozen
+value that the node hands to whatever needs it: the group runtimes, the segment
+stores' config, the partition state machines, the read path, the HTTP app.
+Nothing else reads these variables, and the Raft core (`raftlog/`) never sees
+them. With none set every field is False and the node behaves exactly as without
+this module.
+
+- `RAFTLOG_CHAOS_FILES=write-behind`: segment files go through
+  `storage.write_behind.WriteBehindFiles`, which keeps unsynced appends and
+  directory changes in process memory, so a `kill -9` loses what a power failure
+  would (CHAOS.md 3.3, item 4, option A). The rocksdict state database cannot be
+  doubled: its unsynced writes survive a `kill -9` as the OS page cache would.
+  Safe: acknowledged data survives it (the node fsyncs before acknowledging).
+- `RAFTLOG_CHAOS_DEBUG=1`: serve `/v1/debug/...` (per-group Raft state, log
+  digests) for the runner's end-of-run checks.
+- `RAFTLOG_UNSAFE=name,name,...`: deliberately break the node, for the runner's
+  negative controls (CHAOS.md 5.4). Never set them anywhere else: each can lose,
+  duplicate or corrupt acknowledged data. Unknown names refuse to start; a node
+  running any logs a loud warning at start and names them in `GET /v1/health`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from multiraft.node.config import ConfigError
+
+FILES_VARIABLE = "RAFTLOG_CHAOS_FILES"
+DEBUG_VARIABLE = "RAFTLOG_CHAOS_DEBUG"
+UNSAFE_VARIABLE = "RAFTLOG_UNSAFE"
+WRITE_BEHIND = "write-behind"
+
+# Switch name (as spelled in RAFTLOG_UNSAFE) -> field of ChaosHooks.
+UNSAFE_SWITCHES = {
+    "ack-before-fsync": "ack_before_fsync",
+    "no-dedup": "no_dedup",
+    "read-uncommitted": "read_uncommitted",
+    "skip-crc": "skip_crc",
+    "vote-without-persist": "vote_without_persist",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChaosHooks:
+    write_behind_files: bool = False
+    debug_endpoints: bool = False
+    # Unsafe switches (negative controls). Where each one acts:
+    # group.py GroupRuntime._handle_ready: answer and count as durable before the fsync,
+    # which is deferred (UNSAFE_SYNC_DELAY_S); term and vote changes still sync first.
+    ack_before_fsync: bool = False
+    # producers.py ProducerTable: a retried batch is never a duplicate; it is appended again.
+    no_dedup: bool = False
+    # partition_ops.py _end_offset: committed reads go to the log end, past the high watermark.
+    read_uncommitted: bool = False
+    # storage (StoreConfig.verify_crc): reads and recovery do not check frame CRCs.
+    skip_crc: bool = False
+    # storage (StoreConfig.persist_vote): term and vote never reach the database.
+    vote_without_persist: bool = False
+
+    @property
+    def unsafe(self) -> tuple[str, ...]:
+        """The unsafe switches that are on, by name, sorted."""
+        return tuple(sorted(name for name, field in UNSAFE_SWITCHES.items() if getattr(self, field)))
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] | None = None) -> ChaosHooks:
+        """The hooks the environment asks for. Raises `ConfigError` on any value it does not know."""
+        environ = os.environ if environ is None else environ
+        files = environ.get(FILES_VARIABLE, "").strip()
+        if files not in ("", WRITE_BEHIND):
+            raise ConfigError(f"{FILES_VARIABLE}: only {WRITE_BEHIND!r} is known, got {files!r}")
+        debug = environ.get(DEBUG_VARIABLE, "").strip()
+        if debug not in ("", "0", "1"):
+            raise ConfigError(f"{DEBUG_VARIABLE}: 1 or 0, got {debug!r}")
+        names = [name.strip() for name in environ.get(UNSAFE_VARIABLE, "").split(",") if name.strip()]
+        unknown = sorted(set(names) - set(UNSAFE_SWITCHES))
+        if unknown:
+            raise ConfigError(f"{UNSAFE_VARIABLE}: unknown switches {unknown}; known: {sorted(UNSAFE_SWITCHES)}")
+        switches = {UNSAFE_SWITCHES[name]: True for name in names}
+        return cls(write_behind_files=files == WRITE_BEHIND, debug_endpoints=debug == "1", **switches)
+
+
+NO_HOOKS = ChaosHooks()
+assert {f.name for f in fields(ChaosHooks)} >= set(UNSAFE_SWITCHES.values())

@@ -1,0 +1,130 @@
+"""Snapshot encoding of `PartitionState`: shipped with segment transfers.
+
+msgpack (already a dependency, compact for the producer table, exact for
+integers), one versioned map. Decoding validates every field's shape and raises
+`SnapshotFormatError`: a snapshot arrives from a peer, so bad bytes are an
+operating condition, not a crash. The producer table keeps its LRU order, since
+that order decides future evictions and must match on every replica.
+
+Versions: v2 adds each consumer group's commit time (a fifth field of its row,
+`committed_at_ms`, which retention reads). v1 snapshots, from before retention,
+still decode: their groups get `COMMIT_TIME_UNKNOWN` (multiraft/state/consumer_offsets.py
+says how a retention pass treats those). Always encoded as v2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from multiraft.errors import SnapshotFormatError
+from multiraft.state.consumer_offsets import COMMIT_TIME_UNKNOWN, CommittedOffset
+from multiraft.state.partition import PartitionState
+from multiraft.state.producers import (
+    BATCHES_KEPT,
+    EPOCH_MAX,
+    SEQUENCE_MAX,
+    ProducedBatch,
+    ProducerEntry,
+)
+from raftlog.types import Index, Offset
+
+SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSIONS_DECODED = (1, 2)
+
+
+def encode_snapshot(state: PartitionState) -> bytes:
+    document = {
+        "v": SNAPSHOT_VERSION,
+        "topic": state.topic,
+        "partition": state.partition,
+        "applied_index": state.applied_index,
+        "next_offset": state.next_offset,
+        "producers_max": state.producers.producers_max,
+        "consumer_groups_max": state.consumer_groups_max,
+        "producers": [_producer_row(pid, entry) for pid, entry in state.producers.items()],
+        "consumer_offsets": [
+            [group, c.offset, c.metadata, c.index, c.committed_at_ms]
+            for group, c in state.consumer_offsets.items()
+        ],
+        "skipped": [[base, count] for base, count in state.skipped_ranges],
+    }
+    return msgpack.packb(document, use_bin_type=True)
+
+
+def _producer_row(producer_id: int, entry: ProducerEntry) -> list[Any]:
+    batches = [[b.base_sequence, b.record_count, b.base_offset] for b in entry.batches]
+    return [producer_id, entry.epoch, batches]
+
+
+def decode_snapshot(data: bytes) -> PartitionState:
+    try:
+        document = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.UnpackException) as error:
+        raise SnapshotFormatError(f"partition snapshot does not decode: {error}") from None
+    try:
+        return _build(document)
+    except (KeyError, TypeError, ValueError) as error:
+        raise SnapshotFormatError(f"partition snapshot is malformed: {error!r}") from None
+
+
+def _int(value: Any, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _build(document: Any) -> PartitionState:
+    version = document.get("v") if isinstance(document, dict) else None
+    if type(version) is not int or version not in SNAPSHOT_VERSIONS_DECODED:
+        raise ValueError("unknown partition snapshot version")
+    if not isinstance(document["topic"], str):
+        raise ValueError("topic is not a string")
+    state = PartitionState(
+        topic=document["topic"],
+        partition=_int(document["partition"]),
+        applied_index=Index(_int(document["applied_index"])),
+        next_offset=Offset(_int(document["next_offset"])),
+        producers_max=_int(document["producers_max"], 1),
+        consumer_groups_max=_int(document["consumer_groups_max"], 1),
+    )
+    producers = [_producer(row) for row in document["producers"]]
+    if len(producers) > state.producers.producers_max:
+        raise ValueError("more producers than the bound")
+    if len({producer_id for producer_id, _ in producers}) != len(producers):
+        raise ValueError("a producer id appears twice")
+    state.producers.restore(producers)
+    row_fields = 4 if version == 1 else 5  # v1 rows have no commit time
+    for row in document["consumer_offsets"]:
+        if not isinstance(row, list) or len(row) != row_fields:
+            raise ValueError("consumer offset row is malformed")
+        group, offset, metadata, index = row[:4]
+        committed_at_ms = _int(row[4]) if row_fields == 5 else COMMIT_TIME_UNKNOWN
+        if not isinstance(group, str) or not isinstance(metadata, str) or group in state.consumer_offsets:
+            raise ValueError("consumer offset row is malformed")
+        if _int(offset) > state.next_offset:
+            raise ValueError("committed offset beyond the high watermark")
+        state.consumer_offsets[group] = CommittedOffset(offset, metadata, _int(index), committed_at_ms)
+    if len(state.consumer_offsets) > state.consumer_groups_max:
+        raise ValueError("more consumer groups than the bound")
+    end = 0
+    for base, count in document["skipped"]:
+        if _int(base) < end or _int(count, 1) + base > state.next_offset:
+            raise ValueError("skipped ranges overlap or pass the high watermark")
+        state.skipped_ranges.append((Offset(base), count))
+        end = base + count
+    return state
+
+
+def _producer(row: Any) -> tuple[int, ProducerEntry]:
+    producer_id, epoch, batches = row
+    produced = tuple(
+        ProducedBatch(_int(seq), _int(count, 1), Offset(_int(offset)))
+        for seq, count, offset in batches
+    )
+    if not 1 <= len(produced) <= BATCHES_KEPT:
+        raise ValueError("a producer entry keeps 1 to 5 batches")
+    if _int(epoch) > EPOCH_MAX or any(b.base_sequence > SEQUENCE_MAX for b in produced):
+        raise ValueError("producer epoch or sequence out of range")
+    return _int(producer_id), ProducerEntry(epoch=_int(epoch), batches=produced)
