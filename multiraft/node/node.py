@@ -47,6 +47,7 @@ from multiraft.node import (
     reassignment,
     replicas,
 )
+from multiraft.node.acks import Acks
 from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.compaction import compaction_loop
 from multiraft.node.config import NodeConfig
@@ -101,14 +102,11 @@ from storage.write_behind import WriteBehindFiles
 METADATA_GROUP = replicas.METADATA_GROUP
 _PRODUCE = struct.Struct(">QB")  # group id, acks
 _QUIESCE = struct.Struct(">QQQ")  # group id, term, log end index
-FRAME_PING = 5  # node-level liveness (multiraft/runtime/liveness.py)
 # Quiet groups wake when a member's node has been silent this many election timeouts.
 # Waking is dear (every group a node shares with the silent one starts ticking), so a
 # stall of a busy peer must not pass for a death; a dead leader of an idle group is
 # replaced a little later instead (Kafka waits 9 s for a broker's session to expire).
 WAKE_SILENCE_PERIODS = 2
-FRAME_QUIESCE = 6
-ACKS = {"none": 0, "leader": 1, "quorum": 2, "all": 3}
 
 
 class Node:
@@ -292,12 +290,12 @@ class Node:
             elif frame_type == FrameType.HEARTBEATS:
                 for beat_group, message in decode_heartbeats(body):
                     self._deliver(source, beat_group, message)
-            elif frame_type == FRAME_QUIESCE:
+            elif frame_type == FrameType.QUIESCE:
                 group_id_, term, index = _QUIESCE.unpack(body)
                 runtime = self.groups.get(GroupId(group_id_))
                 if runtime is not None:
                     runtime.request_quiesce(source, term, index)
-            elif frame_type == FRAME_PING and body:
+            elif frame_type == FrameType.PING and body:
                 self.liveness.on_leaders(source, body)
             elif frame_type in (FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE):
                 assert self.rpc is not None
@@ -394,7 +392,7 @@ class Node:
             lambda: [(g, r.core.term) for g, r in self.groups.items() if r.core.role is Role.LEADER]
         )
         for peer in self._peer_ids():
-            self.transport.send(peer, FRAME_PING, 0, body)
+            self.transport.send(peer, FrameType.PING, 0, body)
 
     def leader_of(self, group_id: GroupId) -> int:
         """This node's best knowledge of a group's leader (0: unknown): its own replica's
@@ -422,7 +420,7 @@ class Node:
         core = self.groups[group_id].core
         body = _QUIESCE.pack(group_id, term, index)
         for member in sorted(core.membership.members - {self.id}):
-            self.transport.send(member, FRAME_QUIESCE, group_id, body)
+            self.transport.send(member, FrameType.QUIESCE, group_id, body)
 
     def quiesced_groups(self) -> int:
         return sum(1 for runtime in self.groups.values() if runtime.quiesced)
@@ -534,7 +532,7 @@ class Node:
             raise UnknownTopic(f"topic {topic!r} has no partition {partition}")
         return info.partitions[partition].group_id
 
-    async def produce(self, topic: str, partition: int, batch: bytes, acks: str = "quorum",
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,
                       header: BatchHeader | None = None) -> Any:
         """Append one record batch to a partition; forwarded to its leader if needed.
 
@@ -543,8 +541,7 @@ class Node:
         `header`: what `validate_batch` returned, when the caller already validated
         `batch` (the HTTP layer does, to answer 400 before anything else): not twice.
         """
-        if acks not in ACKS:
-            raise InvalidRequest(f"acks must be one of {sorted(ACKS)}")
+        acks = Acks.parse(acks)
         group_id = self.partition_group(topic, partition)
         runtime = self.groups.get(group_id)
         if runtime is not None and runtime.core.role is Role.LEADER:
@@ -554,7 +551,7 @@ class Node:
             raise LeaderNotAvailable("the partition has no leader yet")
         assert self.rpc is not None
         try:
-            body = _PRODUCE.pack(group_id, ACKS[acks]) + batch
+            body = _PRODUCE.pack(group_id, acks.code) + batch
             answer = await self.rpc.call(leader, "partition.produce", body, RPC_TIMEOUT_S)
         except RemoteError as error:
             raise error_from_body(error.body) from None
@@ -613,7 +610,10 @@ class Node:
 
     async def _serve_produce(self, source: int, body: bytes) -> tuple[int, bytes]:
         group_id, acks_code = _PRODUCE.unpack_from(body)
-        acks = {code: name for name, code in ACKS.items()}.get(acks_code, "quorum")
+        try:
+            acks = Acks.from_code(acks_code)
+        except InvalidRequest as error:
+            return error_answer(error)
         runtime = self.groups.get(GroupId(group_id))
         if runtime is None or runtime.core.role is not Role.LEADER:
             leader = runtime.core.leader if runtime else 0

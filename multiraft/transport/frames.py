@@ -45,13 +45,15 @@ GROUP_ID_MAX = 2**64 - 1
 
 
 class FrameType(enum.IntEnum):
-    """Frame types of the runtime. 0 is never valid (a zeroed stream is an error);
-    values not listed here are passed through for the runtime to judge."""
+    """Every frame type id, in one place. 0 is never valid (a zeroed stream is an error);
+    values not listed here are passed through for the runtime to judge (and dropped)."""
 
     RAFT_MESSAGE = 1  # body: raftlog.wire.encode_message; group_id: the message's group
     HEARTBEATS = 2  # body: raftlog.wire.encode_heartbeats; group_id 0 (groups are inside)
     RPC_REQUEST = 3  # body: multiraft.transport.rpc request (request id, method, payload)
     RPC_RESPONSE = 4  # body: multiraft.transport.rpc response (request id, status, payload)
+    PING = 5  # body: node-level liveness (multiraft/runtime/liveness.py); group_id 0
+    QUIESCE = 6  # body: group id, term, log end index (a leader asks a member to go quiet)
 
 
 class TransportError(Exception):

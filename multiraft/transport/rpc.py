@@ -19,10 +19,10 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from multiraft.transport.frames import FrameTooLarge
+from multiraft.transport.frames import FrameTooLarge, FrameType
 
-FRAME_RPC_REQUEST = 3
-FRAME_RPC_RESPONSE = 4
+FRAME_RPC_REQUEST = FrameType.RPC_REQUEST
+FRAME_RPC_RESPONSE = FrameType.RPC_RESPONSE
 STATUS_OK = 0
 STATUS_ERROR = 1  # body: JSON {"error_code", "message"}
 CALLS_IN_FLIGHT_MAX = 4096

@@ -75,6 +75,7 @@ ALLOWED_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
     ("multiraft.http.handlers.groups", "multiraft.node.partition_ops"),
     ("multiraft.http.handlers.groups", "multiraft.state.consumer_offsets"),
     ("multiraft.http.handlers.nodes", "multiraft.node.admission"),
+    ("multiraft.http.handlers.produce", "multiraft.node.acks"),
     ("multiraft.http.handlers.produce", "multiraft.node.batch_checks"),
     ("multiraft.http.handlers.produce", "multiraft.node.node"),
     ("multiraft.http.handlers.produce", "multiraft.state.partitioner"),

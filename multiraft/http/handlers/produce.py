@@ -35,14 +35,15 @@ from multiraft.http.params import (
     str_field,
 )
 from multiraft.http.records import ParsedRecord, encode_records, parse_records
+from multiraft.node.acks import Acks
 from multiraft.node.batch_checks import validate_off_loop
-from multiraft.node.node import ACKS, Node
+from multiraft.node.node import Node
 from multiraft.state.partitioner import partition_for_key
 from raftlog.errors import ClientError, NotLeader
 from raftlog.messages import Role
 
 ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round_robin", dict)
-_ACKS = tuple(ACKS)
+_ACKS = tuple(a.value for a in Acks)
 _TOPIC_FIELDS = {"format", "acks", "records"}
 _PARTITION_FIELDS = _TOPIC_FIELDS | {"producer_id", "producer_epoch", "base_sequence"}
 
