@@ -3,7 +3,8 @@
 Retries follow the error table: a retriable code (NOT_LEADER, LEADER_NOT_AVAILABLE, PROPOSAL_DROPPED,
 NOT_ENOUGH_REPLICAS, ...) or a connection that could not be made is retried on
 the next server with backoff, a bounded number of times. An answer cut off after
-the request was sent is ambiguous: a read or an idempotent produce retries it
+the request was sent, or one saying OUTCOME_UNKNOWN or TIMEOUT (a forward whose
+leader died), is ambiguous: a read or an idempotent produce retries it
 (the cluster deduplicates), a plain produce raises `OutcomeUnknownError`,
 because retrying could store the records twice. A 421 answer names the leader
 (`Raftlog-Leader` header) and the next attempt goes there.
@@ -55,6 +56,9 @@ class RaftlogError(Exception):
 
 class UnavailableError(RaftlogError):
     """No server could be reached (or every attempt met a retriable error)."""
+
+
+_AMBIGUOUS_CODES = frozenset({"OUTCOME_UNKNOWN", "TIMEOUT"})
 
 
 class OutcomeUnknownError(RaftlogError):
@@ -172,7 +176,10 @@ class AsyncClient:
             try:
                 return await self._once(method, base + path, json_body, data, params, headers)
             except RaftlogError as error:
-                if not error.retriable:
+                # An answer saying the outcome is unknown (a forward whose leader died, a
+                # cluster timeout) is as ambiguous as a lost answer: a request that may be
+                # repeated (a read, an idempotent produce) goes again, as it would then.
+                if not (error.retriable or (ambiguous_retry and error.code in _AMBIGUOUS_CODES)):
                     raise
                 last = error
                 target = getattr(error, "leader_url", None)

@@ -23,7 +23,7 @@ def test_a_creation_beyond_the_descriptors_is_refused_with_the_limit() -> None:
 
 def test_the_soft_limit_is_raised_as_far_as_the_process_may() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    script = ("import resource; from multiraft import open_files; "
+    script = ("import resource; from multiraft.node import open_files; "
               "resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
               "print(open_files.raise_soft_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
