@@ -22,7 +22,7 @@ from multiraft.metadata.catalog import Catalog, PartitionInfo, groups_for_node
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.runtime import heap
-from multiraft.runtime.group import GroupRuntime
+from multiraft.runtime.group import GroupDeps, GroupRuntime
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
@@ -86,22 +86,20 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
     if start.meta.index > 0 and start.data is not None:
         machine.restore(start.data, start.meta.index)  # the state the compacted log began from
     core = RaftCore(core_config, store, random.Random(node.rng.random()), logger)
-    check_data = check_stored_batch if isinstance(machine, PartitionMachine) else None
-    runtime = GroupRuntime(group_id, core, store, machine, node.send, logger, node.on_role_change, check_data)
-    runtime.on_quiesce = node.on_quiesce
-    runtime.on_failure = lambda failed: _on_failure(node, failed)
-    runtime.latencies = node.latencies
-    # A reopened group (its storage failed) may have applied past the commit it had
-    # stored: its readers saw that far, so it serves reads again only from there.
-    runtime.replay_until = max(store.initial_state().hard_state.commit, node.replay_floor.pop(group_id, 0))
-    if isinstance(machine, (PartitionMachine, CatalogMachine)):
-        runtime.boundaries = Boundaries()
-    runtime.is_live = node.is_live
-    runtime.sync = node.flusher.sync
-    runtime.sync_in_background = node.flusher.sync_in_background
-    runtime.store_lazily = node.flusher.store_lazily
-    runtime.write_states = node.flusher.write_states
-    runtime.ack_before_fsync = node.hooks.ack_before_fsync
+    partition = isinstance(machine, PartitionMachine)
+    runtime = GroupRuntime(group_id, core, store, machine, GroupDeps(
+        send=node.send, logger=logger, on_role_change=node.on_role_change,
+        check_data=check_stored_batch if partition else None,
+        on_quiesce=node.on_quiesce, on_failure=lambda failed: _on_failure(node, failed),
+        is_live=node.is_live, latencies=node.latencies,
+        sync=node.flusher.sync, sync_in_background=node.flusher.sync_in_background,
+        store_lazily=node.flusher.store_lazily, write_states=node.flusher.write_states,
+        boundaries=Boundaries() if partition or isinstance(machine, CatalogMachine) else None,
+        # A reopened group (its storage failed) may have applied past the commit it had
+        # stored: its readers saw that far, so it serves reads again only from there.
+        replay_until=Index(max(store.initial_state().hard_state.commit, node.replay_floor.pop(group_id, 0))),
+        ack_before_fsync=node.hooks.ack_before_fsync,
+    ))
     if created and voters[0] == node.id:
         runtime.request_campaign()
     elif created:

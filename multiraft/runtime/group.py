@@ -90,6 +90,56 @@ class _Proposal:
     began: float = 0.0  # time.perf_counter() when proposed
 
 
+class SegmentBoundaries(Protocol):
+    """Partition state at closed-segment ends, for retention (multiraft/node/compaction.py)."""
+
+    def note_segments(self, store: Any, applied: Index, machine: Any, membership: Membership) -> None: ...
+    def applied(self, index: Index, machine: Any, membership: Membership) -> None: ...
+    def clear(self) -> None: ...
+
+
+def _always_live(node: int) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupDeps:
+    """Everything a group runtime is given by its node, once, when it is built.
+
+    One frozen value instead of attributes assigned after construction: what a
+    runtime may call is written in one place, and no caller can rewire a running
+    group. Every field but `send` and `logger` has the default of a group that runs
+    alone (the tests' groups): no flusher, every peer live, no retention bookkeeping.
+    """
+
+    send: Callable[[GroupId, Message], None]
+    logger: Any
+    on_role_change: Callable[[GroupId, Role, int], None] | None = None
+    # What a follower runs over every DATA payload it is sent before storing it (a
+    # partition's record batches: `check_stored_batch`); it raises InvalidBatchError.
+    check_data: Callable[[bytes], object] | None = None
+    on_quiesce: Callable[[GroupId, int, int], None] | None = None
+    on_failure: Callable[[GroupId], None] | None = None
+    # Node-level liveness of a peer; a group with a silent member never goes quiet
+    # (its leader must keep ticking so the ISR notices).
+    is_live: Callable[[int], bool] = _always_live
+    # Cross-group group commit (multiraft/runtime/flusher.py); None: the store syncs alone.
+    sync: Callable[[Any], Awaitable[None]] | None = None
+    store_lazily: Callable[[Any], None] | None = None
+    write_states: Callable[[], None] | None = None  # see Flusher.write_states
+    # A leader's own appends: made durable without waiting (see _persist_later);
+    # None: the leader waits for them like any replica.
+    sync_in_background: Callable[[Any], asyncio.Future[None]] | None = None
+    latencies: NodeLatencies | None = None  # node-wide histograms (/metrics)
+    # Partition state at closed-segment ends, for retention; None: no retention here.
+    boundaries: SegmentBoundaries | None = None
+    # Reads wait until the replica re-applied what it had committed before it (re)opened,
+    # so no reader sees its high watermark go back after a restart.
+    replay_until: Index = Index(0)
+    # The ack-before-fsync chaos control only (multiraft/node/unsafe.py); False in production.
+    ack_before_fsync: bool = False
+
+
 class GroupRuntime:
     def __init__(
         self,
@@ -97,15 +147,11 @@ class GroupRuntime:
         core: RaftCore,
         store: RaftStorage,
         state_machine: StateMachine,
-        send: Callable[[GroupId, Message], None],
-        logger: Any,
-        on_role_change: Callable[[GroupId, Role, int], None] | None = None,
-        check_data: Callable[[bytes], object] | None = None,
+        deps: GroupDeps,
     ) -> None:
         self.group_id = group_id
-        # What a follower runs over every DATA payload it is sent before storing it (a
-        # partition's record batches: `check_stored_batch`); it raises InvalidBatchError.
-        self._check_data = check_data
+        self._check_data = deps.check_data
+        send, logger, on_role_change = deps.send, deps.logger, deps.on_role_change
         self.core = core
         self.store = store
         self.state_machine = state_machine
@@ -139,36 +185,27 @@ class GroupRuntime:
         self._held = False  # see hold_for_first_voter
         self._campaigns_without_leader = 0  # see tick
         self._ticks_offered = 0
-        self.on_quiesce: Callable[[GroupId, int, int], None] | None = None
-        # Node-level liveness of a peer; a group with a silent member never goes quiet
-        # (its leader must keep ticking so the ISR notices).
-        self.is_live: Callable[[int], bool] = lambda node: True
-        # Cross-group group commit (multiraft/runtime/flusher.py); None: the store syncs alone.
-        self.sync: Callable[[Any], Awaitable[None]] | None = None
-        self.store_lazily: Callable[[Any], None] | None = None
-        self.write_states: Callable[[], None] | None = None  # see Flusher.write_states
-        # A leader's own appends: made durable without waiting (see _persist_later);
-        # None: the leader waits for them like any replica.
-        self.sync_in_background: Callable[[Any], asyncio.Future[None]] | None = None
+        self.on_quiesce = deps.on_quiesce
+        self.is_live = deps.is_live
+        self.sync = deps.sync
+        self.store_lazily = deps.store_lazily
+        self.write_states = deps.write_states
+        self.sync_in_background = deps.sync_in_background
         self._persist_reports: list[tuple[Index, Term]] = []
         self._persist_failure: BaseException | None = None
         self._background_bytes = 0  # appends handed to sync_in_background, not reported yet
         self._campaign_requested = False
         self.failed = False
         self.failure: BaseException | None = None  # what made the group fail, for the reopen
-        # Partition state at closed-segment ends, for retention (multiraft/node/compaction.py).
-        self.boundaries: Any = None
-        # Reads wait until the replica re-applied what it had committed before it (re)opened,
-        # so no reader sees its high watermark go back after a restart.
-        self.replay_until = Index(0)
-        self.latencies: NodeLatencies | None = None  # node-wide histograms (/metrics)
+        self.boundaries = deps.boundaries
+        self.replay_until = deps.replay_until
+        self.latencies = deps.latencies
         self.elections = 0  # times this replica became a candidate
         self.leader_changes = 0  # times the leader it knows changed
-        self.on_failure: Callable[[GroupId], None] | None = None
+        self.on_failure = deps.on_failure
         self._held_commits: dict[int, Message] = {}
         self._held_timer: asyncio.TimerHandle | None = None
-        # The ack-before-fsync chaos control only (multiraft/node/unsafe.py); False in production.
-        self.ack_before_fsync = False
+        self.ack_before_fsync = deps.ack_before_fsync
         self._unsafe_term_vote = (core.term, core.vote)
         self._unsafe_sync_timer: asyncio.TimerHandle | None = None
 

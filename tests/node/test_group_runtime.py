@@ -18,7 +18,7 @@ import pytest
 import structlog
 import structlog.testing
 
-from multiraft.runtime.group import COMMIT_HOLD_S, GroupRuntime
+from multiraft.runtime.group import COMMIT_HOLD_S, GroupDeps, GroupRuntime
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
@@ -53,7 +53,7 @@ class Cluster:
             storage.sync()
             core = RaftCore(Config(node_id=NodeId(node), **config), storage, random.Random(node))
             self.runtimes[node] = GroupRuntime(
-                GroupId(7), core, storage, ListMachine(), self.route, structlog.get_logger()
+                GroupId(7), core, storage, ListMachine(), GroupDeps(send=self.route, logger=structlog.get_logger())
             )
 
     def route(self, group: GroupId, message: Message) -> None:
@@ -260,7 +260,8 @@ async def test_a_replica_back_short_in_a_quiet_group_is_refilled_and_the_group_q
         assert isinstance(storage, MemoryStorage)
         storage.lose_tail(3)
         core = RaftCore(Config(node_id=NodeId(node), heartbeat_interval_ticks=2), storage, random.Random(node))
-        short = GroupRuntime(GroupId(7), core, storage, ListMachine(), cluster.route, structlog.get_logger())
+        short = GroupRuntime(GroupId(7), core, storage, ListMachine(),
+                             GroupDeps(send=cluster.route, logger=structlog.get_logger()))
         short.on_quiesce = old.on_quiesce
         cluster.runtimes[node] = short
         short.hold_for_first_voter()
