@@ -72,30 +72,26 @@ class NodeCollector(Collector):
             "changes": CounterMetricFamily("raftlog_group_leader_changes", "times this replica saw a new leader",
                                            labels=labels),
         }
-        for group_id, runtime in sorted(node.groups.items()):
+        for status in node.group_statuses():
+            group_id = status.group_id
             machine = node.partitions.get(group_id)
             values = [str(group_id), machine.state.topic if machine else "", str(machine.state.partition) if machine
                       else ""]
-            core = runtime.core
-            families["role"].add_metric(values, _ROLES.get(core.role, 0))
-            families["term"].add_metric(values, core.term)
-            families["commit"].add_metric(values, core.commit_index)
-            families["applied"].add_metric(values, core.applied_index)
-            families["last"].add_metric(values, core.log.last_index())
-            families["shed"].add_metric(values, runtime.messages_shed)
-            families["refused"].add_metric(values, runtime.appends_refused)
-            families["elections"].add_metric(values, runtime.elections)
-            families["changes"].add_metric(values, runtime.leader_changes)
-            if core.role is Role.LEADER:
-                isr = core.in_sync_replicas() & core.membership.voters
+            families["role"].add_metric(values, _ROLES.get(status.role, 0))
+            families["term"].add_metric(values, status.term)
+            families["commit"].add_metric(values, status.commit_index)
+            families["applied"].add_metric(values, status.applied_index)
+            families["last"].add_metric(values, status.last_index)
+            families["shed"].add_metric(values, status.messages_shed)
+            families["refused"].add_metric(values, status.appends_refused)
+            families["elections"].add_metric(values, status.elections)
+            families["changes"].add_metric(values, status.leader_changes)
+            if status.in_sync is not None:
+                isr = status.in_sync & status.voters
                 families["isr"].add_metric(values, len(isr))
-                families["under"].add_metric(values, int(len(isr) < len(core.membership.voters)))
-                last = core.log.last_index()
-                matches = [p.match for n in core.membership.members if n != core.id
-                           and (p := core.progress(n)) is not None]
-                families["lag"].add_metric(values, max((last - m for m in matches), default=0))
-                lag_ticks = max(core.follower_lag_ticks().values(), default=0)
-                families["lag_time"].add_metric(values, lag_ticks * node.config.tick_ms / 1000)
+                families["under"].add_metric(values, int(len(isr) < len(status.voters)))
+                families["lag"].add_metric(values, status.follower_lag_entries or 0)
+                families["lag_time"].add_metric(values, (status.follower_lag_ticks or 0) * node.config.tick_ms / 1000)
             store = node.stores.get(group_id)
             if machine is not None and store is not None:
                 families["hwm"].add_metric(values, machine.state.high_watermark)
@@ -115,7 +111,7 @@ class NodeCollector(Collector):
     def _node(self) -> Iterator[Metric]:
         node = self.node
         yield GaugeMetricFamily("raftlog_node_groups", "Raft groups hosted", value=len(node.groups))
-        leaders = sum(1 for r in node.groups.values() if r.core.role is Role.LEADER)
+        leaders = sum(1 for status in node.group_statuses() if status.role is Role.LEADER)
         yield GaugeMetricFamily("raftlog_node_leaders", "groups this node leads", value=leaders)
         yield GaugeMetricFamily("raftlog_node_topics", "topics in the catalog", value=len(node.catalog.topics))
         yield GaugeMetricFamily("raftlog_quiesced_groups", "idle groups that stopped ticking",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.catalog import PartitionInfo, TopicInfo
-from raftlog.messages import Role
+from raftlog.types import GroupId
 
 if TYPE_CHECKING:
     from multiraft.node.node import Node
@@ -23,12 +23,13 @@ METADATA_GROUP = 0
 
 
 def cluster_view(node: Node) -> dict[str, Any]:
-    core = node.groups[METADATA_GROUP].core  # type: ignore[index]
+    metadata = node.group_status(GroupId(METADATA_GROUP))
+    assert metadata is not None, "every node hosts the metadata group"
     return {
         "node_id": node.id,
-        "metadata_leader": core.leader or None,
-        "term": core.term,
-        "commit_index": core.commit_index,
+        "metadata_leader": metadata.leader or None,
+        "term": metadata.term,
+        "commit_index": metadata.commit_index,
         "nodes": [
             {"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr, "rack": n.rack,
              "status": n.status.value}
@@ -42,16 +43,15 @@ def partition_view(node: Node, partition: PartitionInfo) -> dict[str, Any]:
         "partition": partition.partition, "group_id": partition.group_id, "replicas": list(partition.replicas),
         "leader": None, "isr": None, "log_start_offset": None, "high_watermark": None, "log_end_offset": None,
     }
-    runtime = node.groups.get(partition.group_id)
-    if runtime is None:
+    status = node.group_status(partition.group_id)
+    if status is None:
         view["leader"] = node.leader_of(partition.group_id) or None  # from the leader's pings
         return view
-    core = runtime.core
-    view["leader"] = core.leader or None
-    view["role"] = core.role.value
-    view["term"] = core.term
-    if core.role is Role.LEADER:
-        view["isr"] = sorted(core.in_sync_replicas())
+    view["leader"] = status.leader or None
+    view["role"] = status.role.value
+    view["term"] = status.term
+    if status.in_sync is not None:
+        view["isr"] = sorted(status.in_sync)
     store = node.stores.get(partition.group_id)
     machine = node.partitions.get(partition.group_id)
     if store is not None and machine is not None:

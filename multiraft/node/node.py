@@ -55,7 +55,7 @@ from multiraft.node.controller import Controller, host_port
 from multiraft.node.machines import PartitionMachine
 from multiraft.node.unsafe import ChaosHooks
 from multiraft.runtime.flusher import Flusher
-from multiraft.runtime.group import GroupRuntime
+from multiraft.runtime.group import GroupRuntime, GroupStatus
 from multiraft.runtime.histograms import NodeLatencies
 from multiraft.runtime.liveness import PeerLiveness
 from multiraft.runtime.loop_lag import watch_loop_lag
@@ -393,6 +393,15 @@ class Node:
         )
         for peer in self._peer_ids():
             self.transport.send(peer, FrameType.PING, 0, body)
+
+    def group_status(self, group_id: GroupId) -> GroupStatus | None:
+        """The group's status as the edge sees it (None: no replica here)."""
+        runtime = self.groups.get(group_id)
+        return runtime.status() if runtime is not None else None
+
+    def group_statuses(self) -> list[GroupStatus]:
+        """Every hosted group's status, in group order."""
+        return [runtime.status() for _, runtime in sorted(self.groups.items())]
 
     def leader_of(self, group_id: GroupId) -> int:
         """This node's best knowledge of a group's leader (0: unknown): its own replica's

@@ -90,6 +90,33 @@ class _Proposal:
     began: float = 0.0  # time.perf_counter() when proposed
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupStatus:
+    """A group as the edge may see it: a read-only snapshot, taken on the loop.
+
+    HTTP, /metrics and the cluster page read these, never the runtime's core: what
+    they show is named here, and nothing they do can reach into a running group.
+    The leader-only fields are None on any other replica.
+    """
+
+    group_id: GroupId
+    role: Role
+    term: int
+    leader: int  # 0: none known
+    commit_index: int
+    applied_index: int
+    last_index: int
+    voters: frozenset[int]
+    in_sync: frozenset[int] | None  # leader only: the replicas it counts as in sync
+    follower_lag_entries: int | None  # leader only: entries the furthest-behind member lacks
+    follower_lag_ticks: int | None  # leader only: ticks since that member was caught up
+    messages_shed: int
+    appends_refused: int
+    elections: int
+    leader_changes: int
+    quiesced: bool
+
+
 class SegmentBoundaries(Protocol):
     """Partition state at closed-segment ends, for retention (multiraft/node/compaction.py)."""
 
@@ -208,6 +235,25 @@ class GroupRuntime:
         self.ack_before_fsync = deps.ack_before_fsync
         self._unsafe_term_vote = (core.term, core.vote)
         self._unsafe_sync_timer: asyncio.TimerHandle | None = None
+
+    def status(self) -> GroupStatus:
+        core = self.core
+        leading = core.role is Role.LEADER
+        last = core.log.last_index()
+        lag_entries = lag_ticks = None
+        if leading:
+            matches = [p.match for n in core.membership.members if n != core.id
+                       and (p := core.progress(n)) is not None]
+            lag_entries = max((last - m for m in matches), default=0)
+            lag_ticks = max(core.follower_lag_ticks().values(), default=0)
+        return GroupStatus(
+            group_id=self.group_id, role=core.role, term=core.term, leader=core.leader,
+            commit_index=core.commit_index, applied_index=core.applied_index, last_index=last,
+            voters=frozenset(core.membership.voters), in_sync=frozenset(core.in_sync_replicas()) if leading else None,
+            follower_lag_entries=lag_entries, follower_lag_ticks=lag_ticks, messages_shed=self.messages_shed,
+            appends_refused=self.appends_refused, elections=self.elections, leader_changes=self.leader_changes,
+            quiesced=self.quiesced,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

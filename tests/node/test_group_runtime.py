@@ -133,6 +133,36 @@ async def test_propose_read_and_step_down() -> None:
 
 
 @pytest.mark.asyncio
+async def test_the_status_the_edge_reads_is_a_frozen_snapshot() -> None:
+    # Goal (issue 22): HTTP, /metrics and the UI read GroupStatus, not the core; the
+    # leader's shows the ISR and follower lag, a follower's leaves them out.
+    cluster = Cluster()
+    for runtime in cluster.runtimes.values():
+        runtime.start()
+    ticker = asyncio.create_task(cluster.ticker())
+    try:
+        async with asyncio.timeout(20):
+            leader = await cluster.leader()
+            await leader.propose([b"a", b"b"])
+            while any(r.core.applied_index < leader.core.commit_index for r in cluster.runtimes.values()):
+                await asyncio.sleep(0.01)
+            status = leader.status()
+            assert (status.role, status.leader, status.group_id) == (Role.LEADER, leader.core.id, GroupId(7))
+            assert status.in_sync == status.voters == frozenset({1, 2, 3})
+            assert status.follower_lag_entries == 0 and status.commit_index == status.last_index
+            follower = next(r for r in cluster.runtimes.values() if r is not leader).status()
+            assert follower.role is Role.FOLLOWER and follower.leader == leader.core.id
+            assert follower.in_sync is None and follower.follower_lag_entries is None
+            with pytest.raises(AttributeError):
+                status.term = 99  # type: ignore[misc]
+    finally:
+        ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
+        for runtime in cluster.runtimes.values():
+            await runtime.stop()
+
+
+@pytest.mark.asyncio
 async def test_commit_only_appends_are_held_and_replaced() -> None:
     """A leader's append that carries only a new commit index waits COMMIT_HOLD_S; the
     next write's append replaces it (sequential writes: one append per follower per
