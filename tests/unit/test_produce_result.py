@@ -65,3 +65,29 @@ def test_construction_checks_its_fields() -> None:
         ProduceResult(base_offset=0, count=0, duplicate=False)
     with pytest.raises(ValueError):
         ProduceResult(base_offset=NO_OFFSET, count=1, duplicate=True)
+
+
+@pytest.mark.asyncio
+async def test_a_batch_refused_at_apply_is_an_error_answer_between_nodes() -> None:
+    # Goal: a batch the state machine refuses only at apply raises its typed error inside
+    # the produce, so the leader answers a forwarding follower with that error; it used to
+    # be raised while encoding the answer, outside `answer`, and became INTERNAL.
+    from multiraft.errors import OutOfOrderSequence
+    from multiraft.node.node import _applied
+    from multiraft.state.partition import ApplyResult
+    from multiraft.transport.remote_errors import error_from_body
+    from multiraft.transport.rpc import STATUS_OK, answer
+    from raftlog.messages import EntryKind
+    from raftlog.types import Index, Offset
+
+    refused = ApplyResult(index=Index(5), kind=EntryKind.DATA, count=1, stored_base_offset=Offset(3),
+                          error=OutOfOrderSequence(7, 4, 2))
+
+    async def produce_local() -> ProduceResult:
+        return _applied(refused)
+
+    status, body = await answer(produce_local(), ProduceResult.to_json)
+    assert status != STATUS_OK and error_from_body(body).code == "OUT_OF_ORDER_SEQUENCE"
+    stored = ApplyResult(index=Index(6), kind=EntryKind.DATA, count=2, stored_base_offset=Offset(4),
+                         base_offset=Offset(4))
+    assert _applied(stored) == ProduceResult(base_offset=4, count=2, duplicate=False)
