@@ -53,6 +53,7 @@ from multiraft.node.compaction import compaction_loop
 from multiraft.node.config import NodeConfig
 from multiraft.node.controller import Controller, host_port
 from multiraft.node.machines import PartitionMachine
+from multiraft.node.produce_result import NO_OFFSET, ProduceResult
 from multiraft.node.unsafe import ChaosHooks
 from multiraft.runtime.flusher import Flusher
 from multiraft.runtime.group import GroupRuntime, GroupStatus
@@ -60,6 +61,7 @@ from multiraft.runtime.histograms import NodeLatencies
 from multiraft.runtime.liveness import PeerLiveness
 from multiraft.runtime.loop_lag import watch_loop_lag
 from multiraft.runtime.supervision import supervised, watch
+from multiraft.state.partition import ApplyResult
 from multiraft.state.producers import Accept, Duplicate, DuplicatePending
 from multiraft.transport.frames import FrameTooLarge, FrameType
 from multiraft.transport.remote_errors import error_from_body
@@ -542,7 +544,7 @@ class Node:
         return info.partitions[partition].group_id
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,
-                      header: BatchHeader | None = None) -> Any:
+                      header: BatchHeader | None = None) -> ProduceResult:
         """Append one record batch to a partition; forwarded to its leader if needed.
 
         `acks`: "none" (answer at once), "leader" (after the leader's fsync),
@@ -554,7 +556,7 @@ class Node:
         group_id = self.partition_group(topic, partition)
         runtime = self.groups.get(group_id)
         if runtime is not None and runtime.core.role is Role.LEADER:
-            return _result_json(await self._produce_local(group_id, batch, acks, header))
+            return await self._produce_local(group_id, batch, acks, header)
         leader = self.forward_target(group_id, self.catalog.topic(topic).partitions[partition].replicas)
         if leader == 0:
             raise LeaderNotAvailable("the partition has no leader yet")
@@ -568,10 +570,10 @@ class Node:
             raise OutcomeUnknown(f"forwarded to node {leader}, no answer: {error}") from None
         except RpcError as error:
             raise NotLeader(leader, f"forwarding to node {leader} failed: {error}") from None
-        return json.loads(answer)
+        return ProduceResult.from_json(answer)
 
-    async def _produce_local(self, group_id: GroupId, batch: bytes, acks: str,
-                             header: BatchHeader | None = None) -> Any:
+    async def _produce_local(self, group_id: GroupId, batch: bytes, acks: Acks,
+                             header: BatchHeader | None = None) -> ProduceResult:
         if header is None:  # first: nothing below may be separated from the proposal by an await
             try:
                 header = await validate_off_loop(batch)
@@ -584,7 +586,7 @@ class Node:
             raise NotLeader(runtime.core.leader if runtime else 0, "this node no longer leads the partition")
         machine = self.partitions[group_id]
         core = runtime.core
-        if acks in ("quorum", "all"):
+        if acks in (Acks.QUORUM, Acks.ALL):
             topic = self.catalog.topic(machine.state.topic)
             core.check_min_insync(int(topic.config.get("min_insync_replicas", 1)))
         if core.applied_index < core.commit_index or core.log.term_or_none(core.commit_index) != core.term:
@@ -592,20 +594,20 @@ class Node:
             raise ProposalDropped("the new leader is not ready yet; retry")
         decision = machine.state.check_produce(header)
         if isinstance(decision, Duplicate):
-            return {"base_offset": decision.base_offset, "count": decision.record_count, "duplicate": True}
+            return ProduceResult(base_offset=decision.base_offset, count=decision.record_count, duplicate=True)
         if isinstance(decision, DuplicatePending):
             raise ProposalDropped("this batch is still being replicated; retry for its offsets")
         assert isinstance(decision, Accept)
         machine.state.record_proposal(header)
-        if acks == "none":
+        if acks is Acks.NONE:
             task = asyncio.create_task(runtime.propose([batch]))
             task.add_done_callback(_consume_task)
-            return {"base_offset": -1, "count": header.record_count, "duplicate": False}
+            return ProduceResult(base_offset=NO_OFFSET, count=header.record_count, duplicate=False)
         (result,) = await runtime.propose([batch], acks=acks)
-        if acks == "leader":  # durable here, not committed: the offset the leader's log gives it (Kafka's acks=1)
+        if acks is Acks.LEADER:  # durable here, not committed: the offset the leader's log gives it (Kafka's acks=1)
             base_offset = self.stores[group_id].offset_after(Index(result - 1))
-            return {"base_offset": int(base_offset), "count": header.record_count, "duplicate": False}
-        return result
+            return ProduceResult(base_offset=int(base_offset), count=header.record_count, duplicate=False)
+        return _applied(result)
 
     async def _require_allocated(self, producer_id: int) -> None:
         """Refuse a producer id the cluster never handed out (UNKNOWN_PRODUCER_ID), so a
@@ -628,7 +630,7 @@ class Node:
             leader = runtime.core.leader if runtime else 0
             return error_answer(NotLeader(leader))
         work = self._produce_local(GroupId(group_id), body[_PRODUCE.size :], acks)
-        return await answer(work, lambda result: json.dumps(_result_json(result)).encode())
+        return await answer(work, ProduceResult.to_json)
 
 
 async def _balance_here(node: Node) -> int:
@@ -647,9 +649,11 @@ def _catalog_value(value: Any) -> dict[str, Any]:
     return {}
 
 
-def _result_json(result: Any) -> dict[str, Any]:
-    if isinstance(result, dict):
-        return result
+def _applied(result: ApplyResult) -> ProduceResult:
+    """A committed batch's apply result as the producer's answer; a batch the state
+    machine refused (found out of order or fenced only at apply) raises its error here,
+    inside the produce, so a forwarded produce answers it as a typed error too."""
     if result.error is not None:
         raise result.error
-    return {"base_offset": result.base_offset, "count": result.count, "duplicate": result.duplicate}
+    assert result.base_offset is not None, "an applied DATA entry has offsets"
+    return ProduceResult(base_offset=int(result.base_offset), count=result.count, duplicate=result.duplicate)

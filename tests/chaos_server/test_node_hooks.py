@@ -96,7 +96,7 @@ async def test_ack_before_fsync_acknowledges_unsynced_writes(tmp_path: Path, mon
         await _topic([node], "acks", 1)
         await until(lambda: _unsynced_bytes(node, "acks") == 0, "the election's writes synced")
         answer = await node.produce("acks", 0, batch(b"acknowledged"))
-        assert answer["base_offset"] == 0
+        assert answer.base_offset == 0
         if not unsafe:
             assert _unsynced_bytes(node, "acks") == 0, "acknowledged only once durable"
             return

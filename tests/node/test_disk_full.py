@@ -52,7 +52,7 @@ async def test_a_full_disk_fails_the_group_which_reopens_when_space_returns(tmp_
         files.free_bytes = None  # space returns
         await until(lambda: group in leader.groups and not leader.groups[group].failed, "reopened", 20)
         answer = await produce_retrying(nodes[0], "full", 0, batch(b"after"), timeout_s=30)
-        assert answer["count"] == 1
+        assert answer.count == 1
         for node in nodes:
             await until(lambda n=node: values_at(n, "full", 0)[-1:] == [b"after"], "every replica", 20)
             values = values_at(node, "full", 0)

@@ -22,6 +22,7 @@ import pytest
 
 from multiraft.node.config import Address, NodeConfig
 from multiraft.node.node import WAKE_SILENCE_PERIODS, Node
+from multiraft.node.produce_result import ProduceResult
 from raftlog.errors import ClientError
 from raftlog.messages import Message, MessageType, Role
 from raftlog.types import NodeId
@@ -123,7 +124,7 @@ async def until(condition, what: str, timeout_s: float = 15.0) -> None:  # type:
 
 
 async def produce_retrying(node: Node, topic: str, partition: int, data: bytes, timeout_s: float = 15.0,
-                           acks: str = "quorum") -> dict:
+                           acks: str = "quorum") -> ProduceResult:
     async with asyncio.timeout(timeout_s):
         while True:
             try:
@@ -198,7 +199,7 @@ async def test_cluster_forms_produces_fails_over_and_restarts(tmp_path: Path) ->
         acknowledged = []
         for i in range(6):
             answer = await produce_retrying(nodes[i % 3], "events", 0, batch(b"v%d" % i))
-            acknowledged.append((answer["base_offset"], b"v%d" % i))
+            acknowledged.append((answer.base_offset, b"v%d" % i))
         assert [offset for offset, _ in acknowledged] == list(range(6)), "gapless offsets in order"
         await until(lambda: all(values_at(n, "events", 0) == [v for _, v in acknowledged] for n in nodes),
                     "every replica holds the acknowledged records")
@@ -210,7 +211,7 @@ async def test_cluster_forms_produces_fails_over_and_restarts(tmp_path: Path) ->
         survivors = [n for n in nodes if n is not old_leader]
         await until(lambda: leader_of(survivors, "events", 0) is not None, "a new partition leader")
         answer = await produce_retrying(survivors[0], "events", 0, batch(b"after"))
-        assert answer["base_offset"] == 6
+        assert answer.base_offset == 6
         acknowledged.append((6, b"after"))
 
         # Restart the stopped node from its data directory: it catches up.
@@ -242,7 +243,7 @@ async def test_a_stopped_leader_is_replaced_before_any_election_timeout(tmp_path
         assert took < 2.0, f"a new leader after {took:.2f} s: an election timeout, not the refusal"
         assert all(not n.is_live(old_leader.id) for n in survivors), "the gone node counts as silent"
         answer = await produce_retrying(survivors[0], "fast", 0, batch(b"after"))
-        assert answer["base_offset"] == 1
+        assert answer.base_offset == 1
 
 
 @pytest.mark.integration
@@ -266,15 +267,15 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
         first = encode_batch([Record(None, b"a"), Record(None, b"b")], first_timestamp_ms=1,
                              producer_id=producer_id, producer_epoch=epoch, base_sequence=0)
         answer = await produce_retrying(others[0], "solo", 0, first)
-        assert (answer["base_offset"], answer["count"], answer["duplicate"]) == (0, 2, False)
+        assert (answer.base_offset, answer.count, answer.duplicate) == (0, 2, False)
         retry = await produce_retrying(others[1], "solo", 0, first)
-        assert (retry["base_offset"], retry["duplicate"]) == (0, True), "a retry gets its original offsets"
+        assert (retry.base_offset, retry.duplicate) == (0, True), "a retry gets its original offsets"
 
         bumped = encode_batch([Record(None, b"e1")], first_timestamp_ms=1, producer_id=producer_id,
                               producer_epoch=epoch + 1, base_sequence=0)
         fenced = encode_batch([Record(None, b"old")], first_timestamp_ms=1, producer_id=producer_id,
                               producer_epoch=epoch, base_sequence=2)
-        assert (await produce_retrying(others[0], "solo", 0, bumped))["base_offset"] == 2
+        assert (await produce_retrying(others[0], "solo", 0, bumped)).base_offset == 2
         with pytest.raises(ClientError) as raised:
             await produce_retrying(others[1], "solo", 0, fenced)
         assert raised.value.code == "INVALID_PRODUCER_EPOCH", "an old epoch is fenced"
@@ -311,8 +312,9 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
-    # Goal: every acks mode answers; with a replica down, acks=quorum still works at
-    # min_insync_replicas=2 but is refused with NOT_ENOUGH_REPLICAS at 3.
+    # Goal: every acks mode answers a ProduceResult, on the leader and forwarded from a
+    # follower; with a replica down, acks=quorum still works at min_insync_replicas=2 but
+    # is refused with NOT_ENOUGH_REPLICAS at 3.
     from multiraft.node import partition_ops
 
     async with running_cluster(tmp_path) as nodes:
@@ -323,16 +325,18 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
             await node.wait_for_topic("relaxed")
         await until(lambda: leader_of(nodes, "strict", 0) and leader_of(nodes, "relaxed", 0), "leaders")
         for acks in ("none", "leader", "quorum", "all"):
-            answer = await produce_retrying(nodes[0], "relaxed", 0, batch(acks.encode()), acks=acks)
-            assert answer["count"] == 1
+            for node in nodes:  # the leader answers locally, the others forward to it
+                answer = await produce_retrying(node, "relaxed", 0, batch(acks.encode()), acks=acks)
+                assert isinstance(answer, ProduceResult) and answer.count == 1 and not answer.duplicate
+                assert (answer.base_offset == -1) == (acks == "none"), "only acks=none answers before an offset"
         # acks=leader answers with the offset the leader's log gave the batch (Kafka's acks=1).
         answer = await produce_retrying(nodes[0], "relaxed", 0, batch(b"offset"), acks="leader")
-        assert answer["base_offset"] == 4, "after the four above"
-        read = await partition_ops.consume(nodes[0], "relaxed", 0, 4, wait_ms=5000)
-        assert [(base, count) for base, count, _ in read.batches] == [(4, 1)]
+        assert answer.base_offset == 12, "after the twelve above"
+        read = await partition_ops.consume(nodes[0], "relaxed", 0, 12, wait_ms=5000)
+        assert [(base, count) for base, count, _ in read.batches] == [(12, 1)]
         await _uncommitted_reads_reach_the_leaders_log_end(nodes, "relaxed")
         answer = await produce_retrying(nodes[0], "strict", 0, batch(b"x"), timeout_s=15)
-        assert answer["base_offset"] == 0
+        assert answer.base_offset == 0
         # Take down a follower of both partitions; wait past the lag time (short here).
         leader = leader_of(nodes, "strict", 0)
         victim = next(n for n in nodes if n is not leader and n is not leader_of(nodes, "relaxed", 0))
@@ -340,7 +344,7 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
         survivors = [n for n in nodes if n is not victim]
         await asyncio.sleep(0.1)
         answer = await produce_retrying(survivors[0], "relaxed", 0, batch(b"ok"))
-        assert answer["count"] == 1
+        assert answer.count == 1
         strict_leader = leader_of(survivors, "strict", 0)
         group = strict_leader.partition_group("strict", 0)
         core = strict_leader.groups[group].core
@@ -369,7 +373,7 @@ async def _uncommitted_reads_reach_the_leaders_log_end(nodes: list[Node], topic:
                 deliver(message)
         runtime.deliver = hold  # type: ignore[method-assign]
     try:
-        ahead = (await leader.produce(topic, 0, batch(b"ahead"), "leader"))["base_offset"]
+        ahead = (await leader.produce(topic, 0, batch(b"ahead"), "leader")).base_offset
         for node in nodes:
             committed = await partition_ops.consume(node, topic, 0, ahead)
             assert committed.batches == [] and committed.high_watermark == ahead
@@ -396,7 +400,7 @@ async def _quiesce_scenario(tmp_path: Path, partitions: int, timeout_s: float) -
         # Quiet groups send nothing; only node pings remain (2 peers x ~25 intervals/s).
         assert max(sent) < 150, f"frames per node while quiet: {sent}"
         answer = await produce_retrying(nodes[1], "many", partitions - 1, batch(b"wake"))
-        assert answer["base_offset"] == 0, "a produce wakes its group"
+        assert answer.base_offset == 0, "a produce wakes its group"
         # A leader's node dies: its quiet groups wake on the other nodes and elect.
         victim = nodes[0]
         led = [p for p in range(partitions) if leader_of(nodes, "many", p) is victim]

@@ -94,6 +94,6 @@ async def test_retention_moves_the_log_start_with_the_state(tmp_path: Path) -> N
         for node in nodes:
             await node.wait_for_topic("ret")
         retried = await produce_retrying(nodes[0], "ret", 0, idempotent, timeout_s=30)
-        assert (retried["base_offset"], retried["duplicate"]) == (first["base_offset"], True)
+        assert (retried.base_offset, retried.duplicate) == (first.base_offset, True)
         after = await produce_retrying(nodes[0], "ret", 0, fat(999))
-        assert after["base_offset"] == high_watermark, "offsets continue where they were"
+        assert after.base_offset == high_watermark, "offsets continue where they were"

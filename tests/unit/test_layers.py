@@ -78,6 +78,7 @@ ALLOWED_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
     ("multiraft.http.handlers.produce", "multiraft.node.acks"),
     ("multiraft.http.handlers.produce", "multiraft.node.batch_checks"),
     ("multiraft.http.handlers.produce", "multiraft.node.node"),
+    ("multiraft.http.handlers.produce", "multiraft.node.produce_result"),
     ("multiraft.http.handlers.produce", "multiraft.state.partitioner"),
     ("multiraft.http.metrics", "multiraft.node.node"),
     ("multiraft.http.metrics", "multiraft.transport.inbound_admission"),

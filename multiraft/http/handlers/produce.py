@@ -38,6 +38,7 @@ from multiraft.http.records import ParsedRecord, encode_records, parse_records
 from multiraft.node.acks import Acks
 from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.node import Node
+from multiraft.node.produce_result import NO_OFFSET, ProduceResult
 from multiraft.state.partitioner import partition_for_key
 from raftlog.errors import ClientError, NotLeader
 from raftlog.messages import Role
@@ -88,7 +89,7 @@ async def produce_topic(request: web.Request) -> web.Response:
     batches = [encode_records([records[i] for i in by_partition[p]]) for p in order]
     here_only = _forward_refused(request)
 
-    async def produce(partition: int, batch: bytes) -> Any:
+    async def produce(partition: int, batch: bytes) -> ProduceResult:
         if here_only:
             _require_leadership(node, topic, partition)
         return await node.produce(topic, partition, batch, acks)
@@ -108,8 +109,8 @@ async def produce_topic(request: web.Request) -> web.Response:
             if isinstance(outcome, ClientError):
                 offsets[position] = {"partition": partition, "offset": None, **error_body(outcome)}
             else:
-                base = outcome["base_offset"]
-                offsets[position] = {"partition": partition, "offset": base + i if base >= 0 else -1}
+                base = outcome.base_offset
+                offsets[position] = {"partition": partition, "offset": base + i if base != NO_OFFSET else NO_OFFSET}
     if failures and len(failures) == len(order):
         raise failures[0]
     return web.json_response({"offsets": offsets})
@@ -167,5 +168,5 @@ async def produce_partition(request: web.Request) -> web.Response:
     if _forward_refused(request):
         _require_leadership(node, topic, partition)
     result = await bounded(node.produce(topic, partition, batch, acks, header), "produce")
-    return web.json_response({"partition": partition, "base_offset": result["base_offset"],
-                              "count": result["count"], "duplicate": bool(result["duplicate"])})
+    return web.json_response({"partition": partition, "base_offset": result.base_offset,
+                              "count": result.count, "duplicate": result.duplicate})
