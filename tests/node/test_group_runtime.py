@@ -95,41 +95,32 @@ class Cluster:
 @pytest.mark.asyncio
 async def test_propose_read_and_step_down() -> None:
     cluster = Cluster()
-    for runtime in cluster.runtimes.values():
-        runtime.start()
-    ticker = asyncio.create_task(cluster.ticker())
-    try:
-        async with asyncio.timeout(20):
-            leader = await cluster.leader()
-            results = await leader.propose([b"a", b"b", b"c"])
-            assert results == [1, 2, 3], "each waiter gets its own entry's apply result"
-            index = await leader.read_index()
-            assert index >= leader.core.commit_index - 0 and leader.core.applied_index >= index
+    async with cluster.running():
+        leader = await cluster.leader()
+        results = await leader.propose([b"a", b"b", b"c"])
+        assert results == [1, 2, 3], "each waiter gets its own entry's apply result"
+        index = await leader.read_index()
+        assert index >= leader.core.commit_index - 0 and leader.core.applied_index >= index
 
-            follower = next(r for r in cluster.runtimes.values() if r is not leader)
-            with pytest.raises(NotLeader):
-                await follower.propose([b"x"])
-            assert await follower.read_index() >= index, "followers read through the leader"
+        follower = next(r for r in cluster.runtimes.values() if r is not leader)
+        with pytest.raises(NotLeader):
+            await follower.propose([b"x"])
+        assert await follower.read_index() >= index, "followers read through the leader"
 
-            # Cut the leader off: its pending proposal can no longer commit, and when it
-            # steps down (CheckQuorum) the waiter learns the outcome is unknown.
-            cluster.isolated.add(leader.core.id)
-            pending = asyncio.create_task(leader.propose([b"lost?"]))
-            with pytest.raises(OutcomeUnknown):
-                await pending
-            cluster.isolated.discard(leader.core.id)
-            new_leader = await cluster.leader()
-            await new_leader.propose([b"d"])  # (whether "lost?" made it is up to the schedule)
-            while any(r.state_machine.applied[-1:] != [b"d"] for r in cluster.runtimes.values()):
-                await asyncio.sleep(0.01)
-            logs = [r.state_machine.applied for r in cluster.runtimes.values()]
-            assert logs[0] == logs[1] == logs[2]
-            assert logs[0][:3] == [b"a", b"b", b"c"]
-    finally:
-        ticker.cancel()
-        await asyncio.gather(ticker, return_exceptions=True)
-        for runtime in cluster.runtimes.values():
-            await runtime.stop()
+        # Cut the leader off: its pending proposal can no longer commit, and when it
+        # steps down (CheckQuorum) the waiter learns the outcome is unknown.
+        cluster.isolated.add(leader.core.id)
+        pending = asyncio.create_task(leader.propose([b"lost?"]))
+        with pytest.raises(OutcomeUnknown):
+            await pending
+        cluster.isolated.discard(leader.core.id)
+        new_leader = await cluster.leader()
+        await new_leader.propose([b"d"])  # (whether "lost?" made it is up to the schedule)
+        while any(r.state_machine.applied[-1:] != [b"d"] for r in cluster.runtimes.values()):
+            await asyncio.sleep(0.01)
+        logs = [r.state_machine.applied for r in cluster.runtimes.values()]
+        assert logs[0] == logs[1] == logs[2]
+        assert logs[0][:3] == [b"a", b"b", b"c"]
 
 
 @pytest.mark.asyncio
@@ -137,29 +128,20 @@ async def test_the_status_the_edge_reads_is_a_frozen_snapshot() -> None:
     # Goal (issue 22): HTTP, /metrics and the UI read GroupStatus, not the core; the
     # leader's shows the ISR and follower lag, a follower's leaves them out.
     cluster = Cluster()
-    for runtime in cluster.runtimes.values():
-        runtime.start()
-    ticker = asyncio.create_task(cluster.ticker())
-    try:
-        async with asyncio.timeout(20):
-            leader = await cluster.leader()
-            await leader.propose([b"a", b"b"])
-            while any(r.core.applied_index < leader.core.commit_index for r in cluster.runtimes.values()):
-                await asyncio.sleep(0.01)
-            status = leader.status()
-            assert (status.role, status.leader, status.group_id) == (Role.LEADER, leader.core.id, GroupId(7))
-            assert status.in_sync == status.voters == frozenset({1, 2, 3})
-            assert status.follower_lag_entries == 0 and status.commit_index == status.last_index
-            follower = next(r for r in cluster.runtimes.values() if r is not leader).status()
-            assert follower.role is Role.FOLLOWER and follower.leader == leader.core.id
-            assert follower.in_sync is None and follower.follower_lag_entries is None
-            with pytest.raises(AttributeError):
-                status.term = 99  # type: ignore[misc]
-    finally:
-        ticker.cancel()
-        await asyncio.gather(ticker, return_exceptions=True)
-        for runtime in cluster.runtimes.values():
-            await runtime.stop()
+    async with cluster.running():
+        leader = await cluster.leader()
+        await leader.propose([b"a", b"b"])
+        while any(r.core.applied_index < leader.core.commit_index for r in cluster.runtimes.values()):
+            await asyncio.sleep(0.01)
+        status = leader.status()
+        assert (status.role, status.leader, status.group_id) == (Role.LEADER, leader.core.id, GroupId(7))
+        assert status.in_sync == status.voters == frozenset({1, 2, 3})
+        assert status.follower_lag_entries == 0 and status.commit_index == status.last_index
+        follower = next(r for r in cluster.runtimes.values() if r is not leader).status()
+        assert follower.role is Role.FOLLOWER and follower.leader == leader.core.id
+        assert follower.in_sync is None and follower.follower_lag_entries is None
+        with pytest.raises(AttributeError):
+            status.term = 99  # type: ignore[misc]
 
 
 @pytest.mark.asyncio
