@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from chaos.cluster import ChaosCluster
-from chaos.history import AnyOp, HistoryWriter, Outcome, PartitionKey, Poll, Record, Send
+from chaos.history import AnyOp, Outcome, PartitionKey, Poll, Record, Send
+from chaos.history_writer import HistoryWriter
 from chaos.workload import value_of
 from multiraft.client.http import AsyncClient, RaftlogError
 

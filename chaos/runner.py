@@ -33,7 +33,9 @@ from typing import Any
 from chaos import checker
 from chaos.cluster import ChaosCluster, copy_logs
 from chaos.finalread import ClusterReplicas, FinalRead, FinalReader, targets_of
-from chaos.history import HistoryWriter, PartitionKey, read_history
+from chaos.history import PartitionKey
+from chaos.history_file import read_history
+from chaos.history_writer import HistoryWriter
 from chaos.nemesis import Nemesis
 from chaos.serverchecks import DebugEndpoints, compare_replicas, leaders_per_term, skipped_ranges
 from chaos.workload import CLIENT_HOST, Stats, Workload

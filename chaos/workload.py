@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.cluster import ChaosCluster
-from chaos.history import HistoryWriter, PartitionKey, ProducerStamp
+from chaos.history import PartitionKey, ProducerStamp
+from chaos.history_writer import HistoryWriter
 from multiraft.client.http import AsyncClient, OutcomeUnknownError, RaftlogError, UnavailableError
 
 CLIENT_HOST = "127.0.0.100"

@@ -16,7 +16,6 @@ from chaos.checker import ANOMALY_CLASSES, CheckLimits, CheckResult, check
 from chaos.history import (
     AnyOp,
     HistoryError,
-    HistoryWriter,
     OffsetCommit,
     OffsetFetch,
     Outcome,
@@ -25,9 +24,9 @@ from chaos.history import (
     ProducerStamp,
     Send,
     Value,
-    parse_history,
-    write_history,
 )
+from chaos.history_file import parse_history, write_history
+from chaos.history_writer import HistoryWriter
 
 OK, FAIL, INFO = Outcome.OK, Outcome.FAIL, Outcome.INFO
 K = PartitionKey("t", 0)

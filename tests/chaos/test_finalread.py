@@ -22,7 +22,9 @@ from chaos.finalread import (
     confirmed_leader,
     targets_of,
 )
-from chaos.history import HistoryWriter, Outcome, PartitionKey, Poll, Record, parse_history
+from chaos.history import Outcome, PartitionKey, Poll, Record
+from chaos.history_file import parse_history
+from chaos.history_writer import HistoryWriter
 
 K = PartitionKey("chaos-a", 0)
 LIMITS = FinalReadLimits(budget_s=10.0, retry_s=0.5)
