@@ -14,6 +14,7 @@ import struct
 import zlib
 from array import array
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from raftlog.messages import EntryKind
@@ -110,6 +111,36 @@ class Segment:
             self.last_index, self.size, self.crc or 0, self.first_offset, self.next_offset,
             self.created_ms,
         )  # fmt: skip
+
+
+def read_frames(
+    files: Files, segment: Segment, index: Index, position: int, end: int,
+    verify_crc: bool, chunk_bytes: int,
+) -> Iterator[tuple[FrameInfo, memoryview]]:
+    """Frames of `segment` from entry `index` at `position` up to `end`, in order, read
+    `chunk_bytes` at a time, each checked by CRC unless `verify_crc` is off."""
+    while position < end:
+        chunk = files.read(segment.handle, position, min(end - position, chunk_bytes))
+        buffer, offset = memoryview(chunk), 0
+        while True:
+            parsed = parse_frame(buffer, offset, verify_crc)
+            if parsed is None:
+                break
+            info, payload = parsed
+            if info.index != index:
+                raise CorruptionError(f"entry {index} is stored as {info.index}")
+            yield info, payload
+            index, offset = Index(index + 1), info.end
+        if offset == 0:  # one frame larger than the chunk
+            declared = int.from_bytes(buffer[:4], "big") + 4
+            if position + declared > end:
+                raise CorruptionError(f"frame of entry {index} runs past its segment")
+            buffer = memoryview(files.read(segment.handle, position, declared))
+            parsed = parse_frame(buffer, 0, verify_crc)
+            assert parsed is not None
+            yield parsed
+            index, offset = Index(index + 1), declared
+        position += offset
 
 
 @dataclass(frozen=True, slots=True)

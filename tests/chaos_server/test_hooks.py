@@ -21,7 +21,7 @@ from raftlog.types import Index, NodeId, Term
 from storage.batch import Record, encode_batch
 from storage.config import StoreConfig
 from storage.errors import CorruptionError
-from storage.segments import RECENT_ENTRIES_MAX
+from storage.recent import RECENT_ENTRIES_MAX
 from tests.storage.helpers import SegmentHarness, data_entry
 
 # ---- parsing ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 
 from raftlog.messages import Entry, EntryKind
 from raftlog.types import Index, Term
-from storage.segments import RECENT_BYTES_MAX, RECENT_ENTRIES_MAX
+from storage.recent import RECENT_BYTES_MAX, RECENT_ENTRIES_MAX
 from tests.storage.helpers import SegmentHarness, entries
 
 ALL = 1 << 30

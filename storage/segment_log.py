@@ -1,0 +1,172 @@
+"""The read side of a group's segment log: entries by Raft index, positions, offsets.
+
+`SegmentLog` implements `raftlog.storage.LogStorage` over the segment files the
+way `storage/segments.py`'s `SegmentStore` (its subclass, which adds every write:
+appends, syncs, truncation, compaction) keeps them: the open segment's tables in
+memory, closed segments' index keys in the database, the newest entries in memory
+(`storage/recent.py`). Every frame read is checked by CRC.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from raftlog.messages import ENTRY_OVERHEAD_BYTES, Entry, Snapshot
+from raftlog.storage import CompactedError, UnavailableError
+from raftlog.types import GroupId, Index, Offset, Term
+from storage import catalog
+from storage.config import StoreConfig
+from storage.errors import CorruptionError
+from storage.files import Files
+from storage.frames import FRAME_HEADER_BYTES, FrameInfo
+from storage.node_state import StartPoint
+from storage.recent import RecentEntries
+from storage.recovery import Recovered
+from storage.segment import Segment, read_frames
+from storage.state_db import INDEX, StateDatabase, int_key
+
+
+class SegmentLog:
+    """The reads of one group's log. Not thread-safe: the node's event loop owns it."""
+
+    def __init__(
+        self, group: GroupId, directory: str, db: StateDatabase, files: Files,
+        config: StoreConfig, recovered: Recovered,
+    ) -> None:
+        self.group, self.directory, self._db, self._files = group, directory, db, files
+        self.config = config
+        self._start: StartPoint = recovered.start
+        self._segments: list[Segment] = recovered.segments
+        # Term runs: entries from _term_starts[i] on have term _terms[i].
+        self._term_starts, self._terms = recovered.term_starts, recovered.terms
+        self._recent = RecentEntries()
+
+    def first_index(self) -> Index:
+        return Index(self._start.snapshot.meta.index + 1)
+
+    def last_index(self) -> Index:
+        if self._segments and self._segments[-1].last_index > self._start.snapshot.meta.index:
+            return self._segments[-1].last_index
+        return self._start.snapshot.meta.index
+
+    def term(self, index: Index) -> Term:
+        start = self._start.snapshot.meta
+        if index == start.index:
+            return start.term
+        if index < start.index:
+            raise CompactedError(f"index {index} is below the first index {start.index + 1}")
+        if index > self.last_index():
+            raise UnavailableError(f"index {index} is beyond the last index {self.last_index()}")
+        run = bisect_right(self._term_starts, index) - 1
+        assert run >= 0, "every retained entry lies in a term run"
+        return Term(self._terms[run])
+
+    def entries(self, lo: Index, hi: Index, max_bytes: int) -> list[Entry]:
+        self._check_range(lo, hi)
+        recent = self._recent.read(lo, hi, max_bytes, self.last_index())
+        if recent is not None:
+            return recent
+        selected: list[Entry] = []
+        total = 0
+        for info, payload in self._frames(lo, hi):
+            total += len(payload) + ENTRY_OVERHEAD_BYTES
+            if total > max_bytes and selected:
+                break
+            selected.append(Entry(info.index, info.term, info.kind, payload.tobytes()))
+        return selected
+
+    def snapshot(self) -> Snapshot:
+        return self._start.snapshot
+
+    def _check_range(self, lo: Index, hi: Index) -> None:
+        if lo <= self._start.snapshot.meta.index:
+            raise CompactedError(f"index {lo} is below the first index {self.first_index()}")
+        if hi > self.last_index() + 1:
+            raise UnavailableError(f"index {hi - 1} is beyond the last index {self.last_index()}")
+        assert lo <= hi, "ranges are half-open [lo, hi)"
+
+    # -- positions -------------------------------------------------------------
+
+    def _segment_of(self, index: Index) -> Segment:
+        slot = bisect_right([s.first_index for s in self._segments], index) - 1
+        assert slot >= 0, f"index {index} precedes every segment"
+        return self._segments[slot]
+
+    def _position(self, segment: Segment, index: Index) -> int:
+        if index == segment.last_index + 1:
+            return segment.size
+        if not segment.closed:
+            return segment.open_position(index)
+        value = self._db.get(int_key(INDEX, self.group, index))
+        if value is None:
+            raise CorruptionError(f"index key of entry {index} is missing")
+        first, position = catalog.INDEX_VALUE.unpack(value)
+        assert first == segment.first_index
+        return position
+
+    def _frames(self, lo: Index, hi: Index) -> Iterator[tuple[FrameInfo, memoryview]]:
+        """Frames of [lo, hi) in order, each checked by CRC (never served corrupt)."""
+        index = lo
+        while index < hi:
+            segment = self._segment_of(index)
+            segment_hi = min(hi, Index(segment.last_index + 1))
+            position = self._position(segment, index)
+            end = self._position(segment, segment_hi)
+            yield from read_frames(self._files, segment, index, position, end,
+                                   self.config.verify_crc, self.config.read_chunk_bytes)
+            index = segment_hi
+
+    def _offset_at(self, segment: Segment, index: Index) -> Offset:
+        """The base offset stored in entry `index`'s frame header."""
+        if index == segment.last_index + 1:
+            return segment.next_offset
+        position = self._position(segment, index)
+        header = memoryview(self._files.read(segment.handle, position, FRAME_HEADER_BYTES))
+        return Offset(int.from_bytes(header[26:34], "big"))
+
+
+    # -- offsets ---------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> Offset:
+        return self._start.next_offset
+
+    @property
+    def log_end_offset(self) -> Offset:
+        if self._segments:
+            return self._segments[-1].next_offset
+        return self._start.next_offset
+
+    def offset_after(self, index: Index) -> Offset:
+        """The offset of the first record after entry `index` (the high watermark
+        when `index` is the commit index). One function converts Index to Offset."""
+        if index == self._start.snapshot.meta.index:
+            return self._start.next_offset
+        self._check_range(index, Index(index + 1))
+        segment = self._segment_of(index)
+        return (
+            self._offset_at(segment, Index(index + 1))
+            if index < segment.last_index
+            else (segment.next_offset)
+        )
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    @property
+    def db(self) -> StateDatabase:
+        return self._db
+
+    @property
+    def files(self) -> Files:
+        return self._files
+
+    def frames(self, lo: Index, hi: Index) -> Iterator[tuple[FrameInfo, memoryview]]:
+        self._check_range(lo, hi)
+        return self._frames(lo, hi)
+
+    def segment_of(self, index: Index) -> Segment:
+        return self._segment_of(index)
+
