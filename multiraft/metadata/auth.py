@@ -23,32 +23,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from multiraft.errors import InvalidRequest
-from multiraft.metadata.commands import TOPIC_NAME_PATTERN
+# The checks of token names and rights live with the topic-name pattern they share
+# with the commands; re-exported here for the edge (multiraft/http/handlers/tokens.py).
+from multiraft.metadata.patterns import check_rights, check_token_name
 
-TOKEN_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,64}")
-RIGHT_PATTERN = re.compile(rf"admin|(read|write):(\*|{TOPIC_NAME_PATTERN.pattern})")
-RIGHTS_MAX = 100
+__all__ = [
+    "ADMIN", "BEARER", "Principal", "authenticate", "check_rights", "check_token_name",
+    "new_token", "token_digest",
+]
+
 BEARER = "Bearer "
-
-
-def check_rights(rights: object) -> tuple[str, ...]:
-    if not isinstance(rights, list | tuple) or not 1 <= len(rights) <= RIGHTS_MAX:
-        raise InvalidRequest(f"rights are a list of 1..{RIGHTS_MAX} of admin, read:TOPIC, write:TOPIC (TOPIC or *)")
-    for right in rights:
-        if not isinstance(right, str) or not RIGHT_PATTERN.fullmatch(right):
-            raise InvalidRequest(f"right {right!r} is not admin, read:TOPIC or write:TOPIC (TOPIC or *)")
-    return tuple(sorted(set(rights)))
-
-
-def check_token_name(name: object) -> None:
-    if not isinstance(name, str) or not TOKEN_NAME_PATTERN.fullmatch(name):
-        raise InvalidRequest(f"token name must match {TOKEN_NAME_PATTERN.pattern}")
 
 
 def new_token() -> str:

@@ -18,8 +18,7 @@ replica of a deleted partition can never be mistaken for a new one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import replace
 
 from multiraft.errors import (
     InvalidConfig,
@@ -32,6 +31,19 @@ from multiraft.errors import (
     UnknownToken,
     UnknownTopic,
 )
+from multiraft.metadata.catalog_records import (
+    FIRST_PARTITION_GROUP,
+    ID_MAX,
+    METADATA_GROUP,
+    CatalogResult,
+    LocalGroup,
+    NodeInfo,
+    PartitionInfo,
+    ProducerIdBlock,
+    TokenInfo,
+    TopicInfo,
+)
+from multiraft.metadata.catalog_snapshot import decode_catalog, encode_catalog
 from multiraft.metadata.commands import (
     CONFIG_ENTRIES_MAX,
     AllocateProducerIds,
@@ -52,90 +64,10 @@ from multiraft.metadata.commands import (
 from raftlog.errors import ClientError
 from raftlog.types import GroupId, Index, NodeId
 
-METADATA_GROUP = GroupId(0)
-FIRST_PARTITION_GROUP = GroupId(1)
-ID_MAX = 2**63 - 1  # ids travel as u64/i64 in frames and batch headers
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    node_id: NodeId
-    raft_addr: str
-    http_addr: str
-    rack: str | None
-    status: NodeStatus
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
-    """One partition: its Raft group and replicas (preferred leader first).
-
-    `initial`: the replicas it was created with, the voters a new group's log is
-    bootstrapped with (empty: the same as `replicas`, never moved). `leaving`: nodes
-    whose replica moved elsewhere (`ReplaceReplica`) and which keep their copy until
-    the group has removed them (`ReplicaLeft`).
-    """
-
-    partition: int
-    group_id: GroupId
-    replicas: tuple[NodeId, ...]
-    initial: tuple[NodeId, ...] = ()
-    leaving: tuple[NodeId, ...] = ()
-
-    @property
-    def bootstrap_voters(self) -> tuple[NodeId, ...]:
-        return self.initial or self.replicas
-
-    @property
-    def hosts(self) -> tuple[NodeId, ...]:
-        """The nodes that keep a copy: the replicas and the leaving ones."""
-        return self.replicas + self.leaving
-
-
-@dataclass(frozen=True, slots=True)
-class TokenInfo:
-    """A bearer token: its name, SHA-256 digest (never the token) and rights."""
-
-    name: str
-    digest: str
-    rights: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    name: str
-    replication_factor: int
-    config: dict[str, ConfigValue]
-    partitions: tuple[PartitionInfo, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerIdBlock:
-    """Producer ids `first .. first + count - 1`, reserved for the proposer."""
-
-    first: int
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
-class CatalogResult:
-    """Outcome of one command: `value` on success, else `error` (catalog unchanged)."""
-
-    index: Index
-    value: NodeInfo | TopicInfo | ProducerIdBlock | None = None
-    error: ClientError | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-class LocalGroup(NamedTuple):
-    topic: str
-    partition: int
-    replicas: tuple[NodeId, ...]
-    bootstrap_voters: tuple[NodeId, ...] = ()  # empty: the same as `replicas`
-
+__all__ = [
+    "FIRST_PARTITION_GROUP", "ID_MAX", "METADATA_GROUP", "Catalog", "CatalogResult", "LocalGroup",
+    "NodeInfo", "PartitionInfo", "ProducerIdBlock", "TokenInfo", "TopicInfo", "groups_for_node",
+]
 
 class Catalog:
     """Applied metadata. Invariants: ids below `next_group_id` / `next_producer_id`
@@ -323,15 +255,11 @@ class Catalog:
         return [n for _, n in sorted(self.nodes.items()) if n.status is NodeStatus.ALIVE]
 
     def snapshot(self) -> bytes:
-        from multiraft.metadata.catalog_snapshot import encode_catalog
-
         return encode_catalog(self)
 
     @classmethod
     def restore(cls, data: bytes) -> Catalog:
-        from multiraft.metadata.catalog_snapshot import decode_catalog
-
-        return decode_catalog(data)
+        return decode_catalog(data, cls)
 
 
 def _altered(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | None]) -> dict[str, ConfigValue]:

@@ -4,23 +4,31 @@ A snapshot travels to a lagging or new node, so its bytes are checked as any
 input is: node and topic records are re-validated through the command
 dataclasses' own checks (one rule set, not two), and the id counters must lie
 above every id in use. Failures raise `SnapshotFormatError`.
+
+The catalog (multiraft/metadata/catalog.py) encodes and restores itself through
+this module, so the codec does not import it: it names the catalog's shape
+(`CatalogFields`) and is handed the class to build.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from multiraft.errors import SnapshotFormatError
-from multiraft.metadata.catalog import (
+from multiraft.metadata.catalog_records import (
     FIRST_PARTITION_GROUP,
-    Catalog,
     NodeInfo,
     PartitionInfo,
+    TokenInfo,
     TopicInfo,
 )
 from multiraft.metadata.commands import (
+    Command,
+    ConfigValue,
     CreateTopic,
+    DeleteToken,
     NodeStatus,
     PutToken,
     RegisterNode,
@@ -32,7 +40,26 @@ from raftlog.types import GroupId, Index, NodeId
 CATALOG_SNAPSHOT_VERSION = 1
 
 
-def encode_catalog(catalog: Catalog) -> bytes:
+class CatalogFields(Protocol):
+    """What the codec reads and fills of a `Catalog`."""
+
+    applied_index: Index
+    nodes: dict[NodeId, NodeInfo]
+    topics: dict[str, TopicInfo]
+    next_group_id: GroupId
+    next_producer_id: int
+    cluster_config: dict[str, ConfigValue]
+    tokens: dict[str, TokenInfo]
+
+    def validate(self, command: Command) -> None: ...
+
+    def apply_token(self, command: PutToken | DeleteToken) -> None: ...
+
+
+C = TypeVar("C", bound=CatalogFields)
+
+
+def encode_catalog(catalog: CatalogFields) -> bytes:
     document = {
         "v": CATALOG_SNAPSHOT_VERSION,
         "applied_index": catalog.applied_index,
@@ -62,10 +89,11 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
     }
 
 
-def decode_catalog(data: bytes) -> Catalog:
+def decode_catalog(data: bytes, new_catalog: Callable[[], C]) -> C:
+    """The catalog `data` holds, built from an empty one made by `new_catalog`."""
     try:
         document = json.loads(data)
-        return _build(document)
+        return _build(document, new_catalog)
     except (UnicodeDecodeError, KeyError, TypeError, ValueError, ClientError) as error:
         raise SnapshotFormatError(f"catalog snapshot is malformed: {error!r}") from None
 
@@ -76,10 +104,10 @@ def _int(value: Any, minimum: int = 0) -> int:
     return value
 
 
-def _build(document: Any) -> Catalog:
+def _build(document: Any, new_catalog: Callable[[], C]) -> C:
     if not isinstance(document, dict) or document.get("v") != CATALOG_SNAPSHOT_VERSION:
         raise ValueError("unknown catalog snapshot version")
-    catalog = Catalog()
+    catalog = new_catalog()
     catalog.applied_index = Index(_int(document["applied_index"]))
     catalog.next_group_id = GroupId(_int(document["next_group_id"], FIRST_PARTITION_GROUP))
     catalog.next_producer_id = _int(document["next_producer_id"])

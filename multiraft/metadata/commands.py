@@ -32,11 +32,10 @@ from multiraft.errors import (
     InvalidRequest,
     InvalidTopic,
 )
+from multiraft.metadata.patterns import TOPIC_NAME_PATTERN, check_rights, check_token_name
 from raftlog.types import NodeId
 
 COMMAND_VERSION = 1
-# Kafka's legal topic characters and maximum length; "." and ".." are refused too.
-TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # Kafka refuses more than this many partitions per request only by default quotas;
 # 10,000 keeps one CreateTopic entry (and its apply) bounded.
 PARTITIONS_MAX = 10_000
@@ -262,8 +261,6 @@ class PutToken:
     rights: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        from multiraft.metadata.auth import check_rights, check_token_name
-
         check_token_name(self.name)
         if not isinstance(self.digest, str) or not re.fullmatch(r"[0-9a-f]{64}", self.digest):
             raise InvalidRequest("token digest is 64 lowercase hex digits (SHA-256)")
@@ -276,8 +273,6 @@ class DeleteToken:
     name: str
 
     def __post_init__(self) -> None:
-        from multiraft.metadata.auth import check_token_name
-
         check_token_name(self.name)
 
 

@@ -44,6 +44,7 @@ from multiraft.state.consumer_offsets import (
     OffsetsExpire,
     decode_meta,
 )
+from multiraft.state.partition_snapshot import decode_snapshot, encode_snapshot
 from multiraft.state.producers import (
     PRODUCERS_MAX_DEFAULT,
     Accept,
@@ -301,13 +302,8 @@ class PartitionState:
     # ---- snapshot ----------------------------------------------------------------
 
     def snapshot(self) -> bytes:
-        # Imported here: the codec module builds PartitionState, so it imports this one.
-        from multiraft.state.partition_snapshot import encode_snapshot
-
         return encode_snapshot(self)
 
     @classmethod
     def restore(cls, data: bytes) -> PartitionState:
-        from multiraft.state.partition_snapshot import decode_snapshot
-
-        return decode_snapshot(data)
+        return decode_snapshot(data, cls)

@@ -10,23 +10,29 @@ Versions: v2 adds each consumer group's commit time (a fifth field of its row,
 `committed_at_ms`, which retention reads). v1 snapshots, from before retention,
 still decode: their groups get `COMMIT_TIME_UNKNOWN` (multiraft/state/consumer_offsets.py
 says how a retention pass treats those). Always encoded as v2.
+
+`PartitionState` (multiraft/state/partition.py) encodes and restores itself through
+this module, so the codec does not import it: it names the state's shape
+(`PartitionFields`) and is handed the class to build.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import msgpack
 
 from multiraft.errors import SnapshotFormatError
 from multiraft.state.consumer_offsets import COMMIT_TIME_UNKNOWN, CommittedOffset
-from multiraft.state.partition import PartitionState
 from multiraft.state.producers import (
     BATCHES_KEPT,
     EPOCH_MAX,
     SEQUENCE_MAX,
     ProducedBatch,
     ProducerEntry,
+    ProducerTable,
 )
 from raftlog.types import Index, Offset
 
@@ -34,7 +40,23 @@ SNAPSHOT_VERSION = 2
 SNAPSHOT_VERSIONS_DECODED = (1, 2)
 
 
-def encode_snapshot(state: PartitionState) -> bytes:
+class PartitionFields(Protocol):
+    """What the codec reads and fills of a `PartitionState`."""
+
+    topic: str
+    partition: int
+    applied_index: Index
+    next_offset: Offset
+    producers: ProducerTable
+    consumer_groups_max: int
+    consumer_offsets: OrderedDict[str, CommittedOffset]
+    skipped_ranges: list[tuple[Offset, int]]
+
+
+S = TypeVar("S", bound=PartitionFields)
+
+
+def encode_snapshot(state: PartitionFields) -> bytes:
     document = {
         "v": SNAPSHOT_VERSION,
         "topic": state.topic,
@@ -58,13 +80,15 @@ def _producer_row(producer_id: int, entry: ProducerEntry) -> list[Any]:
     return [producer_id, entry.epoch, batches]
 
 
-def decode_snapshot(data: bytes) -> PartitionState:
+def decode_snapshot(data: bytes, new_state: Callable[..., S]) -> S:
+    """The state `data` holds, built by `new_state` (called with the keyword arguments
+    of `PartitionState`) and filled in."""
     try:
         document = msgpack.unpackb(data, raw=False, strict_map_key=True)
     except (ValueError, msgpack.UnpackException) as error:
         raise SnapshotFormatError(f"partition snapshot does not decode: {error}") from None
     try:
-        return _build(document)
+        return _build(document, new_state)
     except (KeyError, TypeError, ValueError) as error:
         raise SnapshotFormatError(f"partition snapshot is malformed: {error!r}") from None
 
@@ -75,13 +99,13 @@ def _int(value: Any, minimum: int = 0) -> int:
     return value
 
 
-def _build(document: Any) -> PartitionState:
+def _build(document: Any, new_state: Callable[..., S]) -> S:
     version = document.get("v") if isinstance(document, dict) else None
     if type(version) is not int or version not in SNAPSHOT_VERSIONS_DECODED:
         raise ValueError("unknown partition snapshot version")
     if not isinstance(document["topic"], str):
         raise ValueError("topic is not a string")
-    state = PartitionState(
+    state = new_state(
         topic=document["topic"],
         partition=_int(document["partition"]),
         applied_index=Index(_int(document["applied_index"])),

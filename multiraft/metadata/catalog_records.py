@@ -1,0 +1,99 @@
+"""The catalog's records: nodes, topics, partitions, tokens, and what a command returns.
+
+Frozen values the catalog (multiraft/metadata/catalog.py) holds and hands out, and
+its snapshot codec (multiraft/metadata/catalog_snapshot.py) writes and reads; both
+import them from here, so the codec need not import the catalog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from multiraft.metadata.commands import ConfigValue, NodeStatus
+from raftlog.errors import ClientError
+from raftlog.types import GroupId, Index, NodeId
+
+METADATA_GROUP = GroupId(0)
+FIRST_PARTITION_GROUP = GroupId(1)
+ID_MAX = 2**63 - 1  # ids travel as u64/i64 in frames and batch headers
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: NodeId
+    raft_addr: str
+    http_addr: str
+    rack: str | None
+    status: NodeStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition: its Raft group and replicas (preferred leader first).
+
+    `initial`: the replicas it was created with, the voters a new group's log is
+    bootstrapped with (empty: the same as `replicas`, never moved). `leaving`: nodes
+    whose replica moved elsewhere (`ReplaceReplica`) and which keep their copy until
+    the group has removed them (`ReplicaLeft`).
+    """
+
+    partition: int
+    group_id: GroupId
+    replicas: tuple[NodeId, ...]
+    initial: tuple[NodeId, ...] = ()
+    leaving: tuple[NodeId, ...] = ()
+
+    @property
+    def bootstrap_voters(self) -> tuple[NodeId, ...]:
+        return self.initial or self.replicas
+
+    @property
+    def hosts(self) -> tuple[NodeId, ...]:
+        """The nodes that keep a copy: the replicas and the leaving ones."""
+        return self.replicas + self.leaving
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A bearer token: its name, SHA-256 digest (never the token) and rights."""
+
+    name: str
+    digest: str
+    rights: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    replication_factor: int
+    config: dict[str, ConfigValue]
+    partitions: tuple[PartitionInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    """Producer ids `first .. first + count - 1`, reserved for the proposer."""
+
+    first: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogResult:
+    """Outcome of one command: `value` on success, else `error` (catalog unchanged)."""
+
+    index: Index
+    value: NodeInfo | TopicInfo | ProducerIdBlock | None = None
+    error: ClientError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class LocalGroup(NamedTuple):
+    topic: str
+    partition: int
+    replicas: tuple[NodeId, ...]
+    bootstrap_voters: tuple[NodeId, ...] = ()  # empty: the same as `replicas`
