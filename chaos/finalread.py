@@ -36,7 +36,7 @@ from chaos.cluster import ChaosCluster
 from chaos.history import AnyOp, Outcome, PartitionKey, Poll, Record, Send
 from chaos.history_writer import HistoryWriter
 from chaos.workload import value_of
-from multiraft.client.http import AsyncClient, RaftlogError
+from multiraft.client import AsyncClient, RaftlogError
 
 FINAL_PROCESS = 99_999  # the history process of the final reads
 READ_RECORDS_MAX = 5000  # per read: a 600 s run's partition (~10,000 records) in a few answers

@@ -40,7 +40,7 @@ from chaos.nemesis import Nemesis
 from chaos.serverchecks import DebugEndpoints, compare_replicas, leaders_per_term, skipped_ranges
 from chaos.workload import CLIENT_HOST, Stats, Workload
 from multiraft.cli.launcher import LauncherError
-from multiraft.client.http import AsyncClient, RaftlogError
+from multiraft.client import AsyncClient, RaftlogError
 
 TOPICS = (("chaos-a", 4), ("chaos-b", 4))
 RECOVERY_TIMEOUT_S = 60.0

@@ -30,7 +30,7 @@ from typing import Any
 from chaos.cluster import ChaosCluster
 from chaos.history import PartitionKey, ProducerStamp
 from chaos.history_writer import HistoryWriter
-from multiraft.client.http import AsyncClient, OutcomeUnknownError, RaftlogError, UnavailableError
+from multiraft.client import AsyncClient, OutcomeUnknownError, RaftlogError, UnavailableError
 
 CLIENT_HOST = "127.0.0.100"
 OP_TIMEOUT_S = 5.0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from multiraft.client.http import AsyncClient, RaftlogError, normalize
+from multiraft.client import AsyncClient, RaftlogError, normalize
 from spark_connector.decode import record_timestamps
 from spark_connector.errors import ConnectorError, OptionError
 from spark_connector.options import (

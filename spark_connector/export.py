@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from multiraft.client.http import AsyncClient
-from multiraft.transport.secret_files import read_token_file
+from multiraft.client import AsyncClient, read_token_file
 from spark_connector.cluster import concrete_offsets, partition_states, subscribed_partitions
 from spark_connector.errors import ConnectorError, OptionError
 from spark_connector.options import EARLIEST, LATEST, Bound, ReadOptions, Subscription

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from multiraft.client.http import AsyncClient, RaftlogError, UnavailableError
+from multiraft.client import AsyncClient, RaftlogError, UnavailableError
 from spark_connector.decode import to_record_batch
 from spark_connector.errors import ConnectorError, ReadTimeoutError
 from spark_connector.options import ReadOptions

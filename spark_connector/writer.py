@@ -20,8 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from multiraft.client.http import AsyncClient
-from multiraft.client.producer import AsyncProducer
+from multiraft.client import AsyncClient, AsyncProducer
 from spark_connector.errors import ConnectorError, OptionError
 from spark_connector.options import WriteOptions
 

@@ -13,9 +13,13 @@ exactly as a user's program would (DESIGN.md section 2).
         consumer.commit()
 
 Async: `AsyncClient`, `AsyncProducer(client, topic)`, `AsyncConsumer(client, topic)`.
+
+This module is the client's face: the Spark connector and the chaos runner import
+only from it (tests/unit/test_layers.py), never its inner modules.
 """
 
 from multiraft.client.consumer import AsyncConsumer, ConsumedRecord
+from multiraft.client.credentials import CredentialsError, read_token_file
 from multiraft.client.http import (
     BATCH_CONTENT_TYPE,
     DEFAULT_SERVER,
@@ -24,12 +28,13 @@ from multiraft.client.http import (
     OutcomeUnknownError,
     RaftlogError,
     UnavailableError,
+    normalize,
 )
 from multiraft.client.producer import AsyncProducer
 from multiraft.client.sync import Client, Consumer, Producer
 
 __all__ = [
     "BATCH_CONTENT_TYPE", "DEFAULT_SERVER", "AsyncClient", "AsyncConsumer", "AsyncProducer", "BatchRead",
-    "Client", "ConsumedRecord", "Consumer", "OutcomeUnknownError", "Producer", "RaftlogError",
-    "UnavailableError",
+    "Client", "ConsumedRecord", "Consumer", "CredentialsError", "OutcomeUnknownError", "Producer",
+    "RaftlogError", "UnavailableError", "normalize", "read_token_file",
 ]

@@ -32,7 +32,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from multiraft.transport.tls import client_context
+from multiraft.client.credentials import client_context
 
 HEAD_BYTES_MAX = 64 * 1024  # status line + headers of one response
 # The largest answer: a consume of 64 MiB (partition_ops.MAX_BYTES_MAX) as JSON (base64).

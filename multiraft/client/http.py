@@ -34,9 +34,8 @@ from multiraft.client.connection import (
     ConnectionPool,
     ExchangeFailed,
 )
+from multiraft.client.credentials import check_token, client_context, read_token_file
 from multiraft.errors import error_table
-from multiraft.transport.secret_files import check_token, read_token_file
-from multiraft.transport.tls import client_context
 
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
 DEFAULT_SERVER = "127.0.0.1:8080"

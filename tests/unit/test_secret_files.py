@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.client.http import bearer_token
 from multiraft.node.config import ConfigError, add_serve_arguments, load_config
 from multiraft.transport.secret_files import (
     SecretFileError,
@@ -119,24 +118,3 @@ def test_an_empty_or_huge_file_is_no_secret(tmp_path: Path, content: bytes, mess
         read_private_file(_file(tmp_path / "f", content), "token_file")
     with pytest.raises(SecretFileError, match="cannot read"):
         read_private_file(tmp_path / "missing", "token_file")
-
-
-def test_the_client_takes_its_token_from_a_private_file_or_the_environment(tmp_path: Path, monkeypatch) -> None:
-    # Goal: the client's token: given (a program's own), else from its file, else
-    # $RAFTLOG_TOKEN; a token that could break out of its header is refused.
-    monkeypatch.setenv("RAFTLOG_TOKEN", "from-the-environment")
-    path = _file(tmp_path / "token", b"from-the-file\n")
-    assert bearer_token(None, None) == "from-the-environment"
-    assert bearer_token(None, path) == "from-the-file"
-    assert bearer_token("given", None) == "given"
-    with pytest.raises(ValueError, match="not both"):
-        bearer_token("given", path)
-    path.chmod(0o640)
-    with pytest.raises(SecretFileError, match=f"chmod 600 {path}"):
-        bearer_token(None, path)
-    monkeypatch.setenv("RAFTLOG_TOKEN", "two\r\nX-Injected: 1")
-    with pytest.raises(SecretFileError, match="RAFTLOG_TOKEN"):
-        bearer_token(None, None)
-    monkeypatch.delenv("RAFTLOG_TOKEN")
-    assert bearer_token(None, None) is None
-    assert bearer_token("", None) is None, "an empty token: no auth, as before"
