@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from raftlog.sim.simulator import FaultMix, SimOptions, Simulation, run_seed
+from tests.sim.simulator import FaultMix, SimOptions, Simulation, run_seed
 from tests.sim.sweep import replay_command
 
 SEEDS = int(os.environ.get("SIM_SEEDS", "300"))

@@ -42,10 +42,10 @@ from raftlog.messages import (
     Snapshot,
     SnapshotMeta,
 )
-from raftlog.sim.checker import InvariantViolation, SafetyChecker
-from raftlog.sim.network import NetworkFaults, SimNetwork
 from raftlog.types import Index, NodeId, Term
 from storage.memory import MemoryStorage
+from tests.sim.checker import InvariantViolation, SafetyChecker
+from tests.sim.network import NetworkFaults, SimNetwork
 
 TICK_INTERVAL = 10  # virtual time units per tick at a normal clock rate
 INBOX_MAX = 4096  # a paused node's inbox is bounded like a socket buffer
