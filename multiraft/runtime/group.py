@@ -59,12 +59,11 @@ class GroupRuntime:
     ) -> None:
         self.group_id = group_id
         self._check_data = deps.check_data
-        logger, on_role_change = deps.logger, deps.on_role_change
         self.core = core
         self.store = store
         self.state_machine = state_machine
-        self._on_role_change = on_role_change
-        self._unbound_logger = logger.bind(group_id=group_id)
+        self._on_role_change = deps.on_role_change
+        self._unbound_logger = deps.logger.bind(group_id=group_id)
         self._logged_term = core.term
         self.logger = self._unbound_logger.bind(term=core.term)  # bound anew as the term moves
         # Filled by callbacks, drained by this group's task, on one loop: a deque and a
@@ -101,6 +100,10 @@ class GroupRuntime:
         self.on_failure = deps.on_failure
         self.host = GroupHost(group_id, core, store, state_machine, deps.send, self._waiters, deps.boundaries,
                               deps.latencies)
+
+    @property
+    def appends_refused(self) -> int:
+        return self.host.appends_refused  # appends holding a batch that is not valid
 
     def status(self) -> GroupStatus:
         return status_of(self.group_id, self.core, messages_shed=self.messages_shed,
