@@ -30,9 +30,9 @@ from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
 from raftlog.messages import Entry, EntryKind, Role
-from raftlog.sim.simulator import run_seed
 from raftlog.types import Index, NodeId, Term
 from storage.memory import MemoryStorage
+from tests.sim.simulator import run_seed
 
 
 def make_cluster(n: int) -> dict[int, RaftCore]:

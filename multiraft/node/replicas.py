@@ -23,6 +23,7 @@ from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.runtime import heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
+from multiraft.runtime.persistence import AckBeforeFsync
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
@@ -98,7 +99,8 @@ def open_group(node: Node, group_id: GroupId, voters: list[NodeId], machine: Any
         # A reopened group (its storage failed) may have applied past the commit it had
         # stored: its readers saw that far, so it serves reads again only from there.
         replay_until=Index(max(store.initial_state().hard_state.commit, node.replay_floor.pop(group_id, 0))),
-        ack_before_fsync=node.hooks.ack_before_fsync,
+        # The ack-before-fsync control (RAFTLOG_UNSAFE): a faulty strategy, injected.
+        persistence_fault=AckBeforeFsync if node.hooks.ack_before_fsync else None,
     ))
     if created and voters[0] == node.id:
         runtime.request_campaign()

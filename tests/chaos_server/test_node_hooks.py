@@ -20,7 +20,8 @@ from multiraft.node import partition_ops
 from multiraft.node.config import NodeConfig
 from multiraft.node.node import Node
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
-from multiraft.runtime import group as group_module
+from multiraft.runtime import persistence as persistence_module
+from multiraft.runtime.persistence import AckBeforeFsync
 from raftlog.messages import Role
 from storage.files import OsFiles
 from storage.write_behind import WriteBehindFiles
@@ -78,7 +79,7 @@ async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path,
             group = node.partition_group("wired", 0)
             for store in node.stores.values():
                 assert not store.config.verify_crc and not store.config.persist_vote
-            assert all(runtime.ack_before_fsync for runtime in node.groups.values())
+            assert all(isinstance(runtime.persistence, AckBeforeFsync) for runtime in node.groups.values())
             assert node.partitions[group].state.producers.dedup is False
     warnings = {e["event"]: e for e in logs if e["log_level"] == "warning"}
     assert "chaos_write_behind_files" in warnings
@@ -90,7 +91,7 @@ async def test_ack_before_fsync_acknowledges_unsynced_writes(tmp_path: Path, mon
     # Goal: over write-behind files, a quorum ack normally means the record reached the OS and
     # was fsynced (nothing unsynced left in memory); with ack-before-fsync the ack comes while
     # the record is still only in memory, and the deferred sync writes it later.
-    monkeypatch.setattr(group_module, "UNSAFE_SYNC_DELAY_S", 0.5)
+    monkeypatch.setattr(persistence_module, "UNSAFE_SYNC_DELAY_S", 0.5)
     hooks = ChaosHooks(write_behind_files=True, ack_before_fsync=unsafe)
     async with started(configs(tmp_path, 1), hooks) as (node,):
         await _topic([node], "acks", 1)

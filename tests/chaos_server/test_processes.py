@@ -28,7 +28,7 @@ import aiohttp
 import pytest
 
 from multiraft.cli.launcher import LocalCluster
-from multiraft.runtime.group import UNSAFE_SYNC_DELAY_S
+from multiraft.runtime.persistence import UNSAFE_SYNC_DELAY_S
 from tests.free_ports import running
 from tests.integration.conftest import call, until
 from tests.integration.test_cli import common_free_port

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -42,7 +42,10 @@ class ListMachine:
 
 
 class Cluster:
-    def __init__(self, n: int = 3, **config: int) -> None:
+    def __init__(self, n: int = 3, persistence: Callable[[int], dict[str, Any]] | None = None, **config: int) -> None:
+        """`persistence(node)`: the GroupDeps fields that make node's writes durable
+        (sync, store_lazily, write_states, sync_in_background); a runtime chooses its
+        persistence strategy once, when it is built."""
         entries, hard_state = bootstrap_entries([NodeId(i) for i in range(1, n + 1)])
         self.runtimes: dict[int, GroupRuntime] = {}
         self.isolated: set[int] = set()
@@ -53,7 +56,9 @@ class Cluster:
             storage.sync()
             core = RaftCore(Config(node_id=NodeId(node), **config), storage, random.Random(node))
             self.runtimes[node] = GroupRuntime(
-                GroupId(7), core, storage, ListMachine(), GroupDeps(send=self.route, logger=structlog.get_logger())
+                GroupId(7), core, storage, ListMachine(), GroupDeps(
+                    send=self.route, logger=structlog.get_logger(), **(persistence(node) if persistence else {})
+                )
             )
 
     def route(self, group: GroupId, message: Message) -> None:
@@ -158,7 +163,7 @@ async def test_commit_only_appends_are_held_and_replaced() -> None:
         route(group, message)
 
     for runtime in cluster.runtimes.values():
-        runtime._send = recording_route
+        runtime.host.send = recording_route
         runtime.start()
     ticker = asyncio.create_task(cluster.ticker())
     try:
@@ -358,16 +363,21 @@ async def test_a_flushed_ready_answers_then_writes_the_states_then_applies() -> 
     (Flusher.write_states), and only then applies: the answer does not wait for the
     database write, and nothing is applied (and served) by a follower above what is
     stored."""
-    cluster = Cluster()
     events: list[tuple[int, str]] = []
-    for node, runtime in cluster.runtimes.items():
 
-        def sync(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
+    def flusher(node: int) -> dict[str, Any]:
+        def sync(store: MemoryStorage) -> asyncio.Future[None]:
             events.append((node, "flush"))
             store.sync()
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
+
+        return {"sync": sync, "store_lazily": lambda store: store.sync(),
+                "write_states": lambda: events.append((node, "states"))}
+
+    cluster = Cluster(persistence=flusher)
+    for node, runtime in cluster.runtimes.items():
 
         def send(group: GroupId, message: Message, node: int = node) -> None:
             if message.type in RESPONSE_TYPES:
@@ -383,10 +393,7 @@ async def test_a_flushed_ready_answers_then_writes_the_states_then_applies() -> 
             RaftCore.advance(core, ready, persisted)
 
         runtime.core.advance = advance  # type: ignore[method-assign]
-        runtime.sync = sync
-        runtime.store_lazily = lambda store: store.sync()
-        runtime.write_states = lambda node=node: events.append((node, "states"))
-        runtime._send = send
+        runtime.host.send = send
         runtime.state_machine.apply = apply  # type: ignore[method-assign]
     async with cluster.running():
         leader = await cluster.leader()
@@ -465,30 +472,29 @@ async def _replace_a_gone_leader() -> tuple[GroupRuntime, int]:
 Held = list[tuple[MemoryStorage, asyncio.Future[None]]]
 
 
-def hold_background_fsyncs(cluster: Cluster) -> tuple[dict[int, Held], list[int]]:
-    """Every runtime's flushes: a waited-for one completes at once (and its node is
-    recorded), a background one (a leader's own write) is held, per node, until the
-    test resolves it: the "fsync" takes as long as the test likes."""
+def hold_background_fsyncs() -> tuple[Cluster, dict[int, Held], list[int]]:
+    """A cluster whose runtimes' flushes are the test's: a waited-for one completes at
+    once (and its node is recorded), a background one (a leader's own write) is held,
+    per node, until the test resolves it: the "fsync" takes as long as the test likes."""
     pending: dict[int, Held] = {}
     waited: list[int] = []
-    for node, runtime in cluster.runtimes.items():
 
-        def sync(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
+    def flusher(node: int) -> dict[str, Any]:
+        def sync(store: MemoryStorage) -> asyncio.Future[None]:
             waited.append(node)
             store.sync()
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             done.set_result(None)
             return done
 
-        def in_background(store: MemoryStorage, node: int = node) -> asyncio.Future[None]:
+        def in_background(store: MemoryStorage) -> asyncio.Future[None]:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             pending.setdefault(node, []).append((store, done))
             return done
 
-        runtime.sync = sync
-        runtime.store_lazily = lambda store: store.sync()
-        runtime.sync_in_background = in_background
-    return pending, waited
+        return {"sync": sync, "store_lazily": lambda store: store.sync(), "sync_in_background": in_background}
+
+    return Cluster(persistence=flusher), pending, waited
 
 
 @pytest.mark.asyncio
@@ -498,8 +504,7 @@ async def test_a_leader_answers_before_its_own_fsync_and_counts_itself_after() -
     followers' acknowledgements while the leader's fsync still runs; the leader counts
     itself, and answers acks=leader writes, only once that fsync reports; and a failed
     background fsync fails the group, as a failed flush always did."""
-    cluster = Cluster()
-    pending, _ = hold_background_fsyncs(cluster)
+    cluster, pending, _ = hold_background_fsyncs()
     async with cluster.running():
         leader = await cluster.leader()
         me = leader.core.id
@@ -535,9 +540,8 @@ async def test_a_leader_whose_background_fsyncs_lag_too_far_waits_for_the_next(m
     otherwise keep every new entry in memory and queue fsync after fsync: past
     BACKGROUND_BYTES_MAX of unreported background writes, its next write is synced and
     waited for (the group stops taking new work until the disk catches up)."""
-    monkeypatch.setattr("multiraft.runtime.group.BACKGROUND_BYTES_MAX", 1)  # one write in the background at most
-    cluster = Cluster()
-    pending, waited = hold_background_fsyncs(cluster)
+    monkeypatch.setattr("multiraft.runtime.persistence.BACKGROUND_BYTES_MAX", 1)  # one write in the background at most
+    cluster, pending, waited = hold_background_fsyncs()
     async with cluster.running():
         leader = await cluster.leader()
         me = leader.core.id

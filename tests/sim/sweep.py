@@ -12,7 +12,7 @@ import time
 import traceback
 from collections import Counter
 
-from raftlog.sim.simulator import SimOptions, run_seed
+from tests.sim.simulator import SimOptions, run_seed
 
 
 def replay_command(seed: int) -> str:

@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from raftlog.sim.simulator import FaultMix, SimOptions, Simulation
 from tests.sim.broken import BROKEN_CORES
+from tests.sim.simulator import FaultMix, SimOptions, Simulation
 
 SEEDS_MAX = 300
 

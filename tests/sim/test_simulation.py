@@ -8,10 +8,14 @@ prints the command that replays it with a full trace; `SIM_SEED=<n>` runs one.
 from __future__ import annotations
 
 import os
+from collections import Counter
+from typing import Any
 
 import pytest
 
-from raftlog.sim.simulator import FaultMix, SimOptions, Simulation, run_seed
+from multiraft.runtime import ready_processor
+from multiraft.runtime.ready_processor import Durability, choose_durability
+from tests.sim.simulator import FaultMix, SimOptions, Simulation, run_seed
 from tests.sim.sweep import replay_command
 
 SEEDS = int(os.environ.get("SIM_SEEDS", "300"))
@@ -90,3 +94,22 @@ def test_final_proposal_overwritten_while_its_leader_was_deposed_is_proposed_aga
     # everywhere" against the correct core before the harness re-proposed in that case.
     mix = FaultMix(membership=True, crash=True, partition=True, slow_disk=True, transfer=True)
     Simulation(6, SimOptions(nodes=3, faults=mix)).run()
+
+
+@pytest.mark.sim
+def test_the_simulator_runs_the_production_ready_processor(monkeypatch) -> None:
+    # Goal: the simulated nodes' Readys go through the node runtime's Ready processor
+    # (multiraft/runtime/ready_processor.py), and its every durability mode is taken:
+    # the simulator tests the driver logic that ships, not a copy of it.
+    chosen: Counter[Durability] = Counter()
+
+    def counting(*args: Any) -> Durability:
+        mode = choose_durability(*args)
+        chosen[mode] += 1
+        return mode
+
+    monkeypatch.setattr(ready_processor, "choose_durability", counting)
+    mix = FaultMix(leader_writes_async=True, slow_disk=True, crash=True, loss=True)
+    for seed in range(3):
+        Simulation(seed, SimOptions(faults=mix)).run()
+    assert set(chosen) == set(Durability), chosen

@@ -61,6 +61,12 @@ OUTSIDE_MAY_IMPORT: dict[str, frozenset[str]] = {
     "pyspark_raftlog": frozenset({"multiraft.client"}),
     "chaos": frozenset({"multiraft.client", "multiraft.cli.launcher"}),
 }
+# Packages a package outside multiraft/ may not import at all. The Raft core stands
+# alone: the storage it reads through is its own Protocol (raftlog/storage.py), and
+# its simulator lives in tests/sim/, which may import anything.
+OUTSIDE_MAY_NOT_IMPORT: dict[str, frozenset[str]] = {
+    "raftlog": frozenset({"storage", "multiraft"}),
+}
 # storage (the batch codec) is the client's only dependency outside multiraft.
 CLIENT_OUTSIDE_ALLOWED = frozenset({"storage.batch"})
 
@@ -189,6 +195,8 @@ def violations(imports: list[Import]) -> set[tuple[str, str]]:
         if importer_top in OUTSIDE_MAY_IMPORT:
             if top == "multiraft" and item.imported not in OUTSIDE_MAY_IMPORT[importer_top]:
                 bad.add((item.importer, item.imported))
+            if top in OUTSIDE_MAY_NOT_IMPORT.get(importer_top, frozenset()):
+                bad.add((item.importer, item.imported))
             continue
         room = room_of(item.importer)
         if item.importer == ERRORS or item.importer == "multiraft":
@@ -308,6 +316,9 @@ def test_the_checker_catches_violations(tmp_path: Path) -> None:
         "multiraft/node/__init__.py": "",
         "multiraft/node/node.py": "from multiraft.runtime import group\n",
         "raftlog/__init__.py": "import multiraft.errors\n",
+        "raftlog/sim.py": "def f():\n    from storage.memory import MemoryStorage\n",
+        "storage/__init__.py": "",
+        "storage/memory.py": "from raftlog import messages\n",
         "chaos/__init__.py": "from multiraft.client import Client\nfrom multiraft.node import node\n",
     }
     for relative, text in files.items():
@@ -319,6 +330,7 @@ def test_the_checker_catches_violations(tmp_path: Path) -> None:
         ("multiraft.state.partition", "asyncio"),
         ("multiraft.runtime.group", "multiraft.http.app"),
         ("raftlog", "multiraft.errors"),
+        ("raftlog.sim", "storage.memory"),
         ("chaos", "multiraft.node.node"),
     }
     assert [item.type_only for item in planted if item.importer == "multiraft.runtime.group"] == [False, True]

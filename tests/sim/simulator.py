@@ -9,9 +9,16 @@ tail), pause, get partitioned, compact their logs, transfer leadership, change
 membership, and when clients propose and read. Virtual time is an integer; events
 sit in a heap ordered by (time, sequence), so a run replays exactly.
 
-Each node is driven the way the real node drives its core (see `ready.py`): send
-`messages`, write, wait for the (simulated) fsync, send `persisted_messages`,
-apply, `advance`; whatever arrives meanwhile waits in the node's inbox.
+Each node's core is driven by the production Ready processor
+(`multiraft/runtime/ready_processor.py`), the one the node runtime runs: it takes
+each Ready through its steps and picks how its write becomes durable. The
+simulator is its host and its persistence (`SimNodeIO`): the steps land in
+in-memory storage and a simulated network, and a write the processor waits for
+becomes durable when a simulated disk event fires (slow disks, crashes in the
+middle), the suspended processor kept in `SimNode.busy` meanwhile; a leader's own
+appends may be made durable in the background (`leader_writes_async`), and a
+write that only moves the commit index is stored lazily, as on a node. Whatever
+arrives while a node is busy waits in its inbox.
 
 After the chaos phase everything heals; the run then demands liveness: a leader
 within a bounded time, and a fresh proposal applied on every member.
@@ -22,10 +29,11 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from multiraft.runtime.ready_processor import Durability, process_ready
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
@@ -36,17 +44,21 @@ from raftlog.messages import (
     ConfChangeOp,
     Entry,
     EntryKind,
+    HardState,
+    Membership,
     Message,
     MessageType,
+    ReadState,
     Role,
     Snapshot,
     SnapshotMeta,
 )
-from raftlog.sim.checker import InvariantViolation, SafetyChecker
-from raftlog.sim.network import NetworkFaults, SimNetwork
 from raftlog.types import Index, NodeId, Term
 from storage.memory import MemoryStorage
+from tests.sim.checker import InvariantViolation, SafetyChecker
+from tests.sim.network import NetworkFaults, SimNetwork
 
+APPLYING = "applying"
 TICK_INTERVAL = 10  # virtual time units per tick at a normal clock rate
 INBOX_MAX = 4096  # a paused node's inbox is bounded like a socket buffer
 DRAIN_BATCH_MAX = 64
@@ -136,7 +148,9 @@ class SimNode:
     core: RaftCore | None = None
     up: bool = True
     paused_until: int = 0
-    busy: Ready | None = None
+    # The suspended Ready processor while its write waits for the (simulated) disk, or
+    # APPLYING while the state machine digests what the last Ready applied.
+    busy: Generator[Any, None, None] | str | None = None
     incarnation: int = 0
     tick_interval: int = TICK_INTERVAL
     pending_ticks: int = 0
@@ -149,6 +163,7 @@ class SimNode:
     was_leader_in: int = -1
     led_last_index: int = -1
     apply_time_max: int = 0  # virtual time one Ready's committed entries may take to apply
+    io: SimNodeIO | None = None  # the Ready processor's host and persistence for this node
 
 
 @dataclass(slots=True)
@@ -269,6 +284,7 @@ class Simulation:
             applied=snapshot.meta.index,
         )
         node.core = self.options.core_class(config, node.storage, random.Random(self.rng.random()))
+        node.io = SimNodeIO(self, node)
         node.up = True
         node.busy = None
         node.pending_ticks = 0
@@ -327,13 +343,19 @@ class Simulation:
             self._pump(node)
 
     def _on_persisted(self, node_id: NodeId, incarnation: int) -> None:
+        """The disk finished what a node's Ready processor waits for (or its state machine
+        finished applying): the write is durable; the processor goes on."""
         node = self.nodes[node_id]
         if incarnation != node.incarnation or node.busy is None:
             return
         if self.now < node.paused_until:
             self._schedule(node.paused_until - self.now, "persisted", node_id, incarnation)
             return
-        self._finish_ready(node, node.busy)
+        steps, node.busy = node.busy, None
+        if steps is not APPLYING:
+            assert not isinstance(steps, str)
+            node.storage.sync()
+            self._resume(node, steps)
         self._pump(node)
 
     def _on_leader_persisted(self, node_id: NodeId, incarnation: int, index: Index, term: Term) -> None:
@@ -618,33 +640,29 @@ class Simulation:
         while node.up and node.busy is None and self.now >= node.paused_until:
             self._drain(node)
             core = node.core
-            assert core is not None
+            assert core is not None and node.io is not None
             if not core.has_ready():
                 if not node.inbox:
                     return
                 continue
             ready = core.ready()
-            self._write_ready(node, ready)
-            if self.faults.leader_writes_async and core.may_persist_later(ready) and self.rng.random() < 0.7:
-                self._finish_ready(node, ready, persisted=False)
-                last = ready.entries[-1]
-                delay = self.rng.randrange(1, 40 if self.faults.slow_disk else 12)
-                self._schedule(delay, "leader_persisted", node.id, node.incarnation, last.index, last.term)
-                if self.faults.crash_mid_persist and self.rng.random() < 0.03:
-                    self._schedule(self.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
-                continue
-            persist_waits = ready.must_sync or ready.persisted_messages
-            delay = 0
-            if persist_waits and (self.faults.slow_disk or self.faults.crash_mid_persist):
-                delay = self.rng.randrange(1, 30 if self.faults.slow_disk else 6)
-            apply_time = self._apply_time(node, ready)
-            if delay or apply_time:
-                node.busy = ready  # written, then (after `delay`) synced, then applied
-                self._schedule(delay + apply_time, "persisted", node.id, node.incarnation)
-                if delay and self.faults.crash_mid_persist and self.rng.random() < self._mid_persist_crash_rate(ready):
-                    self._schedule(self.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
-                return
-            self._finish_ready(node, ready)
+            node.io.ready = ready
+            self._resume(node, process_ready(core, ready, node.io, node.io))
+
+    def _resume(self, node: SimNode, steps: Generator[Any, None, None]) -> None:
+        """Run the Ready processor on until it waits for the disk, or to its end."""
+        delay = next(steps, None)
+        if delay is not None:
+            node.busy = steps  # written; durable (and the processor resumed) after `delay`
+            self._schedule(delay, "persisted", node.id, node.incarnation)
+            return
+        self._after_input(node)
+        assert node.io is not None and node.io.ready is not None
+        apply_time = self._apply_time(node, node.io.ready)
+        node.io.ready = None
+        if apply_time:
+            node.busy = APPLYING  # a slow state machine: the next Ready waits for it
+            self._schedule(apply_time, "persisted", node.id, node.incarnation)
 
     def _apply_time(self, node: SimNode, ready: Ready) -> int:
         """How long applying `ready`'s committed entries takes on `node` (0: at once)."""
@@ -787,43 +805,6 @@ class Simulation:
                         f"leader {node.id} of term {core.term} lacks entry {index} committed in term {term}",
                     )
 
-    def _write_ready(self, node: SimNode, ready: Ready) -> None:
-        core = node.core
-        assert core is not None
-        if core.role is Role.LEADER and ready.entries and node.led_last_index >= 0:
-            if node.was_leader_in == core.term and ready.entries[0].index != node.led_last_index + 1:
-                raise InvariantViolation(
-                    "leader-append-only", f"leader {node.id} rewrote its log from {ready.entries[0].index}"
-                )
-        for message in ready.messages:
-            self._send(message)
-        storage = node.storage
-        if ready.snapshot is not None:
-            storage.apply_snapshot(ready.snapshot)
-            self._restore_state_machine(node, ready.snapshot)
-        if ready.entries:
-            self.checker.on_entries_written(node.id, ready.entries)
-            storage.append(ready.entries)
-        if ready.hard_state is not None:
-            storage.set_hard_state(ready.hard_state)
-        if core.role is Role.LEADER:
-            node.led_last_index = storage.last_index()
-
-    def _finish_ready(self, node: SimNode, ready: Ready, persisted: bool = True) -> None:
-        core = node.core
-        assert core is not None
-        if persisted:
-            node.storage.sync()
-        for message in ready.persisted_messages:
-            self._send(message)
-        for entry in ready.committed_entries:
-            self._apply(node, entry)
-        for read in ready.read_states:
-            self._check_read(node, read.index, read.context)
-        node.busy = None
-        core.advance(ready, persisted=persisted)
-        self._after_input(node)
-
     def _apply(self, node: SimNode, entry: Entry) -> None:
         last = node.applied[-1][0] if node.applied else node.storage.snapshot().meta.index
         if entry.index != last + 1:
@@ -949,3 +930,88 @@ def run_seed(seed: int, options: SimOptions | None = None) -> SimResult:
     if options is None:
         opts.nodes = random.Random(seed ^ 0x5EED).choice([3, 3, 5])
     return Simulation(seed, opts).run()
+
+
+class SimNodeIO:
+    """One node's side of the production Ready processor: its `ReadyHost` (the steps land
+    in the simulation's storage and network, under its checks) and its `Persistence`
+    (the seed's disk faults decide when a write becomes durable)."""
+
+    lazy_commit = True  # as a node's flusher: a commit-only write rides with the next sync
+
+    def __init__(self, simulation: Simulation, node: SimNode) -> None:
+        self.sim = simulation
+        self.node = node
+        self.ready: Ready | None = None  # the Ready under way
+
+    # -- ReadyHost
+
+    def send_message(self, message: Message) -> None:
+        self.sim._send(message)
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        self.node.storage.apply_snapshot(snapshot)
+        self.sim._restore_state_machine(self.node, snapshot)
+
+    def append_entries(self, entries: tuple[Entry, ...]) -> None:
+        node = self.node
+        core = node.core
+        assert core is not None
+        leading = core.role is Role.LEADER
+        if leading and node.led_last_index >= 0 and node.was_leader_in == core.term:
+            if entries[0].index != node.led_last_index + 1:
+                raise InvariantViolation(
+                    "leader-append-only", f"leader {node.id} rewrote its log from {entries[0].index}"
+                )
+        self.sim.checker.on_entries_written(node.id, entries)
+        node.storage.append(entries)
+        if leading:
+            node.led_last_index = node.storage.last_index()
+
+    def store_hard_state(self, hard_state: HardState) -> None:
+        self.node.storage.set_hard_state(hard_state)
+
+    def entries_durable(self, index: Index) -> None:
+        pass  # no acks=leader writers here
+
+    def apply_committed(self, entries: Iterator[tuple[Entry, Membership]]) -> None:
+        for entry, _ in entries:
+            self.sim._apply(self.node, entry)
+
+    def hand_over_reads(self, read_states: tuple[ReadState, ...]) -> None:
+        for read in read_states:
+            self.sim._check_read(self.node, read.index, read.context)
+
+    # -- Persistence
+
+    def may_persist_later(self, ready: Ready) -> bool:
+        return self.sim.faults.leader_writes_async and self.sim.rng.random() < 0.7
+
+    def persist_lazily(self) -> None:
+        pass  # durable with the next sync; a crash before it loses only the commit index
+
+    def persist_later(self, ready: Ready) -> None:
+        sim, node = self.sim, self.node
+        last = ready.entries[-1]
+        delay = sim.rng.randrange(1, 40 if sim.faults.slow_disk else 12)
+        sim._schedule(delay, "leader_persisted", node.id, node.incarnation, last.index, last.term)
+        if sim.faults.crash_mid_persist and sim.rng.random() < 0.03:
+            sim._schedule(sim.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
+
+    def persist_now(self, ready: Ready) -> int | None:
+        """Durable at once (None), or after a delay the processor waits for, during which
+        a crash loses the write (often while a vote is being written)."""
+        sim, node = self.sim, self.node
+        faults = sim.faults
+        delay = 0
+        if (ready.must_sync or ready.persisted_messages) and (faults.slow_disk or faults.crash_mid_persist):
+            delay = sim.rng.randrange(1, 30 if faults.slow_disk else 6)
+        if not delay:
+            node.storage.sync()
+            return None
+        if faults.crash_mid_persist and sim.rng.random() < sim._mid_persist_crash_rate(ready):
+            sim._schedule(sim.rng.randrange(delay + 1), "crash", node.id, node.incarnation, "mid-persist")
+        return delay
+
+    def before_apply(self, ready: Ready, mode: Durability) -> None:
+        pass

@@ -1,1 +1,0 @@
-"""The deterministic simulator of Raft clusters (see docs/consensus.md)."""
