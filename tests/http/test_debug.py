@@ -37,7 +37,7 @@ async def debug_servers(cluster: Cluster) -> AsyncIterator[list[str]]:
             saved = node.hooks
             node.hooks = dataclasses.replace(saved, debug_endpoints=True)
             try:
-                server = HttpServer(node, node.config.http_addr.host, 0)
+                server = HttpServer(node.api, node.config.http_addr.host, 0)
                 await server.start()
             finally:
                 node.hooks = saved
