@@ -53,7 +53,7 @@ async def _serve(config: object, hooks: ChaosHooks) -> None:
     from multiraft.node.node import Node
 
     node = Node(config, hooks=hooks)  # type: ignore[arg-type]
-    server = HttpServer(node, node.config.http_addr.host, node.config.http_addr.port)
+    server = HttpServer(node.api, node.config.http_addr.host, node.config.http_addr.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

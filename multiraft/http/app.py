@@ -33,7 +33,7 @@ from multiraft.http.limits import REQUEST_BYTES_MAX
 from multiraft.http.metrics import node_registry
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.api import NodeApi
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -71,7 +71,7 @@ DEBUG_ROUTES: tuple[tuple[str, str, Handler], ...] = (
 )
 
 
-def create_app(node: Node) -> web.Application:
+def create_app(node: NodeApi) -> web.Application:
     """The HTTP API of `node`. Bodies beyond REQUEST_BYTES_MAX get 413 before parsing."""
     browsers = browser_middleware(BrowserPolicy.of(node.config))
     app = web.Application(middlewares=[error_middleware, browsers, access_middleware],

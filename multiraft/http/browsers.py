@@ -31,7 +31,7 @@ from aiohttp import web
 from multiraft.errors import ForeignOrigin, UnknownHost
 
 if TYPE_CHECKING:
-    from multiraft.node.config import NodeConfig
+    from multiraft.node.api import NodeConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

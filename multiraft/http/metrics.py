@@ -24,19 +24,18 @@ from prometheus_client.registry import Collector
 
 from multiraft.http.connections import ConnectionGate
 from multiraft.http.connections import Refusal as HttpRefusal
-from multiraft.transport.inbound_admission import Refusal
-from multiraft.transport.transport_config import TransportStats
+from multiraft.node.api import TransportRefusal, TransportStats
 from raftlog.messages import Role
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.api import NodeApi
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ROLES = {Role.FOLLOWER: 0, Role.PRE_CANDIDATE: 1, Role.CANDIDATE: 2, Role.LEADER: 3}
 
 
 class NodeCollector(Collector):
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: NodeApi) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
@@ -74,9 +73,8 @@ class NodeCollector(Collector):
         }
         for status in node.group_statuses():
             group_id = status.group_id
-            machine = node.partitions.get(group_id)
-            values = [str(group_id), machine.state.topic if machine else "", str(machine.state.partition) if machine
-                      else ""]
+            offsets = node.partition_status(group_id)
+            values = [str(group_id), offsets.topic if offsets else "", str(offsets.partition) if offsets else ""]
             families["role"].add_metric(values, _ROLES.get(status.role, 0))
             families["term"].add_metric(values, status.term)
             families["commit"].add_metric(values, status.commit_index)
@@ -92,10 +90,9 @@ class NodeCollector(Collector):
                 families["under"].add_metric(values, int(len(isr) < len(status.voters)))
                 families["lag"].add_metric(values, status.follower_lag_entries or 0)
                 families["lag_time"].add_metric(values, (status.follower_lag_ticks or 0) * node.config.tick_ms / 1000)
-            store = node.stores.get(group_id)
-            if machine is not None and store is not None:
-                families["hwm"].add_metric(values, machine.state.high_watermark)
-                families["leo"].add_metric(values, store.log_end_offset)
+            if offsets is not None:
+                families["hwm"].add_metric(values, offsets.high_watermark)
+                families["leo"].add_metric(values, offsets.log_end_offset)
         yield from families.values()
 
     def _latencies(self) -> Iterator[Metric]:
@@ -110,8 +107,9 @@ class NodeCollector(Collector):
 
     def _node(self) -> Iterator[Metric]:
         node = self.node
-        yield GaugeMetricFamily("raftlog_node_groups", "Raft groups hosted", value=len(node.groups))
-        leaders = sum(1 for status in node.group_statuses() if status.role is Role.LEADER)
+        statuses = node.group_statuses()
+        yield GaugeMetricFamily("raftlog_node_groups", "Raft groups hosted", value=len(statuses))
+        leaders = sum(1 for status in statuses if status.role is Role.LEADER)
         yield GaugeMetricFamily("raftlog_node_leaders", "groups this node leads", value=leaders)
         yield GaugeMetricFamily("raftlog_node_topics", "topics in the catalog", value=len(node.catalog.topics))
         yield GaugeMetricFamily("raftlog_quiesced_groups", "idle groups that stopped ticking",
@@ -120,9 +118,7 @@ class NodeCollector(Collector):
                                   value=node.peer_silences)
         yield CounterMetricFamily("raftlog_groups_back_to_quiet", "groups a peer's silence woke for nothing",
                                   value=node.groups_back_to_quiet)
-        if node.transport is None:
-            return
-        stats = node.transport.stats()
+        stats = node.transport_stats()
         for name in ("frames_in", "bytes_in", "frames_out", "bytes_out", "heartbeats_shed", "frames_shed",
                      "connects", "connect_failures", "protocol_errors"):
             yield CounterMetricFamily(f"raftlog_transport_{name}", f"transport {name.replace('_', ' ')}",
@@ -151,7 +147,7 @@ def _transport_connections(stats: TransportStats) -> Iterator[Metric]:
     refused = CounterMetricFamily("raftlog_transport_inbound_refused",
                                   "inbound raft connections closed at once, by the bound they hit",
                                   labels=["reason"])
-    for reason in Refusal:
+    for reason in TransportRefusal:
         refused.add_metric([reason.value], stats.inbound_refused_by_reason.get(reason, 0))
     yield refused
 
@@ -187,7 +183,7 @@ class ConnectionsCollector(Collector):
                                   value=stats.tls_handshake_timeouts)
 
 
-def node_registry(node: Node) -> CollectorRegistry:
+def node_registry(node: NodeApi) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(node))
     return registry

@@ -12,7 +12,7 @@ from typing import Any
 
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
 from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
-from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX
+from multiraft.node.api import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _INT = {"type": "integer"}

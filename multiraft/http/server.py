@@ -65,7 +65,7 @@ from multiraft.transport.tls_listener import AcceptedSocket, Listener, upgrade
 from raftlog.errors import ClientError
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.api import NodeApi
 
 SHUTDOWN_TIMEOUT_S = 5.0
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends a reset
@@ -255,7 +255,7 @@ class HttpServer:
     """The HTTP API of one node on `host:port` (port 0 picks a free one), within
     `limits` (the defaults of multiraft/http/limits.py unless given)."""
 
-    def __init__(self, node: Node, host: str, port: int, *, limits: ConnectionLimits | None = None,
+    def __init__(self, node: NodeApi, host: str, port: int, *, limits: ConnectionLimits | None = None,
                  tls: ssl.SSLContext | None = None) -> None:
         """HTTPS with `tls`, else when the node's config has `tls_cert` and `tls_key`
         (TlsError: unusable files); plain HTTP otherwise."""

@@ -17,12 +17,12 @@ from multiraft.metadata.catalog import PartitionInfo, TopicInfo
 from raftlog.types import GroupId
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.api import NodeApi
 
 METADATA_GROUP = 0
 
 
-def cluster_view(node: Node) -> dict[str, Any]:
+def cluster_view(node: NodeApi) -> dict[str, Any]:
     metadata = node.group_status(GroupId(METADATA_GROUP))
     assert metadata is not None, "every node hosts the metadata group"
     return {
@@ -38,7 +38,7 @@ def cluster_view(node: Node) -> dict[str, Any]:
     }
 
 
-def partition_view(node: Node, partition: PartitionInfo) -> dict[str, Any]:
+def partition_view(node: NodeApi, partition: PartitionInfo) -> dict[str, Any]:
     view: dict[str, Any] = {
         "partition": partition.partition, "group_id": partition.group_id, "replicas": list(partition.replicas),
         "leader": None, "isr": None, "log_start_offset": None, "high_watermark": None, "log_end_offset": None,
@@ -52,16 +52,15 @@ def partition_view(node: Node, partition: PartitionInfo) -> dict[str, Any]:
     view["term"] = status.term
     if status.in_sync is not None:
         view["isr"] = sorted(status.in_sync)
-    store = node.stores.get(partition.group_id)
-    machine = node.partitions.get(partition.group_id)
-    if store is not None and machine is not None:
-        view["log_start_offset"] = int(store.log_start_offset)
-        view["high_watermark"] = int(machine.state.high_watermark)
-        view["log_end_offset"] = int(store.log_end_offset)
+    offsets = node.partition_status(partition.group_id)
+    if offsets is not None:
+        view["log_start_offset"] = offsets.log_start_offset
+        view["high_watermark"] = offsets.high_watermark
+        view["log_end_offset"] = offsets.log_end_offset
     return view
 
 
-def topic_view(node: Node, topic: TopicInfo) -> dict[str, Any]:
+def topic_view(node: NodeApi, topic: TopicInfo) -> dict[str, Any]:
     return {
         "name": topic.name,
         "replication_factor": topic.replication_factor,

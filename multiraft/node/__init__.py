@@ -1,4 +1,4 @@
-"""The node: `node.Node` is the composition root; controller, replicas, reads, balancing.
+"""The node: `node.Node` is the composition root; `api.NodeApi` is what the edge sees.
 
 See docs/architecture.md and docs/node.md.
 """

@@ -31,7 +31,7 @@ from raftlog.types import Index
 from storage.transfer import retention_index
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.registry import GroupRegistry
     from storage.segments import SegmentStore
 
 CAPTURES_MAX = 32  # per group: segment ends awaiting retention
@@ -109,13 +109,13 @@ def compact_group(store: SegmentStore, boundaries: Boundaries, applied: Index, n
     return store.first_index()
 
 
-async def compaction_loop(node: Node, interval_s: float = COMPACTION_INTERVAL_S) -> None:
+async def compaction_loop(registry: GroupRegistry, logger: Any, interval_s: float = COMPACTION_INTERVAL_S) -> None:
     while True:
         await asyncio.sleep(interval_s)
         now_ms = int(time.time() * 1000)
-        for group_id, runtime in list(node.groups.items()):
+        for group_id, runtime in list(registry.groups.items()):
             boundaries = runtime.boundaries
-            store = node.stores.get(group_id)
+            store = registry.stores.get(group_id)
             if boundaries is None or store is None or not boundaries.captured or runtime.failed:
                 continue
             before = store.first_index()
@@ -125,5 +125,5 @@ async def compaction_loop(node: Node, interval_s: float = COMPACTION_INTERVAL_S)
                 durable = runtime.core.log.stable_last_index()
                 after = compact_group(store, boundaries, Index(min(runtime.core.applied_index, durable)), now_ms)
                 if after > before:
-                    node.logger.info("log_compacted", group_id=group_id, first_index=after,
+                    logger.info("log_compacted", group_id=group_id, first_index=after,
                                      log_start_offset=int(store.log_start_offset))

@@ -29,15 +29,20 @@ from multiraft.metadata.commands import (
 )
 from multiraft.metadata.placement import PlacementNode, replacement_for
 from multiraft.node import admission
-from multiraft.node.replicas import METADATA_GROUP
-from multiraft.transport.rpc import RPC_TIMEOUT_S, STATUS_OK, RpcError, answer, error_answer
+from multiraft.node.registry import METADATA_GROUP
+from multiraft.transport.rpc import RPC_TIMEOUT_S, STATUS_OK, Rpc, RpcError, answer, error_answer
 from multiraft.transport.tls import node_http_client_context
 from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader
 from raftlog.messages import ConfChange, ConfChangeOp, Role
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.config import NodeConfig
+    from multiraft.node.metadata_ops import MetadataOps
+    from multiraft.node.registry import GroupRegistry
+    from multiraft.runtime.group import GroupRuntime
+    from multiraft.transport.transport import Transport
 
 JOIN_TIMEOUT_S = 60.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
@@ -49,10 +54,25 @@ REPLICA_MOVES_PER_ROUND_MAX = 100  # catalog entries per round; the copies thems
 
 
 class Controller:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, config: NodeConfig, registry: GroupRegistry, catalog: CatalogHolder, metadata: MetadataOps,
+                 rpc: Rpc, transport: Transport, logger: Any) -> None:
+        self.id = config.node_id
+        self._config = config
+        self._registry = registry
+        self._catalog = catalog
+        self._metadata = metadata
+        self._rpc = rpc
+        self._transport = transport
+        self._logger = logger
+        self.registered = asyncio.Event()
         self._last_seen: dict[NodeId, float] = {}
         self._was_controller = False
+        rpc.register("metadata.add_learner", self.serve_add_learner)
+        rpc.register("node.heartbeat", self.serve_heartbeat)
+
+    @property
+    def _runtime(self) -> GroupRuntime:
+        return self._registry.groups[METADATA_GROUP]
 
     # ------------------------------------------------------------------ admission
 
@@ -62,19 +82,17 @@ class Controller:
         Idempotent (a restarted joiner asks again). Returns the raft addresses of the
         registered nodes, so the joiner can dial the cluster.
         """
-        node = self.node
-        await node.propose_metadata(
+        await self._metadata.propose(
             RegisterNode(node_id=node_id, raft_addr=raft_addr, http_addr=http_addr, rack=rack)
         )
-        runtime = node.groups[METADATA_GROUP]
-        if runtime.core.role is Role.LEADER:
+        if self._runtime.core.role is Role.LEADER:
             await self._add_learner(node_id)
         else:
-            await node.call_leader(runtime, "metadata.add_learner", json.dumps({"node_id": node_id}).encode())
-        return {str(n.node_id): n.raft_addr for n in node.catalog.nodes.values()}
+            await self._metadata.call_leader("metadata.add_learner", json.dumps({"node_id": node_id}).encode())
+        return {str(n.node_id): n.raft_addr for n in self._catalog.catalog.nodes.values()}
 
     async def _add_learner(self, node_id: NodeId) -> None:
-        runtime = self.node.groups[METADATA_GROUP]
+        runtime = self._runtime
         async with asyncio.timeout(RPC_TIMEOUT_S):
             while node_id not in runtime.core.membership.members:
                 try:
@@ -83,7 +101,7 @@ class Controller:
                     await asyncio.sleep(0.05)  # one change at a time: wait for the previous one
 
     async def serve_add_learner(self, source: int, body: bytes) -> tuple[int, bytes]:
-        core = self.node.groups[METADATA_GROUP].core
+        core = self._runtime.core
         if core.role is not Role.LEADER:
             return error_answer(NotLeader(core.leader))
         node_id = NodeId(int(json.loads(body)["node_id"]))
@@ -95,8 +113,8 @@ class Controller:
         setting), trusting the system's CAs and the cluster's peer CA (multiraft/transport/tls.py)."""
         import aiohttp
 
-        node, config = self.node, self.node.config
-        body = {"node_id": node.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
+        config = self._config
+        body = {"node_id": self.id, "raft_addr": str(config.raft_addr), "http_addr": str(config.http_addr),
                 "rack": config.rack or None}
         scheme = "https" if config.http_tls else "http"
         tls = node_http_client_context(config.peer_tls_ca) if config.http_tls else None
@@ -115,33 +133,32 @@ class Controller:
                         reply = await response.json()
                         if response.status == 200:
                             break
-                        node.logger.info("join_retry", status=response.status, error=reply.get("error_code"))
+                        self._logger.info("join_retry", status=response.status, error=reply.get("error_code"))
                 except (aiohttp.ClientError, ValueError) as error:
-                    node.logger.info("join_retry", error=repr(error))
+                    self._logger.info("join_retry", error=repr(error))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        peers = {int(n): a for n, a in reply["nodes"].items() if int(n) != node.id}
-        assert node.transport is not None
-        node.transport.update_peers({n: host_port(a) for n, a in peers.items()})
-        node.logger.info("joined", via=str(address), peers=sorted(peers))
+        peers = {int(n): a for n, a in reply["nodes"].items() if int(n) != self.id}
+        self._transport.update_peers({n: host_port(a) for n, a in peers.items()})
+        self._logger.info("joined", via=str(address), peers=sorted(peers))
 
     async def register(self) -> None:
         """Register this node (addresses, rack) with the catalog; retry until it is in."""
-        node, config = self.node, self.node.config
+        config = self._config
         command = RegisterNode(
-            node_id=node.id, raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
+            node_id=self.id, raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
             rack=config.rack or None,
         )
         delay = 0.05
         while True:
             try:
-                await node.propose_metadata(command)
-                node.registered.set()
-                node.logger.info("node_registered")
+                await self._metadata.propose(command)
+                self.registered.set()
+                self._logger.info("node_registered")
                 return
             except ClientError as error:
-                node.logger.debug("registration_retry", error=error.code)
-                if node.groups[METADATA_GROUP].core.leader == 0:
+                self._logger.debug("registration_retry", error=error.code)
+                if self._runtime.core.leader == 0:
                     await self._relay_registration(command)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -156,27 +173,24 @@ class Controller:
         is. The peer's answer may not come back (it travels the same wrong way): the
         registration loop learns the outcome from the next round.
         """
-        node = self.node
-        assert node.rpc is not None
-        peers = {n for n in node.config.initial_cluster} | set(node.catalog.nodes)
-        for peer in sorted(peers - {node.id}):
+        peers = {n for n in self._config.initial_cluster} | set(self._catalog.catalog.nodes)
+        for peer in sorted(peers - {self.id}):
             with contextlib.suppress(RpcError, ClientError):
-                await node.rpc.call(peer, "metadata.propose", encode_command(command), RELAY_TIMEOUT_S)
+                await self._rpc.call(peer, "metadata.propose", encode_command(command), RELAY_TIMEOUT_S)
                 return
 
     # ------------------------------------------------------------------ liveness
 
     async def send_heartbeats(self) -> None:
-        node = self.node
-        runtime = node.groups[METADATA_GROUP]
+        runtime = self._runtime
         while True:
             await asyncio.sleep(NODE_HEARTBEAT_INTERVAL_S)
             leader = runtime.core.leader
-            if leader == node.id:
-                self._last_seen[node.id] = time.monotonic()
-            elif leader != 0 and node.rpc is not None:
+            if leader == self.id:
+                self._last_seen[self.id] = time.monotonic()
+            elif leader != 0:
                 with contextlib.suppress(RpcError):
-                    await node.rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
+                    await self._rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
 
     async def serve_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
         self._last_seen[NodeId(source)] = time.monotonic()
@@ -184,31 +198,30 @@ class Controller:
 
     async def watch_liveness(self) -> None:
         """On the metadata leader: mark nodes dead/alive from their heartbeats (transitions logged)."""
-        node = self.node
-        runtime = node.groups[METADATA_GROUP]
-        dead_after = node.config.node_dead_after_ms / 1000
+        runtime = self._runtime
+        dead_after = self._config.node_dead_after_ms / 1000
         while True:
             await asyncio.sleep(CONTROLLER_INTERVAL_S)
             leading = runtime.core.role is Role.LEADER
             if leading and not self._was_controller:
                 now = time.monotonic()  # a new controller gives everyone a fresh grace period
-                self._last_seen = {member: now for member in node.catalog.nodes}
+                self._last_seen = {member: now for member in self._catalog.catalog.nodes}
             self._was_controller = leading
             if not leading:
                 continue
             now = time.monotonic()
-            for member in list(node.catalog.nodes.values()):
+            for member in list(self._catalog.catalog.nodes.values()):
                 # A node never heard from ages from when this controller first found it in the
                 # catalog: an admitted node that never speaks goes dead and gets no placement.
                 seen = self._last_seen.setdefault(member.node_id, now)
                 status = NodeStatus.ALIVE if now - seen < dead_after else NodeStatus.DEAD
                 if status is not member.status:
-                    node.logger.info("node_status_changed", node=member.node_id, status=status.value)
+                    self._logger.info("node_status_changed", node=member.node_id, status=status.value)
                     with contextlib.suppress(ClientError):
-                        await node.propose_metadata(SetNodeStatus(node_id=member.node_id, status=status))
-            move_after = node.config.replica_move_after_ms / 1000
+                        await self._metadata.propose(SetNodeStatus(node_id=member.node_id, status=status))
+            move_after = self._config.replica_move_after_ms / 1000
             if move_after >= 0:
-                gone = {m.node_id for m in node.catalog.nodes.values() if m.status is NodeStatus.DEAD
+                gone = {m.node_id for m in self._catalog.catalog.nodes.values() if m.status is NodeStatus.DEAD
                         and now - self._last_seen.get(m.node_id, now) >= move_after}
                 if gone:
                     await self.replace_replicas_of(gone)
@@ -217,8 +230,7 @@ class Controller:
         """Name a live node in place of each replica on a `gone` node; returns the moves
         proposed. One move per partition at a time (a partition with a copy still
         leaving waits); at most REPLICA_MOVES_PER_ROUND_MAX per call."""
-        node = self.node
-        catalog = node.catalog
+        catalog = self._catalog.catalog
         live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes() if n.node_id not in gone]
         loads: dict[NodeId, int] = {}
         for topic in catalog.topics.values():
@@ -236,13 +248,13 @@ class Controller:
                 if new is None:
                     continue
                 try:
-                    await node.propose_metadata(ReplaceReplica(topic=name, partition=partition.partition,
+                    await self._metadata.propose(ReplaceReplica(topic=name, partition=partition.partition,
                                                                old=old, new=new))
                 except ClientError as error:  # the topic went, or leadership moved: next round
-                    node.logger.warning("replica_move_refused", topic=name, partition=partition.partition,
+                    self._logger.warning("replica_move_refused", topic=name, partition=partition.partition,
                                         error=repr(error))
                     return moves
-                node.logger.info("replica_moving", topic=name, partition=partition.partition, old=old, new=new)
+                self._logger.info("replica_moving", topic=name, partition=partition.partition, old=old, new=new)
                 loads[new] = loads.get(new, 0) + 1
                 moves += 1
                 if moves >= REPLICA_MOVES_PER_ROUND_MAX:

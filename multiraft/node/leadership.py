@@ -31,14 +31,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.catalog import NodeStatus
-from multiraft.node.replicas import led_partitions
+from multiraft.transport.rpc import RPC_TIMEOUT_S, RemoteError, Rpc, RpcError, answer
 from raftlog.types import GroupId, NodeId
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.routing import Routing
     from multiraft.runtime.group import GroupRuntime
 
 BALANCE_INTERVAL_S = 5.0
@@ -51,21 +51,21 @@ class Move:
     target: NodeId
 
 
-def _can_lead(node: Node, runtime: GroupRuntime, candidate: NodeId) -> bool:
+def _can_lead(node: Routing, runtime: GroupRuntime, candidate: NodeId) -> bool:
     """`candidate` could take this group's leadership now: a live, in-sync voter."""
     if candidate == node.id or candidate not in runtime.core.membership.voters:
         return False
-    info = node.catalog.nodes.get(candidate)
+    info = node.catalog.catalog.nodes.get(candidate)
     if info is None or info.status is not NodeStatus.ALIVE or not node.is_live(candidate):
         return False
     return candidate in runtime.core.in_sync_replicas()
 
 
-def preferred_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
+def preferred_moves(node: Routing, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
     """Groups this node leads whose preferred replica could lead now (live, in sync)."""
     assert limit >= 0
     moves: list[Move] = []
-    for group_id, runtime, _, info in led_partitions(node):
+    for group_id, runtime, _, info in node.led_partitions():
         if len(moves) >= limit:
             break
         if _can_lead(node, runtime, NodeId(info.replicas[0])):
@@ -97,20 +97,21 @@ def even_out(me: NodeId, counts: dict[NodeId, int], movable: list[tuple[GroupId,
     return moves
 
 
-def evening_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
+def evening_moves(node: Routing, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
     """Groups to hand over so this node leads no more than its fair share; only those
     whose preferred replica cannot lead now (the preferred rule takes the others)."""
-    live = {n.node_id for n in node.catalog.live_nodes() if n.node_id == node.id or node.is_live(n.node_id)}
+    catalog = node.catalog.catalog
+    live = {n.node_id for n in catalog.live_nodes() if n.node_id == node.id or node.is_live(n.node_id)}
     if node.id not in live or len(live) < 2:
         return []
     counts = dict.fromkeys(live, 0)
-    for topic in node.catalog.topics.values():
+    for topic in catalog.topics.values():
         for partition in topic.partitions:
             leader = NodeId(node.leader_of(partition.group_id))
             if leader in counts:
                 counts[leader] += 1
     movable = []
-    for group_id, runtime, _, info in led_partitions(node):
+    for group_id, runtime, _, info in node.led_partitions():
         if info.replicas[0] == node.id or _can_lead(node, runtime, NodeId(info.replicas[0])):
             continue  # at home, or about to go home: the preferred rule's
         candidates = [NodeId(r) for r in info.replicas if _can_lead(node, runtime, NodeId(r))]
@@ -119,19 +120,43 @@ def evening_moves(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> list[Move]:
     return even_out(node.id, counts, movable, limit)
 
 
-def balance_now(node: Node, limit: int = MOVES_PER_ROUND_MAX) -> int:
+def balance_now(node: Routing, logger: Any, limit: int = MOVES_PER_ROUND_MAX) -> int:
     """Start the transfers of one round; returns how many were started."""
     moves = preferred_moves(node, limit)
     moves += evening_moves(node, limit - len(moves))
     for move in moves:
-        node.groups[move.group_id].request_transfer(move.target)
+        node.registry.groups[move.group_id].request_transfer(move.target)
     if moves:
-        node.logger.info("leadership_balancing", transfers=len(moves))
+        logger.info("leadership_balancing", transfers=len(moves))
     return len(moves)
 
 
-async def balance_loop(node: Node, interval_s: float = BALANCE_INTERVAL_S) -> None:
+async def balance_loop(node: Routing, logger: Any, interval_s: float = BALANCE_INTERVAL_S) -> None:
     while True:
         await asyncio.sleep(interval_s)
         with contextlib.suppress(KeyError):  # a group closed between the choice and the move
-            balance_now(node)
+            balance_now(node, logger)
+
+
+async def balance_everywhere(node: Routing, rpc: Rpc, logger: Any) -> dict[int, int]:
+    """One balancing round on every node now; transfers started, by node (-1: not reached)."""
+    started = {int(node.id): balance_now(node, logger)}
+    for peer in node.peer_ids():
+        try:
+            answer = await rpc.call(peer, "leaders.balance", b"", RPC_TIMEOUT_S)
+            started[peer] = int(answer)
+        except (RpcError, RemoteError, ValueError):
+            started[peer] = -1  # not reached: reported, not fatal
+    return started
+
+
+def serve_balance(node: Routing, rpc: Rpc, logger: Any) -> None:
+    """Answer peers' `leaders.balance` calls with a round here."""
+
+    async def round_here() -> int:
+        return balance_now(node, logger)
+
+    async def serve(source: int, body: bytes) -> tuple[int, bytes]:
+        return await answer(round_here(), lambda count: str(count).encode())
+
+    rpc.register("leaders.balance", serve)

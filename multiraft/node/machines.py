@@ -1,6 +1,7 @@
 """The two kinds of state machine a node's groups apply their logs to.
 
-`CatalogMachine` is group 0's (metadata commands into the node's `Catalog`);
+`CatalogMachine` is group 0's (metadata commands into the node's `Catalog`, held by
+its `CatalogHolder`);
 `PartitionMachine` is every partition group's (record batches, producer table and
 consumer offsets into a `PartitionState`). Both are thin: the logic lives in the
 catalog and partition modules, which know nothing of Raft.
@@ -18,7 +19,7 @@ from raftlog.messages import Entry, EntryKind
 from raftlog.types import Index, Offset
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.catalog_holder import CatalogHolder
 
 
 class CatalogMachine:
@@ -28,25 +29,24 @@ class CatalogMachine:
     storage indexes by offset; a metadata command is not a record.
     """
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, holder: CatalogHolder) -> None:
+        self.holder = holder
 
     def apply(self, entry: Entry) -> Any:
-        catalog = self.node.catalog
+        catalog = self.holder.catalog
         if entry.kind is not EntryKind.META:
             catalog.skip(entry.index)
             return None
         result = catalog.apply(entry.index, decode_command(entry.payload))
-        self.node.catalog_changed()
+        self.holder.changed()
         return result
 
     def snapshot(self) -> bytes:
-        return self.node.catalog.snapshot()
+        return self.holder.catalog.snapshot()
 
     def restore(self, data: object, index: Index) -> None:
         assert isinstance(data, bytes), "metadata snapshots are catalog bytes"
-        self.node.catalog = Catalog.restore(data)
-        self.node.catalog_changed()
+        self.holder.replace(Catalog.restore(data))
 
 
 class PartitionMachine:

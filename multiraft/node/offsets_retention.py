@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from multiraft.state.consumer_offsets import EXPIRE_GROUPS_PER_ENTRY_MAX, OffsetsExpire, encode_meta
 from raftlog.errors import ClientError
-from raftlog.messages import EntryKind, Role
+from raftlog.messages import EntryKind
 from raftlog.types import GroupId
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.config import NodeConfig
+    from multiraft.node.registry import GroupRegistry
 
 # Entries proposed by one pass (as the replica mover's 100 proposals per round).
 PROPOSALS_PER_PASS_MAX = 100
@@ -49,22 +50,21 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def retention_loop(node: Node) -> None:
-    interval_s = node.config.consumer_offsets_retention_check_ms / 1000
+async def retention_loop(registry: GroupRegistry, config: NodeConfig, logger: Any) -> None:
+    interval_s = config.consumer_offsets_retention_check_ms / 1000
     while True:
         await asyncio.sleep(interval_s)
-        await expire_idle_groups(node, wall_clock_ms())
+        await expire_idle_groups(registry, config.consumer_offsets_retention_ms, wall_clock_ms(), logger)
 
 
-def choose_expiries(node: Node, as_of_ms: int) -> list[tuple[GroupId, OffsetsExpire]]:
+def choose_expiries(registry: GroupRegistry, retention_ms: int, as_of_ms: int) -> list[tuple[GroupId, OffsetsExpire]]:
     """The entries one pass as of `as_of_ms` proposes: per partition led here, its idle groups."""
-    retention_ms = node.config.consumer_offsets_retention_ms
     chosen: list[tuple[GroupId, OffsetsExpire]] = []
-    for group_id in sorted(node.partitions):
-        runtime = node.groups.get(group_id)
-        if runtime is None or runtime.core.role is not Role.LEADER or runtime.failed:
+    for group_id in sorted(registry.partitions):
+        runtime = registry.leading(group_id)
+        if runtime is None or runtime.failed:
             continue
-        idle = node.partitions[group_id].state.idle_groups(as_of_ms, retention_ms, EXPIRE_GROUPS_PER_ENTRY_MAX)
+        idle = registry.partitions[group_id].state.idle_groups(as_of_ms, retention_ms, EXPIRE_GROUPS_PER_ENTRY_MAX)
         if idle:
             chosen.append((group_id, OffsetsExpire(as_of_ms=as_of_ms, retention_ms=retention_ms, groups=idle)))
             if len(chosen) == PROPOSALS_PER_PASS_MAX:
@@ -72,29 +72,29 @@ def choose_expiries(node: Node, as_of_ms: int) -> list[tuple[GroupId, OffsetsExp
     return chosen
 
 
-async def expire_idle_groups(node: Node, as_of_ms: int) -> int:
+async def expire_idle_groups(registry: GroupRegistry, retention_ms: int, as_of_ms: int, logger: Any) -> int:
     """One retention pass as of `as_of_ms`; returns the number of groups removed."""
-    chosen = choose_expiries(node, as_of_ms)
+    chosen = choose_expiries(registry, retention_ms, as_of_ms)
     if not chosen:
         return 0
     outcomes: list[int | BaseException] = []
     try:
         async with asyncio.timeout(PASS_TIMEOUT_S):
-            outcomes = await asyncio.gather(*(_propose(node, g, e) for g, e in chosen), return_exceptions=True)
+            outcomes = await asyncio.gather(*(_propose(registry, g, e) for g, e in chosen), return_exceptions=True)
     except TimeoutError:
-        node.logger.info("offsets_retention_pass_timed_out", partitions=len(chosen))
+        logger.info("offsets_retention_pass_timed_out", partitions=len(chosen))
     failures = [o for o in outcomes if isinstance(o, BaseException)]
     for failure in failures:
         if not isinstance(failure, ClientError):
             raise failure  # a bug: the supervisor logs it and runs the loop again
     removed = sum(o for o in outcomes if isinstance(o, int))
-    node.logger.info("consumer_offsets_expired", partitions=len(chosen), groups_removed=removed,
+    logger.info("consumer_offsets_expired", partitions=len(chosen), groups_removed=removed,
                      failed=len(failures), as_of_ms=as_of_ms)
     return removed
 
 
-async def _propose(node: Node, group_id: GroupId, expiry: OffsetsExpire) -> int:
-    runtime = node.groups.get(group_id)
+async def _propose(registry: GroupRegistry, group_id: GroupId, expiry: OffsetsExpire) -> int:
+    runtime = registry.groups.get(group_id)
     if runtime is None:  # closed since the choice (topic deleted, replica moved)
         return 0
     (result,) = await runtime.propose([encode_meta(expiry)], EntryKind.META)

@@ -30,19 +30,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from multiraft.metadata.commands import ReplicaLeft
-from multiraft.node.replicas import led_partitions
+from multiraft.metadata.commands import Command, ReplicaLeft
 from multiraft.transport.rpc import RPC_TIMEOUT_S
 from raftlog.errors import ClientError
 from raftlog.messages import ConfChange, ConfChangeOp
 from raftlog.types import GroupId, NodeId
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.routing import Routing
+
+ProposeMetadata = Callable[[Command], Awaitable[Any]]
 
 MOVE_INTERVAL_S = 1.0
 STEPS_PER_ROUND_MAX = 100
@@ -100,12 +101,12 @@ class GroupStep:
     step: Step
 
 
-def steps(node: Node, limit: int = STEPS_PER_ROUND_MAX) -> tuple[list[GroupStep], bool]:
+def steps(node: Routing, limit: int = STEPS_PER_ROUND_MAX) -> tuple[list[GroupStep], bool]:
     """One step for each group this node leads whose membership differs from the catalog,
     and whether any such group remains (possibly with no step yet: a copy catching up)."""
     found: list[GroupStep] = []
     unsettled = False
-    for group_id, runtime, topic, info in led_partitions(node):
+    for group_id, runtime, topic, info in node.led_partitions():
         if len(found) >= limit:
             break
         core = runtime.core
@@ -125,36 +126,39 @@ _OPS = {StepKind.ADD_LEARNER: ConfChangeOp.ADD_LEARNER, StepKind.PROMOTE: ConfCh
         StepKind.REMOVE: ConfChangeOp.REMOVE}
 
 
-async def take(node: Node, chosen: GroupStep) -> None:
+async def take(node: Routing, propose_metadata: ProposeMetadata, chosen: GroupStep, logger: Any) -> None:
     """Act on one step; a refusal (leadership moved, a change still applying) waits for
     the next round, which chooses again from what is then true."""
     step = chosen.step
-    node.logger.info("replica_move_step", group_id=chosen.group_id, topic=chosen.topic, partition=chosen.partition,
+    groups = node.registry.groups
+    logger.info("replica_move_step", group_id=chosen.group_id, topic=chosen.topic, partition=chosen.partition,
                      step=step.kind.value, node=step.target)
     try:
         async with asyncio.timeout(RPC_TIMEOUT_S):
             if step.kind is StepKind.TRANSFER:
-                node.groups[chosen.group_id].request_transfer(step.target)
+                groups[chosen.group_id].request_transfer(step.target)
             elif step.kind is StepKind.REPORT_LEFT:
-                await node.propose_metadata(ReplicaLeft(topic=chosen.topic, partition=chosen.partition,
+                await propose_metadata(ReplicaLeft(topic=chosen.topic, partition=chosen.partition,
                                                         node=step.target))
             else:
-                await node.groups[chosen.group_id].propose_membership(ConfChange(_OPS[step.kind], step.target))
+                await groups[chosen.group_id].propose_membership(ConfChange(_OPS[step.kind], step.target))
     except (ClientError, TimeoutError, KeyError) as error:
-        node.logger.info("replica_move_step_deferred", group_id=chosen.group_id, error=repr(error))
+        logger.info("replica_move_step_deferred", group_id=chosen.group_id, error=repr(error))
 
 
-async def move_loop(node: Node, interval_s: float = MOVE_INTERVAL_S) -> None:
+async def move_loop(node: Routing, propose_metadata: ProposeMetadata, logger: Any,
+                    interval_s: float = MOVE_INTERVAL_S) -> None:
     seen_index = -1
     busy = False
     scanned = asyncio.get_running_loop().time()
     while True:
         await asyncio.sleep(interval_s)
         now = asyncio.get_running_loop().time()
-        if not busy and node.catalog.applied_index == seen_index and now - scanned < FULL_SCAN_INTERVAL_S:
+        applied = node.catalog.catalog.applied_index
+        if not busy and applied == seen_index and now - scanned < FULL_SCAN_INTERVAL_S:
             continue
-        seen_index, scanned = node.catalog.applied_index, now
+        seen_index, scanned = applied, now
         chosen_steps, busy = steps(node)
         for chosen in chosen_steps:
             with contextlib.suppress(KeyError):  # a group closed meanwhile
-                await take(node, chosen)
+                await take(node, propose_metadata, chosen, logger)

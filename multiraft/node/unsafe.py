@@ -1,9 +1,11 @@
 """Chaos hooks: what the chaos runner may switch on in a node, by environment only.
 
-Read once, when the node starts (`ChaosHooks.from_environment`), into one frozen
-value that the node hands to whatever needs it: the group runtimes, the segment
-stores' config, the partition state machines, the read path, the HTTP app.
-Nothing else reads these variables, and the Raft core (`raftlog/`) never sees
+Read once, when the node is built (`ChaosHooks.from_environment`), into one frozen
+value, which the node turns, once, into the collaborators each switch chooses
+(multiraft/node/faults.py): the group runtimes' settings, the segment stores'
+config, the partition state machine factory, the read path's end, the file layer.
+No hot path reads a switch; the HTTP app reads the value to pick its routes and to
+name the switches in `GET /v1/health`. Nothing else reads these variables, and the Raft core (`raftlog/`) never sees
 them. With none set every field is False and the node behaves exactly as without
 this module.
 
@@ -52,9 +54,10 @@ class ChaosHooks:
     # group.py GroupRuntime._handle_ready: answer and count as durable before the fsync,
     # which is deferred (UNSAFE_SYNC_DELAY_S); term and vote changes still sync first.
     ack_before_fsync: bool = False
-    # producers.py ProducerTable: a retried batch is never a duplicate; it is appended again.
+    # producers.py ProducerTable (machines built with dedup=False, faults.py): a retried batch
+    # is never a duplicate; it is appended again.
     no_dedup: bool = False
-    # partition_ops.py _end_offset: committed reads go to the log end, past the high watermark.
+    # faults.py log_end, the read path's end: committed reads go to the log end, past the high watermark.
     read_uncommitted: bool = False
     # storage (StoreConfig.verify_crc): reads and recovery do not check frame CRCs.
     skip_crc: bool = False

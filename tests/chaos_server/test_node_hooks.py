@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from multiraft.node import partition_ops
 from multiraft.node.config import NodeConfig
+from multiraft.node.faults import Faults
 from multiraft.node.node import Node
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.runtime import persistence as persistence_module
@@ -105,7 +105,7 @@ async def test_ack_before_fsync_acknowledges_unsynced_writes(tmp_path: Path, mon
         await until(lambda: _unsynced_bytes(node, "acks") == 0, "the deferred sync", timeout_s=5)
 
 
-async def test_read_uncommitted_serves_past_the_high_watermark(tmp_path: Path) -> None:
+async def test_read_uncommitted_serves_past_the_high_watermark(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Goal: a record the leader holds but no quorum does is invisible to committed reads;
     # with read-uncommitted, committed reads serve it.
     slow_elections = [dataclasses.replace(c, election_timeout_ticks=150) for c in configs(tmp_path)]
@@ -123,10 +123,12 @@ async def test_read_uncommitted_serves_past_the_high_watermark(tmp_path: Path) -
         assert leader.groups[group].core.role is Role.LEADER, "still leading (3 s election timeout)"
         assert leader.partitions[group].state.high_watermark == 1 and leader.stores[group].log_end_offset == 2
 
-        safe = await partition_ops.consume(leader, "hw", 0, 0)
+        safe = await leader.reads.consume("hw", 0, 0)
         assert [(base, count) for base, count, _ in safe.batches] == [(0, 1)]
-        leader.hooks = dataclasses.replace(leader.hooks, read_uncommitted=True)  # read per request
-        unsafe = await partition_ops.consume(leader, "hw", 0, 0)
+        # The switch picks the read path's end once, at construction (multiraft/node/faults.py):
+        # here the same node is handed the read-uncommitted one.
+        monkeypatch.setattr(leader.reads, "_read_end", Faults.of(ChaosHooks(read_uncommitted=True)).read_end)
+        unsafe = await leader.reads.consume("hw", 0, 0)
         assert [(base, count) for base, count, _ in unsafe.batches] == [(0, 1), (1, 1)]
 
 

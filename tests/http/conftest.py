@@ -79,7 +79,7 @@ async def cluster(tmp_path_factory: Any) -> AsyncIterator[Cluster]:
     cfgs = [dataclasses.replace(c, http_addr=Address(c.raft_addr.host, free_port(c.raft_addr.host)))
             for c in configs(tmp_path)]
     nodes = [Node(c) for c in cfgs]
-    servers = [HttpServer(n, n.config.http_addr.host, n.config.http_addr.port) for n in nodes]
+    servers = [HttpServer(n.api, n.config.http_addr.host, n.config.http_addr.port) for n in nodes]
     session = aiohttp.ClientSession()
     try:
         async with asyncio.timeout(STARTUP_TIMEOUT_S):

@@ -33,7 +33,7 @@ Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 @contextlib.asynccontextmanager
 async def _server(cluster: Cluster, node_index: int = 0, **limits: Any) -> AsyncIterator[HttpServer]:
-    server = HttpServer(cluster.nodes[node_index], "127.0.0.1", 0, limits=ConnectionLimits(**limits))
+    server = HttpServer(cluster.nodes[node_index].api, "127.0.0.1", 0, limits=ConnectionLimits(**limits))
     await server.start()
     try:
         yield server

@@ -34,13 +34,13 @@ async def debug_servers(cluster: Cluster) -> AsyncIterator[list[str]]:
     servers: list[HttpServer] = []
     try:
         for node in cluster.nodes:
-            saved = node.hooks
-            node.hooks = dataclasses.replace(saved, debug_endpoints=True)
+            saved = node.api.hooks  # what the app reads when it is built (its routes)
+            node.api.hooks = dataclasses.replace(saved, debug_endpoints=True)
             try:
-                server = HttpServer(node, node.config.http_addr.host, 0)
+                server = HttpServer(node.api, node.config.http_addr.host, 0)
                 await server.start()
             finally:
-                node.hooks = saved
+                node.api.hooks = saved
             servers.append(server)
         yield [server.url for server in servers]
     finally:

@@ -38,7 +38,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @contextlib.asynccontextmanager
 async def _https(cluster: Cluster, pki: Pki, node_index: int = 0, **limits: Any) -> AsyncIterator[HttpServer]:
     own = pki.nodes["127.0.0.1"]
-    server = HttpServer(cluster.nodes[node_index], "127.0.0.1", 0, limits=ConnectionLimits(**limits),
+    server = HttpServer(cluster.nodes[node_index].api, "127.0.0.1", 0, limits=ConnectionLimits(**limits),
                         tls=http_server_context(own.cert, own.key))
     await server.start()
     try:

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.node.partition_ops import consume
-from multiraft.node.replicas import close_group
 from multiraft.node.unsafe import ChaosHooks
 from raftlog.errors import ClientError, NotLeader
 from storage.write_behind import WriteBehindFiles
@@ -69,9 +67,9 @@ async def test_a_replica_closed_for_a_reopen_refuses_reads_instead_of_forwarding
         node = next(n for n in nodes if n.id in replicas[1:])  # reads would go to replicas[0]
         group = node.partition_group("reopen", 0)
         await until(lambda: node.partitions[group].state.high_watermark >= 1, "node 2 applied the write")
-        assert (await consume(node, "reopen", 0, 0)).high_watermark >= 1
-        await close_group(node, group, delete=False)  # what reopen_failed does first
+        assert (await node.reads.consume("reopen", 0, 0)).high_watermark >= 1
+        await node.replicas.close_group(group, delete=False)  # what reopen_failed does first
         with pytest.raises(NotLeader):
-            await consume(node, "reopen", 0, 0)
+            await node.reads.consume("reopen", 0, 0)
         node.catalog_changed()  # ... and then: the reconciler opens it again
         await until(lambda: group in node.partitions, "reopened")

@@ -111,7 +111,7 @@ async def test_a_node_joining_after_compaction_gets_the_catalog_and_stays_a_memb
     # Compaction runs by hand here, so that a capture from before the join is used after it.
     from multiraft.node import node as node_module
 
-    async def no_background_compaction(node: Node) -> None:
+    async def no_background_compaction(*args: object) -> None:
         return None
 
     monkeypatch.setattr(node_module, "compaction_loop", no_background_compaction)

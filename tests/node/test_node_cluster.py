@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from multiraft.node.config import Address, NodeConfig
-from multiraft.node.node import WAKE_SILENCE_PERIODS, Node
+from multiraft.node.node import Node
 from multiraft.node.produce_result import ProduceResult
+from multiraft.node.ticker import WAKE_SILENCE_PERIODS
 from raftlog.errors import ClientError
 from raftlog.messages import Message, MessageType, Role
 from raftlog.types import NodeId
@@ -69,7 +70,7 @@ async def running_cluster_with_http(tmp_path: Path, timeout_s: float = 90,
 
     cfgs = configs(tmp_path, 3, **overrides)
     nodes = [Node(c) for c in cfgs]
-    servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
+    servers = [HttpServer(n.api, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
     try:
         async with asyncio.timeout(timeout_s):
             for node, server in zip(nodes, servers, strict=True):
@@ -252,7 +253,6 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
     # Goal: follower and forwarded reads, consumer offset commit/fetch through the
     # partition group, idempotent retries answered with original offsets, fenced
     # epochs refused, long-poll woken by a produce.
-    from multiraft.node import partition_ops
     from multiraft.state.consumer_offsets import OffsetCommit
 
     async with running_cluster(tmp_path) as nodes:
@@ -281,7 +281,7 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
         assert raised.value.code == "INVALID_PRODUCER_EPOCH", "an old epoch is fenced"
 
         waiting = asyncio.create_task(
-            partition_ops.consume(others[1], "solo", 0, 3, wait_ms=5000)
+            others[1].reads.consume("solo", 0, 3, wait_ms=5000)
         )
         await asyncio.sleep(0.2)
         assert not waiting.done(), "a read at the high watermark waits"
@@ -289,18 +289,18 @@ async def test_reads_offsets_producers_and_long_poll(tmp_path: Path) -> None:
         woken = await waiting
         assert [(b, n) for b, n, _ in woken.batches] == [(3, 1)] and woken.high_watermark == 4
 
-        read = await partition_ops.consume(others[0], "solo", 0, 0)  # forwarded read
+        read = await others[0].reads.consume("solo", 0, 0)  # forwarded read
         assert [(b, n) for b, n, _ in read.batches] == [(0, 2), (2, 1), (3, 1)] and read.next_offset == 4
 
         commit = OffsetCommit(group="g1", topic="solo", partition=0, offset=2)
-        await partition_ops.commit_offsets(others[1], "g1", [commit])
-        fetched = await partition_ops.fetch_offsets(others[0], "g1", "solo")
+        await others[1].reads.commit_offsets("g1", [commit])
+        fetched = await others[0].reads.fetch_offsets("g1", "solo")
         assert fetched == [{"topic": "solo", "partition": 0, "offset": 2, "metadata": ""}]
         with pytest.raises(ClientError) as raised:
-            await partition_ops.commit_offsets(host, "g1", [OffsetCommit(group="g1", topic="solo", partition=0, offset=99)])
+            await host.reads.commit_offsets("g1", [OffsetCommit(group="g1", topic="solo", partition=0, offset=99)])
         assert raised.value.code == "OFFSET_OUT_OF_RANGE"
         with pytest.raises(ClientError) as raised:
-            await partition_ops.consume(others[0], "solo", 0, 50)
+            await others[0].reads.consume("solo", 0, 50)
         assert raised.value.code == "OFFSET_OUT_OF_RANGE" and raised.value.http_status == 416
 
         # Nodes without a replica learn the leader from the leader's pings (describe, forwarding).
@@ -315,7 +315,6 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
     # Goal: every acks mode answers a ProduceResult, on the leader and forwarded from a
     # follower; with a replica down, acks=quorum still works at min_insync_replicas=2 but
     # is refused with NOT_ENOUGH_REPLICAS at 3.
-    from multiraft.node import partition_ops
 
     async with running_cluster(tmp_path) as nodes:
         await nodes[0].create_topic("strict", 1, 3, {"min_insync_replicas": 3})
@@ -332,7 +331,7 @@ async def test_acks_and_min_insync_replicas(tmp_path: Path) -> None:
         # acks=leader answers with the offset the leader's log gave the batch (Kafka's acks=1).
         answer = await produce_retrying(nodes[0], "relaxed", 0, batch(b"offset"), acks="leader")
         assert answer.base_offset == 12, "after the twelve above"
-        read = await partition_ops.consume(nodes[0], "relaxed", 0, 12, wait_ms=5000)
+        read = await nodes[0].reads.consume("relaxed", 0, 12, wait_ms=5000)
         assert [(base, count) for base, count, _ in read.batches] == [(12, 1)]
         await _uncommitted_reads_reach_the_leaders_log_end(nodes, "relaxed")
         answer = await produce_retrying(nodes[0], "strict", 0, batch(b"x"), timeout_s=15)
@@ -358,7 +357,6 @@ async def _uncommitted_reads_reach_the_leaders_log_end(nodes: list[Node], topic:
     # Goal: with the followers not given a new entry yet, a committed read through a
     # follower stops at the high watermark, and an uncommitted one reaches the leader's
     # log end (it is read on the leader), wherever it is asked.
-    from multiraft.node import partition_ops
 
     leader = leader_of(nodes, topic, 0)
     assert leader is not None
@@ -375,9 +373,9 @@ async def _uncommitted_reads_reach_the_leaders_log_end(nodes: list[Node], topic:
     try:
         ahead = (await leader.produce(topic, 0, batch(b"ahead"), "leader")).base_offset
         for node in nodes:
-            committed = await partition_ops.consume(node, topic, 0, ahead)
+            committed = await node.reads.consume(topic, 0, ahead)
             assert committed.batches == [] and committed.high_watermark == ahead
-            read = await partition_ops.consume(node, topic, 0, ahead, isolation="uncommitted")
+            read = await node.reads.consume(topic, 0, ahead, isolation="uncommitted")
             assert [(base, count) for base, count, _ in read.batches] == [(ahead, 1)], node.id
     finally:
         for runtime in runtimes:
@@ -557,7 +555,6 @@ async def test_a_replica_whose_read_meets_corruption_repairs_itself(tmp_path: Pa
     # entry) is refused to the reader (421, never bad bytes) and then repaired without a
     # restart: the group reopens with a full check, recovery cuts the log before the bad
     # frame and marks it for repair, and the leader sends the rest again.
-    from multiraft.node import partition_ops
 
     async with running_cluster(tmp_path) as nodes:
         await nodes[0].create_topic("rot", 1, 3, {"segment_bytes": 4096})
@@ -581,7 +578,7 @@ async def test_a_replica_whose_read_meets_corruption_repairs_itself(tmp_path: Pa
             file.write(bytes([byte[0] ^ 0x01]))
 
         with pytest.raises(ClientError) as raised:
-            await partition_ops.consume(follower, "rot", 0, 0, max_records=10_000, max_bytes=1 << 24)
+            await follower.reads.consume("rot", 0, 0, max_records=10_000, max_bytes=1 << 24)
         assert raised.value.code == "NOT_LEADER"
         await until(lambda: follower.stores.get(group) not in (None, store), "the group reopened", 30)
         assert follower.stores[group].recovery.needs_repair, "the full check found the bad frame"
@@ -592,7 +589,7 @@ async def test_a_replica_whose_read_meets_corruption_repairs_itself(tmp_path: Pa
             return False
 
         await until(readable, "the follower repaired from the leader", 30)
-        answer = await partition_ops.consume(follower, "rot", 0, 0, max_records=10_000, max_bytes=1 << 24)
+        answer = await follower.reads.consume("rot", 0, 0, max_records=10_000, max_bytes=1 << 24)
         assert sum(count for _, count, _ in answer.batches) == len(values)
 
 
@@ -625,7 +622,7 @@ async def test_survivors_even_out_the_leadership_of_a_dead_nodes_partitions(tmp_
         def led(node: Node) -> int:
             return sum(leader_of(survivors, "even", p) is node for p in range(6))
 
-        assert leadership.balance_now(heavy) == 1, "one transfer evens 4 / 2 out"
+        assert leadership.balance_now(heavy.routing, heavy.logger) == 1, "one transfer evens 4 / 2 out"
         await until(lambda: led(heavy) == 3 and led(nodes[1]) == 3, "3 / 3", 20)
         for p in partitions:
             if p.replicas[0] != gone.id:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.node import partition_ops
 from multiraft.node.node import Node
 from raftlog.errors import ClientError
 from storage.batch import Record, encode_batch
@@ -40,7 +39,7 @@ def start_of(node: Node) -> int:
 async def read_all(node: Node, start: int) -> list[int]:
     offsets, position = [], start
     while True:
-        read = await partition_ops.consume(node, "ret", 0, position, max_records=10_000, max_bytes=1 << 24)
+        read = await node.reads.consume("ret", 0, position, max_records=10_000, max_bytes=1 << 24)
         for base, count, _ in read.batches:
             offsets.extend(range(max(base, position), base + count))
         if read.next_offset >= read.high_watermark:
@@ -73,7 +72,7 @@ async def test_retention_moves_the_log_start_with_the_state(tmp_path: Path) -> N
 
         start = start_of(leader)
         with pytest.raises(ClientError) as below:
-            await partition_ops.consume(leader, "ret", 0, 0)
+            await leader.reads.consume("ret", 0, 0)
         assert below.value.code == "OFFSET_OUT_OF_RANGE" and str(start) in below.value.message
         high_watermark = leader.partitions[leader.partition_group("ret", 0)].state.high_watermark
         assert await read_all(leader, start) == list(range(start, high_watermark)), "gapless from the start"

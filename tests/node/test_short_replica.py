@@ -130,10 +130,10 @@ async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(
             # to it begin) and drops it from the ISR at once.
             await until(lambda: held, "the leader starts refilling the short replica", REFILL_TIMEOUT_S)
             assert leader_core.log.last_index() == last, "nothing was written"
-            assert follower.id not in partition_view(leader, info)["isr"], "short: out of the ISR"
+            assert follower.id not in partition_view(leader.api, info)["isr"], "short: out of the ISR"
             assert len(leader_core.in_sync_replicas() & leader_core.membership.voters) == 2, "under-replicated"
             await asyncio.sleep(HOLD_S)
-            assert follower.id not in partition_view(leader, info)["isr"], "still short: still out"
+            assert follower.id not in partition_view(leader.api, info)["isr"], "still short: still out"
         finally:
             del follower.groups[group].deliver  # the class's method again
             for deliver, message in held:
@@ -141,6 +141,6 @@ async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(
 
         await until(lambda: follower.stores[group].last_index() == last, "the replica refilled", REFILL_TIMEOUT_S)
         await until(lambda: values_at(follower, TOPIC, 0) == values, "every record readable", REFILL_TIMEOUT_S)
-        await until(lambda: follower.id in partition_view(leader, info)["isr"], "back in the ISR", REFILL_TIMEOUT_S)
+        await until(lambda: follower.id in partition_view(leader.api, info)["isr"], "back in the ISR", REFILL_TIMEOUT_S)
         await until(lambda: follower.stores[group].repair_reason is None, "the repair marker cleared")
         assert leader_core.log.last_index() == last, "refilled with no write at all"

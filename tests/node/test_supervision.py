@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 import structlog
 
-from multiraft.node import replicas
+from multiraft.node.replicas import Replicas
 from multiraft.runtime import supervision
 from storage.errors import DiskFullError
 from tests.chaos_server.test_node_hooks import started
@@ -52,17 +51,18 @@ async def test_a_background_task_that_raises_is_logged() -> None:
 @pytest.mark.integration
 async def test_the_reconciler_survives_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(supervision, "RESTART_DELAY_S", 0.05)
-    real = replicas.reconcile_loop
+    real = Replicas.reconcile_loop
     calls: list[int] = []
 
-    async def failing_once(node: Any, changed: asyncio.Event) -> None:
+    async def failing_once(self: Replicas) -> None:
         calls.append(1)
         if len(calls) == 1:
-            await changed.wait()
+            await self._catalog.wait_changed()
+            self._catalog.changed()  # left for the next round, which must see it
             raise DiskFullError("the disk filled while opening a group")
-        await real(node, changed)
+        await real(self)
 
-    monkeypatch.setattr(replicas, "reconcile_loop", failing_once)
+    monkeypatch.setattr(Replicas, "reconcile_loop", failing_once)
     async with started(configs(tmp_path, n=1), None) as (node,):
         await node.create_topic("after-the-failure", 2, 1, {})
         await node.wait_for_topic("after-the-failure")

@@ -41,7 +41,7 @@ async def test_a_tls_cluster_forms_replicates_and_admits_a_joiner_over_https(tmp
     pki = make_pki(tmp_path / "pki")
     cfgs = [_with_tls(c, pki) for c in configs(tmp_path)]
     nodes = [Node(c) for c in cfgs]
-    servers = [HttpServer(n, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
+    servers = [HttpServer(n.api, c.http_addr.host, free_port(c.http_addr.host)) for n, c in zip(nodes, cfgs, strict=True)]
     joiner: Node | None = None
     try:
         async with asyncio.timeout(90):

@@ -36,5 +36,5 @@ def test_an_unknown_code_from_a_peer_is_refused_not_turned_into_quorum() -> None
 @pytest.mark.asyncio
 async def test_a_forwarded_produce_with_an_unknown_code_is_answered_with_an_error(tmp_path: Path) -> None:
     node = Node(configs(tmp_path)[0])
-    status, body = await node._serve_produce(2, struct.pack(">QB", 1, 9) + b"batch")
+    status, body = await node.producer.serve(2, struct.pack(">QB", 1, 9) + b"batch")
     assert status == STATUS_ERROR and json.loads(body)["error_code"] == "INVALID_REQUEST"

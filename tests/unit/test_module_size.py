@@ -19,10 +19,9 @@ PACKAGES = ("multiraft", "raftlog", "storage", "chaos", "spark_connector", "pysp
 LINES_MAX = 500
 # Long by design: the file (or, ending in "/", the package) is never counted.
 EXEMPT = ("raftlog/core/raft.py",)
-# To burn down (being split as part of issue 22): path -> its line count when listed.
-OVER_LIMIT: dict[str, int] = {
-    "multiraft/node/node.py": 659,
-}
+# Modules allowed over the limit, path -> its line count when listed: none since issue
+# 22's splits; an entry here may only shrink.
+OVER_LIMIT: dict[str, int] = {}
 
 
 def line_counts(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, int]:

@@ -73,7 +73,7 @@ async def test_a_batch_refused_at_apply_is_an_error_answer_between_nodes() -> No
     # the produce, so the leader answers a forwarding follower with that error; it used to
     # be raised while encoding the answer, outside `answer`, and became INTERNAL.
     from multiraft.errors import OutOfOrderSequence
-    from multiraft.node.node import _applied
+    from multiraft.node.produce import applied as _applied
     from multiraft.state.partition import ApplyResult
     from multiraft.transport.remote_errors import error_from_body
     from multiraft.transport.rpc import STATUS_OK, answer

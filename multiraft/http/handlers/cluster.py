@@ -11,7 +11,7 @@ from multiraft.http.view import cluster_view
 
 async def health(request: web.Request) -> web.Response:
     node = node_of(request)
-    answer = {"status": "ok", "node_id": node.id, "registered": node.registered.is_set()}
+    answer = {"status": "ok", "node_id": node.id, "registered": node.registered}
     # Chaos hooks (multiraft/node/unsafe.py) are named here, so no run can pass for a safe one.
     if node.hooks.unsafe:
         answer["unsafe"] = list(node.hooks.unsafe)

@@ -15,12 +15,12 @@ from multiraft.http.limits import REQUEST_TIMEOUT_S
 from multiraft.http.params import query_str
 
 if TYPE_CHECKING:
-    from multiraft.node.node import Node
+    from multiraft.node.api import NodeApi
 
 T = TypeVar("T")
 
 
-def node_of(request: web.Request) -> Node:
+def node_of(request: web.Request) -> NodeApi:
     return request.app[NODE_KEY]
 
 

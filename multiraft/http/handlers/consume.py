@@ -13,7 +13,7 @@ records (their offsets are `base_offset + i`). JSON answers start exactly at the
 requested offset and hold at most `max_records`.
 
 `wait_ms` long-polls at the high watermark; the wait is bounded by
-`partition_ops.WAIT_MS_MAX` and the request by that plus the request timeout.
+`WAIT_MS_MAX` (multiraft/node/partition_ops.py) and the request by that plus the request timeout.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from multiraft.http.limits import (
 )
 from multiraft.http.params import path_partition, query_int, query_str
 from multiraft.http.records import FORMATS, render_batch
-from multiraft.node import partition_ops
+from multiraft.node.api import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from storage.batch import FLAG_COMPRESSION_MASK
 
 BATCH_FRAME = struct.Struct(">qI")
@@ -49,15 +49,15 @@ async def consume(request: web.Request) -> web.StreamResponse:
     partition = path_partition(request)
     offset = query_int(request, "offset", low=0, high=2**63 - 1)
     max_records = query_int(request, "max_records", CONSUME_MAX_RECORDS_DEFAULT, low=1,
-                            high=partition_ops.MAX_RECORDS_MAX)
-    max_bytes = query_int(request, "max_bytes", CONSUME_MAX_BYTES_DEFAULT, low=1, high=partition_ops.MAX_BYTES_MAX)
-    wait_ms = query_int(request, "wait_ms", 0, low=0, high=partition_ops.WAIT_MS_MAX)
+                            high=MAX_RECORDS_MAX)
+    max_bytes = query_int(request, "max_bytes", CONSUME_MAX_BYTES_DEFAULT, low=1, high=MAX_BYTES_MAX)
+    wait_ms = query_int(request, "wait_ms", 0, low=0, high=WAIT_MS_MAX)
     isolation = query_str(request, "isolation", "committed", ("committed", "uncommitted"))
     fmt = query_str(request, "format", "json", FORMATS)
     binary = BATCH_CONTENT_TYPE in request.headers.get("Accept", "")
     node.partition_group(topic, partition)  # 404 for an unknown topic or partition
     result = await bounded(
-        partition_ops.consume(node, topic, partition, offset, max_records=max_records, max_bytes=max_bytes,
+        node.consume(topic, partition, offset, max_records=max_records, max_bytes=max_bytes,
                               wait_ms=wait_ms, isolation=isolation),
         "consume", REQUEST_TIMEOUT_S + wait_ms / 1000,
     )
@@ -77,7 +77,7 @@ def _costly(batches: list[tuple[int, int, bytes]]) -> bool:
         len(b) > 5 and b[5] & FLAG_COMPRESSION_MASK for _, _, b in batches)
 
 
-def _json_answer(result: partition_ops.ConsumeResult, fmt: str, offset: int, max_records: int) -> bytes:
+def _json_answer(result: ConsumeResult, fmt: str, offset: int, max_records: int) -> bytes:
     records: list[dict[str, Any]] = []
     next_offset = result.next_offset
     for base, _count, batch in result.batches:
@@ -92,7 +92,7 @@ def _json_answer(result: partition_ops.ConsumeResult, fmt: str, offset: int, max
     })
 
 
-async def _binary(request: web.Request, result: partition_ops.ConsumeResult) -> web.StreamResponse:
+async def _binary(request: web.Request, result: ConsumeResult) -> web.StreamResponse:
     response = web.StreamResponse(headers={
         "Content-Type": BATCH_CONTENT_TYPE,
         "Raftlog-Next-Offset": str(result.next_offset),

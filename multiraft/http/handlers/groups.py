@@ -16,8 +16,7 @@ from multiraft.http.access import require
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import GROUP_COMMITS_PER_REQUEST_MAX
 from multiraft.http.params import json_object
-from multiraft.node import partition_ops
-from multiraft.state.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
+from multiraft.node.api import GROUP_NAME_PATTERN, OffsetCommit
 
 _COMMIT_FIELDS = {"topic", "partition", "offset", "metadata"}
 
@@ -47,7 +46,7 @@ async def commit_offsets(request: web.Request) -> web.Response:
         node.partition_group(commit.topic, commit.partition)  # 404 for unknown topic or partition
         require(request, "read", commit.topic)  # a group commits where it reads (Kafka: READ on the topic)
         commits.append(commit)
-    await bounded(partition_ops.commit_offsets(node, group, commits), "offset commit")
+    await bounded(node.commit_offsets(group, commits), "offset commit")
     return web.json_response({"offsets": [
         {"topic": c.topic, "partition": c.partition, "offset": c.offset, "metadata": c.metadata} for c in commits
     ]})
@@ -59,7 +58,7 @@ async def fetch_offsets(request: web.Request) -> web.Response:
     topic = request.query.get("topic")
     if not topic:
         raise InvalidRequest("query parameter topic is required")
-    offsets = await bounded(partition_ops.fetch_offsets(node, group, topic), "offset fetch")
+    offsets = await bounded(node.fetch_offsets(group, topic), "offset fetch")
     return web.json_response({"group": group, "topic": topic, "offsets": offsets})
 
 
@@ -67,5 +66,5 @@ async def delete_group(request: web.Request) -> web.Response:
     """204 once no partition holds the group's offsets; 404 UNKNOWN_GROUP when none did."""
     node = node_of(request)
     group = _group(request)
-    await bounded(partition_ops.delete_group(node, group), "group delete")
+    await bounded(node.delete_group(group), "group delete")
     return web.Response(status=204)

@@ -18,7 +18,7 @@ from aiohttp import web
 from multiraft.errors import InvalidRequest
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.params import is_int, json_object, read_body
-from multiraft.node import admission
+from multiraft.node.api import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify_admission
 from raftlog.types import NodeId
 
 _FIELDS = {"node_id", "raft_addr", "http_addr", "rack"}
@@ -27,9 +27,8 @@ _ADDRESS = re.compile(r"[A-Za-z0-9.\-\[\]:]{1,255}:\d{1,5}")
 
 async def add_node(request: web.Request) -> web.Response:
     node = node_of(request)
-    admission.verify(node.config.cluster_secret, await read_body(request),
-                     request.headers.get(admission.TIMESTAMP_HEADER), request.headers.get(admission.SIGNATURE_HEADER),
-                     time.time())
+    verify_admission(node.config.cluster_secret, await read_body(request),
+                     request.headers.get(TIMESTAMP_HEADER), request.headers.get(SIGNATURE_HEADER), time.time())
     body = await json_object(request)
     unknown = sorted(set(body) - _FIELDS)
     if unknown:

@@ -35,13 +35,8 @@ from multiraft.http.params import (
     str_field,
 )
 from multiraft.http.records import ParsedRecord, encode_records, parse_records
-from multiraft.node.acks import Acks
-from multiraft.node.batch_checks import validate_off_loop
-from multiraft.node.node import Node
-from multiraft.node.produce_result import NO_OFFSET, ProduceResult
-from multiraft.state.partitioner import partition_for_key
-from raftlog.errors import ClientError, NotLeader
-from raftlog.messages import Role
+from multiraft.node.api import NO_OFFSET, Acks, ProduceResult, partition_for_key, validate_off_loop
+from raftlog.errors import ClientError
 
 ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round_robin", dict)
 _ACKS = tuple(a.value for a in Acks)
@@ -91,7 +86,7 @@ async def produce_topic(request: web.Request) -> web.Response:
 
     async def produce(partition: int, batch: bytes) -> ProduceResult:
         if here_only:
-            _require_leadership(node, topic, partition)
+            node.require_leadership(topic, partition)
         return await node.produce(topic, partition, batch, acks)
 
     outcomes = await asyncio.gather(
@@ -119,17 +114,6 @@ async def produce_topic(request: web.Request) -> web.Response:
 def _forward_refused(request: web.Request) -> bool:
     """`forward=false`: the client wants this node's own answer, never a forward."""
     return query_str(request, "forward", "true", ("true", "false")) == "false"
-
-
-def _require_leadership(node: Node, topic: str, partition: int) -> None:
-    """Refuse (421 naming the leader, or 503 when none is known) unless this node leads."""
-    group_id = node.partition_group(topic, partition)
-    runtime = node.groups.get(group_id)
-    if runtime is None:
-        replicas = node.catalog.topic(topic).partitions[partition].replicas
-        raise NotLeader(node.forward_target(group_id, replicas), "this node hosts no replica of the partition")
-    if runtime.core.role is not Role.LEADER:
-        raise NotLeader(runtime.core.leader, "this node does not lead the partition")
 
 
 async def _json_partition_batch(request: web.Request) -> tuple[bytes, str]:
@@ -166,7 +150,7 @@ async def produce_partition(request: web.Request) -> web.Response:
     else:
         raise UnsupportedMediaType(f"expected application/json or {BATCH_CONTENT_TYPE}, got {request.content_type}")
     if _forward_refused(request):
-        _require_leadership(node, topic, partition)
+        node.require_leadership(topic, partition)
     result = await bounded(node.produce(topic, partition, batch, acks, header), "produce")
     return web.json_response({"partition": partition, "base_offset": result.base_offset,
                               "count": result.count, "duplicate": result.duplicate})

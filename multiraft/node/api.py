@@ -1,0 +1,163 @@
+"""The node as its edge sees it: `NodeApi`, and the few types the edge speaks in.
+
+The HTTP layer (multiraft/http/) imports this module and `multiraft.metadata`, nothing
+else of the node: no runtime, store or state machine crosses this line, only
+read-only snapshots (`GroupStatus`, `PartitionStatus`, the catalog) and the entry
+points for produce, consume, consumer offsets and admin, with typed results
+(`ProduceResult`, `ConsumeResult`) and typed errors (`multiraft.errors`).
+
+`NodeApi` is a thin facade the composition root (multiraft/node/node.py) builds over
+the node's services; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from multiraft.metadata.catalog import Catalog
+from multiraft.node import debug_views
+from multiraft.node.acks import Acks
+from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from multiraft.node.admission import verify as verify_admission
+from multiraft.node.batch_checks import validate_off_loop
+from multiraft.node.config import NodeConfig
+from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
+from multiraft.node.produce_result import NO_OFFSET, ProduceResult
+from multiraft.runtime.group import GroupStatus
+from multiraft.state.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
+from multiraft.state.partitioner import partition_for_key
+from multiraft.transport.inbound_admission import Refusal as TransportRefusal
+from multiraft.transport.transport_config import TransportStats
+from raftlog.types import GroupId, NodeId
+from storage.batch import BatchHeader
+
+if TYPE_CHECKING:
+    from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.controller import Controller
+    from multiraft.node.metadata_ops import MetadataOps
+    from multiraft.node.partition_ops import PartitionOps
+    from multiraft.node.produce import Produce
+    from multiraft.node.registry import GroupRegistry
+    from multiraft.node.routing import Routing
+    from multiraft.node.ticker import Ticker
+    from multiraft.node.unsafe import ChaosHooks
+    from multiraft.runtime.histograms import NodeLatencies
+    from multiraft.transport.transport import Transport
+
+__all__ = [
+    "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
+    "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "NodeApi", "NodeConfig", "OffsetCommit",
+    "PartitionStatus", "ProduceResult", "TransportRefusal", "TransportStats", "partition_for_key",
+    "validate_off_loop", "verify_admission",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionStatus:
+    """A partition replica hosted here, as the edge may see it (a snapshot)."""
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+
+
+class NodeApi:
+    def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
+                 routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
+                 reads: PartitionOps, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
+                 balance_leaders: Callable[[], Awaitable[dict[int, int]]]) -> None:
+        self.id = config.node_id
+        self.config = config
+        self.hooks = hooks  # read at start (routes served, health), never on a hot path
+        self.latencies = latencies
+        self._registry = registry
+        self._catalog = catalog
+        self._routing = routing
+        self._metadata = metadata
+        self._controller = controller
+        self._produce = produce
+        self._reads = reads
+        self._ticker = ticker
+        self._transport = transport
+        self.balance_leaders = balance_leaders
+        # Entry points, as the services define them.
+        self.consume = reads.consume
+        self.commit_offsets = reads.commit_offsets
+        self.fetch_offsets = reads.fetch_offsets
+        self.delete_group = reads.delete_group
+        self.require_leadership = produce.require_leadership
+        self.propose_metadata = metadata.propose
+        self.create_topic = metadata.create_topic
+        self.delete_topic = metadata.delete_topic
+        self.alter_topic_config = metadata.alter_topic_config
+        self.allocate_producer_id = metadata.allocate_producer_id
+        self.sync_catalog = metadata.sync_catalog
+        self.wait_for_topic = metadata.wait_for_topic
+
+    # ------------------------------------------------------------------ snapshots
+
+    @property
+    def catalog(self) -> Catalog:
+        """This node's catalog as applied now (read it, never keep it: a restore replaces it)."""
+        return self._catalog.catalog
+
+    @property
+    def registered(self) -> bool:
+        return self._controller.registered.is_set()
+
+    def partition_group(self, topic: str, partition: int) -> GroupId:
+        """The group of a topic's partition (UnknownTopic when there is none)."""
+        return self._catalog.partition_group(topic, partition)
+
+    def group_status(self, group_id: GroupId) -> GroupStatus | None:
+        return self._registry.status(group_id)
+
+    def group_statuses(self) -> list[GroupStatus]:
+        return self._registry.statuses()
+
+    def partition_status(self, group_id: GroupId) -> PartitionStatus | None:
+        """The partition replica's offsets here (None: no partition replica here)."""
+        machine, store = self._registry.partitions.get(group_id), self._registry.stores.get(group_id)
+        if machine is None or store is None:
+            return None
+        state = machine.state
+        return PartitionStatus(topic=state.topic, partition=state.partition,
+                               log_start_offset=int(store.log_start_offset),
+                               high_watermark=int(state.high_watermark), log_end_offset=int(store.log_end_offset))
+
+    def leader_of(self, group_id: GroupId) -> int:
+        return self._routing.leader_of(group_id)
+
+    def quiesced_groups(self) -> int:
+        return self._registry.quiesced()
+
+    @property
+    def peer_silences(self) -> int:
+        return self._ticker.peer_silences
+
+    @property
+    def groups_back_to_quiet(self) -> int:
+        return self._ticker.groups_back_to_quiet
+
+    def transport_stats(self) -> TransportStats:
+        return self._transport.stats()
+
+    def debug_groups(self) -> list[dict[str, Any]]:
+        """Every hosted group's Raft and log state (the chaos runner's debug route)."""
+        return [debug_views.group_view(self._registry, g) for g in sorted(self._registry.groups)]
+
+    async def debug_digest(self, group_id: GroupId, upto: int | None) -> dict[str, Any]:
+        return await debug_views.log_digest(self._registry, self.id, group_id, upto)
+
+    # ------------------------------------------------------------------ entry points
+
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,
+                      header: BatchHeader | None = None) -> ProduceResult:
+        return await self._produce.produce(topic, partition, batch, acks, header)
+
+    async def add_node(self, node_id: NodeId, raft_addr: str, http_addr: str, rack: str | None) -> dict[str, str]:
+        return await self._controller.add_node(node_id, raft_addr, http_addr, rack)

@@ -1,0 +1,39 @@
+"""The node's current catalog, and the signal that it changed.
+
+Group 0's state machine replaces or updates the catalog as it applies (a snapshot
+restores a new one, a reopened metadata group starts from an empty one); every
+other service reads `holder.catalog` at the moment it needs it, never a copy kept
+from before, and the reconciler waits on `changed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from multiraft.errors import UnknownTopic
+from multiraft.metadata.catalog import Catalog
+from raftlog.types import GroupId
+
+
+class CatalogHolder:
+    def __init__(self) -> None:
+        self.catalog = Catalog()
+        self._changed = asyncio.Event()
+
+    def replace(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.changed()
+
+    def changed(self) -> None:
+        self._changed.set()
+
+    async def wait_changed(self) -> None:
+        """Return once the catalog changed since the last return (or ever, the first time)."""
+        await self._changed.wait()
+        self._changed.clear()
+
+    def partition_group(self, topic: str, partition: int) -> GroupId:
+        info = self.catalog.topic(topic)
+        if not 0 <= partition < len(info.partitions):
+            raise UnknownTopic(f"topic {topic!r} has no partition {partition}")
+        return info.partitions[partition].group_id

@@ -1,0 +1,67 @@
+"""What the chaos switches (multiraft/node/unsafe.py) put in a node: collaborators, chosen once.
+
+The node reads its `ChaosHooks` when it is built and turns each switch into the
+piece that behaves that way, so no hot path asks `if hooks.x`: the read path is
+handed the end its reads stop at (`committed_end`, or `log_end` for the
+read-uncommitted control), the replicas the state machine factory (`no-dedup`),
+the store and runtime settings (`skip-crc`, `vote-without-persist`,
+`ack-before-fsync`) and the file layer (`write-behind`). With no switch on, every
+piece is the production one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from multiraft.node.machines import PartitionMachine
+from storage.files import Files, OsFiles
+from storage.write_behind import WriteBehindFiles
+
+if TYPE_CHECKING:
+    from multiraft.node.unsafe import ChaosHooks
+    from storage.segments import SegmentStore
+
+# The offset a read of a partition replica stops before, by its isolation ("committed"
+# or "uncommitted").
+ReadEnd = Callable[[PartitionMachine, "SegmentStore", str], int]
+
+
+def committed_end(machine: PartitionMachine, store: SegmentStore, isolation: str) -> int:
+    """Committed reads stop at the high watermark; uncommitted ones at the log end."""
+    if isolation == "uncommitted":
+        return int(store.log_end_offset)
+    return int(machine.state.high_watermark)
+
+
+def log_end(machine: PartitionMachine, store: SegmentStore, isolation: str) -> int:
+    """The read-uncommitted control: every read goes to the log end, past the high watermark."""
+    return int(store.log_end_offset)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Faults:
+    read_end: ReadEnd = committed_end
+    new_partition_machine: Callable[[str, int], PartitionMachine] = PartitionMachine
+    verify_crc: bool = True
+    persist_vote: bool = True
+    ack_before_fsync: bool = False
+    write_behind_files: bool = False
+
+    @classmethod
+    def of(cls, hooks: ChaosHooks) -> Faults:
+        machine = functools.partial(PartitionMachine, dedup=False) if hooks.no_dedup else PartitionMachine
+        return cls(
+            read_end=log_end if hooks.read_uncommitted else committed_end,
+            new_partition_machine=machine,
+            verify_crc=not hooks.skip_crc,
+            persist_vote=not hooks.vote_without_persist,
+            ack_before_fsync=hooks.ack_before_fsync,
+            write_behind_files=hooks.write_behind_files,
+        )
+
+    def files(self, groups_directory: str) -> Files:
+        """Segment files: the OS's, or the write-behind layer that loses unsynced data on kill -9."""
+        return WriteBehindFiles(groups_directory) if self.write_behind_files else OsFiles()

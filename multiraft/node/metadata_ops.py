@@ -1,0 +1,148 @@
+"""Changes to the catalog, from any node: proposed on the metadata leader, forwarded there.
+
+Topic admin (create, delete, alter), producer ids, linearizable catalog reads
+(`sync_catalog`), and the RPC handlers a metadata leader serves for the others.
+Creating a topic is the controller's (the metadata leader's) act: it places the
+replicas and checks that every host has file descriptors left for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from multiraft.metadata.catalog import ProducerIdBlock
+from multiraft.metadata.commands import (
+    AllocateProducerIds,
+    AlterTopicConfig,
+    Command,
+    CreateTopic,
+    DeleteTopic,
+    decode_command,
+    encode_command,
+)
+from multiraft.metadata.placement import PlacementNode, place_replicas
+from multiraft.node import open_files
+from multiraft.node.registry import METADATA_GROUP
+from multiraft.node.routing import call_peer
+from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer, error_answer
+from raftlog.errors import NotLeader
+from raftlog.messages import EntryKind, Role
+from raftlog.types import NodeId
+
+if TYPE_CHECKING:
+    from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.registry import GroupRegistry
+    from multiraft.runtime.group import GroupRuntime
+
+
+class MetadataOps:
+    def __init__(self, node_id: NodeId, registry: GroupRegistry, catalog: CatalogHolder, rpc: Rpc,
+                 open_files_limit: Callable[[], int]) -> None:
+        self.id = node_id
+        self._registry = registry
+        self._catalog = catalog
+        self._rpc = rpc
+        self._open_files_limit = open_files_limit
+        rpc.register("metadata.propose", self._serve_propose)
+        rpc.register("metadata.create_topic", self._serve_create_topic)
+
+    @property
+    def _runtime(self) -> GroupRuntime:
+        return self._registry.groups[METADATA_GROUP]
+
+    async def propose(self, command: Command) -> Any:
+        """Apply `command` through the metadata leader (forwarded if that is another node)."""
+        runtime = self._runtime
+        if runtime.core.role is Role.LEADER:
+            self._catalog.catalog.validate(command)
+            (result,) = await runtime.propose([encode_command(command)], EntryKind.META)
+            if result.error is not None:
+                raise result.error
+            return _catalog_value(result.value)
+        body = await self.call_leader("metadata.propose", encode_command(command))
+        return json.loads(body)
+
+    async def call_leader(self, method: str, body: bytes) -> bytes:
+        """Call `method` on the metadata leader (NotLeader while none is known)."""
+        leader = self._runtime.core.leader
+        if leader == 0 or leader == self.id:
+            raise NotLeader(leader, "no leader known yet for this group")
+        return await call_peer(self._rpc, leader, method, body, RPC_TIMEOUT_S, write=True)
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, Any]) -> None:
+        """Create a topic: the controller places its replicas, the catalog records them."""
+        request = {"name": name, "partitions": partitions, "replication_factor": replication_factor, "config": config}
+        if self._runtime.core.role is Role.LEADER:
+            await self._create_topic_as_controller(request)
+        else:
+            await self.call_leader("metadata.create_topic", json.dumps(request).encode())
+
+    async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
+        catalog = self._catalog.catalog
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes()]
+        assignments = place_replicas(
+            nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id
+        )
+        per_node: dict[int, int] = {}
+        for replicas_of_partition in assignments:
+            for host in replicas_of_partition:
+                per_node[host] = per_node.get(host, 0) + 1
+        open_files.check_room(per_node, self._open_files_limit(), open_files.open_now())
+        command = CreateTopic(
+            name=request["name"],
+            partitions=request["partitions"],
+            replication_factor=request["replication_factor"],
+            config=request["config"],
+            assignments=tuple(tuple(r) for r in assignments),
+        )
+        await self.propose(command)
+
+    async def delete_topic(self, name: str) -> None:
+        self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
+        await self.propose(DeleteTopic(name=name))
+
+    async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> None:
+        """Set (or, with None, remove) topic settings; replicas pick them up as they apply
+        the catalog (retention and segment size at once, min_insync_replicas per produce)."""
+        self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
+        await self.propose(AlterTopicConfig(name=name, changes=changes))
+
+    async def allocate_producer_id(self) -> tuple[int, int]:
+        """A fresh producer id (epoch 0) for an idempotent producer."""
+        block = await self.propose(AllocateProducerIds(count=1))
+        return int(block["first"]), 0
+
+    async def sync_catalog(self) -> None:
+        """Return once this node's catalog holds every metadata change completed anywhere
+        before the call: a ReadIndex on the metadata group (a follower or learner asks
+        the metadata leader for its commit index, the leader confirms it still leads
+        with a round of heartbeats), then a wait until this node applied that far. What
+        makes catalog reads linearizable where the API offers them."""
+        await self._runtime.read_index()
+
+    async def wait_for_topic(self, name: str, timeout_s: float = 10.0, present: bool = True) -> None:
+        """Wait until this node's catalog holds `name` (after a create elsewhere), or no
+        longer holds it with `present=False` (after a delete)."""
+        async with asyncio.timeout(timeout_s):
+            while (name in self._catalog.catalog.topics) != present:
+                await asyncio.sleep(0.02)
+
+    async def _serve_propose(self, source: int, body: bytes) -> tuple[int, bytes]:
+        return await answer(self.propose(decode_command(body)), lambda value: json.dumps(value).encode())
+
+    async def _serve_create_topic(self, source: int, body: bytes) -> tuple[int, bytes]:
+        request = json.loads(body)
+        core = self._runtime.core
+        if core.role is not Role.LEADER:
+            return error_answer(NotLeader(core.leader))
+        return await answer(self._create_topic_as_controller(request), lambda _: b"{}")
+
+
+def _catalog_value(value: Any) -> dict[str, Any]:
+    """A catalog result as JSON-able data (it crosses nodes when forwarded)."""
+    if isinstance(value, ProducerIdBlock):
+        return {"first": value.first, "count": value.count}
+    return {}
