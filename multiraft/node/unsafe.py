@@ -51,8 +51,9 @@ class ChaosHooks:
     write_behind_files: bool = False
     debug_endpoints: bool = False
     # Unsafe switches (negative controls). Where each one acts:
-    # group.py GroupRuntime._handle_ready: answer and count as durable before the fsync,
-    # which is deferred (UNSAFE_SYNC_DELAY_S); term and vote changes still sync first.
+    # runtime/persistence.py AckBeforeFsync (injected by replicas.py): answer and count as
+    # durable before the fsync, which is deferred (UNSAFE_SYNC_DELAY_S); term and vote
+    # changes still sync first.
     ack_before_fsync: bool = False
     # producers.py ProducerTable (machines built with dedup=False, faults.py): a retried batch
     # is never a duplicate; it is appended again.
