@@ -17,6 +17,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from multiraft.node.machines import PartitionMachine
+from multiraft.state.producers import (
+    Accept,
+    Decision,
+    Duplicate,
+    DuplicatePending,
+    ProducerBatch,
+    ProducerTable,
+)
+from raftlog.types import Offset
 from storage.files import Files, OsFiles
 from storage.write_behind import WriteBehindFiles
 
@@ -41,6 +50,25 @@ def log_end(machine: PartitionMachine, store: SegmentStore, isolation: str) -> i
     return int(store.log_end_offset)
 
 
+class ProducerTableWithoutDedup(ProducerTable):
+    """The no-dedup control: a retried idempotent batch is never a duplicate, neither in
+    the leader's check nor on apply; it is appended again at new offsets, and the table
+    goes on from the original, as if the retry had not been (so later sequences still fit)."""
+
+    def check(self, batch: ProducerBatch) -> Decision:
+        decision = super().check(batch)
+        return Accept() if isinstance(decision, Duplicate | DuplicatePending) else decision
+
+    def record_proposal(self, batch: ProducerBatch) -> None:
+        if batch.idempotent and isinstance(super().check(batch), Duplicate | DuplicatePending):
+            return  # a re-proposed retry does not move the sequence
+        super().record_proposal(batch)
+
+    def apply(self, batch: ProducerBatch, base_offset: Offset | None) -> Decision:
+        decision = super().apply(batch, base_offset)  # a duplicate leaves the table as it was
+        return Accept() if isinstance(decision, Duplicate) else decision
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Faults:
     read_end: ReadEnd = committed_end
@@ -52,7 +80,8 @@ class Faults:
 
     @classmethod
     def of(cls, hooks: ChaosHooks) -> Faults:
-        machine = functools.partial(PartitionMachine, dedup=False) if hooks.no_dedup else PartitionMachine
+        machine = (functools.partial(PartitionMachine, new_producers=ProducerTableWithoutDedup)
+                   if hooks.no_dedup else PartitionMachine)
         return cls(
             read_end=log_end if hooks.read_uncommitted else committed_end,
             new_partition_machine=machine,

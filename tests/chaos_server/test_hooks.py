@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from multiraft.node.config import ConfigError
+from multiraft.node.faults import Faults, ProducerTableWithoutDedup
+from multiraft.node.machines import PartitionMachine
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.state.partition import PartitionState
 from multiraft.state.producers import (
@@ -79,12 +81,16 @@ def _apply_all(state: PartitionState, payloads: list[bytes]) -> list:
     return results
 
 
-@pytest.mark.parametrize("dedup", [True, False])
-def test_no_dedup_appends_retries_again(dedup):
-    # Goal: with no-dedup a retry applies as new records (fresh offsets, not a duplicate) and
-    # the producer's next sequence is still accepted; unset, the retry is the usual duplicate.
-    state = PartitionState(topic="t", partition=0)
-    state.producers.dedup = dedup
+TABLES = [ProducerTable, ProducerTableWithoutDedup]
+
+
+@pytest.mark.parametrize("table_class", TABLES)
+def test_no_dedup_appends_retries_again(table_class):
+    # Goal: with no-dedup's table a retry applies as new records (fresh offsets, not a
+    # duplicate) and the producer's next sequence is still accepted; with the production
+    # table the retry is the usual duplicate.
+    dedup = table_class is ProducerTable
+    state = PartitionState(topic="t", partition=0, new_producers=table_class)
     first, retry, second = _apply_all(state, [_batch(0, 2), _batch(0, 2), _batch(2)])
     assert (first.base_offset, first.duplicate) == (0, False)
     if dedup:
@@ -96,12 +102,12 @@ def test_no_dedup_appends_retries_again(dedup):
     assert second.ok and second.base_offset == 4 and not second.duplicate
 
 
-@pytest.mark.parametrize("dedup", [True, False])
-def test_no_dedup_leader_check_never_answers_duplicate(dedup):
+@pytest.mark.parametrize("table_class", TABLES)
+def test_no_dedup_leader_check_never_answers_duplicate(table_class):
     # Goal: the leader's pre-proposal check stops deduplicating too, for in-flight and applied
     # originals, and a re-proposed retry does not disturb the sequence of later batches.
-    table = ProducerTable()
-    table.dedup = dedup
+    dedup = table_class is ProducerTable
+    table = table_class()
     batch = ProducerBatch(producer_id=PID, epoch=0, base_sequence=0, record_count=1)
     following = ProducerBatch(producer_id=PID, epoch=0, base_sequence=1, record_count=1)
     assert table.check(batch) == Accept()
@@ -115,6 +121,21 @@ def test_no_dedup_leader_check_never_answers_duplicate(dedup):
         assert table.apply(batch, 1) == Accept(), "the second copy applies as new records"
     assert table.check(batch) == (Duplicate(0, 1) if dedup else Accept()), "retry after apply"
     assert table.check(following) == Accept(), "sequences go on from the original"
+
+
+@pytest.mark.parametrize("no_dedup", [False, True])
+def test_no_dedup_table_is_chosen_once_and_survives_a_restore(no_dedup):
+    # Goal: the switch picks the partition machines' producer table once (faults.py), and a
+    # machine restored from a snapshot (segment transfer, reopen) keeps that table.
+    expected = ProducerTableWithoutDedup if no_dedup else ProducerTable
+    machine = Faults.of(ChaosHooks(no_dedup=no_dedup)).new_partition_machine("t", 0)
+    assert type(machine.state.producers) is expected
+    _apply_all(machine.state, [_batch(0, 2)])
+    snapshot = machine.snapshot()
+    machine.restore(snapshot, Index(1))
+    assert type(machine.state.producers) is expected
+    assert machine.state.producers.get(PID) is not None, "the restored table holds the producer"
+    assert type(PartitionMachine("t", 0).state.producers) is ProducerTable
 
 
 # ---- skip-crc ------------------------------------------------------------------------------

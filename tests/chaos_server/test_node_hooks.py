@@ -17,7 +17,7 @@ import pytest
 import structlog
 
 from multiraft.node.config import NodeConfig
-from multiraft.node.faults import Faults
+from multiraft.node.faults import Faults, ProducerTableWithoutDedup
 from multiraft.node.node import Node
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.runtime import persistence as persistence_module
@@ -80,7 +80,7 @@ async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path,
             for store in node.stores.values():
                 assert not store.config.verify_crc and not store.config.persist_vote
             assert all(isinstance(runtime.persistence, AckBeforeFsync) for runtime in node.groups.values())
-            assert node.partitions[group].state.producers.dedup is False
+            assert isinstance(node.partitions[group].state.producers, ProducerTableWithoutDedup)
     warnings = {e["event"]: e for e in logs if e["log_level"] == "warning"}
     assert "chaos_write_behind_files" in warnings
     assert warnings["unsafe_switches_enabled"]["switches"] == sorted(UNSAFE_SWITCHES)
