@@ -33,7 +33,7 @@ from storage import catalog
 from storage.config import FlushMode, StoreConfig
 from storage.errors import CorruptionError, DiskFullError
 from storage.files import Files
-from storage.frames import FrameInfo, encode_frame, record_count_of
+from storage.frames import FrameCheck, FrameInfo, crc_matches, encode_frame, record_count_of
 from storage.node_state import StartPoint, encode_applied, encode_hard_state, encode_start
 from storage.recovery import RecoveryReport, recover
 from storage.segment import Segment, segment_name
@@ -75,10 +75,13 @@ class SegmentStore(SegmentLog):
         files: Files,
         config: StoreConfig | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        *,
+        frame_check: FrameCheck = crc_matches,
     ) -> None:
+        """`frame_check` judges the CRC of every frame recovery scans and reads return."""
         config = config or StoreConfig()
-        recovered = recover(group, directory, db, files, clock_ms(), config.verify_crc)
-        super().__init__(group, directory, db, files, config, recovered)
+        recovered = recover(group, directory, db, files, clock_ms(), frame_check)
+        super().__init__(group, directory, db, files, config, recovered, frame_check)
         self.closed = False  # set by close(); the flusher skips a closed store
         self._clock_ms = clock_ms
         self.recovery: RecoveryReport = recovered.report
@@ -354,7 +357,7 @@ class SegmentStore(SegmentLog):
         """A closed segment becomes the open one again: rebuild its memory tables."""
         from storage.segment import scan_segment
 
-        result = scan_segment(self._files, segment.handle, segment.first_index, self.config.verify_crc)
+        result = scan_segment(self._files, segment.handle, segment.first_index, self.frame_check)
         if result.error is not None:
             raise CorruptionError(f"closed segment {segment.first_index}: {result.error}")
         segment.closed = False

@@ -25,13 +25,16 @@ from multiraft.state.producers import (
     ProducerBatch,
     ProducerTable,
 )
-from raftlog.types import Offset
+from raftlog.types import GroupId, Offset
+from storage.config import StoreConfig
 from storage.files import Files, OsFiles
+from storage.frames import FrameCheck, crc_matches
+from storage.segments import SegmentStore
+from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
 
 if TYPE_CHECKING:
     from multiraft.node.unsafe import ChaosHooks
-    from storage.segments import SegmentStore
 
 # The offset a read of a partition replica stops before, by its isolation ("committed"
 # or "uncommitted").
@@ -69,11 +72,17 @@ class ProducerTableWithoutDedup(ProducerTable):
         return Accept() if isinstance(decision, Duplicate) else decision
 
 
+def framing_only(body: memoryview, crc: int) -> bool:
+    """The skip-crc control's frame check: every CRC matches, so reads and recovery check
+    only framing (length, kind, index order) and keep and serve a flipped bit."""
+    return True
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Faults:
     read_end: ReadEnd = committed_end
     new_partition_machine: Callable[[str, int], PartitionMachine] = PartitionMachine
-    verify_crc: bool = True
+    frame_check: FrameCheck = crc_matches
     persist_vote: bool = True
     ack_before_fsync: bool = False
     write_behind_files: bool = False
@@ -85,11 +94,16 @@ class Faults:
         return cls(
             read_end=log_end if hooks.read_uncommitted else committed_end,
             new_partition_machine=machine,
-            verify_crc=not hooks.skip_crc,
+            frame_check=framing_only if hooks.skip_crc else crc_matches,
             persist_vote=not hooks.vote_without_persist,
             ack_before_fsync=hooks.ack_before_fsync,
             write_behind_files=hooks.write_behind_files,
         )
+
+    def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
+                   config: StoreConfig) -> SegmentStore:
+        """Open a group's segment store, with the frame check chosen here."""
+        return SegmentStore(group, directory, db, files, config, frame_check=self.frame_check)
 
     def files(self, groups_directory: str) -> Files:
         """Segment files: the OS's, or the write-behind layer that loses unsynced data on kill -9."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from multiraft.node.config import ConfigError
-from multiraft.node.faults import Faults, ProducerTableWithoutDedup
+from multiraft.node.faults import Faults, ProducerTableWithoutDedup, framing_only
 from multiraft.node.machines import PartitionMachine
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.state.partition import PartitionState
@@ -23,6 +23,7 @@ from raftlog.types import Index, NodeId, Term
 from storage.batch import Record, encode_batch
 from storage.config import StoreConfig
 from storage.errors import CorruptionError
+from storage.frames import crc_matches
 from storage.recent import RECENT_ENTRIES_MAX
 from tests.storage.helpers import SegmentHarness, data_entry
 
@@ -150,11 +151,19 @@ def _flip_payload_byte_of_last_entry(harness: SegmentHarness) -> None:
         file.write(bytes([byte[0] ^ 0x04]))
 
 
+@pytest.mark.parametrize("skip_crc", [False, True])
+def test_skip_crc_chooses_the_frame_check_once(skip_crc):
+    # Goal: the switch picks the stores' frame check once (faults.py); without it, the CRC one.
+    faults = Faults.of(ChaosHooks(skip_crc=skip_crc))
+    assert faults.frame_check is (framing_only if skip_crc else crc_matches)
+
+
 @pytest.mark.parametrize("verify_crc", [True, False])
 def test_skip_crc_keeps_and_serves_a_corrupted_tail(tmp_path, verify_crc):
-    # Goal: unset, recovery cuts a bad last frame and reads never serve it; with skip-crc the
-    # damaged frame is kept and served as it is on disk.
-    harness = SegmentHarness(str(tmp_path), config=StoreConfig(verify_crc=verify_crc), durable_files=False)
+    # Goal: with `crc_matches`, recovery cuts a bad last frame and reads never serve it; with
+    # skip-crc's `framing_only` the damaged frame is kept and served as it is on disk.
+    check = crc_matches if verify_crc else framing_only
+    harness = SegmentHarness(str(tmp_path), frame_check=check, durable_files=False)
     try:
         written = [data_entry(i, 1) for i in range(1, 6)]
         harness.store.append(written)
@@ -173,10 +182,11 @@ def test_skip_crc_keeps_and_serves_a_corrupted_tail(tmp_path, verify_crc):
 
 
 def test_skip_crc_unset_reads_still_refuse_damage(tmp_path):
-    # Goal: the read path (not only recovery) follows the switch: unset, a flipped bit raises.
+    # Goal: the read path (not only recovery) follows the frame check: with `crc_matches`, a
+    # flipped bit raises.
     for verify_crc in (True, False):
-        harness = SegmentHarness(str(tmp_path / str(verify_crc)), config=StoreConfig(verify_crc=verify_crc),
-                                 durable_files=False)
+        check = crc_matches if verify_crc else framing_only
+        harness = SegmentHarness(str(tmp_path / str(verify_crc)), frame_check=check, durable_files=False)
         try:
             harness.store.append([data_entry(i, 1) for i in range(1, 4)])
             harness.store.sync()

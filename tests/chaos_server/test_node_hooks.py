@@ -17,7 +17,7 @@ import pytest
 import structlog
 
 from multiraft.node.config import NodeConfig
-from multiraft.node.faults import Faults, ProducerTableWithoutDedup
+from multiraft.node.faults import Faults, ProducerTableWithoutDedup, framing_only
 from multiraft.node.node import Node
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.runtime import persistence as persistence_module
@@ -78,7 +78,7 @@ async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path,
             assert isinstance(node.files, WriteBehindFiles)
             group = node.partition_group("wired", 0)
             for store in node.stores.values():
-                assert not store.config.verify_crc and not store.config.persist_vote
+                assert store.frame_check is framing_only and not store.config.persist_vote
             assert all(isinstance(runtime.persistence, AckBeforeFsync) for runtime in node.groups.values())
             assert isinstance(node.partitions[group].state.producers, ProducerTableWithoutDedup)
     warnings = {e["event"]: e for e in logs if e["log_level"] == "warning"}
