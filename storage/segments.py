@@ -87,7 +87,6 @@ class SegmentStore(SegmentLog):
         self.recovery: RecoveryReport = recovered.report
         self.repair_reason: str | None = recovered.repair_reason
         self._hard_state = self._durable_hard_state = recovered.hard_state
-        self._opened_hard_state = recovered.hard_state  # what persist_vote=False keeps writing
         self._applied = recovered.applied
         self._state_changed = False
         self._ledger = SyncLedger(files, clock_ms, durable_index=self.last_index())
@@ -260,23 +259,20 @@ class SegmentStore(SegmentLog):
         """Would `stage_state` stage a new term or vote (a write that must be synced)?"""
         if not self._state_changed:
             return False
-        stored, durable = self._hard_state_to_store(), self._durable_hard_state
+        stored, durable = self.hard_state_to_store(), self._durable_hard_state
         return (stored.term, stored.vote) != (durable.term, durable.vote)
 
-    def _hard_state_to_store(self) -> HardState:
-        hard = self._hard_state
-        if self.config.persist_vote:
-            return hard
-        # The vote-without-persist control: a restart forgets term and vote.
-        opened = self._opened_hard_state
-        return HardState(term=opened.term, vote=opened.vote, commit=hard.commit)
+    def hard_state_to_store(self) -> HardState:
+        """The hard state `stage_state` writes: the one last set. (A subclass may write
+        another; `vote_unsaved` and the sync decision follow what it returns.)"""
+        return self._hard_state
 
     def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
         which must be synced whatever the flush policy (a node never votes twice)."""
         if not self._state_changed:
             return False
-        durable, stored = self._durable_hard_state, self._hard_state_to_store()
+        durable, stored = self._durable_hard_state, self.hard_state_to_store()
         durable_index = self._ledger.durable_index
         if self.config.flush.mode is FlushMode.FSYNC and stored.commit > durable_index:
             # Entries may be appended while an fsync runs on another thread: the commit

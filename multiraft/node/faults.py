@@ -25,11 +25,12 @@ from multiraft.state.producers import (
     ProducerBatch,
     ProducerTable,
 )
+from raftlog.messages import HardState
 from raftlog.types import GroupId, Offset
 from storage.config import StoreConfig
 from storage.files import Files, OsFiles
 from storage.frames import FrameCheck, crc_matches
-from storage.segments import SegmentStore
+from storage.segments import SegmentStore, wall_clock_ms
 from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
 
@@ -78,12 +79,29 @@ def framing_only(body: memoryview, crc: int) -> bool:
     return True
 
 
+class SegmentStoreForgettingVotes(SegmentStore):
+    """The vote-without-persist control: term and vote never reach the database; it keeps
+    the ones it held when the store opened (the commit index is still written), so a
+    vote never asks for a synced write and a restarted node votes and leads again in
+    terms it already saw."""
+
+    def __init__(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
+                 config: StoreConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
+                 *, frame_check: FrameCheck = crc_matches) -> None:
+        super().__init__(group, directory, db, files, config, clock_ms, frame_check=frame_check)
+        self._opened_hard_state = self.initial_state().hard_state  # its term and vote are kept
+
+    def hard_state_to_store(self) -> HardState:
+        opened = self._opened_hard_state
+        return HardState(term=opened.term, vote=opened.vote, commit=super().hard_state_to_store().commit)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Faults:
     read_end: ReadEnd = committed_end
     new_partition_machine: Callable[[str, int], PartitionMachine] = PartitionMachine
     frame_check: FrameCheck = crc_matches
-    persist_vote: bool = True
+    store_class: type[SegmentStore] = SegmentStore
     ack_before_fsync: bool = False
     write_behind_files: bool = False
 
@@ -95,15 +113,15 @@ class Faults:
             read_end=log_end if hooks.read_uncommitted else committed_end,
             new_partition_machine=machine,
             frame_check=framing_only if hooks.skip_crc else crc_matches,
-            persist_vote=not hooks.vote_without_persist,
+            store_class=SegmentStoreForgettingVotes if hooks.vote_without_persist else SegmentStore,
             ack_before_fsync=hooks.ack_before_fsync,
             write_behind_files=hooks.write_behind_files,
         )
 
     def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
                    config: StoreConfig) -> SegmentStore:
-        """Open a group's segment store, with the frame check chosen here."""
-        return SegmentStore(group, directory, db, files, config, frame_check=self.frame_check)
+        """Open a group's segment store: the class and frame check chosen here."""
+        return self.store_class(group, directory, db, files, config, frame_check=self.frame_check)
 
     def files(self, groups_directory: str) -> Files:
         """Segment files: the OS's, or the write-behind layer that loses unsynced data on kill -9."""

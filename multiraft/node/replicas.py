@@ -96,9 +96,7 @@ class Replicas:
         assert storage.db is not None and storage.files is not None and storage.flusher is not None
         directory = storage.groups_directory / str(group_id)
         make_private_dirs(directory)
-        store_config = StoreConfig(
-            persist_vote=self._faults.persist_vote, **self.topic_store_settings(topic_config or {}),
-        )
+        store_config = StoreConfig(**self.topic_store_settings(topic_config or {}))
         store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.

@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 
 from multiraft.node.config import ConfigError
-from multiraft.node.faults import Faults, ProducerTableWithoutDedup, framing_only
+from multiraft.node.faults import (
+    Faults,
+    ProducerTableWithoutDedup,
+    SegmentStoreForgettingVotes,
+    framing_only,
+)
 from multiraft.node.machines import PartitionMachine
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.state.partition import PartitionState
@@ -25,7 +30,8 @@ from storage.config import StoreConfig
 from storage.errors import CorruptionError
 from storage.frames import crc_matches
 from storage.recent import RECENT_ENTRIES_MAX
-from tests.storage.helpers import SegmentHarness, data_entry
+from storage.segments import SegmentStore
+from tests.storage.helpers import GROUP, SegmentHarness, data_entry
 
 # ---- parsing ---------------------------------------------------------------------------
 
@@ -207,11 +213,28 @@ def test_skip_crc_unset_reads_still_refuse_damage(tmp_path):
 # ---- vote-without-persist ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("persist_vote", [True, False])
-def test_vote_without_persist_forgets_term_and_vote(tmp_path, persist_vote):
-    # Goal: unset, term and vote survive a reopen (and a vote asks for a synced write); with
-    # vote-without-persist the reopened store has forgotten both (the commit is still kept).
-    harness = SegmentHarness(str(tmp_path), config=StoreConfig(persist_vote=persist_vote), durable_files=False)
+@pytest.mark.parametrize("vote_without_persist", [False, True])
+def test_vote_without_persist_chooses_the_store_once(tmp_path, vote_without_persist):
+    # Goal: the switch picks the class of every store the node opens (faults.py), with the
+    # frame check chosen beside it; without it, the production `SegmentStore`.
+    faults = Faults.of(ChaosHooks(vote_without_persist=vote_without_persist))
+    harness = SegmentHarness(str(tmp_path), durable_files=False)
+    try:
+        store = faults.open_store(GROUP, str(tmp_path / "opened"), harness.db, harness.files, StoreConfig())
+        expected = SegmentStoreForgettingVotes if vote_without_persist else SegmentStore
+        assert type(store) is expected and store.frame_check is crc_matches
+        store.close()
+    finally:
+        harness.close()
+
+
+@pytest.mark.parametrize("store_class", [SegmentStore, SegmentStoreForgettingVotes])
+def test_vote_without_persist_forgets_term_and_vote(tmp_path, store_class):
+    # Goal: with `SegmentStore`, term and vote survive a reopen (and a vote asks for a synced
+    # write); with vote-without-persist's store the reopened store has forgotten both (the
+    # commit is still kept).
+    persist_vote = store_class is SegmentStore
+    harness = SegmentHarness(str(tmp_path), store_class=store_class, durable_files=False)
     try:
         harness.store.append([data_entry(1, 1)])
         harness.store.set_hard_state(HardState(term=Term(5), vote=NodeId(2), commit=Index(1)))
