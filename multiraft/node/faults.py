@@ -3,10 +3,13 @@
 The node reads its `ChaosHooks` when it is built and turns each switch into the
 piece that behaves that way, so no hot path asks `if hooks.x`: the read path is
 handed the end its reads stop at (`committed_end`, or `log_end` for the
-read-uncommitted control), the replicas the state machine factory (`no-dedup`),
-the store and runtime settings (`skip-crc`, `vote-without-persist`,
-`ack-before-fsync`) and the file layer (`write-behind`). With no switch on, every
-piece is the production one.
+read-uncommitted control); the replicas the partition machine factory, whose
+producer table a restore keeps (`ProducerTableWithoutDedup` for `no-dedup`), the
+store opener (`open_store`: the store class, `SegmentStoreForgettingVotes` for
+`vote-without-persist`, and the frame check, `framing_only` for `skip-crc`), the
+persistence strategy (`ack-before-fsync`) and the file layer (`write-behind`).
+The faulty pieces live here, so `state/` and `storage/` know no switch. With no
+switch on, every piece is the production one.
 """
 
 from __future__ import annotations
