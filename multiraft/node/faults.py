@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 # The offset a read of a partition replica stops before, by its isolation ("committed"
 # or "uncommitted").
-ReadEnd = Callable[[PartitionMachine, "SegmentStore", str], int]
+ReadEnd = Callable[[PartitionMachine, SegmentStore, str], int]
 
 
 def committed_end(machine: PartitionMachine, store: SegmentStore, isolation: str) -> int:
