@@ -41,11 +41,6 @@ class StoreConfig:
     retention_ms: int | None = 7 * 24 * 3600 * 1000
     retention_bytes: int | None = None
     read_chunk_bytes: int = 1024 * 1024  # one pread for sequential reads
-    # Negative controls of the chaos runner only (multiraft/node/unsafe.py); never turn off
-    # otherwise. verify_crc=False: reads and recovery take frames without checking their
-    # CRC. persist_vote=False: term and vote stay what the database held at open.
-    verify_crc: bool = True
-    persist_vote: bool = True
 
     def __post_init__(self) -> None:
         assert self.segment_bytes_max >= 4096

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raftlog.messages import Entry, EntryKind
@@ -29,6 +30,17 @@ _BODY_HEADER = struct.Struct(">QQBBQI")
 FRAME_BYTES_MAX = BATCH_BYTES_MAX + FRAME_HEADER_BYTES
 # Indexed by the kind byte: cheaper than calling the enum per frame on the read path.
 _KINDS = tuple(EntryKind(value) for value in range(len(EntryKind)))
+
+
+# Whether a whole frame's body (everything after its CRC field) matches the CRC its
+# header stores: `check(body, stored_crc)`. Chosen once, by whoever opens the store,
+# and passed down to every parse; `crc_matches` unless a caller injects another.
+FrameCheck = Callable[[memoryview, int], bool]
+
+
+def crc_matches(body: memoryview, crc: int) -> bool:
+    """The frame check: the body's crc32 is the stored one."""
+    return zlib.crc32(body) == crc
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +80,13 @@ def encode_frame(entry: Entry, base_offset: Offset, record_count: int) -> tuple[
 
 
 def parse_frame(
-    buffer: memoryview, position: int, verify_crc: bool = True
+    buffer: memoryview, position: int, frame_check: FrameCheck = crc_matches
 ) -> tuple[FrameInfo, memoryview] | None:
     """The frame at `position`, or None if the buffer ends inside it.
 
     Raises `CorruptionError` when the frame is whole but wrong: bad CRC, lying
-    length, unknown kind. Both checks are C-speed (struct, zlib.crc32).
-    `verify_crc=False` skips the CRC (the chaos runner's skip-crc control only).
+    length, unknown kind (`frame_check` judges the CRC). Both checks are C-speed
+    (struct, zlib.crc32).
     """
     if position + FRAME_HEADER_BYTES > len(buffer):
         return None
@@ -87,7 +99,7 @@ def parse_frame(
     if position + size > len(buffer):
         return None
     body = buffer[position + _BODY_START : position + size]
-    if verify_crc and zlib.crc32(body) != crc:
+    if not frame_check(body, crc):
         raise CorruptionError(f"frame at {position} fails its CRC")
     if kind >= len(_KINDS) or reserved != 0:
         raise CorruptionError(f"frame at {position} has unknown kind {kind}")

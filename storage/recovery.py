@@ -28,6 +28,7 @@ from raftlog.messages import HardState, Membership, Snapshot, SnapshotMeta
 from raftlog.types import GroupId, Index, Offset, Term
 from storage.catalog import CatalogEntry, load_catalog, load_term_runs, stage_close
 from storage.files import Files
+from storage.frames import FrameCheck, crc_matches
 from storage.node_state import (
     StartPoint,
     decode_applied,
@@ -100,12 +101,12 @@ class _Walk:
 
     def __init__(
         self, group: GroupId, directory: str, db: StateDatabase, files: Files, now_ms: int,
-        verify_crc: bool = True,
+        frame_check: FrameCheck = crc_matches,
     ) -> None:
         self.group, self.directory, self.db, self.files, self.now_ms = (
             group, directory, db, files, now_ms,
         )  # fmt: skip
-        self.verify_crc = verify_crc
+        self.frame_check = frame_check
         self.start, self.hard_state, self.applied = load_state(db, group)
         self.catalog = load_catalog(db, group)
         self.batch = db.batch()
@@ -180,7 +181,7 @@ class _Walk:
 
     def _scan(self, first: Index, path, handle, last: bool, expected_offset) -> None:
         self.rescanned += 1
-        result = scan_segment(self.files, handle, first, self.verify_crc)
+        result = scan_segment(self.files, handle, first, self.frame_check)
         if result.frames:
             first_offset = result.frames[0].base_offset
         else:
@@ -259,10 +260,11 @@ def _closed_segment(path: str, handle, entry: CatalogEntry) -> Segment:
 
 def recover(
     group: GroupId, directory: str, db: StateDatabase, files: Files, now_ms: int,
-    verify_crc: bool = True,
+    frame_check: FrameCheck = crc_matches,
 ) -> Recovered:
-    """`verify_crc=False` is the chaos runner's skip-crc control only: bad frames are kept."""
+    """The group's log and state as the disk holds them; `frame_check` judges each scanned
+    frame's CRC (the store's, so a check that lets bad frames through keeps them)."""
     files.make_dirs(directory)
-    walk = _Walk(group, directory, db, files, now_ms, verify_crc)
+    walk = _Walk(group, directory, db, files, now_ms, frame_check)
     walk.run()
     return walk.finish()

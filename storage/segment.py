@@ -21,7 +21,7 @@ from raftlog.messages import EntryKind
 from raftlog.types import Index, Offset
 from storage.errors import CorruptionError
 from storage.files import FileHandle, Files
-from storage.frames import FRAME_HEADER_BYTES, FrameInfo, parse_frame
+from storage.frames import FRAME_HEADER_BYTES, FrameCheck, FrameInfo, crc_matches, parse_frame
 
 SUFFIX = ".seg"
 PARTIAL_SUFFIX = ".part"
@@ -115,15 +115,15 @@ class Segment:
 
 def read_frames(
     files: Files, segment: Segment, index: Index, position: int, end: int,
-    verify_crc: bool, chunk_bytes: int,
+    frame_check: FrameCheck, chunk_bytes: int,
 ) -> Iterator[tuple[FrameInfo, memoryview]]:
     """Frames of `segment` from entry `index` at `position` up to `end`, in order, read
-    `chunk_bytes` at a time, each checked by CRC unless `verify_crc` is off."""
+    `chunk_bytes` at a time, each judged by `frame_check`."""
     while position < end:
         chunk = files.read(segment.handle, position, min(end - position, chunk_bytes))
         buffer, offset = memoryview(chunk), 0
         while True:
-            parsed = parse_frame(buffer, offset, verify_crc)
+            parsed = parse_frame(buffer, offset, frame_check)
             if parsed is None:
                 break
             info, payload = parsed
@@ -136,7 +136,7 @@ def read_frames(
             if position + declared > end:
                 raise CorruptionError(f"frame of entry {index} runs past its segment")
             buffer = memoryview(files.read(segment.handle, position, declared))
-            parsed = parse_frame(buffer, 0, verify_crc)
+            parsed = parse_frame(buffer, 0, frame_check)
             assert parsed is not None
             yield parsed
             index, offset = Index(index + 1), declared
@@ -152,22 +152,23 @@ class ScanResult:
     frame_after_error: bool  # a valid frame follows the bad one: corruption, not a torn tail
 
 
-def scan_segment(files: Files, handle: FileHandle, first_index: Index, verify_crc: bool = True) -> ScanResult:
-    """Validate every frame by CRC, in chunks, and say where the valid prefix ends.
-
-    `verify_crc=False` (the chaos runner's skip-crc control only) checks only framing."""
+def scan_segment(
+    files: Files, handle: FileHandle, first_index: Index, frame_check: FrameCheck = crc_matches
+) -> ScanResult:
+    """Validate every frame (its CRC by `frame_check`), in chunks, and say where the
+    valid prefix ends."""
     frames: list[FrameInfo] = []
     position, crc, expected, read_bytes = 0, 0, first_index, SCAN_CHUNK_BYTES
     while position < handle.size:
         chunk = memoryview(files.read(handle, position, read_bytes))
-        consumed, error = _scan_chunk(chunk, position, expected, frames, verify_crc)
+        consumed, error = _scan_chunk(chunk, position, expected, frames, frame_check)
         if consumed:
             crc = zlib.crc32(chunk[:consumed], crc)
             position += consumed
             expected = Index(frames[-1].index + 1)
             read_bytes = SCAN_CHUNK_BYTES
         if error is not None:
-            after = _valid_frame_after(files, handle, position, verify_crc)
+            after = _valid_frame_after(files, handle, position, frame_check)
             return ScanResult(frames, position, crc, error, after)
         if consumed == 0:
             whole = _declared_size(chunk)
@@ -178,12 +179,12 @@ def scan_segment(files: Files, handle: FileHandle, first_index: Index, verify_cr
 
 
 def _scan_chunk(
-    chunk: memoryview, base: int, expected: Index, frames: list[FrameInfo], verify_crc: bool
+    chunk: memoryview, base: int, expected: Index, frames: list[FrameInfo], frame_check: FrameCheck
 ) -> tuple[int, str | None]:
     offset = 0
     while offset < len(chunk):
         try:
-            parsed = parse_frame(chunk, offset, verify_crc)
+            parsed = parse_frame(chunk, offset, frame_check)
         except CorruptionError as error:
             return offset, str(error)
         if parsed is None:
@@ -213,7 +214,7 @@ def _declared_size(chunk: memoryview) -> int:
     return length + 4
 
 
-def _valid_frame_after(files: Files, handle: FileHandle, position: int, verify_crc: bool) -> bool:
+def _valid_frame_after(files: Files, handle: FileHandle, position: int, frame_check: FrameCheck) -> bool:
     """Whether a valid frame sits at the bad spot (out of order) or right after the
     bad frame's declared length: then the damage is inside the log (a bit flip),
     not a torn end, and truncating would drop durable entries."""
@@ -223,7 +224,7 @@ def _valid_frame_after(files: Files, handle: FileHandle, position: int, verify_c
             continue
         try:
             window = memoryview(files.read(handle, candidate, SCAN_CHUNK_BYTES))
-            if parse_frame(window, 0, verify_crc) is not None:
+            if parse_frame(window, 0, frame_check) is not None:
                 return True
         except CorruptionError:
             continue

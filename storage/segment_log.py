@@ -4,7 +4,8 @@
 way `storage/segments.py`'s `SegmentStore` (its subclass, which adds every write:
 appends, syncs, truncation, compaction) keeps them: the open segment's tables in
 memory, closed segments' index keys in the database, the newest entries in memory
-(`storage/recent.py`). Every frame read is checked by CRC.
+(`storage/recent.py`). Every frame read is checked by CRC (by the store's frame check,
+`storage.frames.crc_matches` unless its opener injected another).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from storage import catalog
 from storage.config import StoreConfig
 from storage.errors import CorruptionError
 from storage.files import Files
-from storage.frames import FRAME_HEADER_BYTES, FrameInfo
+from storage.frames import FRAME_HEADER_BYTES, FrameCheck, FrameInfo
 from storage.node_state import StartPoint
 from storage.recent import RecentEntries
 from storage.recovery import Recovered
@@ -32,10 +33,11 @@ class SegmentLog:
 
     def __init__(
         self, group: GroupId, directory: str, db: StateDatabase, files: Files,
-        config: StoreConfig, recovered: Recovered,
+        config: StoreConfig, recovered: Recovered, frame_check: FrameCheck,
     ) -> None:
         self.group, self.directory, self._db, self._files = group, directory, db, files
         self.config = config
+        self.frame_check = frame_check  # judges every frame read (the one recovery used)
         self._start: StartPoint = recovered.start
         self._segments: list[Segment] = recovered.segments
         # Term runs: entries from _term_starts[i] on have term _terms[i].
@@ -114,7 +116,7 @@ class SegmentLog:
             position = self._position(segment, index)
             end = self._position(segment, segment_hi)
             yield from read_frames(self._files, segment, index, position, end,
-                                   self.config.verify_crc, self.config.read_chunk_bytes)
+                                   self.frame_check, self.config.read_chunk_bytes)
             index = segment_hi
 
     def _offset_at(self, segment: Segment, index: Index) -> Offset:

@@ -33,7 +33,7 @@ from storage import catalog
 from storage.config import FlushMode, StoreConfig
 from storage.errors import CorruptionError, DiskFullError
 from storage.files import Files
-from storage.frames import FrameInfo, encode_frame, record_count_of
+from storage.frames import FrameCheck, FrameInfo, crc_matches, encode_frame, record_count_of
 from storage.node_state import StartPoint, encode_applied, encode_hard_state, encode_start
 from storage.recovery import RecoveryReport, recover
 from storage.segment import Segment, segment_name
@@ -75,16 +75,18 @@ class SegmentStore(SegmentLog):
         files: Files,
         config: StoreConfig | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        *,
+        frame_check: FrameCheck = crc_matches,
     ) -> None:
+        """`frame_check` judges the CRC of every frame recovery scans and reads return."""
         config = config or StoreConfig()
-        recovered = recover(group, directory, db, files, clock_ms(), config.verify_crc)
-        super().__init__(group, directory, db, files, config, recovered)
+        recovered = recover(group, directory, db, files, clock_ms(), frame_check)
+        super().__init__(group, directory, db, files, config, recovered, frame_check)
         self.closed = False  # set by close(); the flusher skips a closed store
         self._clock_ms = clock_ms
         self.recovery: RecoveryReport = recovered.report
         self.repair_reason: str | None = recovered.repair_reason
         self._hard_state = self._durable_hard_state = recovered.hard_state
-        self._opened_hard_state = recovered.hard_state  # what persist_vote=False keeps writing
         self._applied = recovered.applied
         self._state_changed = False
         self._ledger = SyncLedger(files, clock_ms, durable_index=self.last_index())
@@ -257,23 +259,20 @@ class SegmentStore(SegmentLog):
         """Would `stage_state` stage a new term or vote (a write that must be synced)?"""
         if not self._state_changed:
             return False
-        stored, durable = self._hard_state_to_store(), self._durable_hard_state
+        stored, durable = self.hard_state_to_store(), self._durable_hard_state
         return (stored.term, stored.vote) != (durable.term, durable.vote)
 
-    def _hard_state_to_store(self) -> HardState:
-        hard = self._hard_state
-        if self.config.persist_vote:
-            return hard
-        # The vote-without-persist control: a restart forgets term and vote.
-        opened = self._opened_hard_state
-        return HardState(term=opened.term, vote=opened.vote, commit=hard.commit)
+    def hard_state_to_store(self) -> HardState:
+        """The hard state `stage_state` writes: the one last set. (A subclass may write
+        another; `vote_unsaved` and the sync decision follow what it returns.)"""
+        return self._hard_state
 
     def stage_state(self, batch) -> bool:
         """Stage changed node state into `batch`; True when term or vote changed,
         which must be synced whatever the flush policy (a node never votes twice)."""
         if not self._state_changed:
             return False
-        durable, stored = self._durable_hard_state, self._hard_state_to_store()
+        durable, stored = self._durable_hard_state, self.hard_state_to_store()
         durable_index = self._ledger.durable_index
         if self.config.flush.mode is FlushMode.FSYNC and stored.commit > durable_index:
             # Entries may be appended while an fsync runs on another thread: the commit
@@ -354,7 +353,7 @@ class SegmentStore(SegmentLog):
         """A closed segment becomes the open one again: rebuild its memory tables."""
         from storage.segment import scan_segment
 
-        result = scan_segment(self._files, segment.handle, segment.first_index, self.config.verify_crc)
+        result = scan_segment(self._files, segment.handle, segment.first_index, self.frame_check)
         if result.error is not None:
             raise CorruptionError(f"closed segment {segment.first_index}: {result.error}")
         segment.closed = False

@@ -3,10 +3,13 @@
 The node reads its `ChaosHooks` when it is built and turns each switch into the
 piece that behaves that way, so no hot path asks `if hooks.x`: the read path is
 handed the end its reads stop at (`committed_end`, or `log_end` for the
-read-uncommitted control), the replicas the state machine factory (`no-dedup`),
-the store and runtime settings (`skip-crc`, `vote-without-persist`,
-`ack-before-fsync`) and the file layer (`write-behind`). With no switch on, every
-piece is the production one.
+read-uncommitted control); the replicas the partition machine factory, whose
+producer table a restore keeps (`ProducerTableWithoutDedup` for `no-dedup`), the
+store opener (`open_store`: the store class, `SegmentStoreForgettingVotes` for
+`vote-without-persist`, and the frame check, `framing_only` for `skip-crc`), the
+persistence strategy (`ack-before-fsync`) and the file layer (`write-behind`).
+The faulty pieces live here, so `state/` and `storage/` know no switch. With no
+switch on, every piece is the production one.
 """
 
 from __future__ import annotations
@@ -17,16 +20,29 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from multiraft.node.machines import PartitionMachine
+from multiraft.state.producers import (
+    Accept,
+    Decision,
+    Duplicate,
+    DuplicatePending,
+    ProducerBatch,
+    ProducerTable,
+)
+from raftlog.messages import HardState
+from raftlog.types import GroupId, Offset
+from storage.config import StoreConfig
 from storage.files import Files, OsFiles
+from storage.frames import FrameCheck, crc_matches
+from storage.segments import SegmentStore, wall_clock_ms
+from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
 
 if TYPE_CHECKING:
     from multiraft.node.unsafe import ChaosHooks
-    from storage.segments import SegmentStore
 
 # The offset a read of a partition replica stops before, by its isolation ("committed"
 # or "uncommitted").
-ReadEnd = Callable[[PartitionMachine, "SegmentStore", str], int]
+ReadEnd = Callable[[PartitionMachine, SegmentStore, str], int]
 
 
 def committed_end(machine: PartitionMachine, store: SegmentStore, isolation: str) -> int:
@@ -41,26 +57,74 @@ def log_end(machine: PartitionMachine, store: SegmentStore, isolation: str) -> i
     return int(store.log_end_offset)
 
 
+class ProducerTableWithoutDedup(ProducerTable):
+    """The no-dedup control: a retried idempotent batch is never a duplicate, neither in
+    the leader's check nor on apply; it is appended again at new offsets, and the table
+    goes on from the original, as if the retry had not been (so later sequences still fit)."""
+
+    def check(self, batch: ProducerBatch) -> Decision:
+        decision = super().check(batch)
+        return Accept() if isinstance(decision, Duplicate | DuplicatePending) else decision
+
+    def record_proposal(self, batch: ProducerBatch) -> None:
+        if batch.idempotent and isinstance(super().check(batch), Duplicate | DuplicatePending):
+            return  # a re-proposed retry does not move the sequence
+        super().record_proposal(batch)
+
+    def apply(self, batch: ProducerBatch, base_offset: Offset | None) -> Decision:
+        decision = super().apply(batch, base_offset)  # a duplicate leaves the table as it was
+        return Accept() if isinstance(decision, Duplicate) else decision
+
+
+def framing_only(body: memoryview, crc: int) -> bool:
+    """The skip-crc control's frame check: every CRC matches, so reads and recovery check
+    only framing (length, kind, index order) and keep and serve a flipped bit."""
+    return True
+
+
+class SegmentStoreForgettingVotes(SegmentStore):
+    """The vote-without-persist control: term and vote never reach the database; it keeps
+    the ones it held when the store opened (the commit index is still written), so a
+    vote never asks for a synced write and a restarted node votes and leads again in
+    terms it already saw."""
+
+    def __init__(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
+                 config: StoreConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
+                 *, frame_check: FrameCheck = crc_matches) -> None:
+        super().__init__(group, directory, db, files, config, clock_ms, frame_check=frame_check)
+        self._opened_hard_state = self.initial_state().hard_state  # its term and vote are kept
+
+    def hard_state_to_store(self) -> HardState:
+        opened = self._opened_hard_state
+        return HardState(term=opened.term, vote=opened.vote, commit=super().hard_state_to_store().commit)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Faults:
     read_end: ReadEnd = committed_end
     new_partition_machine: Callable[[str, int], PartitionMachine] = PartitionMachine
-    verify_crc: bool = True
-    persist_vote: bool = True
+    frame_check: FrameCheck = crc_matches
+    store_class: type[SegmentStore] = SegmentStore
     ack_before_fsync: bool = False
     write_behind_files: bool = False
 
     @classmethod
     def of(cls, hooks: ChaosHooks) -> Faults:
-        machine = functools.partial(PartitionMachine, dedup=False) if hooks.no_dedup else PartitionMachine
+        machine = (functools.partial(PartitionMachine, new_producers=ProducerTableWithoutDedup)
+                   if hooks.no_dedup else PartitionMachine)
         return cls(
             read_end=log_end if hooks.read_uncommitted else committed_end,
             new_partition_machine=machine,
-            verify_crc=not hooks.skip_crc,
-            persist_vote=not hooks.vote_without_persist,
+            frame_check=framing_only if hooks.skip_crc else crc_matches,
+            store_class=SegmentStoreForgettingVotes if hooks.vote_without_persist else SegmentStore,
             ack_before_fsync=hooks.ack_before_fsync,
             write_behind_files=hooks.write_behind_files,
         )
+
+    def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
+                   config: StoreConfig) -> SegmentStore:
+        """Open a group's segment store: the class and frame check chosen here."""
+        return self.store_class(group, directory, db, files, config, frame_check=self.frame_check)
 
     def files(self, groups_directory: str) -> Files:
         """Segment files: the OS's, or the write-behind layer that loses unsynced data on kill -9."""

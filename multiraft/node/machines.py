@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import decode_command
 from multiraft.state.partition import PartitionState
+from multiraft.state.producers import NewProducerTable, ProducerTable
 from raftlog.messages import Entry, EntryKind
 from raftlog.types import Index, Offset
 
@@ -50,11 +51,14 @@ class CatalogMachine:
 
 
 class PartitionMachine:
-    """A partition group's state machine (a thin adapter over `PartitionState`)."""
+    """A partition group's state machine (a thin adapter over `PartitionState`).
 
-    def __init__(self, topic: str, partition: int, dedup: bool = True) -> None:
-        self.state = PartitionState(topic=topic, partition=partition)
-        self.state.producers.dedup = dedup  # False only for the no-dedup chaos control
+    `new_producers` builds its producer table, here and on every restore: the production
+    `ProducerTable`, or the one the node's faults inject (multiraft/node/faults.py)."""
+
+    def __init__(self, topic: str, partition: int, new_producers: NewProducerTable = ProducerTable) -> None:
+        self._new_producers = new_producers
+        self.state = PartitionState(topic=topic, partition=partition, new_producers=new_producers)
         self._changed = asyncio.Event()
 
     def apply(self, entry: Entry) -> Any:
@@ -84,6 +88,4 @@ class PartitionMachine:
 
     def restore(self, data: object, index: Index) -> None:
         assert isinstance(data, bytes), "partition snapshots are state bytes"
-        dedup = self.state.producers.dedup
-        self.state = PartitionState.restore(data)
-        self.state.producers.dedup = dedup
+        self.state = PartitionState.restore(data, self._new_producers)

@@ -35,7 +35,6 @@ from storage.batch import check_stored_batch
 from storage.config import FlushPolicy, StoreConfig
 from storage.errors import CorruptionError
 from storage.files import make_private_dirs
-from storage.segments import SegmentStore
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -97,11 +96,8 @@ class Replicas:
         assert storage.db is not None and storage.files is not None and storage.flusher is not None
         directory = storage.groups_directory / str(group_id)
         make_private_dirs(directory)
-        store_config = StoreConfig(
-            verify_crc=self._faults.verify_crc, persist_vote=self._faults.persist_vote,
-            **self.topic_store_settings(topic_config or {}),
-        )
-        store = SegmentStore(group_id, str(directory), storage.db, storage.files, store_config)
+        store_config = StoreConfig(**self.topic_store_settings(topic_config or {}))
+        store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.
         created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and self.id in voters

@@ -2,8 +2,9 @@
 
 Read once, when the node is built (`ChaosHooks.from_environment`), into one frozen
 value, which the node turns, once, into the collaborators each switch chooses
-(multiraft/node/faults.py): the group runtimes' settings, the segment stores'
-config, the partition state machine factory, the read path's end, the file layer.
+(multiraft/node/faults.py): the group runtimes' persistence, the segment stores'
+class and frame check, the partition state machine factory (its producer table),
+the read path's end, the file layer.
 No hot path reads a switch; the HTTP app reads the value to pick its routes and to
 name the switches in `GET /v1/health`. Nothing else reads these variables, and the Raft core (`raftlog/`) never sees
 them. With none set every field is False and the node behaves exactly as without
@@ -55,14 +56,16 @@ class ChaosHooks:
     # durable before the fsync, which is deferred (UNSAFE_SYNC_DELAY_S); term and vote
     # changes still sync first.
     ack_before_fsync: bool = False
-    # producers.py ProducerTable (machines built with dedup=False, faults.py): a retried batch
-    # is never a duplicate; it is appended again.
+    # faults.py ProducerTableWithoutDedup (the partition machines' table, kept across
+    # restores): a retried batch is never a duplicate; it is appended again.
     no_dedup: bool = False
     # faults.py log_end, the read path's end: committed reads go to the log end, past the high watermark.
     read_uncommitted: bool = False
-    # storage (StoreConfig.verify_crc): reads and recovery do not check frame CRCs.
+    # faults.py framing_only, the frame check every store is opened with: reads and
+    # recovery do not check frame CRCs.
     skip_crc: bool = False
-    # storage (StoreConfig.persist_vote): term and vote never reach the database.
+    # faults.py SegmentStoreForgettingVotes, the class every store is opened as: term and
+    # vote never reach the database.
     vote_without_persist: bool = False
 
     @property

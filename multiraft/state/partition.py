@@ -27,6 +27,7 @@ time of their commit.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
@@ -50,6 +51,7 @@ from multiraft.state.producers import (
     Accept,
     Decision,
     Duplicate,
+    NewProducerTable,
     ProducerBatch,
     ProducerTable,
 )
@@ -118,6 +120,7 @@ class PartitionState:
         next_offset: Offset = START_OFFSET,
         producers_max: int = PRODUCERS_MAX_DEFAULT,
         consumer_groups_max: int = CONSUMER_GROUPS_MAX_DEFAULT,
+        new_producers: NewProducerTable = ProducerTable,
     ) -> None:
         assert partition >= 0 and applied_index >= 0 and next_offset >= 0
         assert consumer_groups_max >= 1
@@ -125,7 +128,7 @@ class PartitionState:
         self.partition = partition
         self.applied_index = applied_index
         self.next_offset = next_offset
-        self.producers = ProducerTable(producers_max)
+        self.producers = new_producers(producers_max)
         self.consumer_groups_max = consumer_groups_max
         self.consumer_offsets: OrderedDict[str, CommittedOffset] = OrderedDict()
         # (stored base offset, count) of committed DATA entries whose records are
@@ -305,5 +308,6 @@ class PartitionState:
         return encode_snapshot(self)
 
     @classmethod
-    def restore(cls, data: bytes) -> PartitionState:
-        return decode_snapshot(data, cls)
+    def restore(cls, data: bytes, new_producers: NewProducerTable = ProducerTable) -> PartitionState:
+        """The state `data` holds, its producer table built by `new_producers` (as `__init__`)."""
+        return decode_snapshot(data, functools.partial(cls, new_producers=new_producers))

@@ -25,6 +25,7 @@ Use is counted in apply order only, so eviction is deterministic across replicas
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from multiraft.errors import InvalidProducerEpoch, InvalidRequest, OutOfOrderSequence
@@ -180,9 +181,6 @@ class ProducerTable:
         self.producers_max = producers_max
         self._entries: OrderedDict[int, ProducerEntry] = OrderedDict()
         self._pending: dict[int, list[ProducerBatch]] = {}
-        # False only for the chaos runner's no-dedup control (multiraft/node/unsafe.py): a retry
-        # is never a duplicate; it is appended again and the table goes on as if it were not.
-        self.dedup = True
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -196,10 +194,7 @@ class ProducerTable:
 
     def check(self, batch: ProducerBatch) -> Decision:
         """The leader's verdict before proposing: applied state plus own proposals."""
-        decision = decide(self._with_pending(batch.producer_id), batch)
-        if not self.dedup and isinstance(decision, Duplicate | DuplicatePending):
-            return Accept()
-        return decision
+        return decide(self._with_pending(batch.producer_id), batch)
 
     def _with_pending(self, producer_id: int) -> ProducerEntry | None:
         entry = self._entries.get(producer_id)
@@ -211,10 +206,6 @@ class ProducerTable:
         """The leader proposed `batch` after `check` accepted it."""
         if not batch.idempotent:
             return
-        if not self.dedup and isinstance(
-            decide(self._with_pending(batch.producer_id), batch), Duplicate | DuplicatePending
-        ):
-            return  # no-dedup control: a re-appended retry does not move the sequence
         self._pending.setdefault(batch.producer_id, []).append(batch)
 
     def drop_proposals(self) -> None:
@@ -230,8 +221,6 @@ class ProducerTable:
         entry = self._entries.get(batch.producer_id)
         decision = decide(entry, batch)
         assert not isinstance(decision, DuplicatePending), "applied batches have offsets"
-        if not self.dedup and isinstance(decision, Duplicate):
-            return Accept()  # no-dedup control: appended again, the table is unchanged
         if batch.idempotent and isinstance(decision, Accept):
             assert base_offset is not None
             self._entries.pop(batch.producer_id, None)
@@ -252,3 +241,8 @@ class ProducerTable:
         for producer_id, entry in entries:
             assert producer_id >= 0 and producer_id not in self._entries
             self._entries[producer_id] = entry
+
+
+# Builds a partition's table from its bound (`producers_max`): `ProducerTable` itself,
+# or a subclass whoever builds the partition state hands it.
+NewProducerTable = Callable[[int], ProducerTable]

@@ -7,6 +7,13 @@ from __future__ import annotations
 import pytest
 
 from multiraft.node.config import ConfigError
+from multiraft.node.faults import (
+    Faults,
+    ProducerTableWithoutDedup,
+    SegmentStoreForgettingVotes,
+    framing_only,
+)
+from multiraft.node.machines import PartitionMachine
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.state.partition import PartitionState
 from multiraft.state.producers import (
@@ -21,8 +28,10 @@ from raftlog.types import Index, NodeId, Term
 from storage.batch import Record, encode_batch
 from storage.config import StoreConfig
 from storage.errors import CorruptionError
+from storage.frames import crc_matches
 from storage.recent import RECENT_ENTRIES_MAX
-from tests.storage.helpers import SegmentHarness, data_entry
+from storage.segments import SegmentStore
+from tests.storage.helpers import GROUP, SegmentHarness, data_entry
 
 # ---- parsing ---------------------------------------------------------------------------
 
@@ -79,12 +88,16 @@ def _apply_all(state: PartitionState, payloads: list[bytes]) -> list:
     return results
 
 
-@pytest.mark.parametrize("dedup", [True, False])
-def test_no_dedup_appends_retries_again(dedup):
-    # Goal: with no-dedup a retry applies as new records (fresh offsets, not a duplicate) and
-    # the producer's next sequence is still accepted; unset, the retry is the usual duplicate.
-    state = PartitionState(topic="t", partition=0)
-    state.producers.dedup = dedup
+TABLES = [ProducerTable, ProducerTableWithoutDedup]
+
+
+@pytest.mark.parametrize("table_class", TABLES)
+def test_no_dedup_appends_retries_again(table_class):
+    # Goal: with no-dedup's table a retry applies as new records (fresh offsets, not a
+    # duplicate) and the producer's next sequence is still accepted; with the production
+    # table the retry is the usual duplicate.
+    dedup = table_class is ProducerTable
+    state = PartitionState(topic="t", partition=0, new_producers=table_class)
     first, retry, second = _apply_all(state, [_batch(0, 2), _batch(0, 2), _batch(2)])
     assert (first.base_offset, first.duplicate) == (0, False)
     if dedup:
@@ -96,12 +109,12 @@ def test_no_dedup_appends_retries_again(dedup):
     assert second.ok and second.base_offset == 4 and not second.duplicate
 
 
-@pytest.mark.parametrize("dedup", [True, False])
-def test_no_dedup_leader_check_never_answers_duplicate(dedup):
+@pytest.mark.parametrize("table_class", TABLES)
+def test_no_dedup_leader_check_never_answers_duplicate(table_class):
     # Goal: the leader's pre-proposal check stops deduplicating too, for in-flight and applied
     # originals, and a re-proposed retry does not disturb the sequence of later batches.
-    table = ProducerTable()
-    table.dedup = dedup
+    dedup = table_class is ProducerTable
+    table = table_class()
     batch = ProducerBatch(producer_id=PID, epoch=0, base_sequence=0, record_count=1)
     following = ProducerBatch(producer_id=PID, epoch=0, base_sequence=1, record_count=1)
     assert table.check(batch) == Accept()
@@ -117,6 +130,21 @@ def test_no_dedup_leader_check_never_answers_duplicate(dedup):
     assert table.check(following) == Accept(), "sequences go on from the original"
 
 
+@pytest.mark.parametrize("no_dedup", [False, True])
+def test_no_dedup_table_is_chosen_once_and_survives_a_restore(no_dedup):
+    # Goal: the switch picks the partition machines' producer table once (faults.py), and a
+    # machine restored from a snapshot (segment transfer, reopen) keeps that table.
+    expected = ProducerTableWithoutDedup if no_dedup else ProducerTable
+    machine = Faults.of(ChaosHooks(no_dedup=no_dedup)).new_partition_machine("t", 0)
+    assert type(machine.state.producers) is expected
+    _apply_all(machine.state, [_batch(0, 2)])
+    snapshot = machine.snapshot()
+    machine.restore(snapshot, Index(1))
+    assert type(machine.state.producers) is expected
+    assert machine.state.producers.get(PID) is not None, "the restored table holds the producer"
+    assert type(PartitionMachine("t", 0).state.producers) is ProducerTable
+
+
 # ---- skip-crc ------------------------------------------------------------------------------
 
 
@@ -129,11 +157,19 @@ def _flip_payload_byte_of_last_entry(harness: SegmentHarness) -> None:
         file.write(bytes([byte[0] ^ 0x04]))
 
 
+@pytest.mark.parametrize("skip_crc", [False, True])
+def test_skip_crc_chooses_the_frame_check_once(skip_crc):
+    # Goal: the switch picks the stores' frame check once (faults.py); without it, the CRC one.
+    faults = Faults.of(ChaosHooks(skip_crc=skip_crc))
+    assert faults.frame_check is (framing_only if skip_crc else crc_matches)
+
+
 @pytest.mark.parametrize("verify_crc", [True, False])
 def test_skip_crc_keeps_and_serves_a_corrupted_tail(tmp_path, verify_crc):
-    # Goal: unset, recovery cuts a bad last frame and reads never serve it; with skip-crc the
-    # damaged frame is kept and served as it is on disk.
-    harness = SegmentHarness(str(tmp_path), config=StoreConfig(verify_crc=verify_crc), durable_files=False)
+    # Goal: with `crc_matches`, recovery cuts a bad last frame and reads never serve it; with
+    # skip-crc's `framing_only` the damaged frame is kept and served as it is on disk.
+    check = crc_matches if verify_crc else framing_only
+    harness = SegmentHarness(str(tmp_path), frame_check=check, durable_files=False)
     try:
         written = [data_entry(i, 1) for i in range(1, 6)]
         harness.store.append(written)
@@ -152,10 +188,11 @@ def test_skip_crc_keeps_and_serves_a_corrupted_tail(tmp_path, verify_crc):
 
 
 def test_skip_crc_unset_reads_still_refuse_damage(tmp_path):
-    # Goal: the read path (not only recovery) follows the switch: unset, a flipped bit raises.
+    # Goal: the read path (not only recovery) follows the frame check: with `crc_matches`, a
+    # flipped bit raises.
     for verify_crc in (True, False):
-        harness = SegmentHarness(str(tmp_path / str(verify_crc)), config=StoreConfig(verify_crc=verify_crc),
-                                 durable_files=False)
+        check = crc_matches if verify_crc else framing_only
+        harness = SegmentHarness(str(tmp_path / str(verify_crc)), frame_check=check, durable_files=False)
         try:
             harness.store.append([data_entry(i, 1) for i in range(1, 4)])
             harness.store.sync()
@@ -176,11 +213,28 @@ def test_skip_crc_unset_reads_still_refuse_damage(tmp_path):
 # ---- vote-without-persist ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("persist_vote", [True, False])
-def test_vote_without_persist_forgets_term_and_vote(tmp_path, persist_vote):
-    # Goal: unset, term and vote survive a reopen (and a vote asks for a synced write); with
-    # vote-without-persist the reopened store has forgotten both (the commit is still kept).
-    harness = SegmentHarness(str(tmp_path), config=StoreConfig(persist_vote=persist_vote), durable_files=False)
+@pytest.mark.parametrize("vote_without_persist", [False, True])
+def test_vote_without_persist_chooses_the_store_once(tmp_path, vote_without_persist):
+    # Goal: the switch picks the class of every store the node opens (faults.py), with the
+    # frame check chosen beside it; without it, the production `SegmentStore`.
+    faults = Faults.of(ChaosHooks(vote_without_persist=vote_without_persist))
+    harness = SegmentHarness(str(tmp_path), durable_files=False)
+    try:
+        store = faults.open_store(GROUP, str(tmp_path / "opened"), harness.db, harness.files, StoreConfig())
+        expected = SegmentStoreForgettingVotes if vote_without_persist else SegmentStore
+        assert type(store) is expected and store.frame_check is crc_matches
+        store.close()
+    finally:
+        harness.close()
+
+
+@pytest.mark.parametrize("store_class", [SegmentStore, SegmentStoreForgettingVotes])
+def test_vote_without_persist_forgets_term_and_vote(tmp_path, store_class):
+    # Goal: with `SegmentStore`, term and vote survive a reopen (and a vote asks for a synced
+    # write); with vote-without-persist's store the reopened store has forgotten both (the
+    # commit is still kept).
+    persist_vote = store_class is SegmentStore
+    harness = SegmentHarness(str(tmp_path), store_class=store_class, durable_files=False)
     try:
         harness.store.append([data_entry(1, 1)])
         harness.store.set_hard_state(HardState(term=Term(5), vote=NodeId(2), commit=Index(1)))

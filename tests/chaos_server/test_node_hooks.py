@@ -17,13 +17,20 @@ import pytest
 import structlog
 
 from multiraft.node.config import NodeConfig
-from multiraft.node.faults import Faults
+from multiraft.node.faults import (
+    Faults,
+    ProducerTableWithoutDedup,
+    SegmentStoreForgettingVotes,
+    framing_only,
+)
 from multiraft.node.node import Node
 from multiraft.node.unsafe import NO_HOOKS, UNSAFE_SWITCHES, ChaosHooks
 from multiraft.runtime import persistence as persistence_module
 from multiraft.runtime.persistence import AckBeforeFsync
 from raftlog.messages import Role
 from storage.files import OsFiles
+from storage.frames import crc_matches
+from storage.segments import SegmentStore
 from storage.write_behind import WriteBehindFiles
 from tests.node.test_node_cluster import batch, configs, leader_of, produce_retrying, until
 
@@ -66,6 +73,7 @@ async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path,
     with structlog.testing.capture_logs() as logs:
         async with started([config], None) as (node,):
             assert node.hooks == NO_HOOKS and isinstance(node.files, OsFiles)
+            assert all(type(s) is SegmentStore and s.frame_check is crc_matches for s in node.stores.values())
     assert not {e["event"] for e in logs} & {"chaos_write_behind_files", "unsafe_switches_enabled"}
 
     monkeypatch.setenv("RAFTLOG_CHAOS_FILES", "write-behind")
@@ -78,9 +86,9 @@ async def test_hooks_come_from_the_environment_and_are_announced(tmp_path: Path,
             assert isinstance(node.files, WriteBehindFiles)
             group = node.partition_group("wired", 0)
             for store in node.stores.values():
-                assert not store.config.verify_crc and not store.config.persist_vote
+                assert store.frame_check is framing_only and isinstance(store, SegmentStoreForgettingVotes)
             assert all(isinstance(runtime.persistence, AckBeforeFsync) for runtime in node.groups.values())
-            assert node.partitions[group].state.producers.dedup is False
+            assert isinstance(node.partitions[group].state.producers, ProducerTableWithoutDedup)
     warnings = {e["event"]: e for e in logs if e["log_level"] == "warning"}
     assert "chaos_write_behind_files" in warnings
     assert warnings["unsafe_switches_enabled"]["switches"] == sorted(UNSAFE_SWITCHES)

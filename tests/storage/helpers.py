@@ -12,6 +12,7 @@ from raftlog.types import GroupId, Index, Term
 from storage.batch import HEADER_BYTES, Compression, Record, encode_batch
 from storage.config import StoreConfig
 from storage.files import Files, OsFiles
+from storage.frames import FrameCheck, crc_matches
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
 from storage.write_behind import WriteBehindFiles
@@ -62,6 +63,8 @@ class SegmentHarness:
     config: StoreConfig = field(default_factory=StoreConfig)
     durable_files: bool = True  # WriteBehindFiles (True) or OsFiles
     now_ms: list[int] = field(default_factory=lambda: [1_000_000])
+    frame_check: FrameCheck = crc_matches
+    store_class: type[SegmentStore] = SegmentStore
 
     def __post_init__(self) -> None:
         self.db = StateDatabase(os.path.join(self.root, "state"))
@@ -73,8 +76,8 @@ class SegmentHarness:
     def _open(self) -> SegmentStore:
         self.files = self._files()
         directory = os.path.join(self.root, "groups", str(GROUP))
-        return SegmentStore(GROUP, directory, self.db, self.files, self.config,
-                            clock_ms=lambda: self.now_ms[0])  # fmt: skip
+        return self.store_class(GROUP, directory, self.db, self.files, self.config,
+                                clock_ms=lambda: self.now_ms[0], frame_check=self.frame_check)  # fmt: skip
 
     def crash(self) -> SegmentStore:
         """Lose everything not synced, as a power failure would, and reopen."""
