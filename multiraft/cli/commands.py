@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from multiraft.client import Client, RaftlogError
-from multiraft.transport.secret_files import create_private_file
+from multiraft.net.secret_files import create_private_file
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from multiraft.cli.tls_certs import CertificateError, KeyPair, make_ca, make_certificate
-from multiraft.transport.secret_files import (
+from multiraft.net.secret_files import (
     SECRET_FILE_NAME,
     SecretFileError,
     create_private_file,
     generate_secret,
     read_private_file,
 )
-from multiraft.transport.tls import client_context
+from multiraft.net.tls import client_context
 from storage.files import make_private_dirs
 
 NODES_MAX = 9  # 127.0.0.1-9 and the metadata group's 1, 3 or 5 voters leave room for learners

@@ -2,7 +2,7 @@
 
 The client is what a user's program imports (DESIGN.md section 2), so it imports
 nothing of the node: it keeps its own copy of the two rules it shares with the
-node's transport (multiraft/transport/tls.py, multiraft/transport/secret_files.py):
+node's transport (multiraft/net/tls.py, multiraft/net/secret_files.py):
 
 - the TLS floor: 1.2 at least, Python's default ciphers; the server's certificate
   must chain to the CA given (only to it) or, without one, to the system's trust

@@ -21,7 +21,7 @@ each socket:
   where the deadline is armed and disarmed.
 
 With TLS (`--tls-cert`, `--tls-key`) the same bounds hold, applied before the TLS
-handshake: the server then accepts on a `multiraft.transport.tls_listener.Listener`, admits
+handshake: the server then accepts on a `multiraft.net.tls_listener.Listener`, admits
 the connection by the same gate at once, and runs the TLS handshake within
 `header_read_timeout_s` (a client that opens TCP and never finishes TLS is
 dropped then, and counted) before aiohttp's handler starts on the TLS transport.
@@ -60,8 +60,8 @@ from multiraft.http.connections import ConnectionGate, ConnectionStats
 from multiraft.http.handlers.metrics import REGISTRY_KEY
 from multiraft.http.limits import ConnectionLimits
 from multiraft.http.metrics import ConnectionsCollector
-from multiraft.transport.tls import http_server_context
-from multiraft.transport.tls_listener import AcceptedSocket, Listener, upgrade
+from multiraft.net.tls import http_server_context
+from multiraft.net.tls_listener import AcceptedSocket, Listener, upgrade
 from raftlog.errors import ClientError
 
 if TYPE_CHECKING:

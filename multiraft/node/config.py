@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from multiraft.transport.secret_files import (
+from multiraft.net.secret_files import (
     SECRET_BYTES_MIN,
     SECRET_FILE_NAME,
     SecretFileError,
@@ -26,7 +26,7 @@ from multiraft.transport.secret_files import (
     read_token_file,
     secret_material_bytes,
 )
-from multiraft.transport.tls import PeerTls, TlsError, http_server_context
+from multiraft.net.tls import PeerTls, TlsError, http_server_context
 from raftlog.types import NodeId
 from storage.config import FlushPolicy
 
@@ -84,7 +84,7 @@ class NodeConfig:
     # beyond its own address and localhost (multiraft/http/browsers.py).
     http_allowed_origins: tuple[str, ...] = ()
     http_host_names: tuple[str, ...] = ()
-    # TLS (multiraft/transport/tls.py, docs/http.md "TLS", docs/transport.md "TLS"). The HTTP API's
+    # TLS (multiraft/net/tls.py, docs/http.md "TLS", docs/transport.md "TLS"). The HTTP API's
     # certificate and key: both or neither. Mutual TLS between nodes: the cluster's CA and
     # this node's certificate and key, all three or none. Keys are checked as secrets.
     tls_cert: Path | None = None

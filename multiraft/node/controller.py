@@ -28,10 +28,10 @@ from multiraft.metadata.commands import (
     encode_command,
 )
 from multiraft.metadata.placement import PlacementNode, replacement_for
+from multiraft.net.tls import node_http_client_context
 from multiraft.node import admission
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.transport.rpc import RPC_TIMEOUT_S, STATUS_OK, Rpc, RpcError, answer, error_answer
-from multiraft.transport.tls import node_http_client_context
 from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader
 from raftlog.messages import ConfChange, ConfChangeOp, Role
 from raftlog.types import NodeId
@@ -110,7 +110,7 @@ class Controller:
     async def join(self, address: Any) -> None:
         """Ask a node of an existing cluster (its HTTP address) to admit this one. A node
         whose own HTTP API serves TLS calls over HTTPS too (the scheme is the cluster's
-        setting), trusting the system's CAs and the cluster's peer CA (multiraft/transport/tls.py)."""
+        setting), trusting the system's CAs and the cluster's peer CA (multiraft/net/tls.py)."""
         import aiohttp
 
         config = self._config

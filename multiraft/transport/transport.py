@@ -29,7 +29,7 @@ counted by reason. Admitted, it must finish the handshake within
 TLS (optional, `tls=PeerTls`): mutual TLS on both directions, the handshake of
 the cluster secret inside it. A peer link dials, then upgrades (verifying the
 peer's certificate and the host it names, presenting ours); the listener is then
-a `multiraft.transport.tls_listener.Listener`, which admits a connection by the same bounds
+a `multiraft.net.tls_listener.Listener`, which admits a connection by the same bounds
 *before* its TLS handshake and runs that handshake, then the secret's, within the
 one `handshake_timeout_s`. A client certificate not signed by the CA fails the TLS
 handshake (counted in `tls_handshakes_refused`).
@@ -45,6 +45,8 @@ from typing import Any
 
 import structlog
 
+from multiraft.net.tls import PeerTls
+from multiraft.net.tls_listener import AcceptedSocket, Listener, upgrade
 from multiraft.transport.frames import FrameTooLarge, TransportError, frame_bytes
 from multiraft.transport.handshake import SECRET_BYTES_MIN, accept_handshake
 from multiraft.transport.inbound import InboundConnection
@@ -55,8 +57,6 @@ from multiraft.transport.inbound_admission import (
     normal_address,
 )
 from multiraft.transport.peer_link import PeerLink, enable_keepalive
-from multiraft.transport.tls import PeerTls
-from multiraft.transport.tls_listener import AcceptedSocket, Listener, upgrade
 from multiraft.transport.transport_config import (
     PeerStats,
     TransportConfig,

@@ -20,7 +20,7 @@ import pytest
 from multiraft.client.http import AsyncClient, RaftlogError, UnavailableError
 from multiraft.http import HttpServer
 from multiraft.http.limits import BATCH_CONTENT_TYPE, ConnectionLimits
-from multiraft.transport.tls import client_context, http_server_context
+from multiraft.net.tls import client_context, http_server_context
 from tests.http.conftest import Cluster
 from tests.node.test_node_cluster import until
 from tests.tls_pki import Pki, make_pki

@@ -14,8 +14,8 @@ import ssl
 import pytest
 import uvloop
 
+from multiraft.net.tls import PeerTls
 from multiraft.transport.frames import FrameType
-from multiraft.transport.tls import PeerTls
 from multiraft.transport.transport import Transport
 from multiraft.transport.transport_config import TransportConfig
 from tests.tls_pki import Pki, make_pki

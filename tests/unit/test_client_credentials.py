@@ -2,7 +2,7 @@
 
 Goal: the client keeps its own copy of the TLS floor and of the secret-file refusal
 (multiraft/client/credentials.py), so that it imports nothing of the node; these
-tests pin the copy to the node's rules (multiraft/transport/tls.py and
+tests pin the copy to the node's rules (multiraft/net/tls.py and
 secret_files.py): the same floor, and the same refusals with the same words.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from multiraft.client import CredentialsError, read_token_file
 from multiraft.client.credentials import TLS_VERSION_MIN, client_context
 from multiraft.client.http import bearer_token
-from multiraft.transport import secret_files, tls
+from multiraft.net import secret_files, tls
 
 
 def _file(path: Path, content: bytes, mode: int = 0o600) -> Path:

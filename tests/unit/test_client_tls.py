@@ -11,7 +11,7 @@ import uvloop
 
 from multiraft.client.connection import CertificateRefused, ConnectionPool
 from multiraft.client.http import AsyncClient, cluster_scheme
-from multiraft.transport.tls import client_context, http_server_context
+from multiraft.net.tls import client_context, http_server_context
 from tests.tls_pki import Pki, make_pki
 from tests.unit.test_client_connection import Server, ok
 

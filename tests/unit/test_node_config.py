@@ -98,7 +98,7 @@ def test_starts_side_by_side_never_read_a_half_written_secret(tmp_path: Path, mo
     # would not start). Here the second start comes in while the first is between
     # deciding to create the file and having written it; both must end up with the
     # same whole secret.
-    import multiraft.transport.secret_files as secret_files
+    import multiraft.net.secret_files as secret_files
 
     argv = _base(tmp_path)[:-2]
     real_token_hex = secret_files.secrets.token_hex

@@ -1,4 +1,4 @@
-"""Goal: secret files as `raftlog serve` reads and makes them (multiraft/transport/secret_files.py):
+"""Goal: secret files as `raftlog serve` reads and makes them (multiraft/net/secret_files.py):
 refused, with the file and the fix named, when open to others, owned by another
 user, or too weak; made 0600 without a window, never over an existing file.
 The same refusals against real `raftlog serve` processes:
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.node.config import ConfigError, add_serve_arguments, load_config
-from multiraft.transport.secret_files import (
+from multiraft.net.secret_files import (
     SecretFileError,
     create_private_file,
     read_private_file,
     secret_material_bytes,
 )
+from multiraft.node.config import ConfigError, add_serve_arguments, load_config
 
 
 def _load(tmp_path: Path, *extra: str) -> object:

@@ -1,4 +1,4 @@
-"""TLS settings and files (multiraft/transport/tls.py, multiraft/node/config.py, multiraft/cli/tls_certs.py):
+"""TLS settings and files (multiraft/net/tls.py, multiraft/node/config.py, multiraft/cli/tls_certs.py):
 certificates made by the test itself (tests/tls_pki.py)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from multiraft.node.config import ConfigError, add_serve_arguments, load_config
-from multiraft.transport.tls import (
+from multiraft.net.tls import (
     TLS_VERSION_MIN,
     PeerTls,
     TlsError,
     client_context,
     http_server_context,
 )
+from multiraft.node.config import ConfigError, add_serve_arguments, load_config
 from tests.tls_pki import Pki, make_pki
 
 

@@ -15,7 +15,7 @@ default ciphers) and every file the same checks:
 
 A private key is a secret: its file is refused, as the cluster secret's, when
 another user owns it or group or others have any permission on it
-(multiraft/transport/secret_files.py; the check runs on the opened file, then OpenSSL
+(multiraft/net/secret_files.py; the check runs on the opened file, then OpenSSL
 reads it by name). An encrypted key is refused rather than prompted for: a node
 runs unattended.
 """
@@ -26,7 +26,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from multiraft.transport.secret_files import SecretFileError, read_private_file
+from multiraft.net.secret_files import SecretFileError, read_private_file
 
 __all__ = ["TLS_VERSION_MIN", "PeerTls", "TlsError", "client_context", "http_server_context",
            "node_http_client_context"]
