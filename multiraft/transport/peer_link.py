@@ -141,7 +141,11 @@ class PeerLink:
     # ------------------------------------------------------------------ the link task
 
     async def _run(self) -> None:
+        # The backoff step is the failed dials since the last connection plus the
+        # connections in a row that died young (under reconnect_backoff_max_s): a peer
+        # that was down a while and is back starts from scratch, a flapping one does not.
         attempt = 0
+        short_lived = 0
         was_connected = False  # connected since the last refusal we reported
         loop = asyncio.get_running_loop()
         while True:
@@ -166,6 +170,7 @@ class PeerLink:
                 await asyncio.sleep(self._backoff_s(attempt))
                 continue
             started = loop.time()
+            attempt = 0
             self._connects += 1
             self._counters.connects += 1
             self._writer = writer
@@ -183,11 +188,17 @@ class PeerLink:
                 self._writer = None
                 writer.transport.abort()
             self._logger.info("peer_disconnected", address=self.address, reason=reason)
-            # A connection that lived a while earns a quick redial; one that dies at
-            # once (a flapping peer) keeps backing off instead of spinning.
+            # Redial at once: a peer whose process died refuses in well under a
+            # millisecond here, and that refusal is what fails its groups over
+            # (`on_refused`); a wait of one backoff step delayed it past the election
+            # timeout whenever the connection had lived under two seconds. Only
+            # connections dying young twice in a row (a flapping peer) back off, so
+            # the link never spins.
             lived_s = loop.time() - started
-            attempt = 1 if lived_s >= self._config.reconnect_backoff_max_s else attempt + 1
-            await asyncio.sleep(self._backoff_s(attempt))
+            short_lived = 0 if lived_s >= self._config.reconnect_backoff_max_s else short_lived + 1
+            attempt = max(short_lived - 1, 0)
+            if attempt:
+                await asyncio.sleep(self._backoff_s(attempt))
 
     def _backoff_s(self, attempt: int) -> float:
         config = self._config
