@@ -34,6 +34,9 @@ from multiraft.transport.transport_config import PeerStats, TransportConfig, Tra
 
 __all__ = ["PeerLink", "enable_keepalive"]
 
+# A connection that ends sooner than this counts toward backing off (see PeerLink._run).
+YOUNG_CONNECTION_S = 0.25
+
 
 class ConnectionLost(TransportError):
     """The outbound connection ended (peer closed it, or broke the protocol)."""
@@ -142,8 +145,8 @@ class PeerLink:
 
     async def _run(self) -> None:
         # The backoff step is the failed dials since the last connection plus the
-        # connections in a row that died young (under reconnect_backoff_max_s): a peer
-        # that was down a while and is back starts from scratch, a flapping one does not.
+        # connections in a row that died young (YOUNG_CONNECTION_S): a peer that was
+        # down a while and is back starts from scratch, a flapping one does not.
         attempt = 0
         short_lived = 0
         was_connected = False  # connected since the last refusal we reported
@@ -192,10 +195,13 @@ class PeerLink:
             # millisecond here, and that refusal is what fails its groups over
             # (`on_refused`); a wait of one backoff step delayed it past the election
             # timeout whenever the connection had lived under two seconds. Only
-            # connections dying young twice in a row (a flapping peer) back off, so
-            # the link never spins.
+            # connections dying young twice in a row (a peer that accepts and hangs up:
+            # flapping) back off, so the link never spins. Young is a fraction of a
+            # second: a peer restarted and killed again a second later (a rolling
+            # restart, a leader moved home and killed) is no flapping peer.
             lived_s = loop.time() - started
-            short_lived = 0 if lived_s >= self._config.reconnect_backoff_max_s else short_lived + 1
+            young_s = min(YOUNG_CONNECTION_S, self._config.reconnect_backoff_max_s)
+            short_lived = 0 if lived_s >= young_s else short_lived + 1
             attempt = max(short_lived - 1, 0)
             if attempt:
                 await asyncio.sleep(self._backoff_s(attempt))
