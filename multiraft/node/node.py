@@ -110,7 +110,7 @@ class Node:
 
     def _build_services(self) -> None:
         self.metadata = MetadataOps(self.id, self.registry, self.catalog_holder, self.rpc,
-                                    lambda: self.open_files_limit)
+                                    lambda: self.open_files_limit, self.config.initial_cluster)
         self.controller = Controller(self.config, self.registry, self.catalog_holder, self.metadata, self.rpc,
                                      self.transport, self.logger)
         self.producer = Produce(self.routing, self.catalog_holder, self.rpc, self.metadata.sync_catalog)
