@@ -27,9 +27,10 @@ A transfer must not churn (issue 26, docs/scale.md "Fixes, ranked" 4: after a
 full restart each node started about 2,400 transfers in 130 s, 97 % aborted, and
 a transfer that reached a lagging target deposed a working leader for an
 election the target then lost). So:
-- the target is *ready*: a live, in-sync voter whose match index is the leader's
-  last index (TimeoutNow goes out at once, no catch-up race against the
-  transfer's one election timeout), on a node live without a silence for
+- the target is *ready*: a live, in-sync voter whose match index is at the
+  leader's last index, or within `CAUGHT_UP_ENTRIES_MAX` of it (TimeoutNow goes
+  out at once, or after one append: no catch-up race against the transfer's one
+  election timeout), on a node live without a silence for
   `leader_balance_target_live_ms` (a node back from a restart first settles);
 - at most `leader_transfers_in_flight_max` transfers from this node at a time; a
   transfer is over when this node no longer leads the group, or aborted when it
@@ -78,6 +79,13 @@ OBSERVE_INTERVAL_S = 1.0
 ABORT_BACKOFF_S = 60.0
 # The core abandons a transfer after one election timeout; two leave room for a late task.
 TRANSFER_TIMEOUT_ELECTIONS = 2
+# A target counts as caught up with its match this close to the leader's last index: a
+# partition written without pause always has a few entries in flight to every follower,
+# and would never go home if the match had to equal the last index at the moment of the
+# round. The rest reach the target in one append: a leader refuses proposals while it
+# transfers (LEADERSHIP_TRANSFER_IN_PROGRESS), so its log stops growing, and TimeoutNow
+# follows the target's answer. A target catching up from far (a restart) is far outside.
+CAUGHT_UP_ENTRIES_MAX = 16
 MOVES_PER_ROUND_MAX = 100  # the pure choosers' default bound; the Balancer passes its own
 
 
@@ -120,7 +128,7 @@ def _eligible(node: Routing, runtime: GroupRuntime, candidate: NodeId) -> bool:
 
 def _caught_up(runtime: GroupRuntime, candidate: NodeId) -> bool:
     progress = runtime.core.progress(candidate)
-    return progress is not None and progress.match >= runtime.core.log.last_index()
+    return progress is not None and progress.match + CAUGHT_UP_ENTRIES_MAX >= runtime.core.log.last_index()
 
 
 TargetCheck = Callable[[NodeId], bool]  # the target's node qualifies (live long enough)

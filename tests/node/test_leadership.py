@@ -22,7 +22,7 @@ import structlog
 
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import CreateTopic, NodeStatus, RegisterNode, SetNodeStatus
-from multiraft.node.leadership import Balancer, BalanceSettings
+from multiraft.node.leadership import CAUGHT_UP_ENTRIES_MAX, Balancer, BalanceSettings
 from multiraft.node.routing import LedPartition
 from raftlog.messages import Role
 from raftlog.types import GroupId, Index, NodeId
@@ -145,13 +145,15 @@ def test_a_ready_preferred_replica_gets_its_leadership() -> None:
 
 
 def test_a_lagging_target_is_not_chosen() -> None:
-    # In the ISR (within the lag time) but behind the leader's last index: TimeoutNow
-    # could not go at once, and the transfer would race its own election timeout.
+    # In the ISR (within the lag time) but far behind the leader's last index: TimeoutNow
+    # could not go soon, and the transfer would race its own election timeout.
     node, balance, _ = balancer()
-    node.runtime(0).core.matches[2] = 4
+    core = node.runtime(0).core
+    core.log.last = 100
+    core.matches[2] = 100 - CAUGHT_UP_ENTRIES_MAX - 1
     assert balance.balance_now() == 0
-    node.runtime(0).core.isr.discard(2)
-    node.runtime(0).core.matches[2] = 5
+    core.isr.discard(2)
+    core.matches[2] = 100 - CAUGHT_UP_ENTRIES_MAX  # the rest would go in one append
     assert balance.balance_now() == 0, "out of the ISR"
     node.runtime(0).core.isr.add(2)
     assert balance.balance_now() == 1, "caught up and in sync"
