@@ -177,6 +177,16 @@ class ResourceExhausted(ClientError):
     http_status = 503
 
 
+class ClusterNotReady(ClientError):
+    """`GET /v1/health?ready=cluster` while this node sees no metadata leader, or some node
+    of the cluster (its initial nodes and every registered one) is not live in the catalog
+    yet: the message names what is missing. A start-up state, so retriable."""
+
+    code = "CLUSTER_NOT_READY"
+    http_status = 503
+    retriable = True
+
+
 class SnapshotFormatError(Exception):
     """A state machine snapshot from a peer does not decode: refuse it, fetch again.
 

@@ -23,6 +23,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 PROGRESS_EVERY_RECORDS = 10_000
 STDIN_CHUNK_LINES = 1000
+CLUSTER_WAIT_POLL_S = 0.2
+CLUSTER_WAIT_MAX_S = 3600.0
 
 
 def _chunks(stream: Any, size: int) -> Any:
@@ -138,6 +140,28 @@ def cluster_status(client: Client, args: argparse.Namespace) -> int:
     print()
     print(_table(rows, ["TOPIC", "PARTITION", "GROUP", "LEADER", "REPLICAS", "ISR", "HWM", "LAG"])
           if rows else "no topics")
+    return EXIT_OK
+
+
+def cluster_wait(client: Client, args: argparse.Namespace) -> int:
+    """Poll `GET /v1/health?ready=cluster` on every given server until each answers ready
+    (a metadata leader, every known node live), for at most `--timeout` seconds; then the
+    last refusal (exit 1) or unreachable server (exit 3) stands."""
+    if not 0 < args.timeout <= CLUSTER_WAIT_MAX_S:
+        raise ValueError(f"--timeout: seconds, above 0 and at most {CLUSTER_WAIT_MAX_S:.0f}")
+    deadline = time.monotonic() + args.timeout
+    waiting = list(client.aio.servers)
+    while waiting:
+        try:
+            answer = client.health(server=waiting[0], ready="cluster")
+        except RaftlogError:  # not ready yet, or not reachable yet: ask again until the deadline
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(CLUSTER_WAIT_POLL_S)
+            continue
+        waiting.pop(0)
+    print(f"cluster ready: metadata leader {answer['metadata_leader']}, "
+          f"nodes {', '.join(map(str, answer['nodes']))}")
     return EXIT_OK
 
 

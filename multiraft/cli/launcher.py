@@ -21,6 +21,7 @@ keeps TLS on, with the same certificates.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -246,6 +247,32 @@ class LocalCluster:
                 if time.monotonic() > deadline:
                     raise LauncherError(f"node {node.node_id} did not become healthy within {timeout_s:.0f} s; "
                                         f"see {node.log_file}")
+                time.sleep(0.1)
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Poll each node's /v1/health?ready=cluster until it answers 200: a metadata leader
+        known and every node of the cluster live, so a topic of any replication factor up
+        to the node count can be created at once."""
+        deadline = time.monotonic() + timeout_s
+        context: ssl.SSLContext | None = client_context(self.ca.cert) if self.tls else None
+        for node in self.nodes:
+            missing = "no answer"
+            while True:
+                if node.process is not None and node.process.poll() is not None:
+                    raise LauncherError(f"node {node.node_id} exited with code {node.process.returncode}; "
+                                        f"see {node.log_file}")
+                try:
+                    with urllib.request.urlopen(f"{self.scheme}://{node.http_addr}/v1/health?ready=cluster",
+                                                timeout=1, context=context):
+                        break
+                except urllib.error.HTTPError as error:
+                    with contextlib.suppress(ValueError):
+                        missing = json.loads(error.read()).get("message", missing)
+                except (OSError, urllib.error.URLError, ValueError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise LauncherError(f"node {node.node_id}: the cluster was not ready within {timeout_s:.0f} s "
+                                        f"({missing}); see {node.log_file}")
                 time.sleep(0.1)
 
     def signal_node(self, node_id: int, signum: int) -> None:

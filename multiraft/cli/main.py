@@ -3,6 +3,7 @@
     raftlog serve ...                      one node (see multiraft.node.config for the flags)
     raftlog cluster up [--nodes 3] [--dir ./data]
     raftlog cluster status
+    raftlog cluster wait [--timeout S]      until a metadata leader and every node live (exit 0), else 1
     raftlog topic create|list|describe|delete ...
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
@@ -129,10 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
                                         metavar="{serve,cluster,topic,produce,consume,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
-    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status}")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status,wait}")
     add_cluster_up(cluster_commands)
     _client_command(cluster_commands.add_parser("status", help="nodes, groups, leaders, ISR, lag"),
                     commands.cluster_status)
+    wait = cluster_commands.add_parser("wait", help="wait until the cluster is ready: a metadata leader, "
+                                                    "every node live (GET /v1/health?ready=cluster)")
+    wait.add_argument("--timeout", type=float, default=60.0, metavar="S", help="give up after S seconds (60)")
+    _client_command(wait, commands.cluster_wait)
     _topic_parsers(subcommands)
     _data_parsers(subcommands)
     token = subcommands.add_parser("token", help="bearer tokens of a cluster with auth on (admin)")

@@ -92,7 +92,11 @@ def cluster_up(args: argparse.Namespace) -> int:
     interrupted = False
     try:
         print(f"starting {len(cluster.nodes)} nodes, data under {cluster.directory}", file=sys.stderr)
+        started = time.monotonic()
         cluster.wait_healthy(args.wait)
+        # Ready too (a metadata leader, every node live), so the printed commands work at
+        # once: a topic created a second after start asks for every node's replica.
+        cluster.wait_ready(max(1.0, args.wait - (time.monotonic() - started)))
         scheme = cluster.scheme
         for node in cluster.nodes:
             print(f"node {node.node_id}: {scheme}://{node.http_addr}  raft {node.raft_addr}  "
@@ -151,7 +155,8 @@ def add_cluster_up(cluster_commands: argparse._SubParsersAction) -> None:  # typ
     up.add_argument("--dir", default="./data", help="data directory (default ./data)")
     up.add_argument("--raft-port", type=int, default=RAFT_PORT_DEFAULT)
     up.add_argument("--http-port", type=int, default=HTTP_PORT_DEFAULT)
-    up.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the nodes to be healthy")
+    up.add_argument("--wait", type=float, default=60.0,
+                    help="seconds to wait for the nodes to be healthy and the cluster ready")
     up.add_argument("--tls", action="store_true",
                     help="HTTPS and mutual TLS between nodes, with a throwaway CA and certificates made in --dir "
                          "(needs the openssl command; kept for later runs on the same --dir)")

@@ -224,8 +224,10 @@ class AsyncClient:
 
     # ---- cluster and topics ---------------------------------------------------
 
-    async def health(self, server: str | None = None) -> dict[str, Any]:
-        return await self._json("GET", "/v1/health", server=server)
+    async def health(self, server: str | None = None, ready: str | None = None) -> dict[str, Any]:
+        """The node's health; with `ready="cluster"`, its readiness (RaftlogError
+        CLUSTER_NOT_READY, naming what is missing, until the cluster is ready)."""
+        return await self._json("GET", "/v1/health", server=server, params={"ready": ready})
 
     async def cluster(self, server: str | None = None) -> dict[str, Any]:
         return await self._json("GET", "/v1/cluster", server=server)

@@ -59,8 +59,8 @@ class Client:
         self.run(self.aio.close())
         self._loop.close()
 
-    def health(self, server: str | None = None) -> dict[str, Any]:
-        return self.run(self.aio.health(server))
+    def health(self, server: str | None = None, ready: str | None = None) -> dict[str, Any]:
+        return self.run(self.aio.health(server, ready))
 
     def cluster(self, server: str | None = None) -> dict[str, Any]:
         return self.run(self.aio.cluster(server))

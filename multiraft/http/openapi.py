@@ -88,7 +88,15 @@ _CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties":
     "config": _CONFIG}}
 
 _PATHS: dict[str, Any] = {
-    "/v1/health": {"get": {"summary": "liveness", "responses": {"200": _ok("ok", {"type": "object"})}}},
+    "/v1/health": {"get": {
+        "summary": "liveness; with ready=cluster, readiness: a metadata leader known and every known node live",
+        "parameters": [_query("ready", {"type": "string", "enum": ["cluster"]})],
+        "responses": {"200": _ok("ok (and, with ready, ready)", {
+            "type": "object", "required": ["status", "node_id", "registered"],
+            "properties": {"status": {"const": "ok"}, "node_id": _INT, "registered": {"type": "boolean"},
+                           "ready": {"type": "string"}, "metadata_leader": _INT,
+                           "nodes": {"type": "array", "items": _INT}}}),
+                      "400": _ERROR, "503": _ERROR}}},
     "/v1/cluster": {"get": {"summary": "nodes and the metadata group", "parameters": [_CONSISTENCY], "responses": {
         "200": _ok("the cluster as this node sees it", {"type": "object"}), **_errors(421, 503, 504)}}},
     "/v1/topics": {

@@ -23,6 +23,7 @@ from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from multiraft.node.admission import verify as verify_admission
 from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.config import NodeConfig
+from multiraft.node.controller import Readiness
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
 from multiraft.runtime.group import GroupStatus
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
     "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "NodeApi", "NodeConfig", "OffsetCommit",
-    "PartitionStatus", "ProduceResult", "TransportRefusal", "TransportStats", "partition_for_key",
+    "PartitionStatus", "ProduceResult", "Readiness", "TransportRefusal", "TransportStats", "partition_for_key",
     "validate_off_loop", "verify_admission",
 ]
 
@@ -97,6 +98,7 @@ class NodeApi:
         self.allocate_producer_id = metadata.allocate_producer_id
         self.sync_catalog = metadata.sync_catalog
         self.wait_for_topic = metadata.wait_for_topic
+        self.readiness = controller.readiness
 
     # ------------------------------------------------------------------ snapshots
 

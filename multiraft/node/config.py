@@ -72,6 +72,15 @@ class NodeConfig:
     # A node silent this long has its replicas moved to live nodes (-1: never). Long, as
     # Redpanda's 15 minutes: a restart or a short outage must not copy whole partitions.
     replica_move_after_ms: int = 900_000
+    # Leadership balancing (multiraft/node/leadership.py). A transfer's target must have been
+    # live this long without a silence (30 s: three node-dead-after periods, so a node back
+    # from a restart has caught up and settled before it is asked to lead); no automatic
+    # balancing this long after this node starts or a topic is created (the new groups'
+    # first voters win their elections meanwhile); at most this many transfers in flight
+    # from this node (each wakes its group; a hundred at once deposed working leaders).
+    leader_balance_target_live_ms: int = 30_000
+    leader_balance_settle_ms: int = 10_000
+    leader_transfers_in_flight_max: int = 8
     # Consumer offsets retention (multiraft/node/offsets_retention.py): a group's offsets in a
     # partition go once it has not committed there for this long (Kafka's
     # offsets.retention.minutes, 7 days); partition leaders look this often (Kafka's
@@ -111,6 +120,10 @@ class NodeConfig:
             raise ConfigError("admin_token_file: the admin token has at least 16 characters")
         if self.replica_move_after_ms < -1:
             raise ConfigError("replica_move_after_ms: -1 (never) or a duration in ms")
+        if self.leader_balance_target_live_ms < 0 or self.leader_balance_settle_ms < 0:
+            raise ConfigError("leader_balance_target_live_ms, leader_balance_settle_ms: durations in ms, at least 0")
+        if not 1 <= self.leader_transfers_in_flight_max <= 1000:
+            raise ConfigError("leader_transfers_in_flight_max: between 1 and 1000")
         if self.consumer_offsets_retention_ms < 1:
             raise ConfigError("consumer_offsets_retention_ms: a duration in ms, at least 1")
         if self.consumer_offsets_retention_check_ms < 10:
@@ -250,7 +263,8 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
             values[name] = Path(settings[name])
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
                  "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms",
-                 "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms"):
+                 "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms",
+                 "leader_balance_target_live_ms", "leader_balance_settle_ms", "leader_transfers_in_flight_max"):
         if name in settings:
             values[name] = settings[name] if name == "rack" else int(settings[name])
     config = NodeConfig(**values)

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.commands import (
@@ -51,6 +52,37 @@ CONTROLLER_INTERVAL_S = 0.5
 # Controller._relay_registration): the proposal reaches the leader either way.
 RELAY_TIMEOUT_S = 1.0
 REPLICA_MOVES_PER_ROUND_MAX = 100  # catalog entries per round; the copies themselves run per partition
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Readiness:
+    """Whether the cluster is ready as this node sees it: a metadata leader known, this node
+    registered, and every known node (the initial cluster's and every registered one)
+    registered and alive in the catalog (the controller's view, the one topic creation
+    places replicas by)."""
+
+    metadata_leader: int  # 0: none known
+    registered: bool
+    nodes: tuple[int, ...]  # every known node
+    unregistered: tuple[int, ...]  # known (the initial cluster) but not in the catalog yet
+    dead: tuple[int, ...]  # in the catalog, not alive
+
+    @property
+    def ready(self) -> bool:
+        return self.metadata_leader != 0 and self.registered and not self.unregistered and not self.dead
+
+    def missing(self) -> str:
+        """What keeps the cluster from being ready, for people ('' when ready)."""
+        parts = []
+        if self.metadata_leader == 0:
+            parts.append("no metadata leader known yet")
+        if not self.registered:
+            parts.append("this node has not registered yet")
+        if self.unregistered:
+            parts.append(f"nodes not registered yet: {', '.join(map(str, self.unregistered))}")
+        if self.dead:
+            parts.append(f"nodes not live: {', '.join(map(str, self.dead))}")
+        return "; ".join(parts)
 
 
 class Controller:
@@ -178,6 +210,16 @@ class Controller:
             with contextlib.suppress(RpcError, ClientError):
                 await self._rpc.call(peer, "metadata.propose", encode_command(command), RELAY_TIMEOUT_S)
                 return
+
+    def readiness(self) -> Readiness:
+        catalog = self._catalog.catalog
+        known = set(self._config.initial_cluster) | set(catalog.nodes) | {self.id}
+        alive = {n.node_id for n in catalog.live_nodes()}
+        return Readiness(
+            metadata_leader=self._runtime.core.leader, registered=self.registered.is_set(),
+            nodes=tuple(sorted(known)), unregistered=tuple(sorted(known - set(catalog.nodes))),
+            dead=tuple(sorted(set(catalog.nodes) - alive)),
+        )
 
     # ------------------------------------------------------------------ liveness
 

@@ -4,13 +4,20 @@ Topic admin (create, delete, alter), producer ids, linearizable catalog reads
 (`sync_catalog`), and the RPC handlers a metadata leader serves for the others.
 Creating a topic is the controller's (the metadata leader's) act: it places the
 replicas and checks that every host has file descriptors left for them.
+
+A create during start-up (this node started moments ago, or a node of the initial
+cluster has not registered yet) first waits, briefly, for a metadata leader and
+for as many live nodes as its replication factor needs, instead of refusing at
+once ("replication factor 3 exceeds the 0 live nodes" a second after start).
+Past the wait it goes on, and is refused, as any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.catalog import ProducerIdBlock
@@ -32,6 +39,15 @@ from raftlog.errors import NotLeader
 from raftlog.messages import EntryKind, Role
 from raftlog.types import NodeId
 
+# How long a create during start-up waits for the nodes it needs: a few seconds cover a
+# metadata election (0.5-1 s) and every node's registration, inside the HTTP answer's
+# bound (15 s) with room for the create itself.
+CREATE_START_UP_WAIT_S = 5.0
+# A node is starting up for this long after it started (a whole cluster started together
+# registers within seconds; later, too few live nodes is the cluster's state, refused at once).
+START_UP_S = 30.0
+START_UP_POLL_S = 0.05
+
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.registry import GroupRegistry
@@ -40,8 +56,12 @@ if TYPE_CHECKING:
 
 class MetadataOps:
     def __init__(self, node_id: NodeId, registry: GroupRegistry, catalog: CatalogHolder, rpc: Rpc,
-                 open_files_limit: Callable[[], int]) -> None:
+                 open_files_limit: Callable[[], int], initial_cluster: Collection[int] = (),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.id = node_id
+        self._initial_cluster = frozenset(initial_cluster)
+        self._clock = clock
+        self._started = clock()
         self._registry = registry
         self._catalog = catalog
         self._rpc = rpc
@@ -75,10 +95,31 @@ class MetadataOps:
     async def create_topic(self, name: str, partitions: int, replication_factor: int, config: dict[str, Any]) -> None:
         """Create a topic: the controller places its replicas, the catalog records them."""
         request = {"name": name, "partitions": partitions, "replication_factor": replication_factor, "config": config}
+        if self._starting_up():
+            await self._wait_for_nodes(replication_factor, CREATE_START_UP_WAIT_S)
         if self._runtime.core.role is Role.LEADER:
             await self._create_topic_as_controller(request)
         else:
             await self.call_leader("metadata.create_topic", json.dumps(request).encode())
+
+    def _starting_up(self) -> bool:
+        if self._clock() - self._started < START_UP_S:
+            return True
+        return not self._initial_cluster <= set(self._catalog.catalog.nodes)
+
+    def _enough_nodes(self, replication_factor: int) -> bool:
+        return (self._runtime.core.leader != 0
+                and len(self._catalog.catalog.live_nodes()) >= replication_factor)
+
+    async def _wait_for_nodes(self, replication_factor: int, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for a metadata leader and `replication_factor` live nodes
+        in this node's catalog; whether they came."""
+        deadline = self._clock() + timeout_s
+        while not self._enough_nodes(replication_factor):
+            if self._clock() >= deadline:
+                return False
+            await asyncio.sleep(START_UP_POLL_S)
+        return True
 
     async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
         catalog = self._catalog.catalog

@@ -110,13 +110,14 @@ class Node:
 
     def _build_services(self) -> None:
         self.metadata = MetadataOps(self.id, self.registry, self.catalog_holder, self.rpc,
-                                    lambda: self.open_files_limit)
+                                    lambda: self.open_files_limit, self.config.initial_cluster)
         self.controller = Controller(self.config, self.registry, self.catalog_holder, self.metadata, self.rpc,
                                      self.transport, self.logger)
         self.producer = Produce(self.routing, self.catalog_holder, self.rpc, self.metadata.sync_catalog)
         self.reads = PartitionOps(self.routing, self.catalog_holder, self.rpc, self.faults.read_end,
                                   self.replicas.report_damage, self.logger)
-        leadership.serve_balance(self.routing, self.rpc, self.logger)
+        self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
+        leadership.serve_balance(self.balancer, self.rpc)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
@@ -143,7 +144,7 @@ class Node:
             ("registrar", controller.register),
             ("node-heartbeats", controller.send_heartbeats),
             ("controller", controller.watch_liveness),
-            ("leader-balancer", lambda: leadership.balance_loop(routing, logger)),
+            ("leader-balancer", self.balancer.run),
             ("replica-mover", lambda: reassignment.move_loop(routing, self.metadata.propose, logger)),
             ("compaction", lambda: compaction_loop(self.registry, logger)),
             ("loop-lag", lambda: watch_loop_lag(self.latencies.loop_lag)),
@@ -286,7 +287,7 @@ class Node:
 
     async def balance_leaders(self) -> dict[int, int]:
         """One balancing round on every node now; transfers started, by node."""
-        return await leadership.balance_everywhere(self.routing, self.rpc, self.logger)
+        return await leadership.balance_everywhere(self.balancer, self.routing, self.rpc)
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,
                       header: BatchHeader | None = None) -> ProduceResult:

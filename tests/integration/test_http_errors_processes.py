@@ -33,7 +33,8 @@ LEADERSHIP_TRANSFER_IN_PROGRESS (leader loss, overload or a moving leader, not
 client input), MEMBERSHIP_CHANGE_IN_PROGRESS, INVALID_MEMBERSHIP_CHANGE,
 INVALID_REPLICA_ASSIGNMENT, UNKNOWN_NODE (internal commands no HTTP input
 reaches), RESOURCE_EXHAUSTED (2**63 ids), TOO_MANY_CONSUMER_GROUPS (10,000
-group commits on one partition). NOT_ENOUGH_REPLICAS because live replicas are
+group commits on one partition), CLUSTER_NOT_READY (a node not live: the
+shared cluster must not lose one; tests/http/test_readiness.py provokes it). NOT_ENOUGH_REPLICAS because live replicas are
 fewer than `min_insync_replicas` needs a node stopped, which the shared cluster
 must not suffer; the same check (`check_min_insync`) answers for RF < minimum,
 which is covered. An offset below the log start cannot be made: nothing over
@@ -91,6 +92,7 @@ SKIPPED = {
     "UNAUTHENTICATED": "this cluster runs without an admin token; tests/node/test_auth.py provokes it over HTTP",
     "RESOURCE_EXHAUSTED": "needs 2**63 producer or group ids",
     "TOO_MANY_CONSUMER_GROUPS": "needs 10,000 groups committed on one partition (unit-tested in tests/unit)",
+    "CLUSTER_NOT_READY": "needs a node not live or not registered; tests/http/test_readiness.py provokes it over HTTP",
 }
 # Codes (and statuses) provoked by the dedicated tests below rather than by CASES.
 COVERED_BY_TESTS = {"NOT_LEADER": 421, "NOT_ENOUGH_REPLICAS": 503, "INVALID_PRODUCER_EPOCH": 409,

@@ -1,17 +1,39 @@
 """GET /v1/health and GET /v1/cluster: liveness and the cluster as this node sees it
-(`?consistency=linearizable`: after catching up with the metadata leader)."""
+(`?consistency=linearizable`: after catching up with the metadata leader).
+
+`GET /v1/health` answers 200 as soon as the node serves HTTP (liveness). With
+`?ready=cluster` it answers 200 only once this node sees a metadata leader, has
+registered, and every known node (the initial cluster's and every registered
+one) is registered and alive in the catalog: what scripts and `raftlog cluster
+wait` wait on before creating a topic whose replication factor needs them all.
+Otherwise 503 `CLUSTER_NOT_READY`, the message naming what is missing
+(Kubernetes' readiness against liveness; etcd's `/health` and `/readyz`).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
+from multiraft.errors import ClusterNotReady, InvalidRequest
 from multiraft.http.handlers.common import catalog_read, node_of
 from multiraft.http.view import cluster_view
+
+READY_CHOICES = ("cluster",)
 
 
 async def health(request: web.Request) -> web.Response:
     node = node_of(request)
-    answer = {"status": "ok", "node_id": node.id, "registered": node.registered}
+    ready = request.query.get("ready")
+    if ready is not None and ready not in READY_CHOICES:
+        raise InvalidRequest(f"query parameter ready must be one of {', '.join(READY_CHOICES)}")
+    answer: dict[str, Any] = {"status": "ok", "node_id": node.id, "registered": node.registered}
+    if ready is not None:
+        readiness = node.readiness()
+        if not readiness.ready:
+            raise ClusterNotReady(f"cluster not ready: {readiness.missing()}")
+        answer |= {"ready": ready, "metadata_leader": readiness.metadata_leader, "nodes": list(readiness.nodes)}
     # Chaos hooks (multiraft/node/unsafe.py) are named here, so no run can pass for a safe one.
     if node.hooks.unsafe:
         answer["unsafe"] = list(node.hooks.unsafe)
