@@ -32,7 +32,7 @@ from multiraft.runtime.ready_processor import process_ready
 from multiraft.runtime.waiters import Proposal, Waiters
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import ConfChange, EntryKind, Message, MessageType, Role
+from raftlog.messages import RESPONSE_TYPES, ConfChange, EntryKind, Message, MessageType, Role
 from raftlog.storage import RaftStorage
 from raftlog.types import NO_NODE, GroupId, Index, NodeId, Term
 
@@ -211,6 +211,8 @@ class GroupRuntime:
             self._wakeup.set()
 
     def deliver(self, message: Message) -> None:
+        if self.quiesced and message.type not in RESPONSE_TYPES:
+            self._idle_ticks = 0  # someone did not hear this quiet leader: heard an election timeout
         self.quiesced = self._held = False
         if not self._enqueue("message", message):
             self.messages_shed += 1  # Raft retries: shedding beats blocking the loop
@@ -486,9 +488,7 @@ class GroupRuntime:
         previous, self._role = self._role, role
         if role is Role.CANDIDATE:
             self.elections += 1
-        self.logger.info(
-            "role_changed", role=role.value, previous=previous.value
-        )
+        self.logger.info("role_changed", role=role.value, previous=previous.value)
         if previous is Role.LEADER:
             self._fail_waiters(OutcomeUnknown("leadership was lost before the proposal applied"))
         elif role is not Role.LEADER and self._waiters.reads:

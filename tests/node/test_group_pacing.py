@@ -119,3 +119,43 @@ async def test_checkquorum_counts_replicas_whose_node_is_live() -> None:
             leader.tick()
             await _settle()
         assert leader.core.role is Role.FOLLOWER, "cut off from a majority of nodes: it steps down"
+
+
+class RecordingCluster(Cluster):
+    def __init__(self, **config: int) -> None:
+        self.sent: list[Message] = []
+        super().__init__(**config)
+
+    def route(self, group: GroupId, message: Message) -> None:
+        self.sent.append(message)
+        super().route(group, message)
+
+
+@pytest.mark.asyncio
+async def test_a_quiet_leader_woken_by_a_vote_request_is_heard_before_it_quiets_again() -> None:
+    # Goal: a quiet leader that a member's vote request wakes (a restarted replica that
+    # never heard it) stays awake an election timeout and heartbeats, rather than going
+    # quiet again at once: a leader quiesces without a heartbeat in that turn (its
+    # answers would wake it), so going back at once would leave the member unheard.
+    cluster = RecordingCluster(heartbeat_interval_ticks=2)
+    for node, runtime in cluster.runtimes.items():
+        runtime.on_quiesce = lambda group, term, index, node=node: [
+            r.request_quiesce(node, term, index) for n, r in cluster.runtimes.items() if n != node]
+    async with cluster.running(ticking=False):
+        leader = await _elect(cluster)
+        while not all(r.quiesced for r in cluster.runtimes.values()):
+            for runtime in cluster.runtimes.values():
+                runtime.tick()
+            await _settle()
+        core = leader.core
+        voter = next(n for n in cluster.runtimes if n != core.id)
+        cluster.sent.clear()
+        leader.deliver(Message(
+            type=MessageType.PRE_VOTE, source=NodeId(voter), target=core.id, term=core.term + 1,
+            index=core.log.last_index(), log_term=core.log.last_term(),
+        ))
+        for _ in range(4):
+            leader.tick()
+            await _settle()
+        assert not leader.quiesced and core.role is Role.LEADER
+        assert any(m.type is MessageType.HEARTBEAT and m.target == voter for m in cluster.sent)
