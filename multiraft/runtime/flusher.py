@@ -32,6 +32,11 @@ from storage.state_db import StateDatabase
 # quick, and the hop to the fsync thread and back cost more than it (sequential
 # single-record writes: +1.2 ms p50, +0.5 ms CPU per follower when every fsync hopped).
 DETACH_BYTES_MIN = 64 * 1024
+# A flush of more stores than this fsyncs on the thread whatever its bytes: each store
+# is at least one fsync of its own, and a node electing or restarting a thousand groups
+# flushes hundreds of small stores at once (a restarting node spent 17 % of its samples
+# in fsync on the loop, docs/scale.md), while one hop to the thread costs about one.
+DETACH_STORES_MAX = 8
 # A leader's commit index moves once per write, after the write's own flush: stored
 # at once it cost a second flush per write (a database write and a loop turn). It
 # rides along with the next flush instead (the next write's, usually within a
@@ -122,7 +127,8 @@ class Flusher:
     def _flush(self) -> None:
         """Start every waiting store's fsyncs on the fsync thread, so the event loop keeps
         serving (reads, other groups, the next requests) while the disk works; a small
-        flush (or one with nothing to fsync: only a commit index moved) runs here."""
+        flush of a few stores (or one with nothing to fsync: only a commit index moved)
+        runs here."""
         self._scheduled = False
         waiting, self._waiting = self._waiting, []
         began = time.perf_counter()
@@ -133,7 +139,7 @@ class Flusher:
         # descriptors. A store with a flush still running on the thread is flushed there
         # too, after it: a waiter woken here first could take the earlier flush's
         # entries for durable (a segment it wrote before a roll is not fsynced here).
-        detach = self._detach or any(store.sync_in_flight for store in stores) or (
+        detach = self._detach or len(stores) > DETACH_STORES_MAX or any(store.sync_in_flight for store in stores) or (
             sum(store.unsynced_bytes for store in stores) >= DETACH_BYTES_MIN
         )
         self._detach = False

@@ -25,13 +25,14 @@ from typing import Any
 
 from multiraft.runtime.group_host import COMMIT_HOLD_S, GroupHost
 from multiraft.runtime.group_types import GroupDeps, GroupStatus, StateMachine, status_of
+from multiraft.runtime.pacing import run_ticks, split_ticks, tick_due
 from multiraft.runtime.persistence import BackgroundWrites, choose_persistence, consume_outcome
 from multiraft.runtime.quiescence import follower_may_quiesce, quiesce_refusal
 from multiraft.runtime.ready_processor import process_ready
 from multiraft.runtime.waiters import Proposal, Waiters
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import ConfChange, EntryKind, Message, MessageType, Role
+from raftlog.messages import RESPONSE_TYPES, ConfChange, EntryKind, Message, MessageType, Role
 from raftlog.storage import RaftStorage
 from raftlog.types import NO_NODE, GroupId, Index, NodeId, Term
 
@@ -39,13 +40,11 @@ __all__ = ["COMMIT_HOLD_S", "GroupDeps", "GroupRuntime", "GroupStatus", "StateMa
 
 INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (Raft tolerates loss)
 DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
-_CAMPAIGNING = frozenset({Role.PRE_CANDIDATE, Role.CANDIDATE})
 CAMPAIGN_BACKOFF_SHIFT_MAX = 3  # a replica's clock slows to 1/8 after failed campaigns (see tick)
 # After a leader's node is gone (GroupRuntime._leader_gone) its successor asks again
 # this often, this many times, in case the others learned of it after its first round.
 LEADER_GONE_RETRY_S = 0.05
 LEADER_GONE_RETRIES = 4
-PENDING_TICKS_MAX = 16  # ticks buffered while busy (etcd buffers 128 on its tick channel)
 
 
 class GroupRuntime:
@@ -212,6 +211,8 @@ class GroupRuntime:
             self._wakeup.set()
 
     def deliver(self, message: Message) -> None:
+        if self.quiesced and message.type not in RESPONSE_TYPES:
+            self._idle_ticks = 0  # someone did not hear this quiet leader: heard an election timeout
         self.quiesced = self._held = False
         if not self._enqueue("message", message):
             self.messages_shed += 1  # Raft retries: shedding beats blocking the loop
@@ -232,8 +233,9 @@ class GroupRuntime:
             self._ticks_offered += 1
             if self._ticks_offered % (1 << min(failed, CAMPAIGN_BACKOFF_SHIFT_MAX)):
                 return
-        self._pending_ticks = min(self._pending_ticks + 1, PENDING_TICKS_MAX)
-        self._wakeup.set()
+        self._pending_ticks += 1  # counted; the task wakes only if a timer may fire (pacing.py)
+        if tick_due(self.core, self._pending_ticks):
+            self._wakeup.set()
 
     async def propose(
         self, payloads: Sequence[bytes], kind: EntryKind = EntryKind.DATA, acks: str = "quorum"
@@ -327,12 +329,10 @@ class GroupRuntime:
 
     def _drain(self) -> None:
         core, check_data = self.core, self._check_data
-        ticks, self._pending_ticks = self._pending_ticks, 0
-        for _ in range(ticks):
-            elapsed = core.election_elapsed
-            core.tick()
-            if core.election_elapsed <= elapsed and core.role in _CAMPAIGNING:
-                self._campaigns_without_leader += 1  # its election timer ran out (see tick)
+        # Ticks that fire no timer first (time passed before what is queued), the others
+        # after the inbox, capped (pacing.py); campaigns timing out count for `tick`.
+        (quiet, due), self._pending_ticks = split_ticks(core, self._pending_ticks), 0
+        self._campaigns_without_leader += run_ticks(core, quiet, self.is_live)
         if self._background is not None and self._background.reported:
             self._take_persist_reports(self._background)
         inbox = self._inbox
@@ -359,7 +359,9 @@ class GroupRuntime:
                 self._campaign_again()
             else:
                 self._read(*item)
-        self._consider_quiescing(ticks)
+        self._consider_quiescing(quiet + due)
+        if not self.quiesced:  # a leader going quiet now sends no heartbeat (its answers would wake it)
+            self._campaigns_without_leader += run_ticks(core, due, self.is_live)
         if inbox:
             self._wakeup.set()
         self._check_role()
@@ -486,9 +488,7 @@ class GroupRuntime:
         previous, self._role = self._role, role
         if role is Role.CANDIDATE:
             self.elections += 1
-        self.logger.info(
-            "role_changed", role=role.value, previous=previous.value
-        )
+        self.logger.info("role_changed", role=role.value, previous=previous.value)
         if previous is Role.LEADER:
             self._fail_waiters(OutcomeUnknown("leadership was lost before the proposal applied"))
         elif role is not Role.LEADER and self._waiters.reads:

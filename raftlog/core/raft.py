@@ -257,6 +257,31 @@ class RaftCore:
             self.leader = NO_NODE
             self.logger.info("leader_forgotten", leader=leader)
 
+    def note_active(self, node: NodeId) -> None:
+        """The driver knows `node`'s process is alive and talking to this node (its
+        node-level liveness: a frame from it within an election timeout): count the
+        member active for this round's CheckQuorum, as an answer from its replica would.
+
+        Why: on an overloaded node a follower's replica answers a new leader only after
+        its flush, and answers nothing while it waits for one; counted per group, the
+        leader stepped down at its first check (one election timeout after winning), and
+        each step-down was another election on the same overloaded nodes.
+
+        Why it is safe: CheckQuorum serves liveness only here. It lets a leader cut off
+        from a majority step down so that the rest elect another (and backs the
+        followers' lease against disruptive candidates); no read relies on a leader
+        lease: `read_index` confirms leadership with a heartbeat round that a quorum of
+        replicas must answer, and commits count replicas' acknowledgements, never
+        `recent_active`. A leader whose node is cut off from a majority of nodes hears no
+        node of theirs, is credited nothing, and still steps down. Wrong credit (a live
+        node whose replica is stuck) keeps a leader that cannot commit in place until
+        its replica answers or the node falls silent: a delay, never a second leader
+        (elections need votes). A no-op on anyone but a leader, and for a non-member."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        progress = self._progress.get(node)
+        if self.role is Role.LEADER and progress is not None:
+            progress.recent_active = True
+
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point; a `ReadState` with `context` arrives in a Ready."""
         assert self._outstanding is None, "no input between ready() and advance()"
@@ -294,6 +319,27 @@ class RaftCore:
     @property
     def applied_index(self) -> Index:
         return self.log.applied
+
+    def ticks_before_timer(self) -> int:
+        """How many `tick()` calls from now only count time: none of them fires a timer
+        (no campaign, heartbeat, CheckQuorum, transfer abort, install timeout or repair
+        report) nor sends anything. A driver may hold that many back and apply them
+        later, in order, before the next input, with the same effect as at once (a
+        leader's ISR samples its last index per tick, which does not change meanwhile).
+
+        A replica that cannot campaign has no timer: the answer is then bounded by an
+        election timeout, to keep what a driver holds back (and its catch-up) small."""
+        if self.role is Role.LEADER:
+            if any(p.state is ProgressState.INSTALL for p in self._progress.values()):
+                return 0
+            heartbeat = self.config.heartbeat_interval_ticks - self.heartbeat_elapsed
+            check = self.config.election_timeout_ticks - self.election_elapsed
+            return max(0, min(heartbeat, check) - 1)
+        if self.needs_repair:
+            return 0  # its repair report is due every randomized timeout: tick it at once
+        if not self._promotable():
+            return self.config.election_timeout_ticks
+        return max(0, self.randomized_election_timeout - self.election_elapsed - 1)
 
     def progress(self, node: NodeId) -> Progress | None:
         return self._progress.get(node)

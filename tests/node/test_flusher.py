@@ -10,7 +10,7 @@ import threading
 import pytest
 import structlog
 
-from multiraft.runtime.flusher import DETACH_BYTES_MIN, Flusher
+from multiraft.runtime.flusher import DETACH_BYTES_MIN, DETACH_STORES_MAX, Flusher
 from raftlog.messages import HardState
 from raftlog.types import Index, Term
 from storage.errors import DiskFullError, SyncFailedError
@@ -59,6 +59,35 @@ async def test_large_flushes_go_to_the_fsync_thread_and_finish_in_order(stores, 
     await flusher.sync(small)
     assert not threads[-1].startswith("fsync"), "a small flush stays on the loop"
     await flusher.close()
+
+
+async def test_a_small_flush_of_many_stores_goes_to_the_fsync_thread(tmp_path, monkeypatch):
+    # Goal: a flush of more than DETACH_STORES_MAX stores fsyncs off the loop however
+    # small it is (one fsync per store adds up); one of that many stays on the loop.
+    db = StateDatabase(str(tmp_path / "state"))
+    many = [SegmentStore(g, str(tmp_path / str(g)), db, OsFiles()) for g in range(1, DETACH_STORES_MAX + 2)]
+    threads: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd):
+        threads.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    flusher = Flusher(db, structlog.get_logger())
+    try:
+        for stores_in_flush, on_thread in ((DETACH_STORES_MAX, False), (DETACH_STORES_MAX + 1, True)):
+            for store in many[:stores_in_flush]:
+                store.append(entries(store.last_index() + 1, store.last_index() + 2))
+            threads.clear()  # (a new segment's directory is fsynced as it is made)
+            await asyncio.gather(*(flusher.sync(store) for store in many[:stores_in_flush]))
+            assert threads and all(name.startswith("fsync") == on_thread for name in threads), threads
+            assert all(s.sync().durable_index == s.last_index() for s in many[:stores_in_flush])
+        await flusher.close()
+    finally:
+        for store in many:
+            store.close()
+        db.close()
 
 
 async def test_a_background_sync_runs_on_the_thread_and_a_later_small_flush_waits_behind_it(stores, monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import random
 from collections.abc import AsyncIterator, Callable
@@ -57,9 +58,14 @@ class Cluster:
             core = RaftCore(Config(node_id=NodeId(node), **config), storage, random.Random(node))
             self.runtimes[node] = GroupRuntime(
                 GroupId(7), core, storage, ListMachine(), GroupDeps(
-                    send=self.route, logger=structlog.get_logger(), **(persistence(node) if persistence else {})
+                    send=self.route, logger=structlog.get_logger(), is_live=functools.partial(self.is_live, node),
+                    **(persistence(node) if persistence else {})
                 )
             )
+
+    def is_live(self, node: int, peer: int) -> bool:
+        """Node-level liveness as `node` sees it: the peer is heard unless one is isolated."""
+        return node not in self.isolated and peer not in self.isolated
 
     def route(self, group: GroupId, message: Message) -> None:
         if message.source in self.isolated or message.target in self.isolated:

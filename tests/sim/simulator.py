@@ -33,6 +33,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from multiraft.runtime.pacing import credit_live_members, split_ticks, tick_due
 from multiraft.runtime.ready_processor import Durability, process_ready
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
@@ -102,6 +103,15 @@ class FaultMix:
     # is provoked (a campaign, the leader crashed or cut off, a follower restarted,
     # a split), while some nodes have the change committed but not yet applied.
     membership_race: bool = False
+    # Overload: a node's loop falls behind (docs/scale.md, issue 26). For a while its
+    # groups' task runs late, again and again: its ticker keeps counting ticks and
+    # messages queue; when it runs, it steps the queued messages, then a capped burst
+    # of ticks (multiraft/runtime/pacing.py, which paces every node here).
+    overload: bool = False
+    # CheckQuorum credits live nodes (`RaftCore.note_active`), as the runtime does: a
+    # node-level oracle says a peer is live while its messages reach this node and it
+    # is up (or went down less than an election timeout ago: liveness is that stale).
+    liveness_credit: bool = False
 
     @classmethod
     def everything(cls) -> FaultMix:
@@ -158,6 +168,8 @@ class SimNode:
     applied: list[tuple[Index, Term, EntryKind, bytes]] = field(default_factory=list)
     applied_payloads: set[bytes] = field(default_factory=set)
     ticks_frozen_until: int = 0
+    stalled_until: int = 0  # overload: until then its loop is late (ticks counted, nothing run)
+    crashed_at: int = -(1 << 62)
     last_commit: int = 0
     last_term: int = 0
     was_leader_in: int = -1
@@ -192,6 +204,10 @@ class Simulation:
         # Swarm over the protocol options too: safety may not depend on them.
         self.pre_vote = self.rng.random() < 0.75
         self.check_quorum = self.rng.random() < 0.75
+        # Half the seeds drain as the runtime did before issue 26 (every held tick before
+        # the inbox): a schedule safety may not depend on, and more leader churn (a
+        # figure-8 core is caught in far fewer seeds with it).
+        self.ticks_first = self.rng.random() < 0.5
         self.checker = SafetyChecker()
         self.now = 0
         self._heap: list[tuple[int, int, str, tuple[Any, ...]]] = []
@@ -208,6 +224,7 @@ class Simulation:
         self.proposals: dict[bytes, Proposal] = {}
         self.crashes = 0
         self.quiesce_events = 0
+        self.stalls = 0  # late turns of overloaded nodes
         self.membership_changes = 0  # membership changes a leader accepted
         self.membership_races = 0  # elections provoked as a CONFIG entry committed
         self.reads_checked = 0
@@ -288,6 +305,7 @@ class Simulation:
         node.up = True
         node.busy = None
         node.pending_ticks = 0
+        node.stalled_until = 0
         node.inbox.clear()
         node.incarnation += 1
         node.last_commit = node.core.commit_index
@@ -309,6 +327,7 @@ class Simulation:
         self._trace(node.id, "crash", reason=reason, torn_tail=torn)
         node.storage.crash(self.rng, torn_tail=torn)
         node.up = False
+        node.crashed_at = self.now
         node.core = None
         node.busy = None
         node.inbox.clear()
@@ -325,13 +344,17 @@ class Simulation:
         if incarnation != node.incarnation:
             return
         self._schedule(node.tick_interval, "tick", node_id, incarnation)
+        if self.now < node.stalled_until:
+            node.pending_ticks += 1  # a late loop: its ticker counts, its task does not run
+            return
         if self.now < node.paused_until or self.now < node.ticks_frozen_until:
             return
-        if node.busy is not None:
-            node.pending_ticks = min(node.pending_ticks + 1, 5)
-            return
-        self._tick(node)
-        self._pump(node)
+        node.pending_ticks += 1
+        assert node.core is not None
+        # As the runtime: the task runs for a tick only if a timer can fire (pacing.py);
+        # a busy one (awaiting its disk) applies the count when it is done.
+        if node.busy is None and tick_due(node.core, node.pending_ticks):
+            self._pump(node)
 
     def _on_deliver(self, message: Message) -> None:
         node = self.nodes[message.target]
@@ -453,6 +476,7 @@ class Simulation:
             (self.faults.membership or self.faults.membership_race, self._fault_membership),
             (self.faults.compaction, self._fault_compaction),
             (self.faults.quiesce, self._fault_quiesce),
+            (self.faults.overload, self._fault_overload),
         ]
         enabled = [action for on, action in actions if on]
         if enabled:
@@ -469,6 +493,7 @@ class Simulation:
         self._trace("-", "heal_all")
         for node in self.nodes.values():
             node.paused_until = 0
+            node.stalled_until = 0
             node.ticks_frozen_until = 0
             node.apply_time_max = 0  # the liveness bound is about catching up, not slow state machines
             if not node.up:
@@ -607,6 +632,38 @@ class Simulation:
         self.quiesce_events += 1
         self._trace("-", "quiesce", nodes=count)
 
+    def _fault_overload(self) -> None:
+        """Some nodes' loops fall behind for a while: stall after stall (see `_on_stall`)."""
+        count = 1 if self.rng.random() < 0.7 else self.rng.randrange(1, len(self.all_ids) + 1)
+        window = self.rng.randrange(100, 1500)
+        for node_id in self.rng.sample(self.all_ids, count):
+            node = self.nodes[node_id]
+            self._on_stall(node_id, node.incarnation, self.now + window)
+        self._trace("-", "overload", nodes=count, window=window)
+
+    def _on_stall(self, node_id: NodeId, incarnation: int, window_end: int) -> None:
+        """One late turn of an overloaded node: mostly a tick or three, sometimes up to two
+        election timeouts; then it runs a little (queued messages, capped ticks) and is
+        late again, until `window_end`."""
+        node = self.nodes[node_id]
+        if self.healed or node.incarnation != incarnation or not node.up or self.now >= window_end:
+            return
+        timeout = self.options.election_timeout_ticks * TICK_INTERVAL
+        stall = self.rng.randrange(5, 3 * TICK_INTERVAL) if self.rng.random() < 0.8 else self.rng.randrange(
+            timeout // 2, 2 * timeout)
+        self.stalls += 1
+        node.stalled_until = self.now + stall
+        node.paused_until = max(node.paused_until, node.stalled_until)
+        self._schedule(stall, "resume", node_id)
+        self._schedule(stall + self.rng.randrange(1, 15), "stall", node_id, incarnation, window_end)
+
+    def _node_live(self, viewer: NodeId, peer: NodeId) -> bool:
+        """The node-level liveness oracle (`liveness_credit`): `viewer` hears `peer`'s node."""
+        node = self.nodes.get(peer)
+        if node is None or (peer, viewer) in self.network.blocked:
+            return False
+        return node.up or self.now - node.crashed_at <= self.options.election_timeout_ticks * TICK_INTERVAL
+
     def _fault_compaction(self) -> None:
         node = self.nodes[self.rng.choice(self.all_ids)]
         core = node.core
@@ -630,10 +687,14 @@ class Simulation:
         if node.up and node.busy is None and self.now >= node.paused_until:
             self._pump(node)
 
-    def _tick(self, node: SimNode) -> None:
-        assert node.core is not None
-        node.core.tick()
-        self._after_input(node)
+    def _run_ticks(self, node: SimNode, ticks: int) -> None:
+        core = node.core
+        assert core is not None
+        if ticks and self.faults.liveness_credit:
+            credit_live_members(core, lambda peer: self._node_live(node.id, NodeId(peer)))
+        for _ in range(ticks):
+            core.tick()
+            self._after_input(node)
 
     def _pump(self, node: SimNode) -> None:
         """Drive one node until it waits for its disk or has nothing to do."""
@@ -680,12 +741,14 @@ class Simulation:
         return 0.03
 
     def _drain(self, node: SimNode) -> None:
+        """As the runtime's: ticks that fire no timer, the inbox, then the others (capped)."""
         core = node.core
         assert core is not None
-        for _ in range(node.pending_ticks):
-            core.tick()
-            self._after_input(node)
+        quiet, due = split_ticks(core, node.pending_ticks)
         node.pending_ticks = 0
+        if self.ticks_first:
+            quiet, due = quiet + due, 0
+        self._run_ticks(node, quiet)
         for _ in range(min(len(node.inbox), DRAIN_BATCH_MAX)):
             kind, item = node.inbox.popleft()
             if kind == "message":
@@ -693,6 +756,7 @@ class Simulation:
             else:
                 self._client_request(node, kind, item)
             self._after_input(node)
+        self._run_ticks(node, due)
 
     def _client_request(self, node: SimNode, kind: str, item: Any) -> None:
         core = node.core

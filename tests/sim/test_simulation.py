@@ -15,6 +15,7 @@ import pytest
 
 from multiraft.runtime import ready_processor
 from multiraft.runtime.ready_processor import Durability, choose_durability
+from raftlog.core.raft import RaftCore
 from tests.sim.simulator import FaultMix, SimOptions, Simulation, run_seed
 from tests.sim.sweep import replay_command
 
@@ -113,3 +114,30 @@ def test_the_simulator_runs_the_production_ready_processor(monkeypatch) -> None:
     for seed in range(3):
         Simulation(seed, SimOptions(faults=mix)).run()
     assert set(chosen) == set(Durability), chosen
+
+
+@pytest.mark.sim
+def test_overload_and_liveness_credit_do_not_affect_safety(monkeypatch) -> None:
+    # Goal: overloaded nodes (late turns: ticks held, messages queued, then the messages
+    # and a capped burst of ticks) and CheckQuorum credit from a node-level liveness
+    # oracle keep every invariant, with crashes, partitions, loss, slow disks and
+    # membership changes; both actually fire, and the credit counts members that had
+    # not answered (it changes what CheckQuorum sees).
+    flips = 0
+    real_note_active = RaftCore.note_active
+
+    def counting(core: RaftCore, node: Any) -> None:
+        nonlocal flips
+        progress = core.progress(node)
+        flips += progress is not None and not progress.recent_active
+        real_note_active(core, node)
+
+    monkeypatch.setattr(RaftCore, "note_active", counting)
+    mix = FaultMix(overload=True, liveness_credit=True, crash=True, partition=True, one_way=True, loss=True,
+                   slow_disk=True, membership=True, transfer=True)
+    stalls = 0
+    for seed in range(40):
+        simulation = Simulation(seed, SimOptions(nodes=3 if seed % 2 else 5, faults=mix))
+        simulation.run()
+        stalls += simulation.stalls
+    assert stalls > 0 and flips > 0, (stalls, flips)
