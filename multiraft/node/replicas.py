@@ -86,6 +86,15 @@ class ReplicaLinks:
     leader_of: Callable[[GroupId], int]  # what this node knows: its replica's view, or the pings'
 
 
+@dataclasses.dataclass(slots=True)
+class _Chunk:
+    """Groups whose stores are open, waiting for `flush` (of the new ones, `flushed`)."""
+
+    opening: list[tuple[GroupId, LocalGroup, list[NodeId], SegmentStore, bool]]
+    flushed: list[GroupId]
+    flush: asyncio.Future[list[Any]]
+
+
 class Replicas:
     """The lifecycle of a node's group replicas; the only writer of the `GroupRegistry`."""
 
@@ -118,7 +127,7 @@ class Replicas:
         `flush` (the node's settings where it has none). `replicas`: the catalog's, which
         with `voters` are whom a replica in repair tells what it holds (`Config.repair_contacts`).
         One group, synced on the loop (the metadata group); `reconcile_loop` opens many in
-        chunks with one shared flush (`_open_chunk`)."""
+        chunks with one shared flush (`_open_chunks`)."""
         store, created = self.open_store(group_id, voters, topic_config)
         if created:
             store.sync()
@@ -348,10 +357,9 @@ class Replicas:
                     self.apply_topic_config(group_id, topic.config)
             elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
                 missing.append((group_id, local))
-        opened = closed = 0
+        closed = 0
         chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
-        for chunk in chunks:
-            opened += await self._open_chunk(catalog, chunk)
+        opened = await self._open_chunks(catalog, chunks)
         for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}):
             await self.close_group(group_id, delete=True)
             closed += 1
@@ -359,45 +367,62 @@ class Replicas:
             pause = heap.settle(groups_closed=closed > 0)
             self._logger.info("heap_settled", opened=opened, closed=closed, pause_ms=round(pause * 1000, 1))
 
-    async def _open_chunk(self, catalog: Catalog, chunk: list[tuple[GroupId, LocalGroup]]) -> int:
-        """Open up to OPEN_CHUNK_GROUPS groups; returns how many opened.
+    async def _open_chunks(self, catalog: Catalog, chunks: list[list[tuple[GroupId, LocalGroup]]]) -> int:
+        """Open the groups of `chunks`, OPEN_CHUNK_GROUPS at a time; returns how many opened.
 
-        The new ones' bootstrap entries become durable in one shared flush (the node's
-        flusher, fsyncs on its thread, one synced database write for every hard state)
-        instead of a `store.sync()` each on the loop. A group is registered and started
-        only once that flush succeeded: until then no message reaches it (the inbox
-        drops frames for groups it does not know) and it has no task, so it can neither
-        vote nor campaign on entries that are not durable. The chunk ends with a yield,
-        so opening thousands never holds the loop for more than one chunk."""
-        opening: list[tuple[GroupId, LocalGroup, list[NodeId], SegmentStore, bool]] = []
-        try:
-            for group_id, local in chunk:
-                if group_id in self._registry.groups or group_id in self._closing:
-                    continue  # opened or being closed meanwhile (the chunks before yielded)
-                topic = catalog.topics.get(local.topic)
-                # A copy on a node the partition moved to (not among the voters it was
-                # created with) starts empty and learns its log from the leader.
-                voters = list(local.bootstrap_voters or local.replicas)
-                try:
-                    store, created = self.open_store(group_id, voters, topic.config if topic is not None else None)
-                except (OSError, StorageError) as error:
-                    self._open_failed(group_id, error)
-                    continue
-                opening.append((group_id, local, voters, store, created))
-            flusher = self._storage.flusher
-            assert flusher is not None
-            flushes = {group_id: flusher.sync_in_background(store)
-                       for group_id, _, _, store, created in opening if created}
-            results = dict(zip(flushes, await asyncio.gather(*flushes.values(), return_exceptions=True),
-                               strict=True))
-            if not flushes:
-                await asyncio.sleep(0)
-        except BaseException:  # cancelled (the node stops): nothing opened here may leak
-            for _, _, _, store, _ in opening:
-                store.close()
-            raise
+        Each chunk's new groups have their bootstrap entries made durable in one shared
+        flush (the node's flusher: fsyncs on its thread, one synced database write for
+        every hard state) instead of a `store.sync()` each on the loop. A group is
+        registered and started only once that flush succeeded: until then no message
+        reaches it (the inbox drops frames for groups it does not know) and it has no
+        task, so it can neither vote nor campaign on entries that are not durable. The
+        next chunk is prepared while a chunk's flush runs, and every chunk ends with a
+        yield: opening thousands never holds the loop for more than one chunk."""
         opened = 0
-        for group_id, local, voters, store, created in opening:
+        prepared: list[_Chunk] = []
+        try:
+            for chunk in chunks:
+                prepared.append(self._prepare_chunk(catalog, chunk))
+                if len(prepared) > 1:
+                    opened += await self._start_chunk(prepared.pop(0))
+                await asyncio.sleep(0)
+            while prepared:
+                opened += await self._start_chunk(prepared.pop(0))
+        except BaseException:  # cancelled (the node stops): nothing prepared here may leak
+            for waiting in prepared:
+                for _, _, _, store, _ in waiting.opening:
+                    store.close()
+            raise
+        return opened
+
+    def _prepare_chunk(self, catalog: Catalog, chunk: list[tuple[GroupId, LocalGroup]]) -> _Chunk:
+        """Open the chunk's stores (the new ones with their bootstrap entries written) and
+        start the one flush that makes those durable."""
+        opening: list[tuple[GroupId, LocalGroup, list[NodeId], SegmentStore, bool]] = []
+        for group_id, local in chunk:
+            if group_id in self._registry.groups or group_id in self._closing:
+                continue  # opened or being closed meanwhile (the chunks before yielded)
+            topic = catalog.topics.get(local.topic)
+            # A copy on a node the partition moved to (not among the voters it was
+            # created with) starts empty and learns its log from the leader.
+            voters = list(local.bootstrap_voters or local.replicas)
+            try:
+                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None)
+            except (OSError, StorageError) as error:
+                self._open_failed(group_id, error)
+                continue
+            opening.append((group_id, local, voters, store, created))
+        flusher = self._storage.flusher
+        assert flusher is not None
+        flushes = {group_id: flusher.sync_in_background(store) for group_id, _, _, store, created in opening if created}
+        return _Chunk(opening, list(flushes), asyncio.gather(*flushes.values(), return_exceptions=True))
+
+    async def _start_chunk(self, chunk: _Chunk) -> int:
+        """Once the chunk's flush is done, start its groups (a group whose flush failed is
+        closed and tried again shortly); returns how many started."""
+        results = dict(zip(chunk.flushed, await chunk.flush, strict=True))
+        opened = 0
+        for group_id, local, voters, store, created in chunk.opening:
             failure = results.get(group_id)
             if isinstance(failure, BaseException):
                 store.close()

@@ -69,19 +69,19 @@ async def test_new_groups_open_in_chunks_each_durable_before_it_runs(tmp_path: P
     turns: list[int] = [0]
     turns_at_chunk: dict[int, list[int]] = {}
     undurable: list[GroupId] = []
-    real_chunk, real_start = Replicas._open_chunk, Replicas.start_group
+    real_chunk, real_start = Replicas._prepare_chunk, Replicas.start_group
 
-    async def open_chunk(self: Replicas, catalog: Any, chunk: list[Any]) -> int:
+    def prepare_chunk(self: Replicas, catalog: Any, chunk: list[Any]) -> Any:
         chunks.append(len(chunk))
         turns_at_chunk.setdefault(self.id, []).append(turns[0])
-        return await real_chunk(self, catalog, chunk)
+        return real_chunk(self, catalog, chunk)
 
     def start_group(self: Replicas, group_id: GroupId, store: Any, created: bool, *args: Any) -> GroupRuntime:
         if created and (store.unsynced_bytes or store.sync_in_flight or store.vote_unsaved()):
             undurable.append(group_id)
         return real_start(self, group_id, store, created, *args)
 
-    monkeypatch.setattr(Replicas, "_open_chunk", open_chunk)
+    monkeypatch.setattr(Replicas, "_prepare_chunk", prepare_chunk)
     monkeypatch.setattr(Replicas, "start_group", start_group)
 
     async def count_turns() -> None:
