@@ -25,7 +25,6 @@ from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.runtime import heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
-from multiraft.runtime.liveness import LEADERS_EVERY_PINGS
 from multiraft.runtime.persistence import AckBeforeFsync
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
@@ -67,11 +66,13 @@ OPEN_CHUNK_GROUPS = 32
 # groups beside it would drown it (docs/scale.md, "the storm", step 5).
 METADATA_FIRST_WAIT_TIMEOUTS = 10
 # A reopened partition group starts held (quiet). Its preferred replica campaigns after a
-# random delay of this many leaders-list periods (the pings carry every node's led groups
-# once a period) if no leader is known by then; the spread keeps a node's thousand
-# campaigns from starting in one loop turn, and the lower bound lets a running peer's
-# leaders list arrive first (a single node's restart then elects nothing).
-RESTART_CAMPAIGN_PERIODS = (1.2, 3.0)
+# random delay if no leader is known by then (its own replica's, or the pings' leaders
+# list, which a running peer sends once a second). The delays spread a pass's campaigns
+# at about this rate, over at most RESTART_SPREAD_TIMEOUTS_MAX election timeouts: a node's
+# thousand campaigns do not start in one loop turn, and a restart of a few groups is
+# not slowed (they campaign at once, where an election timeout passed before).
+RESTART_CAMPAIGNS_PER_S = 500
+RESTART_SPREAD_TIMEOUTS_MAX = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,9 +116,9 @@ class Replicas:
         self._closing: set[GroupId] = set()  # being closed: not opened again until that is done
         self._dead_seen: set[int] = set()  # nodes the catalog said were dead, at the last look
         self._seen_at_start: set[GroupId] = set()  # see reconcile_loop
+        self._restart_spread_s = 0.0  # over how long this pass's reopened groups campaign
         timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
         self._election_timeout_s = timeout_s
-        self._leaders_period_s = LEADERS_EVERY_PINGS * config.heartbeat_interval_ticks * config.tick_ms / 1000
 
     def open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
                    topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
@@ -200,9 +201,8 @@ class Replicas:
             # Reopened from disk (a restart): quiet, so that a node's thousands of groups do
             # not all time out and campaign together; the preferred replica (the catalog's
             # first) campaigns a little later unless a leader is known by then.
-            low, high = RESTART_CAMPAIGN_PERIODS
-            self._hold(runtime, high * self._leaders_period_s + first_voter_wait_s)
-            delay_s = self._rng.uniform(low, high) * self._leaders_period_s
+            self._hold(runtime, self._restart_spread_s + first_voter_wait_s)
+            delay_s = self._rng.uniform(0, self._restart_spread_s)
             preferred = (list(replicas) or voters)[0] == self.id
             asyncio.get_running_loop().call_later(delay_s, self._after_restart, runtime, preferred)
         self._registry.add(group_id, runtime, store, machine if partition else None)
@@ -358,6 +358,8 @@ class Replicas:
             elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
                 missing.append((group_id, local))
         closed = 0
+        self._restart_spread_s = min(RESTART_SPREAD_TIMEOUTS_MAX * self._election_timeout_s,
+                                     len(missing) / RESTART_CAMPAIGNS_PER_S)
         chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
         opened = await self._open_chunks(catalog, chunks)
         for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}):
