@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 CAPTURES_MAX = 32  # per group: segment ends awaiting retention
 COMPACTION_INTERVAL_S = 2.0
+COMPACTION_CHUNK_GROUPS = 64  # groups compacted per loop turn in a pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,11 @@ class Capture:
 class Boundaries:
     """Segment ends of one group and the state captured at each (oldest first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, group_id: int = 0, with_captures: set[Any] | None = None) -> None:
+        """`with_captures`: the node's set of groups holding captures (the registry's), which
+        this one joins at its first capture, so a compaction pass looks at those only."""
+        self._group_id = group_id
+        self._with_captures = with_captures
         self.pending: set[Index] = set()  # closed-segment ends not yet applied
         self.captured: OrderedDict[Index, Capture] = OrderedDict()
         self._seen_up_to = Index(0)
@@ -76,6 +81,8 @@ class Boundaries:
 
     def _capture(self, index: Index, machine: Any, membership: Membership) -> None:
         self.captured[index] = Capture(machine.snapshot(), membership)
+        if self._with_captures is not None:
+            self._with_captures.add(self._group_id)
         while len(self.captured) > CAPTURES_MAX:
             self.captured.popitem(last=False)
 
@@ -110,20 +117,34 @@ def compact_group(store: SegmentStore, boundaries: Boundaries, applied: Index, n
 
 
 async def compaction_loop(registry: GroupRegistry, logger: Any, interval_s: float = COMPACTION_INTERVAL_S) -> None:
+    """Every `interval_s`, compact the groups that hold captured states (the registry's
+    `with_captures`: a quiet node's pass costs nothing), yielding between chunks."""
     while True:
         await asyncio.sleep(interval_s)
         now_ms = int(time.time() * 1000)
-        for group_id, runtime in list(registry.groups.items()):
-            boundaries = runtime.boundaries
+        candidates = sorted(registry.with_captures)
+        for position, group_id in enumerate(candidates):
+            if position and position % COMPACTION_CHUNK_GROUPS == 0:
+                await asyncio.sleep(0)  # a store's compaction writes: let the loop breathe
+            runtime = registry.groups.get(group_id)
             store = registry.stores.get(group_id)
-            if boundaries is None or store is None or not boundaries.captured or runtime.failed:
+            boundaries = runtime.boundaries if runtime is not None else None
+            if runtime is None or store is None or boundaries is None or not boundaries.captured:
+                registry.with_captures.discard(group_id)  # closed, or nothing left to compact with
                 continue
-            before = store.first_index()
-            with contextlib.suppress(OSError):  # a full disk: the next round tries again
-                # Never past the local durable log: a leader applies entries its followers
-                # made durable before its own fsync of them has finished.
-                durable = runtime.core.log.stable_last_index()
-                after = compact_group(store, boundaries, Index(min(runtime.core.applied_index, durable)), now_ms)
-                if after > before:
-                    logger.info("log_compacted", group_id=group_id, first_index=after,
-                                     log_start_offset=int(store.log_start_offset))
+            if runtime.failed:
+                continue
+            compact_one(group_id, runtime, store, boundaries, now_ms, logger)
+
+
+def compact_one(group_id: int, runtime: Any, store: SegmentStore, boundaries: Boundaries, now_ms: int,
+                logger: Any) -> None:
+    before = store.first_index()
+    with contextlib.suppress(OSError):  # a full disk: the next round tries again
+        # Never past the local durable log: a leader applies entries its followers
+        # made durable before its own fsync of them has finished.
+        durable = runtime.core.log.stable_last_index()
+        after = compact_group(store, boundaries, Index(min(runtime.core.applied_index, durable)), now_ms)
+        if after > before:
+            logger.info("log_compacted", group_id=group_id, first_index=after,
+                        log_start_offset=int(store.log_start_offset))

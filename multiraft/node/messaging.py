@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.transport.frames import FrameTooLarge, FrameType
 from multiraft.transport.rpc import FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE
-from raftlog.messages import Message, Role
+from raftlog.messages import Message
 from raftlog.types import GroupId, NodeId
 from raftlog.wire import (
     WireError,
@@ -74,9 +74,10 @@ class Outbox:
             self._transport.send(member, FrameType.QUIESCE, group_id, body)
 
     def ping(self, peers: list[int], liveness: PeerLiveness) -> None:
-        """A ping to every peer, carrying now and then the groups this node leads."""
-        groups = self._registry.groups
-        body = liveness.next_ping(lambda: [(g, r.core.term) for g, r in groups.items() if r.core.role is Role.LEADER])
+        """A ping to every peer, carrying now and then the groups this node leads (the
+        registry keeps that list from role changes: no walk over every group)."""
+        led = self._registry.led
+        body = liveness.next_ping(lambda: list(led.items()))
         for peer in peers:
             self._transport.send(peer, FrameType.PING, 0, body)
 

@@ -63,6 +63,8 @@ from storage.state_db import StateDatabase
 
 __all__ = ["METADATA_GROUP", "Node"]
 
+STOP_CHUNK_GROUPS = 256  # group runtimes stopped together (each cancels and awaits its task)
+
 
 class Node:
     def __init__(self, config: NodeConfig, logger: Any = None, hooks: ChaosHooks | None = None) -> None:
@@ -87,7 +89,7 @@ class Node:
                                  self.latencies, ReplicaLinks(
                                      send=self.outbox.send, on_quiesce=self.outbox.on_quiesce,
                                      is_live=self.liveness.is_live, start_task=self.start_task,
-                                     update_peers=self.update_peers,
+                                     update_peers=self.update_peers, leader_of=self.routing.leader_of,
                                  ), self.logger)
         self._build_services()
 
@@ -171,8 +173,13 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        for runtime in list(self.registry.groups.values()):
-            await runtime.stop()
+        runtimes = list(self.registry.groups.values())
+        for start in range(0, len(runtimes), STOP_CHUNK_GROUPS):  # one by one, 3,000 took over 10 s
+            chunk = runtimes[start:start + STOP_CHUNK_GROUPS]
+            for runtime, outcome in zip(chunk, await asyncio.gather(*(r.stop() for r in chunk),
+                                                                    return_exceptions=True), strict=True):
+                if isinstance(outcome, Exception):  # stopping goes on: the files still close
+                    self.logger.error("group_stop_failed", group_id=runtime.group_id, error=repr(outcome))
         await self.rpc.stop()
         if self._started:
             await self.transport.stop()

@@ -19,9 +19,10 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.catalog import Catalog, groups_for_node
+from multiraft.metadata.commands import NodeStatus
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
-from multiraft.node.registry import METADATA_GROUP
+from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.runtime import heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
@@ -37,6 +38,7 @@ from storage.errors import CorruptionError
 from storage.files import make_private_dirs
 
 if TYPE_CHECKING:
+    from multiraft.metadata.catalog_records import LocalGroup
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.config import NodeConfig
     from multiraft.node.faults import Faults
@@ -54,6 +56,22 @@ GROUP_REOPEN_DELAY_S = 1.0  # before a failed group is opened again from disk
 # How long (in election timeouts) a new group's other voters wait quietly for its first
 # voter's campaign before they start their own clocks (GroupRuntime.hold_for_first_voter).
 FIRST_VOTER_WAIT_TIMEOUTS = 4
+# Groups opened per loop turn: each open makes a directory, a segment file and database
+# writes on the loop (about a millisecond); a thousand in one pass held the loop for
+# 1.1-9.5 s, long enough for the peers to count the node silent (docs/scale.md).
+OPEN_CHUNK_GROUPS = 32
+# At start, how long (in election timeouts) the partition groups wait for the metadata
+# group to know a leader: registration needs it, and elections of thousands of partition
+# groups beside it would drown it (docs/scale.md, "the storm", step 5).
+METADATA_FIRST_WAIT_TIMEOUTS = 10
+# A reopened partition group starts held (quiet). Its preferred replica campaigns after a
+# random delay if no leader is known by then (its own replica's, or the pings' leaders
+# list, which a running peer sends once a second). The delays spread a pass's campaigns
+# at about this rate, over at most RESTART_SPREAD_TIMEOUTS_MAX election timeouts: a node's
+# thousand campaigns do not start in one loop turn, and a restart of a few groups is
+# not slowed (they campaign at once, where an election timeout passed before).
+RESTART_CAMPAIGNS_PER_S = 500
+RESTART_SPREAD_TIMEOUTS_MAX = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,6 +83,16 @@ class ReplicaLinks:
     is_live: Callable[[int], bool]
     start_task: Callable[[Coroutine[Any, Any, None], str], None]
     update_peers: Callable[[], None]
+    leader_of: Callable[[GroupId], int]  # what this node knows: its replica's view, or the pings'
+
+
+@dataclasses.dataclass(slots=True)
+class _Chunk:
+    """Groups whose stores are open, waiting for `flush` (of the new ones, `flushed`)."""
+
+    opening: list[tuple[GroupId, LocalGroup, list[NodeId], SegmentStore, bool]]
+    flushed: list[GroupId]
+    flush: asyncio.Future[list[Any]]
 
 
 class Replicas:
@@ -84,6 +112,12 @@ class Replicas:
         self._rng = random.Random()
         self.replay_floor: dict[GroupId, Index] = {}  # applied index of groups being reopened
         self.repairing: set[GroupId] = set()  # groups reopening because a read met corruption
+        self._closing: set[GroupId] = set()  # being closed: not opened again until that is done
+        self._dead_seen: set[int] = set()  # nodes the catalog said were dead, at the last look
+        self._seen_at_start: set[GroupId] = set()  # see reconcile_loop
+        self._restart_spread_s = 0.0  # over how long this pass's reopened groups campaign
+        timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
+        self._election_timeout_s = timeout_s
 
     def open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
                    topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
@@ -91,8 +125,19 @@ class Replicas:
         `machine`: a `PartitionMachine`, or group 0's `CatalogMachine`. `topic_config`: the
         topic's `segment_bytes`, `segment_ms`, `retention_ms`, `retention_bytes` and
         `flush` (the node's settings where it has none). `replicas`: the catalog's, which
-        with `voters` are whom a replica in repair tells what it holds (`Config.repair_contacts`)."""
-        config, storage = self._config, self._storage
+        with `voters` are whom a replica in repair tells what it holds (`Config.repair_contacts`).
+        One group, synced on the loop (the metadata group); `reconcile_loop` opens many in
+        chunks with one shared flush (`_open_chunks`)."""
+        store, created = self.open_store(group_id, voters, topic_config)
+        if created:
+            store.sync()
+        return self.start_group(group_id, store, created, voters, machine, replicas)
+
+    def open_store(self, group_id: GroupId, voters: list[NodeId],
+                   topic_config: Mapping[str, Any] | None) -> tuple[SegmentStore, bool]:
+        """A group's store, and whether it was created now: then it holds the bootstrap
+        entries, not yet durable (the caller syncs them before the group may run)."""
+        storage = self._storage
         assert storage.db is not None and storage.files is not None and storage.flusher is not None
         directory = storage.groups_directory / str(group_id)
         make_private_dirs(directory)
@@ -105,7 +150,13 @@ class Replicas:
             entries, hard_state = bootstrap_entries(voters)
             store.append(entries)
             store.set_hard_state(hard_state)
-            store.sync()
+        return store, created
+
+    def start_group(self, group_id: GroupId, store: SegmentStore, created: bool, voters: list[NodeId],
+                    machine: Any, replicas: Sequence[NodeId]) -> GroupRuntime:
+        """Build, register and start the runtime over `store`, whose bootstrap entries (if
+        `created`) are durable: from here on the group may vote and campaign."""
+        config = self._config
         core_config = Config(
             node_id=self.id,
             election_timeout_ticks=config.election_timeout_ticks,
@@ -120,36 +171,72 @@ class Replicas:
             machine.restore(start.data, start.meta.index)  # the state the compacted log began from
         core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
         partition = isinstance(machine, PartitionMachine)
-        flusher, links = storage.flusher, self._links
-        runtime = GroupRuntime(group_id, core, store, machine, GroupDeps(
+        flusher, links = self._storage.flusher, self._links
+        assert flusher is not None
+        runtime = TrackedRuntime(self._registry, group_id, core, store, machine, GroupDeps(
             send=links.send, logger=logger, on_role_change=self._on_role_change,
             check_data=check_stored_batch if partition else None,
             on_quiesce=links.on_quiesce, on_failure=self._on_failure,
             is_live=links.is_live, latencies=self._latencies,
             sync=flusher.sync, sync_in_background=flusher.sync_in_background,
             store_lazily=flusher.store_lazily, write_states=flusher.write_states,
-            boundaries=Boundaries() if partition or isinstance(machine, CatalogMachine) else None,
+            boundaries=Boundaries(group_id, self._registry.with_captures)
+            if partition or isinstance(machine, CatalogMachine) else None,
             # A reopened group (its storage failed) may have applied past the commit it had
             # stored: its readers saw that far, so it serves reads again only from there.
             replay_until=Index(max(store.initial_state().hard_state.commit, self.replay_floor.pop(group_id, 0))),
             # The ack-before-fsync control (RAFTLOG_UNSAFE): a faulty strategy, injected.
             persistence_fault=AckBeforeFsync if self._faults.ack_before_fsync else None,
         ))
+        first_voter_wait_s = FIRST_VOTER_WAIT_TIMEOUTS * self._election_timeout_s
         if created and voters[0] == self.id:
             runtime.request_campaign()
         elif created:
-            runtime.hold_for_first_voter()
-            hold_s = FIRST_VOTER_WAIT_TIMEOUTS * config.election_timeout_ticks * config.tick_ms / 1000
-            asyncio.get_running_loop().call_later(hold_s, runtime.release_hold)
+            self._hold(runtime, first_voter_wait_s)
+        elif partition and store.last_index() > 0:
+            # Reopened from disk (a restart): quiet, so that a node's thousands of groups do
+            # not all time out and campaign together; the preferred replica (the catalog's
+            # first) campaigns a little later unless a leader is known by then.
+            self._hold(runtime, self._restart_spread_s + first_voter_wait_s)
+            delay_s = self._rng.uniform(0, self._restart_spread_s)
+            preferred = (list(replicas) or voters)[0] == self.id
+            asyncio.get_running_loop().call_later(delay_s, self._after_restart, runtime, preferred)
         self._registry.add(group_id, runtime, store, machine if partition else None)
         runtime.start()
         return runtime
+
+    @staticmethod
+    def _hold(runtime: GroupRuntime, hold_s: float) -> None:
+        runtime.hold_for_first_voter()
+        asyncio.get_running_loop().call_later(hold_s, runtime.release_hold)
+
+    def _after_restart(self, runtime: GroupRuntime, preferred: bool) -> None:
+        """A reopened group's first look around: a leader its replica knows needs nothing;
+        one the pings name elsewhere (a single node restarted, its peers' groups quiet) is
+        met by ticking (this replica's campaign wakes it, and its answer teaches the
+        leader); with none known, the preferred replica campaigns, the others wait."""
+        if self._registry.groups.get(runtime.group_id) is not runtime or runtime.failed:
+            return  # closed (or reopened) since
+        core = runtime.core
+        if core.leader or core.role is not Role.FOLLOWER:
+            return
+        if self._links.leader_of(runtime.group_id):
+            runtime.release_hold()
+        elif preferred:
+            runtime.request_campaign()
 
     def open_metadata_group(self) -> GroupRuntime:
         return self.open_group(METADATA_GROUP, sorted(self._config.initial_cluster), CatalogMachine(self._catalog),
                                METADATA_LOG_CONFIG)
 
     async def close_group(self, group_id: GroupId, delete: bool) -> None:
+        self._closing.add(group_id)
+        try:
+            await self._close_group(group_id, delete)
+        finally:
+            self._closing.discard(group_id)
+
+    async def _close_group(self, group_id: GroupId, delete: bool) -> None:
         runtime, store, machine = self._registry.remove(group_id)
         await runtime.stop()
         if machine is not None:
@@ -165,6 +252,7 @@ class Replicas:
         self._logger.info("group_closed", group_id=group_id, deleted=delete)
 
     def _on_role_change(self, group_id: GroupId, role: Role, term: int) -> None:
+        self._registry.note_role(group_id, role, term)
         machine = self._registry.partitions.get(group_id)
         if machine is not None and role is not Role.LEADER:
             machine.state.drop_proposals()
@@ -221,37 +309,149 @@ class Replicas:
         self._catalog.changed()  # the reconciler reopens partition groups
 
     async def reconcile_loop(self) -> None:
-        """Open the partition groups the catalog assigns here; close and delete the others."""
+        """Open the partition groups the catalog assigns here; close and delete the others.
+        At start the metadata group is given the chance to elect first."""
+        await self._wait_for_metadata_leader(METADATA_FIRST_WAIT_TIMEOUTS * self._election_timeout_s)
         while True:
             await self._catalog.wait_changed()
             self._links.update_peers()
+            await self.reconcile(self._catalog.catalog)
+
+    async def _wait_for_metadata_leader(self, bound_s: float) -> None:
+        """Until this node knows group 0's leader (its replica's view, or the pings'), at
+        most `bound_s`: a group 0 without a quorum must not keep the partitions shut.
+        Meanwhile group 0 replays its log into the catalog: a copy some version of it
+        assigned here but the catalog no longer assigns when the wait is over (moved
+        away, its topic deleted) is deleted unopened by the first pass, as it would have
+        been opened and then closed without the wait."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bound_s
+        seen_at = None
+        while True:
             catalog = self._catalog.catalog
-            wanted = groups_for_node(catalog, self.id)
-            opened = closed = 0
-            for group_id, local in sorted(wanted.items()):
+            if seen_at != (id(catalog), catalog.applied_index):
+                seen_at = (id(catalog), catalog.applied_index)
+                self._seen_at_start |= set(groups_for_node(catalog, self.id))
+            if self._links.leader_of(METADATA_GROUP) or loop.time() >= deadline:
+                return
+            await asyncio.sleep(self._config.tick_ms / 1000)
+
+    async def reconcile(self, catalog: Catalog) -> None:
+        """One pass: open what `catalog` assigns here and is not open, in chunks; apply
+        topic settings to what is open; close and delete what it no longer assigns."""
+        self._wake_leaders_of_dead_nodes(catalog)
+        wanted = groups_for_node(catalog, self.id)
+        stale, self._seen_at_start = self._seen_at_start - set(wanted) - set(self._registry.groups), set()
+        for group_id in sorted(stale):
+            shutil.rmtree(self._storage.groups_directory / str(group_id), ignore_errors=True)
+            self._logger.info("group_closed", group_id=group_id, deleted=True, opened=False)
+        missing: list[tuple[GroupId, LocalGroup]] = []
+        for group_id, local in sorted(wanted.items()):
+            if group_id in self._registry.groups:
                 topic = catalog.topics.get(local.topic)
-                if group_id in self._registry.groups:
-                    if topic is not None:
-                        self.apply_topic_config(group_id, topic.config)
-                    continue
-                machine = self._faults.new_partition_machine(local.topic, local.partition)
-                try:
-                    # A copy on a node the partition moved to (not among the voters it was
-                    # created with) starts empty and learns its log from the leader.
-                    self.open_group(group_id, list(local.bootstrap_voters or local.replicas), machine,
-                                    topic.config if topic is not None else None, local.replicas)
-                except (OSError, StorageError) as error:  # e.g. the disk is full (DiskFullError): try again shortly
-                    self._logger.error("group_open_failed", group_id=group_id, error=repr(error))
-                    asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, self._catalog.changed)
-                    continue
-                opened += 1
-                self._logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
-            for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}):
-                await self.close_group(group_id, delete=True)
-                closed += 1
-            if opened or closed:
-                pause = heap.settle(groups_closed=closed > 0)
-                self._logger.info("heap_settled", opened=opened, closed=closed, pause_ms=round(pause * 1000, 1))
+                if topic is not None:
+                    self.apply_topic_config(group_id, topic.config)
+            elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
+                missing.append((group_id, local))
+        closed = 0
+        self._restart_spread_s = min(RESTART_SPREAD_TIMEOUTS_MAX * self._election_timeout_s,
+                                     len(missing) / RESTART_CAMPAIGNS_PER_S)
+        chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
+        opened = await self._open_chunks(catalog, chunks)
+        for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}):
+            await self.close_group(group_id, delete=True)
+            closed += 1
+        if opened or closed:
+            pause = heap.settle(groups_closed=closed > 0)
+            self._logger.info("heap_settled", opened=opened, closed=closed, pause_ms=round(pause * 1000, 1))
+
+    async def _open_chunks(self, catalog: Catalog, chunks: list[list[tuple[GroupId, LocalGroup]]]) -> int:
+        """Open the groups of `chunks`, OPEN_CHUNK_GROUPS at a time; returns how many opened.
+
+        Each chunk's new groups have their bootstrap entries made durable in one shared
+        flush (the node's flusher: fsyncs on its thread, one synced database write for
+        every hard state) instead of a `store.sync()` each on the loop. A group is
+        registered and started only once that flush succeeded: until then no message
+        reaches it (the inbox drops frames for groups it does not know) and it has no
+        task, so it can neither vote nor campaign on entries that are not durable. The
+        next chunk is prepared while a chunk's flush runs, and every chunk ends with a
+        yield: opening thousands never holds the loop for more than one chunk."""
+        opened = 0
+        prepared: list[_Chunk] = []
+        try:
+            for chunk in chunks:
+                prepared.append(self._prepare_chunk(catalog, chunk))
+                if len(prepared) > 1:
+                    opened += await self._start_chunk(prepared.pop(0))
+                await asyncio.sleep(0)
+            while prepared:
+                opened += await self._start_chunk(prepared.pop(0))
+        except BaseException:  # cancelled (the node stops): nothing prepared here may leak
+            for waiting in prepared:
+                for _, _, _, store, _ in waiting.opening:
+                    store.close()
+            raise
+        return opened
+
+    def _prepare_chunk(self, catalog: Catalog, chunk: list[tuple[GroupId, LocalGroup]]) -> _Chunk:
+        """Open the chunk's stores (the new ones with their bootstrap entries written) and
+        start the one flush that makes those durable."""
+        opening: list[tuple[GroupId, LocalGroup, list[NodeId], SegmentStore, bool]] = []
+        for group_id, local in chunk:
+            if group_id in self._registry.groups or group_id in self._closing:
+                continue  # opened or being closed meanwhile (the chunks before yielded)
+            topic = catalog.topics.get(local.topic)
+            # A copy on a node the partition moved to (not among the voters it was
+            # created with) starts empty and learns its log from the leader.
+            voters = list(local.bootstrap_voters or local.replicas)
+            try:
+                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None)
+            except (OSError, StorageError) as error:
+                self._open_failed(group_id, error)
+                continue
+            opening.append((group_id, local, voters, store, created))
+        flusher = self._storage.flusher
+        assert flusher is not None
+        flushes = {group_id: flusher.sync_in_background(store) for group_id, _, _, store, created in opening if created}
+        return _Chunk(opening, list(flushes), asyncio.gather(*flushes.values(), return_exceptions=True))
+
+    async def _start_chunk(self, chunk: _Chunk) -> int:
+        """Once the chunk's flush is done, start its groups (a group whose flush failed is
+        closed and tried again shortly); returns how many started."""
+        results = dict(zip(chunk.flushed, await chunk.flush, strict=True))
+        opened = 0
+        for group_id, local, voters, store, created in chunk.opening:
+            failure = results.get(group_id)
+            if isinstance(failure, BaseException):
+                store.close()
+                self._open_failed(group_id, failure)
+                continue
+            machine = self._faults.new_partition_machine(local.topic, local.partition)
+            self.start_group(group_id, store, created, voters, machine, local.replicas)
+            opened += 1
+            self._logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
+        return opened
+
+    def _open_failed(self, group_id: GroupId, error: BaseException) -> None:
+        """E.g. the disk is full (DiskFullError): try again shortly."""
+        self._logger.error("group_open_failed", group_id=group_id, error=repr(error))
+        asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, self._catalog.changed)
+
+    def _wake_leaders_of_dead_nodes(self, catalog: Catalog) -> None:
+        """A node the catalog newly says is dead: the quiet groups this node leads with a
+        replica there wake, so their leader drops it from the ISR (a silence alone wakes
+        no leader: Ticker._on_silence_change)."""
+        dead = {node for node, info in catalog.nodes.items() if info.status is NodeStatus.DEAD}
+        newly, self._dead_seen = dead - self._dead_seen, dead
+        if not newly:
+            return
+        woken = 0
+        for group_id in list(self._registry.led):
+            runtime = self._registry.groups[group_id]
+            if runtime.quiesced and not newly.isdisjoint(runtime.core.membership.members):
+                runtime.wake()
+                woken += 1
+        self._logger.info("leaders_woken_for_dead_nodes", nodes=sorted(newly), groups=woken)
 
     def topic_store_settings(self, topic_config: Mapping[str, Any]) -> dict[str, Any]:
         """The StoreConfig fields a topic's config decides, with the defaults for keys it

@@ -38,6 +38,7 @@ class Routing:
         self.registry = registry
         self.catalog = catalog
         self.liveness = liveness
+        self._led_cache: tuple[tuple[int, int, int], list[LedPartition]] | None = None
 
     def is_live(self, node: int) -> bool:
         return self.liveness.is_live(node)
@@ -63,19 +64,26 @@ class Routing:
 
     def led_partitions(self) -> list[LedPartition]:
         """The partition groups this node leads, with their catalog entries (a group of a
-        topic being deleted is left out): what leadership balancing and replica moves act on."""
-        led = []
+        topic being deleted is left out): what leadership balancing and replica moves act on.
+        Kept until the catalog or a role here changes (the registry's `led_version`): built
+        from the led groups only, not every hosted one. Callers must not change the list."""
         catalog = self.catalog.catalog
-        for group_id, machine in sorted(self.registry.partitions.items()):
+        key = (id(catalog), int(catalog.applied_index), self.registry.led_version)
+        if self._led_cache is not None and self._led_cache[0] == key:
+            return self._led_cache[1]
+        led = []
+        partitions = self.registry.partitions
+        for group_id in sorted(self.registry.led):
+            machine = partitions.get(group_id)
             runtime = self.registry.leading(group_id)
-            if runtime is None:
+            if machine is None or runtime is None:
                 continue
             topic = catalog.topics.get(machine.state.topic)
             if topic is None or machine.state.partition >= len(topic.partitions):
                 continue
             led.append(LedPartition(group_id, runtime, topic.name, topic.partitions[machine.state.partition]))
+        self._led_cache = (key, led)
         return led
-
 
 async def call_peer(rpc: Rpc, peer: int, method: str, body: bytes, timeout_s: float, *, write: bool) -> bytes:
     """Forward to `peer`. A write whose answer never came may have happened: OUTCOME_UNKNOWN.
