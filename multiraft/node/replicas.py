@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from multiraft.node.local_storage import LocalStorage
     from multiraft.node.registry import GroupRegistry
     from multiraft.runtime.histograms import NodeLatencies
+    from storage.segments import SegmentStore
 
 __all__ = ["METADATA_GROUP", "Replicas", "retention_settings"]
 
