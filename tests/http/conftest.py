@@ -62,6 +62,8 @@ class Cluster:
             return False
         for partition in info.partitions:
             runtime = node.groups.get(partition.group_id)
+            if runtime is None and node.id in partition.replicas:
+                return False  # still opening it (groups open in chunks, each made durable first)
             if runtime is not None and runtime.core.leader == 0:
                 return False
             if runtime is not None and runtime.core.role is Role.LEADER and (
