@@ -90,6 +90,7 @@ class Node:
                                      send=self.outbox.send, on_quiesce=self.outbox.on_quiesce,
                                      is_live=self.liveness.is_live, start_task=self.start_task,
                                      update_peers=self.update_peers, leader_of=self.routing.leader_of,
+                                     node_ticks=self.ticker.now, wake_after_ticks=self.ticker.wake_after,
                                  ), self.logger)
         self._build_services()
 

@@ -24,6 +24,7 @@ from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.runtime import heap
+from multiraft.runtime.failover import OTHERS_HOLD_TIMEOUTS, SLOT_TIMEOUTS, CampaignPacer
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
 from raftlog.bootstrap import bootstrap_entries
@@ -85,6 +86,8 @@ class ReplicaLinks:
     start_task: Callable[[Coroutine[Any, Any, None], str], None]
     update_peers: Callable[[], None]
     leader_of: Callable[[GroupId], int]  # what this node knows: its replica's view, or the pings'
+    node_ticks: Callable[[], int]  # the ticker's count (GroupDeps.node_ticks)
+    wake_after_ticks: Callable[[int, Any], None]  # the ticker's timers (GroupDeps.wake_after_ticks)
 
 
 @dataclasses.dataclass(slots=True)
@@ -117,8 +120,9 @@ class Replicas:
         self._dead_seen: set[int] = set()  # nodes the catalog said were dead, at the last look
         self._seen_at_start: set[GroupId] = set()  # see reconcile_loop
         self._restart_spread_s = 0.0  # over how long this pass's reopened groups campaign
-        timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
-        self._election_timeout_s = timeout_s
+        self._election_timeout_s = timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
+        self._campaign_pacer = CampaignPacer(  # successor campaigns, paced node-wide (failover.py)
+            slot_timeout_s=SLOT_TIMEOUTS * timeout_s, others_hold_s=OTHERS_HOLD_TIMEOUTS * timeout_s)
 
     def open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
                    topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
@@ -178,7 +182,9 @@ class Replicas:
             send=links.send, logger=logger, on_role_change=self._on_role_change,
             check_data=check_stored_batch if partition else None,
             on_quiesce=links.on_quiesce, on_failure=self._on_failure,
-            is_live=links.is_live, latencies=self._latencies,
+            is_live=links.is_live, node_ticks=links.node_ticks, wake_after_ticks=links.wake_after_ticks,
+            campaign_pacer=self._campaign_pacer,
+            latencies=self._latencies,
             sync=flusher.sync, sync_in_background=flusher.sync_in_background,
             store_lazily=flusher.store_lazily, write_states=flusher.write_states,
             boundaries=Boundaries(group_id, self._registry.with_captures)

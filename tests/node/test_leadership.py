@@ -217,6 +217,19 @@ def test_nothing_moves_while_settling_after_a_topic_creation() -> None:
     assert balance.balance_now() == 1
 
 
+def test_nothing_moves_while_settling_after_a_peer_falls_silent() -> None:
+    # A node lost (kill -9): its partitions are being elected on the survivors; a transfer
+    # now would depose a leader just elected (at 10,000 partitions, hundreds of them).
+    node, balance, clock = balancer()
+    node.live[3] = False
+    assert balance.balance_now() == 0, "node 2 is ready, but node 3 fell silent just now"
+    clock.now += SETTINGS.settle_s - 0.5
+    assert balance.balance_now() == 0
+    clock.now += 0.5
+    assert balance.balance_now() == 1
+    assert node.runtime(0).transfers == [2]
+
+
 def test_a_fresh_node_waits_for_its_settle_period() -> None:
     node, clock = FakeNode(1), Clock()
     balance = Balancer(node, BalanceSettings(target_live_s=0, settle_s=10, in_flight_max=4, transfer_timeout_s=1),
