@@ -220,15 +220,15 @@ class Replicas:
     def _after_restart(self, runtime: GroupRuntime, preferred: bool) -> None:
         """A reopened group's first look around: a leader its replica knows needs nothing;
         one the pings name elsewhere (a single node restarted, its peers' groups quiet) is
-        met by ticking (this replica's campaign wakes it, and its answer teaches the
-        leader); with none known, the preferred replica campaigns, the others wait."""
+        told where this log ends, which wakes it to catch this replica up (ticking, it would
+        campaign against a leader only quiet); else the preferred replica campaigns."""
         if self._registry.groups.get(runtime.group_id) is not runtime or runtime.failed:
             return  # closed (or reopened) since
         core = runtime.core
         if core.leader or core.role is not Role.FOLLOWER:
             return
-        if self._links.leader_of(runtime.group_id):
-            runtime.release_hold()
+        if leader := self._links.leader_of(runtime.group_id):
+            runtime.announce_to(leader)
         elif preferred:
             runtime.request_campaign()
 

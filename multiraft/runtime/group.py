@@ -181,15 +181,17 @@ class GroupRuntime:
     def request_transfer(self, target: int) -> None:
         """Hand leadership to `target` (a no-op unless this replica leads when it runs)."""
         self.wake()
-        if not self._enqueue("transfer", target):
-            return  # the next balancing round asks again
-        self._wakeup.set()
+        if self._enqueue("transfer", target):  # if not, the next balancing round asks again
+            self._wakeup.set()
 
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
         """The leader says the group is idle; obeyed in order with the messages around it."""
-        if not self._enqueue("quiesce", (leader, term, index)):
-            return
-        self._wakeup.set()
+        self._enqueue_and_wake("quiesce", (leader, term, index))
+
+    def announce_to(self, leader: int) -> None:
+        """Tell `leader` where this replica's log ends (`RaftCore.announce`), staying quiet."""
+        if self._enqueue("announce", leader):
+            self._wakeup.set()
 
     def _enqueue(self, kind: str, item: Any) -> bool:
         """Queue an input for this group's task; False when INBOX_ITEMS_MAX already wait."""
@@ -342,6 +344,8 @@ class GroupRuntime:
                     core.transfer_leadership(item)
             elif kind == "leader_gone":
                 self._leader_gone(item)
+            elif kind == "announce":
+                core.announce(item)
             elif kind == "gone_campaign":
                 self._campaign_for(item)
             elif kind == "gone_retry":
@@ -423,17 +427,16 @@ class GroupRuntime:
             self._wakeup.set()
 
     def _take_persist_reports(self, background: BackgroundWrites) -> None:
-        """Background writes reported durable: the core counts them; acks=leader may answer.
-        A failed one raises here: the group fails (and is reopened), as on any failed flush."""
+        """Background writes reported durable: the core counts them; acks=leader may answer
+        (a failed one raises: the group fails and is reopened, as on any failed flush)."""
         for index, term in background.take_reports():
             self.core.persisted(index, term)
         if self._waiters.persisted:
             self._waiters.release_persisted(self.core.log.stable_last_index())
 
     def _consider_quiescing(self, ticks: int) -> None:
-        """A leader idle for an election timeout goes quiet and tells its followers; past
-        members whose nodes are down, if need be (quiescence.py). If one of those is still
-        in the ISR, the node wakes the group when it would leave it."""
+        """A leader idle for an election timeout goes quiet and tells its followers, past
+        members whose nodes are down if need be, woken when one leaves the ISR (quiescence.py)."""
         core = self.core
         if self.quiesced or not ticks or core.role is not Role.LEADER:
             return
@@ -452,8 +455,7 @@ class GroupRuntime:
                 self._wake_after_ticks(due, self)
 
     def _pass_quiet_time(self) -> None:
-        """Awake again after a quiet spell as leader: that time passed for the ISR
-        (`RaftCore.pass_quiet_time`); the ticks already counted since waking run as usual."""
+        """Awake after a quiet spell as leader: it passed for the ISR (`RaftCore.pass_quiet_time`)."""
         assert self._node_ticks is not None and self.quiet_since is not None
         quiet = self._node_ticks() - self.quiet_since - self._pending_ticks
         self.quiet_since, self.quiet_past = None, frozenset()

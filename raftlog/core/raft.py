@@ -307,6 +307,18 @@ class RaftCore:
             if node != self.id and progress is not None and progress.match >= last:
                 self._in_sync.record_match(node, progress.match, self.now_ticks, last)
 
+    def announce(self, target: NodeId) -> None:
+        """Tell `target` (the leader the driver heard of) where this follower's log ends,
+        as a replica in repair does (`_say_log_end`). For a replica reopened after a
+        restart that knows no leader yet: the message wakes a quiet leader, whose
+        heartbeats then find this replica and catch it up, instead of this replica
+        ticking until it campaigns (thousands of pre-vote rounds on a node reopening
+        thousands of groups). Whatever the leader's term, a message is all this is: a
+        stale one is dropped, and a wrong target ignores it."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        if self.role is Role.FOLLOWER and target != self.id:
+            self._say_log_end(target)
+
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point; a `ReadState` with `context` arrives in a Ready."""
         assert self._outstanding is None, "no input between ready() and advance()"
