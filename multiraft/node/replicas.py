@@ -23,8 +23,7 @@ from multiraft.metadata.commands import NodeStatus
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
-from multiraft.runtime import heap
-from multiraft.runtime.failover import OTHERS_HOLD_TIMEOUTS, SLOT_TIMEOUTS, CampaignPacer
+from multiraft.runtime import failover, heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
 from raftlog.bootstrap import bootstrap_entries
@@ -121,8 +120,8 @@ class Replicas:
         self._seen_at_start: set[GroupId] = set()  # see reconcile_loop
         self._restart_spread_s = 0.0  # over how long this pass's reopened groups campaign
         self._election_timeout_s = timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
-        self._campaign_pacer = CampaignPacer(  # successor campaigns, paced node-wide (failover.py)
-            slot_timeout_s=SLOT_TIMEOUTS * timeout_s, others_hold_s=OTHERS_HOLD_TIMEOUTS * timeout_s)
+        self._campaign_pacer = failover.CampaignPacer(  # campaigns, paced node-wide (failover.py)
+            slot_timeout_s=failover.SLOT_TIMEOUTS * timeout_s, others_hold_s=failover.OTHERS_HOLD_TIMEOUTS * timeout_s)
 
     def open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
                    topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
@@ -203,8 +202,8 @@ class Replicas:
         elif partition and store.last_index() > 0:
             # Reopened from disk (a restart): quiet, so that a node's thousands of groups do
             # not all time out and campaign together; the preferred replica (the catalog's
-            # first) campaigns a little later unless a leader is known by then.
-            self._hold(runtime, self._restart_spread_s + first_voter_wait_s)
+            # first) campaigns a little later, paced, unless a leader is known by then.
+            self._hold(runtime, max(self._restart_spread_s + first_voter_wait_s, self._campaign_pacer.others_hold_s))
             delay_s = self._rng.uniform(0, self._restart_spread_s)
             preferred = (list(replicas) or voters)[0] == self.id
             asyncio.get_running_loop().call_later(delay_s, self._after_restart, runtime, preferred)
@@ -230,7 +229,7 @@ class Replicas:
         if leader := self._links.leader_of(runtime.group_id):
             runtime.announce_to(leader)
         elif preferred:
-            runtime.request_campaign()
+            failover.campaign_paced(self._campaign_pacer, runtime)
 
     def open_metadata_group(self) -> GroupRuntime:
         return self.open_group(METADATA_GROUP, sorted(self._config.initial_cluster), CatalogMachine(self._catalog),

@@ -137,3 +137,18 @@ def campaign_again(core: RaftCore) -> None:
     election of ours is under way (a new term for nothing would only disturb)."""
     if core.leader == NO_NODE and core.role in (Role.FOLLOWER, Role.PRE_CANDIDATE):
         core.campaign()
+
+
+def campaign_paced(pacer: CampaignPacer, runtime: Any) -> None:
+    """A reopened group's preferred replica campaigns (after a restart, when no leader
+    is known) when the pacer gives it a slot, unless a leader is known by then: a
+    whole cluster restarted reopens thousands of groups per node, and their campaigns
+    all at once are the storm this module is about."""
+
+    def start() -> None:
+        if runtime.core.leader:
+            pacer.done(runtime.group_id)
+        else:
+            runtime.request_campaign()
+
+    pacer.request(runtime.group_id, start)
