@@ -204,9 +204,8 @@ class Replicas:
             # not all time out and campaign together; the preferred replica (the catalog's
             # first) campaigns a little later, paced, unless a leader is known by then.
             self._hold(runtime, max(self._restart_spread_s + first_voter_wait_s, self._campaign_pacer.others_hold_s))
-            delay_s = self._rng.uniform(0, self._restart_spread_s)
-            preferred = (list(replicas) or voters)[0] == self.id
-            asyncio.get_running_loop().call_later(delay_s, self._after_restart, runtime, preferred)
+            asyncio.get_running_loop().call_later(self._rng.uniform(0, self._restart_spread_s), self._after_restart,
+                                                  runtime, NodeId((list(replicas) or voters)[0]))
         self._registry.add(group_id, runtime, store, machine if partition else None)
         runtime.start()
         return runtime
@@ -216,20 +215,22 @@ class Replicas:
         runtime.hold_for_first_voter()
         asyncio.get_running_loop().call_later(hold_s, runtime.release_hold)
 
-    def _after_restart(self, runtime: GroupRuntime, preferred: bool) -> None:
+    def _after_restart(self, runtime: GroupRuntime, preferred: NodeId) -> None:
         """A reopened group's first look around: a leader its replica knows needs nothing;
         one the pings name elsewhere (a single node restarted, its peers' groups quiet) is
         told where this log ends, which wakes it to catch this replica up (ticking, it would
-        campaign against a leader only quiet); else the preferred replica campaigns."""
+        campaign against a leader only quiet); else the preferred replica campaigns, paced,
+        and the others wait for its vote request, unless its node is not live."""
         if self._registry.groups.get(runtime.group_id) is not runtime or runtime.failed:
             return  # closed (or reopened) since
-        core = runtime.core
-        if core.leader or core.role is not Role.FOLLOWER:
+        if runtime.core.leader or runtime.core.role is not Role.FOLLOWER:
             return
         if leader := self._links.leader_of(runtime.group_id):
             runtime.announce_to(leader)
-        elif preferred:
+        elif preferred == self.id:
             failover.campaign_paced(self._campaign_pacer, runtime)
+        elif not self._links.is_live(preferred):
+            runtime.release_hold()
 
     def open_metadata_group(self) -> GroupRuntime:
         return self.open_group(METADATA_GROUP, sorted(self._config.initial_cluster), CatalogMachine(self._catalog),

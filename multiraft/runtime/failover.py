@@ -68,9 +68,11 @@ def forget_dead_leader(core: RaftCore, leader: int, is_live: Callable[[int], boo
 
 
 class CampaignPacer:
-    """At most `in_flight_max` successor campaigns at once on a node; the rest wait in
-    order. A slot is held from `start` until `done` (a leader is known, or the group
-    closed) or `slot_timeout_s`, whichever comes first."""
+    """At most `in_flight_max` campaigns at once on a node; the rest wait in order. A
+    slot is held from `start` until `done` (a leader is known, or the group closed) or
+    `slot_timeout_s`, whichever comes first; a group asked with `attempts` > 1 goes
+    back to the end of the line when its slot times out, that many times in all (its
+    `start` decides whether to campaign again)."""
 
     def __init__(self, in_flight_max: int = CAMPAIGNS_IN_FLIGHT_MAX, slot_timeout_s: float = 2.0,
                  others_hold_s: float = 10.0) -> None:
@@ -78,9 +80,9 @@ class CampaignPacer:
         self.in_flight_max = in_flight_max
         self.slot_timeout_s = slot_timeout_s
         self.others_hold_s = others_hold_s  # how long a non-successor holds (see the module docstring)
-        self._waiting: deque[tuple[int, Callable[[], None]]] = deque()
+        self._waiting: deque[tuple[int, Callable[[], None], int]] = deque()  # group, start, attempts
         self._waiting_ids: set[int] = set()
-        self._in_flight: dict[int, asyncio.TimerHandle] = {}
+        self._in_flight: dict[int, tuple[asyncio.TimerHandle, Callable[[], None], int]] = {}
         self.campaigns_started = 0
         self.slots_timed_out = 0
 
@@ -92,32 +94,39 @@ class CampaignPacer:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    def request(self, group_id: int, start: Callable[[], None]) -> None:
+    def request(self, group_id: int, start: Callable[[], None], attempts: int = 1) -> None:
         """Call `start` once a slot is free (now, if one is). A group asks once per
         succession; asking again while waiting or in flight changes nothing."""
+        assert attempts >= 1
         if group_id in self._in_flight or group_id in self._waiting_ids:
             return
-        self._waiting.append((group_id, start))
+        self._waiting.append((group_id, start, attempts))
         self._waiting_ids.add(group_id)
         self._start_some()
 
     def done(self, group_id: int) -> None:
-        timer = self._in_flight.pop(group_id, None)
-        if timer is not None:
-            timer.cancel()
+        slot = self._in_flight.pop(group_id, None)
+        if slot is not None:
+            slot[0].cancel()
             self._start_some()
 
     def _timed_out(self, group_id: int) -> None:
-        if self._in_flight.pop(group_id, None) is not None:
+        slot = self._in_flight.pop(group_id, None)
+        if slot is not None:
             self.slots_timed_out += 1
+            _, start, attempts = slot
+            if attempts > 1:
+                self._waiting.append((group_id, start, attempts - 1))
+                self._waiting_ids.add(group_id)
             self._start_some()
 
     def _start_some(self) -> None:
         loop = asyncio.get_running_loop()
         while self._waiting and len(self._in_flight) < self.in_flight_max:
-            group_id, start = self._waiting.popleft()
+            group_id, start, attempts = self._waiting.popleft()
             self._waiting_ids.discard(group_id)
-            self._in_flight[group_id] = loop.call_later(self.slot_timeout_s, self._timed_out, group_id)
+            timer = loop.call_later(self.slot_timeout_s, self._timed_out, group_id)
+            self._in_flight[group_id] = (timer, start, attempts)
             self.campaigns_started += 1
             start()
 
@@ -139,16 +148,22 @@ def campaign_again(core: RaftCore) -> None:
         core.campaign()
 
 
+# A reopened preferred replica's campaigns: its peers may not have reopened the group
+# yet (a whole cluster restarting opens thousands of groups per node, each at its own
+# pace), and a vote request to a group not open there is dropped.
+RESTART_CAMPAIGN_ATTEMPTS = 8
+
+
 def campaign_paced(pacer: CampaignPacer, runtime: Any) -> None:
     """A reopened group's preferred replica campaigns (after a restart, when no leader
-    is known) when the pacer gives it a slot, unless a leader is known by then: a
-    whole cluster restarted reopens thousands of groups per node, and their campaigns
-    all at once are the storm this module is about."""
+    is known) when the pacer gives it a slot, and again after each slot's timeout,
+    until a leader is known: a whole cluster restarted reopens thousands of groups per
+    node, and their campaigns all at once are the storm this module is about."""
 
     def start() -> None:
-        if runtime.core.leader:
+        if runtime.core.leader or runtime.core.role is Role.LEADER:
             pacer.done(runtime.group_id)
         else:
             runtime.request_campaign()
 
-    pacer.request(runtime.group_id, start)
+    pacer.request(runtime.group_id, start, RESTART_CAMPAIGN_ATTEMPTS)

@@ -77,3 +77,20 @@ def test_campaign_backoff_slows_the_clock_after_failed_campaigns() -> None:
     assert kept(2) == 32
     assert kept(3) == 16
     assert kept(4) == kept(10) == 8, "an eighth at most"
+
+
+@pytest.mark.asyncio
+async def test_a_group_asked_with_attempts_goes_back_in_line_after_each_timeout() -> None:
+    # A reopened preferred replica whose peers have not reopened the group yet: its vote
+    # requests are dropped there, so it asks again after each slot's timeout, behind the
+    # groups already waiting, until its attempts are spent (or `done`).
+    pacer = CampaignPacer(in_flight_max=1, slot_timeout_s=0.02)
+    started: list[int] = []
+    pacer.request(1, lambda: started.append(1), attempts=3)
+    pacer.request(2, lambda: started.append(2))
+    async with asyncio.timeout(10):
+        while len(started) < 4:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    assert started == [1, 2, 1, 1], "group 1 three times, group 2 once, in line"
+    assert pacer.in_flight == 0 and pacer.waiting == 0
