@@ -203,7 +203,7 @@ class Replicas:
             # Reopened from disk (a restart): quiet, so that a node's thousands of groups do
             # not all time out and campaign together; the preferred replica (the catalog's
             # first) campaigns a little later, paced, unless a leader is known by then.
-            self._hold(runtime, max(self._restart_spread_s + first_voter_wait_s, self._campaign_pacer.others_hold_s))
+            self._hold(runtime, failover.RESTART_HOLD_TIMEOUTS * self._election_timeout_s)
             asyncio.get_running_loop().call_later(self._rng.uniform(0, self._restart_spread_s), self._after_restart,
                                                   runtime, NodeId((list(replicas) or voters)[0]))
         self._registry.add(group_id, runtime, store, machine if partition else None)

@@ -152,6 +152,11 @@ def campaign_again(core: RaftCore) -> None:
 # yet (a whole cluster restarting opens thousands of groups per node, each at its own
 # pace), and a vote request to a group not open there is dropped.
 RESTART_CAMPAIGN_ATTEMPTS = 8
+# How long (election timeouts) a reopened replica that is not the preferred one waits,
+# at most, for the preferred replica's vote request, while that one's node is live: a
+# whole cluster restarting opens groups for tens of seconds, and a replica that ticks
+# meanwhile campaigns against the paced preferred ones (split votes, 30,000 rounds).
+RESTART_HOLD_TIMEOUTS = 60
 
 
 def campaign_paced(pacer: CampaignPacer, runtime: Any) -> None:
