@@ -32,7 +32,7 @@ from multiraft.runtime.ready_processor import process_ready
 from multiraft.runtime.waiters import Proposal, Waiters
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import RESPONSE_TYPES, ConfChange, EntryKind, Message, MessageType, Role
+from raftlog.messages import ConfChange, EntryKind, Message, MessageType, Role
 from raftlog.storage import RaftStorage
 from raftlog.types import GroupId, Index, Term
 
@@ -95,10 +95,6 @@ class GroupRuntime:
         self.on_failure = deps.on_failure
         self.host = GroupHost(group_id, core, store, state_machine, deps.send, self._waiters, deps.boundaries,
                               deps.latencies)
-
-    @property
-    def appends_refused(self) -> int:
-        return self.host.appends_refused  # appends holding a batch that is not valid
 
     def status(self) -> GroupStatus:
         return status_of(self.group_id, self.core, messages_shed=self.messages_shed,
@@ -207,8 +203,10 @@ class GroupRuntime:
             self._wakeup.set()
 
     def deliver(self, message: Message) -> None:
-        if self.quiesced and message.type not in RESPONSE_TYPES:
-            self._idle_ticks = 0  # someone did not hear this quiet leader: heard an election timeout
+        if self.quiesced:  # woken: a leader counts its idle time anew, a follower wakes its leader
+            self._idle_ticks, tell = quiescence.woken_by(self.core, message, self._idle_ticks)
+            if tell and self._enqueue("announce", tell):
+                self._wakeup.set()
         self.quiesced = self._held = False
         if not self._enqueue("message", message):
             self.messages_shed += 1  # Raft retries: shedding beats blocking the loop

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from raftlog.core.quorum import has_quorum
 from raftlog.core.raft import RaftCore
-from raftlog.messages import Role
+from raftlog.messages import RESPONSE_TYPES, Message, Role
 from raftlog.types import NodeId
 
 
@@ -77,6 +77,24 @@ def ticks_until_isr_drops(core: RaftCore, absent: frozenset[NodeId]) -> int | No
         return None
     lags = core.follower_lag_ticks()
     return max(1, min(lag_ticks_max - lags.get(node, 0) + 1 for node in in_sync))
+
+
+def woken_by(core: RaftCore, message: Message, idle_ticks: int) -> tuple[int, int]:
+    """A quiet replica wakes for `message`: its idle count from now on, and the leader to
+    tell it woke (0: none).
+
+    A quiet leader woken by anything but an answer counts its idle time anew: someone
+    did not hear it for an election timeout. A quiet follower woken by anyone but its
+    leader (a restarted replica's vote request, say) starts ticking while its leader,
+    still quiet, sends nothing: it would time out and campaign against a working
+    leader. So it tells the leader it woke (`RaftCore.announce`), which wakes it: the
+    leader heartbeats, or goes quiet again and tells its followers so (CockroachDB's
+    follower "unquiesce and wake leader")."""
+    if message.type not in RESPONSE_TYPES:
+        idle_ticks = 0
+    leader = core.leader
+    tell = leader if core.role is Role.FOLLOWER and leader and message.source != leader else 0
+    return idle_ticks, tell
 
 
 def follower_may_quiesce(core: RaftCore, leader: int, term: int, index: int) -> bool:

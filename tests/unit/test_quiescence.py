@@ -9,6 +9,7 @@ from multiraft.runtime.quiescence import (
     follower_may_quiesce,
     quiesce_refusal,
     ticks_until_isr_drops,
+    woken_by,
 )
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
@@ -203,3 +204,21 @@ def test_quiet_time_passes_for_the_isr_and_the_absent_member_leaves_it() -> None
     ticks = follower.now_ticks
     follower.pass_quiet_time(5, present=[])
     assert follower.now_ticks == ticks, "a no-op on a follower"
+
+
+def test_a_quiet_follower_woken_by_another_replica_tells_its_leader() -> None:
+    # Goal (CockroachDB's "unquiesce and wake leader"): a quiet follower woken by a vote
+    # request from a restarted replica names its leader to tell, so the quiet leader wakes
+    # and heartbeats (or quiets it again) before the follower's clock runs out; a message
+    # from the leader itself, or an answer to a quiet leader, tells nobody.
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    cluster.stabilize()
+    follower = cluster.cores[2]
+    vote = Message(type=MessageType.PRE_VOTE, source=3, target=2, term=leader.term + 1,
+                   index=follower.log.last_index(), log_term=follower.log.last_term())
+    assert woken_by(follower, vote, idle_ticks=7) == (0, 1)
+    assert woken_by(follower, _heartbeat(leader, follower), idle_ticks=7) == (0, 0)
+    answer = Message(type=MessageType.HEARTBEAT_RESPONSE, source=2, target=1, term=leader.term)
+    assert woken_by(leader, answer, idle_ticks=7) == (7, 0), "an answer: the idle count stands"
+    assert woken_by(leader, vote, idle_ticks=7) == (0, 0), "a leader tells nobody"
