@@ -256,8 +256,9 @@ _PATHS: dict[str, Any] = {
                 "responses": {"200": _ok("the group", {"type": "object", "required": ["group", "members",
                                                                                        "partitions"]}),
                               **_errors(404, 421, 503, 504)}},
-        "delete": {"summary": "delete a consumer group: its committed offsets in every partition (admin)",
-                   "responses": {"204": _ok("deleted"), **_errors(404, 421, 503, 504)}},
+        "delete": {"summary": "delete a consumer group without members: its committed offsets in every "
+                              "partition (admin)",
+                   "responses": {"204": _ok("deleted"), **_errors(404, 409, 421, 503, 504)}},
     },
     "/v1/admin/leadership/balance": {"post": {
         "summary": "one balancing round on every node now (leadership goes to each partition's first replica; "

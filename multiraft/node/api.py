@@ -95,13 +95,13 @@ class NodeApi:
         self.consume = reads.consume
         self.commit_offsets = reads.commit_offsets
         self.fetch_offsets = reads.fetch_offsets
-        self.delete_group = reads.delete_group
         # Consumer groups (multiraft/node/group_coordinator.py, group_reads.py).
         self.group_command = groups.command
         self.list_groups = groups.list_groups
         self.group_fetch = group_reads.fetch
         self.group_commit = group_reads.commit
         self.describe_group = group_reads.describe
+        self.delete_group = group_reads.delete_group  # refused while the group has members
         self.require_leadership = produce.require_leadership
         self.propose_metadata = metadata.propose
         self.create_topic = metadata.create_topic

@@ -84,6 +84,7 @@ class GroupCoordinator:
         self._term = -1  # the term whose sessions `sessions` holds
         rpc.register("groups.command", self._serve_command)
         rpc.register("groups.check_commit", self._serve_json(self._check_commit))
+        rpc.register("groups.require_empty", self._serve_json(self._require_empty))
         rpc.register("groups.describe", self._serve_json(self._describe))
         rpc.register("groups.list", self._serve_json(self._list))
 
@@ -105,6 +106,10 @@ class GroupCoordinator:
         await self._json_call("groups.check_commit", self._check_commit, {
             "group": group, "member_id": member_id, "member_epoch": member_epoch,
             "partitions": [list(tp) for tp in partitions]})
+
+    async def require_empty(self, group: str) -> None:
+        """Refuse (NON_EMPTY_GROUP) while the group has members: a delete would race them."""
+        await self._json_call("groups.require_empty", self._require_empty, {"group": group})
 
     async def describe(self, group: str) -> dict[str, Any]:
         return await self._json_call("groups.describe", self._describe, {"group": group})
@@ -148,6 +153,14 @@ class GroupCoordinator:
         check_member_id(member_id)
         state.check_commit(group, member_id, epoch, list(partitions))
         self.sessions.touch(group, member_id, self._clock_ms())
+        return {}
+
+    async def _require_empty(self, request: dict[str, Any]) -> dict[str, Any]:
+        group = request["group"]
+        check_group(group)
+        await self._leading()
+        if self._catalog.groups.has_members(group):
+            raise NonEmptyGroup(f"group {group!r} has members; they must leave (or expire) first")
         return {}
 
     async def _describe(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,10 @@ admin's describe with committed offsets and lag.
   partition's own group (multiraft/node/partition_ops.py). An admin reset skips the
   check. The race this leaves open is in docs/node.md ("Consumer groups").
 - `describe`: the coordinator's view of the group, with each resolved partition's
-  committed offset, log start, high watermark and lag in records.
+  committed offset, log start, high watermark, lag in records, and lag in time
+  (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset).
+- `delete_group`: only while the group has no members (Kafka's NON_EMPTY_GROUP), then
+  its offsets go from every partition as before (multiraft/node/partition_ops.py).
 
 Partition bounds (log start, high watermark) come from a replica: this node's when it
 hosts one, else the partition leader's over RPC (`groups.partition_bounds`, one call
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +39,7 @@ from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
 from raftlog.errors import ClientError, LeaderNotAvailable
 from raftlog.types import GroupId
+from storage.batch import decode_columns
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -167,8 +172,42 @@ class GroupReads:
             lag = end - (offset if offset is not None else start)
             rows.append({"topic": tp[0], "partition": tp[1], "committed_offset": offset, "log_start_offset": start,
                          "high_watermark": end, "lag": max(0, lag), "owner": owners.get(tp)})
+        await self._lag_ms(rows)
         described["partitions"] = rows
         return described
+
+    async def _lag_ms(self, rows: list[dict[str, Any]]) -> None:
+        """Each lagging row's `lag_ms`: now less the timestamp of its first unconsumed record
+        (0 without lag; None when that record cannot be read now)."""
+        slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
+        now_ms = int(time.time() * 1000)
+
+        async def one(row: dict[str, Any]) -> None:
+            row["lag_ms"] = 0
+            if not row["lag"]:
+                return
+            offset = row["committed_offset"] if row["committed_offset"] is not None else row["log_start_offset"]
+            async with slots:
+                try:
+                    result = await self._reads.consume(row["topic"], row["partition"], max(offset, 0),
+                                                       max_records=1, max_bytes=1)
+                except ClientError:
+                    row["lag_ms"] = None
+                    return
+            for base, _count, batch in result.batches:
+                if base <= offset:
+                    decoded = decode_columns(batch, offset - base, offset - base + 1)
+                    if decoded.timestamp_deltas_ms:
+                        stamp = decoded.header.first_timestamp_ms + decoded.timestamp_deltas_ms[0]
+                        row["lag_ms"] = max(0, now_ms - stamp)
+                        return
+            row["lag_ms"] = None
+
+        await asyncio.gather(*(one(row) for row in rows))
+
+    async def delete_group(self, group: str) -> int:
+        await self._coordinator.require_empty(group)
+        return await self._reads.delete_group(group)
 
     # ------------------------------------------------------------------ bounds
 
