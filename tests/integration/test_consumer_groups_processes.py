@@ -148,11 +148,22 @@ async def test_members_split_move_take_over_and_are_fenced(groups_cluster: Local
             read = sorted(o for m in survivors for t, p, o, _ in m.consumed if (t, p) == tp)
             assert read == list(range(offset, RECORDS_PER_PARTITION)), (tp, read)
 
+        # The group has members: a commit without one, another session timeout, a delete: refused.
+        status, body = await do(2, "POST", "/v1/groups/billing/offsets", json={"offsets": offsets})
+        assert (status, body["error_code"]) == (409, "NON_EMPTY_GROUP")
+        status, body = await do(0, "POST", "/v1/groups/billing/members", json={"topics": ["orders"],
+                                                                             "session_timeout_ms": 45_000})
+        assert (status, body["error_code"]) == (409, "INCONSISTENT_GROUP_CONFIG")
+        status, body = await do(1, "DELETE", "/v1/groups/billing")
+        assert (status, body["error_code"]) == (409, "NON_EMPTY_GROUP")
+
         status, described = await do(1, "GET", "/v1/groups/billing")
         assert status == 200 and len(described["members"]) == 3, described
         assert {r["partition"] for r in described["partitions"]} == set(range(PARTITIONS))
         for member in survivors:
             await member.leave()
+        status, body = await do(1, "DELETE", "/v1/groups/billing")
+        assert status == 204, body  # no members left: its offsets go
 
 
 @pytest.mark.asyncio
