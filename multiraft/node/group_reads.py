@@ -6,8 +6,11 @@ admin's describe with committed offsets and lag.
   from the position the member sends, else the group's committed offset, else its
   `auto_offset_reset` (earliest or latest). A committed offset that retention has
   passed restarts at the reset policy too, as a Kafka consumer does. Long-poll: the
-  reads wait together (bounded by `wait_ms`); the answer comes when any partition has
-  records, holding what those partitions had. Partitions being revoked are not read.
+  reads wait together (bounded by `wait_ms`, and by half the group's session timeout,
+  since only the fetch's start keeps the member alive); the answer comes when any
+  partition has records, holding what those partitions had. A member that owns nothing
+  yet waits as long, then is told what it owns then. Partitions being revoked are not
+  read.
 - `commit`: checked at the coordinator first (the member is current and owns every
   partition, `assigned` or `revoking`), then written as today, through each
   partition's own group (multiraft/node/partition_ops.py). An admin reset skips the
@@ -87,9 +90,15 @@ class GroupReads:
         if reset not in RESETS:
             raise InvalidRequest(f"auto_offset_reset must be one of {', '.join(RESETS)}")
         member = await self._coordinator.command(heartbeat)
+        # The coordinator saw the member when this fetch began: a long-poll waits at most
+        # half its session, so the member's next call comes in time to keep it alive.
+        wait_ms = min(wait_ms, member["session_timeout_ms"] // 2)
         assigned = [(a["topic"], p) for a in member["assignment"] for p in a["partitions"]]
         if not assigned:
-            return MemberFetch(member, [])
+            if wait_ms <= 0:
+                return MemberFetch(member, [])
+            await asyncio.sleep(wait_ms / 1000)  # nothing to read yet: wait, then say what it has now
+            return MemberFetch(await self._coordinator.command(heartbeat), [])
         starts = await self._starts(heartbeat.group, assigned, positions, reset)
         per_partition_bytes = max(1, max_bytes // len(assigned))
         slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)

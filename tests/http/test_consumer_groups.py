@@ -146,3 +146,24 @@ async def test_fenced_and_foreign_commits_are_refused(cluster: Cluster) -> None:
     assert (status, answer["error_code"]) == (409, "INCONSISTENT_GROUP_CONFIG")
     await a.leave()
     await b.leave()
+
+
+async def test_a_long_poll_is_bounded_by_half_the_session_and_keeps_the_member(cluster: Cluster) -> None:
+    # Goal: a member that owns nothing (one partition, two members) long-polls with a
+    # wait far past its session timeout: the answer comes after half the session, and
+    # polling so keeps it a member.
+    await cluster.create_topic("cg-poll", partitions=1)
+    owner, idle = Member(_call(cluster), 3, "poll"), Member(_call(cluster), 3, "poll", start_node=1)
+    await owner.join(["cg-poll"], session_timeout_ms=1000)
+    await idle.join(["cg-poll"])
+    await settle([owner, idle])
+    assert not idle.owned
+    loop = asyncio.get_running_loop()
+    for _ in range(3):  # 1.5 s in all, past the 1 s session, kept alive by the polls themselves
+        started = loop.time()
+        assert await idle.fetch(wait_ms=30_000) == []
+        assert 0.4 <= loop.time() - started < 5
+        await owner.heartbeat()
+    assert idle.last["state"] == "stable"
+    await owner.leave()
+    await idle.leave()
