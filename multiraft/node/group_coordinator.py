@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import (
@@ -46,12 +46,14 @@ from multiraft.consumer_groups.commands import (
     check_group,
     check_member_id,
     check_partitions,
-    decode_partitions,
 )
+from multiraft.consumer_groups.state import Group
 from multiraft.errors import InvalidRequest, NonEmptyGroup, UnknownGroup
+from multiraft.node.group_commits import CommitFence
 from multiraft.node.machines import CatalogTopics
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.routing import call_peer
+from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
 from raftlog.errors import LeaderNotAvailable, NotLeader
 from raftlog.messages import EntryKind, Role
@@ -66,16 +68,35 @@ if TYPE_CHECKING:
 EXPIRY_SCAN_S = 0.1
 # Expiry entries proposed per scan; the rest wait for the next scan.
 EXPIRIES_PER_SCAN_MAX = 100
+# A commit forwarded to the coordinator waits for its writes to the partitions (each
+# forwarded to the partition leader, one RPC bound each) and so gets two bounds.
+COMMIT_TIMEOUT_S = 2 * RPC_TIMEOUT_S
+CommitOffsets = Callable[[str, list[OffsetCommit]], Awaitable[None]]
 
 
 def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def _partitions_of(group: Group | None, member_ids: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """What these members hold (assigned or revoking): what removing them releases."""
+    if group is None:
+        return ()
+    held: set[tuple[str, int]] = set()
+    for member_id in member_ids:
+        member = group.members.get(member_id)
+        if member is not None:
+            held |= member.assigned | member.revoking
+    return tuple(sorted(held))
+
+
 class GroupCoordinator:
-    def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, rpc: Rpc, logger: Any,
-                 clock_ms: Callable[[], int] = _monotonic_ms) -> None:
+    def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, rpc: Rpc, commit_offsets: CommitOffsets,
+                 logger: Any, clock_ms: Callable[[], int] = _monotonic_ms) -> None:
+        """`commit_offsets`: writes commits through the partitions' groups (partition_ops.py)."""
         self._registry = registry
+        self._commit_offsets = commit_offsets
+        self.fence = CommitFence()
         self._catalog = catalog
         self._rpc = rpc
         self._logger = logger
@@ -83,7 +104,7 @@ class GroupCoordinator:
         self.sessions = Sessions()
         self._term = -1  # the term whose sessions `sessions` holds
         rpc.register("groups.command", self._serve_command)
-        rpc.register("groups.check_commit", self._serve_json(self._check_commit))
+        rpc.register("groups.commit", self._serve_json(self._commit))
         rpc.register("groups.require_empty", self._serve_json(self._require_empty))
         rpc.register("groups.describe", self._serve_json(self._describe))
         rpc.register("groups.list", self._serve_json(self._list))
@@ -99,13 +120,24 @@ class GroupCoordinator:
                                        write=not isinstance(command, Heartbeat) or command.owned is not None)
         return json.loads(body)  # type: ignore[no-any-return]
 
-    async def check_commit(self, group: str, member_id: str | None, member_epoch: int,
-                           partitions: list[tuple[str, int]]) -> None:
-        """Refuse a commit from a fenced member or for a partition it does not own; a commit
-        without a member only while the group has none (an admin reset skips this call)."""
-        await self._json_call("groups.check_commit", self._check_commit, {
-            "group": group, "member_id": member_id, "member_epoch": member_epoch,
-            "partitions": [list(tp) for tp in partitions]})
+    async def commit(self, group: str, member_id: str | None, member_epoch: int,
+                     commits: list[OffsetCommit]) -> None:
+        """Commit through the coordinator: refused from a fenced member or for a partition it
+        does not own (or is giving back, see group_commits.py); without a member only while
+        the group has none. The coordinator writes the commits to the partitions itself,
+        inside its fence."""
+        request = {"group": group, "member_id": member_id, "member_epoch": member_epoch,
+                   "offsets": [{"topic": c.topic, "partition": c.partition, "offset": c.offset,
+                                "metadata": c.metadata} for c in commits]}
+        runtime = self._runtime()
+        if runtime.core.role is Role.LEADER:
+            await self._commit(request)
+            return
+        leader = runtime.core.leader
+        if leader == 0:
+            raise LeaderNotAvailable("no group coordinator (metadata leader) known yet; retry")
+        await call_peer(self._rpc, leader, "groups.commit", json.dumps(request).encode(), COMMIT_TIMEOUT_S,
+                        write=True)
 
     async def require_empty(self, group: str) -> None:
         """Refuse (NON_EMPTY_GROUP) while the group has members: a delete would race them."""
@@ -122,12 +154,19 @@ class GroupCoordinator:
     async def _command(self, command: GroupCommand) -> dict[str, Any]:
         runtime = await self._leading()
         now = self._clock_ms()
+        released: tuple[tuple[str, int], ...] = ()
         if isinstance(command, Heartbeat):
             needed, view = self._catalog.groups.plan_heartbeat(command, self._topics())
             self.sessions.touch(command.group, command.member_id, now)
             if not needed:
                 return view.as_json()
-        (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
+            if command.owned is not None and set(view.revoking).isdisjoint(command.owned):
+                released = view.revoking  # it acknowledges: they go to their new owners
+        elif isinstance(command, LeaveGroup):
+            _, member = self._catalog.groups.member(command.group, command.member_id, command.member_epoch)
+            released = tuple(sorted(member.assigned | member.revoking))
+        async with self.fence.releasing(command.group, released):
+            (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
         if result.error is not None:
             raise result.error
         if isinstance(command, JoinGroup | Heartbeat):
@@ -137,22 +176,28 @@ class GroupCoordinator:
             self._logger.info("group_member_left", group=command.group, member_id=command.member_id)
         return {}
 
-    async def _check_commit(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _commit(self, request: dict[str, Any]) -> dict[str, Any]:
         group, member_id, epoch = request["group"], request["member_id"], request["member_epoch"]
         check_group(group)
         check_epoch(epoch)
-        partitions = decode_partitions(request["partitions"], "partitions")
-        check_partitions(partitions, "partitions", GROUP_PARTITIONS_MAX)
+        if not isinstance(request["offsets"], list):
+            raise InvalidRequest("a groups commit carries a list of offsets")
+        commits = [OffsetCommit(group=group, topic=o["topic"], partition=o["partition"], offset=o["offset"],
+                                metadata=o["metadata"]) for o in request["offsets"]]
+        partitions = sorted({(c.topic, c.partition) for c in commits})
+        check_partitions(tuple(partitions), "partitions", GROUP_PARTITIONS_MAX)
         await self._leading()
         state = self._catalog.groups
         if member_id is None:
             if state.has_members(group):
                 raise NonEmptyGroup(f"group {group!r} has members: commit as one of them (member_id, "
                                     "member_epoch), or as an admin reset")
-            return {}
-        check_member_id(member_id)
-        state.check_commit(group, member_id, epoch, list(partitions))
-        self.sessions.touch(group, member_id, self._clock_ms())
+        else:
+            check_member_id(member_id)
+            state.check_commit(group, member_id, epoch, partitions)
+            self.sessions.touch(group, member_id, self._clock_ms())
+        with self.fence.committing(group, partitions):  # no await between the check and this
+            await self._commit_offsets(group, commits)
         return {}
 
     async def _require_empty(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -197,8 +242,10 @@ class GroupCoordinator:
             for command in self.sessions.expired(self._catalog.groups, self._clock_ms())[:EXPIRIES_PER_SCAN_MAX]:
                 self._logger.info("group_members_expired", group=command.group, members=list(command.member_ids),
                                   reason=command.reason)
+                released = _partitions_of(self._catalog.groups.groups.get(command.group), command.member_ids)
                 try:
-                    (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
+                    async with self.fence.releasing(command.group, released):
+                        (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
                 except NotLeader:
                     break
                 if result.error is not None:

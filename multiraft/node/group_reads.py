@@ -11,10 +11,10 @@ admin's describe with committed offsets and lag.
   partition has records, holding what those partitions had. A member that owns nothing
   yet waits as long, then is told what it owns then. Partitions being revoked are not
   read.
-- `commit`: checked at the coordinator first (the member is current and owns every
-  partition, `assigned` or `revoking`), then written as today, through each
-  partition's own group (multiraft/node/partition_ops.py). An admin reset skips the
-  check. The race this leaves open is in docs/node.md ("Consumer groups").
+- `commit`: sent to the coordinator, which checks it (the member is current and owns
+  every partition, `assigned` or `revoking`) and writes it as before, through each
+  partition's own group (multiraft/node/partition_ops.py), inside its fence against
+  releases (group_commits.py). An admin reset skips the coordinator.
 - `describe`: the coordinator's view of the group, with each resolved partition's
   committed offset, log start, high watermark, lag in records, and lag in time
   (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset).
@@ -157,10 +157,10 @@ class GroupReads:
 
     async def commit(self, group: str, member_id: str | None, member_epoch: int, commits: list[OffsetCommit], *,
                      admin_reset: bool = False) -> None:
-        if not admin_reset:
-            partitions = sorted({(c.topic, c.partition) for c in commits})
-            await self._coordinator.check_commit(group, member_id, member_epoch, partitions)
-        await self._reads.commit_offsets(group, commits)
+        if admin_reset:
+            await self._reads.commit_offsets(group, commits)  # the admin's act: no member, no check
+            return
+        await self._coordinator.commit(group, member_id, member_epoch, commits)
 
     # ------------------------------------------------------------------ describe
 

@@ -121,7 +121,8 @@ class Node:
         self.producer = Produce(self.routing, self.catalog_holder, self.rpc, self.metadata.sync_catalog)
         self.reads = PartitionOps(self.routing, self.catalog_holder, self.rpc, self.faults.read_end,
                                   self.replicas.report_damage, self.logger)
-        self.group_coordinator = GroupCoordinator(self.registry, self.catalog_holder, self.rpc, self.logger)
+        self.group_coordinator = GroupCoordinator(self.registry, self.catalog_holder, self.rpc,
+                                                  self.reads.commit_offsets, self.logger)
         self.group_reads = GroupReads(self.group_coordinator, self.reads, self.routing, self.catalog_holder, self.rpc)
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
         leadership.serve_balance(self.balancer, self.rpc)
