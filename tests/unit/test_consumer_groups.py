@@ -376,3 +376,30 @@ def test_the_room_reads_no_clock_and_draws_no_randomness() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             for name in names:
                 assert name.split(".")[0] not in {"time", "random", "uuid", "datetime", "os", "secrets"}, (path, name)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(operation, max_size=30), st.integers(0, 5), st.sampled_from(["owned", "none", "stale"]))
+def test_property_a_heartbeat_answered_without_a_write_changes_nothing(operations: list[tuple], who: int,
+                                                                       report: str) -> None:
+    # Goal: the coordinator answers a heartbeat from its applied state, without proposing it,
+    # only when applying it would change nothing and answer the same.
+    import copy
+
+    driver = Driver(TOPICS)
+    _run(driver, operations)
+    group = driver.state.groups.get(G)
+    member = group.members.get(f"m{who}") if group else None
+    if member is None:
+        return
+    owned = {"owned": tuple(sorted(member.assigned)), "none": None,
+             "stale": tuple(sorted(member.assigned | member.revoking))}[report]
+    command = Heartbeat(group=G, member_id=member.member_id, member_epoch=member.epoch, owned=owned)
+    needed, view = driver.state.plan_heartbeat(command, driver.topics)
+    before = encode_groups(driver.state)
+    applied = copy.deepcopy(driver.state).apply(driver.index + 1, command, driver.topics)
+    if not needed:
+        assert applied.value == view
+        after = copy.deepcopy(driver.state)
+        after.apply(driver.index + 1, command, driver.topics)
+        assert encode_groups(after) == before
