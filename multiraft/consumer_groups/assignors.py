@@ -11,9 +11,11 @@ possible from the previous target. When every member subscribes to the same topi
 partitions, members keep up to their quota of what they had (the members that had
 most get the ceil slots, so fewest partitions move), and the freed and new
 partitions fill the members below quota. With different subscriptions it keeps
-what is still eligible, gives each unowned partition to the least loaded eligible
-member, then moves partitions from the most to the least loaded eligible member
-until no such move narrows the gap (at most one move per partition).
+up to a quota per member (from a balanced fill, topics with fewest eligible members
+first) of what it had and is still eligible for, then gives each partition left to
+the eligible member furthest below its quota. O(P log M) either way: it runs inside
+group 0's apply on every replica (at the limits, 10,000 partitions and 100 members,
+a join takes tens of milliseconds; docs/node.md).
 
 **range** (Kafka's RangeAssignor, per topic): the members subscribed to a topic, by
 id, take contiguous ranges of its partitions, the first `N mod M` one more. Not
@@ -22,6 +24,7 @@ sticky: a join moves about half of every range, which is what range users expect
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 
 from multiraft.consumer_groups.commands import TopicPartition
@@ -93,40 +96,40 @@ def _uniform_same(members: list[str], partitions: list[TopicPartition],
 
 def _uniform_mixed(members: list[str], eligible: Mapping[str, frozenset[str]], counts: Mapping[str, int],
                    previous: Mapping[str, frozenset[TopicPartition]]) -> Assignment:
-    """Members subscribe to different topics: sticky, then greedy, then evened out."""
-    owned: dict[str, set[TopicPartition]] = {m: set() for m in members}
-    owner: dict[TopicPartition, str] = {}
+    """Members subscribe to different topics: quotas from a balanced fill, then sticky.
+
+    1. Quotas: the topics' partitions, topic by topic (fewest eligible members first),
+       each to the least loaded eligible member (a heap per topic: O(P log M)).
+    2. Each member keeps up to its quota of what it had and is still eligible for.
+    3. The rest go, topic by topic, to the eligible member furthest below its quota
+       (or the least above it when all are full).
+    """
+    topics = sorted({t for m in members for t in eligible[m]},
+                    key=lambda t: (sum(1 for m in members if t in eligible[m]), t))
+    by_topic = {t: [m for m in members if t in eligible[m]] for t in topics}
+    quota = dict.fromkeys(members, 0)
+    for topic in topics:
+        heap = [(quota[m], m) for m in by_topic[topic]]
+        heapq.heapify(heap)
+        for _ in range(counts[topic]):
+            load, member = heapq.heappop(heap)
+            quota[member] = load + 1
+            heapq.heappush(heap, (load + 1, member))
+    owned: dict[str, list[TopicPartition]] = {m: [] for m in members}
+    taken: set[TopicPartition] = set()
     for member in members:
-        for tp in sorted(previous.get(member, frozenset())):
-            if tp[0] in eligible[member] and tp[1] < counts.get(tp[0], 0) and tp not in owner:
-                owner[tp] = member
-                owned[member].add(tp)
-    subscribed = sorted({t for m in members for t in eligible[m]})
-    partitions = all_partitions({t: counts[t] for t in subscribed})
-    for tp in partitions:
-        if tp in owner:
+        mine = [tp for tp in sorted(previous.get(member, frozenset()))
+                if tp[0] in eligible[member] and tp[1] < counts[tp[0]] and tp not in taken]
+        owned[member] = mine[:quota[member]]
+        taken.update(owned[member])
+    for topic in topics:
+        free = [(topic, p) for p in range(counts[topic]) if (topic, p) not in taken]
+        if not free:
             continue
-        candidates = [m for m in members if tp[0] in eligible[m]]
-        chosen = min(candidates, key=lambda m: (len(owned[m]), m))
-        owner[tp] = chosen
-        owned[chosen].add(tp)
-    for _ in range(len(partitions)):  # each move narrows a gap of 2 or more: bounded by the partitions
-        if not _even_out_once(members, eligible, owned):
-            break
+        heap = [(len(owned[m]) - quota[m], m) for m in by_topic[topic]]
+        heapq.heapify(heap)
+        for tp in free:
+            excess, member = heapq.heappop(heap)
+            owned[member].append(tp)
+            heapq.heappush(heap, (excess + 1, member))
     return {member: frozenset(tps) for member, tps in owned.items()}
-
-
-def _even_out_once(members: list[str], eligible: Mapping[str, frozenset[str]],
-                   owned: dict[str, set[TopicPartition]]) -> bool:
-    """Move one partition from a most loaded member to a least loaded eligible one."""
-    for taker in sorted(members, key=lambda m: (len(owned[m]), m)):
-        for giver in sorted(members, key=lambda m: (-len(owned[m]), m)):
-            if len(owned[giver]) <= len(owned[taker]) + 1:
-                break
-            movable = sorted(tp for tp in owned[giver] if tp[0] in eligible[taker])
-            if movable:
-                tp = movable[-1]
-                owned[giver].discard(tp)
-                owned[taker].add(tp)
-                return True
-    return False
