@@ -100,7 +100,8 @@ def _uniform_mixed(members: list[str], eligible: Mapping[str, frozenset[str]], c
 
     1. Quotas: the topics' partitions, topic by topic (fewest eligible members first),
        each to the least loaded eligible member (a heap per topic: O(P log M)).
-    2. Each member keeps up to its quota of what it had and is still eligible for.
+    2. Each member keeps up to its quota of what it had and is still eligible for,
+       the partitions of topics with fewest eligible members first.
     3. The rest go, topic by topic, to the eligible member furthest below its quota
        (or the least above it when all are full).
     """
@@ -117,9 +118,12 @@ def _uniform_mixed(members: list[str], eligible: Mapping[str, frozenset[str]], c
             heapq.heappush(heap, (load + 1, member))
     owned: dict[str, list[TopicPartition]] = {m: [] for m in members}
     taken: set[TopicPartition] = set()
+    rank = {topic: i for i, topic in enumerate(topics)}
     for member in members:
-        mine = [tp for tp in sorted(previous.get(member, frozenset()))
-                if tp[0] in eligible[member] and tp[1] < counts[tp[0]] and tp not in taken]
+        # Kept first: partitions of topics the fewest others could take instead.
+        mine = sorted((tp for tp in previous.get(member, frozenset())
+                       if tp[0] in eligible[member] and tp[1] < counts[tp[0]] and tp not in taken),
+                      key=lambda tp: (rank[tp[0]], tp))
         owned[member] = mine[:quota[member]]
         taken.update(owned[member])
     for topic in topics:

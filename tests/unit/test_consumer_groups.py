@@ -403,3 +403,18 @@ def test_property_a_heartbeat_answered_without_a_write_changes_nothing(operation
         after = copy.deepcopy(driver.state)
         after.apply(driver.index + 1, command, driver.topics)
         assert encode_groups(after) == before
+
+
+def test_mixed_subscriptions_balance_and_keep_what_only_they_can_take() -> None:
+    # Goal: a member holding everything keeps first the topics nobody else subscribes to,
+    # so a newcomer subscribed to two thirds of them gets an even half (not what is left).
+    from multiraft.consumer_groups.assignors import uniform_assign
+
+    counts = {f"t{i}": 10 for i in range(9)}
+    everything = frozenset((t, p) for t in counts for p in range(10))
+    subscriptions = {"a": tuple(sorted(counts)), "b": tuple(f"t{i}" for i in range(9) if i % 3)}
+    result = uniform_assign(subscriptions, counts, {"a": everything})
+    assert sorted(len(v) for v in result.values()) == [45, 45]
+    assert {tp[0] for tp in result["a"]} >= {"t0", "t3", "t6"}  # only a could take these
+    assert result["b"] <= everything and all(tp[0] in subscriptions["b"] for tp in result["b"])
+    assert uniform_assign(subscriptions, counts, result) == result  # stable: nothing moves again
