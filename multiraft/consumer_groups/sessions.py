@@ -2,66 +2,96 @@
 keeps it the same way). Sans-I/O: every call is given the time (`now_ms`, a monotonic
 clock of the caller's choosing), nothing here reads one.
 
-A heartbeat or a fetch touches its member; it is not a Raft write. What reaches the
-log is only the outcome: `ExpireMembers` for members silent past their group's session
-timeout, or holding revoked partitions past their rebalance timeout. A member this
-tracker has not seen (it joined through another leader, or this node just became the
-coordinator) counts as seen at the first scan that meets it, so after a leadership
-change every member gets a full session timeout from the new coordinator: `reset`
-forgets everything when leadership moves here.
+A heartbeat or a fetch notes its member; it is not a Raft write. What reaches the log
+is only the outcome: `ExpireMembers` for members silent past their group's session
+timeout, or holding revoked partitions past their rebalance timeout.
+
+When leadership moves here the coordinator calls `reset`, which counts every member
+as seen now: each gets a full session timeout from the new coordinator (last-seen
+times never travel between nodes). A member that joins later is noted by its join.
+
+Cost: one heap entry per member (and one per member giving partitions back), looked
+at when it falls due, so a scan costs what is due, not what is held: at the limits
+(1,000 groups of 100 members) a scan of every member took 170 ms, too long to run
+ten times a second. An entry that falls due for a member seen since is pushed again
+at its new deadline.
 """
 
 from __future__ import annotations
 
+import heapq
+
 from multiraft.consumer_groups.commands import EXPIRE_MEMBERS_PER_ENTRY_MAX, ExpireMembers
-from multiraft.consumer_groups.state import GroupsState
+from multiraft.consumer_groups.state import GroupsState, Member
 
 Key = tuple[str, str]  # (group, member id)
+SESSION, REBALANCE = 0, 1
 
 
 class Sessions:
     def __init__(self) -> None:
+        # Invariant: every key of `_seen_ms` has one SESSION entry in `_due`; every key of
+        # `_revoking_since_ms` one REBALANCE entry carrying the same since (others are stale).
         self._seen_ms: dict[Key, int] = {}
         self._revoking_since_ms: dict[Key, int] = {}
+        self._due: list[tuple[int, int, str, str, int]] = []  # (deadline, kind, group, member, since)
 
-    def reset(self) -> None:
-        """Leadership moved here: every member starts a full session from its next scan."""
+    def reset(self, state: GroupsState, now_ms: int) -> None:
+        """Leadership moved here: every member of `state` is seen now."""
         self._seen_ms.clear()
         self._revoking_since_ms.clear()
+        self._due.clear()
+        for name, group in sorted(state.groups.items()):
+            for member in group.members.values():
+                self.note(name, member, group.session_timeout_ms, now_ms)
 
-    def touch(self, group: str, member_id: str, now_ms: int) -> None:
-        self._seen_ms[(group, member_id)] = now_ms
+    def note(self, group: str, member: Member, session_timeout_ms: int, now_ms: int) -> None:
+        """The member was heard from now (and is, or is not, giving partitions back)."""
+        key = (group, member.member_id)
+        if key not in self._seen_ms:
+            heapq.heappush(self._due, (now_ms + session_timeout_ms, SESSION, group, member.member_id, 0))
+        self._seen_ms[key] = now_ms
+        if not member.revoking:
+            self._revoking_since_ms.pop(key, None)
+        elif key not in self._revoking_since_ms:
+            self._revoking_since_ms[key] = now_ms
+            heapq.heappush(self._due, (now_ms + member.rebalance_timeout_ms, REBALANCE, group, member.member_id,
+                                       now_ms))
 
     def seen_ms(self, group: str, member_id: str) -> int | None:
         return self._seen_ms.get((group, member_id))
 
     def expired(self, state: GroupsState, now_ms: int) -> list[ExpireMembers]:
-        """Expiry commands for the members past their timeouts (each group's at most one
+        """Expiry commands for the members past their timeouts, by group (each at most one
         entry's worth); forgets members the state no longer has."""
+        silent: dict[str, list[str]] = {}
+        slow: dict[str, list[str]] = {}
+        while self._due and self._due[0][0] < now_ms:
+            _, kind, name, member_id, since = heapq.heappop(self._due)
+            key = (name, member_id)
+            group = state.groups.get(name)
+            member = group.members.get(member_id) if group is not None else None
+            if member is None or group is None:
+                self._seen_ms.pop(key, None)
+                self._revoking_since_ms.pop(key, None)
+                continue
+            if kind == SESSION:
+                deadline = self._seen_ms[key] + group.session_timeout_ms
+                if now_ms > deadline:
+                    silent.setdefault(name, []).append(member_id)
+                    deadline = now_ms + group.session_timeout_ms  # looked at again if it stays
+                heapq.heappush(self._due, (deadline, SESSION, name, member_id, 0))
+            elif self._revoking_since_ms.get(key) == since and member.revoking:
+                if now_ms > since + member.rebalance_timeout_ms:
+                    slow.setdefault(name, []).append(member_id)
+                heapq.heappush(self._due, (now_ms + member.rebalance_timeout_ms, REBALANCE, name, member_id, since))
         commands = []
-        present: set[Key] = set()
-        for name, group in sorted(state.groups.items()):
-            silent: list[str] = []
-            slow: list[str] = []
-            for member_id, member in sorted(group.members.items()):
-                key = (name, member_id)
-                present.add(key)
-                seen = self._seen_ms.setdefault(key, now_ms)
-                if now_ms - seen > group.session_timeout_ms:
-                    silent.append(member_id)
-                    continue
-                if not member.revoking:
-                    self._revoking_since_ms.pop(key, None)
-                    continue
-                since = self._revoking_since_ms.setdefault(key, now_ms)
-                if now_ms - since > member.rebalance_timeout_ms:
-                    slow.append(member_id)
-            if silent:
-                commands.append(ExpireMembers(group=name, member_ids=tuple(silent[:EXPIRE_MEMBERS_PER_ENTRY_MAX])))
-            if slow:
-                commands.append(ExpireMembers(group=name, member_ids=tuple(slow[:EXPIRE_MEMBERS_PER_ENTRY_MAX]),
-                                              reason="rebalance_timeout"))
-        for table in (self._seen_ms, self._revoking_since_ms):
-            for key in [k for k in table if k not in present]:
-                del table[key]
+        for name in sorted(set(silent) | set(slow)):
+            if name in silent:
+                ids = sorted(set(silent[name]))[:EXPIRE_MEMBERS_PER_ENTRY_MAX]
+                commands.append(ExpireMembers(group=name, member_ids=tuple(ids)))
+            if name in slow:
+                ids = sorted(set(slow[name]) - set(silent.get(name, ())))[:EXPIRE_MEMBERS_PER_ENTRY_MAX]
+                if ids:
+                    commands.append(ExpireMembers(group=name, member_ids=tuple(ids), reason="rebalance_timeout"))
         return commands

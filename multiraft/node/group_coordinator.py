@@ -157,7 +157,7 @@ class GroupCoordinator:
         released: tuple[tuple[str, int], ...] = ()
         if isinstance(command, Heartbeat):
             needed, view = self._catalog.groups.plan_heartbeat(command, self._topics())
-            self.sessions.touch(command.group, command.member_id, now)
+            self._note(command.group, command.member_id, now)
             if not needed:
                 return view.as_json()
             if command.owned is not None and set(view.revoking).isdisjoint(command.owned):
@@ -170,7 +170,7 @@ class GroupCoordinator:
         if result.error is not None:
             raise result.error
         if isinstance(command, JoinGroup | Heartbeat):
-            self.sessions.touch(command.group, command.member_id, self._clock_ms())
+            self._note(command.group, command.member_id, self._clock_ms())
             return result.value.as_json()  # type: ignore[no-any-return]
         if isinstance(command, LeaveGroup):
             self._logger.info("group_member_left", group=command.group, member_id=command.member_id)
@@ -195,7 +195,7 @@ class GroupCoordinator:
         else:
             check_member_id(member_id)
             state.check_commit(group, member_id, epoch, partitions)
-            self.sessions.touch(group, member_id, self._clock_ms())
+            self._note(group, member_id, self._clock_ms())
         with self.fence.committing(group, partitions):  # no await between the check and this
             await self._commit_offsets(group, commits)
         return {}
@@ -277,9 +277,17 @@ class GroupCoordinator:
         self._check_term(runtime)
         return runtime
 
+    def _note(self, group: str, member_id: str, now_ms: int) -> None:
+        """The member was heard from now, as the applied state has it (if it still does)."""
+        state = self._catalog.groups.groups.get(group)
+        member = state.members.get(member_id) if state is not None else None
+        if state is not None and member is not None:
+            self.sessions.note(group, member, state.session_timeout_ms, now_ms)
+
     def _check_term(self, runtime: GroupRuntime) -> None:
         if runtime.core.term != self._term:
-            self.sessions.reset()  # leadership (re)gained: every member gets a full session
+            # Leadership (re)gained: every member gets a full session from now.
+            self.sessions.reset(self._catalog.groups, self._clock_ms())
             self._term = runtime.core.term
 
     async def _call_leader(self, runtime: GroupRuntime, method: str, body: bytes, *, write: bool) -> bytes:

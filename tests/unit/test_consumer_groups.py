@@ -261,13 +261,49 @@ def test_sessions_expire_silent_members_and_give_a_new_coordinator_a_full_sessio
     driver.apply(JoinGroup(group=G, member_id="a", subscription=Subscription(topics=("t",)),
                            session_timeout_ms=1000))
     driver.join("b")
+    group = driver.state.groups[G]
     sessions = Sessions()
-    assert sessions.expired(driver.state, 0) == []  # first met now
-    sessions.touch(G, "b", 900)
+    sessions.reset(driver.state, 0)  # leadership gained: everyone seen now
+    assert sessions.expired(driver.state, 1000) == []
+    sessions.note(G, group.members["b"], 1000, 900)
     assert sessions.expired(driver.state, 1001) == [ExpireMembers(group=G, member_ids=("a",))]
-    sessions.reset()  # leadership moved here
-    assert sessions.expired(driver.state, 5000) == []
+    assert sessions.expired(driver.state, 1002) == []  # asked once; looked at again a session later
+    sessions.reset(driver.state, 5000)  # leadership moved here again
+    assert sessions.expired(driver.state, 6000) == []
     assert sessions.expired(driver.state, 6001) == [ExpireMembers(group=G, member_ids=("a", "b"))]
+    driver.apply(ExpireMembers(group=G, member_ids=("a",)))
+    assert sessions.expired(driver.state, 7002) == [ExpireMembers(group=G, member_ids=("b",))]
+    assert sessions.seen_ms(G, "a") is None  # forgotten once the state no longer has it
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 900)), max_size=40))
+def test_property_the_heap_expires_exactly_the_silent(touches: list[tuple[int, int]]) -> None:
+    # Goal: the due-time heap asks to expire a member exactly when a full scan would
+    # (silent for more than the session), and asks again only a session later.
+    driver = Driver({"t": 4})
+    driver.apply(JoinGroup(group=G, member_id="m0", subscription=Subscription(topics=("t",)),
+                           session_timeout_ms=1000))
+    for i in range(1, 4):
+        driver.join(f"m{i}")
+    group = driver.state.groups[G]
+    sessions = Sessions()
+    sessions.reset(driver.state, 0)
+    seen = dict.fromkeys(group.members, 0)
+    asked: dict[str, int] = {}  # when last asked, since last seen
+    now = 0
+    for who, step in touches:
+        now += step
+        expected = sorted(m for m in group.members
+                          if now - seen[m] > 1000 and (m not in asked or now - asked[m] > 1000))
+        got = [m for c in sessions.expired(driver.state, now) for m in c.member_ids]
+        assert got == expected
+        for member_id in got:
+            asked[member_id] = now
+        member_id = f"m{who}"
+        sessions.note(G, group.members[member_id], 1000, now)
+        seen[member_id] = now
+        asked.pop(member_id, None)
 
 
 # ---------------------------------------------------------------------------- properties

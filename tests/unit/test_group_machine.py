@@ -87,11 +87,12 @@ def test_a_member_that_keeps_revoked_partitions_past_its_rebalance_timeout_is_ex
     state = log.machine.holder.groups
     assert state.groups["g"].members["a"].revoking
     sessions = Sessions()
-    assert sessions.expired(state, 0) == []
+    sessions.reset(state, 0)
+    group = state.groups["g"]
     for now in (400, 800):  # both keep heartbeating
-        sessions.touch("g", "a", now)
-        sessions.touch("g", "b", now)
+        sessions.note("g", group.members["a"], group.session_timeout_ms, now)
+        sessions.note("g", group.members["b"], group.session_timeout_ms, now)
         assert sessions.expired(state, now) == []
-    sessions.touch("g", "a", 1200)
-    sessions.touch("g", "b", 1200)
+    sessions.note("g", group.members["a"], group.session_timeout_ms, 1200)
+    sessions.note("g", group.members["b"], group.session_timeout_ms, 1200)
     assert sessions.expired(state, 1200) == [ExpireMembers(group="g", member_ids=("a",), reason="rebalance_timeout")]
