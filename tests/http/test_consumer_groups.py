@@ -167,3 +167,23 @@ async def test_a_long_poll_is_bounded_by_half_the_session_and_keeps_the_member(c
     assert idle.last["state"] == "stable"
     await owner.leave()
     await idle.leave()
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/groups/bad/members", {"topics": [{}]}),
+    ("/v1/groups/bad/members", {"topics": [["a"]], "topic_pattern": "x*"}),
+    ("/v1/groups/bad/members", {"topics": ["a"], "topic_pattern": "a*"}),
+    ("/v1/groups/bad/members", {"topic_pattern": "(a+)+$"}),
+    ("/v1/groups/bad/members", {"topics": ["a"], "session_timeout_ms": True}),
+    ("/v1/groups/bad/members/m1/heartbeat", {"member_epoch": 1, "owned": [{"topic": "a", "partitions": [[1]]}]}),
+    ("/v1/groups/bad/members/m1/heartbeat", {"member_epoch": 1, "owned": [{"topic": {}, "partitions": [1]}]}),
+    ("/v1/groups/bad/members/m1/heartbeat", {"member_epoch": -1}),
+    ("/v1/groups/bad/members/m1/records", {"member_epoch": 1, "positions": [{"topic": [], "partition": 0,
+                                                                             "offset": 0}]}),
+    ("/v1/groups/bad/members/m1/records", {"member_epoch": 1, "wait_ms": 10**9}),
+    ("/v1/groups/bad/offsets", {"offsets": [{"topic": "a", "partition": 0, "offset": 0}], "member_id": {}}),
+])
+async def test_malformed_member_calls_are_400(cluster: Cluster, path: str, body: dict) -> None:
+    # Goal: bad member input is refused with the one error shape, never a 500.
+    status, answer = await cluster.call("POST", 0, path, json=body)
+    assert (status, answer["error_code"]) == (400, "INVALID_REQUEST"), answer

@@ -44,15 +44,6 @@ async def commit_offsets(request: web.Request) -> web.Response:
         raise InvalidRequest("body is {\"offsets\": [{\"topic\", \"partition\", \"offset\"}, ...]}")
     if len(offsets) > GROUP_COMMITS_PER_REQUEST_MAX:
         raise InvalidRequest(f"at most {GROUP_COMMITS_PER_REQUEST_MAX} offsets per request")
-    commits = []
-    for i, item in enumerate(offsets):
-        if not isinstance(item, dict) or set(item) - _COMMIT_FIELDS:
-            raise InvalidRequest(f"offsets[{i}] must be an object with fields {sorted(_COMMIT_FIELDS)}")
-        commit = OffsetCommit(group=group, topic=item.get("topic"), partition=item.get("partition"),
-                              offset=item.get("offset"), metadata=item.get("metadata", ""))
-        node.partition_group(commit.topic, commit.partition)  # 404 for unknown topic or partition
-        require(request, "read", commit.topic)  # a group commits where it reads (Kafka: READ on the topic)
-        commits.append(commit)
     member_id = body.get("member_id")
     if member_id is not None:
         group_limits.check_member_id(member_id)
@@ -62,6 +53,15 @@ async def commit_offsets(request: web.Request) -> web.Response:
         raise InvalidRequest("admin_reset is true or false")
     if admin_reset:
         require_admin(request)
+    commits = []
+    for i, item in enumerate(offsets):
+        if not isinstance(item, dict) or set(item) - _COMMIT_FIELDS:
+            raise InvalidRequest(f"offsets[{i}] must be an object with fields {sorted(_COMMIT_FIELDS)}")
+        commit = OffsetCommit(group=group, topic=item.get("topic"), partition=item.get("partition"),
+                              offset=item.get("offset"), metadata=item.get("metadata", ""))
+        node.partition_group(commit.topic, commit.partition)  # 404 for unknown topic or partition
+        require(request, "read", commit.topic)  # a group commits where it reads (Kafka: READ on the topic)
+        commits.append(commit)
     await bounded(node.group_commit(group, member_id, member_epoch, commits, admin_reset=admin_reset),
                   "offset commit")
     return web.json_response({"offsets": [

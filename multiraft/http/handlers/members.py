@@ -84,7 +84,8 @@ async def join(request: web.Request) -> web.Response:
     body = await json_object(request)
     _only(body, _JOIN_FIELDS)
     topics, pattern = body.get("topics"), body.get("topic_pattern")
-    if topics is not None and (not isinstance(topics, list) or len(topics) > group_limits.SUBSCRIBED_TOPICS_MAX):
+    if topics is not None and (not isinstance(topics, list) or len(topics) > group_limits.SUBSCRIBED_TOPICS_MAX
+                               or not all(isinstance(t, str) for t in topics)):
         raise InvalidRequest(f"topics is a list of at most {group_limits.SUBSCRIBED_TOPICS_MAX} names")
     subscription = Subscription(topics=tuple(sorted(set(topics or []))) if topics is not None else (),
                                 pattern=pattern)
