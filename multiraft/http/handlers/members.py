@@ -179,8 +179,8 @@ def _fetch_answer(result: MemberFetch, fmt: str, max_records: int) -> bytes:
             render_batch(base, batch, fmt, rendered, max_records - len(records), skip_below=part.offset)
         if rendered and len(records) + len(rendered) >= max_records:
             next_offset = rendered[-1]["offset"] + 1
-        elif not rendered and part.result.batches:
-            next_offset = part.offset  # nothing rendered (the answer is full): read it again next time
+        elif not rendered and part.result.batches and len(records) >= max_records:
+            next_offset = part.offset  # the answer is full: this partition's records come next time
         records.extend({"topic": part.topic, "partition": part.partition, **r} for r in rendered)
         positions.append({"topic": part.topic, "partition": part.partition, "offset": part.offset,
                           "next_offset": next_offset, "high_watermark": part.result.high_watermark})
