@@ -11,8 +11,11 @@ import asyncio
 
 import pytest
 
+from multiraft.consumer_groups import encode_groups
+from multiraft.node.registry import METADATA_GROUP
 from tests.group_member import Member, no_two_owners, settle
 from tests.http.conftest import Cluster
+from tests.node.test_node_cluster import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
 PARTITIONS = 12
@@ -62,6 +65,12 @@ async def test_members_split_a_topic_and_a_join_moves_partitions_incrementally(c
         assert member.owned <= before[member.member_id]  # sticky: old members only gave
     await newcomer.fetch()
     assert newcomer.consumed == []  # its partitions start at the commits the old owners made
+
+    def replicas_agree() -> bool:  # every node applied group 0 as far, to the same group state
+        applied = {n.groups[METADATA_GROUP].core.applied_index for n in cluster.nodes}
+        return len(applied) == 1 and len({encode_groups(n.catalog_holder.groups) for n in cluster.nodes}) == 1
+
+    await until(replicas_agree, "every node's group state equal")
     # describe and list from every node
     for node in range(3):
         status, described = await cluster.call("GET", node, "/v1/groups/split")
