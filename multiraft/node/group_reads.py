@@ -14,7 +14,9 @@ admin's describe with committed offsets and lag.
 - `commit`: sent to the coordinator, which checks it (the member is current and owns
   every partition, `assigned` or `revoking`) and writes it as before, through each
   partition's own group (multiraft/node/partition_ops.py), inside its fence against
-  releases (group_commits.py). An admin reset skips the coordinator.
+  releases (group_commits.py). An admin reset skips the coordinator, and so does a
+  commit without a member for a group that has none in this node's copy of group 0
+  (the commits of consumers that assign partitions themselves keep their one hop).
 - `describe`: the coordinator's view of the group, with each resolved partition's
   committed offset, log start, high watermark, lag in records, and lag in time
   (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset).
@@ -159,6 +161,11 @@ class GroupReads:
                      admin_reset: bool = False) -> None:
         if admin_reset:
             await self._reads.commit_offsets(group, commits)  # the admin's act: no member, no check
+            return
+        if member_id is None and not self._catalog.groups.has_members(group):
+            # A consumer that assigns itself (a group without members, as this node applied
+            # group 0): straight to the partitions as before, no hop through the coordinator.
+            await self._reads.commit_offsets(group, commits)
             return
         await self._coordinator.commit(group, member_id, member_epoch, commits)
 
