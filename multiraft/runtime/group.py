@@ -203,11 +203,13 @@ class GroupRuntime:
             self._wakeup.set()
 
     def deliver(self, message: Message) -> None:
-        if self.quiesced:  # woken: a leader counts its idle time anew, a follower wakes its leader
+        if self._held and message.type in quiescence.VOTE_REQUESTS:
+            pass  # answered, still held: see quiescence.VOTE_REQUESTS
+        elif self.quiesced:  # woken: a leader counts its idle time anew, a follower wakes its leader
             self._idle_ticks, tell = quiescence.woken_by(self.core, message, self._idle_ticks)
             if tell and self._enqueue("announce", tell):
                 self._wakeup.set()
-        self.quiesced = self._held = False
+            self.quiesced = self._held = False
         if not self._enqueue("message", message):
             self.messages_shed += 1  # Raft retries: shedding beats blocking the loop
         self._wakeup.set()
@@ -326,7 +328,7 @@ class GroupRuntime:
         for _ in range(min(len(inbox), DRAIN_BATCH_MAX)):
             kind, item = inbox.popleft()
             if kind == "message":
-                self.quiesced = False
+                self.quiesced = self.quiesced and self._held and item.type in quiescence.VOTE_REQUESTS
                 if item.type is MessageType.APPEND and item.entries and check_data is not None \
                         and not self.host.batches_valid(item, check_data, self.logger):
                     continue
