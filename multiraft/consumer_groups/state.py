@@ -314,6 +314,23 @@ def check_exclusive(group: Group) -> None:
     assert len(seen) == count, f"group {group.name}: a partition has two owners"
 
 
+def _stable(group: Group, member: Member) -> bool:
+    """`view(group, member).state == "stable"`, without building the view."""
+    target = group.target.get(member.member_id, NO_PARTITIONS)
+    return not member.revoking and member.epoch == group.epoch and target <= member.assigned
+
+
+def summary(group: Group) -> dict[str, Any]:
+    """A group's line in a list: no per-partition lists (describe has them), and what its
+    members subscribe to (the edge shows a token only the groups it may describe)."""
+    topics = sorted({t for m in group.members.values() for t in m.subscription.topics})
+    patterns = sorted({m.subscription.pattern for m in group.members.values() if m.subscription.pattern is not None})
+    stable = all(_stable(group, m) for m in group.members.values())
+    return {"group": group.name, "group_epoch": group.epoch, "members": len(group.members),
+            "assignor": group.assignor, "state": "stable" if stable else "reconciling",
+            "topics": topics, "topic_patterns": patterns}
+
+
 def describe(group: Group) -> dict[str, Any]:
     """The group as JSON-able data (members sorted by id); last-seen is the coordinator's to add."""
     stable = all(view(group, m).state == "stable" for m in group.members.values())

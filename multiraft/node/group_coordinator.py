@@ -39,6 +39,7 @@ from multiraft.consumer_groups import (
     decode_group_command,
     describe,
     encode_group_command,
+    summary,
 )
 from multiraft.consumer_groups.commands import (
     GROUP_PARTITIONS_MAX,
@@ -224,10 +225,7 @@ class GroupCoordinator:
 
     async def _list(self, request: dict[str, Any]) -> dict[str, Any]:
         await self._leading()
-        return {"groups": [
-            {"group": name, "group_epoch": g.epoch, "members": len(g.members), "assignor": g.assignor,
-             "state": describe(g)["state"]}
-            for name, g in sorted(self._catalog.groups.groups.items())]}
+        return {"groups": [summary(g) for _, g in sorted(self._catalog.groups.groups.items())]}
 
     # ------------------------------------------------------------------ expiry
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -171,8 +172,13 @@ class GroupReads:
 
     # ------------------------------------------------------------------ describe
 
-    async def describe(self, group: str) -> dict[str, Any]:
+    async def describe(self, group: str,
+                       authorize: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """`authorize`: raises when the caller may not see the coordinator's view (before
+        the partitions are read)."""
         described = await self._coordinator.describe(group)
+        if authorize is not None:
+            authorize(described)
         tps = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])]
         committed: dict[TopicPartition, int] = {}
         for topic in sorted({t for t, _ in tps}):
