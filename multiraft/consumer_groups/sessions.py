@@ -8,7 +8,8 @@ timeout, or holding revoked partitions past their rebalance timeout.
 
 When leadership moves here the coordinator calls `reset`, which counts every member
 as seen now: each gets a full session timeout from the new coordinator (last-seen
-times never travel between nodes). A member that joins later is noted by its join.
+times never travel between nodes). A member that joins later is noted when its join
+applies on the coordinator, whether or not the joiner still waits for the answer.
 
 Cost: one heap entry per member (and one per member giving partitions back), looked
 at when it falls due, so a scan costs what is due, not what is held: at the limits

@@ -166,16 +166,38 @@ class GroupCoordinator:
         elif isinstance(command, LeaveGroup):
             _, member = self._catalog.groups.member(command.group, command.member_id, command.member_epoch)
             released = tuple(sorted(member.assigned | member.revoking))
-        async with self.fence.releasing(command.group, released):
-            (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
+        if isinstance(command, JoinGroup):
+            (result,) = await self._propose_join(runtime, command)
+        else:
+            async with self.fence.releasing(command.group, released):
+                (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
         if result.error is not None:
             raise result.error
-        if isinstance(command, JoinGroup | Heartbeat):
+        if isinstance(command, Heartbeat):
             self._note(command.group, command.member_id, self._clock_ms())
+        if isinstance(command, JoinGroup | Heartbeat):
             return result.value.as_json()  # type: ignore[no-any-return]
         if isinstance(command, LeaveGroup):
             self._logger.info("group_member_left", group=command.group, member_id=command.member_id)
         return {}
+
+    async def _propose_join(self, runtime: GroupRuntime, command: JoinGroup) -> list[Any]:
+        """Propose a join; its member is noted in `sessions` when the entry applies, whether
+        or not this caller still waits. A caller cancelled after proposing (its HTTP
+        deadline) would otherwise leave a member that joins yet is never noted, and so
+        never expires. The proposal runs in its own task, shielded from the caller's
+        cancellation; the callback owns its outcome (it resolves on apply, or fails on
+        a step-down, whose new term resets every session anyway)."""
+        proposal = asyncio.ensure_future(runtime.propose([encode_group_command(command)], EntryKind.META))
+        proposal.add_done_callback(lambda done: self._joined(command, done))
+        return await asyncio.shield(proposal)
+
+    def _joined(self, command: JoinGroup, proposal: asyncio.Future[list[Any]]) -> None:
+        if proposal.cancelled() or proposal.exception() is not None:
+            return
+        (result,) = proposal.result()
+        if result.error is None:
+            self._note(command.group, command.member_id, self._clock_ms())
 
     async def _commit(self, request: dict[str, Any]) -> dict[str, Any]:
         group, member_id, epoch = request["group"], request["member_id"], request["member_epoch"]

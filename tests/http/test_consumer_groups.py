@@ -8,11 +8,13 @@ list and leave answer alike from every node."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
-from multiraft.consumer_groups import encode_groups
+from multiraft.consumer_groups import JoinGroup, Subscription, encode_groups
 from multiraft.node.registry import METADATA_GROUP
+from raftlog.messages import Role
 from tests.group_member import Member, no_two_owners, settle
 from tests.http.conftest import Cluster
 from tests.node.test_node_cluster import until
@@ -196,3 +198,25 @@ async def test_malformed_member_calls_are_400(cluster: Cluster, path: str, body:
     # Goal: bad member input is refused with the one error shape, never a 500.
     status, answer = await cluster.call("POST", 0, path, json=body)
     assert (status, answer["error_code"]) == (400, "INVALID_REQUEST"), answer
+
+
+async def test_a_join_whose_caller_is_cancelled_still_expires(cluster: Cluster) -> None:
+    # Goal: a join's caller cancelled after the proposal went out (as the HTTP deadline
+    # does) still leaves a member the coordinator knows of when the entry applies, so
+    # it expires after its session timeout instead of holding partitions for ever.
+    await cluster.create_topic("cg-ghost", partitions=2)
+    node = next(n for n in cluster.nodes if n.groups[METADATA_GROUP].core.role is Role.LEADER)
+    runtime = node.groups[METADATA_GROUP]
+    command = JoinGroup(group="ghost", member_id="ghost", subscription=Subscription(topics=("cg-ghost",)),
+                        session_timeout_ms=500)
+    last = runtime.core.log.last_index()
+    task = asyncio.ensure_future(node.group_coordinator.command(command))
+    async with asyncio.timeout(5):
+        while runtime.core.log.last_index() == last:
+            await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await until(lambda: "ghost" in node.catalog_holder.groups.groups, "the join applied")
+    await until(lambda: node.group_coordinator.sessions.seen_ms("ghost", "ghost") is not None, "the member noted")
+    await until(lambda: "ghost" not in node.catalog_holder.groups.groups, "the member expired", timeout_s=10)
