@@ -8,7 +8,9 @@ admin's describe with committed offsets and lag.
   passed restarts at the reset policy too, as a Kafka consumer does. Long-poll: the
   reads wait together (bounded by `wait_ms`, and by half the group's session timeout,
   since only the fetch's start keeps the member alive); the answer comes when any
-  partition has records, holding what those partitions had. A member that owns nothing
+  partition has records, holding what those partitions had. One deadline bounds every
+  read: a read that starts late (past the first `READS_IN_FLIGHT_MAX`) waits only
+  what is left of it. A member that owns nothing
   yet waits as long, then is told what it owns then. Partitions being revoked are not
   read.
 - `commit`: sent to the coordinator, which checks it (the member is current and owns
@@ -102,13 +104,16 @@ class GroupReads:
                 return MemberFetch(member, [])
             await asyncio.sleep(wait_ms / 1000)  # nothing to read yet: wait, then say what it has now
             return MemberFetch(await self._coordinator.command(heartbeat), [])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000  # one for every read: rounds of reads must not add up
         starts = await self._starts(heartbeat.group, assigned, positions, reset)
         per_partition_bytes = max(1, max_bytes // len(assigned))
         slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
 
         async def one(tp: TopicPartition) -> PartitionFetch:
             async with slots:
-                return await self._read(tp, starts[tp], reset, max_records, per_partition_bytes, wait_ms)
+                left_ms = max(0, int((deadline - loop.time()) * 1000))
+                return await self._read(tp, starts[tp], reset, max_records, per_partition_bytes, left_ms)
 
         tasks = [asyncio.ensure_future(one(tp)) for tp in assigned]
         finished: list[PartitionFetch] = []

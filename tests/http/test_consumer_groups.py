@@ -13,6 +13,7 @@ import contextlib
 import pytest
 
 from multiraft.consumer_groups import JoinGroup, Subscription, encode_groups
+from multiraft.node import group_reads
 from multiraft.node.registry import METADATA_GROUP
 from raftlog.messages import Role
 from tests.group_member import Member, no_two_owners, settle
@@ -220,3 +221,20 @@ async def test_a_join_whose_caller_is_cancelled_still_expires(cluster: Cluster) 
     await until(lambda: "ghost" in node.catalog_holder.groups.groups, "the join applied")
     await until(lambda: node.group_coordinator.sessions.seen_ms("ghost", "ghost") is not None, "the member noted")
     await until(lambda: "ghost" not in node.catalog_holder.groups.groups, "the member expired", timeout_s=10)
+
+
+async def test_a_long_poll_over_more_partitions_than_reads_in_flight_waits_once(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: a member's long-poll over more partitions than run at once (three rounds here)
+    # waits `wait_ms` in all, one deadline shared by every read, not once per round,
+    # which would run past the session it is bounded by.
+    monkeypatch.setattr(group_reads, "READS_IN_FLIGHT_MAX", 2)
+    await cluster.create_topic("cg-rounds", partitions=6)
+    member = Member(_call(cluster), 3, "rounds")
+    await member.join(["cg-rounds"], session_timeout_ms=2000)
+    assert len(member.owned) == 6
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await member.fetch(wait_ms=1000) == []
+    assert 0.9 <= loop.time() - started < 1.8
+    await member.leave()
