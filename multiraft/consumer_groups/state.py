@@ -31,7 +31,7 @@ coordinator's memory (sessions.py) and reaches the log only as `ExpireMembers`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from multiraft.consumer_groups.assignors import assign
@@ -48,7 +48,12 @@ from multiraft.consumer_groups.commands import (
     Subscription,
     TopicPartition,
 )
-from multiraft.consumer_groups.topics import TopicsView, subscribed_topics, topic_partitions
+from multiraft.consumer_groups.topics import (
+    PatternMatches,
+    TopicsView,
+    subscribed_topics,
+    topic_partitions,
+)
 from multiraft.errors import (
     FencedMemberEpoch,
     GroupMaxSizeReached,
@@ -83,6 +88,10 @@ class Group:
     members: dict[str, Member]
     target: dict[str, frozenset[TopicPartition]]
     counts: dict[str, int]  # the topics (and partition counts) `target` was computed over
+    # What the subscriptions resolve to, for (topics version, group epoch): the epoch moves
+    # on every change of members or subscriptions, the version on every catalog command.
+    # A cache of `_resolve`, in memory only (never in a snapshot, never compared).
+    resolved: tuple[int, int, dict[str, int]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +135,7 @@ def partitions_json(partitions: tuple[TopicPartition, ...] | frozenset[TopicPart
 class GroupsState:
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
+        self._matches = PatternMatches()  # a cache: results are the same without it
 
     # ------------------------------------------------------------------ apply
 
@@ -173,7 +183,7 @@ class GroupsState:
                              rebalance_timeout_ms=command.rebalance_timeout_ms)
         self.groups[group.name] = group
         group.members[member.member_id] = member
-        _bump(group, topics)
+        _bump(group, topics, self._matches)
         return self._touch(group, group.members[member.member_id], topics)
 
     def _heartbeat(self, command: Heartbeat, topics: TopicsView) -> MemberView:
@@ -184,8 +194,8 @@ class GroupsState:
         return self._touch(group, member, topics)
 
     def _touch(self, group: Group, member: Member, topics: TopicsView) -> MemberView:
-        if _resolve(group, topics) != group.counts:
-            _bump(group, topics)  # a subscribed topic was created, deleted or grew
+        if _resolve(group, topics, self._matches) != group.counts:
+            _bump(group, topics, self._matches)  # a subscribed topic was created, deleted or grew
         member = reconcile(group, group.members[member.member_id])
         group.members[member.member_id] = member
         return view(group, member)
@@ -201,7 +211,7 @@ class GroupsState:
         if not group.members:
             del self.groups[name]  # an empty group keeps nothing here (its offsets stay in the partitions)
         elif removed:
-            _bump(group, topics)
+            _bump(group, topics, self._matches)
             for member_id in removed:
                 group.target.pop(member_id, None)
         return len(removed)
@@ -224,7 +234,7 @@ class GroupsState:
         group, member = self.member(command.group, command.member_id, command.member_epoch)
         if command.owned is not None and member.revoking and member.revoking.isdisjoint(command.owned):
             return True, view(group, member)
-        if _resolve(group, topics) != group.counts:
+        if _resolve(group, topics, self._matches) != group.counts:
             return True, view(group, member)
         if reconcile(group, member) != member:
             return True, view(group, member)
@@ -249,18 +259,26 @@ def _check_settings(group: Group, command: JoinGroup) -> None:
         raise InconsistentGroupConfig(f"group {group.name!r} uses the {group.assignor} assignor")
 
 
-def _subscriptions(group: Group, topics: TopicsView) -> dict[str, tuple[str, ...]]:
-    return {member_id: subscribed_topics(m.subscription, topics) for member_id, m in sorted(group.members.items())}
+def _subscriptions(group: Group, topics: TopicsView, matches: PatternMatches) -> dict[str, tuple[str, ...]]:
+    return {member_id: subscribed_topics(m.subscription, topics, matches)
+            for member_id, m in sorted(group.members.items())}
 
 
-def _resolve(group: Group, topics: TopicsView) -> dict[str, int]:
-    names = {t for subscribed in _subscriptions(group, topics).values() for t in subscribed}
-    return topic_partitions(names, topics)
+def _resolve(group: Group, topics: TopicsView, matches: PatternMatches) -> dict[str, int]:
+    """The topics (and partition counts) the group's subscriptions resolve to now."""
+    key = (topics.version, group.epoch)
+    if group.resolved is not None and key[0] is not None and group.resolved[:2] == key:
+        return group.resolved[2]
+    names = {t for subscribed in _subscriptions(group, topics, matches).values() for t in subscribed}
+    counts = topic_partitions(names, topics)
+    if key[0] is not None:
+        group.resolved = (key[0], key[1], counts)
+    return counts
 
 
-def _bump(group: Group, topics: TopicsView) -> None:
+def _bump(group: Group, topics: TopicsView, matches: PatternMatches) -> None:
     """A new group epoch and the target assignment for it."""
-    subscriptions = _subscriptions(group, topics)
+    subscriptions = _subscriptions(group, topics, matches)
     counts = topic_partitions({t for s in subscriptions.values() for t in s}, topics)
     group.epoch += 1
     group.target = assign(group.assignor, subscriptions, counts, group.target)

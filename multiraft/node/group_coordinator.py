@@ -280,7 +280,7 @@ class GroupCoordinator:
         return runtime
 
     def _topics(self) -> CatalogTopics:
-        return CatalogTopics(self._catalog.catalog)
+        return CatalogTopics(self._catalog.catalog, self._catalog.topics_index)
 
     @staticmethod
     def _caught_up(runtime: GroupRuntime) -> bool:

@@ -209,6 +209,44 @@ def test_a_pattern_subscription_follows_topics_as_they_come_and_go() -> None:
     assert set(driver.owners()) == {("orders-us", 0), ("orders-us", 1)}
 
 
+def test_pattern_matches_are_kept_while_the_topics_version_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: a heartbeat or join of a pattern member does not match the glob against every
+    # topic again while the catalog is unchanged (the view's version); a new version (a
+    # topic created) is matched afresh and reaches the members, as without the cache.
+    from multiraft.consumer_groups import topics as topics_module
+
+    calls = []
+    real = topics_module.glob_match
+    monkeypatch.setattr(topics_module, "glob_match", lambda p, n: calls.append(n) or real(p, n))
+    counts = {f"t{i}": 1 for i in range(200)}
+    state, index = GroupsState(), 0
+
+    def apply(command, view):  # type: ignore[no-untyped-def]
+        nonlocal index
+        index += 1
+        result = state.apply(index, command, view)
+        assert result.error is None, result.error
+        return result.value
+
+    view = StaticTopics(counts, version=1)
+    epochs = {}
+    for member in range(10):
+        epochs[f"m{member}"] = apply(JoinGroup(group=G, member_id=f"m{member}",
+                                               subscription=Subscription(pattern="t1*")), view).member_epoch
+    assert len(calls) == 200  # matched once, for every member
+    for _ in range(5):
+        for member, epoch in epochs.items():
+            heartbeat = Heartbeat(group=G, member_id=member, member_epoch=epoch)
+            state.plan_heartbeat(heartbeat, view)
+            epochs[member] = apply(heartbeat, view).member_epoch
+    assert len(calls) == 200
+    counts["t1-new"] = 3
+    epoch_before = state.groups[G].epoch
+    apply(Heartbeat(group=G, member_id="m0", member_epoch=epochs["m0"]), StaticTopics(counts, version=2))
+    assert len(calls) == 200 + 201
+    assert state.groups[G].epoch == epoch_before + 1 and state.groups[G].counts["t1-new"] == 3
+
+
 def test_range_assignor_gives_contiguous_ranges() -> None:
     driver = Driver({"t": 5}, assignor="range")
     driver.join("a")
