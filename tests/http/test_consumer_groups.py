@@ -238,3 +238,43 @@ async def test_a_long_poll_over_more_partitions_than_reads_in_flight_waits_once(
     assert await member.fetch(wait_ms=1000) == []
     assert 0.9 <= loop.time() - started < 1.8
     await member.leave()
+
+
+async def test_describe_and_fetch_meet_partitions_their_catalog_does_not_have(cluster: Cluster) -> None:
+    # Goal: never a 500 from client-reachable state. A topic deleted and created again with
+    # fewer partitions leaves the group's resolved counts stale until a member heartbeats:
+    # describe lists only the partitions that exist. A node whose catalog trails the
+    # coordinator's (here: a coordinator answer naming partitions this node lacks) answers
+    # a fetch with those partitions in `errors`, the others read as usual.
+    await cluster.create_topic("cg-shrink", partitions=4, replication_factor=1)
+    member = Member(_call(cluster), 3, "shrink")
+    await member.join(["cg-shrink"])
+    status, body = await cluster.call("DELETE", 0, "/v1/topics/cg-shrink")
+    assert status == 204, body
+    await until(lambda: all("cg-shrink" not in n.catalog.topics for n in cluster.nodes), "the delete applied")
+    await cluster.create_topic("cg-shrink", partitions=2, replication_factor=1)
+    for node in range(3):
+        status, described = await cluster.call("GET", node, "/v1/groups/shrink")
+        assert status == 200, described
+        assert {row["partition"] for row in described["partitions"]} <= {0, 1}
+    await cluster.create_topic("cg-trail", partitions=2)
+    follower = next(n for n in cluster.nodes if n.groups[METADATA_GROUP].core.role is not Role.LEADER)
+    index = cluster.nodes.index(follower)
+    real = follower.group_coordinator.command
+
+    async def trailing(command):  # type: ignore[no-untyped-def]
+        view = await real(command)
+        return {**view, "assignment": [{"topic": "cg-trail", "partitions": [0, 1, 5]},
+                                       {"topic": "cg-not-yet", "partitions": [0]}]}
+
+    follower.group_coordinator.command = trailing  # type: ignore[method-assign]
+    try:
+        status, body = await cluster.call("POST", index, f"/v1/groups/shrink/members/{member.member_id}/records",
+                                          json={"member_epoch": member.epoch, "auto_offset_reset": "earliest"})
+    finally:
+        del follower.group_coordinator.command
+    assert status == 200, body
+    assert sorted((e["topic"], e["partition"]) for e in body["errors"]) == [("cg-not-yet", 0), ("cg-trail", 5)]
+    assert sorted((p["topic"], p["partition"]) for p in body["positions"]) == [("cg-trail", 0), ("cg-trail", 1)]
+    await member.heartbeat()
+    await member.leave()
