@@ -31,16 +31,23 @@ SESSION, REBALANCE = 0, 1
 
 class Sessions:
     def __init__(self) -> None:
-        # Invariant: every key of `_seen_ms` has one SESSION entry in `_due`; every key of
-        # `_revoking_since_ms` one REBALANCE entry carrying the same since (others are stale).
+        # Invariant: every key of `_seen_ms` has its live SESSION entry in `_due`, the one
+        # whose deadline `_session_due_ms` holds; every key of `_revoking_since_ms` its live
+        # REBALANCE entry, carrying that since, due at `_rebalance_due_ms`. Entries that
+        # match neither are stale (a member removed, or a recheck pushed a sooner one) and
+        # are dropped when they come up.
         self._seen_ms: dict[Key, int] = {}
+        self._session_due_ms: dict[Key, int] = {}
         self._revoking_since_ms: dict[Key, int] = {}
+        self._rebalance_due_ms: dict[Key, int] = {}
         self._due: list[tuple[int, int, str, str, int]] = []  # (deadline, kind, group, member, since)
 
     def reset(self, state: GroupsState, now_ms: int) -> None:
         """Leadership moved here: every member of `state` is seen now."""
         self._seen_ms.clear()
+        self._session_due_ms.clear()
         self._revoking_since_ms.clear()
+        self._rebalance_due_ms.clear()
         self._due.clear()
         for name, group in sorted(state.groups.items()):
             for member in group.members.values():
@@ -50,17 +57,36 @@ class Sessions:
         """The member was heard from now (and is, or is not, giving partitions back)."""
         key = (group, member.member_id)
         if key not in self._seen_ms:
-            heapq.heappush(self._due, (now_ms + session_timeout_ms, SESSION, group, member.member_id, 0))
+            self._push(now_ms + session_timeout_ms, SESSION, key, 0)
         self._seen_ms[key] = now_ms
         if not member.revoking:
             self._revoking_since_ms.pop(key, None)
+            self._rebalance_due_ms.pop(key, None)
         elif key not in self._revoking_since_ms:
             self._revoking_since_ms[key] = now_ms
-            heapq.heappush(self._due, (now_ms + member.rebalance_timeout_ms, REBALANCE, group, member.member_id,
-                                       now_ms))
+            self._push(now_ms + member.rebalance_timeout_ms, REBALANCE, key, now_ms)
+
+    def recheck(self, group: str, member_ids: tuple[str, ...], now_ms: int) -> None:
+        """Look at these members again at the next scan (their expiry could not be proposed now)."""
+        for member_id in member_ids:
+            key = (group, member_id)
+            if key in self._seen_ms:
+                self._push(now_ms, SESSION, key, 0)
+            if key in self._revoking_since_ms:
+                self._push(now_ms, REBALANCE, key, self._revoking_since_ms[key])
 
     def seen_ms(self, group: str, member_id: str) -> int | None:
         return self._seen_ms.get((group, member_id))
+
+    def _push(self, deadline_ms: int, kind: int, key: Key, since_ms: int) -> None:
+        (self._session_due_ms if kind == SESSION else self._rebalance_due_ms)[key] = deadline_ms
+        heapq.heappush(self._due, (deadline_ms, kind, key[0], key[1], since_ms))
+
+    def _forget(self, key: Key) -> None:
+        self._seen_ms.pop(key, None)
+        self._session_due_ms.pop(key, None)
+        self._revoking_since_ms.pop(key, None)
+        self._rebalance_due_ms.pop(key, None)
 
     def expired(self, state: GroupsState, now_ms: int) -> list[ExpireMembers]:
         """Expiry commands for the members past their timeouts, by group (each at most one
@@ -68,24 +94,26 @@ class Sessions:
         silent: dict[str, list[str]] = {}
         slow: dict[str, list[str]] = {}
         while self._due and self._due[0][0] < now_ms:
-            _, kind, name, member_id, since = heapq.heappop(self._due)
+            deadline, kind, name, member_id, since = heapq.heappop(self._due)
             key = (name, member_id)
             group = state.groups.get(name)
             member = group.members.get(member_id) if group is not None else None
             if member is None or group is None:
-                self._seen_ms.pop(key, None)
-                self._revoking_since_ms.pop(key, None)
+                self._forget(key)
                 continue
             if kind == SESSION:
+                if self._session_due_ms.get(key) != deadline:
+                    continue  # stale
                 deadline = self._seen_ms[key] + group.session_timeout_ms
                 if now_ms > deadline:
                     silent.setdefault(name, []).append(member_id)
                     deadline = now_ms + group.session_timeout_ms  # looked at again if it stays
-                heapq.heappush(self._due, (deadline, SESSION, name, member_id, 0))
-            elif self._revoking_since_ms.get(key) == since and member.revoking:
+                self._push(deadline, SESSION, key, 0)
+            elif self._rebalance_due_ms.get(key) == deadline and self._revoking_since_ms.get(key) == since \
+                    and member.revoking:
                 if now_ms > since + member.rebalance_timeout_ms:
                     slow.setdefault(name, []).append(member_id)
-                heapq.heappush(self._due, (now_ms + member.rebalance_timeout_ms, REBALANCE, name, member_id, since))
+                self._push(now_ms + member.rebalance_timeout_ms, REBALANCE, key, since)
         commands = []
         for name in sorted(set(silent) | set(slow)):
             if name in silent:

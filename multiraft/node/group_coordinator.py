@@ -56,7 +56,7 @@ from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
-from raftlog.errors import LeaderNotAvailable, NotLeader
+from raftlog.errors import LeaderNotAvailable, NotLeader, ProposalDropped
 from raftlog.messages import EntryKind, Role
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ class GroupCoordinator:
             check_member_id(member_id)
             state.check_commit(group, member_id, epoch, partitions)
             self._note(group, member_id, self._clock_ms())
-        with self.fence.committing(group, partitions):  # no await between the check and this
+        async with self.fence.committing(group, partitions):  # no await between the check and this
             await self._commit_offsets(group, commits)
         return {}
 
@@ -268,6 +268,10 @@ class GroupCoordinator:
                         (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
                 except NotLeader:
                     break
+                except ProposalDropped as error:  # commits still in flight: the next scan tries again
+                    self.sessions.recheck(command.group, command.member_ids, self._clock_ms())
+                    self._logger.warning("group_expiry_deferred", group=command.group, error=str(error))
+                    continue
                 if result.error is not None:
                     self._logger.warning("group_expiry_refused", group=command.group, error=str(result.error))
 
