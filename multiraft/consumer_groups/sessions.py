@@ -26,6 +26,8 @@ from multiraft.consumer_groups.commands import EXPIRE_MEMBERS_PER_ENTRY_MAX, Exp
 from multiraft.consumer_groups.state import GroupsState, Member
 
 Key = tuple[str, str]  # (group, member id)
+# Expiry commands one scan returns (the coordinator proposes each: bounded work per scan).
+EXPIRIES_PER_SCAN_MAX = 100
 SESSION, REBALANCE = 0, 1
 
 
@@ -88,13 +90,21 @@ class Sessions:
         self._revoking_since_ms.pop(key, None)
         self._rebalance_due_ms.pop(key, None)
 
-    def expired(self, state: GroupsState, now_ms: int) -> list[ExpireMembers]:
+    def expired(self, state: GroupsState, now_ms: int, commands_max: int = EXPIRIES_PER_SCAN_MAX
+                ) -> list[ExpireMembers]:
         """Expiry commands for the members past their timeouts, by group (each at most one
-        entry's worth); forgets members the state no longer has."""
+        entry's worth), at most `commands_max` of them; forgets members the state no longer
+        has. The cap is applied here, before entries are pushed on: what does not fit stays
+        due and comes first at the next scan (cut afterwards, it would wait a session)."""
+        assert commands_max > 0
         silent: dict[str, list[str]] = {}
         slow: dict[str, list[str]] = {}
         while self._due and self._due[0][0] < now_ms:
-            deadline, kind, name, member_id, since = heapq.heappop(self._due)
+            entry = heapq.heappop(self._due)
+            deadline, kind, name, member_id, since = entry
+            if len(silent) + len(slow) >= commands_max and name not in silent and name not in slow:
+                heapq.heappush(self._due, entry)  # a new group's command would not fit: next scan
+                break
             key = (name, member_id)
             group = state.groups.get(name)
             member = group.members.get(member_id) if group is not None else None

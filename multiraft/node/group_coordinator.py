@@ -67,8 +67,6 @@ if TYPE_CHECKING:
 # How often the coordinator looks for expired members: a member leaves at most this
 # much after its session timeout (the smallest allowed session is 500 ms).
 EXPIRY_SCAN_S = 0.1
-# Expiry entries proposed per scan; the rest wait for the next scan.
-EXPIRIES_PER_SCAN_MAX = 100
 # A commit forwarded to the coordinator waits for its writes to the partitions (each
 # forwarded to the partition leader, one RPC bound each) and so gets two bounds.
 COMMIT_TIMEOUT_S = 2 * RPC_TIMEOUT_S
@@ -259,7 +257,7 @@ class GroupCoordinator:
             if runtime is None or runtime.core.role is not Role.LEADER or not self._caught_up(runtime):
                 continue
             self._check_term(runtime)
-            for command in self.sessions.expired(self._catalog.groups, self._clock_ms())[:EXPIRIES_PER_SCAN_MAX]:
+            for command in self.sessions.expired(self._catalog.groups, self._clock_ms()):
                 self._logger.info("group_members_expired", group=command.group, members=list(command.member_ids),
                                   reason=command.reason)
                 released = _partitions_of(self._catalog.groups.groups.get(command.group), command.member_ids)

@@ -314,6 +314,25 @@ def test_sessions_expire_silent_members_and_give_a_new_coordinator_a_full_sessio
     assert sessions.seen_ms(G, "a") is None  # forgotten once the state no longer has it
 
 
+def test_expiries_past_one_scans_cap_come_at_the_next_scan() -> None:
+    # Goal: more silent members than one scan proposes (one command per group): those past
+    # the cap are expired at the very next scan, not a session later.
+    counts = {"t": 1}
+    state = GroupsState()
+    for i in range(7):
+        result = state.apply(i + 1, JoinGroup(group=f"g{i}", member_id="m", subscription=Subscription(topics=("t",)),
+                                              session_timeout_ms=1000), StaticTopics(counts))
+        assert result.error is None
+    sessions = Sessions()
+    sessions.reset(state, 0)
+    first = sessions.expired(state, 1001, commands_max=3)
+    assert [c.group for c in first] == ["g0", "g1", "g2"]
+    second = sessions.expired(state, 1002, commands_max=3)
+    assert [c.group for c in second] == ["g3", "g4", "g5"]
+    assert [c.group for c in sessions.expired(state, 1003, commands_max=3)] == ["g6"]
+    assert sessions.expired(state, 1004, commands_max=3) == []
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 900)), max_size=40))
 def test_property_the_heap_expires_exactly_the_silent(touches: list[tuple[int, int]]) -> None:
