@@ -37,6 +37,7 @@ from typing import Any
 from multiraft.consumer_groups.assignors import assign
 from multiraft.consumer_groups.commands import (
     ASSIGNOR_DEFAULT,
+    GROUP_STATE_PARTITIONS_MAX,
     GROUPS_MAX,
     MEMBERS_PER_GROUP_MAX,
     SESSION_TIMEOUT_MS_DEFAULT,
@@ -181,10 +182,28 @@ class GroupsState:
         else:
             member = replace(member, subscription=command.subscription,
                              rebalance_timeout_ms=command.rebalance_timeout_ms)
+        self._check_total(group, member, topics)
         self.groups[group.name] = group
         group.members[member.member_id] = member
         _bump(group, topics, self._matches)
         return self._touch(group, group.members[member.member_id], topics)
+
+    def _check_total(self, group: Group, member: Member, topics: TopicsView) -> None:
+        """Refuse a join that would take the partitions all groups resolve to past
+        GROUP_STATE_PARTITIONS_MAX (it only grows what it resolves to; topics growing
+        under a pattern are not refused, they are the catalog's)."""
+        names = {t for m_id, m in group.members.items() if m_id != member.member_id
+                 for t in subscribed_topics(m.subscription, topics, self._matches)}
+        names.update(subscribed_topics(member.subscription, topics, self._matches))
+        after = sum(topic_partitions(names, topics).values())
+        before = sum(group.counts.values()) if group.name in self.groups else 0
+        if after <= before:
+            return
+        total = sum(sum(g.counts.values()) for g in self.groups.values())
+        if total - before + after > GROUP_STATE_PARTITIONS_MAX:
+            raise TooManyConsumerGroups(
+                f"consumer groups resolve to {total} partitions in all; this join would take them to "
+                f"{total - before + after}, past the cluster's bound of {GROUP_STATE_PARTITIONS_MAX}")
 
     def _heartbeat(self, command: Heartbeat, topics: TopicsView) -> MemberView:
         group, member = self.member(command.group, command.member_id, command.member_epoch)

@@ -40,6 +40,7 @@ from multiraft.errors import (
     InvalidRequest,
     PartitionNotAssigned,
     SnapshotFormatError,
+    TooManyConsumerGroups,
     UnknownMemberId,
 )
 
@@ -312,6 +313,51 @@ def test_sessions_expire_silent_members_and_give_a_new_coordinator_a_full_sessio
     driver.apply(ExpireMembers(group=G, member_ids=("a",)))
     assert sessions.expired(driver.state, 7002) == [ExpireMembers(group=G, member_ids=("b",))]
     assert sessions.seen_ms(G, "a") is None  # forgotten once the state no longer has it
+
+
+def test_a_groups_summary_agrees_with_its_description() -> None:
+    # Goal: the list's cheap summary (no per-member views) tells the same state as describe.
+    from multiraft.consumer_groups import describe, summary
+
+    driver = Driver({"t": 6, "u": 2})
+    driver.join("a")
+    group = driver.state.groups[G]
+    assert summary(group)["state"] == describe(group)["state"]
+    driver.settle()
+    assert summary(group)["state"] == describe(group)["state"] == "stable"
+    driver.join("b", pattern="u*")
+    assert summary(group)["state"] == describe(group)["state"] == "reconciling"
+    assert summary(group)["topics"] == ["t"] and summary(group)["topic_patterns"] == ["u*"]
+    driver.settle()
+    assert summary(group)["state"] == describe(group)["state"] == "stable"
+
+
+def test_a_join_past_the_total_partitions_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: the partitions all groups resolve to are bounded in all: a join that would take
+    # them past it is refused (TOO_MANY_CONSUMER_GROUPS) and changes nothing; joins that
+    # add no partitions still go in.
+    from multiraft.consumer_groups import state as state_module
+
+    monkeypatch.setattr(state_module, "GROUP_STATE_PARTITIONS_MAX", 10)
+    topics = StaticTopics({"a": 6, "b": 6, "small": 4})
+    state = GroupsState()
+    index = 0
+
+    def join(group: str, member: str, *names: str):  # type: ignore[no-untyped-def]
+        nonlocal index
+        index += 1
+        return state.apply(index, JoinGroup(group=group, member_id=member, subscription=Subscription(topics=names)),
+                           topics)
+
+    assert join("g1", "m1", "a").error is None
+    refused = join("g2", "m1", "b").error
+    assert isinstance(refused, TooManyConsumerGroups) and "bound of 10" in str(refused)
+    assert "g2" not in state.groups
+    assert join("g2", "m1", "small").error is None
+    assert join("g1", "m2", "a").error is None  # adds members, not partitions
+    before = encode_groups(state)
+    assert isinstance(join("g1", "m2", "a", "b").error, TooManyConsumerGroups)
+    assert encode_groups(state) == before
 
 
 def test_expiries_past_one_scans_cap_come_at_the_next_scan() -> None:
