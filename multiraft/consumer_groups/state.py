@@ -11,9 +11,13 @@ its own epoch, its *current* assignment (`assigned`, the partitions it may read
 and commit) and the partitions it must give back (`revoking`). A member moves
 toward its target only when it heartbeats (`_reconcile`):
 
-1. while it holds partitions its target no longer has, they move to `revoking` and
-   its epoch stays: it must stop reading them (it may still commit them) and say so
-   by a heartbeat whose `owned` lists none of them;
+1. while it holds partitions its target no longer has, they move to `revoking`: it
+   must stop reading them (it may still commit them) and say so by a heartbeat whose
+   `owned` lists none of them. Its epoch moves to the target's with the revocation
+   (KIP-848 keeps it until the partitions are given back): only a heartbeat carrying
+   that epoch acknowledges, so one the member sent before it heard of the revocation,
+   arriving late with the previous epoch (still accepted), cannot free partitions
+   the member is still reading;
 2. then it takes the target's epoch and every target partition that no other member
    holds (`assigned` or `revoking`); the rest it gets at a later heartbeat, once
    their old owners gave them back.
@@ -207,7 +211,7 @@ class GroupsState:
 
     def _heartbeat(self, command: Heartbeat, topics: TopicsView) -> MemberView:
         group, member = self.member(command.group, command.member_id, command.member_epoch)
-        if command.owned is not None and member.revoking and member.revoking.isdisjoint(command.owned):
+        if _acknowledges(command, member):
             member = replace(member, revoking=NO_PARTITIONS)  # given back: free for their new owners
             group.members[member.member_id] = member
         return self._touch(group, member, topics)
@@ -251,7 +255,7 @@ class GroupsState:
         """Whether the heartbeat changes the state (then it must be proposed), and the
         member's view if it does not. Raises the error that fences the member."""
         group, member = self.member(command.group, command.member_id, command.member_epoch)
-        if command.owned is not None and member.revoking and member.revoking.isdisjoint(command.owned):
+        if _acknowledges(command, member):
             return True, view(group, member)
         if _resolve(group, topics, self._matches) != group.counts:
             return True, view(group, member)
@@ -269,6 +273,13 @@ class GroupsState:
     def has_members(self, name: str) -> bool:
         group = self.groups.get(name)
         return group is not None and bool(group.members)
+
+
+def _acknowledges(command: Heartbeat, member: Member) -> bool:
+    """The heartbeat gives back what the member was revoking: sent after it heard of the
+    revocation (the epoch that came with it) and owning none of those partitions."""
+    return command.owned is not None and bool(member.revoking) and command.member_epoch == member.epoch \
+        and member.revoking.isdisjoint(command.owned)
 
 
 def _check_settings(group: Group, command: JoinGroup) -> None:
@@ -311,8 +322,10 @@ def reconcile(group: Group, member: Member) -> Member:
     if member.revoking:
         return member  # it has not given them back yet: nothing moves until it does
     revoke = member.assigned - target
-    if revoke:
-        return replace(member, assigned=member.assigned & target, revoking=revoke)
+    if revoke:  # a new epoch with it, so a heartbeat from before cannot acknowledge (module docstring)
+        assert member.epoch < group.assignment_epoch, "a target changes only with a new group epoch"
+        return replace(member, assigned=member.assigned & target, revoking=revoke,
+                       epoch=group.assignment_epoch, previous_epoch=member.epoch)
     held = _held_by_others(group, member.member_id)
     assigned = member.assigned | frozenset(tp for tp in target if tp not in held)
     if member.epoch == group.assignment_epoch:

@@ -315,6 +315,28 @@ def test_sessions_expire_silent_members_and_give_a_new_coordinator_a_full_sessio
     assert sessions.seen_ms(G, "a") is None  # forgotten once the state no longer has it
 
 
+def test_a_delayed_heartbeat_from_before_a_revocation_does_not_acknowledge_it() -> None:
+    # Goal: a heartbeat the member sent before it heard of a revocation (its epoch then,
+    # an `owned` without the revoked partitions), arriving late, does not free them: only
+    # a heartbeat carrying the epoch the revocation moved the member to acknowledges it.
+    driver = Driver({"t": 4})
+    driver.join("a")
+    driver.settle()
+    old_epoch = driver.state.groups[G].members["a"].epoch
+    driver.join("b")
+    assert driver.heartbeat("a").error is None  # a learns what to give back
+    a = driver.state.groups[G].members["a"]
+    assert a.revoking and a.epoch != old_epoch
+    late = Heartbeat(group=G, member_id="a", member_epoch=old_epoch, owned=())
+    assert not driver.state.plan_heartbeat(late, driver.topics)[0]  # the coordinator would not propose it
+    assert driver.apply(late).error is None  # the previous epoch is still accepted...
+    assert driver.state.groups[G].members["a"].revoking == a.revoking  # ...but acknowledges nothing
+    ack = Heartbeat(group=G, member_id="a", member_epoch=a.epoch, owned=tuple(sorted(a.assigned)))
+    assert driver.state.plan_heartbeat(ack, driver.topics)[0]
+    assert driver.apply(ack).error is None
+    assert not driver.state.groups[G].members["a"].revoking
+
+
 def test_a_groups_summary_agrees_with_its_description() -> None:
     # Goal: the list's cheap summary (no per-member views) tells the same state as describe.
     from multiraft.consumer_groups import describe, summary
