@@ -111,6 +111,11 @@ class Sessions:
             if member is None or group is None:
                 self._forget(key)
                 continue
+            if key not in self._seen_ms:
+                # In the state, yet forgotten here (an entry of it came up while it was gone,
+                # and it joined again since, unnoted): seen from now, so it still expires.
+                self.note(name, member, group.session_timeout_ms, now_ms)
+                continue
             if kind == SESSION:
                 if self._session_due_ms.get(key) != deadline:
                     continue  # stale

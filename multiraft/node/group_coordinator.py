@@ -56,7 +56,7 @@ from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
-from raftlog.errors import LeaderNotAvailable, NotLeader, ProposalDropped
+from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader
 from raftlog.messages import EntryKind, Role
 
 if TYPE_CHECKING:
@@ -159,8 +159,9 @@ class GroupCoordinator:
             self._note(command.group, command.member_id, now)
             if not needed:
                 return view.as_json()
-            if command.owned is not None and set(view.revoking).isdisjoint(command.owned):
-                released = view.revoking  # it acknowledges: they go to their new owners
+            if command.owned is not None and command.member_epoch == view.member_epoch \
+                    and set(view.revoking).isdisjoint(command.owned):
+                released = view.revoking  # it acknowledges (state.py `_acknowledges`): they go to new owners
         elif isinstance(command, LeaveGroup):
             _, member = self._catalog.groups.member(command.group, command.member_id, command.member_epoch)
             released = tuple(sorted(member.assigned | member.revoking))
@@ -266,7 +267,10 @@ class GroupCoordinator:
                         (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
                 except NotLeader:
                     break
-                except ProposalDropped as error:  # commits still in flight: the next scan tries again
+                except ClientError as error:
+                    # Commits still in flight (PROPOSAL_DROPPED), a full inbox, a step-down
+                    # (OUTCOME_UNKNOWN: the next term resets every session): the next scan
+                    # looks at these members again, and the loop goes on.
                     self.sessions.recheck(command.group, command.member_ids, self._clock_ms())
                     self._logger.warning("group_expiry_deferred", group=command.group, error=str(error))
                     continue

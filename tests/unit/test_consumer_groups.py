@@ -382,6 +382,23 @@ def test_a_join_past_the_total_partitions_bound_is_refused(monkeypatch: pytest.M
     assert encode_groups(state) == before
 
 
+def test_a_member_forgotten_by_the_sessions_and_back_in_the_state_still_expires() -> None:
+    # Goal: an entry that comes up for a member the state has again, after the sessions
+    # forgot it (another entry of it came up while it was gone), neither raises (the
+    # loop would die) nor is dropped (the member would never expire): it is seen from then.
+    driver = Driver({"t": 1})
+    driver.apply(JoinGroup(group=G, member_id="m", subscription=Subscription(topics=("t",)), session_timeout_ms=1000))
+    member = driver.state.groups[G].members["m"]
+    sessions = Sessions()
+    sessions.note(G, replace(member, revoking=frozenset({("t", 0)}), rebalance_timeout_ms=100), 1000, 0)
+    assert driver.apply(LeaveGroup(group=G, member_id="m", member_epoch=member.epoch)).error is None
+    assert sessions.expired(driver.state, 200) == []  # its rebalance entry: gone, forgotten
+    driver.apply(JoinGroup(group=G, member_id="m", subscription=Subscription(topics=("t",)),
+                           session_timeout_ms=1000))  # back, and this coordinator did not note it
+    assert sessions.expired(driver.state, 1001) == []  # its session entry: seen from now
+    assert sessions.expired(driver.state, 2002) == [ExpireMembers(group=G, member_ids=("m",))]
+
+
 def test_expiries_past_one_scans_cap_come_at_the_next_scan() -> None:
     # Goal: more silent members than one scan proposes (one command per group): those past
     # the cap are expired at the very next scan, not a session later.
