@@ -20,6 +20,11 @@ spread over a moment (`spread_s`), it looks around (`_look_around`):
   quiet replica), at most `RESTART_HOLD_TIMEOUTS` election timeouts, unless the
   preferred replica's node is not live: then their timers elect, as before.
 
+A reopened replica replays what it had committed as soon as it starts, held or not
+(`GroupRuntime.start`): left for its first wakeup (the look-around), the 10,000
+groups of a restarted node all replayed in the seconds after its pass, and their
+first Readies came 19-48 s after the start.
+
 Holding is as safe as quiescence: it only withholds ticks.
 """
 

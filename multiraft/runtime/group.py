@@ -106,6 +106,7 @@ class GroupRuntime:
     def start(self) -> None:
         assert self._task is None
         self._task = asyncio.create_task(self._run(), name=f"group-{self.group_id}")
+        self._wakeup.set()  # its first Ready now, held or not (a reopened replica replays: reopening.py)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -177,8 +178,7 @@ class GroupRuntime:
     def request_transfer(self, target: int) -> None:
         """Hand leadership to `target` (a no-op unless this replica leads when it runs)."""
         self.wake()
-        if self._enqueue("transfer", target):  # if not, the next balancing round asks again
-            self._wakeup.set()
+        self._enqueue_and_wake("transfer", target)  # if refused, the next balancing round asks again
 
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
         """The leader says the group is idle; obeyed in order with the messages around it."""
