@@ -75,6 +75,7 @@ FRAMES = {
     "json_response": "json_response (",
     "node produce (forward)": "call_peer (multiraft/node/routing.py",
     "rpc serve (forwarded in)": "serve (multiraft/node/produce.py",
+    "rpc serve_many (forwarded in)": "serve_many (multiraft/node/produce.py",
     "validate batch": "validate_off_loop (multiraft/node/batch_checks.py",
     "group _drain": "_drain (multiraft/runtime/group.py",
     "group _handle_ready": "_handle_ready (multiraft/runtime/group.py",
@@ -275,8 +276,8 @@ def summarize(path: Path, top: int = 25) -> str:
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
+        if not stack or not count_text.isdigit():
+            continue  # a sampled frame's text may hold a newline (py-spy shows locals' reprs)
         count = int(count_text)
         frames = stack.split(";")
         total += count

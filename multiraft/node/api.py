@@ -24,6 +24,7 @@ from multiraft.node.admission import verify as verify_admission
 from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.config import NodeConfig
 from multiraft.node.controller import Readiness
+from multiraft.node.forwarding import PartitionBatch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
 from multiraft.runtime.group import GroupStatus
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
     "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "NodeApi", "NodeConfig", "OffsetCommit",
-    "PartitionStatus", "ProduceResult", "Readiness", "TransportRefusal", "TransportStats", "partition_for_key",
+    "PartitionBatch", "PartitionStatus", "ProduceResult", "Readiness", "TransportRefusal", "TransportStats", "partition_for_key",
     "validate_off_loop", "verify_admission",
 ]
 
@@ -91,6 +92,7 @@ class NodeApi:
         self.fetch_offsets = reads.fetch_offsets
         self.delete_group = reads.delete_group
         self.require_leadership = produce.require_leadership
+        self.produce_spread = produce.produce_spread
         self.propose_metadata = metadata.propose
         self.create_topic = metadata.create_topic
         self.delete_topic = metadata.delete_topic
