@@ -224,14 +224,14 @@ async def run_leg(leg: Leg, topology: Topology, cluster: LocalCluster, window: i
 
 
 def report(legs: dict[str, Leg]) -> None:
-    base = {"json": legs["json-1"].rate, "bin": legs["bin-1"].rate}
+    base = {kind: legs[f"{kind}-1"].rate if f"{kind}-1" in legs else 0.0 for kind in ("json", "bin")}
     for name, leg in legs.items():
         if not leg.records:
             continue
         per_million = 1e6 / leg.records
         cpu = sum(leg.cpu) * per_million
         per_node = "/".join(f"{c * per_million:.1f}" for c in leg.cpu)
-        ratio = leg.rate / base[name.split("-")[0]]
+        ratio = leg.rate / base[name.split("-")[0]] if base[name.split("-")[0]] else 0.0
         counters = leg.counters
         print(f"{name:14s} {leg.rate:10,.0f} rec/s  x{ratio:4.2f} of {name.split('-')[0]}-1   "
               f"CPU {cpu:5.1f} s per M records (nodes {per_node})   per 1k records: "
