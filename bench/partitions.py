@@ -96,9 +96,10 @@ FRAMES = {
 }
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of `pid` so far, every thread."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK
 
 
 async def metrics(session: aiohttp.ClientSession, server: str) -> dict[str, float]:
@@ -177,6 +178,7 @@ class Leg:
         self.records = 0
         self.seconds = 0.0
         self.cpu = [0.0, 0.0, 0.0]
+        self.cpu_system = 0.0  # of sum(cpu): in the kernel (syscalls: sockets, writes, fsyncs)
         self.counters: dict[str, float] = collections.defaultdict(float)
 
     @property
@@ -204,7 +206,7 @@ async def run_leg(leg: Leg, topology: Topology, cluster: LocalCluster, window: i
 
     async with aiohttp.ClientSession() as session:
         before = [await metrics(session, s) for s in topology.servers]
-        cpu_before = [cpu_seconds(p) for p in pids]
+        cpu_before = [cpu_split(p) for p in pids]
         began = time.monotonic()
         try:
             await asyncio.gather(*(loop(r) for r in requests))
@@ -212,12 +214,13 @@ async def run_leg(leg: Leg, topology: Topology, cluster: LocalCluster, window: i
             for client in clients.values():
                 await client.close()
         elapsed = time.monotonic() - began
-        cpu_after = [cpu_seconds(p) for p in pids]
+        cpu_after = [cpu_split(p) for p in pids]
         after = [await metrics(session, s) for s in topology.servers]
     leg.records += done
     leg.seconds += elapsed
     for i, (b, a) in enumerate(zip(cpu_before, cpu_after, strict=True)):
-        leg.cpu[i] += a - b
+        leg.cpu[i] += sum(a) - sum(b)
+        leg.cpu_system += a[1] - b[1]
     for b, a in zip(before, after, strict=True):
         for name in a:
             leg.counters[name] += a[name] - b[name]
@@ -233,8 +236,9 @@ def report(legs: dict[str, Leg]) -> None:
         per_node = "/".join(f"{c * per_million:.1f}" for c in leg.cpu)
         ratio = leg.rate / base[name.split("-")[0]] if base[name.split("-")[0]] else 0.0
         counters = leg.counters
+        system = leg.cpu_system * 100 / max(sum(leg.cpu), 1e-9)
         print(f"{name:14s} {leg.rate:10,.0f} rec/s  x{ratio:4.2f} of {name.split('-')[0]}-1   "
-              f"CPU {cpu:5.1f} s per M records (nodes {per_node})   per 1k records: "
+              f"CPU {cpu:5.1f} s per M records (nodes {per_node}; {system:.0f} % system)   per 1k records: "
               f"flushes {counters['raftlog_fsync_seconds_count'] * 1000 / leg.records:5.2f} "
               f"(mean {counters['raftlog_fsync_seconds_sum'] * 1000 / max(1, counters['raftlog_fsync_seconds_count']):.2f} ms), "
               f"proposals committed {counters['raftlog_replicate_seconds_count'] * 1000 / leg.records:5.2f}, "
