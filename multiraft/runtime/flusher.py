@@ -123,9 +123,11 @@ class Flusher:
                 self.sync(store).add_done_callback(_consume_outcome)
 
     async def close(self) -> None:
-        """Wait for the flushes under way (their stores and the database stay open until then)."""
-        if self._in_flight:
+        """Wait for the flushes under way and the one waiting for them (their stores and the
+        database stay open until then)."""
+        while self._in_flight:
             await asyncio.wait(set(self._in_flight))
+            await asyncio.sleep(0)  # the waiting flush, scheduled by the one that ended, starts
         for timer in self._interval_timers.values():
             timer.cancel()
         self._interval_timers.clear()
@@ -139,8 +141,8 @@ class Flusher:
     def _flush(self) -> None:
         """Start every waiting store's fsyncs on the fsync thread, so the event loop keeps
         serving (reads, other groups, the next requests) while the disk works; a small
-        flush of a few stores (or one with nothing to fsync: only a commit index moved)
-        runs here."""
+        flush of one store (or one with nothing to fsync: only a commit index moved)
+        runs here. A flush bound for the thread while another runs there waits for it."""
         self._scheduled = False
         waiting, self._waiting = self._waiting, []
         began = time.perf_counter()
@@ -154,6 +156,13 @@ class Flusher:
         detach = self._detach or len(stores) > DETACH_STORES_MAX or any(store.sync_in_flight for store in stores) or (
             sum(store.unsynced_bytes for store in stores) >= DETACH_BYTES_MIN
         ) or sum(1 for store in stores if store.unsynced_bytes) > 1
+        if detach and self._in_flight:
+            # It would queue on the thread behind the flush running there: it waits here
+            # instead, and whatever arrives meanwhile joins it, so a busy node runs one
+            # flush per fsync round, not one per loop turn (each its own fsyncs).
+            self._waiting = waiting + self._waiting
+            self._detach = True
+            return
         self._detach = False
         for store in stores:
             try:
@@ -189,6 +198,9 @@ class Flusher:
                 self._failed(waiting, pending, error)
             else:
                 self._finish(waiting, pending, began)
+            if self._waiting and not self._scheduled:  # the flush that waited for this one
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
 
         job.add_done_callback(done)
 

@@ -147,6 +147,47 @@ async def test_the_fsyncs_of_a_threaded_flush_run_side_by_side_and_all_finish_wh
         db.close()
 
 
+async def test_flushes_bound_for_the_thread_while_one_runs_there_wait_and_go_as_one(tmp_path, monkeypatch):
+    # Goal: group commit across loop turns. While a flush runs on the fsync thread, the
+    # flushes that would queue behind it (several stores each, two loop turns) wait and
+    # then run as one flush (one fsync round), not one each; all their waiters wake
+    # after their own entries are durable.
+    db = StateDatabase(str(tmp_path / "state"))
+    many = [SegmentStore(g, str(tmp_path / str(g)), db, OsFiles()) for g in range(1, 6)]
+    release = threading.Event()
+    real_fsync = os.fsync
+    calls = 0
+
+    def first_waits(fd):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            assert release.wait(5)
+        real_fsync(fd)
+
+    flusher = Flusher(db, structlog.get_logger())
+    try:
+        for store in many:
+            store.append(entries(1, 3))  # (making the segment fsyncs its directory: not counted)
+        monkeypatch.setattr(os, "fsync", first_waits)
+        running = flusher.sync_in_background(many[0])
+        await asyncio.sleep(0.05)
+        second = [flusher.sync(many[1]), flusher.sync(many[2])]
+        await asyncio.sleep(0.05)
+        third = [flusher.sync(many[3]), flusher.sync(many[4])]
+        await asyncio.sleep(0.05)
+        assert not any(f.done() for f in [running, *second, *third]) and flusher.flushes == 0
+        release.set()
+        await asyncio.wait_for(asyncio.gather(running, *second, *third), 5)
+        assert flusher.flushes == 2, "the first flush, then one for the four stores that waited"
+        assert calls == 5 and all(s.sync().durable_index == s.last_index() for s in many)
+        await flusher.close()
+    finally:
+        for store in many:
+            store.close()
+        db.close()
+
+
 async def test_a_background_sync_runs_on_the_thread_and_a_later_small_flush_waits_behind_it(stores, monkeypatch):
     # Goal: a leader's own appends (sync_in_background) never fsync on the event loop,
     # however small; and while such a flush runs, a small flush of the same store goes
