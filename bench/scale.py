@@ -21,7 +21,9 @@ before and just after it (a scrape of thousands of groups is itself work).
 
 Then, unless `--skip-restarts`: kills one node with SIGKILL (seconds until every
 partition is led again, by the two left), starts it again (seconds until it is
-back in every partition's ISR), and restarts the whole cluster (SIGTERM, then
+back in every partition's ISR and each of its replicas holds its leader's whole
+log: the same log end offset; a kill shorter than the ISR lag time never takes
+it out of the ISRs, so the ISR alone would not show it caught up), and restarts the whole cluster (SIGTERM, then
 start; seconds until every partition is led). Every wait is bounded by
 `--timeout`; a wait that runs out prints what was still missing. A step whose
 partitions never all got a leader ends the growth, and the restarts are skipped
@@ -138,6 +140,7 @@ class Leadership:
     partitions: int = 0
     led: int = 0
     in_isr: int = 0  # partitions whose leader counts `isr_node` in sync (when asked)
+    caught_up: int = 0  # ... and whose replica on `isr_node` holds the leader's whole log
     views_missing: int = 0  # (node, topic) describes that failed
 
 
@@ -152,12 +155,12 @@ async def leadership(session: aiohttp.ClientSession, cluster: LocalCluster, topi
         servers = [cluster.nodes[i - 1].http_addr for i in node_ids]
         views = await asyncio.gather(*(describe(session, s, topic) for s in servers))
         by_partition: dict[int, list[dict[str, Any]]] = {}
-        for view in views:
+        for node_id, view in zip(node_ids, views, strict=True):
             if view is None:
                 found.views_missing += 1
                 continue
             for partition in view:
-                by_partition.setdefault(int(partition["partition"]), []).append(partition)
+                by_partition.setdefault(int(partition["partition"]), []).append(partition | {"_node": node_id})
         if not by_partition:
             continue
         found.partitions += max(len(v) for v in views if v is not None)
@@ -168,6 +171,9 @@ async def leadership(session: aiohttp.ClientSession, cluster: LocalCluster, topi
                 found.led += 1
                 if isr_node and isr_node in (leaders[0].get("isr") or []):
                     found.in_isr += 1
+                    own = [r for r in replicas if r["_node"] == isr_node]
+                    if own and own[0].get("log_end_offset") == leaders[0].get("log_end_offset"):
+                        found.caught_up += 1
     return found
 
 
@@ -202,13 +208,14 @@ async def wait_in_isr(session: aiohttp.ClientSession, cluster: LocalCluster, top
     everyone = [n.node_id for n in cluster.nodes]
     while True:
         last = await leadership(session, cluster, topics, everyone, isr_node=node_id)
-        if last.in_isr >= expected:
+        if last.in_isr >= expected and last.caught_up >= expected:
             return Wait(time.monotonic() - began)
         if time.monotonic() >= deadline:
             break
         await asyncio.sleep(POLL_S)
-    return Wait(None, f"node {node_id} missing from {expected - last.in_isr} of {expected} ISRs "
-                      f"({expected - last.led} leaderless) after {timeout_s:.0f} s")
+    return Wait(None, f"node {node_id} missing from {expected - last.in_isr} of {expected} ISRs, short of the "
+                      f"leader's log in {expected - last.caught_up} ({expected - last.led} leaderless) "
+                      f"after {timeout_s:.0f} s")
 
 
 async def wait_quiet(session: aiohttp.ClientSession, cluster: LocalCluster, timeout_s: float) -> Wait:
@@ -376,7 +383,7 @@ async def restarts(session: aiohttp.ClientSession, cluster: LocalCluster, args: 
         if healthy.seconds is not None else healthy
     figures["restart_one_healthy_s"] = healthy.seconds
     figures["restart_one_in_every_isr_s"] = isr.seconds
-    print(f"restart node {victim}: healthy after {_fmt(healthy.seconds)} s, back in every ISR after "
+    print(f"restart node {victim}: healthy after {_fmt(healthy.seconds)} s, back in every ISR and caught up after "
           f"{_fmt(isr.seconds)} s {isr.detail}", flush=True)
 
     stopped_at = time.monotonic()

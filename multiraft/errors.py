@@ -96,6 +96,53 @@ class UnknownGroup(ClientError):
     http_status = 404
 
 
+class UnknownMemberId(ClientError):
+    """The consumer group has no member with this id (never joined, left, or expired after
+    its session timeout): the member must join again (Kafka: UNKNOWN_MEMBER_ID)."""
+
+    code = "UNKNOWN_MEMBER_ID"
+    http_status = 404
+
+
+class FencedMemberEpoch(ClientError):
+    """The member's epoch is neither its current nor its previous one: a stale instance
+    (Kafka: FENCED_MEMBER_EPOCH). It must join again."""
+
+    code = "FENCED_MEMBER_EPOCH"
+    http_status = 409
+
+
+class PartitionNotAssigned(ClientError):
+    """A member commits for a partition the group does not assign to it (Kafka refuses
+    such commits as stale): another member may own it now."""
+
+    code = "PARTITION_NOT_ASSIGNED"
+    http_status = 409
+
+
+class GroupMaxSizeReached(ClientError):
+    """The consumer group has its maximum number of members (Kafka: GROUP_MAX_SIZE_REACHED)."""
+
+    code = "GROUP_MAX_SIZE_REACHED"
+    http_status = 409
+
+
+class InconsistentGroupConfig(ClientError):
+    """A join asks for group settings (session timeout, assignor) other than those of the
+    group it joins, which has members (Kafka: INCONSISTENT_GROUP_PROTOCOL)."""
+
+    code = "INCONSISTENT_GROUP_CONFIG"
+    http_status = 409
+
+
+class NonEmptyGroup(ClientError):
+    """The consumer group has members: an offset commit without a member (or a delete)
+    would race them (Kafka: NON_EMPTY_GROUP)."""
+
+    code = "NON_EMPTY_GROUP"
+    http_status = 409
+
+
 class UnknownProducerId(ClientError):
     """A produce names a producer id the cluster never allocated (above the catalog's next
     one): a client must get its ids from POST /v1/producers, not invent them, or it could

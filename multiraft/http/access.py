@@ -45,6 +45,14 @@ RULES: dict[tuple[str, str], str] = {
     # reaches every topic the group has offsets in, which the caller cannot name in advance
     # and may not be allowed to read. Only admin covers them all.
     ("DELETE", "/v1/groups/{group}"): ADMIN_RIGHT,
+    # Membership: a join names its topics in the body (read on each; a pattern needs read:*);
+    # a member's later calls act on what its join was allowed.
+    ("POST", "/v1/groups/{group}/members"): IN_HANDLER,
+    ("POST", "/v1/groups/{group}/members/{member}/heartbeat"): ANY,
+    ("POST", "/v1/groups/{group}/members/{member}/records"): ANY,
+    ("DELETE", "/v1/groups/{group}/members/{member}"): ANY,
+    ("GET", "/v1/groups/{group}"): ANY,
+    ("GET", "/v1/groups"): ANY,
 }
 
 
@@ -77,6 +85,13 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     elif rule == WRITE_SOME:
         _check(principal, "write", None, "this needs a write right on some topic")
     return await handler(request)
+
+
+def require_admin(request: web.Request) -> None:
+    """A handler's own check for the admin right (a body asked for an admin act); a no-op without auth."""
+    principal: Principal | None = request.get(PRINCIPAL_KEY)
+    if principal is not None:
+        _check(principal, "admin", None, "this needs the admin right")
 
 
 def _check(principal: Principal, action: str, topic: str | None, message: str) -> None:

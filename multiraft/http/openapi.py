@@ -12,7 +12,14 @@ from typing import Any
 
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
 from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
-from multiraft.node.api import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX
+from multiraft.node.api import (
+    ASSIGNORS,
+    MAX_BYTES_MAX,
+    MAX_RECORDS_MAX,
+    RESETS,
+    WAIT_MS_MAX,
+    group_limits,
+)
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _INT = {"type": "integer"}
@@ -50,6 +57,8 @@ _ADDRESS = r"^[A-Za-z0-9.\-\[\]:]{1,255}:[0-9]{1,5}$"
 _CONFIG = {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9_.]{0,99}$"}}
 _PARTITION = _path("partition", {"type": "integer", "minimum": 0, "maximum": 999_999_999})
 _GROUP = _path("group", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"})
+_MEMBER = _path("member", {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"})
+_EPOCH = {"type": "integer", "minimum": 0, "maximum": group_limits.EPOCH_MAX}
 _ACKS = {"type": "string", "enum": ["none", "leader", "quorum", "all"]}
 _FORMAT = {"type": "string", "enum": ["json", "string", "binary"]}
 
@@ -79,6 +88,18 @@ _SCHEMAS: dict[str, Any] = {
     "OffsetCommit": {"type": "object", "required": ["topic", "partition", "offset"], "properties": {
         "topic": {"type": "string", "minLength": 1}, "partition": {"type": "integer", "minimum": 0},
         "offset": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}, "metadata": {"type": "string"}}},
+    "TopicPartitions": {"type": "array", "maxItems": group_limits.OWNED_PARTITIONS_MAX, "items": {
+        "type": "object", "required": ["topic", "partitions"], "additionalProperties": False, "properties": {
+            "topic": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
+            "partitions": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                        "maximum": group_limits.PARTITION_MAX}}}}},
+    "Member": {"type": "object", "required": ["group", "member_id", "member_epoch", "group_epoch", "assignment",
+                                              "revoking", "pending", "state", "session_timeout_ms"], "properties": {
+        "group": {"type": "string"}, "member_id": {"type": "string"}, "member_epoch": _INT, "group_epoch": _INT,
+        "session_timeout_ms": _INT, "state": {"type": "string", "enum": ["stable", "revoking", "assigning"]},
+        "assignment": {"$ref": "#/components/schemas/TopicPartitions"},
+        "revoking": {"$ref": "#/components/schemas/TopicPartitions"},
+        "pending": {"$ref": "#/components/schemas/TopicPartitions"}}},
 }
 
 _CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
@@ -86,6 +107,29 @@ _CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties":
     "partitions": {"type": "integer", "minimum": 1, "maximum": PARTITIONS_MAX},
     "replication_factor": {"type": "integer", "minimum": 1, "maximum": REPLICATION_FACTOR_MAX},
     "config": _CONFIG}}
+
+_JOIN = {"type": "object", "additionalProperties": False, "properties": {
+    "member_id": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+    "topics": {"type": "array", "minItems": 1, "maxItems": group_limits.SUBSCRIBED_TOPICS_MAX,
+               "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}},
+    "topic_pattern": {"type": "string", "pattern": "^[a-zA-Z0-9._*?-]{1,249}$"},
+    "rebalance_timeout_ms": {"type": "integer", "minimum": group_limits.REBALANCE_TIMEOUT_MS_MIN,
+                             "maximum": group_limits.REBALANCE_TIMEOUT_MS_MAX},
+    "session_timeout_ms": {"type": "integer", "minimum": group_limits.SESSION_TIMEOUT_MS_MIN,
+                           "maximum": group_limits.SESSION_TIMEOUT_MS_MAX},
+    "assignor": {"type": "string", "enum": list(ASSIGNORS)}}}
+_FETCH = {"type": "object", "required": ["member_epoch"], "additionalProperties": False, "properties": {
+    "member_epoch": _EPOCH,
+    "positions": {"type": "array", "maxItems": group_limits.OWNED_PARTITIONS_MAX, "items": {
+        "type": "object", "required": ["topic", "partition", "offset"], "additionalProperties": False, "properties": {
+            "topic": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
+            "partition": {"type": "integer", "minimum": 0, "maximum": group_limits.PARTITION_MAX},
+            "offset": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}}}},
+    "auto_offset_reset": {"type": "string", "enum": list(RESETS)},
+    "max_records": {"type": "integer", "minimum": 1, "maximum": MAX_RECORDS_MAX},
+    "max_bytes": {"type": "integer", "minimum": 1, "maximum": MAX_BYTES_MAX},
+    "wait_ms": {"type": "integer", "minimum": 0, "maximum": WAIT_MS_MAX},
+    "format": _FORMAT}}
 
 _PATHS: dict[str, Any] = {
     "/v1/health": {"get": {
@@ -158,18 +202,63 @@ _PATHS: dict[str, Any] = {
         "200": _ok("producer id and epoch", {"type": "object"}), **_errors(503, 504)}}},
     "/v1/groups/{group}/offsets": {
         "parameters": [_GROUP],
-        "post": {"summary": "commit consumer group offsets", "requestBody": {"required": True, **_json({
-            "type": "object", "required": ["offsets"], "properties": {"offsets": {
-                "type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/OffsetCommit"}}}})},
-            "responses": {"200": _ok("committed", {"type": "object"}), **_errors(404, 416, 503, 504)}},
+        "post": {"summary": "commit consumer group offsets: as a member (member_id, member_epoch: refused when "
+                            "fenced or for a partition it does not own), without one (only while the group has "
+                            "no members), or as an admin reset", "requestBody": {"required": True, **_json({
+            "type": "object", "required": ["offsets"], "properties": {
+                "offsets": {"type": "array", "minItems": 1,
+                            "items": {"$ref": "#/components/schemas/OffsetCommit"}},
+                "member_id": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}, "member_epoch": _EPOCH,
+                "admin_reset": {"type": "boolean"}}})},
+            "responses": {"200": _ok("committed", {"type": "object"}), **_errors(404, 409, 416, 421, 503, 504)}},
         "get": {"summary": "committed offsets of a group for a topic",
                 "parameters": [_query("topic", {"type": "string", "minLength": 1}, required=True)],
                 "responses": {"200": _ok("offsets", {"type": "object"}), **_errors(404, 503, 504)}},
     },
+    "/v1/groups": {"get": {"summary": "consumer groups with members", "responses": {
+        "200": _ok("groups", {"type": "object", "required": ["groups"]}), **_errors(421, 503, 504)}}},
+    "/v1/groups/{group}/members": {
+        "parameters": [_GROUP],
+        "post": {"summary": "join a consumer group with a subscription (topics or a glob topic_pattern); the "
+                            "answer names the member id, its epoch and what it owns",
+                 "requestBody": {"required": True, **_json(_JOIN)},
+                 "responses": {"200": _ok("the member", {"$ref": "#/components/schemas/Member"}),
+                               **_errors(404, 409, 415, 421, 503, 504)}},
+    },
+    "/v1/groups/{group}/members/{member}/heartbeat": {
+        "parameters": [_GROUP, _MEMBER],
+        "post": {"summary": "keep a member alive and report what it owns (acknowledges revocations); the answer "
+                            "says what it owns now, what to give back and what is still coming",
+                 "requestBody": {"required": True, **_json({
+                     "type": "object", "required": ["member_epoch"], "additionalProperties": False, "properties": {
+                         "member_epoch": _EPOCH, "owned": {"$ref": "#/components/schemas/TopicPartitions"}}})},
+                 "responses": {"200": _ok("the member", {"$ref": "#/components/schemas/Member"}),
+                               **_errors(404, 409, 415, 421, 503, 504)}},
+    },
+    "/v1/groups/{group}/members/{member}/records": {
+        "parameters": [_GROUP, _MEMBER],
+        "post": {"summary": "fetch records of the member's partitions (from its positions, else the committed "
+                            "offsets, else auto_offset_reset); keeps the member alive",
+                 "requestBody": {"required": True, **_json(_FETCH)},
+                 "responses": {"200": _ok("records, positions, per-partition errors and the member", {
+                     "type": "object", "required": ["member", "records", "positions", "errors"]}),
+                               **_errors(404, 409, 415, 421, 503, 504)}},
+    },
+    "/v1/groups/{group}/members/{member}": {
+        "parameters": [_GROUP, _MEMBER],
+        "delete": {"summary": "leave the group: the member's partitions go to the others at once",
+                   "parameters": [_query("member_epoch", _EPOCH, required=True)],
+                   "responses": {"204": _ok("left"), **_errors(404, 409, 421, 503, 504)}},
+    },
     "/v1/groups/{group}": {
         "parameters": [_GROUP],
-        "delete": {"summary": "delete a consumer group: its committed offsets in every partition (admin)",
-                   "responses": {"204": _ok("deleted"), **_errors(404, 421, 503, 504)}},
+        "get": {"summary": "describe a consumer group: members, assignment, committed offsets and lag",
+                "responses": {"200": _ok("the group", {"type": "object", "required": ["group", "members",
+                                                                                       "partitions"]}),
+                              **_errors(404, 421, 503, 504)}},
+        "delete": {"summary": "delete a consumer group without members: its committed offsets in every "
+                              "partition (admin)",
+                   "responses": {"204": _ok("deleted"), **_errors(404, 409, 421, 503, 504)}},
     },
     "/v1/admin/leadership/balance": {"post": {
         "summary": "one balancing round on every node now (leadership goes to each partition's first replica; "

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from multiraft.consumer_groups import ASSIGNORS, Heartbeat, JoinGroup, LeaveGroup, Subscription
+from multiraft.consumer_groups import commands as group_limits
 from multiraft.metadata.catalog import Catalog
 from multiraft.node import debug_views
 from multiraft.node.acks import Acks
@@ -25,6 +27,7 @@ from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.config import NodeConfig
 from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
+from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
 from multiraft.runtime.group import GroupStatus
@@ -38,6 +41,8 @@ from storage.batch import BatchHeader
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.controller import Controller
+    from multiraft.node.group_coordinator import GroupCoordinator
+    from multiraft.node.group_reads import GroupReads
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.partition_ops import PartitionOps
     from multiraft.node.produce import Produce
@@ -49,10 +54,11 @@ if TYPE_CHECKING:
     from multiraft.transport.transport import Transport
 
 __all__ = [
-    "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
-    "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "NodeApi", "NodeConfig", "OffsetCommit",
-    "PartitionBatch", "PartitionStatus", "ProduceResult", "Readiness", "TransportRefusal", "TransportStats", "partition_for_key",
-    "validate_off_loop", "verify_admission",
+    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "RESETS",
+    "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "Heartbeat",
+    "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit", "PartitionBatch",
+    "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness", "Subscription", "TransportRefusal",
+    "TransportStats", "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
 ]
 
 
@@ -70,7 +76,7 @@ class PartitionStatus:
 class NodeApi:
     def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
                  routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
-                 reads: PartitionOps, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
+                 reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]]) -> None:
         self.id = config.node_id
         self.config = config
@@ -90,7 +96,13 @@ class NodeApi:
         self.consume = reads.consume
         self.commit_offsets = reads.commit_offsets
         self.fetch_offsets = reads.fetch_offsets
-        self.delete_group = reads.delete_group
+        # Consumer groups (multiraft/node/group_coordinator.py, group_reads.py).
+        self.group_command = groups.command
+        self.list_groups = groups.list_groups
+        self.group_fetch = group_reads.fetch
+        self.group_commit = group_reads.commit
+        self.describe_group = group_reads.describe
+        self.delete_group = group_reads.delete_group  # refused while the group has members
         self.require_leadership = produce.require_leadership
         self.produce_spread = produce.produce_spread
         self.propose_metadata = metadata.propose

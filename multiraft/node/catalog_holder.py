@@ -1,4 +1,4 @@
-"""The node's current catalog, and the signal that it changed.
+"""The node's current catalog (and the consumer groups beside it), and the signal that it changed.
 
 Group 0's state machine replaces or updates the catalog as it applies (a snapshot
 restores a new one, a reopened metadata group starts from an empty one); every
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+from multiraft.consumer_groups import GroupsState
 from multiraft.errors import UnknownTopic
 from multiraft.metadata.catalog import Catalog
 from raftlog.types import GroupId
@@ -18,10 +19,13 @@ from raftlog.types import GroupId
 class CatalogHolder:
     def __init__(self) -> None:
         self.catalog = Catalog()
+        # Group 0 applies consumer group commands beside the catalog (multiraft/node/machines.py).
+        self.groups = GroupsState()
         self._changed = asyncio.Event()
 
-    def replace(self, catalog: Catalog) -> None:
+    def replace(self, catalog: Catalog, groups: GroupsState | None = None) -> None:
         self.catalog = catalog
+        self.groups = groups if groups is not None else GroupsState()
         self.changed()
 
     def changed(self) -> None:

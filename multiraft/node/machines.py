@@ -1,7 +1,7 @@
 """The two kinds of state machine a node's groups apply their logs to.
 
 `CatalogMachine` is group 0's (metadata commands into the node's `Catalog`, held by
-its `CatalogHolder`);
+its `CatalogHolder`, and consumer group commands into the `GroupsState` beside it);
 `PartitionMachine` is every partition group's (record batches, producer table and
 consumer offsets into a `PartitionState`). Both are thin: the logic lives in the
 catalog and partition modules, which know nothing of Raft.
@@ -10,8 +10,19 @@ catalog and partition modules, which know nothing of Raft.
 from __future__ import annotations
 
 import asyncio
+import struct
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from multiraft.consumer_groups import (
+    GroupResult,
+    GroupsState,
+    decode_group_command,
+    decode_groups,
+    encode_groups,
+    is_group_command,
+)
+from multiraft.errors import InvalidRequest, SnapshotFormatError
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import decode_command
 from multiraft.state.partition import PartitionState
@@ -23,11 +34,34 @@ if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
 
 
+# A snapshot of group 0 holding consumer groups: this prefix, the catalog's length (u64),
+# the catalog snapshot, then the groups snapshot. Without groups a snapshot is the
+# catalog's bytes alone, as before groups existed (so those still restore).
+GROUPS_SNAPSHOT_MAGIC = b"\x00raftlog-metadata+groups-v1\n"
+_LENGTH = struct.Struct(">Q")
+
+
+class CatalogTopics:
+    """The catalog's topics as the consumer group state reads them (`TopicsView`)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self._topics = catalog.topics
+
+    def partition_count(self, topic: str) -> int | None:
+        info = self._topics.get(topic)
+        return None if info is None else len(info.partitions)
+
+    def names(self) -> Iterable[str]:
+        return self._topics.keys()
+
+
 class CatalogMachine:
-    """Group 0's state machine: metadata commands (META entries) applied to the catalog.
+    """Group 0's state machine: metadata commands (META entries) applied to the catalog,
+    and consumer group commands (their own prefix) to the groups beside it.
 
     Commands are META entries, not DATA: DATA entries hold record batches, which
-    storage indexes by offset; a metadata command is not a record.
+    storage indexes by offset; a metadata command is not a record. A group command
+    resolves its subscriptions against the catalog as of the same entry.
     """
 
     def __init__(self, holder: CatalogHolder) -> None:
@@ -38,16 +72,37 @@ class CatalogMachine:
         if entry.kind is not EntryKind.META:
             catalog.skip(entry.index)
             return None
+        if is_group_command(entry.payload):
+            catalog.skip(entry.index)  # the catalog's applied index still follows the log
+            try:
+                command = decode_group_command(entry.payload)
+            except InvalidRequest as error:  # a committed entry that does not decode changes nothing
+                return GroupResult(entry.index, error=error)
+            return self.holder.groups.apply(entry.index, command, CatalogTopics(catalog))
         result = catalog.apply(entry.index, decode_command(entry.payload))
         self.holder.changed()
         return result
 
     def snapshot(self) -> bytes:
-        return self.holder.catalog.snapshot()
+        catalog = self.holder.catalog.snapshot()
+        if not self.holder.groups.groups:
+            return catalog
+        return GROUPS_SNAPSHOT_MAGIC + _LENGTH.pack(len(catalog)) + catalog + encode_groups(self.holder.groups)
 
     def restore(self, data: object, index: Index) -> None:
         assert isinstance(data, bytes), "metadata snapshots are catalog bytes"
-        self.holder.replace(Catalog.restore(data))
+        if not data.startswith(GROUPS_SNAPSHOT_MAGIC):
+            self.holder.replace(Catalog.restore(data))
+            return
+        start = len(GROUPS_SNAPSHOT_MAGIC) + _LENGTH.size
+        if len(data) < start:
+            raise SnapshotFormatError("metadata snapshot truncated")
+        (length,) = _LENGTH.unpack_from(data, len(GROUPS_SNAPSHOT_MAGIC))
+        if start + length > len(data):
+            raise SnapshotFormatError("metadata snapshot truncated")
+        catalog = Catalog.restore(data[start:start + length])
+        groups: GroupsState = decode_groups(data[start + length:])
+        self.holder.replace(catalog, groups)
 
 
 class PartitionMachine:

@@ -11,7 +11,8 @@ collaborators it uses (never the node):
 - local storage (`local_storage.py`: the state database, the flusher, the files);
 - the services: replica lifecycle and reconcile (`replicas.py`), catalog changes
   (`metadata_ops.py`), admission, registration and node liveness (`controller.py`),
-  produce (`produce.py`), reads and offsets (`partition_ops.py`), leadership
+  produce (`produce.py`), reads and offsets (`partition_ops.py`), consumer groups
+  (`group_coordinator.py` on the metadata leader, `group_reads.py` anywhere), leadership
   balancing, replica moves, compaction, offsets retention;
 - `api`, the narrow `NodeApi` the HTTP edge is given (`api.py`).
 
@@ -37,6 +38,8 @@ from multiraft.node.compaction import compaction_loop
 from multiraft.node.config import NodeConfig
 from multiraft.node.controller import Controller, host_port
 from multiraft.node.faults import Faults
+from multiraft.node.group_coordinator import GroupCoordinator
+from multiraft.node.group_reads import GroupReads
 from multiraft.node.local_storage import LocalStorage
 from multiraft.node.machines import PartitionMachine
 from multiraft.node.messaging import Inbox, Outbox
@@ -90,6 +93,7 @@ class Node:
                                      send=self.outbox.send, on_quiesce=self.outbox.on_quiesce,
                                      is_live=self.liveness.is_live, start_task=self.start_task,
                                      update_peers=self.update_peers, leader_of=self.routing.leader_of,
+                                     node_ticks=self.ticker.now, wake_after_ticks=self.ticker.wake_after,
                                  ), self.logger)
         self._build_services()
 
@@ -118,12 +122,15 @@ class Node:
         self.producer = Produce(self.routing, self.catalog_holder, self.rpc, self.metadata.sync_catalog)
         self.reads = PartitionOps(self.routing, self.catalog_holder, self.rpc, self.faults.read_end,
                                   self.replicas.report_damage, self.logger)
+        self.group_coordinator = GroupCoordinator(self.registry, self.catalog_holder, self.rpc,
+                                                  self.reads.commit_offsets, self.logger)
+        self.group_reads = GroupReads(self.group_coordinator, self.reads, self.routing, self.catalog_holder, self.rpc)
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
         leadership.serve_balance(self.balancer, self.rpc)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
-            reads=self.reads, ticker=self.ticker, transport=self.transport, latencies=self.latencies,
+            reads=self.reads, groups=self.group_coordinator, group_reads=self.group_reads, ticker=self.ticker, transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders,
         )
 
@@ -151,6 +158,7 @@ class Node:
             ("compaction", lambda: compaction_loop(self.registry, logger)),
             ("loop-lag", lambda: watch_loop_lag(self.latencies.loop_lag)),
             ("offsets-retention", lambda: offsets_retention.retention_loop(self.registry, config, logger)),
+            ("group-coordinator", self.group_coordinator.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),

@@ -23,7 +23,8 @@ from multiraft.metadata.commands import NodeStatus
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
-from multiraft.runtime import heap
+from multiraft.node.reopening import Reopening
+from multiraft.runtime import failover, heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
 from raftlog.bootstrap import bootstrap_entries
@@ -65,14 +66,6 @@ OPEN_CHUNK_GROUPS = 32
 # group to know a leader: registration needs it, and elections of thousands of partition
 # groups beside it would drown it (docs/scale.md, "the storm", step 5).
 METADATA_FIRST_WAIT_TIMEOUTS = 10
-# A reopened partition group starts held (quiet). Its preferred replica campaigns after a
-# random delay if no leader is known by then (its own replica's, or the pings' leaders
-# list, which a running peer sends once a second). The delays spread a pass's campaigns
-# at about this rate, over at most RESTART_SPREAD_TIMEOUTS_MAX election timeouts: a node's
-# thousand campaigns do not start in one loop turn, and a restart of a few groups is
-# not slowed (they campaign at once, where an election timeout passed before).
-RESTART_CAMPAIGNS_PER_S = 500
-RESTART_SPREAD_TIMEOUTS_MAX = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +78,8 @@ class ReplicaLinks:
     start_task: Callable[[Coroutine[Any, Any, None], str], None]
     update_peers: Callable[[], None]
     leader_of: Callable[[GroupId], int]  # what this node knows: its replica's view, or the pings'
+    node_ticks: Callable[[], int]  # the ticker's count (GroupDeps.node_ticks)
+    wake_after_ticks: Callable[[int, Any], None]  # the ticker's timers (GroupDeps.wake_after_ticks)
 
 
 @dataclasses.dataclass(slots=True)
@@ -116,9 +111,11 @@ class Replicas:
         self._closing: set[GroupId] = set()  # being closed: not opened again until that is done
         self._dead_seen: set[int] = set()  # nodes the catalog said were dead, at the last look
         self._seen_at_start: set[GroupId] = set()  # see reconcile_loop
-        self._restart_spread_s = 0.0  # over how long this pass's reopened groups campaign
-        timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
-        self._election_timeout_s = timeout_s
+        self._election_timeout_s = timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
+        self._campaign_pacer = failover.CampaignPacer(  # campaigns, paced node-wide (failover.py)
+            slot_timeout_s=failover.SLOT_TIMEOUTS * timeout_s, others_hold_s=failover.OTHERS_HOLD_TIMEOUTS * timeout_s)
+        self._reopening = Reopening(self.id, registry, links.leader_of, links.is_live, self._campaign_pacer,
+                                    timeout_s, self._rng)
 
     def open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
                    topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
@@ -178,7 +175,9 @@ class Replicas:
             send=links.send, logger=logger, on_role_change=self._on_role_change,
             check_data=check_stored_batch if partition else None,
             on_quiesce=links.on_quiesce, on_failure=self._on_failure,
-            is_live=links.is_live, latencies=self._latencies,
+            is_live=links.is_live, node_ticks=links.node_ticks, wake_after_ticks=links.wake_after_ticks,
+            campaign_pacer=self._campaign_pacer,
+            latencies=self._latencies,
             sync=flusher.sync, sync_in_background=flusher.sync_in_background,
             store_lazily=flusher.store_lazily, write_states=flusher.write_states,
             boundaries=Boundaries(group_id, self._registry.with_captures)
@@ -194,14 +193,8 @@ class Replicas:
             runtime.request_campaign()
         elif created:
             self._hold(runtime, first_voter_wait_s)
-        elif partition and store.last_index() > 0:
-            # Reopened from disk (a restart): quiet, so that a node's thousands of groups do
-            # not all time out and campaign together; the preferred replica (the catalog's
-            # first) campaigns a little later unless a leader is known by then.
-            self._hold(runtime, self._restart_spread_s + first_voter_wait_s)
-            delay_s = self._rng.uniform(0, self._restart_spread_s)
-            preferred = (list(replicas) or voters)[0] == self.id
-            asyncio.get_running_loop().call_later(delay_s, self._after_restart, runtime, preferred)
+        elif partition and store.last_index() > 0:  # reopened from disk (a restart): reopening.py
+            self._reopening.reopened(runtime, NodeId((list(replicas) or voters)[0]))
         self._registry.add(group_id, runtime, store, machine if partition else None)
         runtime.start()
         return runtime
@@ -210,21 +203,6 @@ class Replicas:
     def _hold(runtime: GroupRuntime, hold_s: float) -> None:
         runtime.hold_for_first_voter()
         asyncio.get_running_loop().call_later(hold_s, runtime.release_hold)
-
-    def _after_restart(self, runtime: GroupRuntime, preferred: bool) -> None:
-        """A reopened group's first look around: a leader its replica knows needs nothing;
-        one the pings name elsewhere (a single node restarted, its peers' groups quiet) is
-        met by ticking (this replica's campaign wakes it, and its answer teaches the
-        leader); with none known, the preferred replica campaigns, the others wait."""
-        if self._registry.groups.get(runtime.group_id) is not runtime or runtime.failed:
-            return  # closed (or reopened) since
-        core = runtime.core
-        if core.leader or core.role is not Role.FOLLOWER:
-            return
-        if self._links.leader_of(runtime.group_id):
-            runtime.release_hold()
-        elif preferred:
-            runtime.request_campaign()
 
     def open_metadata_group(self) -> GroupRuntime:
         return self.open_group(METADATA_GROUP, sorted(self._config.initial_cluster), CatalogMachine(self._catalog),
@@ -355,10 +333,12 @@ class Replicas:
             elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
                 missing.append((group_id, local))
         closed = 0
-        self._restart_spread_s = min(RESTART_SPREAD_TIMEOUTS_MAX * self._election_timeout_s,
-                                     len(missing) / RESTART_CAMPAIGNS_PER_S)
         chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
-        opened = await self._open_chunks(catalog, chunks)
+        self._reopening.pass_begins()
+        try:
+            opened = await self._open_chunks(catalog, chunks)
+        finally:
+            self._reopening.pass_over()
         for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}):
             await self.close_group(group_id, delete=True)
             closed += 1

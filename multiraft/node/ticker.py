@@ -8,6 +8,9 @@ So the ticker owns the clock of the node's `PeerLiveness`.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
 # stall of a busy peer must not pass for a death; a dead leader of an idle group is
 # replaced a little later instead (Kafka waits 9 s for a broker's session to expire).
 WAKE_SILENCE_PERIODS = 2
+# Quiet leaders woken per tick because a member they went quiet past is live again: a
+# node back from a restart is caught up group by group, not by thousands woken at once.
+RETURN_WAKES_PER_TICK_MAX = 64
 
 
 class Ticker:
@@ -41,6 +47,28 @@ class Ticker:
         self.peer_silences = 0  # peers that fell silent long enough to wake quiet groups
         self.groups_woken_by_silence = 0  # quiet followers woken because their leader fell silent
         self.groups_back_to_quiet = 0  # groups such a silence woke for nothing (sleep_again)
+        # Quiet leaders past absent members (quiescence.py): timers for their ISR, and the
+        # ones to wake because a member is live again.
+        self._timers: list[tuple[int, int, GroupRuntime, int | None]] = []  # (due tick, seq, runtime, spell)
+        self._timer_seq = itertools.count()
+        self._not_live: set[int] = set()
+        self._to_wake: deque[GroupRuntime] = deque()
+        self.groups_woken_for_isr = 0
+        self.groups_woken_for_return = 0
+
+    def now(self) -> int:
+        """The node's tick count: the clock quiet groups measure their quiet spells by."""
+        return self.ticks_run
+
+    def wake_after(self, ticks: int, runtime: GroupRuntime) -> None:
+        """Wake `runtime` in `ticks` ticks if it is still in the quiet spell it is in now
+        (GroupDeps.wake_after_ticks). One timer per quiet spell; a spell that ended
+        leaves a stale one, dropped when due or when stale ones pile up."""
+        assert ticks >= 1
+        if len(self._timers) > 2 * len(self._registry.groups) + 1024:
+            self._timers = [t for t in self._timers if self._still_quiet(t[2], t[3])]
+            heapq.heapify(self._timers)
+        heapq.heappush(self._timers, (self.ticks_run + ticks, next(self._timer_seq), runtime, runtime.quiet_since))
 
     async def run(self, peer_ids: Callable[[], list[int]], ping: Callable[[list[int]], None]) -> None:
         """Tick every awake group; ping `peer_ids()` every heartbeat interval; wake the quiet
@@ -67,6 +95,7 @@ class Ticker:
             silent = self.liveness.silent(peers, WAKE_SILENCE_PERIODS)
             if silent != self._silent:
                 self._on_silence_change(silent)
+            self._wake_quiet_leaders(count, peers)
             # Quiet groups cost nothing per tick: only the awake ones are walked.
             for runtime in list(awake.values()):
                 runtime.tick()
@@ -93,6 +122,34 @@ class Ticker:
         self.groups_woken_by_silence += woken
         self.groups_back_to_quiet += slept
         self._silent = silent
+
+
+    def _wake_quiet_leaders(self, now: int, peers: list[int]) -> None:
+        """Timers that are due, and the quiet leaders whose absent members are live again
+        (a bounded number a tick): they wake to catch those members up."""
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, runtime, spell = heapq.heappop(timers)
+            if self._still_quiet(runtime, spell):
+                runtime.wake()
+                self.groups_woken_for_isr += 1
+        not_live = self.liveness.silent(peers, 1.0)
+        back, self._not_live = self._not_live - not_live, not_live
+        if back:
+            groups = self._registry.groups
+            for group_id in list(self._registry.led):
+                runtime = groups.get(group_id)
+                if runtime is not None and runtime.quiesced and not back.isdisjoint(runtime.quiet_past):
+                    self._to_wake.append(runtime)
+        for _ in range(min(len(self._to_wake), RETURN_WAKES_PER_TICK_MAX)):
+            runtime = self._to_wake.popleft()
+            if runtime.quiesced and self._registry.groups.get(runtime.group_id) is runtime:
+                runtime.wake()
+                self.groups_woken_for_return += 1
+
+    def _still_quiet(self, runtime: GroupRuntime, spell: int | None) -> bool:
+        return (runtime.quiesced and runtime.quiet_since == spell
+                and self._registry.groups.get(runtime.group_id) is runtime)
 
 
 def _depends_on(runtime: GroupRuntime, silent: set[int]) -> bool:

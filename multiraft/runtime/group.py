@@ -23,39 +23,28 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from multiraft.runtime import failover, quiescence
 from multiraft.runtime.group_host import COMMIT_HOLD_S, GroupHost
 from multiraft.runtime.group_types import GroupDeps, GroupStatus, StateMachine, status_of
-from multiraft.runtime.pacing import run_ticks, split_ticks, tick_due
+from multiraft.runtime.pacing import campaign_backoff_skips, run_ticks, split_ticks, tick_due
 from multiraft.runtime.persistence import BackgroundWrites, choose_persistence, consume_outcome
-from multiraft.runtime.quiescence import follower_may_quiesce, quiesce_refusal
 from multiraft.runtime.ready_processor import process_ready
 from multiraft.runtime.waiters import Proposal, Waiters
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
-from raftlog.messages import RESPONSE_TYPES, ConfChange, EntryKind, Message, MessageType, Role
+from raftlog.messages import ConfChange, EntryKind, Message, MessageType, Role
 from raftlog.storage import RaftStorage
-from raftlog.types import NO_NODE, GroupId, Index, NodeId, Term
+from raftlog.types import GroupId, Index, Term
 
 __all__ = ["COMMIT_HOLD_S", "GroupDeps", "GroupRuntime", "GroupStatus", "StateMachine"]
 
 INBOX_ITEMS_MAX = 8192  # queued inputs per group; beyond it messages are shed (Raft tolerates loss)
 DRAIN_BATCH_MAX = 512  # inputs handed to the core per Ready round
-CAMPAIGN_BACKOFF_SHIFT_MAX = 3  # a replica's clock slows to 1/8 after failed campaigns (see tick)
-# After a leader's node is gone (GroupRuntime._leader_gone) its successor asks again
-# this often, this many times, in case the others learned of it after its first round.
-LEADER_GONE_RETRY_S = 0.05
-LEADER_GONE_RETRIES = 4
 
 
 class GroupRuntime:
-    def __init__(
-        self,
-        group_id: GroupId,
-        core: RaftCore,
-        store: RaftStorage,
-        state_machine: StateMachine,
-        deps: GroupDeps,
-    ) -> None:
+    def __init__(self, group_id: GroupId, core: RaftCore, store: RaftStorage, state_machine: StateMachine,
+                 deps: GroupDeps) -> None:
         self.group_id = group_id
         self._check_data = deps.check_data
         self.core = core
@@ -86,6 +75,13 @@ class GroupRuntime:
         self._ticks_offered = 0
         self.on_quiesce = deps.on_quiesce
         self.is_live = deps.is_live
+        # A leader gone quiet: the members it went quiet past (their nodes were down) and
+        # the node's tick then, to pass the quiet time on waking (`_pass_quiet_time`).
+        self.quiet_past: frozenset[int] = frozenset()
+        self.quiet_since: int | None = None
+        self._node_ticks = deps.node_ticks
+        self._pacer = deps.campaign_pacer or failover.CampaignPacer()
+        self._wake_after_ticks = deps.wake_after_ticks
         # How this group's writes become durable: chosen here, once (persistence.py).
         self.persistence, self._background = choose_persistence(store, deps, (core.term, core.vote), self._wake_task)
         self._campaign_requested = False
@@ -99,10 +95,6 @@ class GroupRuntime:
         self.on_failure = deps.on_failure
         self.host = GroupHost(group_id, core, store, state_machine, deps.send, self._waiters, deps.boundaries,
                               deps.latencies)
-
-    @property
-    def appends_refused(self) -> int:
-        return self.host.appends_refused  # appends holding a batch that is not valid
 
     def status(self) -> GroupStatus:
         return status_of(self.group_id, self.core, messages_shed=self.messages_shed,
@@ -139,10 +131,8 @@ class GroupRuntime:
 
     def hold_for_first_voter(self) -> None:
         """A new group's other voters start quiet: the first voter campaigns at once
-        (`request_campaign`) and its vote request wakes them. Were they ticking, every
-        replica that opened before the first voter's (a thousand groups open over
-        seconds on a busy node) would time out and campaign too, and those contested
-        elections are what overloads a node creating many partitions. `release_hold`
+        (`request_campaign`) and its vote request wakes them (had they ticked, a thousand
+        new groups' replicas would time out and campaign against it). `release_hold`
         wakes a replica that heard nothing, should that campaign never come."""
         if self.core.needs_repair:
             return  # a replica in repair ticks: see follower_may_quiesce
@@ -187,15 +177,17 @@ class GroupRuntime:
     def request_transfer(self, target: int) -> None:
         """Hand leadership to `target` (a no-op unless this replica leads when it runs)."""
         self.wake()
-        if not self._enqueue("transfer", target):
-            return  # the next balancing round asks again
-        self._wakeup.set()
+        if self._enqueue("transfer", target):  # if not, the next balancing round asks again
+            self._wakeup.set()
 
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
         """The leader says the group is idle; obeyed in order with the messages around it."""
-        if not self._enqueue("quiesce", (leader, term, index)):
-            return
-        self._wakeup.set()
+        self._enqueue_and_wake("quiesce", (leader, term, index))
+
+    def announce_to(self, leader: int) -> None:
+        """Tell `leader` where this replica's log ends (`RaftCore.announce`), staying quiet."""
+        if self._enqueue("announce", leader):
+            self._wakeup.set()
 
     def _enqueue(self, kind: str, item: Any) -> bool:
         """Queue an input for this group's task; False when INBOX_ITEMS_MAX already wait."""
@@ -211,9 +203,13 @@ class GroupRuntime:
             self._wakeup.set()
 
     def deliver(self, message: Message) -> None:
-        if self.quiesced and message.type not in RESPONSE_TYPES:
-            self._idle_ticks = 0  # someone did not hear this quiet leader: heard an election timeout
-        self.quiesced = self._held = False
+        if self._held and message.type in quiescence.VOTE_REQUESTS:
+            pass  # answered, still held: see quiescence.VOTE_REQUESTS
+        elif self.quiesced:  # woken: a leader counts its idle time anew, a follower wakes its leader
+            self._idle_ticks, tell = quiescence.woken_by(self.core, message, self._idle_ticks)
+            if tell and self._enqueue("announce", tell):
+                self._wakeup.set()
+            self.quiesced = self._held = False
         if not self._enqueue("message", message):
             self.messages_shed += 1  # Raft retries: shedding beats blocking the loop
         self._wakeup.set()
@@ -221,18 +217,9 @@ class GroupRuntime:
     def tick(self) -> None:
         if self.quiesced:
             return
-        failed = self._campaigns_without_leader - 1
-        if failed > 0:
-            # Campaigns that found no leader back off: after each one this replica's clock
-            # runs at half the speed, down to an eighth, until some leader is known. When
-            # a busy node's messages take longer than an election timeout, every campaign
-            # times out before its votes arrive and starts another, whose messages slow
-            # the node further; without backing off, such an election storm never ends (a
-            # thousand new partitions on a slow box did just that). Withholding ticks is
-            # as safe as quiescence: ticks only drive liveness.
-            self._ticks_offered += 1
-            if self._ticks_offered % (1 << min(failed, CAMPAIGN_BACKOFF_SHIFT_MAX)):
-                return
+        self._ticks_offered += 1
+        if campaign_backoff_skips(self._campaigns_without_leader, self._ticks_offered):
+            return
         self._pending_ticks += 1  # counted; the task wakes only if a timer may fire (pacing.py)
         if tick_due(self.core, self._pending_ticks):
             self._wakeup.set()
@@ -329,6 +316,8 @@ class GroupRuntime:
 
     def _drain(self) -> None:
         core, check_data = self.core, self._check_data
+        if self.quiet_since is not None and not self.quiesced:
+            self._pass_quiet_time()
         # Ticks that fire no timer first (time passed before what is queued), the others
         # after the inbox, capped (pacing.py); campaigns timing out count for `tick`.
         (quiet, due), self._pending_ticks = split_ticks(core, self._pending_ticks), 0
@@ -339,7 +328,7 @@ class GroupRuntime:
         for _ in range(min(len(inbox), DRAIN_BATCH_MAX)):
             kind, item = inbox.popleft()
             if kind == "message":
-                self.quiesced = False
+                self.quiesced = self.quiesced and self._held and item.type in quiescence.VOTE_REQUESTS
                 if item.type is MessageType.APPEND and item.entries and check_data is not None \
                         and not self.host.batches_valid(item, check_data, self.logger):
                     continue
@@ -347,7 +336,7 @@ class GroupRuntime:
             elif kind == "propose":
                 self._propose(*item)
             elif kind == "quiesce":
-                self.quiesced = follower_may_quiesce(core, *item)
+                self.quiesced = quiescence.follower_may_quiesce(core, *item)
             elif kind == "membership":
                 self._propose_membership(*item)
             elif kind == "transfer":
@@ -355,8 +344,12 @@ class GroupRuntime:
                     core.transfer_leadership(item)
             elif kind == "leader_gone":
                 self._leader_gone(item)
+            elif kind == "announce":
+                core.announce(item)
+            elif kind == "gone_campaign":
+                self._campaign_for(item)
             elif kind == "gone_retry":
-                self._campaign_again()
+                failover.campaign_again(core)
             else:
                 self._read(*item)
         self._consider_quiescing(quiet + due)
@@ -369,32 +362,25 @@ class GroupRuntime:
             self._release_isr_waiters()
 
     def _leader_gone(self, leader: int) -> None:
-        """Failover without waiting out an election timeout: a follower of a leader whose
-        process is gone (a kill -9 closes its sockets; a live node never refuses a
-        connection) stops honouring its lease, and the lowest-numbered voter left that
-        this node hears campaigns at once. Only that one: two campaigning together would
-        split the vote and both wait out a timeout. If it is not heard by the others, or
-        they have not noticed yet, the timers elect someone as before."""
-        core = self.core
-        if core.role is not Role.FOLLOWER or core.leader != leader:
+        """See failover.py: the successor campaigns when the node's pacer says, the other
+        survivors hold for it; neither side's timers campaign meanwhile."""
+        succession = failover.forget_dead_leader(self.core, leader, self.is_live)
+        if succession is failover.Succession.NONE:
             return
-        core.forget_leader(NodeId(leader))
-        left = [v for v in core.membership.voters if v != leader and (v == core.id or self.is_live(v))]
-        if left and min(left) == core.id:
-            self.logger.info("campaign_leader_gone", leader=leader)
-            core.campaign()
-            # The others may learn of it a few milliseconds after us and ignore this
-            # round (the dead leader's lease): ask again, a bounded number of times.
-            loop = asyncio.get_running_loop()
-            for attempt in range(1, LEADER_GONE_RETRIES + 1):
-                loop.call_later(attempt * LEADER_GONE_RETRY_S, self._enqueue_and_wake, "gone_retry", leader)
+        self.quiesced = self._held = True
+        if succession is failover.Succession.OTHER:
+            asyncio.get_running_loop().call_later(self._pacer.others_hold_s, self.release_hold)
+        else:
+            self._pacer.request(self.group_id, lambda: self._enqueue_and_wake("gone_campaign", leader))
 
-    def _campaign_again(self) -> None:
-        """A retry of _leader_gone's campaign, while still no leader is known and no real
-        election of ours is under way (a new term for nothing would only disturb)."""
-        core = self.core
-        if core.leader == NO_NODE and core.role in (Role.FOLLOWER, Role.PRE_CANDIDATE):
-            core.campaign()
+    def _campaign_for(self, leader: int) -> None:
+        self.wake()
+        if not failover.campaign_now(self.core, leader, self.logger):
+            self._pacer.done(self.group_id)
+            return
+        loop = asyncio.get_running_loop()  # asked again, a little later each time (failover.py)
+        for attempt in range(1, failover.LEADER_GONE_RETRIES + 1):
+            loop.call_later(attempt * failover.LEADER_GONE_RETRY_S, self._enqueue_and_wake, "gone_retry", leader)
 
     def _enqueue_and_wake(self, kind: str, item: Any) -> None:
         if self._task is not None and self._enqueue(kind, item):
@@ -441,27 +427,40 @@ class GroupRuntime:
             self._wakeup.set()
 
     def _take_persist_reports(self, background: BackgroundWrites) -> None:
-        """Background writes reported durable: the core counts them; acks=leader may answer.
-        A failed one raises here: the group fails (and is reopened), as on any failed flush."""
+        """Background writes reported durable: the core counts them; acks=leader may answer
+        (a failed one raises: the group fails and is reopened, as on any failed flush)."""
         for index, term in background.take_reports():
             self.core.persisted(index, term)
         if self._waiters.persisted:
             self._waiters.release_persisted(self.core.log.stable_last_index())
 
     def _consider_quiescing(self, ticks: int) -> None:
-        """A leader idle for an election timeout goes quiet and tells its followers."""
+        """A leader idle for an election timeout goes quiet and tells its followers, past
+        members whose nodes are down if need be, woken when one leaves the ISR (quiescence.py)."""
         core = self.core
         if self.quiesced or not ticks or core.role is not Role.LEADER:
             return
-        if quiesce_refusal(core) is not None or not all(
-            self.is_live(node) for node in core.membership.members if node != core.id
-        ):
+        absent = quiescence.absent_members(core, self.is_live)
+        if quiescence.quiesce_refusal(core, absent) is not None:
             self._idle_ticks = 0
             return
         self._idle_ticks += ticks
         if self._idle_ticks >= core.config.election_timeout_ticks and self.on_quiesce is not None:
             self.quiesced = True
+            self.quiet_past = absent
+            self.quiet_since = self._node_ticks() if self._node_ticks is not None else None
             self.on_quiesce(self.group_id, core.term, core.log.last_index())
+            due = quiescence.ticks_until_isr_drops(core, absent) if absent else None
+            if due is not None and self._wake_after_ticks is not None:
+                self._wake_after_ticks(due, self)
+
+    def _pass_quiet_time(self) -> None:
+        """Awake after a quiet spell as leader: it passed for the ISR (`RaftCore.pass_quiet_time`)."""
+        assert self._node_ticks is not None and self.quiet_since is not None
+        quiet = self._node_ticks() - self.quiet_since - self._pending_ticks
+        self.quiet_since, self.quiet_past = None, frozenset()
+        core = self.core
+        core.pass_quiet_time(max(0, quiet), [n for n in core.membership.members if self.is_live(n)])
 
     def _release_isr_waiters(self) -> None:
         """acks=all: release writes every in-sync replica has acknowledged."""
@@ -482,6 +481,7 @@ class GroupRuntime:
             self._known_leader = leader
             if leader:
                 self.leader_changes += 1
+                self._pacer.done(self.group_id)  # a succession campaign, if any, is over
         role = self.core.role
         if role is self._role:
             return

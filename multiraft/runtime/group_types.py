@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from multiraft.runtime.failover import CampaignPacer
 from multiraft.runtime.histograms import NodeLatencies
 from multiraft.runtime.ready_processor import Persistence
 from raftlog.core.raft import RaftCore
@@ -80,9 +81,15 @@ class GroupDeps:
     check_data: Callable[[bytes], object] | None = None
     on_quiesce: Callable[[GroupId, int, int], None] | None = None
     on_failure: Callable[[GroupId], None] | None = None
-    # Node-level liveness of a peer; a group with a silent member never goes quiet
-    # (its leader must keep ticking so the ISR notices).
+    # Node-level liveness of a peer: a leader may go quiet past members whose nodes are
+    # not live (quiescence.py), and credits live ones for CheckQuorum (pacing.py).
     is_live: Callable[[int], bool] = _always_live
+    # The node's tick count (the ticker's): how long a leader was quiet, passed to its
+    # ISR when it wakes (`RaftCore.pass_quiet_time`). None: quiet time is not passed.
+    node_ticks: Callable[[], int] | None = None
+    # Wake this runtime after that many node ticks if it is still quiet in the same spell
+    # (a leader quiet past an absent member still in its ISR: it leaves it then).
+    wake_after_ticks: Callable[[int, Any], None] | None = None
     # Cross-group group commit (multiraft/runtime/flusher.py); None: the store syncs alone.
     sync: Callable[[Any], Awaitable[None]] | None = None
     store_lazily: Callable[[Any], None] | None = None
@@ -90,6 +97,9 @@ class GroupDeps:
     # A leader's own appends: made durable without waiting (persistence.BackgroundWrites);
     # None: the leader waits for them like any replica.
     sync_in_background: Callable[[Any], asyncio.Future[None]] | None = None
+    # The node's pacer of successor campaigns after a leader's node is gone (failover.py);
+    # None: a pacer of this group's own (it campaigns at once).
+    campaign_pacer: CampaignPacer | None = None
     latencies: NodeLatencies | None = None  # node-wide histograms (/metrics)
     # Partition state at closed-segment ends, for retention; None: no retention here.
     boundaries: SegmentBoundaries | None = None

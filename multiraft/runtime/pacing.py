@@ -68,3 +68,21 @@ def run_ticks(core: RaftCore, ticks: int, is_live: Callable[[int], bool]) -> int
         if core.election_elapsed <= elapsed and core.role in _CAMPAIGNING:
             timeouts += 1
     return timeouts
+
+
+# A replica's clock slows to 1/8 at most after failed campaigns (`campaign_backoff_skips`).
+CAMPAIGN_BACKOFF_SHIFT_MAX = 3
+
+
+def campaign_backoff_skips(campaigns_without_leader: int, ticks_offered: int) -> bool:
+    """Is this tick (the `ticks_offered`-th) withheld? Campaigns that found no leader back
+    off: after each one past the first, the replica's clock runs at half the speed, down
+    to an eighth, until some leader is known. When a busy node's messages take longer
+    than an election timeout, every campaign times out before its votes arrive and starts
+    another, whose messages slow the node further; without backing off, such an election
+    storm never ends (a thousand new partitions on a slow box did just that).
+    Withholding ticks is as safe as quiescence: ticks only drive liveness."""
+    failed = campaigns_without_leader - 1
+    if failed <= 0:
+        return False
+    return bool(ticks_offered % (1 << min(failed, CAMPAIGN_BACKOFF_SHIFT_MAX)))

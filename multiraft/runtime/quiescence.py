@@ -6,7 +6,17 @@ whole log, everything is committed and applied, no read or transfer pending)
 tells its followers to go quiet and stops ticking itself; they stop ticking too.
 A quiet group wakes on any message, proposal or read, and a quiet follower wakes
 when the leader's *node* stops answering (node-level pings), so a dead leader is
-still replaced. A replica in repair (its damaged log was cut at restart) never goes
+still replaced.
+
+A leader may go quiet past members whose nodes are down (CockroachDB quiesces a
+range past followers on non-live nodes, and wakes it when one is live again): the
+others hold the whole log, and the live voters with it make a quorum. Otherwise a
+node that lost a peer keeps every group it shares with that peer ticking, sending
+heartbeats nobody answers: at 10,000 partitions on three nodes, that load slowed
+the elections after a kill to a minute (docs/scale.md). The node wakes such a
+leader when an absent member's node is heard again (to catch it up) and when an
+absent member would leave the ISR (its time passes while quiet:
+`RaftCore.pass_quiet_time`). A replica in repair (its damaged log was cut at restart) never goes
 quiet: its clock is what makes it tell a quiet leader, which still credits it with
 the whole log, that it came back short. Quiescence only withholds ticks, and ticks only drive liveness:
 the simulator's tick-freeze fault (`FaultMix.quiesce`) checks safety is untouched.
@@ -17,12 +27,23 @@ refuses, as CockroachDB's `shouldReplicaQuiesce` does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from raftlog.core.quorum import has_quorum
 from raftlog.core.raft import RaftCore
-from raftlog.messages import Role
+from raftlog.messages import RESPONSE_TYPES, Message, MessageType, Role
+from raftlog.types import NodeId
 
 
-def quiesce_refusal(core: RaftCore) -> str | None:
-    """None if this leader may quiesce its group now, else the reason it may not."""
+def absent_members(core: RaftCore, is_live: Callable[[int], bool]) -> frozenset[NodeId]:
+    """The members other than this replica whose nodes are not live."""
+    return frozenset(n for n in core.membership.members if n != core.id and not is_live(n))
+
+
+def quiesce_refusal(core: RaftCore, absent: frozenset[NodeId] = frozenset()) -> str | None:
+    """None if this leader may quiesce its group now, else the reason it may not.
+    Members in `absent` (their nodes are down) may lack entries, as long as the
+    voters left make a quorum."""
     if core.role is not Role.LEADER:
         return "not_leader"
     last = core.log.last_index()
@@ -36,13 +57,54 @@ def quiesce_refusal(core: RaftCore) -> str | None:
         return "pending_reads"
     if core.log.unstable:
         return "unstable_entries"
+    if absent and not has_quorum(core.membership.voters, core.membership.voters - absent):
+        return "no_live_quorum"
     for node in sorted(core.membership.members):
-        if node == core.id:
+        if node == core.id or node in absent:
             continue
         progress = core.progress(node)
         if progress is None or progress.match != last:
             return f"follower_{node}_behind"
     return None
+
+
+def ticks_until_isr_drops(core: RaftCore, absent: frozenset[NodeId]) -> int | None:
+    """Ticks until the first `absent` member still in this leader's ISR leaves it (the
+    tick its lag passes the lag time), or None if none is in the ISR."""
+    lag_ticks_max = core.config.replica_lag_time_max_ticks
+    in_sync = core.in_sync_replicas() & absent
+    if not in_sync:
+        return None
+    lags = core.follower_lag_ticks()
+    return max(1, min(lag_ticks_max - lags.get(node, 0) + 1 for node in in_sync))
+
+
+# A held replica (a new group's other voter, a survivor waiting for a dead leader's
+# successor, a reopened replica waiting for the preferred one: `GroupRuntime.hold_for_first_voter`)
+# answers these and stays held: the campaign it waits for is the one asking, and a
+# replica that started ticking here would time out and campaign against it whenever
+# the candidate's next round is slower than an election timeout (a loaded node, a full
+# restart at 10,000 partitions: 18,000 split candidate rounds a node). The winner's
+# first append or heartbeat wakes it; the hold's timer, if no winner comes.
+VOTE_REQUESTS = frozenset({MessageType.PRE_VOTE, MessageType.VOTE})
+
+
+def woken_by(core: RaftCore, message: Message, idle_ticks: int) -> tuple[int, int]:
+    """A quiet replica wakes for `message`: its idle count from now on, and the leader to
+    tell it woke (0: none).
+
+    A quiet leader woken by anything but an answer counts its idle time anew: someone
+    did not hear it for an election timeout. A quiet follower woken by anyone but its
+    leader (a restarted replica's vote request, say) starts ticking while its leader,
+    still quiet, sends nothing: it would time out and campaign against a working
+    leader. So it tells the leader it woke (`RaftCore.announce`), which wakes it: the
+    leader heartbeats, or goes quiet again and tells its followers so (CockroachDB's
+    follower "unquiesce and wake leader")."""
+    if message.type not in RESPONSE_TYPES:
+        idle_ticks = 0
+    leader = core.leader
+    tell = leader if core.role is Role.FOLLOWER and leader and message.source != leader else 0
+    return idle_ticks, tell
 
 
 def follower_may_quiesce(core: RaftCore, leader: int, term: int, index: int) -> bool:

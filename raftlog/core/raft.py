@@ -16,7 +16,7 @@ transfer uses TimeoutNow; membership changes add or remove one server at a time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from raftlog.core.config import Config
@@ -281,6 +281,43 @@ class RaftCore:
         progress = self._progress.get(node)
         if self.role is Role.LEADER and progress is not None:
             progress.recent_active = True
+
+    def pass_quiet_time(self, ticks: int, present: Iterable[NodeId]) -> None:
+        """A quiet leader wakes after the driver withheld `ticks` ticks (quiescence): that
+        time still passed for the ISR, which is measured in ticks. Members `present` (the
+        driver sees their nodes live now) that hold the whole log count as caught up all
+        along: the log did not grow while the group was quiet. Any other member ages by
+        `ticks`, and leaves the ISR if its lag passes the limit, as it would have had the
+        group ticked. Why: a leader may go quiet past a member whose node is down (its
+        ticks would only send heartbeats nobody answers, thousands of groups of them on
+        a node that lost a peer); without this its ISR would keep the dead member until
+        the group had ticked for the whole lag time again.
+
+        No timer moves and nothing is sent: only `now_ticks` and the ISR's samples. A
+        no-op on anyone but a leader (a follower's `now_ticks` measures nothing)."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        assert ticks >= 0
+        if self.role is not Role.LEADER or ticks == 0:
+            return
+        self.now_ticks += ticks
+        last = self.log.last_index()
+        self._in_sync.sample(self.now_ticks, last)
+        for node in present:
+            progress = self._progress.get(node)
+            if node != self.id and progress is not None and progress.match >= last:
+                self._in_sync.record_match(node, progress.match, self.now_ticks, last)
+
+    def announce(self, target: NodeId) -> None:
+        """Tell `target` (the leader the driver heard of) where this follower's log ends,
+        as a replica in repair does (`_say_log_end`). For a replica reopened after a
+        restart that knows no leader yet: the message wakes a quiet leader, whose
+        heartbeats then find this replica and catch it up, instead of this replica
+        ticking until it campaigns (thousands of pre-vote rounds on a node reopening
+        thousands of groups). Whatever the leader's term, a message is all this is: a
+        stale one is dropped, and a wrong target ignores it."""
+        assert self._outstanding is None, "no input between ready() and advance()"
+        if self.role is Role.FOLLOWER and target != self.id:
+            self._say_log_end(target)
 
     def read_index(self, context: bytes) -> None:
         """Ask for a linearizable read point; a `ReadState` with `context` arrives in a Ready."""

@@ -105,9 +105,9 @@ async def test_a_follower_drops_an_append_holding_an_invalid_batch(cluster: Clus
                       term=leader.core.term, log_term=follower.core.log.last_term(), index=last,
                       entries=(Entry(Index(last + 1), leader.core.term, EntryKind.DATA, bad),),
                       commit=follower.core.commit_index)
-    refused = follower.appends_refused
+    refused = follower.status().appends_refused
     follower.deliver(message)
-    await until(lambda: follower.appends_refused == refused + 1, "the append refused")
+    await until(lambda: follower.status().appends_refused == refused + 1, "the append refused")
     assert follower.core.log.last_index() == last
 
 

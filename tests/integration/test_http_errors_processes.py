@@ -33,7 +33,10 @@ LEADERSHIP_TRANSFER_IN_PROGRESS (leader loss, overload or a moving leader, not
 client input), MEMBERSHIP_CHANGE_IN_PROGRESS, INVALID_MEMBERSHIP_CHANGE,
 INVALID_REPLICA_ASSIGNMENT, UNKNOWN_NODE (internal commands no HTTP input
 reaches), RESOURCE_EXHAUSTED (2**63 ids), TOO_MANY_CONSUMER_GROUPS (10,000
-group commits on one partition), CLUSTER_NOT_READY (a node not live: the
+group commits on one partition), GROUP_MAX_SIZE_REACHED (100 members in one
+group; the state machine's unit test provokes it; the other consumer group member
+codes are provoked over real processes in test_consumer_groups_processes.py),
+CLUSTER_NOT_READY (a node not live: the
 shared cluster must not lose one; tests/http/test_readiness.py provokes it). NOT_ENOUGH_REPLICAS because live replicas are
 fewer than `min_insync_replicas` needs a node stopped, which the shared cluster
 must not suffer; the same check (`check_min_insync`) answers for RF < minimum,
@@ -78,6 +81,7 @@ GOOD_BATCH = encode_batch([Record(b"k", b"v")], first_timestamp_ms=1)
 TRACEBACK_MARKERS = ("Traceback", 'File "', "Error(")
 
 SKIPPED = {
+    "GROUP_MAX_SIZE_REACHED": "needs 100 members in one group; tests/unit/test_consumer_groups.py provokes it",
     "INTERNAL": "a server bug by definition; every answer here is checked not to be a 500",
     "REQUEST_TIMEOUT": "needs a body stalled past BODY_READ_TIMEOUT_S (30 s), not settable on `raftlog serve`",
     "TIMEOUT": "the cluster not answering within 15 s: leader loss or a network partition",
@@ -97,7 +101,10 @@ SKIPPED = {
 # Codes (and statuses) provoked by the dedicated tests below rather than by CASES.
 COVERED_BY_TESTS = {"NOT_LEADER": 421, "NOT_ENOUGH_REPLICAS": 503, "INVALID_PRODUCER_EPOCH": 409,
                     "OUT_OF_ORDER_SEQUENCE": 409, "OFFSET_OUT_OF_RANGE": 416, "REQUEST_TOO_LARGE": 413,
-                    "TOPIC_EXISTS": 409}
+                    "TOPIC_EXISTS": 409,
+                    # Consumer group members: tests/integration/test_consumer_groups_processes.py.
+                    "FENCED_MEMBER_EPOCH": 409, "PARTITION_NOT_ASSIGNED": 409, "UNKNOWN_MEMBER_ID": 404,
+                    "NON_EMPTY_GROUP": 409, "INCONSISTENT_GROUP_CONFIG": 409}
 
 
 def _corrupt(data: bytes) -> bytes:

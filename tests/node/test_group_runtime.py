@@ -350,7 +350,10 @@ async def test_a_held_replica_waits_for_the_first_voter_and_wakes_for_it() -> No
         cluster.isolated.clear()
         cluster.runtimes[1].request_campaign()
         leader = await cluster.leader()
-        assert leader is cluster.runtimes[1] and not any(r.quiesced for r in held)
+        assert leader is cluster.runtimes[1]
+        async with asyncio.timeout(5):  # woken by the leader's first append, not by its votes
+            while any(r.quiesced for r in held):
+                await asyncio.sleep(0.005)
 
         lone = Cluster()
         waiting = lone.runtimes[2]
@@ -360,6 +363,30 @@ async def test_a_held_replica_waits_for_the_first_voter_and_wakes_for_it() -> No
         waiting.quiesced = True  # later quiet for the ordinary reason
         waiting.release_hold()
         assert waiting.quiesced, "a stale release does not wake it"
+
+
+@pytest.mark.asyncio
+async def test_a_held_replica_answers_vote_requests_and_stays_held() -> None:
+    """A held replica answers the campaign it waits for without starting its own clock:
+    ticking, it would campaign against that candidate whenever the candidate's next round
+    was slower than an election timeout (a full restart at 10,000 partitions). A message
+    of any other kind wakes it."""
+    cluster = Cluster()
+    held = cluster.runtimes[2]
+    held.hold_for_first_voter()
+    cluster.isolated.update({1, 3})  # the candidate's next rounds never come, nor anyone else's
+    async with cluster.running():
+        core = held.core
+        for kind in (MessageType.PRE_VOTE, MessageType.VOTE):
+            held.deliver(Message(type=kind, source=3, target=2, term=core.term + 1,
+                                 index=core.log.last_index(), log_term=core.log.last_term()))
+        await asyncio.sleep(0.5)  # many election timeouts of 5 ms ticks
+        assert held.quiesced and held.core.role is Role.FOLLOWER and held.elections == 0
+        assert held.core.vote == 3, "it answered: voted for the candidate"
+        held.deliver(Message(type=MessageType.HEARTBEAT, source=3, target=2, term=held.core.term))
+        async with asyncio.timeout(5):
+            while held.quiesced:
+                await asyncio.sleep(0.005)
 
 
 @pytest.mark.asyncio

@@ -49,6 +49,7 @@ class FakeLog:
 class FakeCore:
     voters: set[int]
     role: Role = Role.LEADER
+    leader: int = 1
     isr: set[int] = field(default_factory=lambda: {1, 2, 3})
     matches: dict[int, int] = field(default_factory=lambda: {1: 5, 2: 5, 3: 5})
     log: FakeLog = field(default_factory=FakeLog)
@@ -214,6 +215,32 @@ def test_nothing_moves_while_settling_after_a_topic_creation() -> None:
     node.runtime(0).core.role = Role.LEADER
     assert balance.balance_now() == 0
     clock.now += SETTINGS.settle_s
+    assert balance.balance_now() == 1
+
+
+def test_nothing_moves_while_settling_after_a_peer_falls_silent() -> None:
+    # A node lost (kill -9): its partitions are being elected on the survivors; a transfer
+    # now would depose a leader just elected (at 10,000 partitions, hundreds of them).
+    node, balance, clock = balancer()
+    node.live[3] = False
+    assert balance.balance_now() == 0, "node 2 is ready, but node 3 fell silent just now"
+    clock.now += SETTINGS.settle_s - 0.5
+    assert balance.balance_now() == 0
+    clock.now += 0.5
+    assert balance.balance_now() == 1
+    assert node.runtime(0).transfers == [2]
+
+
+def test_nothing_moves_while_a_group_here_knows_no_leader() -> None:
+    # After a full restart thousands of elections run; a transfer then only races them.
+    node, balance, clock = balancer(partitions=2)
+    node.runtime(1).core.leader = 0
+    node.runtime(1).core.role = Role.FOLLOWER
+    assert balance.balance_now() == 0, "partition 0 could go home, but partition 1 has no leader"
+    node.runtime(1).core.leader = 2  # elected
+    clock.now += SETTINGS.settle_s - 0.5
+    assert balance.balance_now() == 0, "settling since the leaderless group was last seen"
+    clock.now += 0.5
     assert balance.balance_now() == 1
 
 

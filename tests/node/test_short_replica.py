@@ -21,6 +21,7 @@ import pytest
 
 from multiraft.http.view import partition_view
 from multiraft.node.node import Node
+from multiraft.runtime.group import GroupRuntime
 from raftlog.messages import Message, MessageType
 from storage.segment import parse_segment_name
 from tests.node.test_node_cluster import (
@@ -62,19 +63,21 @@ def _flip_bytes_in_a_closed_segment(node: Node, group: int, where: str) -> None:
         file.write(bytes(byte ^ 0xFF for byte in data))
 
 
-def _hold_appends(node: Node, group: int, held: list[tuple[Any, Message]]) -> None:
-    """Hold the appends reaching `node`'s replica (its new runtime after the reopen), so the
-    moment between the leader learning it is short and its refill lasts long enough to
-    look at the ISR; heartbeats and everything else pass."""
-    runtime = node.groups[group]
+def _hold_appends(node_id: int, group: int, held: list[tuple[Any, Message]]) -> None:
+    """Hold the appends reaching node `node_id`'s replica of `group`, so the moment between
+    the leader learning it is short and its refill lasts long enough to look at the ISR;
+    heartbeats and everything else pass. Installed on the class before the node starts
+    (the three nodes share one process): the reopened replica tells its leader where
+    its log ends as soon as it opens (`RaftCore.announce`), and the refill begins at once."""
+    real = GroupRuntime.deliver
 
-    def hold(message: Message, deliver: Any = runtime.deliver) -> None:
-        if message.type is MessageType.APPEND:
-            held.append((deliver, message))
+    def hold(runtime: GroupRuntime, message: Message) -> None:
+        if message.type is MessageType.APPEND and runtime.group_id == group and runtime.core.id == node_id:
+            held.append((lambda m, r=runtime: real(r, m), message))
         else:
-            deliver(message)
+            real(runtime, message)
 
-    runtime.deliver = hold  # type: ignore[method-assign]
+    GroupRuntime.deliver = hold  # type: ignore[method-assign]
 
 
 @pytest.mark.integration
@@ -112,20 +115,21 @@ async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(
         await nodes[position].stop()
         _flip_bytes_in_a_closed_segment(nodes[position], group, where)
         follower = nodes[position] = Node(nodes[position].config)
-        await follower.start()
-
-        def in_repair() -> bool:
-            store = follower.stores.get(group)
-            return store is not None and store.recovery.needs_repair and group in follower.groups
-
-        await until(in_repair, "the reopen cut the damaged log and marked it for repair", 30)
-        assert follower.stores[group].last_index() < last, "the replica is short"
-        if where == "start":
-            assert follower.stores[group].last_index() == 0, "nothing left, membership included"
         held: list[tuple[Any, Message]] = []
-        _hold_appends(follower, group, held)
+        real_deliver = GroupRuntime.deliver
+        _hold_appends(follower.id, group, held)
         info = leader.catalog.topics[TOPIC].partitions[0]
         try:
+            await follower.start()
+
+            def in_repair() -> bool:
+                store = follower.stores.get(group)
+                return store is not None and store.recovery.needs_repair and group in follower.groups
+
+            await until(in_repair, "the reopen cut the damaged log and marked it for repair", 30)
+            assert follower.stores[group].last_index() < last, "the replica is short"
+            if where == "start":
+                assert follower.stores[group].last_index() == 0, "nothing left, membership included"
             # No write from here on. The leader learns the replica is short (its appends
             # to it begin) and drops it from the ISR at once.
             await until(lambda: held, "the leader starts refilling the short replica", REFILL_TIMEOUT_S)
@@ -135,7 +139,7 @@ async def test_a_short_replica_of_an_idle_partition_is_refilled_without_a_write(
             await asyncio.sleep(HOLD_S)
             assert follower.id not in partition_view(leader.api, info)["isr"], "still short: still out"
         finally:
-            del follower.groups[group].deliver  # the class's method again
+            GroupRuntime.deliver = real_deliver  # type: ignore[method-assign]
             for deliver, message in held:
                 deliver(message)
 

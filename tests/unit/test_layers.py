@@ -41,12 +41,15 @@ ROOM_MAY_IMPORT: dict[str, frozenset[str]] = {
     "transport": frozenset({"net"}),
     "state": frozenset(),
     "metadata": frozenset(),
+    # Consumer groups: the state machine group 0 applies beside the catalog (pure, as state/).
+    "consumer_groups": frozenset(),
     "runtime": frozenset({"transport", "state", "metadata"}),
-    "node": frozenset({"net", "transport", "runtime", "state", "metadata"}),
+    "node": frozenset({"net", "transport", "runtime", "state", "metadata", "consumer_groups"}),
     # http imports metadata and, of the node, only its narrow API (`node.api`, below).
     "http": frozenset({"metadata", "net"}),
     "client": frozenset(),
-    "cli": frozenset({"net", "transport", "runtime", "state", "metadata", "node", "http", "client"}),
+    "cli": frozenset({"net", "transport", "runtime", "state", "metadata", "consumer_groups", "node", "http",
+                      "client"}),
 }
 # Single modules a room may import beyond its rooms.
 MODULES_ALLOWED: dict[str, frozenset[str]] = {
@@ -54,7 +57,7 @@ MODULES_ALLOWED: dict[str, frozenset[str]] = {
     "client": frozenset({"multiraft.state.partitioner"}),
 }
 # Rooms that hold state machines: no I/O, no event loop.
-PURE_ROOMS = frozenset({"state", "metadata"})
+PURE_ROOMS = frozenset({"state", "metadata", "consumer_groups"})
 IO_MODULES = frozenset({"asyncio", "aiohttp", "socket", "ssl", "selectors", "subprocess", "threading"})
 # The project outside multiraft/: what each may import of multiraft.
 OUTSIDE_MAY_IMPORT: dict[str, frozenset[str]] = {

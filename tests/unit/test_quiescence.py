@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import random
 
-from multiraft.runtime.quiescence import follower_may_quiesce, quiesce_refusal
+from multiraft.runtime.quiescence import (
+    absent_members,
+    follower_may_quiesce,
+    quiesce_refusal,
+    ticks_until_isr_drops,
+    woken_by,
+)
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
 from raftlog.messages import Message, MessageType, Role
@@ -147,3 +153,72 @@ def test_a_replica_cut_before_its_configuration_asks_the_drivers_contacts() -> N
     assert short.log.last_index() == leader.log.last_index(), "refilled from index 1"
     assert short.membership.voters == {1, 2, 3}, "its membership came back with its log"
     assert leader.in_sync_replicas() == {1, 2, 3}
+
+
+def test_a_leader_may_quiesce_past_members_whose_nodes_are_down() -> None:
+    # Goal: node 3 is down (a kill) and the leader's new entry never reached it. With node 3
+    # absent the leader may go quiet (1 and 2 make a quorum and hold everything); without
+    # that knowledge it may not; and with two of three absent there is no quorum left.
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    leader.propose([b"after the kill"])
+    cluster.stabilize(down=frozenset({3}))
+    assert quiesce_refusal(leader) == "follower_3_behind"
+    assert quiesce_refusal(leader, frozenset({NodeId(3)})) is None
+    assert quiesce_refusal(leader, frozenset({NodeId(2), NodeId(3)})) == "no_live_quorum"
+    leader.propose([b"unreplicated"])
+    assert quiesce_refusal(leader, frozenset({NodeId(3)})) == "uncommitted_entries"
+
+
+def test_absent_members_are_those_whose_nodes_are_not_live() -> None:
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    assert absent_members(leader, lambda node: node != 3) == {3}
+    assert absent_members(leader, lambda node: False) == {2, 3}, "never itself"
+
+
+def test_quiet_time_passes_for_the_isr_and_the_absent_member_leaves_it() -> None:
+    # Goal: a leader quiet past absent node 3 wakes after more than the lag time: node 3
+    # leaves the ISR at once (its time passed while the group was quiet), node 2, present
+    # and holding the whole log, stays in. Before the lag time, node 3 is still in; the
+    # node's timer (`ticks_until_isr_drops`) names the tick it leaves.
+    lag = 20
+    cluster = Cluster(replica_lag_time_max_ticks=lag)
+    leader = cluster.elect(1)
+    cluster.stabilize()
+    assert leader.in_sync_replicas() == {1, 2, 3}
+    absent = frozenset({NodeId(3)})
+    due = ticks_until_isr_drops(leader, absent)
+    assert due == lag + 1
+    assert ticks_until_isr_drops(leader, frozenset()) is None
+    leader.pass_quiet_time(due - 1, present=[NodeId(1), NodeId(2)])
+    assert leader.in_sync_replicas() == {1, 2, 3}, "not yet past the lag time"
+    assert ticks_until_isr_drops(leader, absent) == 1
+    leader.pass_quiet_time(1, present=[NodeId(1), NodeId(2)])
+    assert leader.in_sync_replicas() == {1, 2}
+    assert ticks_until_isr_drops(leader, absent) is None
+    # A long quiet spell with everyone present changes nothing (the normal quiet group).
+    leader.pass_quiet_time(10 * lag, present=[NodeId(1), NodeId(2), NodeId(3)])
+    assert leader.in_sync_replicas() == {1, 2, 3}, "back and holding the whole log: in sync"
+    follower = cluster.cores[2]
+    ticks = follower.now_ticks
+    follower.pass_quiet_time(5, present=[])
+    assert follower.now_ticks == ticks, "a no-op on a follower"
+
+
+def test_a_quiet_follower_woken_by_another_replica_tells_its_leader() -> None:
+    # Goal (CockroachDB's "unquiesce and wake leader"): a quiet follower woken by a vote
+    # request from a restarted replica names its leader to tell, so the quiet leader wakes
+    # and heartbeats (or quiets it again) before the follower's clock runs out; a message
+    # from the leader itself, or an answer to a quiet leader, tells nobody.
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    cluster.stabilize()
+    follower = cluster.cores[2]
+    vote = Message(type=MessageType.PRE_VOTE, source=3, target=2, term=leader.term + 1,
+                   index=follower.log.last_index(), log_term=follower.log.last_term())
+    assert woken_by(follower, vote, idle_ticks=7) == (0, 1)
+    assert woken_by(follower, _heartbeat(leader, follower), idle_ticks=7) == (0, 0)
+    answer = Message(type=MessageType.HEARTBEAT_RESPONSE, source=2, target=1, term=leader.term)
+    assert woken_by(leader, answer, idle_ticks=7) == (7, 0), "an answer: the idle count stands"
+    assert woken_by(leader, vote, idle_ticks=7) == (0, 0), "a leader tells nobody"

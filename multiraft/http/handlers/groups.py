@@ -1,5 +1,11 @@
 """Consumer group offsets, committed through each partition's own Raft group.
 
+A commit names its member (`member_id`, `member_epoch`): the group coordinator checks
+that the member is current and owns every partition it commits (multiraft/node/
+group_reads.py). A commit without a member is taken only while the group has no
+members (a consumer that assigns partitions itself), or as an admin reset
+(`"admin_reset": true`, the admin right).
+
 A commit is ordered with the records it points at and is linearizable to read
 (the partition leader confirms its leadership first), so every node answers
 the same committed offsets. A delete removes the group from every partition that
@@ -12,16 +18,17 @@ from __future__ import annotations
 from aiohttp import web
 
 from multiraft.errors import InvalidRequest
-from multiraft.http.access import require
+from multiraft.http.access import require, require_admin
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import GROUP_COMMITS_PER_REQUEST_MAX
-from multiraft.http.params import json_object
-from multiraft.node.api import GROUP_NAME_PATTERN, OffsetCommit
+from multiraft.http.params import int_field, json_object
+from multiraft.node.api import GROUP_NAME_PATTERN, OffsetCommit, group_limits
 
 _COMMIT_FIELDS = {"topic", "partition", "offset", "metadata"}
+_COMMIT_BODY_FIELDS = {"offsets", "member_id", "member_epoch", "admin_reset"}
 
 
-def _group(request: web.Request) -> str:
+def group_name(request: web.Request) -> str:
     group = request.match_info["group"]
     if not GROUP_NAME_PATTERN.fullmatch(group):
         raise InvalidRequest(f"consumer group name must match {GROUP_NAME_PATTERN.pattern}")
@@ -30,13 +37,22 @@ def _group(request: web.Request) -> str:
 
 async def commit_offsets(request: web.Request) -> web.Response:
     node = node_of(request)
-    group = _group(request)
+    group = group_name(request)
     body = await json_object(request)
     offsets = body.get("offsets")
-    if set(body) - {"offsets"} or not isinstance(offsets, list) or not offsets:
+    if set(body) - _COMMIT_BODY_FIELDS or not isinstance(offsets, list) or not offsets:
         raise InvalidRequest("body is {\"offsets\": [{\"topic\", \"partition\", \"offset\"}, ...]}")
     if len(offsets) > GROUP_COMMITS_PER_REQUEST_MAX:
         raise InvalidRequest(f"at most {GROUP_COMMITS_PER_REQUEST_MAX} offsets per request")
+    member_id = body.get("member_id")
+    if member_id is not None:
+        group_limits.check_member_id(member_id)
+    member_epoch = int_field(body, "member_epoch", 0 if member_id is None else None, low=0, high=group_limits.EPOCH_MAX)
+    admin_reset = body.get("admin_reset", False)
+    if not isinstance(admin_reset, bool):
+        raise InvalidRequest("admin_reset is true or false")
+    if admin_reset:
+        require_admin(request)
     commits = []
     for i, item in enumerate(offsets):
         if not isinstance(item, dict) or set(item) - _COMMIT_FIELDS:
@@ -46,7 +62,8 @@ async def commit_offsets(request: web.Request) -> web.Response:
         node.partition_group(commit.topic, commit.partition)  # 404 for unknown topic or partition
         require(request, "read", commit.topic)  # a group commits where it reads (Kafka: READ on the topic)
         commits.append(commit)
-    await bounded(node.commit_offsets(group, commits), "offset commit")
+    await bounded(node.group_commit(group, member_id, member_epoch, commits, admin_reset=admin_reset),
+                  "offset commit")
     return web.json_response({"offsets": [
         {"topic": c.topic, "partition": c.partition, "offset": c.offset, "metadata": c.metadata} for c in commits
     ]})
@@ -54,7 +71,7 @@ async def commit_offsets(request: web.Request) -> web.Response:
 
 async def fetch_offsets(request: web.Request) -> web.Response:
     node = node_of(request)
-    group = _group(request)
+    group = group_name(request)
     topic = request.query.get("topic")
     if not topic:
         raise InvalidRequest("query parameter topic is required")
@@ -65,6 +82,6 @@ async def fetch_offsets(request: web.Request) -> web.Response:
 async def delete_group(request: web.Request) -> web.Response:
     """204 once no partition holds the group's offsets; 404 UNKNOWN_GROUP when none did."""
     node = node_of(request)
-    group = _group(request)
+    group = group_name(request)
     await bounded(node.delete_group(group), "group delete")
     return web.Response(status=204)

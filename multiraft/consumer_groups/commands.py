@@ -1,0 +1,284 @@
+"""Commands of the consumer group state machine, their limits and their encoding.
+
+Each command is a frozen dataclass that checks its own shape on construction, so the
+HTTP edge, the coordinator and the decoder of a committed entry share one rule set.
+Checks against the group's state (is the member known, is its epoch current) live in
+`GroupsState.apply` (multiraft/consumer_groups/state.py), which every replica runs
+alike: no clock and no randomness enter apply. A member id is drawn by the node that
+serves the join (or given by the client, as KIP-848's client-generated ids) and
+travels in the entry; a session expiry is decided by the coordinator's clock and
+travels as the list of members it expires.
+
+Encoding: the prefix `consumer-group:` then one JSON object with a version `v`, a
+`type` tag and exactly the command's fields. The prefix tells group 0's machine that
+an entry is a group command and not a catalog command (multiraft/node/machines.py)
+without parsing it twice. Decoding refuses unknown versions, types, missing or extra
+fields and wrong types. Never pickle: a payload is data from the network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from multiraft.errors import InvalidRequest
+
+COMMAND_PREFIX = b"consumer-group:"
+COMMAND_VERSION = 1
+
+# Names: the group name rule of committed offsets (multiraft/state/consumer_offsets.py).
+GROUP_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+# A glob over topic names: `*` any run, `?` one character (see topics.py for why not a regex).
+TOPIC_PATTERN_PATTERN = re.compile(r"[a-zA-Z0-9._*?-]{1,249}")
+# Kafka's client-generated member ids are 22-character base64 UUIDs; 64 leaves room for hex.
+MEMBER_ID_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+# Limits: every input and every piece of state is bounded (STYLE.md section 10).
+# Groups with members held in group 0 (Kafka bounds groups by broker memory only; 1,000
+# live groups of 100 members is far beyond what one raftlog cluster serves today).
+GROUPS_MAX = 1_000
+# Members of one group (Kafka's group.consumer.max.size is unbounded by default; a
+# consumer beyond the partition count would get nothing anyway).
+MEMBERS_PER_GROUP_MAX = 100
+# Topics one member subscribes to by name.
+SUBSCRIBED_TOPICS_MAX = 100
+# Partitions one group's subscriptions may resolve to (one topic holds at most 10,000):
+# a pattern matching more is cut at this many, in topic-name order.
+GROUP_PARTITIONS_MAX = 10_000
+# Partitions a member may list as owned in one heartbeat.
+OWNED_PARTITIONS_MAX = GROUP_PARTITIONS_MAX
+# Members one expiry entry removes (the coordinator sends the rest in later entries).
+EXPIRE_MEMBERS_PER_ENTRY_MAX = MEMBERS_PER_GROUP_MAX
+PARTITION_MAX = 9_999  # partitions of a topic are 0..9,999 (metadata/commands.py PARTITIONS_MAX)
+EPOCH_MAX = 2**31 - 1
+
+# Session timeout: Kafka's group.consumer.session.timeout.ms defaults to 45 s (allowed
+# 45-60 s by default); tests need shorter ones, so any group may choose 0.5 s to 30 min.
+SESSION_TIMEOUT_MS_DEFAULT = 45_000
+SESSION_TIMEOUT_MS_MIN = 500
+SESSION_TIMEOUT_MS_MAX = 1_800_000
+# Rebalance timeout: how long a member may take to give back revoked partitions before
+# the coordinator removes it (Kafka: the member's max.poll.interval.ms, 5 minutes).
+REBALANCE_TIMEOUT_MS_DEFAULT = 300_000
+REBALANCE_TIMEOUT_MS_MIN = 500
+REBALANCE_TIMEOUT_MS_MAX = 1_800_000
+ASSIGNORS = ("uniform", "range")  # KIP-848's two server-side assignors; uniform is the default
+ASSIGNOR_DEFAULT = "uniform"
+
+TopicPartition = tuple[str, int]
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_group(group: object) -> None:
+    if not isinstance(group, str) or not GROUP_NAME_PATTERN.fullmatch(group):
+        raise InvalidRequest(f"consumer group name must match {GROUP_NAME_PATTERN.pattern}")
+
+
+def check_member_id(member_id: object) -> None:
+    if not isinstance(member_id, str) or not MEMBER_ID_PATTERN.fullmatch(member_id):
+        raise InvalidRequest(f"member_id must match {MEMBER_ID_PATTERN.pattern}")
+
+
+def check_epoch(epoch: object) -> None:
+    if not is_int(epoch) or not 0 <= epoch <= EPOCH_MAX:  # type: ignore[operator]
+        raise InvalidRequest(f"member_epoch must be 0..{EPOCH_MAX}")
+
+
+def _check_range(value: object, name: str, low: int, high: int) -> None:
+    if not is_int(value) or not low <= value <= high:  # type: ignore[operator]
+        raise InvalidRequest(f"{name} must be an integer in [{low}, {high}]")
+
+
+def check_partitions(partitions: object, name: str, count_max: int) -> None:
+    """A tuple of distinct (topic, partition) pairs, at most `count_max`."""
+    if not isinstance(partitions, tuple) or len(partitions) > count_max:
+        raise InvalidRequest(f"{name} lists at most {count_max} partitions")
+    for item in partitions:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidRequest(f"{name} holds (topic, partition) pairs")
+        topic, partition = item
+        if not isinstance(topic, str) or not TOPIC_NAME_PATTERN.fullmatch(topic):
+            raise InvalidRequest(f"{name}: invalid topic name {str(topic)[:60]!r}")
+        _check_range(partition, f"{name}: partition", 0, PARTITION_MAX)
+    if len(set(partitions)) != len(partitions):
+        raise InvalidRequest(f"{name} lists each partition once")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Subscription:
+    """Topics by name, or a glob over topic names (`pattern`); exactly one of the two."""
+
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topics, tuple) or len(self.topics) > SUBSCRIBED_TOPICS_MAX:
+            raise InvalidRequest(f"a subscription names at most {SUBSCRIBED_TOPICS_MAX} topics")
+        for topic in self.topics:
+            if not isinstance(topic, str) or not TOPIC_NAME_PATTERN.fullmatch(topic):
+                raise InvalidRequest(f"subscribed topic names must match {TOPIC_NAME_PATTERN.pattern}")
+        if list(self.topics) != sorted(set(self.topics)):
+            raise InvalidRequest("subscribed topics are sorted and distinct")
+        if self.pattern is not None and (
+                not isinstance(self.pattern, str) or not TOPIC_PATTERN_PATTERN.fullmatch(self.pattern)):
+            raise InvalidRequest(f"topic_pattern must match {TOPIC_PATTERN_PATTERN.pattern} (a glob)")
+        if (self.pattern is None) == (not self.topics):
+            raise InvalidRequest("a subscription names topics or a topic_pattern (exactly one)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinGroup:
+    """A member joins `group` (creating it when absent), or a known member id joins again
+    with its subscription (an idempotent retry, or a changed subscription).
+
+    `session_timeout_ms` and `assignor` are the group's settings: taken when the join
+    creates the group, refused when they differ from a group that has members; None
+    means "whatever the group has" (the defaults for a new group)."""
+
+    group: str
+    member_id: str
+    subscription: Subscription
+    rebalance_timeout_ms: int = REBALANCE_TIMEOUT_MS_DEFAULT
+    session_timeout_ms: int | None = None
+    assignor: str | None = None
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+        if not isinstance(self.subscription, Subscription):
+            raise InvalidRequest("a join carries a subscription")
+        _check_range(self.rebalance_timeout_ms, "rebalance_timeout_ms", REBALANCE_TIMEOUT_MS_MIN,
+                     REBALANCE_TIMEOUT_MS_MAX)
+        if self.session_timeout_ms is not None:
+            _check_range(self.session_timeout_ms, "session_timeout_ms", SESSION_TIMEOUT_MS_MIN,
+                         SESSION_TIMEOUT_MS_MAX)
+        if self.assignor is not None and self.assignor not in ASSIGNORS:
+            raise InvalidRequest(f"assignor must be one of {', '.join(ASSIGNORS)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    """A member reports what it owns; apply reconciles it toward its target assignment.
+
+    `owned` None: the member did not say (a fetch keeps it alive without acknowledging
+    anything). Only heartbeats that change something are proposed: the coordinator
+    answers the others from its applied state (multiraft/node/group_coordinator.py)."""
+
+    group: str
+    member_id: str
+    member_epoch: int
+    owned: tuple[TopicPartition, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+        check_epoch(self.member_epoch)
+        if self.owned is not None:
+            check_partitions(self.owned, "owned", OWNED_PARTITIONS_MAX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaveGroup:
+    """A member leaves: its partitions are free for the others at once."""
+
+    group: str
+    member_id: str
+    member_epoch: int
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+        check_epoch(self.member_epoch)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireMembers:
+    """The coordinator found these members silent past the group's session timeout (or
+    holding revoked partitions past their rebalance timeout), by its own clock; apply
+    removes those still present. `reason` is kept for the log line only."""
+
+    group: str
+    member_ids: tuple[str, ...]
+    reason: str = "session_timeout"
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        if not isinstance(self.member_ids, tuple) or not 1 <= len(self.member_ids) <= EXPIRE_MEMBERS_PER_ENTRY_MAX:
+            raise InvalidRequest(f"an expiry names 1..{EXPIRE_MEMBERS_PER_ENTRY_MAX} members")
+        for member_id in self.member_ids:
+            check_member_id(member_id)
+        if len(set(self.member_ids)) != len(self.member_ids):
+            raise InvalidRequest("an expiry names each member once")
+        if self.reason not in ("session_timeout", "rebalance_timeout"):
+            raise InvalidRequest("an expiry's reason is session_timeout or rebalance_timeout")
+
+
+GroupCommand = JoinGroup | Heartbeat | LeaveGroup | ExpireMembers
+
+_TYPES: dict[str, type] = {"join": JoinGroup, "heartbeat": Heartbeat, "leave": LeaveGroup, "expire": ExpireMembers}
+_TAGS = {cls: tag for tag, cls in _TYPES.items()}
+
+
+def is_group_command(payload: bytes) -> bool:
+    return payload.startswith(COMMAND_PREFIX)
+
+
+def encode_group_command(command: GroupCommand) -> bytes:
+    document: dict[str, Any] = {"v": COMMAND_VERSION, "type": _TAGS[type(command)]}
+    for field in fields(command):
+        value = getattr(command, field.name)
+        if isinstance(value, Subscription):
+            value = {"topics": list(value.topics), "pattern": value.pattern}
+        elif field.name == "owned" and value is not None:
+            value = [[topic, partition] for topic, partition in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        document[field.name] = value
+    return COMMAND_PREFIX + json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_group_command(payload: bytes) -> GroupCommand:
+    """Decode and validate one group command. Raises `InvalidRequest` on anything unexpected."""
+    if not is_group_command(payload):
+        raise InvalidRequest("not a consumer group command")
+    try:
+        document = json.loads(payload[len(COMMAND_PREFIX):])
+    except (UnicodeDecodeError, ValueError) as error:
+        raise InvalidRequest(f"consumer group command is not JSON: {error}") from None
+    if not isinstance(document, dict) or document.get("v") != COMMAND_VERSION:
+        raise InvalidRequest("consumer group command has an unknown version")
+    tag = document.get("type")
+    cls = _TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise InvalidRequest(f"unknown consumer group command {str(tag)[:40]!r}")
+    arguments = {key: value for key, value in document.items() if key not in ("v", "type")}
+    names = {field.name for field in fields(cls)}
+    if set(arguments) != names:
+        raise InvalidRequest(f"consumer group command {tag} has fields {sorted(names)}")
+    if cls is JoinGroup:
+        arguments["subscription"] = decode_subscription(arguments["subscription"])
+    if cls is Heartbeat and arguments["owned"] is not None:
+        arguments["owned"] = decode_partitions(arguments["owned"], "owned")
+    if cls is ExpireMembers and isinstance(arguments["member_ids"], list):
+        arguments["member_ids"] = tuple(arguments["member_ids"])
+    return cls(**arguments)  # type: ignore[no-any-return]
+
+
+def decode_subscription(value: object) -> Subscription:
+    if not isinstance(value, dict) or set(value) != {"topics", "pattern"} or not isinstance(value["topics"], list):
+        raise InvalidRequest("a subscription is {\"topics\": [...], \"pattern\": null or a glob}")
+    return Subscription(topics=tuple(value["topics"]), pattern=value["pattern"])
+
+
+def decode_partitions(value: object, name: str) -> tuple[TopicPartition, ...]:
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{name} is a list of [topic, partition] pairs")
+    pairs = tuple(tuple(item) if isinstance(item, list) else item for item in value)
+    check_partitions(pairs, name, OWNED_PARTITIONS_MAX)
+    return pairs  # type: ignore[return-value]

@@ -1,0 +1,332 @@
+"""The consumer group state machine (KIP-848 semantics), pure and deterministic.
+
+Held beside the catalog in group 0 (docs/node.md, "Consumer groups"): group 0's
+machine hands every group command to `GroupsState.apply` with a view of the catalog
+as of the same entry, so a subscription resolves alike on every replica.
+
+A group has an epoch that moves on every change of its members, their subscriptions
+or the topics they resolve to; each move recomputes the *target assignment*
+(assignors.py) and stamps it with that epoch (`assignment_epoch`). Each member has
+its own epoch, its *current* assignment (`assigned`, the partitions it may read
+and commit) and the partitions it must give back (`revoking`). A member moves
+toward its target only when it heartbeats (`_reconcile`):
+
+1. while it holds partitions its target no longer has, they move to `revoking` and
+   its epoch stays: it must stop reading them (it may still commit them) and say so
+   by a heartbeat whose `owned` lists none of them;
+2. then it takes the target's epoch and every target partition that no other member
+   holds (`assigned` or `revoking`); the rest it gets at a later heartbeat, once
+   their old owners gave them back.
+
+Invariant (asserted after every apply, property-tested): no partition is in two
+members' `assigned | revoking` at once, so never two owners of one partition in any
+group epoch. A member whose epoch is neither its current nor its previous one is
+fenced (`FencedMemberEpoch`); an unknown one must join again (`UnknownMemberId`).
+
+Apply never raises for a refused command: it returns the error inside its result,
+because a refused command is still a committed entry every replica applies alike
+(the catalog does the same). Apply reads no clock: liveness (last seen) lives in the
+coordinator's memory (sessions.py) and reaches the log only as `ExpireMembers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from multiraft.consumer_groups.assignors import assign
+from multiraft.consumer_groups.commands import (
+    ASSIGNOR_DEFAULT,
+    GROUPS_MAX,
+    MEMBERS_PER_GROUP_MAX,
+    SESSION_TIMEOUT_MS_DEFAULT,
+    ExpireMembers,
+    GroupCommand,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    Subscription,
+    TopicPartition,
+)
+from multiraft.consumer_groups.topics import TopicsView, subscribed_topics, topic_partitions
+from multiraft.errors import (
+    FencedMemberEpoch,
+    GroupMaxSizeReached,
+    InconsistentGroupConfig,
+    PartitionNotAssigned,
+    TooManyConsumerGroups,
+    UnknownMemberId,
+)
+from raftlog.errors import ClientError
+
+NO_PARTITIONS: frozenset[TopicPartition] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member:
+    member_id: str
+    epoch: int  # the group epoch of the target this member reconciled to last
+    previous_epoch: int  # accepted too, so a heartbeat whose answer was lost is not fenced
+    subscription: Subscription
+    rebalance_timeout_ms: int
+    assigned: frozenset[TopicPartition]  # owned now: read and commit
+    revoking: frozenset[TopicPartition]  # to give back (may still commit); disjoint from assigned
+
+
+@dataclass(slots=True, kw_only=True)
+class Group:
+    name: str
+    epoch: int  # moves on every change of members, subscriptions or resolved topics
+    assignment_epoch: int  # the epoch `target` was computed at (== epoch after every apply)
+    session_timeout_ms: int
+    assignor: str
+    members: dict[str, Member]
+    target: dict[str, frozenset[TopicPartition]]
+    counts: dict[str, int]  # the topics (and partition counts) `target` was computed over
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberView:
+    """What a member is told after a join, heartbeat or fetch."""
+
+    group: str
+    member_id: str
+    member_epoch: int
+    group_epoch: int
+    session_timeout_ms: int
+    assigned: tuple[TopicPartition, ...]
+    revoking: tuple[TopicPartition, ...]
+    pending: tuple[TopicPartition, ...]  # in its target, still held by another member
+    state: str  # stable | revoking | assigning
+
+    def as_json(self) -> dict[str, Any]:
+        return {"group": self.group, "member_id": self.member_id, "member_epoch": self.member_epoch,
+                "group_epoch": self.group_epoch, "session_timeout_ms": self.session_timeout_ms,
+                "state": self.state, "assignment": partitions_json(self.assigned),
+                "revoking": partitions_json(self.revoking), "pending": partitions_json(self.pending)}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResult:
+    """What applying one group command gave (the catalog's `CatalogResult` shape)."""
+
+    index: int
+    value: Any = None
+    error: ClientError | None = None
+
+
+def partitions_json(partitions: tuple[TopicPartition, ...] | frozenset[TopicPartition]) -> list[dict[str, Any]]:
+    """[{"topic", "partitions": [...]}] by topic, sorted."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]
+
+
+class GroupsState:
+    def __init__(self) -> None:
+        self.groups: dict[str, Group] = {}
+
+    # ------------------------------------------------------------------ apply
+
+    def apply(self, index: int, command: GroupCommand, topics: TopicsView) -> GroupResult:
+        """Apply one committed command. Deterministic; refusals come back as the result's error."""
+        try:
+            if isinstance(command, JoinGroup):
+                value: Any = self._join(command, topics)
+            elif isinstance(command, Heartbeat):
+                value = self._heartbeat(command, topics)
+            elif isinstance(command, LeaveGroup):
+                value = self._remove(command.group, (command.member_id,), command.member_epoch, topics)
+            else:
+                assert isinstance(command, ExpireMembers)
+                value = self._remove(command.group, command.member_ids, None, topics)
+        except ClientError as error:
+            return GroupResult(index, error=error)
+        group = self.groups.get(command.group)
+        if group is not None:
+            check_exclusive(group)
+        return GroupResult(index, value=value)
+
+    def _join(self, command: JoinGroup, topics: TopicsView) -> MemberView:
+        group = self.groups.get(command.group)
+        if group is None:
+            if len(self.groups) >= GROUPS_MAX:
+                raise TooManyConsumerGroups(f"the cluster holds its maximum of {GROUPS_MAX} consumer groups")
+            group = Group(name=command.group, epoch=0, assignment_epoch=0,
+                          session_timeout_ms=command.session_timeout_ms or SESSION_TIMEOUT_MS_DEFAULT,
+                          assignor=command.assignor or ASSIGNOR_DEFAULT, members={}, target={}, counts={})
+        else:
+            _check_settings(group, command)
+        member = group.members.get(command.member_id)
+        if member is None:
+            if len(group.members) >= MEMBERS_PER_GROUP_MAX:
+                raise GroupMaxSizeReached(f"group {group.name!r} has {MEMBERS_PER_GROUP_MAX} members")
+            member = Member(member_id=command.member_id, epoch=0, previous_epoch=0,
+                            subscription=command.subscription, rebalance_timeout_ms=command.rebalance_timeout_ms,
+                            assigned=NO_PARTITIONS, revoking=NO_PARTITIONS)
+        elif member.subscription == command.subscription \
+                and member.rebalance_timeout_ms == command.rebalance_timeout_ms:
+            return self._touch(group, member, topics)  # a retried join: nothing changes
+        else:
+            member = replace(member, subscription=command.subscription,
+                             rebalance_timeout_ms=command.rebalance_timeout_ms)
+        self.groups[group.name] = group
+        group.members[member.member_id] = member
+        _bump(group, topics)
+        return self._touch(group, group.members[member.member_id], topics)
+
+    def _heartbeat(self, command: Heartbeat, topics: TopicsView) -> MemberView:
+        group, member = self.member(command.group, command.member_id, command.member_epoch)
+        if command.owned is not None and member.revoking and member.revoking.isdisjoint(command.owned):
+            member = replace(member, revoking=NO_PARTITIONS)  # given back: free for their new owners
+            group.members[member.member_id] = member
+        return self._touch(group, member, topics)
+
+    def _touch(self, group: Group, member: Member, topics: TopicsView) -> MemberView:
+        if _resolve(group, topics) != group.counts:
+            _bump(group, topics)  # a subscribed topic was created, deleted or grew
+        member = reconcile(group, group.members[member.member_id])
+        group.members[member.member_id] = member
+        return view(group, member)
+
+    def _remove(self, name: str, member_ids: tuple[str, ...], epoch: int | None, topics: TopicsView) -> int:
+        """Remove members (a leave checks the one member's epoch; an expiry none). How many went."""
+        group = self.groups.get(name)
+        if epoch is not None:
+            self.member(name, member_ids[0], epoch)
+        if group is None:
+            return 0
+        removed = [m for m in member_ids if group.members.pop(m, None) is not None]
+        if not group.members:
+            del self.groups[name]  # an empty group keeps nothing here (its offsets stay in the partitions)
+        elif removed:
+            _bump(group, topics)
+            for member_id in removed:
+                group.target.pop(member_id, None)
+        return len(removed)
+
+    # ------------------------------------------------------------------ reads (the coordinator's)
+
+    def member(self, name: str, member_id: str, epoch: int) -> tuple[Group, Member]:
+        """The group and member a call names, or the typed error that fences it."""
+        group = self.groups.get(name)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            raise UnknownMemberId(f"group {name!r} has no member {member_id!r}; join again")
+        if epoch not in (member.epoch, member.previous_epoch):
+            raise FencedMemberEpoch(f"member {member_id!r} is at epoch {member.epoch}, not {epoch}; join again")
+        return group, member
+
+    def plan_heartbeat(self, command: Heartbeat, topics: TopicsView) -> tuple[bool, MemberView]:
+        """Whether the heartbeat changes the state (then it must be proposed), and the
+        member's view if it does not. Raises the error that fences the member."""
+        group, member = self.member(command.group, command.member_id, command.member_epoch)
+        if command.owned is not None and member.revoking and member.revoking.isdisjoint(command.owned):
+            return True, view(group, member)
+        if _resolve(group, topics) != group.counts:
+            return True, view(group, member)
+        if reconcile(group, member) != member:
+            return True, view(group, member)
+        return False, view(group, member)
+
+    def check_commit(self, name: str, member_id: str, epoch: int, partitions: list[TopicPartition]) -> None:
+        """A member's commit: it must be current and hold every partition (assigned or revoking)."""
+        _, member = self.member(name, member_id, epoch)
+        for tp in partitions:
+            if tp not in member.assigned and tp not in member.revoking:
+                raise PartitionNotAssigned(f"member {member_id!r} does not own {tp[0]}/{tp[1]}")
+
+    def has_members(self, name: str) -> bool:
+        group = self.groups.get(name)
+        return group is not None and bool(group.members)
+
+
+def _check_settings(group: Group, command: JoinGroup) -> None:
+    if command.session_timeout_ms is not None and command.session_timeout_ms != group.session_timeout_ms:
+        raise InconsistentGroupConfig(f"group {group.name!r} has session_timeout_ms {group.session_timeout_ms}")
+    if command.assignor is not None and command.assignor != group.assignor:
+        raise InconsistentGroupConfig(f"group {group.name!r} uses the {group.assignor} assignor")
+
+
+def _subscriptions(group: Group, topics: TopicsView) -> dict[str, tuple[str, ...]]:
+    return {member_id: subscribed_topics(m.subscription, topics) for member_id, m in sorted(group.members.items())}
+
+
+def _resolve(group: Group, topics: TopicsView) -> dict[str, int]:
+    names = {t for subscribed in _subscriptions(group, topics).values() for t in subscribed}
+    return topic_partitions(names, topics)
+
+
+def _bump(group: Group, topics: TopicsView) -> None:
+    """A new group epoch and the target assignment for it."""
+    subscriptions = _subscriptions(group, topics)
+    counts = topic_partitions({t for s in subscriptions.values() for t in s}, topics)
+    group.epoch += 1
+    group.target = assign(group.assignor, subscriptions, counts, group.target)
+    group.assignment_epoch = group.epoch
+    group.counts = counts
+
+
+def reconcile(group: Group, member: Member) -> Member:
+    """The member one step closer to its target (see the module docstring)."""
+    target = group.target.get(member.member_id, NO_PARTITIONS)
+    if member.revoking:
+        return member  # it has not given them back yet: nothing moves until it does
+    revoke = member.assigned - target
+    if revoke:
+        return replace(member, assigned=member.assigned & target, revoking=revoke)
+    held = _held_by_others(group, member.member_id)
+    assigned = member.assigned | frozenset(tp for tp in target if tp not in held)
+    if member.epoch == group.assignment_epoch:
+        return member if assigned == member.assigned else replace(member, assigned=assigned)
+    return replace(member, epoch=group.assignment_epoch, previous_epoch=member.epoch, assigned=assigned)
+
+
+def _held_by_others(group: Group, member_id: str) -> set[TopicPartition]:
+    held: set[TopicPartition] = set()
+    for other_id, other in group.members.items():
+        if other_id != member_id:
+            held |= other.assigned
+            held |= other.revoking
+    return held
+
+
+def view(group: Group, member: Member) -> MemberView:
+    target = group.target.get(member.member_id, NO_PARTITIONS)
+    pending = target - member.assigned
+    state = "revoking" if member.revoking else "assigning" if pending or member.epoch != group.epoch else "stable"
+    return MemberView(group=group.name, member_id=member.member_id, member_epoch=member.epoch,
+                      group_epoch=group.epoch, session_timeout_ms=group.session_timeout_ms,
+                      assigned=tuple(sorted(member.assigned)), revoking=tuple(sorted(member.revoking)),
+                      pending=tuple(sorted(pending)), state=state)
+
+
+def check_exclusive(group: Group) -> None:
+    """Never two owners: no partition in two members' `assigned | revoking`."""
+    seen: set[TopicPartition] = set()
+    count = 0
+    for member in group.members.values():
+        assert member.assigned.isdisjoint(member.revoking), "a partition is assigned and revoking at once"
+        seen |= member.assigned
+        seen |= member.revoking
+        count += len(member.assigned) + len(member.revoking)
+    assert len(seen) == count, f"group {group.name}: a partition has two owners"
+
+
+def describe(group: Group) -> dict[str, Any]:
+    """The group as JSON-able data (members sorted by id); last-seen is the coordinator's to add."""
+    stable = all(view(group, m).state == "stable" for m in group.members.values())
+    return {
+        "group": group.name, "state": "stable" if stable else "reconciling", "group_epoch": group.epoch,
+        "assignment_epoch": group.assignment_epoch, "assignor": group.assignor,
+        "session_timeout_ms": group.session_timeout_ms,
+        "topics": [{"topic": t, "partitions": n} for t, n in sorted(group.counts.items())],
+        "members": [
+            {**view(group, m).as_json(), "subscription": {"topics": list(m.subscription.topics),
+                                                          "topic_pattern": m.subscription.pattern},
+             "rebalance_timeout_ms": m.rebalance_timeout_ms,
+             "target": partitions_json(group.target.get(m.member_id, NO_PARTITIONS))}
+            for _, m in sorted(group.members.items())
+        ],
+    }

@@ -1,0 +1,199 @@
+"""Consumer group membership over HTTP (KIP-848 semantics), served by any node.
+
+A member joins with its subscription and gets a member id, an epoch and what it
+owns; it heartbeats what it owns (and learns what to give back), fetches records of
+its partitions, commits, and leaves. Every call goes to the group coordinator (the
+metadata leader), forwarded by whichever node received it (multiraft/node/
+group_coordinator.py). docs/http.md ("Consumer groups") has the routes and shapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from multiraft.errors import InvalidRequest
+from multiraft.http.access import require
+from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.handlers.groups import group_name
+from multiraft.http.limits import (
+    CONSUME_MAX_BYTES_DEFAULT,
+    CONSUME_MAX_RECORDS_DEFAULT,
+    REQUEST_TIMEOUT_S,
+)
+from multiraft.http.params import int_field, json_object, query_int, str_field
+from multiraft.http.records import FORMATS, render_batch
+from multiraft.node.api import (
+    ASSIGNORS,
+    MAX_BYTES_MAX,
+    MAX_RECORDS_MAX,
+    RESETS,
+    WAIT_MS_MAX,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    MemberFetch,
+    Subscription,
+    group_limits,
+)
+
+_JOIN_FIELDS = {"member_id", "topics", "topic_pattern", "rebalance_timeout_ms", "session_timeout_ms", "assignor"}
+_HEARTBEAT_FIELDS = {"member_epoch", "owned"}
+_FETCH_FIELDS = {"member_epoch", "positions", "auto_offset_reset", "max_records", "max_bytes", "wait_ms", "format"}
+# Rendering more than this much stored data runs off the event loop (as consume does).
+RENDER_INLINE_BYTES_MAX = 1024 * 1024
+
+
+def _member(request: web.Request) -> str:
+    member_id = request.match_info["member"]
+    group_limits.check_member_id(member_id)
+    return member_id
+
+
+def _only(body: dict[str, Any], allowed: set[str]) -> None:
+    extra = set(body) - allowed
+    if extra:
+        raise InvalidRequest(f"unknown fields {sorted(extra)[:5]}; allowed: {sorted(allowed)}")
+
+
+def _partition_list(value: object, name: str) -> tuple[tuple[str, int], ...]:
+    """[{"topic", "partitions": [...]}] -> sorted (topic, partition) pairs, bounded."""
+    if not isinstance(value, list) or len(value) > group_limits.OWNED_PARTITIONS_MAX:
+        raise InvalidRequest(f"{name} is a list of {{\"topic\", \"partitions\"}} objects")
+    pairs: list[tuple[str, int]] = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"topic", "partitions"} \
+                or not isinstance(item["partitions"], list):
+            raise InvalidRequest(f"{name} is a list of {{\"topic\", \"partitions\"}} objects")
+        pairs.extend((item["topic"], p) for p in item["partitions"])
+        if len(pairs) > group_limits.OWNED_PARTITIONS_MAX:
+            raise InvalidRequest(f"{name} lists at most {group_limits.OWNED_PARTITIONS_MAX} partitions")
+    result = tuple(pairs)
+    group_limits.check_partitions(result, name, group_limits.OWNED_PARTITIONS_MAX)
+    return tuple(sorted(result))
+
+
+async def join(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/members: join (or join again with the same member_id)."""
+    node = node_of(request)
+    group = group_name(request)
+    body = await json_object(request)
+    _only(body, _JOIN_FIELDS)
+    topics, pattern = body.get("topics"), body.get("topic_pattern")
+    if topics is not None and (not isinstance(topics, list) or len(topics) > group_limits.SUBSCRIBED_TOPICS_MAX
+                               or not all(isinstance(t, str) for t in topics)):
+        raise InvalidRequest(f"topics is a list of at most {group_limits.SUBSCRIBED_TOPICS_MAX} names")
+    subscription = Subscription(topics=tuple(sorted(set(topics or []))) if topics is not None else (),
+                                pattern=pattern)
+    for topic in subscription.topics:
+        require(request, "read", topic)
+    if subscription.pattern is not None:
+        require(request, "read", "*")  # a pattern reaches topics not named yet
+    member_id = body.get("member_id")
+    command = JoinGroup(
+        group=group, member_id=uuid.uuid4().hex if member_id is None else member_id, subscription=subscription,
+        rebalance_timeout_ms=int_field(body, "rebalance_timeout_ms", group_limits.REBALANCE_TIMEOUT_MS_DEFAULT),
+        session_timeout_ms=body.get("session_timeout_ms"),
+        assignor=str_field(body, "assignor", choices=ASSIGNORS) if "assignor" in body else None,
+    )
+    return web.json_response(await bounded(node.group_command(command), "group join"))
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/members/{member}/heartbeat: keep alive, report what it owns."""
+    node = node_of(request)
+    body = await json_object(request)
+    _only(body, _HEARTBEAT_FIELDS)
+    owned = _partition_list(body["owned"], "owned") if body.get("owned") is not None else None
+    command = Heartbeat(group=group_name(request), member_id=_member(request),
+                        member_epoch=int_field(body, "member_epoch"), owned=owned)
+    return web.json_response(await bounded(node.group_command(command), "group heartbeat"))
+
+
+async def leave(request: web.Request) -> web.Response:
+    """DELETE /v1/groups/{group}/members/{member}?member_epoch=N: leave; partitions go to the others."""
+    node = node_of(request)
+    command = LeaveGroup(group=group_name(request), member_id=_member(request),
+                         member_epoch=query_int(request, "member_epoch", low=0, high=group_limits.EPOCH_MAX))
+    await bounded(node.group_command(command), "group leave")
+    return web.Response(status=204)
+
+
+async def fetch(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/members/{member}/records: records of the member's partitions."""
+    node = node_of(request)
+    body = await json_object(request)
+    _only(body, _FETCH_FIELDS)
+    wait_ms = int_field(body, "wait_ms", 0, low=0, high=WAIT_MS_MAX)
+    max_records = int_field(body, "max_records", CONSUME_MAX_RECORDS_DEFAULT, low=1, high=MAX_RECORDS_MAX)
+    fmt = str_field(body, "format", "json", FORMATS)
+    heartbeat = Heartbeat(group=group_name(request), member_id=_member(request),
+                          member_epoch=int_field(body, "member_epoch"))
+    result = await bounded(node.group_fetch(
+        heartbeat, _positions(body.get("positions")), str_field(body, "auto_offset_reset", "latest", RESETS),
+        max_records=max_records, wait_ms=wait_ms,
+        max_bytes=int_field(body, "max_bytes", CONSUME_MAX_BYTES_DEFAULT, low=1, high=MAX_BYTES_MAX),
+    ), "group fetch", REQUEST_TIMEOUT_S + wait_ms / 1000)
+    stored = sum(len(b) for p in result.partitions if p.result for _, _, b in p.result.batches)
+    if stored > RENDER_INLINE_BYTES_MAX:
+        answer = await asyncio.to_thread(_fetch_answer, result, fmt, max_records)
+    else:
+        answer = _fetch_answer(result, fmt, max_records)
+    return web.Response(body=answer, content_type="application/json")
+
+
+def _positions(value: object) -> dict[tuple[str, int], int]:
+    if value is None:
+        return {}
+    if not isinstance(value, list) or len(value) > group_limits.OWNED_PARTITIONS_MAX:
+        raise InvalidRequest(f"positions is a list of at most {group_limits.OWNED_PARTITIONS_MAX} "
+                             "{\"topic\", \"partition\", \"offset\"} objects")
+    positions: dict[tuple[str, int], int] = {}
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"topic", "partition", "offset"}:
+            raise InvalidRequest("each position is {\"topic\", \"partition\", \"offset\"}")
+        pair = (item["topic"], item["partition"])
+        group_limits.check_partitions((pair,), "positions", 1)
+        positions[pair] = int_field(item, "offset", low=0, high=2**63 - 1)
+    return positions
+
+
+def _fetch_answer(result: MemberFetch, fmt: str, max_records: int) -> bytes:
+    records: list[dict[str, Any]] = []
+    positions, errors = [], []
+    for part in result.partitions:
+        if part.error is not None or part.result is None:
+            error = part.error
+            errors.append({"topic": part.topic, "partition": part.partition,
+                           "error_code": getattr(error, "code", "INTERNAL"), "message": str(error)})
+            continue
+        next_offset = part.result.next_offset
+        rendered: list[dict[str, Any]] = []
+        for base, _count, batch in part.result.batches:
+            if len(records) + len(rendered) >= max_records:
+                break
+            render_batch(base, batch, fmt, rendered, max_records - len(records), skip_below=part.offset)
+        if rendered and len(records) + len(rendered) >= max_records:
+            next_offset = rendered[-1]["offset"] + 1
+        elif not rendered and part.result.batches and len(records) >= max_records:
+            next_offset = part.offset  # the answer is full: this partition's records come next time
+        records.extend({"topic": part.topic, "partition": part.partition, **r} for r in rendered)
+        positions.append({"topic": part.topic, "partition": part.partition, "offset": part.offset,
+                          "next_offset": next_offset, "high_watermark": part.result.high_watermark})
+    return orjson.dumps({"member": result.member, "records": records, "positions": positions, "errors": errors})
+
+
+async def describe(request: web.Request) -> web.Response:
+    """GET /v1/groups/{group}: members, assignment, committed offsets and lag."""
+    node = node_of(request)
+    return web.json_response(await bounded(node.describe_group(group_name(request)), "group describe"))
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    """GET /v1/groups: the groups that have members."""
+    node = node_of(request)
+    return web.json_response(await bounded(node.list_groups(), "group list"))
