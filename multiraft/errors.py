@@ -82,7 +82,8 @@ class CommitOffsetOutOfRange(OffsetOutOfRange):
 
 
 class TooManyConsumerGroups(ClientError):
-    """The partition already keeps offsets for its maximum number of consumer groups."""
+    """The partition already keeps offsets for its maximum number of consumer groups, or
+    the cluster's group state is at a bound (groups with members, partitions across them)."""
 
     code = "TOO_MANY_CONSUMER_GROUPS"
     http_status = 503

@@ -33,6 +33,7 @@ from multiraft.consumer_groups.state import (
     MemberView,
     describe,
     partitions_json,
+    summary,
 )
 from multiraft.consumer_groups.topics import StaticTopics, TopicsView
 
@@ -40,5 +41,5 @@ __all__ = [
     "ASSIGNORS", "GROUP_NAME_PATTERN", "ExpireMembers", "GroupCommand", "GroupResult", "GroupsState", "Heartbeat",
     "JoinGroup", "LeaveGroup", "MemberView", "Sessions", "StaticTopics", "Subscription", "TopicsView",
     "decode_group_command", "decode_groups", "describe", "encode_group_command", "encode_groups",
-    "is_group_command", "partitions_json",
+    "is_group_command", "partitions_json", "summary",
 ]

@@ -48,6 +48,12 @@ SUBSCRIBED_TOPICS_MAX = 100
 # Partitions one group's subscriptions may resolve to (one topic holds at most 10,000):
 # a pattern matching more is cut at this many, in topic-name order.
 GROUP_PARTITIONS_MAX = 10_000
+# Partitions all groups' subscriptions resolve to, in all: a join past it is refused
+# (TOO_MANY_CONSUMER_GROUPS). The state holds each twice (target and current), so this
+# bounds group 0's group state near 2 million partitions, a snapshot of tens of MB,
+# where the per-group limits alone would allow 10 million (1,000 x 10,000). Kafka has
+# no such bound; it keeps groups in the memory of many brokers, we in one group.
+GROUP_STATE_PARTITIONS_MAX = 1_000_000
 # Partitions a member may list as owned in one heartbeat.
 OWNED_PARTITIONS_MAX = GROUP_PARTITIONS_MAX
 # Members one expiry entry removes (the coordinator sends the rest in later entries).

@@ -11,9 +11,13 @@ its own epoch, its *current* assignment (`assigned`, the partitions it may read
 and commit) and the partitions it must give back (`revoking`). A member moves
 toward its target only when it heartbeats (`_reconcile`):
 
-1. while it holds partitions its target no longer has, they move to `revoking` and
-   its epoch stays: it must stop reading them (it may still commit them) and say so
-   by a heartbeat whose `owned` lists none of them;
+1. while it holds partitions its target no longer has, they move to `revoking`: it
+   must stop reading them (it may still commit them) and say so by a heartbeat whose
+   `owned` lists none of them. Its epoch moves to the target's with the revocation
+   (KIP-848 keeps it until the partitions are given back): only a heartbeat carrying
+   that epoch acknowledges, so one the member sent before it heard of the revocation,
+   arriving late with the previous epoch (still accepted), cannot free partitions
+   the member is still reading;
 2. then it takes the target's epoch and every target partition that no other member
    holds (`assigned` or `revoking`); the rest it gets at a later heartbeat, once
    their old owners gave them back.
@@ -31,12 +35,13 @@ coordinator's memory (sessions.py) and reaches the log only as `ExpireMembers`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from multiraft.consumer_groups.assignors import assign
 from multiraft.consumer_groups.commands import (
     ASSIGNOR_DEFAULT,
+    GROUP_STATE_PARTITIONS_MAX,
     GROUPS_MAX,
     MEMBERS_PER_GROUP_MAX,
     SESSION_TIMEOUT_MS_DEFAULT,
@@ -48,7 +53,12 @@ from multiraft.consumer_groups.commands import (
     Subscription,
     TopicPartition,
 )
-from multiraft.consumer_groups.topics import TopicsView, subscribed_topics, topic_partitions
+from multiraft.consumer_groups.topics import (
+    PatternMatches,
+    TopicsView,
+    subscribed_topics,
+    topic_partitions,
+)
 from multiraft.errors import (
     FencedMemberEpoch,
     GroupMaxSizeReached,
@@ -83,6 +93,10 @@ class Group:
     members: dict[str, Member]
     target: dict[str, frozenset[TopicPartition]]
     counts: dict[str, int]  # the topics (and partition counts) `target` was computed over
+    # What the subscriptions resolve to, for (topics version, group epoch): the epoch moves
+    # on every change of members or subscriptions, the version on every catalog command.
+    # A cache of `_resolve`, in memory only (never in a snapshot, never compared).
+    resolved: tuple[int, int, dict[str, int]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +140,7 @@ def partitions_json(partitions: tuple[TopicPartition, ...] | frozenset[TopicPart
 class GroupsState:
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
+        self._matches = PatternMatches()  # a cache: results are the same without it
 
     # ------------------------------------------------------------------ apply
 
@@ -171,21 +186,39 @@ class GroupsState:
         else:
             member = replace(member, subscription=command.subscription,
                              rebalance_timeout_ms=command.rebalance_timeout_ms)
+        self._check_total(group, member, topics)
         self.groups[group.name] = group
         group.members[member.member_id] = member
-        _bump(group, topics)
+        _bump(group, topics, self._matches)
         return self._touch(group, group.members[member.member_id], topics)
+
+    def _check_total(self, group: Group, member: Member, topics: TopicsView) -> None:
+        """Refuse a join that would take the partitions all groups resolve to past
+        GROUP_STATE_PARTITIONS_MAX (it only grows what it resolves to; topics growing
+        under a pattern are not refused, they are the catalog's)."""
+        names = {t for m_id, m in group.members.items() if m_id != member.member_id
+                 for t in subscribed_topics(m.subscription, topics, self._matches)}
+        names.update(subscribed_topics(member.subscription, topics, self._matches))
+        after = sum(topic_partitions(names, topics).values())
+        before = sum(group.counts.values()) if group.name in self.groups else 0
+        if after <= before:
+            return
+        total = sum(sum(g.counts.values()) for g in self.groups.values())
+        if total - before + after > GROUP_STATE_PARTITIONS_MAX:
+            raise TooManyConsumerGroups(
+                f"consumer groups resolve to {total} partitions in all; this join would take them to "
+                f"{total - before + after}, past the cluster's bound of {GROUP_STATE_PARTITIONS_MAX}")
 
     def _heartbeat(self, command: Heartbeat, topics: TopicsView) -> MemberView:
         group, member = self.member(command.group, command.member_id, command.member_epoch)
-        if command.owned is not None and member.revoking and member.revoking.isdisjoint(command.owned):
+        if _acknowledges(command, member):
             member = replace(member, revoking=NO_PARTITIONS)  # given back: free for their new owners
             group.members[member.member_id] = member
         return self._touch(group, member, topics)
 
     def _touch(self, group: Group, member: Member, topics: TopicsView) -> MemberView:
-        if _resolve(group, topics) != group.counts:
-            _bump(group, topics)  # a subscribed topic was created, deleted or grew
+        if _resolve(group, topics, self._matches) != group.counts:
+            _bump(group, topics, self._matches)  # a subscribed topic was created, deleted or grew
         member = reconcile(group, group.members[member.member_id])
         group.members[member.member_id] = member
         return view(group, member)
@@ -201,7 +234,7 @@ class GroupsState:
         if not group.members:
             del self.groups[name]  # an empty group keeps nothing here (its offsets stay in the partitions)
         elif removed:
-            _bump(group, topics)
+            _bump(group, topics, self._matches)
             for member_id in removed:
                 group.target.pop(member_id, None)
         return len(removed)
@@ -222,9 +255,9 @@ class GroupsState:
         """Whether the heartbeat changes the state (then it must be proposed), and the
         member's view if it does not. Raises the error that fences the member."""
         group, member = self.member(command.group, command.member_id, command.member_epoch)
-        if command.owned is not None and member.revoking and member.revoking.isdisjoint(command.owned):
+        if _acknowledges(command, member):
             return True, view(group, member)
-        if _resolve(group, topics) != group.counts:
+        if _resolve(group, topics, self._matches) != group.counts:
             return True, view(group, member)
         if reconcile(group, member) != member:
             return True, view(group, member)
@@ -242,6 +275,13 @@ class GroupsState:
         return group is not None and bool(group.members)
 
 
+def _acknowledges(command: Heartbeat, member: Member) -> bool:
+    """The heartbeat gives back what the member was revoking: sent after it heard of the
+    revocation (the epoch that came with it) and owning none of those partitions."""
+    return command.owned is not None and bool(member.revoking) and command.member_epoch == member.epoch \
+        and member.revoking.isdisjoint(command.owned)
+
+
 def _check_settings(group: Group, command: JoinGroup) -> None:
     if command.session_timeout_ms is not None and command.session_timeout_ms != group.session_timeout_ms:
         raise InconsistentGroupConfig(f"group {group.name!r} has session_timeout_ms {group.session_timeout_ms}")
@@ -249,18 +289,26 @@ def _check_settings(group: Group, command: JoinGroup) -> None:
         raise InconsistentGroupConfig(f"group {group.name!r} uses the {group.assignor} assignor")
 
 
-def _subscriptions(group: Group, topics: TopicsView) -> dict[str, tuple[str, ...]]:
-    return {member_id: subscribed_topics(m.subscription, topics) for member_id, m in sorted(group.members.items())}
+def _subscriptions(group: Group, topics: TopicsView, matches: PatternMatches) -> dict[str, tuple[str, ...]]:
+    return {member_id: subscribed_topics(m.subscription, topics, matches)
+            for member_id, m in sorted(group.members.items())}
 
 
-def _resolve(group: Group, topics: TopicsView) -> dict[str, int]:
-    names = {t for subscribed in _subscriptions(group, topics).values() for t in subscribed}
-    return topic_partitions(names, topics)
+def _resolve(group: Group, topics: TopicsView, matches: PatternMatches) -> dict[str, int]:
+    """The topics (and partition counts) the group's subscriptions resolve to now."""
+    key = (topics.version, group.epoch)
+    if group.resolved is not None and key[0] is not None and group.resolved[:2] == key:
+        return group.resolved[2]
+    names = {t for subscribed in _subscriptions(group, topics, matches).values() for t in subscribed}
+    counts = topic_partitions(names, topics)
+    if key[0] is not None:
+        group.resolved = (key[0], key[1], counts)
+    return counts
 
 
-def _bump(group: Group, topics: TopicsView) -> None:
+def _bump(group: Group, topics: TopicsView, matches: PatternMatches) -> None:
     """A new group epoch and the target assignment for it."""
-    subscriptions = _subscriptions(group, topics)
+    subscriptions = _subscriptions(group, topics, matches)
     counts = topic_partitions({t for s in subscriptions.values() for t in s}, topics)
     group.epoch += 1
     group.target = assign(group.assignor, subscriptions, counts, group.target)
@@ -274,8 +322,10 @@ def reconcile(group: Group, member: Member) -> Member:
     if member.revoking:
         return member  # it has not given them back yet: nothing moves until it does
     revoke = member.assigned - target
-    if revoke:
-        return replace(member, assigned=member.assigned & target, revoking=revoke)
+    if revoke:  # a new epoch with it, so a heartbeat from before cannot acknowledge (module docstring)
+        assert member.epoch < group.assignment_epoch, "a target changes only with a new group epoch"
+        return replace(member, assigned=member.assigned & target, revoking=revoke,
+                       epoch=group.assignment_epoch, previous_epoch=member.epoch)
     held = _held_by_others(group, member.member_id)
     assigned = member.assigned | frozenset(tp for tp in target if tp not in held)
     if member.epoch == group.assignment_epoch:
@@ -312,6 +362,23 @@ def check_exclusive(group: Group) -> None:
         seen |= member.revoking
         count += len(member.assigned) + len(member.revoking)
     assert len(seen) == count, f"group {group.name}: a partition has two owners"
+
+
+def _stable(group: Group, member: Member) -> bool:
+    """`view(group, member).state == "stable"`, without building the view."""
+    target = group.target.get(member.member_id, NO_PARTITIONS)
+    return not member.revoking and member.epoch == group.epoch and target <= member.assigned
+
+
+def summary(group: Group) -> dict[str, Any]:
+    """A group's line in a list: no per-partition lists (describe has them), and what its
+    members subscribe to (the edge shows a token only the groups it may describe)."""
+    topics = sorted({t for m in group.members.values() for t in m.subscription.topics})
+    patterns = sorted({m.subscription.pattern for m in group.members.values() if m.subscription.pattern is not None})
+    stable = all(_stable(group, m) for m in group.members.values())
+    return {"group": group.name, "group_epoch": group.epoch, "members": len(group.members),
+            "assignor": group.assignor, "state": "stable" if stable else "reconciling",
+            "topics": topics, "topic_patterns": patterns}
 
 
 def describe(group: Group) -> dict[str, Any]:

@@ -11,6 +11,14 @@ The state machine reads topics through `TopicsView` (names and partition counts)
 which group 0's machine builds over the catalog it applies beside (multiraft/node/
 machines.py): a subscription resolves against the catalog as of the same log index
 on every replica.
+
+Matching a glob against every topic on every heartbeat and join would cost
+members x topics x pattern length each time, so `PatternMatches` keeps each
+pattern's matches while the topics stay as they were: a view carries `version`, the
+log index of the last catalog command applied (the same on every replica at the
+same entry), and a new version drops every match. The cache changes no result:
+apply stays a pure function of the log. A view without a version (None) is not
+cached.
 """
 
 from __future__ import annotations
@@ -20,8 +28,15 @@ from typing import Protocol
 
 from multiraft.consumer_groups.commands import GROUP_PARTITIONS_MAX, Subscription, TopicPartition
 
+# Patterns whose matches are kept (one per distinct pattern; past it they all go).
+PATTERNS_CACHED_MAX = 10_000
+
 
 class TopicsView(Protocol):
+    @property
+    def version(self) -> int | None:
+        """Changes whenever the topics may have (None: unknown, nothing is cached)."""
+
     def partition_count(self, topic: str) -> int | None:
         """The topic's partitions, None when it does not exist."""
 
@@ -32,8 +47,9 @@ class TopicsView(Protocol):
 class StaticTopics:
     """A `TopicsView` over a dict (tests, and a catalog's counts)."""
 
-    def __init__(self, counts: dict[str, int]) -> None:
+    def __init__(self, counts: dict[str, int], version: int | None = None) -> None:
         self.counts = counts
+        self.version = version
 
     def partition_count(self, topic: str) -> int | None:
         return self.counts.get(topic)
@@ -65,12 +81,38 @@ def glob_match(pattern: str, name: str) -> bool:
     return p == len(pattern)
 
 
-def subscribed_topics(subscription: Subscription, topics: TopicsView) -> tuple[str, ...]:
+class PatternMatches:
+    """Each pattern's matching topics, for one version of the topics (module docstring)."""
+
+    def __init__(self) -> None:
+        self._version: int | None = None
+        self._matches: dict[str, tuple[str, ...]] = {}
+
+    def matches(self, pattern: str, topics: TopicsView) -> tuple[str, ...]:
+        version = topics.version
+        if version is None:
+            return _matching(pattern, topics)
+        if version != self._version or len(self._matches) >= PATTERNS_CACHED_MAX:
+            self._matches.clear()
+            self._version = version
+        found = self._matches.get(pattern)
+        if found is None:
+            found = self._matches[pattern] = _matching(pattern, topics)
+        return found
+
+
+def _matching(pattern: str, topics: TopicsView) -> tuple[str, ...]:
+    return tuple(sorted(name for name in topics.names() if glob_match(pattern, name)))
+
+
+def subscribed_topics(subscription: Subscription, topics: TopicsView,
+                      matches: PatternMatches | None = None) -> tuple[str, ...]:
     """The existing topics a subscription names, sorted."""
     if subscription.pattern is None:
         return tuple(t for t in subscription.topics if topics.partition_count(t) is not None)
-    pattern = subscription.pattern
-    return tuple(sorted(name for name in topics.names() if glob_match(pattern, name)))
+    if matches is None:
+        return _matching(subscription.pattern, topics)
+    return matches.matches(subscription.pattern, topics)
 
 
 def topic_partitions(names: Iterable[str], topics: TopicsView) -> dict[str, int]:

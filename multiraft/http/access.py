@@ -1,14 +1,24 @@
 """Who may call which route, when the node requires bearer tokens (multiraft/metadata/auth.py).
 
 One table, by route (method and path pattern), of the right each needs, so a new
-route cannot be forgotten: a route missing from `RULES` needs `admin`. The one
-check that depends on a body (a consumer-group commit names its topics there)
-is made by its handler through `require`.
+route cannot be forgotten: a route missing from `RULES` needs `admin`. The checks
+that depend on a body or on state (a consumer-group commit names its topics in
+its body; a member acts on the topics of its subscription) are made by their
+handlers through `require` and `require_subscription`.
+
+Consumer groups follow Kafka's ACLs with the rights we have: Kafka asks for READ on
+the group for a join, heartbeat, fetch, commit or leave, and DESCRIBE on it for a
+describe or a list. Rights here are per topic, so a group's READ is `read` on each
+topic the member subscribes to (`read:*` for a glob: it reaches topics not named
+yet), and its DESCRIBE is `read` on every topic any of its members subscribes to.
+A member id is the member's proof of membership (KIP-848's member id is the
+client's to keep): it goes only to the joiner, and describe shows ids and epochs
+only to `admin` (docs/http.md, "Consumer group members").
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -46,13 +56,14 @@ RULES: dict[tuple[str, str], str] = {
     # and may not be allowed to read. Only admin covers them all.
     ("DELETE", "/v1/groups/{group}"): ADMIN_RIGHT,
     # Membership: a join names its topics in the body (read on each; a pattern needs read:*);
-    # a member's later calls act on what its join was allowed.
+    # a member's later calls need the same on the member's subscription (the group state's);
+    # describe needs read on every member's, and a list shows only the groups so described.
     ("POST", "/v1/groups/{group}/members"): IN_HANDLER,
-    ("POST", "/v1/groups/{group}/members/{member}/heartbeat"): ANY,
-    ("POST", "/v1/groups/{group}/members/{member}/records"): ANY,
-    ("DELETE", "/v1/groups/{group}/members/{member}"): ANY,
-    ("GET", "/v1/groups/{group}"): ANY,
-    ("GET", "/v1/groups"): ANY,
+    ("POST", "/v1/groups/{group}/members/{member}/heartbeat"): IN_HANDLER,
+    ("POST", "/v1/groups/{group}/members/{member}/records"): IN_HANDLER,
+    ("DELETE", "/v1/groups/{group}/members/{member}"): IN_HANDLER,
+    ("GET", "/v1/groups/{group}"): IN_HANDLER,
+    ("GET", "/v1/groups"): IN_HANDLER,
 }
 
 
@@ -104,3 +115,35 @@ def require(request: web.Request, action: str, topic: str) -> None:
     principal: Principal | None = request.get(PRINCIPAL_KEY)
     if principal is not None:
         _check(principal, action, topic, f"this needs {action}:{topic}")
+
+
+def auth_on(request: web.Request) -> bool:
+    """Whether this request was authenticated (the node requires tokens)."""
+    return request.get(PRINCIPAL_KEY) is not None
+
+
+def is_admin(request: web.Request) -> bool:
+    """The admin right, or no auth at all (then everyone sees everything, as before auth)."""
+    principal: Principal | None = request.get(PRINCIPAL_KEY)
+    return principal is None or principal.is_admin
+
+
+def may_read_all(request: web.Request, topics: Iterable[str], pattern: bool) -> bool:
+    """Whether the token may read every one of `topics` (and every topic, for a pattern)."""
+    principal: Principal | None = request.get(PRINCIPAL_KEY)
+    if principal is None:
+        return True
+    if pattern and not principal.may("read", "*"):
+        return False
+    return all(principal.may("read", topic) for topic in topics)
+
+
+def require_subscription(request: web.Request, topics: Iterable[str], pattern: bool) -> None:
+    """A consumer group's READ (or DESCRIBE): read on each topic, `read:*` for a pattern."""
+    principal: Principal | None = request.get(PRINCIPAL_KEY)
+    if principal is None:
+        return
+    if pattern:
+        _check(principal, "read", "*", "this needs read:* (a topic pattern reaches every topic)")
+    for topic in sorted(set(topics)):
+        _check(principal, "read", topic, f"this needs read:{topic}")

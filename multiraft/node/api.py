@@ -125,6 +125,12 @@ class NodeApi:
     def registered(self) -> bool:
         return self._controller.registered.is_set()
 
+    def group_subscription(self, group: str, member_id: str) -> Subscription | None:
+        """A member's subscription in this node's copy of group 0 (None: not there, or not yet)."""
+        state = self._catalog.groups.groups.get(group)
+        member = state.members.get(member_id) if state is not None else None
+        return member.subscription if member is not None else None
+
     def partition_group(self, topic: str, partition: int) -> GroupId:
         """The group of a topic's partition (UnknownTopic when there is none)."""
         return self._catalog.partition_group(topic, partition)

@@ -21,11 +21,15 @@ class CatalogHolder:
         self.catalog = Catalog()
         # Group 0 applies consumer group commands beside the catalog (multiraft/node/machines.py).
         self.groups = GroupsState()
+        # The log index of the last catalog command applied (or of the snapshot restored):
+        # the version of the topics the groups' pattern matches are kept for.
+        self.topics_index = 0
         self._changed = asyncio.Event()
 
     def replace(self, catalog: Catalog, groups: GroupsState | None = None) -> None:
         self.catalog = catalog
         self.groups = groups if groups is not None else GroupsState()
+        self.topics_index = int(catalog.applied_index)
         self.changed()
 
     def changed(self) -> None:

@@ -39,6 +39,7 @@ from multiraft.consumer_groups import (
     decode_group_command,
     describe,
     encode_group_command,
+    summary,
 )
 from multiraft.consumer_groups.commands import (
     GROUP_PARTITIONS_MAX,
@@ -55,7 +56,7 @@ from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
-from raftlog.errors import LeaderNotAvailable, NotLeader
+from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader
 from raftlog.messages import EntryKind, Role
 
 if TYPE_CHECKING:
@@ -66,8 +67,6 @@ if TYPE_CHECKING:
 # How often the coordinator looks for expired members: a member leaves at most this
 # much after its session timeout (the smallest allowed session is 500 ms).
 EXPIRY_SCAN_S = 0.1
-# Expiry entries proposed per scan; the rest wait for the next scan.
-EXPIRIES_PER_SCAN_MAX = 100
 # A commit forwarded to the coordinator waits for its writes to the partitions (each
 # forwarded to the partition leader, one RPC bound each) and so gets two bounds.
 COMMIT_TIMEOUT_S = 2 * RPC_TIMEOUT_S
@@ -160,21 +159,44 @@ class GroupCoordinator:
             self._note(command.group, command.member_id, now)
             if not needed:
                 return view.as_json()
-            if command.owned is not None and set(view.revoking).isdisjoint(command.owned):
-                released = view.revoking  # it acknowledges: they go to their new owners
+            if command.owned is not None and command.member_epoch == view.member_epoch \
+                    and set(view.revoking).isdisjoint(command.owned):
+                released = view.revoking  # it acknowledges (state.py `_acknowledges`): they go to new owners
         elif isinstance(command, LeaveGroup):
             _, member = self._catalog.groups.member(command.group, command.member_id, command.member_epoch)
             released = tuple(sorted(member.assigned | member.revoking))
-        async with self.fence.releasing(command.group, released):
-            (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
+        if isinstance(command, JoinGroup):
+            (result,) = await self._propose_join(runtime, command)
+        else:
+            async with self.fence.releasing(command.group, released):
+                (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
         if result.error is not None:
             raise result.error
-        if isinstance(command, JoinGroup | Heartbeat):
+        if isinstance(command, Heartbeat):
             self._note(command.group, command.member_id, self._clock_ms())
+        if isinstance(command, JoinGroup | Heartbeat):
             return result.value.as_json()  # type: ignore[no-any-return]
         if isinstance(command, LeaveGroup):
             self._logger.info("group_member_left", group=command.group, member_id=command.member_id)
         return {}
+
+    async def _propose_join(self, runtime: GroupRuntime, command: JoinGroup) -> list[Any]:
+        """Propose a join; its member is noted in `sessions` when the entry applies, whether
+        or not this caller still waits. A caller cancelled after proposing (its HTTP
+        deadline) would otherwise leave a member that joins yet is never noted, and so
+        never expires. The proposal runs in its own task, shielded from the caller's
+        cancellation; the callback owns its outcome (it resolves on apply, or fails on
+        a step-down, whose new term resets every session anyway)."""
+        proposal = asyncio.ensure_future(runtime.propose([encode_group_command(command)], EntryKind.META))
+        proposal.add_done_callback(lambda done: self._joined(command, done))
+        return await asyncio.shield(proposal)
+
+    def _joined(self, command: JoinGroup, proposal: asyncio.Future[list[Any]]) -> None:
+        if proposal.cancelled() or proposal.exception() is not None:
+            return
+        (result,) = proposal.result()
+        if result.error is None:
+            self._note(command.group, command.member_id, self._clock_ms())
 
     async def _commit(self, request: dict[str, Any]) -> dict[str, Any]:
         group, member_id, epoch = request["group"], request["member_id"], request["member_epoch"]
@@ -196,7 +218,7 @@ class GroupCoordinator:
             check_member_id(member_id)
             state.check_commit(group, member_id, epoch, partitions)
             self._note(group, member_id, self._clock_ms())
-        with self.fence.committing(group, partitions):  # no await between the check and this
+        async with self.fence.committing(group, partitions):  # no await between the check and this
             await self._commit_offsets(group, commits)
         return {}
 
@@ -224,10 +246,7 @@ class GroupCoordinator:
 
     async def _list(self, request: dict[str, Any]) -> dict[str, Any]:
         await self._leading()
-        return {"groups": [
-            {"group": name, "group_epoch": g.epoch, "members": len(g.members), "assignor": g.assignor,
-             "state": describe(g)["state"]}
-            for name, g in sorted(self._catalog.groups.groups.items())]}
+        return {"groups": [summary(g) for _, g in sorted(self._catalog.groups.groups.items())]}
 
     # ------------------------------------------------------------------ expiry
 
@@ -239,7 +258,7 @@ class GroupCoordinator:
             if runtime is None or runtime.core.role is not Role.LEADER or not self._caught_up(runtime):
                 continue
             self._check_term(runtime)
-            for command in self.sessions.expired(self._catalog.groups, self._clock_ms())[:EXPIRIES_PER_SCAN_MAX]:
+            for command in self.sessions.expired(self._catalog.groups, self._clock_ms()):
                 self._logger.info("group_members_expired", group=command.group, members=list(command.member_ids),
                                   reason=command.reason)
                 released = _partitions_of(self._catalog.groups.groups.get(command.group), command.member_ids)
@@ -248,6 +267,13 @@ class GroupCoordinator:
                         (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
                 except NotLeader:
                     break
+                except ClientError as error:
+                    # Commits still in flight (PROPOSAL_DROPPED), a full inbox, a step-down
+                    # (OUTCOME_UNKNOWN: the next term resets every session): the next scan
+                    # looks at these members again, and the loop goes on.
+                    self.sessions.recheck(command.group, command.member_ids, self._clock_ms())
+                    self._logger.warning("group_expiry_deferred", group=command.group, error=str(error))
+                    continue
                 if result.error is not None:
                     self._logger.warning("group_expiry_refused", group=command.group, error=str(result.error))
 
@@ -260,7 +286,7 @@ class GroupCoordinator:
         return runtime
 
     def _topics(self) -> CatalogTopics:
-        return CatalogTopics(self._catalog.catalog)
+        return CatalogTopics(self._catalog.catalog, self._catalog.topics_index)
 
     @staticmethod
     def _caught_up(runtime: GroupRuntime) -> bool:

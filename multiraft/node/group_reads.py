@@ -8,7 +8,9 @@ admin's describe with committed offsets and lag.
   passed restarts at the reset policy too, as a Kafka consumer does. Long-poll: the
   reads wait together (bounded by `wait_ms`, and by half the group's session timeout,
   since only the fetch's start keeps the member alive); the answer comes when any
-  partition has records, holding what those partitions had. A member that owns nothing
+  partition has records, holding what those partitions had. One deadline bounds every
+  read: a read that starts late (past the first `READS_IN_FLIGHT_MAX`) waits only
+  what is left of it. A member that owns nothing
   yet waits as long, then is told what it owns then. Partitions being revoked are not
   read.
 - `commit`: sent to the coordinator, which checks it (the member is current and owns
@@ -33,11 +35,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import Heartbeat
-from multiraft.errors import InvalidRequest, OffsetOutOfRange
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
 from multiraft.node.partition_ops import ConsumeResult
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
@@ -95,19 +98,27 @@ class GroupReads:
         # The coordinator saw the member when this fetch began: a long-poll waits at most
         # half its session, so the member's next call comes in time to keep it alive.
         wait_ms = min(wait_ms, member["session_timeout_ms"] // 2)
-        assigned = [(a["topic"], p) for a in member["assignment"] for p in a["partitions"]]
+        owned = [(a["topic"], p) for a in member["assignment"] for p in a["partitions"]]
+        # The coordinator's catalog may be ahead of this node's (or a topic went and came back
+        # smaller): partitions this node does not know are answered as errors, not read.
+        assigned = [tp for tp in owned if self._known(tp)]
+        unknown = [PartitionFetch(t, p, positions.get((t, p), 0), None, UnknownTopic(
+            f"partition {t}/{p} is not in this node's catalog (yet); retry")) for t, p in owned if not self._known((t, p))]
         if not assigned:
-            if wait_ms <= 0:
-                return MemberFetch(member, [])
+            if wait_ms <= 0 or unknown:
+                return MemberFetch(member, unknown)
             await asyncio.sleep(wait_ms / 1000)  # nothing to read yet: wait, then say what it has now
             return MemberFetch(await self._coordinator.command(heartbeat), [])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000  # one for every read: rounds of reads must not add up
         starts = await self._starts(heartbeat.group, assigned, positions, reset)
         per_partition_bytes = max(1, max_bytes // len(assigned))
         slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
 
         async def one(tp: TopicPartition) -> PartitionFetch:
             async with slots:
-                return await self._read(tp, starts[tp], reset, max_records, per_partition_bytes, wait_ms)
+                left_ms = max(0, int((deadline - loop.time()) * 1000))
+                return await self._read(tp, starts[tp], reset, max_records, per_partition_bytes, left_ms)
 
         tasks = [asyncio.ensure_future(one(tp)) for tp in assigned]
         finished: list[PartitionFetch] = []
@@ -122,7 +133,12 @@ class GroupReads:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        return MemberFetch(member, sorted(finished, key=lambda f: (f.topic, f.partition)))
+        return MemberFetch(member, sorted(finished + unknown, key=lambda f: (f.topic, f.partition)))
+
+    def _known(self, tp: TopicPartition) -> bool:
+        """Whether this node's catalog has the partition now."""
+        info = self._catalog.catalog.topics.get(tp[0])
+        return info is not None and 0 <= tp[1] < len(info.partitions)
 
     async def _read(self, tp: TopicPartition, offset: int, reset: str, max_records: int, max_bytes: int,
                     wait_ms: int) -> PartitionFetch:
@@ -133,7 +149,10 @@ class GroupReads:
                                                    max_bytes=max_bytes, wait_ms=wait_ms)
                 return PartitionFetch(topic, partition, offset, result)
             except OffsetOutOfRange:
-                start, end = (await self.bounds([tp]))[tp]
+                try:
+                    start, end = (await self.bounds([tp]))[tp]
+                except ClientError as error:
+                    return PartitionFetch(topic, partition, offset, None, error)
                 offset = start if reset == "earliest" else end
             except ClientError as error:
                 return PartitionFetch(topic, partition, offset, None, error)
@@ -171,9 +190,18 @@ class GroupReads:
 
     # ------------------------------------------------------------------ describe
 
-    async def describe(self, group: str) -> dict[str, Any]:
+    async def describe(self, group: str,
+                       authorize: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """`authorize`: raises when the caller may not see the coordinator's view (before
+        the partitions are read)."""
         described = await self._coordinator.describe(group)
-        tps = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])]
+        if authorize is not None:
+            authorize(described)
+        # The group's resolved counts can be stale (a topic deleted and created again smaller
+        # is re-resolved at the next heartbeat) and this node's catalog can trail: only the
+        # partitions this node's catalog has get a row.
+        tps = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])
+               if self._known((t["topic"], p))]
         committed: dict[TopicPartition, int] = {}
         for topic in sorted({t for t, _ in tps}):
             for row in await self._reads.fetch_offsets(group, topic):
@@ -233,6 +261,8 @@ class GroupReads:
         local: dict[TopicPartition, tuple[int, int]] = {}
         remote: dict[int, list[tuple[TopicPartition, GroupId]]] = {}
         for tp in tps:
+            if not self._known(tp):
+                raise UnknownTopic(f"partition {tp[0]}/{tp[1]} is not in this node's catalog (yet); retry")
             info = catalog.topic(tp[0]).partitions[tp[1]]
             here = self._local_bounds(info.group_id)
             if here is not None:

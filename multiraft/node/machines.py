@@ -44,8 +44,10 @@ _LENGTH = struct.Struct(">Q")
 class CatalogTopics:
     """The catalog's topics as the consumer group state reads them (`TopicsView`)."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, version: int | None) -> None:
+        """`version`: the index of the last catalog command applied (`CatalogHolder.topics_index`)."""
         self._topics = catalog.topics
+        self.version = version
 
     def partition_count(self, topic: str) -> int | None:
         info = self._topics.get(topic)
@@ -78,8 +80,9 @@ class CatalogMachine:
                 command = decode_group_command(entry.payload)
             except InvalidRequest as error:  # a committed entry that does not decode changes nothing
                 return GroupResult(entry.index, error=error)
-            return self.holder.groups.apply(entry.index, command, CatalogTopics(catalog))
+            return self.holder.groups.apply(entry.index, command, CatalogTopics(catalog, self.holder.topics_index))
         result = catalog.apply(entry.index, decode_command(entry.payload))
+        self.holder.topics_index = int(entry.index)  # the topics may have changed here
         self.holder.changed()
         return result
 

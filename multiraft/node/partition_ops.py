@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownGroup, UnknownTopic
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, Timeout, UnknownGroup, UnknownTopic
 from multiraft.node.offsets_retention import wall_clock_ms
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit, OffsetsDelete, decode_meta, encode_meta
@@ -197,7 +197,11 @@ class PartitionOps:
     async def _commit_local(self, group_id: GroupId, commit: OffsetCommit) -> None:
         commit = replace(commit, committed_at_ms=wall_clock_ms())  # the leader's time, whoever forwarded it
         self._registry.partitions[group_id].state.check_commit(commit)
-        (result,) = await self._registry.groups[group_id].propose([encode_meta(commit)], EntryKind.META)
+        try:  # bounded as a forwarded commit is (its caller gives up then): no dangling waits
+            async with asyncio.timeout(RPC_TIMEOUT_S):
+                (result,) = await self._registry.groups[group_id].propose([encode_meta(commit)], EntryKind.META)
+        except TimeoutError:
+            raise Timeout(f"the commit did not apply within {RPC_TIMEOUT_S} s; it may still") from None
         if result.error is not None:
             raise result.error
 

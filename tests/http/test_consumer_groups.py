@@ -8,11 +8,14 @@ list and leave answer alike from every node."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
-from multiraft.consumer_groups import encode_groups
+from multiraft.consumer_groups import JoinGroup, Subscription, encode_groups
+from multiraft.node import group_reads
 from multiraft.node.registry import METADATA_GROUP
+from raftlog.messages import Role
 from tests.group_member import Member, no_two_owners, settle
 from tests.http.conftest import Cluster
 from tests.node.test_node_cluster import until
@@ -196,3 +199,82 @@ async def test_malformed_member_calls_are_400(cluster: Cluster, path: str, body:
     # Goal: bad member input is refused with the one error shape, never a 500.
     status, answer = await cluster.call("POST", 0, path, json=body)
     assert (status, answer["error_code"]) == (400, "INVALID_REQUEST"), answer
+
+
+async def test_a_join_whose_caller_is_cancelled_still_expires(cluster: Cluster) -> None:
+    # Goal: a join's caller cancelled after the proposal went out (as the HTTP deadline
+    # does) still leaves a member the coordinator knows of when the entry applies, so
+    # it expires after its session timeout instead of holding partitions for ever.
+    await cluster.create_topic("cg-ghost", partitions=2)
+    node = next(n for n in cluster.nodes if n.groups[METADATA_GROUP].core.role is Role.LEADER)
+    runtime = node.groups[METADATA_GROUP]
+    command = JoinGroup(group="ghost", member_id="ghost", subscription=Subscription(topics=("cg-ghost",)),
+                        session_timeout_ms=500)
+    last = runtime.core.log.last_index()
+    task = asyncio.ensure_future(node.group_coordinator.command(command))
+    async with asyncio.timeout(5):
+        while runtime.core.log.last_index() == last:
+            await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await until(lambda: "ghost" in node.catalog_holder.groups.groups, "the join applied")
+    await until(lambda: node.group_coordinator.sessions.seen_ms("ghost", "ghost") is not None, "the member noted")
+    await until(lambda: "ghost" not in node.catalog_holder.groups.groups, "the member expired", timeout_s=10)
+
+
+async def test_a_long_poll_over_more_partitions_than_reads_in_flight_waits_once(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: a member's long-poll over more partitions than run at once (three rounds here)
+    # waits `wait_ms` in all, one deadline shared by every read, not once per round,
+    # which would run past the session it is bounded by.
+    monkeypatch.setattr(group_reads, "READS_IN_FLIGHT_MAX", 2)
+    await cluster.create_topic("cg-rounds", partitions=6)
+    member = Member(_call(cluster), 3, "rounds")
+    await member.join(["cg-rounds"], session_timeout_ms=2000)
+    assert len(member.owned) == 6
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await member.fetch(wait_ms=1000) == []
+    assert 0.9 <= loop.time() - started < 1.8
+    await member.leave()
+
+
+async def test_describe_and_fetch_meet_partitions_their_catalog_does_not_have(cluster: Cluster) -> None:
+    # Goal: never a 500 from client-reachable state. A topic deleted and created again with
+    # fewer partitions leaves the group's resolved counts stale until a member heartbeats:
+    # describe lists only the partitions that exist. A node whose catalog trails the
+    # coordinator's (here: a coordinator answer naming partitions this node lacks) answers
+    # a fetch with those partitions in `errors`, the others read as usual.
+    await cluster.create_topic("cg-shrink", partitions=4, replication_factor=1)
+    member = Member(_call(cluster), 3, "shrink")
+    await member.join(["cg-shrink"])
+    status, body = await cluster.call("DELETE", 0, "/v1/topics/cg-shrink")
+    assert status == 204, body
+    await until(lambda: all("cg-shrink" not in n.catalog.topics for n in cluster.nodes), "the delete applied")
+    await cluster.create_topic("cg-shrink", partitions=2, replication_factor=1)
+    for node in range(3):
+        status, described = await cluster.call("GET", node, "/v1/groups/shrink")
+        assert status == 200, described
+        assert {row["partition"] for row in described["partitions"]} <= {0, 1}
+    await cluster.create_topic("cg-trail", partitions=2)
+    follower = next(n for n in cluster.nodes if n.groups[METADATA_GROUP].core.role is not Role.LEADER)
+    index = cluster.nodes.index(follower)
+    real = follower.group_coordinator.command
+
+    async def trailing(command):  # type: ignore[no-untyped-def]
+        view = await real(command)
+        return {**view, "assignment": [{"topic": "cg-trail", "partitions": [0, 1, 5]},
+                                       {"topic": "cg-not-yet", "partitions": [0]}]}
+
+    follower.group_coordinator.command = trailing  # type: ignore[method-assign]
+    try:
+        status, body = await cluster.call("POST", index, f"/v1/groups/shrink/members/{member.member_id}/records",
+                                          json={"member_epoch": member.epoch, "auto_offset_reset": "earliest"})
+    finally:
+        del follower.group_coordinator.command
+    assert status == 200, body
+    assert sorted((e["topic"], e["partition"]) for e in body["errors"]) == [("cg-not-yet", 0), ("cg-trail", 5)]
+    assert sorted((p["topic"], p["partition"]) for p in body["positions"]) == [("cg-trail", 0), ("cg-trail", 1)]
+    await member.heartbeat()
+    await member.leave()

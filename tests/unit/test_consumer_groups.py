@@ -40,6 +40,7 @@ from multiraft.errors import (
     InvalidRequest,
     PartitionNotAssigned,
     SnapshotFormatError,
+    TooManyConsumerGroups,
     UnknownMemberId,
 )
 
@@ -209,6 +210,44 @@ def test_a_pattern_subscription_follows_topics_as_they_come_and_go() -> None:
     assert set(driver.owners()) == {("orders-us", 0), ("orders-us", 1)}
 
 
+def test_pattern_matches_are_kept_while_the_topics_version_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: a heartbeat or join of a pattern member does not match the glob against every
+    # topic again while the catalog is unchanged (the view's version); a new version (a
+    # topic created) is matched afresh and reaches the members, as without the cache.
+    from multiraft.consumer_groups import topics as topics_module
+
+    calls = []
+    real = topics_module.glob_match
+    monkeypatch.setattr(topics_module, "glob_match", lambda p, n: calls.append(n) or real(p, n))
+    counts = {f"t{i}": 1 for i in range(200)}
+    state, index = GroupsState(), 0
+
+    def apply(command, view):  # type: ignore[no-untyped-def]
+        nonlocal index
+        index += 1
+        result = state.apply(index, command, view)
+        assert result.error is None, result.error
+        return result.value
+
+    view = StaticTopics(counts, version=1)
+    epochs = {}
+    for member in range(10):
+        epochs[f"m{member}"] = apply(JoinGroup(group=G, member_id=f"m{member}",
+                                               subscription=Subscription(pattern="t1*")), view).member_epoch
+    assert len(calls) == 200  # matched once, for every member
+    for _ in range(5):
+        for member, epoch in epochs.items():
+            heartbeat = Heartbeat(group=G, member_id=member, member_epoch=epoch)
+            state.plan_heartbeat(heartbeat, view)
+            epochs[member] = apply(heartbeat, view).member_epoch
+    assert len(calls) == 200
+    counts["t1-new"] = 3
+    epoch_before = state.groups[G].epoch
+    apply(Heartbeat(group=G, member_id="m0", member_epoch=epochs["m0"]), StaticTopics(counts, version=2))
+    assert len(calls) == 200 + 201
+    assert state.groups[G].epoch == epoch_before + 1 and state.groups[G].counts["t1-new"] == 3
+
+
 def test_range_assignor_gives_contiguous_ranges() -> None:
     driver = Driver({"t": 5}, assignor="range")
     driver.join("a")
@@ -274,6 +313,109 @@ def test_sessions_expire_silent_members_and_give_a_new_coordinator_a_full_sessio
     driver.apply(ExpireMembers(group=G, member_ids=("a",)))
     assert sessions.expired(driver.state, 7002) == [ExpireMembers(group=G, member_ids=("b",))]
     assert sessions.seen_ms(G, "a") is None  # forgotten once the state no longer has it
+
+
+def test_a_delayed_heartbeat_from_before_a_revocation_does_not_acknowledge_it() -> None:
+    # Goal: a heartbeat the member sent before it heard of a revocation (its epoch then,
+    # an `owned` without the revoked partitions), arriving late, does not free them: only
+    # a heartbeat carrying the epoch the revocation moved the member to acknowledges it.
+    driver = Driver({"t": 4})
+    driver.join("a")
+    driver.settle()
+    old_epoch = driver.state.groups[G].members["a"].epoch
+    driver.join("b")
+    assert driver.heartbeat("a").error is None  # a learns what to give back
+    a = driver.state.groups[G].members["a"]
+    assert a.revoking and a.epoch != old_epoch
+    late = Heartbeat(group=G, member_id="a", member_epoch=old_epoch, owned=())
+    assert not driver.state.plan_heartbeat(late, driver.topics)[0]  # the coordinator would not propose it
+    assert driver.apply(late).error is None  # the previous epoch is still accepted...
+    assert driver.state.groups[G].members["a"].revoking == a.revoking  # ...but acknowledges nothing
+    ack = Heartbeat(group=G, member_id="a", member_epoch=a.epoch, owned=tuple(sorted(a.assigned)))
+    assert driver.state.plan_heartbeat(ack, driver.topics)[0]
+    assert driver.apply(ack).error is None
+    assert not driver.state.groups[G].members["a"].revoking
+
+
+def test_a_groups_summary_agrees_with_its_description() -> None:
+    # Goal: the list's cheap summary (no per-member views) tells the same state as describe.
+    from multiraft.consumer_groups import describe, summary
+
+    driver = Driver({"t": 6, "u": 2})
+    driver.join("a")
+    group = driver.state.groups[G]
+    assert summary(group)["state"] == describe(group)["state"]
+    driver.settle()
+    assert summary(group)["state"] == describe(group)["state"] == "stable"
+    driver.join("b", pattern="u*")
+    assert summary(group)["state"] == describe(group)["state"] == "reconciling"
+    assert summary(group)["topics"] == ["t"] and summary(group)["topic_patterns"] == ["u*"]
+    driver.settle()
+    assert summary(group)["state"] == describe(group)["state"] == "stable"
+
+
+def test_a_join_past_the_total_partitions_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: the partitions all groups resolve to are bounded in all: a join that would take
+    # them past it is refused (TOO_MANY_CONSUMER_GROUPS) and changes nothing; joins that
+    # add no partitions still go in.
+    from multiraft.consumer_groups import state as state_module
+
+    monkeypatch.setattr(state_module, "GROUP_STATE_PARTITIONS_MAX", 10)
+    topics = StaticTopics({"a": 6, "b": 6, "small": 4})
+    state = GroupsState()
+    index = 0
+
+    def join(group: str, member: str, *names: str):  # type: ignore[no-untyped-def]
+        nonlocal index
+        index += 1
+        return state.apply(index, JoinGroup(group=group, member_id=member, subscription=Subscription(topics=names)),
+                           topics)
+
+    assert join("g1", "m1", "a").error is None
+    refused = join("g2", "m1", "b").error
+    assert isinstance(refused, TooManyConsumerGroups) and "bound of 10" in str(refused)
+    assert "g2" not in state.groups
+    assert join("g2", "m1", "small").error is None
+    assert join("g1", "m2", "a").error is None  # adds members, not partitions
+    before = encode_groups(state)
+    assert isinstance(join("g1", "m2", "a", "b").error, TooManyConsumerGroups)
+    assert encode_groups(state) == before
+
+
+def test_a_member_forgotten_by_the_sessions_and_back_in_the_state_still_expires() -> None:
+    # Goal: an entry that comes up for a member the state has again, after the sessions
+    # forgot it (another entry of it came up while it was gone), neither raises (the
+    # loop would die) nor is dropped (the member would never expire): it is seen from then.
+    driver = Driver({"t": 1})
+    driver.apply(JoinGroup(group=G, member_id="m", subscription=Subscription(topics=("t",)), session_timeout_ms=1000))
+    member = driver.state.groups[G].members["m"]
+    sessions = Sessions()
+    sessions.note(G, replace(member, revoking=frozenset({("t", 0)}), rebalance_timeout_ms=100), 1000, 0)
+    assert driver.apply(LeaveGroup(group=G, member_id="m", member_epoch=member.epoch)).error is None
+    assert sessions.expired(driver.state, 200) == []  # its rebalance entry: gone, forgotten
+    driver.apply(JoinGroup(group=G, member_id="m", subscription=Subscription(topics=("t",)),
+                           session_timeout_ms=1000))  # back, and this coordinator did not note it
+    assert sessions.expired(driver.state, 1001) == []  # its session entry: seen from now
+    assert sessions.expired(driver.state, 2002) == [ExpireMembers(group=G, member_ids=("m",))]
+
+
+def test_expiries_past_one_scans_cap_come_at_the_next_scan() -> None:
+    # Goal: more silent members than one scan proposes (one command per group): those past
+    # the cap are expired at the very next scan, not a session later.
+    counts = {"t": 1}
+    state = GroupsState()
+    for i in range(7):
+        result = state.apply(i + 1, JoinGroup(group=f"g{i}", member_id="m", subscription=Subscription(topics=("t",)),
+                                              session_timeout_ms=1000), StaticTopics(counts))
+        assert result.error is None
+    sessions = Sessions()
+    sessions.reset(state, 0)
+    first = sessions.expired(state, 1001, commands_max=3)
+    assert [c.group for c in first] == ["g0", "g1", "g2"]
+    second = sessions.expired(state, 1002, commands_max=3)
+    assert [c.group for c in second] == ["g3", "g4", "g5"]
+    assert [c.group for c in sessions.expired(state, 1003, commands_max=3)] == ["g6"]
+    assert sessions.expired(state, 1004, commands_max=3) == []
 
 
 @settings(max_examples=200, deadline=None)

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from multiraft.errors import InvalidRequest
-from multiraft.http.access import require
+from multiraft.errors import InvalidRequest, UnknownMemberId
+from multiraft.http.access import auth_on, is_admin, may_read_all, require, require_subscription
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.handlers.groups import group_name
 from multiraft.http.limits import (
@@ -52,6 +52,25 @@ def _member(request: web.Request) -> str:
     member_id = request.match_info["member"]
     group_limits.check_member_id(member_id)
     return member_id
+
+
+async def _authorize_member(request: web.Request, group: str, member_id: str, *, new_ok: bool = False) -> None:
+    """With auth on, the group's READ for this member: read on its subscription's topics
+    (access.py). This node's copy of group 0 trails the coordinator by an apply, so a
+    member not in it is looked for again after catching up (a ReadIndex of group 0).
+    `new_ok`: a join may name a member id nobody holds yet."""
+    if not auth_on(request):
+        return
+    node = node_of(request)
+    subscription = node.group_subscription(group, member_id)
+    if subscription is None:
+        await bounded(node.sync_catalog(), "a group member's rights")
+        subscription = node.group_subscription(group, member_id)
+    if subscription is None:
+        if new_ok:
+            return
+        raise UnknownMemberId(f"group {group!r} has no member {member_id!r}; join again")
+    require_subscription(request, subscription.topics, subscription.pattern is not None)
 
 
 def _only(body: dict[str, Any], allowed: set[str]) -> None:
@@ -94,6 +113,9 @@ async def join(request: web.Request) -> web.Response:
     if subscription.pattern is not None:
         require(request, "read", "*")  # a pattern reaches topics not named yet
     member_id = body.get("member_id")
+    if member_id is not None:  # joining again as a member: its rights on what it held, too
+        group_limits.check_member_id(member_id)
+        await _authorize_member(request, group, member_id, new_ok=True)
     command = JoinGroup(
         group=group, member_id=uuid.uuid4().hex if member_id is None else member_id, subscription=subscription,
         rebalance_timeout_ms=int_field(body, "rebalance_timeout_ms", group_limits.REBALANCE_TIMEOUT_MS_DEFAULT),
@@ -111,6 +133,7 @@ async def heartbeat(request: web.Request) -> web.Response:
     owned = _partition_list(body["owned"], "owned") if body.get("owned") is not None else None
     command = Heartbeat(group=group_name(request), member_id=_member(request),
                         member_epoch=int_field(body, "member_epoch"), owned=owned)
+    await _authorize_member(request, command.group, command.member_id)
     return web.json_response(await bounded(node.group_command(command), "group heartbeat"))
 
 
@@ -119,6 +142,7 @@ async def leave(request: web.Request) -> web.Response:
     node = node_of(request)
     command = LeaveGroup(group=group_name(request), member_id=_member(request),
                          member_epoch=query_int(request, "member_epoch", low=0, high=group_limits.EPOCH_MAX))
+    await _authorize_member(request, command.group, command.member_id)
     await bounded(node.group_command(command), "group leave")
     return web.Response(status=204)
 
@@ -133,6 +157,7 @@ async def fetch(request: web.Request) -> web.Response:
     fmt = str_field(body, "format", "json", FORMATS)
     heartbeat = Heartbeat(group=group_name(request), member_id=_member(request),
                           member_epoch=int_field(body, "member_epoch"))
+    await _authorize_member(request, heartbeat.group, heartbeat.member_id)
     result = await bounded(node.group_fetch(
         heartbeat, _positions(body.get("positions")), str_field(body, "auto_offset_reset", "latest", RESETS),
         max_records=max_records, wait_ms=wait_ms,
@@ -188,12 +213,29 @@ def _fetch_answer(result: MemberFetch, fmt: str, max_records: int) -> bytes:
 
 
 async def describe(request: web.Request) -> web.Response:
-    """GET /v1/groups/{group}: members, assignment, committed offsets and lag."""
+    """GET /v1/groups/{group}: members, assignment, committed offsets and lag. With auth on it
+    needs read on every member's subscription (access.py), and only admin sees member ids
+    and epochs (a member id is its member's proof of membership)."""
     node = node_of(request)
-    return web.json_response(await bounded(node.describe_group(group_name(request)), "group describe"))
+
+    def authorize(described: dict[str, Any]) -> None:
+        subscriptions = [m["subscription"] for m in described["members"]]
+        require_subscription(request, [t for s in subscriptions for t in s["topics"]],
+                             any(s["topic_pattern"] is not None for s in subscriptions))
+
+    described = await bounded(node.describe_group(group_name(request), authorize), "group describe")
+    if not is_admin(request):
+        for member in described["members"]:
+            member["member_id"] = member["member_epoch"] = None
+        for row in described["partitions"]:
+            row["owner"] = None
+    return web.json_response(described)
 
 
 async def list_groups(request: web.Request) -> web.Response:
-    """GET /v1/groups: the groups that have members."""
+    """GET /v1/groups: the groups that have members (with auth on, those the token may describe)."""
     node = node_of(request)
-    return web.json_response(await bounded(node.list_groups(), "group list"))
+    listed = await bounded(node.list_groups(), "group list")
+    listed["groups"] = [g for g in listed["groups"]
+                        if may_read_all(request, g["topics"], bool(g["topic_patterns"]))]
+    return web.json_response(listed)
