@@ -75,6 +75,7 @@ FRAMES = {
     "json_response": "json_response (",
     "node produce (forward)": "call_peer (multiraft/node/routing.py",
     "rpc serve (forwarded in)": "serve (multiraft/node/produce.py",
+    "rpc serve_many (forwarded in)": "serve_many (multiraft/node/produce.py",
     "validate batch": "validate_off_loop (multiraft/node/batch_checks.py",
     "group _drain": "_drain (multiraft/runtime/group.py",
     "group _handle_ready": "_handle_ready (multiraft/runtime/group.py",
@@ -95,9 +96,10 @@ FRAMES = {
 }
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of `pid` so far, every thread."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK
 
 
 async def metrics(session: aiohttp.ClientSession, server: str) -> dict[str, float]:
@@ -176,6 +178,7 @@ class Leg:
         self.records = 0
         self.seconds = 0.0
         self.cpu = [0.0, 0.0, 0.0]
+        self.cpu_system = 0.0  # of sum(cpu): in the kernel (syscalls: sockets, writes, fsyncs)
         self.counters: dict[str, float] = collections.defaultdict(float)
 
     @property
@@ -203,7 +206,7 @@ async def run_leg(leg: Leg, topology: Topology, cluster: LocalCluster, window: i
 
     async with aiohttp.ClientSession() as session:
         before = [await metrics(session, s) for s in topology.servers]
-        cpu_before = [cpu_seconds(p) for p in pids]
+        cpu_before = [cpu_split(p) for p in pids]
         began = time.monotonic()
         try:
             await asyncio.gather(*(loop(r) for r in requests))
@@ -211,29 +214,31 @@ async def run_leg(leg: Leg, topology: Topology, cluster: LocalCluster, window: i
             for client in clients.values():
                 await client.close()
         elapsed = time.monotonic() - began
-        cpu_after = [cpu_seconds(p) for p in pids]
+        cpu_after = [cpu_split(p) for p in pids]
         after = [await metrics(session, s) for s in topology.servers]
     leg.records += done
     leg.seconds += elapsed
     for i, (b, a) in enumerate(zip(cpu_before, cpu_after, strict=True)):
-        leg.cpu[i] += a - b
+        leg.cpu[i] += sum(a) - sum(b)
+        leg.cpu_system += a[1] - b[1]
     for b, a in zip(before, after, strict=True):
         for name in a:
             leg.counters[name] += a[name] - b[name]
 
 
 def report(legs: dict[str, Leg]) -> None:
-    base = {"json": legs["json-1"].rate, "bin": legs["bin-1"].rate}
+    base = {kind: legs[f"{kind}-1"].rate if f"{kind}-1" in legs else 0.0 for kind in ("json", "bin")}
     for name, leg in legs.items():
         if not leg.records:
             continue
         per_million = 1e6 / leg.records
         cpu = sum(leg.cpu) * per_million
         per_node = "/".join(f"{c * per_million:.1f}" for c in leg.cpu)
-        ratio = leg.rate / base[name.split("-")[0]]
+        ratio = leg.rate / base[name.split("-")[0]] if base[name.split("-")[0]] else 0.0
         counters = leg.counters
+        system = leg.cpu_system * 100 / max(sum(leg.cpu), 1e-9)
         print(f"{name:14s} {leg.rate:10,.0f} rec/s  x{ratio:4.2f} of {name.split('-')[0]}-1   "
-              f"CPU {cpu:5.1f} s per M records (nodes {per_node})   per 1k records: "
+              f"CPU {cpu:5.1f} s per M records (nodes {per_node}; {system:.0f} % system)   per 1k records: "
               f"flushes {counters['raftlog_fsync_seconds_count'] * 1000 / leg.records:5.2f} "
               f"(mean {counters['raftlog_fsync_seconds_sum'] * 1000 / max(1, counters['raftlog_fsync_seconds_count']):.2f} ms), "
               f"proposals committed {counters['raftlog_replicate_seconds_count'] * 1000 / leg.records:5.2f}, "
@@ -275,8 +280,8 @@ def summarize(path: Path, top: int = 25) -> str:
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
+        if not stack or not count_text.isdigit():
+            continue  # a sampled frame's text may hold a newline (py-spy shows locals' reprs)
         count = int(count_text)
         frames = stack.split(";")
         total += count

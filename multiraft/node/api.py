@@ -26,6 +26,7 @@ from multiraft.node.admission import verify as verify_admission
 from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.config import NodeConfig
 from multiraft.node.controller import Readiness
+from multiraft.node.forwarding import PartitionBatch
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
@@ -55,9 +56,9 @@ if TYPE_CHECKING:
 __all__ = [
     "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "RESETS",
     "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "Heartbeat",
-    "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit", "PartitionFetch",
-    "PartitionStatus", "ProduceResult", "Readiness", "Subscription", "TransportRefusal", "TransportStats",
-    "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
+    "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit", "PartitionBatch",
+    "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness", "Subscription", "TransportRefusal",
+    "TransportStats", "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
 ]
 
 
@@ -103,6 +104,7 @@ class NodeApi:
         self.describe_group = group_reads.describe
         self.delete_group = group_reads.delete_group  # refused while the group has members
         self.require_leadership = produce.require_leadership
+        self.produce_spread = produce.produce_spread
         self.propose_metadata = metadata.propose
         self.create_topic = metadata.create_topic
         self.delete_topic = metadata.delete_topic

@@ -10,9 +10,12 @@ Python client, so both place keys identically.
 
 from __future__ import annotations
 
+import struct
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK32 = 0xFFFFFFFF
+_WORDS = struct.Struct("<I")
 
 
 def _signed(value: int) -> int:
@@ -21,22 +24,25 @@ def _signed(value: int) -> int:
 
 
 def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 of `data`, as the signed 32-bit Java int it returns."""
+    """Kafka's murmur2 of `data`, as the signed 32-bit Java int it returns.
+
+    Every keyed record of a topic produce pays this in Python, so the 4-byte words are
+    read by `struct.iter_unpack` and the per-word steps folded (docs/scale.md has what
+    it saved); tests/http/test_murmur2.py holds Kafka's vectors and the plain form."""
     length = len(data)
     h = (_SEED ^ length) & _MASK32
-    whole = length - length % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * _M) & _MASK32
-        k ^= k >> 24  # Java's >>> on the 32-bit value
-        k = (k * _M) & _MASK32
-        h = ((h * _M) & _MASK32) ^ k
-    tail = length % 4
-    if tail >= 3:
-        h ^= data[whole + 2] << 16
-    if tail >= 2:
-        h ^= data[whole + 1] << 8
-    if tail >= 1:
+    whole = length & ~3
+    if whole:
+        for (k,) in _WORDS.iter_unpack(data if whole == length else data[:whole]):
+            k = (k * _M) & _MASK32
+            k ^= k >> 24  # Java's >>> on the 32-bit value
+            h = ((h * _M) & _MASK32) ^ ((k * _M) & _MASK32)
+    tail = length & 3
+    if tail:
+        if tail == 3:
+            h ^= data[whole + 2] << 16
+        if tail >= 2:
+            h ^= data[whole + 1] << 8
         h ^= data[whole]
         h = (h * _M) & _MASK32
     h ^= h >> 13

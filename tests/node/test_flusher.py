@@ -10,7 +10,12 @@ import threading
 import pytest
 import structlog
 
-from multiraft.runtime.flusher import DETACH_BYTES_MIN, DETACH_STORES_MAX, Flusher
+from multiraft.runtime.flusher import (
+    DETACH_BYTES_MIN,
+    DETACH_STORES_MAX,
+    FSYNC_PARALLEL_MAX,
+    Flusher,
+)
 from raftlog.messages import HardState
 from raftlog.types import Index, Term
 from storage.errors import DiskFullError, SyncFailedError
@@ -61,9 +66,10 @@ async def test_large_flushes_go_to_the_fsync_thread_and_finish_in_order(stores, 
     await flusher.close()
 
 
-async def test_a_small_flush_of_many_stores_goes_to_the_fsync_thread(tmp_path, monkeypatch):
-    # Goal: a flush of more than DETACH_STORES_MAX stores fsyncs off the loop however
-    # small it is (one fsync per store adds up); one of that many stays on the loop.
+async def test_a_small_flush_of_several_stores_goes_to_the_fsync_thread(tmp_path, monkeypatch):
+    # Goal: a flush of more than one store with data fsyncs off the loop however small it
+    # is (one fsync per store adds up; on the thread they run side by side); a small
+    # flush of one store stays on the loop.
     db = StateDatabase(str(tmp_path / "state"))
     many = [SegmentStore(g, str(tmp_path / str(g)), db, OsFiles()) for g in range(1, DETACH_STORES_MAX + 2)]
     threads: list[str] = []
@@ -76,13 +82,105 @@ async def test_a_small_flush_of_many_stores_goes_to_the_fsync_thread(tmp_path, m
     monkeypatch.setattr(os, "fsync", recording_fsync)
     flusher = Flusher(db, structlog.get_logger())
     try:
-        for stores_in_flush, on_thread in ((DETACH_STORES_MAX, False), (DETACH_STORES_MAX + 1, True)):
+        for stores_in_flush, on_thread in ((1, False), (2, True), (DETACH_STORES_MAX + 1, True), (1, False)):
             for store in many[:stores_in_flush]:
                 store.append(entries(store.last_index() + 1, store.last_index() + 2))
             threads.clear()  # (a new segment's directory is fsynced as it is made)
             await asyncio.gather(*(flusher.sync(store) for store in many[:stores_in_flush]))
             assert threads and all(name.startswith("fsync") == on_thread for name in threads), threads
             assert all(s.sync().durable_index == s.last_index() for s in many[:stores_in_flush])
+        await flusher.close()
+    finally:
+        for store in many:
+            store.close()
+        db.close()
+
+
+async def test_the_fsyncs_of_a_threaded_flush_run_side_by_side_and_all_finish_when_one_fails(tmp_path, monkeypatch):
+    # Goal: the files of one flush are fsynced in parallel (ext4 commits fsyncs issued
+    # together in one journal commit): every fsync of a FSYNC_PARALLEL_MAX-store flush
+    # waits at one barrier, which only parallel fsyncs pass. When one of them fails, the
+    # others still run to their end (each closes its duplicate descriptor) and every
+    # waiter of the flush gets the error.
+    db = StateDatabase(str(tmp_path / "state"))
+    many = [SegmentStore(g, str(tmp_path / str(g)), db, OsFiles()) for g in range(1, FSYNC_PARALLEL_MAX + 1)]
+    real_fsync = os.fsync
+    barrier = threading.Barrier(FSYNC_PARALLEL_MAX, timeout=5)
+    finished: list[str] = []
+
+    def together(fd):
+        barrier.wait()  # BrokenBarrierError (a failed flush) if they ran one after the other
+        real_fsync(fd)
+        finished.append(threading.current_thread().name)
+
+    flusher = Flusher(db, structlog.get_logger())
+    try:
+        for store in many:
+            store.append(entries(1, 3))  # (making the segment fsyncs its directory: not counted)
+        monkeypatch.setattr(os, "fsync", together)
+        await asyncio.wait_for(asyncio.gather(*(flusher.sync(store) for store in many)), 10)
+        assert len(finished) == FSYNC_PARALLEL_MAX and len(set(finished)) == FSYNC_PARALLEL_MAX, finished
+        assert all(s.sync().durable_index == s.last_index() for s in many)
+
+        finished.clear()
+        calls = 0
+
+        def one_fails(fd):
+            nonlocal calls
+            calls += 1
+            if calls == 4:
+                raise OSError(errno.EIO, "I/O error")
+            real_fsync(fd)
+            finished.append(threading.current_thread().name)
+
+        monkeypatch.setattr(os, "fsync", one_fails)
+        for store in many:
+            store.append(entries(3, 4))
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*(flusher.sync(store) for store in many), return_exceptions=True), 10)
+        assert all(isinstance(outcome, OSError) for outcome in outcomes), outcomes
+        assert len(finished) == FSYNC_PARALLEL_MAX - 1, "every other fsync ran to its end"
+        await flusher.close()
+    finally:
+        for store in many:
+            store.close()
+        db.close()
+
+
+async def test_flushes_bound_for_the_thread_while_one_runs_there_wait_and_go_as_one(tmp_path, monkeypatch):
+    # Goal: group commit across loop turns. While a flush runs on the fsync thread, the
+    # flushes that would queue behind it (several stores each, two loop turns) wait and
+    # then run as one flush (one fsync round), not one each; all their waiters wake
+    # after their own entries are durable.
+    db = StateDatabase(str(tmp_path / "state"))
+    many = [SegmentStore(g, str(tmp_path / str(g)), db, OsFiles()) for g in range(1, 6)]
+    release = threading.Event()
+    real_fsync = os.fsync
+    calls = 0
+
+    def first_waits(fd):
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            assert release.wait(5)
+        real_fsync(fd)
+
+    flusher = Flusher(db, structlog.get_logger())
+    try:
+        for store in many:
+            store.append(entries(1, 3))  # (making the segment fsyncs its directory: not counted)
+        monkeypatch.setattr(os, "fsync", first_waits)
+        running = flusher.sync_in_background(many[0])
+        await asyncio.sleep(0.05)
+        second = [flusher.sync(many[1]), flusher.sync(many[2])]
+        await asyncio.sleep(0.05)
+        third = [flusher.sync(many[3]), flusher.sync(many[4])]
+        await asyncio.sleep(0.05)
+        assert not any(f.done() for f in [running, *second, *third]) and flusher.flushes == 0
+        release.set()
+        await asyncio.wait_for(asyncio.gather(running, *second, *third), 5)
+        assert flusher.flushes == 2, "the first flush, then one for the four stores that waited"
+        assert calls == 5 and all(s.sync().durable_index == s.last_index() for s in many)
         await flusher.close()
     finally:
         for store in many:

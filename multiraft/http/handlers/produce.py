@@ -35,7 +35,14 @@ from multiraft.http.params import (
     str_field,
 )
 from multiraft.http.records import ParsedRecord, encode_records, parse_records
-from multiraft.node.api import NO_OFFSET, Acks, ProduceResult, partition_for_key, validate_off_loop
+from multiraft.node.api import (
+    NO_OFFSET,
+    Acks,
+    PartitionBatch,
+    ProduceResult,
+    partition_for_key,
+    validate_off_loop,
+)
 from raftlog.errors import ClientError
 
 ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round_robin", dict)
@@ -44,19 +51,24 @@ _TOPIC_FIELDS = {"format", "acks", "records"}
 _PARTITION_FIELDS = _TOPIC_FIELDS | {"producer_id", "producer_epoch", "base_sequence"}
 
 
-def _assign(request: web.Request, topic: str, records: list[ParsedRecord], partitions: int) -> list[int]:
-    counters = request.app[ROUND_ROBIN_KEY]
-    counter = counters.setdefault(topic, itertools.count())
-    assigned = []
-    for record in records:
+def _by_partition(request: web.Request, topic: str, records: list[ParsedRecord],
+                  partitions: int) -> dict[int, list[int]]:
+    """The positions of the request's records, per partition, in one pass."""
+    counter = request.app[ROUND_ROBIN_KEY].setdefault(topic, itertools.count())
+    by_partition: dict[int, list[int]] = {}
+    for position, record in enumerate(records):
         if record.partition is not None:
             partition = record.partition
         elif record.key is not None:
             partition = partition_for_key(record.key, partitions)
         else:
             partition = next(counter) % partitions
-        assigned.append(partition)
-    return assigned
+        positions = by_partition.get(partition)
+        if positions is None:
+            by_partition[partition] = [position]
+        else:
+            positions.append(position)
+    return by_partition
 
 
 def _check_fields(body: dict[str, Any], allowed: set[str]) -> None:
@@ -74,25 +86,12 @@ async def produce_topic(request: web.Request) -> web.Response:
     fmt = str_field(body, "format", "json")
     acks = str_field(body, "acks", "quorum", _ACKS)
     records = parse_records(body.get("records"), fmt, RECORDS_PER_REQUEST_MAX)
-    assigned = _assign(request, topic, records, len(info.partitions))
-    by_partition: dict[int, list[int]] = {}
-    for position, partition in enumerate(assigned):
-        by_partition.setdefault(partition, []).append(position)
+    by_partition = _by_partition(request, topic, records, len(info.partitions))
     for partition in by_partition:
         node.partition_group(topic, partition)  # 404 for a partition that does not exist
     order = sorted(by_partition)
-    batches = [encode_records([records[i] for i in by_partition[p]]) for p in order]
-    here_only = _forward_refused(request)
-
-    async def produce(partition: int, batch: bytes) -> ProduceResult:
-        if here_only:
-            node.require_leadership(topic, partition)
-        return await node.produce(topic, partition, batch, acks)
-
-    outcomes = await asyncio.gather(
-        *(bounded(produce(p, batch), "produce") for p, batch in zip(order, batches, strict=True)),
-        return_exceptions=True,
-    )
+    batches = [PartitionBatch(partition=p, batch=encode_records([records[i] for i in by_partition[p]])) for p in order]
+    outcomes = await _produce_batches(request, topic, batches, acks)
     offsets: list[dict[str, Any]] = [{} for _ in records]
     failures = []
     for partition, outcome in zip(order, outcomes, strict=True):
@@ -109,6 +108,25 @@ async def produce_topic(request: web.Request) -> web.Response:
     if failures and len(failures) == len(order):
         raise failures[0]
     return web.json_response({"offsets": offsets})
+
+
+async def _produce_batches(request: web.Request, topic: str, batches: list[PartitionBatch],
+                           acks: str) -> list[ProduceResult | BaseException]:
+    """Each batch's outcome, in order. With `forward=false` the partitions led elsewhere
+    fail as NOT_LEADER and the others are produced; otherwise the node forwards (one
+    call per leader node)."""
+    node = node_of(request)
+    refused: dict[int, ClientError] = {}
+    if _forward_refused(request):
+        for place, entry in enumerate(batches):
+            try:
+                node.require_leadership(topic, entry.partition)
+            except ClientError as error:
+                refused[place] = error
+    places = [place for place in range(len(batches)) if place not in refused]
+    waits = node.produce_spread(topic, [batches[place] for place in places], acks)
+    produced = iter(await asyncio.gather(*(bounded(wait, "produce") for wait in waits), return_exceptions=True))
+    return [refused[place] if place in refused else next(produced) for place in range(len(batches))]
 
 
 def _forward_refused(request: web.Request) -> bool:
