@@ -143,13 +143,15 @@ class Ticker:
                     self._to_wake.append(runtime)
         for _ in range(min(len(self._to_wake), RETURN_WAKES_PER_TICK_MAX)):
             runtime = self._to_wake.popleft()
-            if runtime.quiesced and self._registry.groups.get(runtime.group_id) is runtime:
+            if self._registered_and_quiet(runtime):
                 runtime.wake()
                 self.groups_woken_for_return += 1
 
+    def _registered_and_quiet(self, runtime: GroupRuntime) -> bool:
+        return runtime.quiesced and self._registry.groups.get(runtime.group_id) is runtime
+
     def _still_quiet(self, runtime: GroupRuntime, spell: int | None) -> bool:
-        return (runtime.quiesced and runtime.quiet_since == spell
-                and self._registry.groups.get(runtime.group_id) is runtime)
+        return runtime.quiet_since == spell and self._registered_and_quiet(runtime)
 
 
 def _depends_on(runtime: GroupRuntime, silent: set[int]) -> bool:

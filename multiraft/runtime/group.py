@@ -203,9 +203,8 @@ class GroupRuntime:
             self._wakeup.set()
 
     def deliver(self, message: Message) -> None:
-        if self._held and message.type in quiescence.VOTE_REQUESTS:
-            pass  # answered, still held: see quiescence.VOTE_REQUESTS
-        elif self.quiesced:  # woken: a leader counts its idle time anew, a follower wakes its leader
+        if self.quiesced and not (self._held and message.type in quiescence.VOTE_REQUESTS):
+            # Woken (held, it answers vote requests): a leader counts idle time anew, a follower wakes its leader.
             self._idle_ticks, tell = quiescence.woken_by(self.core, message, self._idle_ticks)
             if tell and self._enqueue("announce", tell):
                 self._wakeup.set()
@@ -328,7 +327,8 @@ class GroupRuntime:
         for _ in range(min(len(inbox), DRAIN_BATCH_MAX)):
             kind, item = inbox.popleft()
             if kind == "message":
-                self.quiesced = self.quiesced and self._held and item.type in quiescence.VOTE_REQUESTS
+                if self.quiesced and not (self._held and item.type in quiescence.VOTE_REQUESTS):  # see deliver
+                    self.quiesced = False
                 if item.type is MessageType.APPEND and item.entries and check_data is not None \
                         and not self.host.batches_valid(item, check_data, self.logger):
                     continue
