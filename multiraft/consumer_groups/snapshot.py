@@ -19,12 +19,12 @@ from typing import Any
 
 from multiraft.consumer_groups.commands import (
     ASSIGNORS,
-    INSTANCES_MAX,
-    POSITION_OFFSET_MAX,
-    CreateInstance,
     GROUP_PARTITIONS_MAX,
     GROUPS_MAX,
+    INSTANCES_MAX,
     MEMBERS_PER_GROUP_MAX,
+    POSITION_OFFSET_MAX,
+    CreateInstance,
     TopicPartition,
     check_epoch,
     check_group,
