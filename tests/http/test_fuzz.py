@@ -53,9 +53,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from multiraft.http.confluent_errors import is_confluent_path
 from multiraft.http.limits import BATCH_CONTENT_TYPE
 from tests.fuzzing import fuzz_examples
 from tests.http.conftest import Cluster
@@ -133,15 +135,19 @@ def _content_type(response: Any) -> str:
 
 
 def _error_shape_problem(response: Any) -> str | None:
-    if not _content_type(response).startswith("application/json"):
-        return f"error answer is not JSON: {_content_type(response)!r}"
+    """The one shape; on the Confluent v2 dialect's paths, Confluent's (an integer code, its media type)."""
+    confluent = is_confluent_path(urlsplit(response.request.url).path)
+    expected = "application/vnd.kafka.v2+json" if confluent else "application/json"
+    if not _content_type(response).startswith(expected):
+        return f"error answer is not {expected}: {_content_type(response)!r}"
     try:
         body = json.loads(response.content)
     except ValueError:
         return "error answer is not valid JSON"
-    if not isinstance(body, dict) or not isinstance(body.get("error_code"), str) \
+    code_type = int if confluent else str
+    if not isinstance(body, dict) or not isinstance(body.get("error_code"), code_type) \
             or not isinstance(body.get("message"), str):
-        return "error answer lacks {error_code, message} strings"
+        return f"error answer lacks {{error_code ({code_type.__name__}), message}}"
     if "Traceback" in body["message"]:
         return "error message carries a traceback"
     return None
