@@ -61,7 +61,12 @@ async def test_produce_and_metadata_shapes(cluster: Cluster) -> None:
     assert {r["broker"] for r in topic["partitions"][0]["replicas"]} == {1, 2, 3}
     status, partitions, _ = await call(cluster, "GET", 1, "/topics/cv2-meta/partitions")
     assert [p["partition"] for p in partitions] == [0, 1, 2]
-    status, offsets, _ = await call(cluster, "GET", 2, "/topics/cv2-meta/partitions/1/offsets")
+    async with asyncio.timeout(15):  # a follower's high watermark trails the leader's a moment
+        while True:
+            _, offsets, _ = await call(cluster, "GET", 2, "/topics/cv2-meta/partitions/1/offsets")
+            if offsets["end_offset"] == 2:
+                break
+            await asyncio.sleep(0.02)
     assert offsets == {"beginning_offset": 0, "end_offset": 2}
     status, brokers, _ = await call(cluster, "GET", 0, "/brokers")
     assert brokers == {"brokers": [1, 2, 3]}

@@ -53,7 +53,9 @@ async def test_document_and_routes_agree(cluster: Cluster) -> None:
 async def test_every_documented_operation_is_reachable(cluster: Cluster) -> None:
     _, document = await cluster.call("GET", 0, "/v1/openapi.json")
     for method, path in sorted(_documented(document)):
-        concrete = path.replace("{topic}", "no-such-topic").replace("{partition}", "0").replace("{group}", "g") \
+        # A Confluent instance made here lives on in its group: keep it out of the native tests' group g.
+        group = "g" if path.startswith("/v1") else "openapi-reachable"
+        concrete = path.replace("{topic}", "no-such-topic").replace("{partition}", "0").replace("{group}", group) \
             .replace("{member}", "m").replace("{instance}", "i")
         if method == "delete":
             continue  # deleting is exercised in the topic tests; here nothing must be removed
