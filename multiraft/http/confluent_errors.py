@@ -60,7 +60,8 @@ EMBEDDED = {JSON_V2: "json", BINARY_V2: "binary"}
 PRODUCE_TYPES = (JSON_V2, BINARY_V2)
 BODY_TYPES = (V2_JSON, JSON_V2, BINARY_V2, "application/vnd.kafka+json", "application/json")
 # What an Accept may ask for on the routes without embedded records.
-ACCEPTED = (V2_JSON, "application/vnd.kafka+json", "application/json", "application/*", "*/*")
+# (The embedded types too: some clients send the body's type as their Accept.)
+ACCEPTED = (V2_JSON, "application/vnd.kafka+json", "application/json", "application/*", "*/*", JSON_V2, BINARY_V2)
 
 # code -> (HTTP status, Confluent error_code). kafka-rest's numbers where it has one.
 _BY_CODE: dict[str, tuple[int, int]] = {

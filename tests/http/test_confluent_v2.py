@@ -175,3 +175,19 @@ async def test_binary_instances_and_latest_reset_skip_nothing_produced_after_the
     assert [(r["key"], r["value"], r["offset"]) for r in records] == [(b64("k"), b64("new"), 1)]
     status, sub, _ = await call(cluster, "GET", 0, f"{base}/subscription")
     assert sub == {"topics": ["cv2-bin"]}
+
+
+async def test_an_idle_instance_expires_after_its_own_timeout(cluster: Cluster) -> None:
+    status, made, _ = await call(cluster, "POST", 2, "/consumers/cv2-idle", {"consumer.instance.timeout.ms": 500})
+    assert status == 200, made
+    base = f"/consumers/cv2-idle/instances/{made['instance_id']}"
+    status, _, _ = await call(cluster, "GET", 0, f"{base}/subscription")
+    assert status == 200
+    async with asyncio.timeout(15):
+        while True:
+            await asyncio.sleep(0.2)  # idle: nobody calls it
+            status, gone, _ = await call(cluster, "GET", 1, f"{base}/assignments")
+            if status == 404:
+                break
+            await asyncio.sleep(1)  # an answered call kept it alive: idle longer
+    assert gone["error_code"] == 40403

@@ -121,7 +121,8 @@ async def describe_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     check_accept(request)
     info = topic_info(node, request.match_info["topic"])
-    configs = {key: str(value) for key, value in sorted(info.config.items())}
+    # Kafka's spelling of the settings (retention_ms -> retention.ms), values as strings.
+    configs = {key.replace("_", "."): str(value) for key, value in sorted(info.config.items())}
     return reply({"name": info.name, "configs": configs, "partitions": [_partition(node, p) for p in info.partitions]})
 
 
