@@ -10,6 +10,8 @@ timeout; the codec and the snapshot (version 2, and version 1 still restoring) c
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from multiraft.consumer_groups import (
     AssignInstance,
@@ -184,3 +186,68 @@ def test_snapshot_round_trip_with_instances_and_version_1_still_restores() -> No
     assert restored.instance_view(G, "i1") == d.state.instance_view(G, "i1")
     with pytest.raises(SnapshotFormatError):
         decode_groups(v2.replace(b'[["t",2,9]]', b'[["t",1,9]]'))  # a position it does not hold
+
+
+_TOPICS = {"t": 4, "u": 3}
+_OPERATION = st.one_of(
+    st.tuples(st.just("join"), st.sampled_from(["m1", "m2"]), st.sampled_from([("t",), ("u",), ("t", "u")])),
+    st.tuples(st.just("heartbeat"), st.sampled_from(["m1", "m2", "i1", "i2"]), st.booleans()),
+    st.tuples(st.just("heartbeat"), st.sampled_from(["m1", "m2", "i1", "i2"]), st.just(True)),
+    st.tuples(st.just("create"), st.sampled_from(["i1", "i2"]), st.just(None)),
+    st.tuples(st.just("delete"), st.sampled_from(["i1", "i2"]), st.just(None)),
+    st.tuples(st.just("subscribe"), st.sampled_from(["i1", "i2"]), st.sampled_from([None, ("t",), ("u",)])),
+    st.tuples(st.just("assign"), st.sampled_from(["i1", "i2"]),
+              st.lists(st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 3)), max_size=3, unique=True)),
+    st.tuples(st.just("seek"), st.sampled_from(["i1", "i2"]), st.integers(0, 9)),
+    st.tuples(st.just("expire"), st.sampled_from(["m1", "i1", "i2"]), st.just(None)),
+)
+
+
+def _play(d: Driver, operation: tuple) -> None:  # type: ignore[type-arg]
+    kind, who, arg = operation
+    if kind in ("subscribe", "assign") and who not in d.state.instances.get(G, {}):
+        d.apply(CreateInstance(group=G, member_id=who))  # reach instances that do something
+    group = d.state.groups.get(G)
+    member = group.members.get(who) if group is not None else None
+    if kind == "join":
+        d.apply(JoinGroup(group=G, member_id=who, subscription=Subscription(topics=arg)))
+    elif kind == "heartbeat" and member is not None:
+        d.apply(Heartbeat(group=G, member_id=who, member_epoch=member.epoch,
+                          owned=tuple(sorted(member.assigned)) if arg else None))
+    elif kind == "create":
+        d.apply(CreateInstance(group=G, member_id=who))
+    elif kind == "delete":
+        d.apply(DeleteInstance(group=G, member_id=who))
+    elif kind == "subscribe":
+        d.apply(SubscribeInstance(group=G, member_id=who,
+                                  subscription=None if arg is None else Subscription(topics=arg)))
+    elif kind == "assign":
+        d.apply(AssignInstance(group=G, member_id=who, partitions=tuple(sorted(arg))))
+    elif kind == "seek" and member is not None and member.assigned:
+        topic, partition = sorted(member.assigned)[0]
+        d.apply(InstancePositions(group=G, member_id=who, positions=((topic, partition, arg),)))
+    elif kind == "expire" and member is not None:
+        d.apply(ExpireMembers(group=G, member_ids=(who,)))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_OPERATION, max_size=60))
+def test_property_instances_and_members_never_share_a_partition(operations: list[tuple]) -> None:  # type: ignore[type-arg]
+    # Any mix of native members and instances (subscribed, assigned by hand, neither):
+    # never two owners (checked after every apply), every instance is a member, positions
+    # only where its member holds, manual claims disjoint, and the snapshot restores it all.
+    d = Driver(_TOPICS)
+    for operation in operations:
+        _play(d, operation)
+        for name, by_id in d.state.instances.items():
+            group = d.state.groups[name]
+            for member_id, instance in by_id.items():
+                member = group.members[member_id]
+                assert set(instance.positions) <= member.assigned | member.revoking
+        group = d.state.groups.get(G)
+        if group is not None:
+            claims = [m.manual for m in group.members.values() if m.manual]
+            assert sum(len(c) for c in claims) == len(frozenset().union(*claims))
+    restored = decode_groups(encode_groups(d.state))
+    assert encode_groups(restored) == encode_groups(d.state)
+    assert restored.instances.keys() == d.state.instances.keys()
