@@ -191,3 +191,42 @@ async def test_an_idle_instance_expires_after_its_own_timeout(cluster: Cluster) 
                 break
             await asyncio.sleep(1)  # an answered call kept it alive: idle longer
     assert gone["error_code"] == 40403
+
+
+async def test_an_instance_gives_back_at_its_next_get_what_a_native_member_joining_takes(cluster: Cluster) -> None:
+    # An instance and a native member share a group: the member's join revokes half of the
+    # instance's partitions; the instance's next records GETs commit what it read of them
+    # (auto-commit) and give them back; the member then reads them from those commits on.
+    await cluster.create_topic("cv2-mixed", partitions=2)
+    for partition in range(2):
+        await call(cluster, "POST", partition, f"/topics/cv2-mixed/partitions/{partition}",
+                   {"records": [{"value": i} for i in range(3)]}, JSON_V2)
+    status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-mixed-g",
+                                 {"name": "inst", "format": "json", "auto.offset.reset": "earliest"})
+    assert status == 200, made
+    base = "/consumers/cv2-mixed-g/instances/inst"
+    await call(cluster, "POST", 1, f"{base}/subscription", {"topics": ["cv2-mixed"]})
+    read: list[tuple[int, int]] = []
+    async with asyncio.timeout(20):
+        while len(read) < 6:
+            status, records, _ = await call(cluster, "GET", 2, f"{base}/records?timeout=200", accept=JSON_V2)
+            read += [(r["partition"], r["offset"]) for r in records]
+    status, member = await cluster.call("POST", 1, "/v1/groups/cv2-mixed-g/members", json={"topics": ["cv2-mixed"]})
+    assert status == 200, member
+    owned: list = []
+    async with asyncio.timeout(20):
+        while not owned:
+            for node in range(3):  # the instance's GETs: told of the revocation, then gives back
+                status, records, _ = await call(cluster, "GET", node, f"{base}/records?timeout=0", accept=JSON_V2)
+                assert status == 200 and records == [], records
+            status, member = await cluster.call(
+                "POST", 0, f"/v1/groups/cv2-mixed-g/members/{member['member_id']}/heartbeat",
+                json={"member_epoch": member["member_epoch"], "owned": member["assignment"]})
+            assert status == 200, member
+            owned = member["assignment"]
+    status, assigned, _ = await call(cluster, "GET", 1, f"{base}/assignments")
+    assert len(assigned["partitions"]) == 1 and len(owned[0]["partitions"]) == 1
+    taken = owned[0]["partitions"][0]
+    status, committed = await cluster.call("GET", 2, "/v1/groups/cv2-mixed-g/offsets?topic=cv2-mixed")
+    assert {o["partition"]: o["offset"] for o in committed["offsets"]}[taken] == 3, committed  # auto-committed
+    await call(cluster, "DELETE", 2, base)
