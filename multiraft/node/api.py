@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from multiraft.consumer_groups import ASSIGNORS, Heartbeat, JoinGroup, LeaveGroup, Subscription
+from multiraft.consumer_groups import (
+    ASSIGNORS,
+    CreateInstance,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    Subscription,
+)
 from multiraft.consumer_groups import commands as group_limits
 from multiraft.metadata.catalog import Catalog
 from multiraft.node import debug_views
@@ -25,6 +32,7 @@ from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from multiraft.node.admission import verify as verify_admission
 from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.config import NodeConfig
+from multiraft.node.consumer_instances import POLL_RECORDS_MAX
 from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
@@ -40,6 +48,7 @@ from storage.batch import BatchHeader
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.consumer_instances import ConsumerInstances
     from multiraft.node.controller import Controller
     from multiraft.node.group_coordinator import GroupCoordinator
     from multiraft.node.group_reads import GroupReads
@@ -54,11 +63,12 @@ if TYPE_CHECKING:
     from multiraft.transport.transport import Transport
 
 __all__ = [
-    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "RESETS",
-    "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "Heartbeat",
-    "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit", "PartitionBatch",
-    "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness", "Subscription", "TransportRefusal",
-    "TransportStats", "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
+    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "POLL_RECORDS_MAX",
+    "RESETS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance",
+    "GroupStatus", "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig",
+    "OffsetCommit", "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness",
+    "Subscription", "TransportRefusal", "TransportStats", "group_limits", "partition_for_key",
+    "validate_off_loop", "verify_admission",
 ]
 
 
@@ -76,7 +86,8 @@ class PartitionStatus:
 class NodeApi:
     def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
                  routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
-                 reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
+                 reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads,
+                 instances: ConsumerInstances, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]]) -> None:
         self.id = config.node_id
         self.config = config
@@ -103,6 +114,9 @@ class NodeApi:
         self.group_commit = group_reads.commit
         self.describe_group = group_reads.describe
         self.delete_group = group_reads.delete_group  # refused while the group has members
+        self.partition_bounds = group_reads.bounds
+        # Confluent REST v2 consumer instances (multiraft/node/consumer_instances.py).
+        self.instances = instances
         self.require_leadership = produce.require_leadership
         self.produce_spread = produce.produce_spread
         self.propose_metadata = metadata.propose
