@@ -7,6 +7,8 @@
     raftlog topic create|list|describe|delete ...
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
+    raftlog topic alter TOPIC [--partitions N] [--config K=V] [--delete-config K]
+    raftlog node drain N [--wait] | undrain N     leadership off a node (rolling restart), and back
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
@@ -77,8 +79,10 @@ def _topic_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type
     describe = topics.add_parser("describe", help="partitions, leaders, ISR, offsets")
     describe.add_argument("name")
     _client_command(describe, commands.topic_describe)
-    alter = topics.add_parser("alter", help="change topic settings")
+    alter = topics.add_parser("alter", help="change topic settings, or add partitions")
     alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, default=None, metavar="N",
+                       help="grow the topic to N partitions (increase only; keyed records may move)")
     alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                        help="set a setting, e.g. retention_ms=3600000 (repeatable)")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
@@ -124,10 +128,25 @@ def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     _client_command(export, commands.export)
 
 
+def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    node = commands_parser.add_parser("node", help="drain or undrain a node (leadership, for a rolling restart)")
+    nodes = node.add_subparsers(dest="node_command", required=True, metavar="{drain,undrain}")
+    drain = nodes.add_parser("drain", help="move every leadership off a node; it takes none until undrained")
+    drain.add_argument("node_id", type=int)
+    drain.add_argument("--wait", action="store_true",
+                       help="print progress until it leads no partition (nor the metadata group, when "
+                            "another voter can take it)")
+    drain.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up waiting after S s")
+    _client_command(drain, commands.node_drain)
+    undrain = nodes.add_parser("undrain", help="let a drained node lead again (balancing brings it back)")
+    undrain.add_argument("node_id", type=int)
+    _client_command(undrain, commands.node_undrain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
     subcommands = parser.add_subparsers(dest="command", required=True,
-                                        metavar="{serve,cluster,topic,produce,consume,leaders,export}")
+                                        metavar="{serve,cluster,topic,produce,consume,node,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status,wait}")
@@ -153,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     delete = tokens.add_parser("delete", help="delete a token")
     delete.add_argument("name")
     _client_command(delete, commands.token_delete)
+    _node_parsers(subcommands)
     leaders = subcommands.add_parser("leaders", help="partition leadership")
     leaders_commands = leaders.add_subparsers(dest="leaders_command", required=True, metavar="{balance}")
     _client_command(leaders_commands.add_parser("balance", help="even out leaders per node"),
