@@ -8,6 +8,8 @@ a malformed id (400) and the drain of the last node left to lead (400)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tests.http.conftest import Cluster
@@ -78,3 +80,26 @@ async def test_drain_and_undrain_over_http(cluster: Cluster) -> None:
             status, answer = await cluster.call("DELETE", 0, f"/v1/admin/nodes/{node_id}/drain")
             assert status == 200 and answer["drained"] is False, answer
     await until(lambda: all(not n.catalog.drained_nodes() for n in cluster.nodes), "undrained everywhere")
+
+
+async def test_the_client_grows_a_topic_and_its_producer_sees_the_new_partitions(cluster: Cluster) -> None:
+    # Goal: the client method, and a running producer taking the new count: at once for a
+    # record naming a new partition, and after its metadata age for unkeyed records.
+    from multiraft.client import AsyncClient, AsyncProducer
+
+    async with asyncio.timeout(60):
+        async with AsyncClient([s.url for s in cluster.servers], backoff_s=0.01) as client:
+            await client.create_topic("grow-client-t", partitions=1, replication_factor=3)
+            await cluster.create_topic_wait("grow-client-t")
+            async with AsyncProducer(client, "grow-client-t", linger_ms=0, metadata_max_age_ms=200) as producer:
+                assert producer.partitions == 1
+                assert (await (await producer.send(b"before")))[0] == 0
+                grown = await client.create_partitions("grow-client-t", 3)
+                assert len(grown["partitions"]) == 3
+                await cluster.create_topic_wait("grow-client-t")
+                assert (await (await producer.send(b"named", partition=2)))[0] == 2, "refreshed for it"
+                await client.create_partitions("grow-client-t", 4)
+                await cluster.create_topic_wait("grow-client-t")
+                await asyncio.sleep(0.3)  # past the metadata age: the next send refreshes in the background
+                seen = {(await (await producer.send(b"spread")))[0] for _ in range(12)}
+                assert seen == {0, 1, 2, 3} and producer.partitions == 4
