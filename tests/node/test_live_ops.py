@@ -80,7 +80,9 @@ async def test_a_drained_node_leads_nothing_survives_a_restart_and_gets_leadersh
         await nodes[0].create_topic("drain", 6, 3, {})
         await until(lambda: all(leader_of(nodes, "drain", p) for p in range(6)), "leaders")
         preferred = [p.replicas[0] for p in nodes[0].catalog.topics["drain"].partitions]
-        target = nodes[1]
+        await until(lambda: any(leads_metadata(n) for n in nodes), "a metadata leader")
+        position = next(i for i, n in enumerate(nodes) if leads_metadata(n))  # its leadership must move too
+        target = nodes[position]
         assert preferred.count(target.id) == 2
         await until(lambda: led_by(nodes, target) == 2, "node 2 leads its preferred partitions", 30)
 
@@ -88,30 +90,31 @@ async def test_a_drained_node_leads_nothing_survives_a_restart_and_gets_leadersh
         await until(lambda: all(n.catalog.nodes[target.id].drained for n in nodes), "the mark everywhere")
         await until(lambda: led_by(nodes, target) == 0 and not leads_metadata(target), "drained", 30)
         with pytest.raises(ClientError, match="no node to lead") as refused:
-            await _drain_all(nodes)
+            await _drain_all(nodes, target)
         assert refused.value.code == "INVALID_REQUEST"
         for p in range(6):  # writes go on, led elsewhere
-            await produce_retrying(nodes[2], "drain", p, batch(b"during-%d" % p))
+            await produce_retrying(nodes[(position + 1) % 3], "drain", p, batch(b"during-%d" % p))
 
         await target.stop()  # a rolling restart: the node comes back still drained
         restarted = Node(target.config)
-        nodes[1] = restarted
+        nodes[position] = restarted
         await restarted.start()
         await until(lambda: restarted.registered.is_set() and restarted.catalog.nodes[restarted.id].drained,
                     "restarted, still drained", 30)
         await until(lambda: all(leader_of(nodes, "drain", p) for p in range(6)), "leaders after the restart", 30)
         for _ in range(3):  # a few balancing rounds: nothing comes back to it while drained
             await until(lambda: led_by(nodes, restarted) == 0, "leads nothing while drained", 10)
-            await produce_retrying(nodes[0], "drain", 0, batch(b"after"))
+            await produce_retrying(nodes[(position + 2) % 3], "drain", 0, batch(b"after"))
 
-        await nodes[2].set_drained(NodeId(restarted.id), False)
+        await nodes[(position + 1) % 3].set_drained(NodeId(restarted.id), False)
         await until(lambda: led_by(nodes, restarted) == 2, "its preferred partitions come home", 40)
 
 
-async def _drain_all(nodes: list[Node]) -> None:
-    """Drain the other two nodes: the second must be refused (no node left to lead)."""
-    await nodes[0].set_drained(NodeId(nodes[0].id), True)
+async def _drain_all(nodes: list[Node], drained: Node) -> None:
+    """Drain the other two nodes as well: the second must be refused (no node left to lead)."""
+    first, second = (n for n in nodes if n is not drained)
+    await first.set_drained(NodeId(first.id), True)
     try:
-        await nodes[0].set_drained(NodeId(nodes[2].id), True)
+        await second.set_drained(NodeId(second.id), True)
     finally:
-        await nodes[0].set_drained(NodeId(nodes[0].id), False)
+        await first.set_drained(NodeId(first.id), False)
