@@ -190,10 +190,11 @@ class Replicas:
             persistence_fault=AckBeforeFsync if self._faults.ack_before_fsync else None,
         ))
         first_voter_wait_s = FIRST_VOTER_WAIT_TIMEOUTS * self._election_timeout_s
-        # The first replica campaigns first, unless drained (draining.py).
+        # A partition's first replica campaigns first, unless drained (draining.py).
         first = draining.first_campaigner([NodeId(n) for n in (voters if created else list(replicas) or voters)],
-                                          self.id, self._catalog.catalog.drained_nodes(), self._links.is_live)
-        if created and (first if partition else voters[0]) == self.id:
+                                          self.id, self._catalog.catalog.drained_nodes(), self._links.is_live) \
+            if partition else NodeId(voters[0] if voters else 0)
+        if created and first == self.id:
             runtime.request_campaign()
         elif created:
             self._hold(runtime, first_voter_wait_s)
