@@ -169,6 +169,8 @@ async def test_grow_drain_undrain_under_a_live_producer(live_cluster: LocalClust
             producer.stopping = True
             await writing
 
+        print(f"\nlive ops: {len(producer.acked)} records acknowledged of {producer.sent} sent over 6 partitions; "
+              f"node {drained} drained from {counts[drained]} led partitions and given leadership back")
         # Nothing acknowledged was lost: every acked offset holds its value, on the leader's view.
         assert len(producer.acked) > 100
         for partition in range(6):
