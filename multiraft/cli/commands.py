@@ -133,10 +133,11 @@ def cluster_status(client: Client, args: argparse.Namespace) -> int:
     cluster = client.cluster()
     leader = cluster["metadata_leader"]
     rows = [[n["node_id"] if n["node_id"] != leader else f"{n['node_id']}*", n["http_addr"], n["raft_addr"],
-             n["rack"], n["status"]] for n in cluster["nodes"]]
+             n["rack"], n["status"] + (", drained" if n.get("drained") else ""), n.get("partitions_led")]
+            for n in cluster["nodes"]]
     print(f"metadata group: leader {leader or 'none'}, term {cluster['term']}, "
           f"commit index {cluster['commit_index']}  (* = metadata leader)")
-    print(_table(rows, ["NODE", "HTTP", "RAFT", "RACK", "STATUS"]))
+    print(_table(rows, ["NODE", "HTTP", "RAFT", "RACK", "STATUS", "LEADS"]))
     servers = [n["http_addr"] for n in cluster["nodes"] if n["status"] == "alive"]
     rows = []
     for topic in client.list_topics():

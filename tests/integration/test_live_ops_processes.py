@@ -159,6 +159,8 @@ async def test_grow_drain_undrain_under_a_live_producer(live_cluster: LocalClust
             _, cluster_view = await call(session, servers[0], "GET", "/v1/cluster")
             assert {n["node_id"]: n["drained"] for n in cluster_view["nodes"]}[drained] is True
             await until(holds(lambda: len(producer.acked) >= acked_before + 60), "writes go on while drained")
+            status = raftlog("cluster", "status", server=servers[0])
+            assert status.returncode == 0 and "alive, drained" in status.stdout and "LEADS" in status.stdout, status
             await asyncio.sleep(2.0)  # balancing rounds pass: nothing goes back to a drained node
             assert await _led_by(session, live_cluster, drained) == 0
 
