@@ -22,9 +22,9 @@ Pure functions over the history's group ops (`chaos/history.py`), called by
   member certainly still held it. A member holds a partition from the answer that
   told it so until, at the earliest, the invocation of its first later call that
   may give it back (a heartbeat whose `owned` leaves it out, a leave, a join
-  again), or its removal: never earlier than its last successful call's
-  invocation plus the session timeout, nor than the revocation's invocation plus
-  the rebalance timeout. `revoking` is ownership too (the member may still
+  again), or its removal: never before its last successful call's invocation,
+  nor before a silence of a session timeout could have begun, nor before the
+  revocation's invocation plus the rebalance timeout (`_removed_by`). `revoking` is ownership too (the member may still
   commit), so the epoch check alone cannot see a partition given to its new owner
   before the old one gave it back; this one does.
 - `group-fetch-unowned`: a fetch answer returned records of a partition that
@@ -41,6 +41,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 
 from chaos.anomalies import Anomaly, anomaly, listing
 from chaos.history import (
@@ -297,8 +298,7 @@ def _holds(ops: list[Membership | GroupFetch], key: PartitionKey, session_s: flo
            rebalance_s: float) -> list[tuple[float, float, int]]:
     """One member's ops (in invocation order): the times it certainly held `key`, as
     merged, sorted (start, end, op that told it) intervals (module docstring)."""
-    last_ok = max((op.invoke_s for op in ops if op.outcome is Outcome.OK), default=-math.inf)
-    removed_by = last_ok + session_s - CLOCK_SLACK_S
+    removed_by = _removed_by(ops, session_s)
     # given_back_by[i]: the earliest the member can have let go of `key` after op i: its
     # next call that may give it back, or a rebalance timeout running out before that.
     given_back_by = [math.inf] * len(ops)
@@ -323,6 +323,25 @@ def _holds(ops: list[Membership | GroupFetch], key: PartitionKey, session_s: flo
         else:
             intervals.append((op.complete_s, end, op.index))
     return intervals
+
+
+def _removed_by(ops: list[Membership | GroupFetch], session_s: float) -> float:
+    """The earliest the coordinator can have removed the member for silence.
+
+    It decides to expire a member at a moment D when it has not seen it for the
+    session timeout, and the removal applies at some R >= D; calls it answers between
+    D and R still succeed (the member is in the state until R), and they do not undo
+    the decision. Every ok call was seen at a moment inside its span, so D is at
+    least `invoke + session` of some ok call j, with j's successor able to come after
+    D (it completes later than that), or j the last; and R is after every ok call's
+    invocation, since the member was there for each."""
+    ok = [op for op in ops if op.outcome is Outcome.OK]
+    if not ok:
+        return -math.inf
+    decided = min([ok[-1].invoke_s + session_s] + [
+        op.invoke_s + session_s for op, after in pairwise(ok)
+        if after.complete_s > op.invoke_s + session_s])
+    return max(ok[-1].invoke_s, decided - CLOCK_SLACK_S)
 
 
 def _may_release(op: Membership | GroupFetch, key: PartitionKey) -> bool:

@@ -231,6 +231,14 @@ def test_a_partition_given_after_the_release_or_the_session_is_fine():
     silent.join("a", [P0], epoch=1, process=1, at=(0.0, 0.1))  # then a falls silent
     silent.join("b", [P0], epoch=2, process=2, at=(0.2, 0.3 + SESSION_MS / 1000))
     assert silent.check().valid
+    # Seen from the run of seed 2: a member silent past its session (a commit is not a
+    # keep-alive) is still answered while the coordinator's expiry waits for its fence.
+    raced = Groups()
+    raced.join("a", [P0], epoch=1, process=1, at=(0.0, 0.1))
+    raced.commit("a", [(P0, 0)], process=1, outcome=INFO, at=(0.2, 3.5))
+    raced.fetch("a", [P0], [], [], process=1, at=(3.6, 3.7))
+    raced.join("b", [P0], epoch=2, process=2, at=(3.8, 3.9))
+    assert raced.check().valid
     early = Groups()
     early.join("a", [P0], epoch=1, process=1, at=(0.0, 0.1))
     early.join("b", [P0], epoch=2, process=2, at=(0.2, 0.3))  # well inside a's session
