@@ -37,7 +37,9 @@ CONTROLS = {  # unsafe switch -> faults that expose it
     "read-uncommitted": ("kill", "partition"),
     "skip-crc": ("corrupt",),
     "vote-without-persist": ("power", "kill"),
+    "group-early-assign": ("kill", "pause"),
 }
+CONTROLS_WITH_GROUPS = frozenset({"group-early-assign"})  # need the consumer-group workload
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         caught = 0
         for number, (switch, faults) in enumerate(CONTROLS.items()):
             out = args.out / f"{stamp}-control-{switch}"
-            ok = asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [switch]))
+            ok = asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [switch],
+                                  switch in CONTROLS_WITH_GROUPS))
             print(f"chaos-control: {switch}: {'CAUGHT' if not ok else 'NOT CAUGHT'}", flush=True)
             caught += not ok
         print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
