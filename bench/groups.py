@@ -19,7 +19,9 @@ consumer does. Prints:
   from offset 0 (`max_records` per call over all its partitions), against the plain
   partition read of the same data in the same run (`GET .../partitions/{p}/records`
   from 0, partition after partition, the same `max_records` per call), both JSON
-  with base64 values (`format=binary`), both through node 1 (goal ratio >= 0.8).
+  with base64 values (`format=binary`), both through the group coordinator's node
+  (the metadata leader) and both through another node, whose member calls the
+  coordinator over the transport first (goal ratio >= 0.8).
 
 Ownership is read from `GET /v1/groups/{group}` every 10 ms (auth is off, so owners
 are shown). The box is shared: run it under the scale lock, and repeat (`--rounds`).
@@ -172,6 +174,9 @@ async def fill(client: AsyncClient, partitions: int, records: int) -> None:
     await asyncio.gather(*(one(p) for p in range(partitions)))
 
 
+CALLS: dict[str, int] = {"plain": 0, "group": 0}  # read calls made, for records per call
+
+
 async def plain_read(client: AsyncClient, server: str, partitions: int, max_records: int) -> tuple[int, float]:
     began = time.monotonic()
     total = 0
@@ -180,6 +185,7 @@ async def plain_read(client: AsyncClient, server: str, partitions: int, max_reco
         while True:
             answer = await client.consume(TOPIC, partition, offset, max_records=max_records, format="binary",
                                           server=server)
+            CALLS["plain"] += 1
             total += len(answer["records"])
             offset = int(answer["next_offset"])
             if offset >= int(answer["high_watermark"]):
@@ -201,6 +207,7 @@ async def group_read(client: AsyncClient, server: str, partitions: int, max_reco
         body = {"member_epoch": member.epoch, "max_records": max_records, "format": "binary",
                 "positions": [{"topic": TOPIC, "partition": p, "offset": o} for p, o in positions.items()]}
         _, raw, _ = await client.request("POST", path, json_body=body, server=server)
+        CALLS["group"] += 1
         answer = json.loads(raw)
         member._learn(answer["member"])
         total += len(answer["records"])
@@ -257,18 +264,26 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace) -> int:
         print(f"rebalance after a leave: {_stats([r['leave_s'] for r in rounds])} (goal <= 1000 ms)")
         print(f"rebalance after a kill: {_stats([r['kill_s'] for r in rounds])} "
               f"(goal <= session {args.session_ms} + 1000 ms)")
-        server = cluster.http_addresses[0]
-        ratios = []
+        coordinator = int((await client.cluster())["metadata_leader"])
+        ratios: dict[str, list[float]] = {"coordinator": [], "other": []}
         for number in range(args.rounds):
-            plain_records, plain_s = await plain_read(client, server, args.partitions, args.max_records)
-            group_records, group_s = await group_read(client, server, args.partitions, args.max_records,
-                                                      args.session_ms, f"bench-read-{number}")
-            assert plain_records == group_records == args.partitions * args.records, (plain_records, group_records)
-            plain_rate, group_rate = plain_records / plain_s, group_records / group_s
-            ratios.append(group_rate / plain_rate)
-            print(f"read {plain_records} records: plain {plain_rate:,.0f} rec/s ({plain_s:.2f} s), group "
-                  f"{group_rate:,.0f} rec/s ({group_s:.2f} s), ratio {ratios[-1]:.2f}", flush=True)
-        print(f"group fetch / plain read: median ratio {statistics.median(ratios):.2f} (goal >= 0.8)")
+            for where, node in (("coordinator", coordinator), ("other", coordinator % 3 + 1)):
+                server = cluster.http_addresses[node - 1]
+                CALLS.update(plain=0, group=0)
+                plain_records, plain_s = await plain_read(client, server, args.partitions, args.max_records)
+                group_records, group_s = await group_read(client, server, args.partitions, args.max_records,
+                                                          args.session_ms, f"bench-read-{number}-{where}")
+                expected = args.partitions * args.records
+                assert plain_records == group_records == expected, (plain_records, group_records)
+                plain_rate, group_rate = plain_records / plain_s, group_records / group_s
+                ratios[where].append(group_rate / plain_rate)
+                print(f"read {plain_records} records through node {node} ({where}): plain {plain_rate:,.0f} rec/s "
+                      f"({plain_s:.2f} s), group {group_rate:,.0f} rec/s ({group_s:.2f} s), "
+                      f"ratio {ratios[where][-1]:.2f}; records per call: plain {plain_records / CALLS['plain']:,.0f}, "
+                      f"group {group_records / CALLS['group']:,.0f}", flush=True)
+        for where, values in ratios.items():
+            print(f"group fetch / plain read through the {where}'s node: median ratio "
+                  f"{statistics.median(values):.2f} (goal >= 0.8)")
         print("groups_result " + json.dumps({"rounds": rounds, "ratios": ratios, "session_ms": args.session_ms}))
     return 0
 
