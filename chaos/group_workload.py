@@ -143,7 +143,7 @@ class GroupMember:
     """One logical process keeping one member of `spec` at a time (module docstring)."""
 
     def __init__(self, workload: GroupWorkload, spec: GroupSpec, process: int, *, final: bool = False) -> None:
-        self.w = workload
+        self.workload = workload
         self.spec = spec
         self.process = process
         self.final = final
@@ -158,14 +158,14 @@ class GroupMember:
     async def _call(self, client: AsyncClient, method: str, path: str, body: Any = None,
                     params: dict[str, Any] | None = None) -> Any:
         _, raw, _ = await client.request(method, path, json_body=body, params=params, ambiguous_retry=False,
-                                         server=self.w.node())
+                                         server=self.workload.node())
         return orjson.loads(raw) if raw else None
 
     def _error(self, index: int, error: Exception, kind: str) -> None:
         code = getattr(error, "code", type(error).__name__)
         outcome = group_outcome(error)
-        (self.w.history.fail if outcome == "fail" else self.w.history.info)(index, code)
-        self.w.stats.record(f"{kind}-{outcome}", time.monotonic())
+        (self.workload.history.fail if outcome == "fail" else self.workload.history.info)(index, code)
+        self.workload.stats.record(f"{kind}-{outcome}", time.monotonic())
         if code == "UNKNOWN_MEMBER_ID":
             self.state.forget()
             self.joined = False
@@ -178,7 +178,7 @@ class GroupMember:
                                 "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS}
         if self.state.member_id is not None:
             body["member_id"] = self.state.member_id
-        index = self.w.history.invoke_member(self.process, self.spec.name, MemberAction.JOIN, self.state.member_id,
+        index = self.workload.history.invoke_member(self.process, self.spec.name, MemberAction.JOIN, self.state.member_id,
                                              topics=self.spec.topics, session_timeout_ms=SESSION_TIMEOUT_MS,
                                              rebalance_timeout_ms=REBALANCE_TIMEOUT_MS)
         try:
@@ -187,7 +187,7 @@ class GroupMember:
             self._error(index, error, "member")
             return False
         view = view_of(answer)
-        self.w.history.ok_member(index, view)
+        self.workload.history.ok_member(index, view)
         self.state.learn(view)
         self.joined = True
         self.last_heartbeat = time.monotonic()
@@ -198,7 +198,7 @@ class GroupMember:
         state = self.state
         assert state.member_id is not None
         owned = state.assigned
-        index = self.w.history.invoke_member(self.process, self.spec.name, MemberAction.HEARTBEAT, state.member_id,
+        index = self.workload.history.invoke_member(self.process, self.spec.name, MemberAction.HEARTBEAT, state.member_id,
                                              epoch=state.epoch, owned=owned)
         self.last_heartbeat = time.monotonic()
         try:
@@ -208,7 +208,7 @@ class GroupMember:
             self._error(index, error, "member")
             return
         view = view_of(answer)
-        self.w.history.ok_member(index, view)
+        self.workload.history.ok_member(index, view)
         state.learn(view)
 
     async def fetch(self, client: AsyncClient) -> bool:
@@ -216,7 +216,7 @@ class GroupMember:
         state = self.state
         assert state.member_id is not None
         positions = sorted((key, offset) for key, offset in state.positions.items() if key in state.assigned)
-        index = self.w.history.invoke_group_fetch(self.process, self.spec.name, state.member_id, state.epoch,
+        index = self.workload.history.invoke_group_fetch(self.process, self.spec.name, state.member_id, state.epoch,
                                                   positions, final=self.final)
         body = {"member_epoch": state.epoch, "auto_offset_reset": "earliest", "max_records": FETCH_MAX_RECORDS,
                 "wait_ms": FETCH_WAIT_MS, "format": "json",
@@ -233,8 +233,8 @@ class GroupMember:
         reads = [PartitionRead(key=PartitionKey(p["topic"], int(p["partition"])), offset=int(p["offset"]),
                                next_offset=int(p["next_offset"]), high_watermark=int(p["high_watermark"]))
                  for p in answer["positions"]]
-        self.w.history.ok_group_fetch(index, view, records, reads)
-        self.w.stats.record("group-fetch-ok", began)
+        self.workload.history.ok_group_fetch(index, view, records, reads)
+        self.workload.stats.record("group-fetch-ok", began)
         state.learn(view)
         for read in reads:
             if read.key in state.assigned:
@@ -247,7 +247,7 @@ class GroupMember:
         if not offsets or state.member_id is None:
             return
         self.last_commit = time.monotonic()
-        index = self.w.history.invoke_group_commit(self.process, self.spec.name, state.member_id, state.epoch,
+        index = self.workload.history.invoke_group_commit(self.process, self.spec.name, state.member_id, state.epoch,
                                                    offsets)
         body = {"offsets": [{"topic": k.topic, "partition": k.partition, "offset": o} for k, o in offsets],
                 "member_id": state.member_id, "member_epoch": state.epoch}
@@ -256,14 +256,14 @@ class GroupMember:
         except (RaftlogError, TimeoutError, OSError) as error:
             self._error(index, error, "group-commit")
             return
-        self.w.history.ok_group_commit(index)
-        self.w.stats.record("group-commit-ok", time.monotonic())
+        self.workload.history.ok_group_commit(index)
+        self.workload.stats.record("group-commit-ok", time.monotonic())
         state.committed.update(offsets)
 
     async def leave(self, client: AsyncClient) -> None:
         state = self.state
         assert state.member_id is not None
-        index = self.w.history.invoke_member(self.process, self.spec.name, MemberAction.LEAVE, state.member_id,
+        index = self.workload.history.invoke_member(self.process, self.spec.name, MemberAction.LEAVE, state.member_id,
                                              epoch=state.epoch)
         try:
             await self._call(client, "DELETE", self._path(f"/{state.member_id}"),
@@ -271,14 +271,14 @@ class GroupMember:
         except (RaftlogError, TimeoutError, OSError) as error:
             self._error(index, error, "member")
         else:
-            self.w.history.ok_member(index, None)
+            self.workload.history.ok_member(index, None)
         state.forget()
         self.joined = False
 
     async def turn(self, client: AsyncClient) -> None:
         """One round of a member's life: fetch, commit, give back or heartbeat."""
         if not await self.fetch(client):
-            await asyncio.sleep(self.w.rng.uniform(*RETRY_PAUSE_S))
+            await asyncio.sleep(self.workload.rng.uniform(*RETRY_PAUSE_S))
             return
         if self.state.revoking or time.monotonic() - self.last_commit > COMMIT_EVERY_S:
             await self.commit(client)
@@ -286,8 +286,8 @@ class GroupMember:
             await self.heartbeat(client)
 
     async def run(self, stop: asyncio.Event) -> None:
-        rng = self.w.rng
-        async with self.w.client() as client:
+        rng = self.workload.rng
+        async with self.workload.client() as client:
             while not stop.is_set():
                 if not self.joined:
                     if not await self.join(client):
