@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import ASSIGNORS, Heartbeat, JoinGroup, LeaveGroup, Subscription
 from multiraft.consumer_groups import commands as group_limits
+from multiraft.consumer_groups.resets import (
+    RESET_PARTITIONS_MAX,
+    RESET_TOPICS_MAX,
+    ResetRequest,
+    ResetStrategy,
+    ResetTopic,
+)
 from multiraft.metadata.catalog import Catalog
 from multiraft.node import debug_views
 from multiraft.node.acks import Acks
@@ -27,6 +34,7 @@ from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.config import NodeConfig
 from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
+from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetrics
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
@@ -41,6 +49,7 @@ from storage.batch import BatchHeader
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.controller import Controller
+    from multiraft.node.group_admin import GroupAdmin
     from multiraft.node.group_coordinator import GroupCoordinator
     from multiraft.node.group_reads import GroupReads
     from multiraft.node.metadata_ops import MetadataOps
@@ -54,11 +63,13 @@ if TYPE_CHECKING:
     from multiraft.transport.transport import Transport
 
 __all__ = [
-    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "RESETS",
-    "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupStatus", "Heartbeat",
-    "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit", "PartitionBatch",
-    "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness", "Subscription", "TransportRefusal",
-    "TransportStats", "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
+    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "METRICS_GROUP_PARTITIONS_MAX",
+    "NO_OFFSET", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
+    "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupMetrics", "GroupStatus", "Heartbeat", "JoinGroup",
+    "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit", "PartitionBatch", "PartitionFetch",
+    "PartitionStatus", "ProduceResult", "Readiness", "ResetRequest", "ResetStrategy", "ResetTopic",
+    "Subscription", "TransportRefusal", "TransportStats", "group_limits", "partition_for_key",
+    "validate_off_loop", "verify_admission",
 ]
 
 
@@ -76,7 +87,8 @@ class PartitionStatus:
 class NodeApi:
     def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
                  routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
-                 reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
+                 reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads,
+                 group_admin: GroupAdmin, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]]) -> None:
         self.id = config.node_id
         self.config = config
@@ -103,6 +115,8 @@ class NodeApi:
         self.group_commit = group_reads.commit
         self.describe_group = group_reads.describe
         self.delete_group = group_reads.delete_group  # refused while the group has members
+        self.reset_group_offsets = group_admin.reset_offsets  # refused while the group has members
+        self.group_metrics = group_admin.metrics
         self.require_leadership = produce.require_leadership
         self.produce_spread = produce.produce_spread
         self.propose_metadata = metadata.propose

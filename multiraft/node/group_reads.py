@@ -21,7 +21,8 @@ admin's describe with committed offsets and lag.
   (the commits of consumers that assign partitions themselves keep their one hop).
 - `describe`: the coordinator's view of the group, with each resolved partition's
   committed offset, log start, high watermark, lag in records, and lag in time
-  (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset).
+  (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset;
+  record_times.py). At most `DESCRIBE_PARTITIONS_MAX` rows (`partitions_truncated`).
 - `delete_group`: only while the group has no members (Kafka's NON_EMPTY_GROUP), then
   its offsets go from every partition as before (multiraft/node/partition_ops.py).
 
@@ -42,12 +43,12 @@ from typing import TYPE_CHECKING, Any
 from multiraft.consumer_groups import Heartbeat
 from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
 from multiraft.node.partition_ops import ConsumeResult
+from multiraft.node.record_times import first_at_or_after
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
 from raftlog.errors import ClientError, LeaderNotAvailable
 from raftlog.types import GroupId
-from storage.batch import decode_columns
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -60,6 +61,10 @@ TopicPartition = tuple[str, int]
 RESETS = ("earliest", "latest")
 # Partition reads one fetch runs at once (a member may own up to 10,000 partitions).
 READS_IN_FLIGHT_MAX = 64
+# Partition rows one describe reads (offsets, bounds and one record each for the lag in
+# time): the first this many in (topic, partition) order; `partitions_truncated` says when
+# the group has more. Kafka's describe has no bound; ours keeps one request's work bounded.
+DESCRIBE_PARTITIONS_MAX = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +205,11 @@ class GroupReads:
         # The group's resolved counts can be stale (a topic deleted and created again smaller
         # is re-resolved at the next heartbeat) and this node's catalog can trail: only the
         # partitions this node's catalog has get a row.
-        tps = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])
-               if self._known((t["topic"], p))]
+        known = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])
+                 if self._known((t["topic"], p))]
+        tps = known[:DESCRIBE_PARTITIONS_MAX]
+        described["partitions_total"] = len(known)
+        described["partitions_truncated"] = len(known) > len(tps)
         committed: dict[TopicPartition, int] = {}
         for topic in sorted({t for t, _ in tps}):
             for row in await self._reads.fetch_offsets(group, topic):
@@ -233,19 +241,10 @@ class GroupReads:
             offset = row["committed_offset"] if row["committed_offset"] is not None else row["log_start_offset"]
             async with slots:
                 try:
-                    result = await self._reads.consume(row["topic"], row["partition"], max(offset, 0),
-                                                       max_records=1, max_bytes=1)
+                    found = await first_at_or_after(self._reads, row["topic"], row["partition"], max(offset, 0))
                 except ClientError:
-                    row["lag_ms"] = None
-                    return
-            for base, _count, batch in result.batches:
-                if base <= offset:
-                    decoded = decode_columns(batch, offset - base, offset - base + 1)
-                    if decoded.timestamp_deltas_ms:
-                        stamp = decoded.header.first_timestamp_ms + decoded.timestamp_deltas_ms[0]
-                        row["lag_ms"] = max(0, now_ms - stamp)
-                        return
-            row["lag_ms"] = None
+                    found = None
+            row["lag_ms"] = None if found is None else max(0, now_ms - found[1])
 
         await asyncio.gather(*(one(row) for row in rows))
 
