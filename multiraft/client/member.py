@@ -5,7 +5,8 @@ KIP-848 semantics over HTTP (docs/http.md "Consumer group members"). The member:
 - joins with an id it draws itself (so a retried join is the same member), then
   heartbeats on its own task every third of the session timeout (at most 5 s) to
   stay alive: a bounded task, owned by the consumer, cancelled and awaited by
-  `close()`; a failure it cannot survive is raised by the next `poll()`;
+  `close()`; it outlives the cluster's errors (the next beat tries again), and
+  anything else that ends it is raised by the next `poll()`;
 - fetches records of its partitions with `poll()`, from its own positions (else the
   group's committed offsets, else `auto_offset_reset`);
 - hands partitions over only inside `poll()` (and `close()`), never from the
@@ -185,10 +186,11 @@ class AsyncGroupConsumer:
                 continue  # poll joins again; until then there is no member to keep alive
             try:
                 await self._heartbeat(self.held)  # still holding what poll has not given back
-            except RaftlogError as error:
-                if not error.retriable:
-                    raise
-                # Unreachable or busy: the next beat tries again (a session spans several beats).
+            except RaftlogError:
+                # Unreachable, busy, a cluster timeout: the next beat tries again (a session
+                # spans several beats). An error that persists (rights taken away) comes out
+                # of poll's fetch, which makes the same call; only a bug ends this task.
+                continue
 
     # ------------------------------------------------------------------ rebalance (inside poll)
 
