@@ -7,6 +7,7 @@ and lag, each series from one node only."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
@@ -127,18 +128,25 @@ async def test_describe_and_metrics_show_lag_in_records_and_seconds(cluster: Clu
     assert 590_000 <= rows[0]["lag_ms"] <= 700_000, rows[0]
     assert 595_000 <= rows[1]["lag_ms"] <= 700_000, rows[1]
 
-    texts = []
-    for node in range(3):
-        status, text = await cluster.call("GET", node, "/metrics")
-        assert status == 200
-        texts.append(text.decode())
-    every = "\n".join(texts)
+    every = ""
 
     def series(name: str, **labels: str) -> list[float]:
         wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))  # as the client writes them
         pattern = rf"^{name}\{{{re.escape(wanted)}\}} (\S+)$" if labels else rf"^{name} (\S+)$"
         return [float(m) for m in re.findall(pattern, every, re.M)]
 
+    # A partition's leader shows the group once its own copy of group 0 has the join
+    # (it trails the coordinator by an apply): scrape until every partition is there.
+    async with asyncio.timeout(10):
+        while not all(len(series("raftlog_consumer_group_lag_records", group="lagging", topic="cg-lag",
+                                 partition=str(p))) == 1 for p in range(PARTITIONS)):
+            texts = []
+            for node in range(3):
+                status, text = await cluster.call("GET", node, "/metrics")
+                assert status == 200
+                texts.append(text.decode())
+            every = "\n".join(texts)
+            await asyncio.sleep(0.05)
     # Each series from one node only: the metadata leader (group) or the partition's leader.
     assert series("raftlog_consumer_group_members", group="lagging") == [1.0]
     assert series("raftlog_consumer_group_state", group="lagging", state="stable") in ([1.0], [0.0])
