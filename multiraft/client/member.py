@@ -8,7 +8,9 @@ KIP-848 semantics over HTTP (docs/http.md "Consumer group members"). The member:
   `close()`; it outlives the cluster's errors (the next beat tries again), and
   anything else that ends it is raised by the next `poll()`;
 - fetches records of its partitions with `poll()`, from its own positions (else the
-  group's committed offsets, else `auto_offset_reset`);
+  group's committed offsets, else `auto_offset_reset`); with `auto_commit` (the
+  default), a poll first commits what earlier polls returned, at most every
+  `auto_commit_interval_ms` (Kafka's enable.auto.commit, 5 s);
 - hands partitions over only inside `poll()` (and `close()`), never from the
   heartbeat task, as a Kafka consumer runs its rebalance listener inside poll: when
   the server revokes partitions, `on_revoked(partitions)` runs first (commit there,
@@ -77,7 +79,8 @@ class AsyncGroupConsumer:
                  session_timeout_ms: int | None = None, rebalance_timeout_ms: int | None = None,
                  assignor: str | None = None, max_records: int = 500, wait_ms: int = 500,
                  on_assigned: Callback | None = None, on_revoked: Callback | None = None,
-                 on_lost: Callback | None = None, member_id: str | None = None) -> None:
+                 on_lost: Callback | None = None, member_id: str | None = None,
+                 auto_commit_interval_ms: int = 5000) -> None:
         if (topics is None) == (topic_pattern is None):
             raise ValueError("give topics or a topic_pattern (exactly one)")
         if auto_offset_reset not in ("earliest", "latest"):
@@ -90,6 +93,8 @@ class AsyncGroupConsumer:
                           "assignor": assignor}
         self.auto_offset_reset = auto_offset_reset
         self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self._committed_at = 0.0  # loop time of the last commit poll made
         self.max_records = max_records
         self.wait_ms = wait_ms
         self.on_assigned, self.on_revoked, self.on_lost = on_assigned, on_revoked, on_lost or on_revoked
@@ -240,10 +245,24 @@ class AsyncGroupConsumer:
         """Hand over what the server asks, then the next records of the member's partitions
         (long-polls up to `wait_ms` when none are ready)."""
         await self.rebalance()
+        await self._commit_when_due()
         records = await self.fetch()
         if self._fenced:
             await self.rebalance()  # lost: on_lost, and join again now rather than at the next poll
         return records
+
+    async def _commit_when_due(self) -> None:
+        """With `auto_commit`, Kafka's enable.auto.commit: at most every interval, poll first
+        commits what earlier polls returned (at least once: a crash re-reads at most that)."""
+        now = asyncio.get_running_loop().time()
+        if not self.auto_commit or now - self._committed_at < self.auto_commit_interval_s:
+            return
+        self._committed_at = now
+        try:
+            await self.commit()
+        except RaftlogError as error:
+            if error.code not in FENCED_CODES:
+                raise  # fenced: the fetch says so too, and poll loses the partitions
 
     async def fetch(self) -> list[ConsumedRecord]:
         if self._fenced:
