@@ -96,10 +96,13 @@ def group_list(client: Client, args: argparse.Namespace) -> int:
 
 
 def group_describe(client: Client, args: argparse.Namespace) -> int:
-    group = client.describe_group(args.group)
-    print(f"group {group['group']}  state {group['state']}  epoch {group['group_epoch']}  "
-          f"assignor {group['assignor']}  session timeout {group['session_timeout_ms']} ms  "
-          f"members {len(group['members'])}")
+    group = client.describe_group(args.group, args.topic)
+    if not group["members"]:
+        print(f"group {group['group']}  state {group['state']}: no active members")
+    else:
+        print(f"group {group['group']}  state {group['state']}  epoch {group['group_epoch']}  "
+              f"assignor {group['assignor']}  session timeout {group['session_timeout_ms']} ms  "
+              f"members {len(group['members'])}")
     owners = {}
     rows = []
     for number, member in enumerate(group["members"], 1):
@@ -112,7 +115,8 @@ def group_describe(client: Client, args: argparse.Namespace) -> int:
                      _partitions_text({(a["topic"], p) for a in member["assignment"] for p in a["partitions"]}),
                      _partitions_text({(a["topic"], p) for a in member["revoking"] for p in a["partitions"]}) or None,
                      None if seen is None else f"{seen / 1000:.1f}s"])
-    print(_table(rows, ["MEMBER", "EPOCH", "STATE", "ASSIGNED", "REVOKING", "LAST-SEEN"]))
+    if rows:
+        print(_table(rows, ["MEMBER", "EPOCH", "STATE", "ASSIGNED", "REVOKING", "LAST-SEEN"]))
     print()
     rows = [[p["topic"], p["partition"], owners.get((p["topic"], p["partition"])), p["committed_offset"],
              p["high_watermark"], p["lag"], None if p["lag_ms"] is None else f"{p['lag_ms'] / 1000:.1f}"]
@@ -187,6 +191,9 @@ def add_group_parsers(commands_parser: Any, client_command: Any) -> None:
     client_command(groups.add_parser("list", help="groups with members"), group_list)
     describe = groups.add_parser("describe", help="members, assignment, committed offsets and lag")
     describe.add_argument("group")
+    describe.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                          help="also this topic's offsets and lag; describes a group without members too "
+                               "(repeatable)")
     client_command(describe, group_describe)
     delete = groups.add_parser("delete", help="delete a group without members: its committed offsets (admin)")
     delete.add_argument("group")

@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import struct
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -356,8 +357,11 @@ class AsyncClient:
     async def list_groups(self) -> list[dict[str, Any]]:
         return (await self._json("GET", "/v1/groups"))["groups"]
 
-    async def describe_group(self, group: str) -> dict[str, Any]:
-        return await self._json("GET", f"/v1/groups/{group}")
+    async def describe_group(self, group: str, topics: Sequence[str] = ()) -> dict[str, Any]:
+        """Members, assignment, committed offsets and lag; `topics` adds those topics' rows
+        (and describes a group without members by its offsets there)."""
+        query = "?" + urllib.parse.urlencode([("topic", t) for t in topics]) if topics else ""
+        return await self._json("GET", f"/v1/groups/{group}{query}")
 
     async def reset_offsets(self, group: str, strategy: str, topics: list[dict[str, Any]], *,
                             value: int | None = None, execute: bool = False) -> dict[str, Any]:

@@ -124,8 +124,8 @@ class Client:
     def list_groups(self) -> list[dict[str, Any]]:
         return self.run(self.aio.list_groups())
 
-    def describe_group(self, group: str) -> dict[str, Any]:
-        return self.run(self.aio.describe_group(group))
+    def describe_group(self, group: str, topics: Sequence[str] = ()) -> dict[str, Any]:
+        return self.run(self.aio.describe_group(group, topics))
 
     def reset_offsets(self, group: str, strategy: str, topics: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
         return self.run(self.aio.reset_offsets(group, strategy, topics, **options))

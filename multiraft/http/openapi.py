@@ -275,7 +275,11 @@ _PATHS: dict[str, Any] = {
     },
     "/v1/groups/{group}": {
         "parameters": [_GROUP],
-        "get": {"summary": "describe a consumer group: members, assignment, committed offsets and lag",
+        "get": {"summary": "describe a consumer group: members, assignment, committed offsets and lag (in records "
+                           "and seconds); topic: also these topics, which describe a group without members too",
+                "parameters": [{"name": "topic", "in": "query", "required": False, "style": "form", "explode": True,
+                                "schema": {"type": "array", "maxItems": group_limits.SUBSCRIBED_TOPICS_MAX,
+                                           "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}}}],
                 "responses": {"200": _ok("the group", {"type": "object", "required": ["group", "members",
                                                                                        "partitions"]}),
                               **_errors(404, 421, 503, 504)}},

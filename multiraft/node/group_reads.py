@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import Heartbeat
-from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownGroup, UnknownTopic
 from multiraft.node.partition_ops import ConsumeResult
 from multiraft.node.record_times import first_at_or_after
 from multiraft.node.routing import call_peer
@@ -195,18 +195,29 @@ class GroupReads:
 
     # ------------------------------------------------------------------ describe
 
-    async def describe(self, group: str,
-                       authorize: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    async def describe(self, group: str, authorize: Callable[[dict[str, Any]], None] | None = None,
+                       topics: tuple[str, ...] = ()) -> dict[str, Any]:
         """`authorize`: raises when the caller may not see the coordinator's view (before
-        the partitions are read)."""
-        described = await self._coordinator.describe(group)
+        the partitions are read). `topics`: also these topics' partitions; they describe a
+        group without members too (state `empty`, Kafka's "no active members"), by its
+        committed offsets there (UNKNOWN_GROUP when it has none)."""
+        try:
+            described = await self._coordinator.describe(group)
+        except ClientError as error:  # UnknownGroup here, or its code from the coordinator's node
+            if error.code != UnknownGroup.code or not topics:
+                raise
+            described = {"group": group, "state": "empty", "group_epoch": None, "assignment_epoch": None,
+                         "assignor": None, "session_timeout_ms": None, "topics": [], "members": []}
         if authorize is not None:
             authorize(described)
+        counts = {t["topic"]: t["partitions"] for t in described["topics"]}
+        for topic in topics:
+            counts.setdefault(topic, len(self._catalog.catalog.topic(topic).partitions))  # UnknownTopic if none
         # The group's resolved counts can be stale (a topic deleted and created again smaller
         # is re-resolved at the next heartbeat) and this node's catalog can trail: only the
         # partitions this node's catalog has get a row.
-        known = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])
-                 if self._known((t["topic"], p))]
+        known = [(topic, p) for topic, count in sorted(counts.items()) for p in range(count)
+                 if self._known((topic, p))]
         tps = known[:DESCRIBE_PARTITIONS_MAX]
         described["partitions_total"] = len(known)
         described["partitions_truncated"] = len(known) > len(tps)
@@ -225,6 +236,8 @@ class GroupReads:
             rows.append({"topic": tp[0], "partition": tp[1], "committed_offset": offset, "log_start_offset": start,
                          "high_watermark": end, "lag": max(0, lag), "owner": owners.get(tp)})
         await self._lag_ms(rows)
+        if not described["members"] and all(row["committed_offset"] is None for row in rows):
+            raise UnknownGroup(f"consumer group {group!r} has no members and no offsets in {', '.join(topics)}")
         described["partitions"] = rows
         return described
 

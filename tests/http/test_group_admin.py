@@ -90,6 +90,22 @@ async def test_reset_offsets_plans_then_writes_and_only_without_members(cluster:
         after = await _committed(cluster, 0, "resets", "cg-reset")
         assert after == {**before, **dict.fromkeys(named, expected)}, body
 
+    # Without members the group is described by its offsets in the topics named.
+    status, body = await cluster.call("GET", 2, "/v1/groups/resets")
+    assert (status, body["error_code"]) == (404, "UNKNOWN_GROUP"), body
+    status, described = await cluster.call("GET", 2, "/v1/groups/resets", params={"topic": "cg-reset"})
+    assert status == 200, described
+    assert (described["state"], described["members"]) == ("empty", [])
+    assert [(r["partition"], r["committed_offset"], r["lag"], r["lag_ms"]) for r in described["partitions"]] == [
+        (p, RECORDS, 0, 0) for p in range(PARTITIONS)]
+    for params, expected in (({"topic": "cg-lag-none"}, (404, "UNKNOWN_TOPIC")),
+                             ({"topic": "a/b"}, (400, "INVALID_REQUEST"))):
+        status, body = await cluster.call("GET", 0, "/v1/groups/resets", params=params)
+        assert (status, body["error_code"]) == expected, body
+    await cluster.create_topic("cg-reset-other", partitions=1)
+    status, body = await cluster.call("GET", 0, "/v1/groups/resets", params={"topic": "cg-reset-other"})
+    assert (status, body["error_code"]) == (404, "UNKNOWN_GROUP"), body
+
     refusals = [
         ({"strategy": "offset", "topics": topics}, 400, "INVALID_REQUEST"),  # no value
         ({"strategy": "earliest", "value": 3, "topics": topics}, 400, "INVALID_REQUEST"),

@@ -197,6 +197,9 @@ def test_cli_members_split_move_take_over_and_the_group_is_reset_and_deleted(cli
                 consumer.stop(signal.SIGKILL)
 
         assert client.fetch_offsets(GROUP, TOPIC) == dict.fromkeys(range(PARTITIONS), 15)
+        described = _cli(cli_cluster, "group", "describe", GROUP, "--topic", TOPIC)
+        assert described.returncode == 0 and "no active members" in described.stdout, described
+        assert described.stdout.count(f"\n{TOPIC} ") == PARTITIONS
         plan = _cli(cli_cluster, "group", "reset-offsets", GROUP, "--topic", TOPIC, "--to-earliest")
         assert plan.returncode == 0 and "dry run" in plan.stderr, plan
         assert client.fetch_offsets(GROUP, TOPIC) == dict.fromkeys(range(PARTITIONS), 15)

@@ -213,9 +213,10 @@ def _fetch_answer(result: MemberFetch, fmt: str, max_records: int) -> bytes:
 
 
 async def describe(request: web.Request) -> web.Response:
-    """GET /v1/groups/{group}: members, assignment, committed offsets and lag. With auth on it
-    needs read on every member's subscription (access.py), and only admin sees member ids
-    and epochs (a member id is its member's proof of membership)."""
+    """GET /v1/groups/{group}[?topic=T...]: members, assignment, committed offsets and lag (of
+    the named topics too, which also describe a group without members). With auth on it
+    needs read on every member's subscription (access.py) and on each named topic, and
+    only admin sees member ids and epochs (a member id is its member's proof of membership)."""
     node = node_of(request)
 
     def authorize(described: dict[str, Any]) -> None:
@@ -223,7 +224,14 @@ async def describe(request: web.Request) -> web.Response:
         require_subscription(request, [t for s in subscriptions for t in s["topics"]],
                              any(s["topic_pattern"] is not None for s in subscriptions))
 
-    described = await bounded(node.describe_group(group_name(request), authorize), "group describe")
+    topics = tuple(sorted(set(request.query.getall("topic", []))))
+    if len(topics) > group_limits.SUBSCRIBED_TOPICS_MAX:
+        raise InvalidRequest(f"at most {group_limits.SUBSCRIBED_TOPICS_MAX} topic parameters")
+    for topic in topics:
+        if not group_limits.TOPIC_NAME_PATTERN.fullmatch(topic):
+            raise InvalidRequest(f"topic names must match {group_limits.TOPIC_NAME_PATTERN.pattern}")
+        require(request, "read", topic)
+    described = await bounded(node.describe_group(group_name(request), authorize, topics), "group describe")
     if not is_admin(request):
         for member in described["members"]:
             member["member_id"] = member["member_epoch"] = None
