@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import struct
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,8 +200,9 @@ class AsyncClient:
 
     async def _once(self, method: str, url: str, json_body: Any, data: bytes | None,
                     params: dict[str, Any] | None, headers: dict[str, str] | None) -> tuple[int, bytes, Any]:
-        query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (params or {}).items()
-                 if v is not None}
+        query = tuple((k, str(item).lower() if isinstance(item, bool) else str(item))
+                      for k, v in (params or {}).items() if v is not None
+                      for item in (v if isinstance(v, list | tuple) else (v,)))  # a list: the name repeats
         body = data if data is not None else b""
         if json_body is not None:
             body = json.dumps(json_body).encode()
@@ -360,8 +360,7 @@ class AsyncClient:
     async def describe_group(self, group: str, topics: Sequence[str] = ()) -> dict[str, Any]:
         """Members, assignment, committed offsets and lag; `topics` adds those topics' rows
         (and describes a group without members by its offsets there)."""
-        query = "?" + urllib.parse.urlencode([("topic", t) for t in topics]) if topics else ""
-        return await self._json("GET", f"/v1/groups/{group}{query}")
+        return await self._json("GET", f"/v1/groups/{group}", params={"topic": list(topics)})
 
     async def reset_offsets(self, group: str, strategy: str, topics: list[dict[str, Any]], *,
                             value: int | None = None, execute: bool = False) -> dict[str, Any]:
