@@ -6,6 +6,8 @@ process (the nodes and this client run on uvloop), and prints:
 
 - produce throughput: 100-byte records in 1,000-record binary batches to one
   partition, acks=quorum, `--window` requests in flight (target >= 300,000 rec/s);
+- the box's limit for that produce, measured in the same run: the disk's
+  sequential write + fsync bandwidth over RF 3 x 100 B, and the ratio (goal >= 0.8);
 - JSON produce throughput (1,000 string records per request), for comparison;
 - consume throughput of those records from one partition over HTTP, binary
   (target >= 1,000,000 rec/s) and JSON (target >= 100,000 rec/s);
@@ -262,6 +264,30 @@ def etcd_latency(kit: Path | None, count: int, our_p99: float) -> str | None:
             f"gateway: p50 {p50:.2f} ms, p99 {p99:.2f} ms (raftlog's p99 / etcd's: {our_p99 / p99:.2f})")
 
 
+DISK_LIMIT_BYTES = 256 * 1024 * 1024
+
+
+def disk_limit(directory: Path, record_bytes: int = 100, replicas: int = 3) -> tuple[float, float]:
+    """The box's physical limit for replicated produce, measured now on the nodes' disk:
+    sequential write + fsync bandwidth (256 MiB in 1 MiB writes, one fsync at the end,
+    as ../shared/peers/limits.py does) over the bytes the cluster writes per record
+    (`replicas` copies of `record_bytes`). Returns (MB/s, records/s)."""
+    path = directory / "disk-limit.bin"
+    chunk = os.urandom(1024 * 1024)
+    began = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        written = 0
+        while written < DISK_LIMIT_BYTES:
+            written += os.write(fd, chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        path.unlink()
+    per_s = written / (time.perf_counter() - began)
+    return per_s / 1e6, per_s / (replicas * record_bytes)
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -283,6 +309,9 @@ async def main() -> int:
             rate = await throughput([leader], "bench", args.seconds, args.window)
             print(f"produce 100 B x {RECORDS_PER_BATCH}/batch, acks=quorum, window {args.window}: "
                   f"{rate:,.0f} records/s (target 300,000: {rate / 300_000:.2f}x)", flush=True)
+            disk_mb_s, limit = disk_limit(Path(directory))
+            print(f"disk limit, this run: sequential write + fsync {disk_mb_s:,.0f} MB/s / (RF 3 x 100 B) = "
+                  f"{limit:,.0f} records/s; binary produce / limit: {rate / limit:.2f} (goal >= 0.8)", flush=True)
             json_rate = await json_throughput([leader], "bench", args.seconds / 2, args.window)
             print(f"produce JSON (string format, 1,000 records of 100 B per request): {json_rate:,.0f} records/s",
                   flush=True)

@@ -144,6 +144,51 @@ class NonEmptyGroup(ClientError):
     http_status = 409
 
 
+class UnknownConsumerInstance(ClientError):
+    """A Confluent REST v2 consumer instance that does not exist (never created, deleted, or
+    expired after `consumer.instance.timeout.ms`): Confluent's 40403."""
+
+    code = "UNKNOWN_CONSUMER_INSTANCE"
+    http_status = 404
+
+
+class ConsumerInstanceExists(ClientError):
+    """A consumer instance of that name already exists in the group: Confluent's 40902."""
+
+    code = "CONSUMER_INSTANCE_EXISTS"
+    http_status = 409
+
+
+class ConsumerIllegalState(ClientError):
+    """A consumer instance call that its state forbids (subscribe while manually assigned,
+    assign while subscribed, seek a partition it does not hold): Kafka's
+    IllegalStateException, Confluent's 40903."""
+
+    code = "CONSUMER_ILLEGAL_STATE"
+    http_status = 409
+
+
+class InvalidConsumerConfig(InvalidRequest):
+    """A consumer instance's settings do not validate: Confluent's 42204."""
+
+    code = "INVALID_CONSUMER_CONFIG"
+    http_status = 422
+
+
+class ConsumerFormatMismatch(ClientError):
+    """A records GET whose Accept names another embedded format than the instance's: 40601."""
+
+    code = "CONSUMER_FORMAT_MISMATCH"
+    http_status = 406
+
+
+class NotAcceptable(ClientError):
+    """No representation the request's Accept header allows (406)."""
+
+    code = "NOT_ACCEPTABLE"
+    http_status = 406
+
+
 class UnknownProducerId(ClientError):
     """A produce names a producer id the cluster never allocated (above the catalog's next
     one): a client must get its ids from POST /v1/producers, not invent them, or it could
@@ -182,6 +227,11 @@ class InvalidReplicaAssignment(InvalidRequest):
 class UnknownTopic(ClientError):
     code = "UNKNOWN_TOPIC"
     http_status = 404
+
+
+class UnknownPartition(UnknownTopic):
+    """The topic exists, the partition does not (native answers share UNKNOWN_TOPIC; the
+    Confluent dialect tells them apart: 40402)."""
 
 
 class TopicExists(ClientError):

@@ -225,9 +225,125 @@ class ExpireMembers:
             raise InvalidRequest("an expiry's reason is session_timeout or rebalance_timeout")
 
 
-GroupCommand = JoinGroup | Heartbeat | LeaveGroup | ExpireMembers
+# Confluent REST v2 consumer instances (multiraft/consumer_groups/instances.py): each is a
+# member of its group (member id = instance id) with settings and fetch positions.
+INSTANCE_FORMATS = ("json", "binary")
+INSTANCE_RESETS = ("earliest", "latest")
+# consumer.instance.timeout.ms: Confluent's default is 5 minutes; the bounds are the
+# session timeout's, since it is the member's session.
+INSTANCE_TIMEOUT_MS_DEFAULT = 300_000
+# consumer.request.timeout.ms: how long a records GET waits for data (Confluent: 1 s);
+# at most the long-poll bound of every read (partition_ops.WAIT_MS_MAX).
+REQUEST_TIMEOUT_MS_DEFAULT = 1_000
+REQUEST_TIMEOUT_MS_MAX = 30_000
+# Instances in the cluster: each holds up to a group's partitions of positions, so
+# the bound keeps group 0's snapshot in the tens of MB (Confluent bounds them by the
+# proxy's memory only).
+INSTANCES_MAX = 10_000
+POSITION_OFFSET_MAX = 2**63 - 1
 
-_TYPES: dict[str, type] = {"join": JoinGroup, "heartbeat": Heartbeat, "leave": LeaveGroup, "expire": ExpireMembers}
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateInstance:
+    """A consumer instance joins `group` as a member that reads nothing yet."""
+
+    group: str
+    member_id: str  # the instance id: the name the client gave, or one drawn by the node
+    format: str = "binary"
+    auto_offset_reset: str = "latest"
+    auto_commit: bool = True
+    request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT
+    instance_timeout_ms: int = INSTANCE_TIMEOUT_MS_DEFAULT
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+        if self.format not in INSTANCE_FORMATS:
+            raise InvalidRequest(f"format must be one of {', '.join(INSTANCE_FORMATS)}")
+        if self.auto_offset_reset not in INSTANCE_RESETS:
+            raise InvalidRequest(f"auto.offset.reset must be one of {', '.join(INSTANCE_RESETS)}")
+        if not isinstance(self.auto_commit, bool):
+            raise InvalidRequest("auto.commit.enable is true or false")
+        _check_range(self.request_timeout_ms, "consumer.request.timeout.ms", 0, REQUEST_TIMEOUT_MS_MAX)
+        _check_range(self.instance_timeout_ms, "consumer.instance.timeout.ms", SESSION_TIMEOUT_MS_MIN,
+                     SESSION_TIMEOUT_MS_MAX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteInstance:
+    """The instance goes, and its member with it: its partitions are free at once."""
+
+    group: str
+    member_id: str
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubscribeInstance:
+    """Subscribe (replacing any subscription), or unsubscribe with `subscription` None.
+    Takes effect at once: what the instance no longer reads is free for the others."""
+
+    group: str
+    member_id: str
+    subscription: Subscription | None
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+        if self.subscription is not None and not isinstance(self.subscription, Subscription):
+            raise InvalidRequest("a subscribe carries a subscription")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignInstance:
+    """Manual assignment (Kafka's assign()): these partitions, outside the assignor."""
+
+    group: str
+    member_id: str
+    partitions: tuple[TopicPartition, ...]
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+        check_partitions(self.partitions, "partitions", GROUP_PARTITIONS_MAX)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstancePositions:
+    """Where the instance reads next, per partition. `seek`: the client's own seek, refused
+    for a partition it does not hold; else the positions a records GET moved to, kept
+    only for the partitions it still holds."""
+
+    group: str
+    member_id: str
+    positions: tuple[tuple[str, int, int], ...]
+    seek: bool = False
+
+    def __post_init__(self) -> None:
+        check_group(self.group)
+        check_member_id(self.member_id)
+        if not isinstance(self.positions, tuple) or not isinstance(self.seek, bool):
+            raise InvalidRequest("positions is a list of (topic, partition, offset)")
+        for item in self.positions:
+            if not isinstance(item, tuple) or len(item) != 3:
+                raise InvalidRequest("positions is a list of (topic, partition, offset)")
+            _check_range(item[2], "offset", 0, POSITION_OFFSET_MAX)
+        check_partitions(tuple((t, p) for t, p, _ in self.positions), "positions", GROUP_PARTITIONS_MAX)
+
+
+InstanceCommand = CreateInstance | DeleteInstance | SubscribeInstance | AssignInstance | InstancePositions
+# Instance commands that free partitions at once (the coordinator fences their commits first).
+INSTANCE_RELEASING = (DeleteInstance, SubscribeInstance, AssignInstance)
+
+GroupCommand = JoinGroup | Heartbeat | LeaveGroup | ExpireMembers | InstanceCommand
+
+_TYPES: dict[str, type] = {"join": JoinGroup, "heartbeat": Heartbeat, "leave": LeaveGroup, "expire": ExpireMembers,
+                           "instance_create": CreateInstance, "instance_delete": DeleteInstance,
+                           "instance_subscribe": SubscribeInstance, "instance_assign": AssignInstance,
+                           "instance_positions": InstancePositions}
 _TAGS = {cls: tag for tag, cls in _TYPES.items()}
 
 
@@ -241,8 +357,8 @@ def encode_group_command(command: GroupCommand) -> bytes:
         value = getattr(command, field.name)
         if isinstance(value, Subscription):
             value = {"topics": list(value.topics), "pattern": value.pattern}
-        elif field.name == "owned" and value is not None:
-            value = [[topic, partition] for topic, partition in value]
+        elif field.name in ("owned", "partitions", "positions") and value is not None:
+            value = [list(item) for item in value]
         elif isinstance(value, tuple):
             value = list(value)
         document[field.name] = value
@@ -267,8 +383,12 @@ def decode_group_command(payload: bytes) -> GroupCommand:
     names = {field.name for field in fields(cls)}
     if set(arguments) != names:
         raise InvalidRequest(f"consumer group command {tag} has fields {sorted(names)}")
-    if cls is JoinGroup:
+    if cls is JoinGroup or (cls is SubscribeInstance and arguments["subscription"] is not None):
         arguments["subscription"] = decode_subscription(arguments["subscription"])
+    if cls is AssignInstance:
+        arguments["partitions"] = decode_partitions(arguments["partitions"], "partitions")
+    if cls is InstancePositions and isinstance(arguments["positions"], list):
+        arguments["positions"] = tuple(tuple(i) if isinstance(i, list) else i for i in arguments["positions"])
     if cls is Heartbeat and arguments["owned"] is not None:
         arguments["owned"] = decode_partitions(arguments["owned"], "owned")
     if cls is ExpireMembers and isinstance(arguments["member_ids"], list):

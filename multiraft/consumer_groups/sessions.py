@@ -53,7 +53,7 @@ class Sessions:
         self._due.clear()
         for name, group in sorted(state.groups.items()):
             for member in group.members.values():
-                self.note(name, member, group.session_timeout_ms, now_ms)
+                self.note(name, member, state.session_timeout_ms(name, member.member_id), now_ms)
 
     def note(self, group: str, member: Member, session_timeout_ms: int, now_ms: int) -> None:
         """The member was heard from now (and is, or is not, giving partitions back)."""
@@ -114,15 +114,16 @@ class Sessions:
             if key not in self._seen_ms:
                 # In the state, yet forgotten here (an entry of it came up while it was gone,
                 # and it joined again since, unnoted): seen from now, so it still expires.
-                self.note(name, member, group.session_timeout_ms, now_ms)
+                self.note(name, member, state.session_timeout_ms(name, member_id), now_ms)
                 continue
             if kind == SESSION:
                 if self._session_due_ms.get(key) != deadline:
                     continue  # stale
-                deadline = self._seen_ms[key] + group.session_timeout_ms
+                session_ms = state.session_timeout_ms(name, member_id)  # an instance's is its own
+                deadline = self._seen_ms[key] + session_ms
                 if now_ms > deadline:
                     silent.setdefault(name, []).append(member_id)
-                    deadline = now_ms + group.session_timeout_ms  # looked at again if it stays
+                    deadline = now_ms + session_ms  # looked at again if it stays
                 self._push(deadline, SESSION, key, 0)
             elif self._rebalance_due_ms.get(key) == deadline and self._revoking_since_ms.get(key) == since \
                     and member.revoking:

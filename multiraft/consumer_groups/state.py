@@ -45,6 +45,7 @@ from multiraft.consumer_groups.commands import (
     GROUPS_MAX,
     MEMBERS_PER_GROUP_MAX,
     SESSION_TIMEOUT_MS_DEFAULT,
+    CreateInstance,
     ExpireMembers,
     GroupCommand,
     Heartbeat,
@@ -53,6 +54,7 @@ from multiraft.consumer_groups.commands import (
     Subscription,
     TopicPartition,
 )
+from multiraft.consumer_groups.instances import InstancesMixin
 from multiraft.consumer_groups.topics import (
     PatternMatches,
     TopicsView,
@@ -77,10 +79,13 @@ class Member:
     member_id: str
     epoch: int  # the group epoch of the target this member reconciled to last
     previous_epoch: int  # accepted too, so a heartbeat whose answer was lost is not fenced
-    subscription: Subscription
+    subscription: Subscription | None  # None: a consumer instance not subscribed (instances.py)
     rebalance_timeout_ms: int
     assigned: frozenset[TopicPartition]  # owned now: read and commit
     revoking: frozenset[TopicPartition]  # to give back (may still commit); disjoint from assigned
+    # A consumer instance's manual assignment (its whole target, outside the assignor);
+    # None for every subscribed member. Set only when `subscription` is None.
+    manual: frozenset[TopicPartition] | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -137,9 +142,10 @@ def partitions_json(partitions: tuple[TopicPartition, ...] | frozenset[TopicPart
     return [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]
 
 
-class GroupsState:
+class GroupsState(InstancesMixin):
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
+        self.instances = {}  # Confluent consumer instances, by group then id (instances.py)
         self._matches = PatternMatches()  # a cache: results are the same without it
 
     # ------------------------------------------------------------------ apply
@@ -153,6 +159,8 @@ class GroupsState:
                 value = self._heartbeat(command, topics)
             elif isinstance(command, LeaveGroup):
                 value = self._remove(command.group, (command.member_id,), command.member_epoch, topics)
+            elif not isinstance(command, ExpireMembers):
+                value = self._apply_instance(command, topics)
             else:
                 assert isinstance(command, ExpireMembers)
                 value = self._remove(command.group, command.member_ids, None, topics)
@@ -173,6 +181,9 @@ class GroupsState:
                           assignor=command.assignor or ASSIGNOR_DEFAULT, members={}, target={}, counts={})
         else:
             _check_settings(group, command)
+        if command.member_id in self.instances.get(command.group, {}):
+            raise InconsistentGroupConfig(f"{command.member_id!r} is a consumer instance of group "
+                                          f"{command.group!r}: use the /consumers routes")
         member = group.members.get(command.member_id)
         if member is None:
             if len(group.members) >= MEMBERS_PER_GROUP_MAX:
@@ -197,8 +208,8 @@ class GroupsState:
         GROUP_STATE_PARTITIONS_MAX (it only grows what it resolves to; topics growing
         under a pattern are not refused, they are the catalog's)."""
         names = {t for m_id, m in group.members.items() if m_id != member.member_id
-                 for t in subscribed_topics(m.subscription, topics, self._matches)}
-        names.update(subscribed_topics(member.subscription, topics, self._matches))
+                 for t in _member_topics(m, topics, self._matches)}
+        names.update(_member_topics(member, topics, self._matches))
         after = sum(topic_partitions(names, topics).values())
         before = sum(group.counts.values()) if group.name in self.groups else 0
         if after <= before:
@@ -221,7 +232,45 @@ class GroupsState:
             _bump(group, topics, self._matches)  # a subscribed topic was created, deleted or grew
         member = reconcile(group, group.members[member.member_id])
         group.members[member.member_id] = member
+        self._prune_positions(group.name, member)
         return view(group, member)
+
+    def _add_instance_member(self, command: CreateInstance, topics: TopicsView) -> MemberView:
+        """A consumer instance's member: neither subscribed nor assigned yet."""
+        group = self.groups.get(command.group)
+        if group is None:
+            if len(self.groups) >= GROUPS_MAX:
+                raise TooManyConsumerGroups(f"the cluster holds its maximum of {GROUPS_MAX} consumer groups")
+            group = Group(name=command.group, epoch=0, assignment_epoch=0, session_timeout_ms=SESSION_TIMEOUT_MS_DEFAULT,
+                          assignor=ASSIGNOR_DEFAULT, members={}, target={}, counts={})
+        elif command.member_id in group.members:
+            raise InconsistentGroupConfig(f"group {group.name!r} has a member {command.member_id!r} already")
+        if len(group.members) >= MEMBERS_PER_GROUP_MAX:
+            raise GroupMaxSizeReached(f"group {group.name!r} has {MEMBERS_PER_GROUP_MAX} members")
+        member = Member(member_id=command.member_id, epoch=0, previous_epoch=0, subscription=None,
+                        rebalance_timeout_ms=command.instance_timeout_ms, assigned=NO_PARTITIONS,
+                        revoking=NO_PARTITIONS, manual=NO_PARTITIONS)
+        self.groups[group.name] = group
+        group.members[member.member_id] = member
+        _bump(group, topics, self._matches)
+        return self._touch(group, member, topics)
+
+    def _retarget(self, name: str, member_id: str, subscription: Subscription | None,
+                  manual: frozenset[TopicPartition] | None, topics: TopicsView) -> MemberView:
+        """An instance subscribes, unsubscribes or assigns: at once (instances.py), so what
+        it no longer targets is released here, not revoked."""
+        group = self.groups[name]
+        member = replace(group.members[member_id], subscription=subscription, manual=manual)
+        self._check_total(group, member, topics)
+        group.members[member_id] = member
+        _bump(group, topics, self._matches)
+        target = group.target.get(member_id, NO_PARTITIONS)
+        group.members[member_id] = replace(member, assigned=member.assigned & target, revoking=NO_PARTITIONS)
+        return self._touch(group, group.members[member_id], topics)
+
+    def _member_view(self, name: str, member_id: str) -> MemberView:
+        group = self.groups[name]
+        return view(group, group.members[member_id])
 
     def _remove(self, name: str, member_ids: tuple[str, ...], epoch: int | None, topics: TopicsView) -> int:
         """Remove members (a leave checks the one member's epoch; an expiry none). How many went."""
@@ -231,6 +280,7 @@ class GroupsState:
         if group is None:
             return 0
         removed = [m for m in member_ids if group.members.pop(m, None) is not None]
+        self._drop_instances(name, removed)  # an instance goes with its member
         if not group.members:
             del self.groups[name]  # an empty group keeps nothing here (its offsets stay in the partitions)
         elif removed:
@@ -289,9 +339,15 @@ def _check_settings(group: Group, command: JoinGroup) -> None:
         raise InconsistentGroupConfig(f"group {group.name!r} uses the {group.assignor} assignor")
 
 
+def _member_topics(member: Member, topics: TopicsView, matches: PatternMatches) -> tuple[str, ...]:
+    """The existing topics a member reads: its subscription's, or those it assigned by hand."""
+    if member.subscription is not None:
+        return subscribed_topics(member.subscription, topics, matches)
+    return tuple(sorted({t for t, _ in member.manual or () if topics.partition_count(t) is not None}))
+
+
 def _subscriptions(group: Group, topics: TopicsView, matches: PatternMatches) -> dict[str, tuple[str, ...]]:
-    return {member_id: subscribed_topics(m.subscription, topics, matches)
-            for member_id, m in sorted(group.members.items())}
+    return {member_id: _member_topics(m, topics, matches) for member_id, m in sorted(group.members.items())}
 
 
 def _resolve(group: Group, topics: TopicsView, matches: PatternMatches) -> dict[str, int]:
@@ -310,8 +366,19 @@ def _bump(group: Group, topics: TopicsView, matches: PatternMatches) -> None:
     """A new group epoch and the target assignment for it."""
     subscriptions = _subscriptions(group, topics, matches)
     counts = topic_partitions({t for s in subscriptions.values() for t in s}, topics)
+    # Members assigned by hand (consumer instances, instances.py) target exactly their
+    # partitions; the assignor balances the others over the subscribed members.
+    manual = {m_id: frozenset(tp for tp in m.manual if tp[1] < counts.get(tp[0], 0))
+              for m_id, m in sorted(group.members.items()) if m.manual is not None}
+    automatic = {m_id: s for m_id, s in subscriptions.items() if m_id not in manual}
+    automatic_counts = {t: counts[t] for t in sorted({t for s in automatic.values() for t in s}) if t in counts}
+    target = assign(group.assignor, automatic, automatic_counts, group.target)
+    reserved = frozenset().union(*manual.values())
+    if reserved:
+        target = {m_id: tps - reserved for m_id, tps in target.items()}
+    target.update(manual)
     group.epoch += 1
-    group.target = assign(group.assignor, subscriptions, counts, group.target)
+    group.target = target
     group.assignment_epoch = group.epoch
     group.counts = counts
 
@@ -373,8 +440,9 @@ def _stable(group: Group, member: Member) -> bool:
 def summary(group: Group) -> dict[str, Any]:
     """A group's line in a list: no per-partition lists (describe has them), and what its
     members subscribe to (the edge shows a token only the groups it may describe)."""
-    topics = sorted({t for m in group.members.values() for t in m.subscription.topics})
-    patterns = sorted({m.subscription.pattern for m in group.members.values() if m.subscription.pattern is not None})
+    topics = sorted({t for m in group.members.values() for t in _named_topics(m)})
+    patterns = sorted({m.subscription.pattern for m in group.members.values()
+                       if m.subscription is not None and m.subscription.pattern is not None})
     stable = all(_stable(group, m) for m in group.members.values())
     return {"group": group.name, "group_epoch": group.epoch, "members": len(group.members),
             "assignor": group.assignor, "state": "stable" if stable else "reconciling",
@@ -390,10 +458,18 @@ def describe(group: Group) -> dict[str, Any]:
         "session_timeout_ms": group.session_timeout_ms,
         "topics": [{"topic": t, "partitions": n} for t, n in sorted(group.counts.items())],
         "members": [
-            {**view(group, m).as_json(), "subscription": {"topics": list(m.subscription.topics),
-                                                          "topic_pattern": m.subscription.pattern},
+            {**view(group, m).as_json(), "subscription": {
+                "topics": list(_named_topics(m)),
+                "topic_pattern": m.subscription.pattern if m.subscription is not None else None},
              "rebalance_timeout_ms": m.rebalance_timeout_ms,
              "target": partitions_json(group.target.get(m.member_id, NO_PARTITIONS))}
             for _, m in sorted(group.members.items())
         ],
     }
+
+
+def _named_topics(member: Member) -> tuple[str, ...]:
+    """The topic names a member reads by name: its subscription's, or its manual assignment's."""
+    if member.subscription is not None:
+        return member.subscription.topics
+    return tuple(sorted({t for t, _ in member.manual or ()}))

@@ -67,6 +67,30 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/groups/{group}/members/{member}"): IN_HANDLER,
     ("GET", "/v1/groups/{group}"): IN_HANDLER,
     ("GET", "/v1/groups"): IN_HANDLER,
+    # The Confluent REST v2 dialect: the same rights as the native routes. A consumer
+    # instance is a group member: creating one reads nothing; its later calls need read on
+    # its subscription (or its manual assignment), and on the topics a call names.
+    ("GET", "/topics"): ANY,
+    ("GET", "/topics/{topic}"): ANY,
+    ("GET", "/topics/{topic}/partitions"): ANY,
+    ("GET", "/topics/{topic}/partitions/{partition}"): ANY,
+    ("GET", "/brokers"): ANY,
+    ("POST", "/topics/{topic}"): WRITE_PATH,
+    ("POST", "/topics/{topic}/partitions/{partition}"): WRITE_PATH,
+    ("GET", "/topics/{topic}/partitions/{partition}/offsets"): READ_PATH,
+    ("POST", "/consumers/{group}"): IN_HANDLER,
+    ("DELETE", "/consumers/{group}/instances/{instance}"): IN_HANDLER,
+    ("POST", "/consumers/{group}/instances/{instance}/subscription"): IN_HANDLER,
+    ("GET", "/consumers/{group}/instances/{instance}/subscription"): IN_HANDLER,
+    ("DELETE", "/consumers/{group}/instances/{instance}/subscription"): IN_HANDLER,
+    ("POST", "/consumers/{group}/instances/{instance}/assignments"): IN_HANDLER,
+    ("GET", "/consumers/{group}/instances/{instance}/assignments"): IN_HANDLER,
+    ("POST", "/consumers/{group}/instances/{instance}/positions"): IN_HANDLER,
+    ("POST", "/consumers/{group}/instances/{instance}/positions/beginning"): IN_HANDLER,
+    ("POST", "/consumers/{group}/instances/{instance}/positions/end"): IN_HANDLER,
+    ("GET", "/consumers/{group}/instances/{instance}/records"): IN_HANDLER,
+    ("POST", "/consumers/{group}/instances/{instance}/offsets"): IN_HANDLER,
+    ("GET", "/consumers/{group}/instances/{instance}/offsets"): IN_HANDLER,
 }
 
 

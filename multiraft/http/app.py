@@ -17,6 +17,8 @@ from multiraft.http.errors import NODE_KEY, error_middleware
 from multiraft.http.handlers import (
     admin,
     cluster,
+    confluent_consumers,
+    confluent_topics,
     consume,
     debug,
     docs,
@@ -68,6 +70,28 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("GET", "/v1/openapi.json", docs.openapi),
     ("GET", "/metrics", metrics.metrics),
     ("GET", "/ui", ui.page),
+    # The Confluent REST v2 dialect (docs/http.md): Confluent's paths, media types and error codes.
+    ("GET", "/topics", confluent_topics.list_topics),
+    ("GET", "/topics/{topic}", confluent_topics.describe_topic),
+    ("POST", "/topics/{topic}", confluent_topics.produce),
+    ("GET", "/topics/{topic}/partitions", confluent_topics.list_partitions),
+    ("GET", "/topics/{topic}/partitions/{partition}", confluent_topics.describe_partition),
+    ("POST", "/topics/{topic}/partitions/{partition}", confluent_topics.produce),
+    ("GET", "/topics/{topic}/partitions/{partition}/offsets", confluent_topics.partition_offsets),
+    ("GET", "/brokers", confluent_topics.brokers),
+    ("POST", "/consumers/{group}", confluent_consumers.create),
+    ("DELETE", "/consumers/{group}/instances/{instance}", confluent_consumers.delete),
+    ("POST", "/consumers/{group}/instances/{instance}/subscription", confluent_consumers.subscribe),
+    ("GET", "/consumers/{group}/instances/{instance}/subscription", confluent_consumers.subscription),
+    ("DELETE", "/consumers/{group}/instances/{instance}/subscription", confluent_consumers.unsubscribe),
+    ("POST", "/consumers/{group}/instances/{instance}/assignments", confluent_consumers.assign),
+    ("GET", "/consumers/{group}/instances/{instance}/assignments", confluent_consumers.assignments),
+    ("POST", "/consumers/{group}/instances/{instance}/positions", confluent_consumers.seek),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/beginning", confluent_consumers.seek_edge),
+    ("POST", "/consumers/{group}/instances/{instance}/positions/end", confluent_consumers.seek_edge),
+    ("GET", "/consumers/{group}/instances/{instance}/records", confluent_consumers.records),
+    ("POST", "/consumers/{group}/instances/{instance}/offsets", confluent_consumers.commit),
+    ("GET", "/consumers/{group}/instances/{instance}/offsets", confluent_consumers.committed),
 )
 
 # Served only when the node started with RAFTLOG_CHAOS_DEBUG=1 (multiraft/node/unsafe.py), else

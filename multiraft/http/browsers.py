@@ -5,7 +5,9 @@ Two attacks reach a node on loopback from a page in the developer's browser:
 - **Cross-site requests.** A page on any site can POST to `http://127.0.0.1:8080`.
   A "simple" request (a form, or `text/plain`) goes out without a CORS preflight,
   so the server must refuse it itself: JSON routes take only `application/json`
-  (`params.json_object`), and any request that carries an `Origin` header (browsers
+  (`params.json_object`; the Confluent dialect's routes also its own
+  `application/vnd.kafka...+json` types, which are not CORS-safelisted either, so a
+  browser asks first), and any request that carries an `Origin` header (browsers
   add one to every cross-origin request and to every POST) is refused with 403
   unless that origin is the node's own or listed in `--http-allowed-origins`.
 - **DNS rebinding.** A page on `evil.example` re-resolves its own name to

@@ -7,6 +7,10 @@ route, body too large, wrong content type, a client too slow to send its body, a
 foreign web origin) are defined in `multiraft.errors` with every other code, so the
 table is the same in every process, a client's included.
 
+The Confluent REST v2 dialect's paths (`/topics`, `/brokers`, `/consumers/...`) answer in
+Confluent's shape instead, `{"error_code": <int>, "message"}`, through the one mapping of
+multiraft/http/confluent_errors.py.
+
 A `NotLeader` answer also carries the leader's id and HTTP address in headers
 (`Raftlog-Leader-Id`, `Raftlog-Leader`), so a client can go straight there
 without a body shape of its own.
@@ -32,6 +36,12 @@ from multiraft.errors import (  # the HTTP-only conditions live with the others,
     answered,
     error_body,
 )
+from multiraft.http.confluent_errors import (
+    V2_JSON,
+    confluent_body,
+    confluent_error,
+    is_confluent_path,
+)
 from raftlog.errors import ClientError, NotLeader
 from storage.errors import InvalidBatchError
 
@@ -53,6 +63,9 @@ def _http_exception_error(exception: web.HTTPException) -> ClientError:
 
 def error_response(request: web.Request, error: ClientError) -> web.Response:
     error = answered(error)
+    if is_confluent_path(request.path):
+        status, _ = confluent_error(error)
+        return web.json_response(confluent_body(error), status=status, content_type=V2_JSON)
     headers: dict[str, str] = {}
     if isinstance(error, NotLeader) and error.leader_hint:
         headers["Raftlog-Leader-Id"] = str(error.leader_hint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from multiraft.http import confluent_openapi
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
 from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
 from multiraft.node.api import (
@@ -336,10 +337,10 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "raftlog", "version": "1", "description": "A replicated, partitioned message log."},
-        "paths": _PATHS,
+        "paths": {**_PATHS, **confluent_openapi.PATHS},
         "security": [{"bearer": []}, {}],  # a token only where the node requires one
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-                       "schemas": _SCHEMAS, "responses": {"Error": {
+                       "schemas": {**_SCHEMAS, **confluent_openapi.SCHEMAS}, "responses": {"Error": {
             "description": "every error: {error_code, message}",
-            **_json({"$ref": "#/components/schemas/Error"})}}},
+            **_json({"$ref": "#/components/schemas/Error"})}, **confluent_openapi.RESPONSES}},
     }

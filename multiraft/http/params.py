@@ -31,19 +31,22 @@ async def read_body(request: web.Request) -> bytes:
         raise InvalidRequest("the connection closed before the request body was complete") from None
 
 
-async def json_object(request: web.Request, *, required: bool = True, check_depth: bool = True) -> dict[str, Any]:
+async def json_object(request: web.Request, *, required: bool = True, check_depth: bool = True,
+                      content_types: tuple[str, ...] = ("application/json",)) -> dict[str, Any]:
     """The body as a JSON object (`jsontext.loads`: standard JSON, bounded depth).
 
-    A body must say `Content-Type: application/json`: a browser sends a cross-site
-    form or `text/plain` POST without asking the server first (no CORS preflight),
-    so accepting those would let any web page drive a developer's local cluster.
+    A body must say `Content-Type: application/json` (or, on the Confluent dialect's
+    routes, one of its `application/vnd.kafka...+json` types: `content_types`): a
+    browser sends a cross-site form or `text/plain` POST without asking the server
+    first (no CORS preflight), so accepting those would let any web page drive a
+    developer's local cluster. No JSON type is CORS-safelisted, so a page must ask first.
     """
     body = await read_body(request)
     if not body and not required:
         return {}
     declared = "Content-Type" in request.headers
-    if (body or declared) and request.content_type != "application/json":
-        raise UnsupportedMediaType(f"expected Content-Type application/json, got {request.content_type}")
+    if (body or declared) and request.content_type not in content_types:
+        raise UnsupportedMediaType(f"expected Content-Type {' or '.join(content_types)}, got {request.content_type}")
     document = jsontext.loads(body, check_depth=check_depth)
     if not isinstance(document, dict):
         raise InvalidRequest("body must be a JSON object")

@@ -16,7 +16,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from multiraft.consumer_groups import ASSIGNORS, Heartbeat, JoinGroup, LeaveGroup, Subscription
+from multiraft.consumer_groups import (
+    ASSIGNORS,
+    CreateInstance,
+    Heartbeat,
+    JoinGroup,
+    LeaveGroup,
+    Subscription,
+)
 from multiraft.consumer_groups import commands as group_limits
 from multiraft.consumer_groups.resets import (
     RESET_PARTITIONS_MAX,
@@ -32,6 +39,7 @@ from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from multiraft.node.admission import verify as verify_admission
 from multiraft.node.batch_checks import validate_off_loop
 from multiraft.node.config import NodeConfig
+from multiraft.node.consumer_instances import POLL_RECORDS_MAX
 from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
 from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetrics
@@ -48,6 +56,7 @@ from storage.batch import BatchHeader
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.consumer_instances import ConsumerInstances
     from multiraft.node.controller import Controller
     from multiraft.node.group_admin import GroupAdmin
     from multiraft.node.group_coordinator import GroupCoordinator
@@ -64,10 +73,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "METRICS_GROUP_PARTITIONS_MAX",
-    "NO_OFFSET", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX", "SIGNATURE_HEADER", "TIMESTAMP_HEADER",
-    "WAIT_MS_MAX", "Acks", "ConsumeResult", "GroupMetrics", "GroupStatus", "Heartbeat", "JoinGroup",
-    "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit", "PartitionBatch", "PartitionFetch",
-    "PartitionStatus", "ProduceResult", "Readiness", "ResetRequest", "ResetStrategy", "ResetTopic",
+    "NO_OFFSET", "POLL_RECORDS_MAX", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX", "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance", "GroupMetrics", "GroupStatus",
+    "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit",
+    "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness", "ResetRequest",
+    "ResetStrategy", "ResetTopic",
     "Subscription", "TransportRefusal", "TransportStats", "group_limits", "partition_for_key",
     "validate_off_loop", "verify_admission",
 ]
@@ -88,7 +98,8 @@ class NodeApi:
     def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
                  routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
                  reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads,
-                 group_admin: GroupAdmin, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
+                 group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
+                 latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]]) -> None:
         self.id = config.node_id
         self.config = config
@@ -117,6 +128,9 @@ class NodeApi:
         self.delete_group = group_reads.delete_group  # refused while the group has members
         self.reset_group_offsets = group_admin.reset_offsets  # refused while the group has members
         self.group_metrics = group_admin.metrics
+        self.partition_bounds = group_reads.bounds
+        # Confluent REST v2 consumer instances (multiraft/node/consumer_instances.py).
+        self.instances = instances
         self.require_leadership = produce.require_leadership
         self.produce_spread = produce.produce_spread
         self.propose_metadata = metadata.propose

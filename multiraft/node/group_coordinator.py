@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import (
+    INSTANCE_RELEASING,
+    CreateInstance,
     GroupCommand,
     Heartbeat,
     JoinGroup,
@@ -165,22 +167,26 @@ class GroupCoordinator:
         elif isinstance(command, LeaveGroup):
             _, member = self._catalog.groups.member(command.group, command.member_id, command.member_epoch)
             released = tuple(sorted(member.assigned | member.revoking))
-        if isinstance(command, JoinGroup):
+        elif isinstance(command, INSTANCE_RELEASING):  # a consumer instance's call frees what it holds at once
+            released = self._catalog.groups.held(command.group, command.member_id)
+        if isinstance(command, JoinGroup | CreateInstance):
             (result,) = await self._propose_join(runtime, command)
         else:
             async with self.fence.releasing(command.group, released):
                 (result,) = await runtime.propose([encode_group_command(command)], EntryKind.META)
         if result.error is not None:
             raise result.error
-        if isinstance(command, Heartbeat):
+        if not isinstance(command, JoinGroup | LeaveGroup):  # a heartbeat, or any call of an instance
             self._note(command.group, command.member_id, self._clock_ms())
-        if isinstance(command, JoinGroup | Heartbeat):
+        if hasattr(result.value, "as_json"):  # a member's view
             return result.value.as_json()  # type: ignore[no-any-return]
+        if isinstance(result.value, dict):  # an instance's positions
+            return result.value
         if isinstance(command, LeaveGroup):
             self._logger.info("group_member_left", group=command.group, member_id=command.member_id)
         return {}
 
-    async def _propose_join(self, runtime: GroupRuntime, command: JoinGroup) -> list[Any]:
+    async def _propose_join(self, runtime: GroupRuntime, command: JoinGroup | CreateInstance) -> list[Any]:
         """Propose a join; its member is noted in `sessions` when the entry applies, whether
         or not this caller still waits. A caller cancelled after proposing (its HTTP
         deadline) would otherwise leave a member that joins yet is never noted, and so
@@ -191,7 +197,7 @@ class GroupCoordinator:
         proposal.add_done_callback(lambda done: self._joined(command, done))
         return await asyncio.shield(proposal)
 
-    def _joined(self, command: JoinGroup, proposal: asyncio.Future[list[Any]]) -> None:
+    def _joined(self, command: JoinGroup | CreateInstance, proposal: asyncio.Future[list[Any]]) -> None:
         if proposal.cancelled() or proposal.exception() is not None:
             return
         (result,) = proposal.result()
@@ -303,12 +309,20 @@ class GroupCoordinator:
         self._check_term(runtime)
         return runtime
 
+    async def leading(self) -> GroupRuntime:
+        """`_leading` for the consumer instances' service (multiraft/node/consumer_instances.py)."""
+        return await self._leading()
+
+    def note(self, group: str, member_id: str) -> None:
+        """A consumer instance was heard from now (its view was read here)."""
+        self._note(group, member_id, self._clock_ms())
+
     def _note(self, group: str, member_id: str, now_ms: int) -> None:
         """The member was heard from now, as the applied state has it (if it still does)."""
         state = self._catalog.groups.groups.get(group)
         member = state.members.get(member_id) if state is not None else None
         if state is not None and member is not None:
-            self.sessions.note(group, member, state.session_timeout_ms, now_ms)
+            self.sessions.note(group, member, self._catalog.groups.session_timeout_ms(group, member_id), now_ms)
 
     def _check_term(self, runtime: GroupRuntime) -> None:
         if runtime.core.term != self._term:

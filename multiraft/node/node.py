@@ -36,6 +36,7 @@ from multiraft.node.api import NodeApi
 from multiraft.node.catalog_holder import CatalogHolder
 from multiraft.node.compaction import compaction_loop
 from multiraft.node.config import NodeConfig
+from multiraft.node.consumer_instances import ConsumerInstances
 from multiraft.node.controller import Controller, host_port
 from multiraft.node.faults import Faults
 from multiraft.node.group_admin import GroupAdmin
@@ -128,13 +129,16 @@ class Node:
         self.group_reads = GroupReads(self.group_coordinator, self.reads, self.routing, self.catalog_holder, self.rpc)
         self.group_admin = GroupAdmin(self.group_coordinator, self.group_reads, self.reads, self.catalog_holder,
                                       self.registry)
+        self.consumer_instances = ConsumerInstances(self.group_coordinator, self.group_reads, self.reads, self.registry,
+                                                    self.catalog_holder, self.rpc, self.logger)
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
         leadership.serve_balance(self.balancer, self.rpc)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
             reads=self.reads, groups=self.group_coordinator, group_reads=self.group_reads,
-            group_admin=self.group_admin, ticker=self.ticker, transport=self.transport, latencies=self.latencies,
+            group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
+            transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders,
         )
 

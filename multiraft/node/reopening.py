@@ -1,7 +1,7 @@
 """What a partition replica reopened from disk does first (a restart), at scale.
 
-A node restarted with thousands of replicas opens them for tens of seconds (10,000
-took 40-45 s per node on this box, three nodes restarting together). Elections run
+A node restarted with thousands of replicas opens them for many seconds (three
+nodes restarting together, each its share of 10,000 partitions). Elections run
 during that time do not finish: each node's loop is busy opening, vote rounds take
 seconds, every round outlasts the election timeout, and after a full restart at
 10,000 partitions 7,600-8,700 were still without a leader after 150 s. So a reopened

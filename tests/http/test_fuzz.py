@@ -27,9 +27,13 @@ Nothing is left out silently; these are the deliberate limits:
     test_api_errors / test_api_topics); every created topic is deleted again;
   - `wait_ms` of a consume above 50 is lowered to 0..50: at the log end a
     consume long-polls for `wait_ms` (up to 30 s); the long-poll itself is tested
-    in test_api_records;
+    in test_api_records; so is `timeout` of a Confluent v2 records GET (its
+    long-poll is tested in test_confluent_v2), whose real instance has a request
+    timeout of 0 so a GET without `timeout` does not wait either;
 - The real-topic variant has no DELETE (it would remove the topic under test);
-  DELETE runs with generated names.
+  DELETE runs with generated names. Likewise the Confluent dialect's instance routes
+  run twice, the second time on a real instance (FUZZ_INSTANCE, subscribed to the fuzz
+  topic), whose own DELETE is left to generated names.
 - An operation whose every input is fixed or absent (GET /v1/topics/{real
   topic}) has no negative cases; it runs positive only.
 - `GET /v1/health?ready=cluster` may answer its documented 503 (CLUSTER_NOT_READY)
@@ -53,9 +57,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from multiraft.http.confluent_errors import is_confluent_path
 from multiraft.http.limits import BATCH_CONTENT_TYPE
 from tests.fuzzing import fuzz_examples
 from tests.http.conftest import Cluster
@@ -69,6 +75,7 @@ FUZZ_BUDGET_S = 120.0 * fuzz_examples(1)  # ~30 s alone at scale 1; a busy 2-cor
 REQUEST_TIMEOUT_S = 20.0
 FUZZ_TOPIC = "fuzz-topic"
 FUZZ_TOPIC_PARTITIONS = 2
+FUZZ_GROUP, FUZZ_INSTANCE = "fuzz-group", "fuzz-instance"
 CREATED_PARTITIONS_MAX = 3
 WAIT_MS_FUZZ_MAX = 50
 # Documented 5xx answers a fuzzer may meet on a healthy cluster.
@@ -102,8 +109,9 @@ def _bounded(case: Any) -> Any:
             and body["partitions"] > CREATED_PARTITIONS_MAX:
         case.body = {**body, "partitions": 1 + body["partitions"] % CREATED_PARTITIONS_MAX}
     query = case.query
-    if isinstance(query, dict) and _is_int(query.get("wait_ms")) and query["wait_ms"] > WAIT_MS_FUZZ_MAX:
-        case.query = {**query, "wait_ms": query["wait_ms"] % (WAIT_MS_FUZZ_MAX + 1)}
+    for name in ("wait_ms", "timeout"):  # `timeout`: a Confluent v2 records GET's long-poll
+        if isinstance(query, dict) and _is_int(query.get(name)) and query[name] > WAIT_MS_FUZZ_MAX:
+            case.query = query = {**query, name: query[name] % (WAIT_MS_FUZZ_MAX + 1)}
     return case
 
 
@@ -133,15 +141,19 @@ def _content_type(response: Any) -> str:
 
 
 def _error_shape_problem(response: Any) -> str | None:
-    if not _content_type(response).startswith("application/json"):
-        return f"error answer is not JSON: {_content_type(response)!r}"
+    """The one shape; on the Confluent v2 dialect's paths, Confluent's (an integer code, its media type)."""
+    confluent = is_confluent_path(urlsplit(response.request.url).path)
+    expected = "application/vnd.kafka.v2+json" if confluent else "application/json"
+    if not _content_type(response).startswith(expected):
+        return f"error answer is not {expected}: {_content_type(response)!r}"
     try:
         body = json.loads(response.content)
     except ValueError:
         return "error answer is not valid JSON"
-    if not isinstance(body, dict) or not isinstance(body.get("error_code"), str) \
+    code_type = int if confluent else str
+    if not isinstance(body, dict) or not isinstance(body.get("error_code"), code_type) \
             or not isinstance(body.get("message"), str):
-        return "error answer lacks {error_code, message} strings"
+        return f"error answer lacks {{error_code ({code_type.__name__}), message}}"
     if "Traceback" in body["message"]:
         return "error message carries a traceback"
     return None
@@ -238,6 +250,9 @@ def fuzz(base_urls: list[str], budget_s: float) -> dict[str, Any]:
             fixed_variants: list[dict[str, Any] | None] = [None]
             if "{topic}" in operation.path and operation.method.upper() != "DELETE":
                 fixed_variants.append({"topic": FUZZ_TOPIC})
+            if "{instance}" in operation.path and not (operation.method.upper() == "DELETE"
+                                                       and operation.path.endswith("{instance}")):
+                fixed_variants.append({"group": FUZZ_GROUP, "instance": FUZZ_INSTANCE})
             for fixed in fixed_variants:
                 for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
                     if mode is GenerationMode.NEGATIVE and not _generated_inputs(operation, fixed):
@@ -257,6 +272,12 @@ async def test_fuzz_from_openapi_document_no_5xx(cluster: Cluster) -> None:
     status, _ = await cluster.call("POST", 0, f"/v1/topics/{FUZZ_TOPIC}/records",
                                    json={"records": [{"key": str(i), "value": i} for i in range(10)]})
     assert status == 200
+    for path, body in ((f"/consumers/{FUZZ_GROUP}", {"name": FUZZ_INSTANCE, "format": "json",
+                                                       "consumer.request.timeout.ms": 0}),
+                       (f"/consumers/{FUZZ_GROUP}/instances/{FUZZ_INSTANCE}/subscription", {"topics": [FUZZ_TOPIC]})):
+        async with cluster.session.post(cluster.url(1, path), json=body,
+                                        headers={"Content-Type": "application/vnd.kafka.v2+json"}) as answer:
+            assert answer.status in (200, 204), await answer.text()
     _, document = await cluster.call("GET", 0, "/v1/openapi.json")
     documented = sorted(f"{method.upper()} {path}" for path, item in document["paths"].items()
                         for method in item if method in ("get", "post", "put", "patch", "delete"))

@@ -5,6 +5,7 @@ or 405 (so neither side can drift)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -52,11 +53,17 @@ async def test_document_and_routes_agree(cluster: Cluster) -> None:
 async def test_every_documented_operation_is_reachable(cluster: Cluster) -> None:
     _, document = await cluster.call("GET", 0, "/v1/openapi.json")
     for method, path in sorted(_documented(document)):
-        concrete = path.replace("{topic}", "no-such-topic").replace("{partition}", "0").replace("{group}", "g") \
-            .replace("{member}", "m")
+        # A Confluent instance made here lives on in its group: keep it out of the native tests' group g.
+        group = "g" if path.startswith("/v1") else "openapi-reachable"
+        concrete = path.replace("{topic}", "no-such-topic").replace("{partition}", "0").replace("{group}", group) \
+            .replace("{member}", "m").replace("{instance}", "i")
         if method == "delete":
             continue  # deleting is exercised in the topic tests; here nothing must be removed
         status, body = await cluster.call(method.upper(), 1, concrete, json={} if method == "post" else None)
-        assert status not in (404, 405) or (isinstance(body, dict) and body.get("error_code") != "NOT_FOUND"
-                                             and body.get("error_code") != "METHOD_NOT_ALLOWED"), (method, path)
+        if isinstance(body, bytes) and body.startswith(b"{"):  # the Confluent dialect's vnd.kafka JSON
+            body = json.loads(body)
+        # Unrouted: NOT_FOUND / METHOD_NOT_ALLOWED, or in Confluent's codes a bare 404 / 405 (40401... is a handler's).
+        unrouted = ("NOT_FOUND", "METHOD_NOT_ALLOWED", 404, 405)
+        assert status not in (404, 405) or (isinstance(body, dict) and body.get("error_code") not in unrouted), \
+            (method, path)
         assert status < 500 or status == 501, (method, path, status, body)

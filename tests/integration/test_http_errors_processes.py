@@ -104,7 +104,12 @@ COVERED_BY_TESTS = {"NOT_LEADER": 421, "NOT_ENOUGH_REPLICAS": 503, "INVALID_PROD
                     "TOPIC_EXISTS": 409,
                     # Consumer group members: tests/integration/test_consumer_groups_processes.py.
                     "FENCED_MEMBER_EPOCH": 409, "PARTITION_NOT_ASSIGNED": 409, "UNKNOWN_MEMBER_ID": 404,
-                    "NON_EMPTY_GROUP": 409, "INCONSISTENT_GROUP_CONFIG": 409}
+                    "NON_EMPTY_GROUP": 409, "INCONSISTENT_GROUP_CONFIG": 409,
+                    # The Confluent v2 dialect's (answered in its own codes, at these statuses):
+                    # tests/http/test_confluent_v2.py and tests/integration/test_confluent_v2_processes.py.
+                    "UNKNOWN_CONSUMER_INSTANCE": 404, "CONSUMER_INSTANCE_EXISTS": 409,
+                    "CONSUMER_ILLEGAL_STATE": 409, "INVALID_CONSUMER_CONFIG": 422,
+                    "CONSUMER_FORMAT_MISMATCH": 406, "NOT_ACCEPTABLE": 406}
 
 
 def _corrupt(data: bytes) -> bytes:

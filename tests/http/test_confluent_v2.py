@@ -1,0 +1,232 @@
+"""Goal: the Confluent REST v2 dialect on the package's in-process 3-node cluster answers
+at Confluent's paths, in its media types and shapes, with its integer error codes; keyed
+produce lands where the native produce puts the same key bytes; a consumer instance made
+through one node is served by every node (subscribe, records, commit, offsets, seek,
+manual assignment, delete), hopping node on every call."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from tests.http.conftest import Cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
+V2 = "application/vnd.kafka.v2+json"
+JSON_V2 = "application/vnd.kafka.json.v2+json"
+BINARY_V2 = "application/vnd.kafka.binary.v2+json"
+
+
+async def call(cluster: Cluster, method: str, node: int, path: str, body: Any = None,
+               content_type: str = V2, accept: str | None = None) -> tuple[int, Any, str]:
+    """One request; status, decoded JSON (None for no body) and the answer's content type."""
+    headers = {"Content-Type": content_type}
+    if accept is not None:
+        headers["Accept"] = accept
+    data = None if body is None else json.dumps(body).encode()
+    async with asyncio.timeout(30):
+        async with cluster.session.request(method, cluster.url(node, path), data=data, headers=headers) as answer:
+            raw = await answer.read()
+            return answer.status, json.loads(raw) if raw else None, answer.content_type
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+async def test_produce_and_metadata_shapes(cluster: Cluster) -> None:
+    await cluster.create_topic("cv2-meta", partitions=3)
+    status, body, kind = await call(cluster, "POST", 0, "/topics/cv2-meta", {"records": [
+        {"key": b64("k1"), "value": b64("v1")}, {"value": b64("v2"), "partition": 2}]}, BINARY_V2)
+    assert status == 200 and kind == V2, body
+    assert body["key_schema_id"] is None and body["value_schema_id"] is None
+    assert body["offsets"][1]["partition"] == 2 and body["offsets"][1]["error_code"] is None, body
+    assert body["offsets"][0]["partition"] == 2  # murmur2("k1") % 3: both records in one batch
+    assert [o["offset"] for o in body["offsets"]] == [0, 1]
+    # The same key bytes through the native produce land on the same partition.
+    status, native = await cluster.call("POST", 1, "/v1/topics/cv2-meta/records",
+                                        json={"format": "binary", "records": [{"key": b64("k1"), "value": b64("x")}]})
+    assert native["offsets"][0]["partition"] == body["offsets"][0]["partition"]
+    status, body, _ = await call(cluster, "POST", 1, "/topics/cv2-meta/partitions/1",
+                                 {"records": [{"value": {"a": [1, 2]}}, {"key": "k", "value": "s"}]}, JSON_V2)
+    assert status == 200 and [o["partition"] for o in body["offsets"]] == [1, 1], body
+    status, names, _ = await call(cluster, "GET", 2, "/topics")
+    assert status == 200 and "cv2-meta" in names
+    status, topic, _ = await call(cluster, "GET", 0, "/topics/cv2-meta")
+    assert topic["name"] == "cv2-meta" and len(topic["partitions"]) == 3
+    assert {r["broker"] for r in topic["partitions"][0]["replicas"]} == {1, 2, 3}
+    status, partitions, _ = await call(cluster, "GET", 1, "/topics/cv2-meta/partitions")
+    assert [p["partition"] for p in partitions] == [0, 1, 2]
+    async with asyncio.timeout(15):  # a follower's high watermark trails the leader's a moment
+        while True:
+            _, offsets, _ = await call(cluster, "GET", 2, "/topics/cv2-meta/partitions/1/offsets")
+            if offsets["end_offset"] == 2:
+                break
+            await asyncio.sleep(0.02)
+    assert offsets == {"beginning_offset": 0, "end_offset": 2}
+    status, brokers, _ = await call(cluster, "GET", 0, "/brokers")
+    assert brokers == {"brokers": [1, 2, 3]}
+
+
+@pytest.mark.parametrize(("method", "path", "body", "content_type", "accept", "status", "code"), [
+    ("GET", "/topics/cv2-none", None, V2, None, 404, 40401),
+    ("GET", "/topics/cv2-errors/partitions/7/offsets", None, V2, None, 404, 40402),
+    ("POST", "/topics/cv2-errors/partitions/9", {"records": [{"value": "x"}]}, JSON_V2, None, 404, 40402),
+    ("POST", "/topics/cv2-errors", {"records": [{"value": "x"}]}, "text/plain", None, 415, 415),
+    ("POST", "/topics/cv2-errors", {"records": [{"value": "x"}]}, "application/json", None, 415, 415),
+    ("POST", "/topics/cv2-errors", {"records": [{"value": "!"}]}, BINARY_V2, None, 422, 422),
+    ("POST", "/topics/cv2-errors", {"recs": []}, JSON_V2, None, 422, 422),
+    ("GET", "/topics", None, V2, "text/html", 406, 406),
+    ("GET", "/consumers/g/instances/nobody/subscription", None, V2, None, 404, 40403),
+    ("POST", "/consumers/cv2-g", {"format": "avro"}, V2, None, 422, 42204),
+    ("POST", "/consumers/cv2-g", {"auto.offset.reset": "none"}, V2, None, 422, 42204),
+    ("POST", "/consumers/cv2-g", {"nonsense": 1}, V2, None, 422, 42204),
+    ("GET", "/topics/cv2-errors/nope", None, V2, None, 404, 404),
+])
+async def test_errors_carry_confluents_codes(cluster: Cluster, method: str, path: str, body: Any,
+                                             content_type: str, accept: str | None, status: int, code: int) -> None:
+    if "cv2-errors" not in cluster.nodes[0].catalog.topics:
+        await cluster.create_topic("cv2-errors", partitions=2)
+    got, answer, kind = await call(cluster, method, 1, path, body, content_type, accept)
+    assert (got, answer["error_code"]) == (status, code), answer
+    assert kind == V2 and isinstance(answer["message"], str)
+
+
+async def test_an_instance_is_served_by_every_node(cluster: Cluster) -> None:
+    await cluster.create_topic("cv2-inst", partitions=3)
+    status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-hop", {
+        "name": "hopper", "format": "json", "auto.offset.reset": "earliest", "auto.commit.enable": "false"})
+    assert status == 200 and made["instance_id"] == "hopper", made
+    assert made["base_uri"] == cluster.url(0, "/consumers/cv2-hop/instances/hopper")
+    status, again, _ = await call(cluster, "POST", 1, "/consumers/cv2-hop", {"name": "hopper"})
+    assert (status, again["error_code"]) == (409, 40902)
+    base = "/consumers/cv2-hop/instances/hopper"
+    status, _, _ = await call(cluster, "POST", 1, f"{base}/subscription", {"topics": ["cv2-inst"]})
+    assert status == 204
+    status, sub, _ = await call(cluster, "GET", 2, f"{base}/subscription")
+    assert sub == {"topics": ["cv2-inst"]}
+    status, _, _ = await call(cluster, "POST", 0, f"{base}/assignments", {"partitions": [
+        {"topic": "cv2-inst", "partition": 0}]})
+    assert status == 409  # subscribed: manual assignment is refused (40903)
+    for partition in range(3):
+        await call(cluster, "POST", partition, "/topics/cv2-inst",
+                   {"records": [{"value": {"n": partition * 10 + i}, "partition": partition} for i in range(4)]},
+                   JSON_V2)
+    seen: list[tuple[int, int]] = []
+    for attempt in range(20):
+        status, records, kind = await call(cluster, "GET", attempt % 3, f"{base}/records?timeout=200",
+                                           accept=JSON_V2)
+        assert status == 200 and kind == JSON_V2, records
+        seen += [(r["partition"], r["offset"]) for r in records]
+        if len(seen) >= 12:
+            break
+    assert sorted(seen) == [(p, o) for p in range(3) for o in range(4)]  # each once, none skipped
+    status, wrong, _ = await call(cluster, "GET", 1, f"{base}/records", accept=BINARY_V2)
+    assert (status, wrong["error_code"]) == (406, 40601)
+    status, _, _ = await call(cluster, "POST", 2, f"{base}/offsets",
+                              {"offsets": [{"topic": "cv2-inst", "partition": 0, "offset": 1}]})
+    assert status == 204
+    status, _, _ = await call(cluster, "POST", 0, f"{base}/offsets")  # every position
+    assert status == 204
+    status, committed, _ = await call(cluster, "GET", 1, f"{base}/offsets", {"partitions": [
+        {"topic": "cv2-inst", "partition": p} for p in range(3)]})
+    assert [o["offset"] for o in committed["offsets"]] == [4, 4, 4], committed
+    status, _, _ = await call(cluster, "POST", 2, f"{base}/positions",
+                              {"offsets": [{"topic": "cv2-inst", "partition": 1, "offset": 2}]})
+    assert status == 204
+    status, records, _ = await call(cluster, "GET", 0, f"{base}/records?timeout=500", accept=JSON_V2)
+    assert [(r["partition"], r["offset"], r["value"]) for r in records] == [(1, 2, {"n": 12}), (1, 3, {"n": 13})]
+    status, _, _ = await call(cluster, "POST", 1, f"{base}/positions/beginning",
+                              {"partitions": [{"topic": "cv2-inst", "partition": 2}]})
+    assert status == 204
+    status, records, _ = await call(cluster, "GET", 2, f"{base}/records?timeout=500", accept=JSON_V2)
+    assert [r["offset"] for r in records if r["partition"] == 2] == [0, 1, 2, 3]
+    status, _, _ = await call(cluster, "DELETE", 0, f"{base}/subscription")
+    assert status == 204
+    status, _, _ = await call(cluster, "POST", 1, f"{base}/assignments", {"partitions": [
+        {"topic": "cv2-inst", "partition": 0}]})
+    assert status == 204
+    status, assigned, _ = await call(cluster, "GET", 2, f"{base}/assignments")
+    assert assigned == {"partitions": [{"topic": "cv2-inst", "partition": 0}]}
+    await call(cluster, "POST", 2, "/topics/cv2-inst/partitions/0", {"records": [{"value": 4}]}, JSON_V2)
+    status, records, _ = await call(cluster, "GET", 0, f"{base}/records?timeout=2000", accept=JSON_V2)
+    assert [(r["partition"], r["offset"]) for r in records] == [(0, 4)]  # from the committed 4 on
+    status, _, _ = await call(cluster, "DELETE", 1, base)
+    assert status == 204
+    status, gone, _ = await call(cluster, "GET", 2, f"{base}/assignments")
+    assert (status, gone["error_code"]) == (404, 40403)
+
+
+async def test_binary_instances_and_latest_reset_skip_nothing_produced_after_the_first_get(cluster: Cluster) -> None:
+    await cluster.create_topic("cv2-bin", partitions=1)
+    await call(cluster, "POST", 0, "/topics/cv2-bin", {"records": [{"value": b64("old")}]}, BINARY_V2)
+    status, made, _ = await call(cluster, "POST", 1, "/consumers/cv2-bin-g", {"format": "binary"})
+    base = made["base_uri"].split(cluster.url(1, ""), 1)[1]
+    await call(cluster, "POST", 2, f"{base}/subscription", {"topic_pattern": "cv2-bi?"})
+    status, records, kind = await call(cluster, "GET", 0, f"{base}/records?timeout=300", accept=BINARY_V2)
+    assert status == 200 and records == [] and kind == BINARY_V2  # latest: nothing old
+    await call(cluster, "POST", 1, "/topics/cv2-bin", {"records": [{"key": b64("k"), "value": b64("new")}]},
+               BINARY_V2)
+    status, records, _ = await call(cluster, "GET", 2, f"{base}/records?timeout=2000")
+    assert [(r["key"], r["value"], r["offset"]) for r in records] == [(b64("k"), b64("new"), 1)]
+    status, sub, _ = await call(cluster, "GET", 0, f"{base}/subscription")
+    assert sub == {"topics": ["cv2-bin"]}
+
+
+async def test_an_idle_instance_expires_after_its_own_timeout(cluster: Cluster) -> None:
+    status, made, _ = await call(cluster, "POST", 2, "/consumers/cv2-idle", {"consumer.instance.timeout.ms": 500})
+    assert status == 200, made
+    base = f"/consumers/cv2-idle/instances/{made['instance_id']}"
+    status, _, _ = await call(cluster, "GET", 0, f"{base}/subscription")
+    assert status == 200
+    async with asyncio.timeout(15):
+        while True:
+            await asyncio.sleep(0.2)  # idle: nobody calls it
+            status, gone, _ = await call(cluster, "GET", 1, f"{base}/assignments")
+            if status == 404:
+                break
+            await asyncio.sleep(1)  # an answered call kept it alive: idle longer
+    assert gone["error_code"] == 40403
+
+
+async def test_an_instance_gives_back_at_its_next_get_what_a_native_member_joining_takes(cluster: Cluster) -> None:
+    # An instance and a native member share a group: the member's join revokes half of the
+    # instance's partitions; the instance's next records GETs commit what it read of them
+    # (auto-commit) and give them back; the member then reads them from those commits on.
+    await cluster.create_topic("cv2-mixed", partitions=2)
+    for partition in range(2):
+        await call(cluster, "POST", partition, f"/topics/cv2-mixed/partitions/{partition}",
+                   {"records": [{"value": i} for i in range(3)]}, JSON_V2)
+    status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-mixed-g",
+                                 {"name": "inst", "format": "json", "auto.offset.reset": "earliest"})
+    assert status == 200, made
+    base = "/consumers/cv2-mixed-g/instances/inst"
+    await call(cluster, "POST", 1, f"{base}/subscription", {"topics": ["cv2-mixed"]})
+    read: list[tuple[int, int]] = []
+    async with asyncio.timeout(20):
+        while len(read) < 6:
+            status, records, _ = await call(cluster, "GET", 2, f"{base}/records?timeout=200", accept=JSON_V2)
+            read += [(r["partition"], r["offset"]) for r in records]
+    status, member = await cluster.call("POST", 1, "/v1/groups/cv2-mixed-g/members", json={"topics": ["cv2-mixed"]})
+    assert status == 200, member
+    owned: list = []
+    async with asyncio.timeout(20):
+        while not owned:
+            for node in range(3):  # the instance's GETs: told of the revocation, then gives back
+                status, records, _ = await call(cluster, "GET", node, f"{base}/records?timeout=0", accept=JSON_V2)
+                assert status == 200 and records == [], records
+            status, member = await cluster.call(
+                "POST", 0, f"/v1/groups/cv2-mixed-g/members/{member['member_id']}/heartbeat",
+                json={"member_epoch": member["member_epoch"], "owned": member["assignment"]})
+            assert status == 200, member
+            owned = member["assignment"]
+    status, assigned, _ = await call(cluster, "GET", 1, f"{base}/assignments")
+    assert len(assigned["partitions"]) == 1 and len(owned[0]["partitions"]) == 1
+    taken = owned[0]["partitions"][0]
+    status, committed = await cluster.call("GET", 2, "/v1/groups/cv2-mixed-g/offsets?topic=cv2-mixed")
+    assert {o["partition"]: o["offset"] for o in committed["offsets"]}[taken] == 3, committed  # auto-committed
+    await call(cluster, "DELETE", 2, base)
