@@ -40,6 +40,7 @@ from multiraft.errors import error_table
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
 DEFAULT_SERVER = "127.0.0.1:8080"
 _FRAME = struct.Struct(">qI")
+_LENGTH = struct.Struct(">I")  # the JSON part of a member's binary fetch
 
 
 class RaftlogError(Exception):
@@ -344,6 +345,22 @@ class AsyncClient:
     async def group_fetch(self, group: str, member_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """A member's fetch (positions are in the body, so a retry reads the same records)."""
         return await self._json("POST", f"/v1/groups/{group}/members/{member_id}/records", json_body=body)
+
+    async def group_fetch_batches(self, group: str, member_id: str,
+                                  body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, int, int, bytes]]]:
+        """A member's fetch answered in binary: the answer's JSON part (member, positions,
+        errors) and the stored batches as (topic, partition, base offset, bytes). Batches
+        are whole: skip records below each partition's `positions[].offset`."""
+        _, payload, _ = await self.request("POST", f"/v1/groups/{group}/members/{member_id}/records",
+                                           json_body=body, headers={"Accept": BATCH_CONTENT_TYPE})
+        (length,) = _LENGTH.unpack_from(payload)
+        header = json.loads(payload[_LENGTH.size:_LENGTH.size + length])
+        position = _LENGTH.size + length
+        batches = []
+        for topic, partition, base, size in header.pop("batches"):
+            batches.append((topic, partition, base, payload[position:position + size]))
+            position += size
+        return header, batches
 
     async def leave_group(self, group: str, member_id: str, member_epoch: int) -> None:
         """Leave; a member already gone (a retried leave, an expiry) counts as left."""

@@ -8,7 +8,8 @@ KIP-848 semantics over HTTP (docs/http.md "Consumer group members"). The member:
   `close()`; it outlives the cluster's errors (the next beat tries again), and
   anything else that ends it is raised by the next `poll()`;
 - fetches records of its partitions with `poll()`, from its own positions (else the
-  group's committed offsets, else `auto_offset_reset`); with `auto_commit` (the
+  group's committed offsets, else `auto_offset_reset`), as stored batches (the binary
+  answer: values come back exactly as produced, and nothing is rendered as JSON); with `auto_commit` (the
   default), a poll first commits what earlier polls returned, at most every
   `auto_commit_interval_ms` (Kafka's enable.auto.commit, 5 s);
 - hands partitions over only inside `poll()` (and `close()`), never from the
@@ -31,7 +32,6 @@ the hand-over) cannot bring back a partition already given away.
 from __future__ import annotations
 
 import asyncio
-import base64
 import inspect
 import uuid
 from collections.abc import Callable, Iterable
@@ -39,6 +39,7 @@ from typing import Any
 
 from multiraft.client.consumer import ConsumedRecord
 from multiraft.client.http import AsyncClient, RaftlogError
+from storage.batch import decode_batch
 
 TopicPartition = tuple[str, int]
 Callback = Callable[[set[TopicPartition]], Any]
@@ -56,10 +57,6 @@ def _listing(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
     for topic, partition in sorted(partitions):
         by_topic.setdefault(topic, []).append(partition)
     return [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
-
-
-def _decode(value: str | None) -> bytes | None:
-    return None if value is None else base64.b64decode(value)
 
 
 async def _call(callback: Callback | None, partitions: set[TopicPartition]) -> None:
@@ -270,24 +267,31 @@ class AsyncGroupConsumer:
         positions = [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.positions.items())
                      if (t, p) in self.held]
         body = {"member_epoch": self.epoch, "positions": positions, "auto_offset_reset": self.auto_offset_reset,
-                "max_records": self.max_records, "wait_ms": self.wait_ms, "format": "binary"}
+                "max_records": self.max_records, "wait_ms": self.wait_ms}
         ticket = self._ticket()
         try:
-            answer = await self.client.group_fetch(self.group, self.member_id, body)
+            header, batches = await self.client.group_fetch_batches(self.group, self.member_id, body)
         except RaftlogError as error:
             if error.code in FENCED_CODES:
                 self._fenced = True
                 return []
             raise
-        self._apply(ticket, answer["member"])
-        for position in answer["positions"]:
+        self._apply(ticket, header["member"])
+        starts = {(p["topic"], p["partition"]): p["offset"] for p in header["positions"]}
+        for position in header["positions"]:
             tp = (position["topic"], position["partition"])
             if tp in self.held:
                 self.positions[tp] = position["next_offset"]
-        return [ConsumedRecord(r["topic"], r["partition"], r["offset"], r["timestamp"], _decode(r["key"]),
-                               _decode(r["value"]), tuple((h["name"], base64.b64decode(h["value"]))
-                                                          for h in r["headers"]))
-                for r in answer["records"] if (r["topic"], r["partition"]) in self.held]
+        records = []
+        for topic, partition, base, batch in batches:
+            if (topic, partition) not in self.held:
+                continue  # assigned since the last hand-over: read again once taken
+            start = starts[(topic, partition)]
+            batch_header, decoded = decode_batch(batch)
+            records.extend(ConsumedRecord(topic, partition, base + i, batch_header.first_timestamp_ms
+                                          + record.timestamp_delta_ms, record.key, record.value, record.headers)
+                           for i, record in enumerate(decoded) if base + i >= start)
+        return records
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `partition` from `offset` next (e.g. to give back records not processed)."""

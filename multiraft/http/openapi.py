@@ -264,8 +264,13 @@ _PATHS: dict[str, Any] = {
         "post": {"summary": "fetch records of the member's partitions (from its positions, else the committed "
                             "offsets, else auto_offset_reset); keeps the member alive",
                  "requestBody": {"required": True, **_json(_FETCH)},
-                 "responses": {"200": _ok("records, positions, per-partition errors and the member", {
-                     "type": "object", "required": ["member", "records", "positions", "errors"]}),
+                 "responses": {"200": {
+                     "description": "records, positions, per-partition errors and the member (JSON); or, with "
+                                    "Accept: application/vnd.raftlog.batch, a u32 length, that much JSON (member, "
+                                    "positions, errors, batches) and the stored batches' bytes",
+                     "content": {"application/json": {"schema": {
+                         "type": "object", "required": ["member", "records", "positions", "errors"]}},
+                         BATCH_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
                                **_errors(404, 409, 415, 421, 503, 504)}},
     },
     "/v1/groups/{group}/members/{member}": {

@@ -8,12 +8,15 @@ its callbacks off the client's loop, so they may commit."""
 from __future__ import annotations
 
 import asyncio
+import json
+import struct
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from multiraft.client import AsyncClient, AsyncGroupConsumer, Client
+from multiraft.client import BATCH_CONTENT_TYPE, AsyncClient, AsyncGroupConsumer, Client
+from storage.batch import decode_batch
 from tests.http.conftest import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
@@ -139,3 +142,30 @@ async def test_the_blocking_member_commits_from_its_callback(cluster: Cluster) -
         read, committed = await asyncio.to_thread(run)
     assert sorted(read) == [0, 0, 1, 1, 2, 2, 3, 3]
     assert committed == {0: 4, 1: 4}
+
+
+async def test_a_binary_member_fetch_carries_the_stored_batches(cluster: Cluster) -> None:
+    # Goal: with Accept: application/vnd.raftlog.batch a member's fetch answers a u32, the
+    # JSON part (member, positions, errors, batches) and the stored batches' bytes, whole.
+    await cluster.create_topic("cg-binary", partitions=1)
+    status, body = await cluster.call("POST", 0, "/v1/topics/cg-binary/partitions/0/records",
+                                      json={"records": [{"value": i, "key": f"k{i}"} for i in range(5)]})
+    assert status == 200, body
+    status, member = await cluster.call("POST", 1, "/v1/groups/binary/members", json={"topics": ["cg-binary"]})
+    assert status == 200, member
+    path = f"/v1/groups/binary/members/{member['member_id']}/records"
+    status, payload = await cluster.call("POST", 2, path, headers={"Accept": BATCH_CONTENT_TYPE}, json={
+        "member_epoch": member["member_epoch"], "positions": [{"topic": "cg-binary", "partition": 0, "offset": 2}]})
+    assert status == 200, payload
+    (length,) = struct.unpack_from(">I", payload)
+    header = json.loads(payload[4:4 + length])
+    assert header["errors"] == [] and header["member"]["member_id"] == member["member_id"]
+    assert header["positions"] == [{"topic": "cg-binary", "partition": 0, "offset": 2, "next_offset": 5,
+                                    "high_watermark": 5}]
+    ((topic, partition, base, size),) = header["batches"]  # the one stored batch, whole
+    assert (topic, partition, base, size) == ("cg-binary", 0, 0, len(payload) - 4 - length)
+    _, records = decode_batch(payload[4 + length:])
+    assert [(r.key, r.value) for r in records] == [(f"k{i}".encode(), str(i).encode()) for i in range(5)]
+    status, _ = await cluster.call("DELETE", 0, f"/v1/groups/binary/members/{member['member_id']}",
+                                   params={"member_epoch": header["member"]["member_epoch"]})
+    assert status == 204
