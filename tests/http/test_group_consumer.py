@@ -155,7 +155,8 @@ async def test_a_binary_member_fetch_carries_the_stored_batches(cluster: Cluster
     assert status == 200, member
     path = f"/v1/groups/binary/members/{member['member_id']}/records"
     status, payload = await cluster.call("POST", 2, path, headers={"Accept": BATCH_CONTENT_TYPE}, json={
-        "member_epoch": member["member_epoch"], "positions": [{"topic": "cg-binary", "partition": 0, "offset": 2}]})
+        "member_epoch": member["member_epoch"], "positions": [{"topic": "cg-binary", "partition": 0, "offset": 2}],
+        "wait_ms": 5000})  # node 2's replica may learn the high watermark a moment later: wait for it
     assert status == 200, payload
     (length,) = struct.unpack_from(">I", payload)
     header = json.loads(payload[4:4 + length])
