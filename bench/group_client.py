@@ -1,6 +1,9 @@
-"""Consumer groups (issue 23): rebalance times, and group fetch against a plain read.
+"""Consumer groups through the Python client's member (issue 23): rebalance times, and
+group fetch against a plain read. bench/groups.py measures the same over the raw
+routes (JSON answers); this one measures what a user of `AsyncGroupConsumer` gets
+(binary answers, callbacks, its own heartbeat task).
 
-A real 3-node cluster (the local launcher, 127.0.0.1-3, ports 19400/19480 unless
+A real 3-node cluster (the local launcher, 127.0.0.1-3, ports 19500/19580 unless
 told otherwise), a topic of 12 partitions, RF 3; members are the Python client's
 `AsyncGroupConsumer`, polling on their own tasks in this process, each talking to
 another node (calls to the others are forwarded to the coordinator).
@@ -18,7 +21,7 @@ another node (calls to the others are forwarded to the coordinator).
   consumer (`AsyncConsumer`, binary batches) reads the same data, `--rounds` times
   alternated. Medians of records per second and their ratio (the target is >= 0.8).
 
-    flock /tmp/raftlog-it.lock .venv/bin/python bench/groups.py [--rounds 3] [--session-ms 3000]
+    flock /tmp/raftlog-it.lock .venv/bin/python bench/group_client.py [--rounds 3] [--session-ms 3000]
         [--records 240000]
 """
 
@@ -163,10 +166,10 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--session-ms", type=int, default=3000)
     parser.add_argument("--records", type=int, default=240_000)
-    parser.add_argument("--raft-port", type=int, default=19400)
-    parser.add_argument("--http-port", type=int, default=19480)
+    parser.add_argument("--raft-port", type=int, default=19500)
+    parser.add_argument("--http-port", type=int, default=19580)
     args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="raftlog-groups-"))
+    directory = Path(tempfile.mkdtemp(prefix="raftlog-group-client-"))
     cluster = LocalCluster(directory, 3, raft_port=args.raft_port, http_port=args.http_port)
     cluster.start()
     try:
