@@ -47,7 +47,7 @@ from multiraft.node.record_times import first_at_or_after
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
-from raftlog.errors import ClientError, LeaderNotAvailable
+from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader
 from raftlog.types import GroupId
 
 if TYPE_CHECKING:
@@ -156,8 +156,18 @@ class GroupReads:
             except OffsetOutOfRange:
                 try:
                     start, end = (await self.bounds([tp]))[tp]
+                    if offset > end:  # past the answering replica's end: is it past the leader's too?
+                        start, end = (await self.bounds([tp], leader=True))[tp]
                 except ClientError as error:
                     return PartitionFetch(topic, partition, offset, None, error)
+                if start <= offset <= end:
+                    # The replica that answered is behind the member's position, which the
+                    # leader's log holds: not out of range, so no reset (a reset moved the
+                    # member back to its policy's start and its next commit backwards,
+                    # chaos seed 3). Kafka's OFFSET_NOT_AVAILABLE: fetch again.
+                    leader = self._routing.leader_of(self._catalog.partition_group(topic, partition))
+                    return PartitionFetch(topic, partition, offset, None, NotLeader(
+                        leader, f"the replica read has not reached offset {offset} yet; fetch again"))
                 offset = start if reset == "earliest" else end
             except ClientError as error:
                 return PartitionFetch(topic, partition, offset, None, error)
@@ -267,8 +277,9 @@ class GroupReads:
 
     # ------------------------------------------------------------------ bounds
 
-    async def bounds(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(log start offset, high watermark) of each partition, from a replica."""
+    async def bounds(self, tps: list[TopicPartition], *, leader: bool = False) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start offset, high watermark) of each partition, from a replica: this
+        node's when it hosts one (with `leader`, only when it leads), else the leader's."""
         catalog = self._catalog.catalog
         local: dict[TopicPartition, tuple[int, int]] = {}
         remote: dict[int, list[tuple[TopicPartition, GroupId]]] = {}
@@ -276,7 +287,8 @@ class GroupReads:
             if not self._known(tp):
                 raise UnknownTopic(f"partition {tp[0]}/{tp[1]} is not in this node's catalog (yet); retry")
             info = catalog.topic(tp[0]).partitions[tp[1]]
-            here = self._local_bounds(info.group_id)
+            mine = not leader or self._routing.leader_of(info.group_id) == self._routing.id
+            here = self._local_bounds(info.group_id) if mine else None
             if here is not None:
                 local[tp] = here
                 continue

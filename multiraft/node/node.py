@@ -80,7 +80,7 @@ class Node:
         self.hooks = hooks if hooks is not None else ChaosHooks.from_environment()
         self.faults = Faults.of(self.hooks)
         self.registry = GroupRegistry()
-        self.catalog_holder = CatalogHolder()
+        self.catalog_holder = CatalogHolder(self.faults.new_groups_state)
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
         self.ticker = Ticker(config, self.registry, self.logger)
         self.liveness = self.ticker.liveness
