@@ -40,6 +40,7 @@ from multiraft.node.registry import METADATA_GROUP
 from multiraft.state.consumer_offsets import OffsetCommit
 from raftlog.errors import ClientError
 from raftlog.messages import Role
+from raftlog.types import GroupId
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -158,7 +159,7 @@ class GroupAdmin:
             for name, group in sorted(state.groups.items()):
                 gauges.append(GroupGauge(name, str(summary(group)["state"]), len(group.members)))
         led = self._led_partitions()
-        rows: list[tuple[str, str, int, Any]] = []
+        rows: list[tuple[str, str, int, GroupId]] = []
         truncated = False
         for name, group in sorted(state.groups.items()):
             for topic, count in sorted(group.counts.items()):
@@ -172,19 +173,19 @@ class GroupAdmin:
         partitions = await self._lags(rows)
         return GroupMetrics(gauges, partitions, truncated)
 
-    def _led_partitions(self) -> dict[str, dict[int, Any]]:
+    def _led_partitions(self) -> dict[str, dict[int, GroupId]]:
         """{topic: {partition: group id}} of the partitions this node leads."""
-        led: dict[str, dict[int, Any]] = {}
+        led: dict[str, dict[int, GroupId]] = {}
         for group_id, machine in list(self._registry.partitions.items()):
             if self._registry.leading(group_id) is not None:
                 led.setdefault(machine.state.topic, {})[machine.state.partition] = group_id
         return led
 
-    async def _lags(self, rows: list[tuple[str, str, int, Any]]) -> list[GroupPartitionGauge]:
+    async def _lags(self, rows: list[tuple[str, str, int, GroupId]]) -> list[GroupPartitionGauge]:
         slots = asyncio.Semaphore(READS_IN_FLIGHT_MAX)
         now_ms = int(time.time() * 1000)
 
-        async def one(row: tuple[str, str, int, Any]) -> GroupPartitionGauge | None:
+        async def one(row: tuple[str, str, int, GroupId]) -> GroupPartitionGauge | None:
             group, topic, partition, group_id = row
             machine, store = self._registry.partitions.get(group_id), self._registry.stores.get(group_id)
             if machine is None or store is None:
