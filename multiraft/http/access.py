@@ -55,6 +55,9 @@ RULES: dict[tuple[str, str], str] = {
     # reaches every topic the group has offsets in, which the caller cannot name in advance
     # and may not be allowed to read. Only admin covers them all.
     ("DELETE", "/v1/groups/{group}"): ADMIN_RIGHT,
+    # A reset moves where every future member starts, on every topic it names (Kafka asks
+    # for READ on the group and the topics; our rights have no group resource): admin.
+    ("POST", "/v1/groups/{group}/offsets/reset"): ADMIN_RIGHT,
     # Membership: a join names its topics in the body (read on each; a pattern needs read:*);
     # a member's later calls need the same on the member's subscription (the group state's);
     # describe needs read on every member's, and a list shows only the groups so described.
