@@ -1,6 +1,6 @@
 """`python -m chaos run ...`: one chaos run (or several), printing `chaos:` summary lines.
 
-    python -m chaos run --nodes 3 --duration 60 --faults kill,pause,partition --seed 7 --out DIR
+    python -m chaos run --nodes 3 --duration 60 --faults kill,pause,partition --seed 7 --out DIR [--groups]
     python -m chaos suite NAME --out DIR         # the Makefile's standard sets: smoke, standard, controls
     python -m chaos soak --hours 3 --seed S      # runs back to back, one aggregate report (chaos/soak.py)
 
@@ -27,13 +27,19 @@ SUITES: dict[str, list[tuple[str, ...]]] = {
     "standard": [("kill", "power"), ("pause", "clock"), ("partition", "loss"), ("corrupt", "kill"),
                  ("disk-full", "kill"), ALL_FAULTS],
 }
+# Runs with the consumer-group workload too (chaos/group_workload.py), after the suite's others.
+GROUP_RUNS: dict[str, list[tuple[str, ...]]] = {
+    "standard": [("kill", "pause", "partition")],
+}
 CONTROLS = {  # unsafe switch -> faults that expose it
     "ack-before-fsync": ("kill",),
     "no-dedup": ("kill", "partition"),
     "read-uncommitted": ("kill", "partition"),
     "skip-crc": ("corrupt",),
     "vote-without-persist": ("power", "kill"),
+    "group-early-assign": ("kill", "pause"),
 }
+CONTROLS_WITH_GROUPS = frozenset({"group-early-assign"})  # need the consumer-group workload
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--seed", type=int, default=None)
     one.add_argument("--out", type=Path, default=Path("chaos-runs"))
     one.add_argument("--unsafe", default="", help="server negative-control switches (testing the tests)")
+    one.add_argument("--groups", action="store_true", help="run the consumer-group workload too")
     suite = commands.add_parser("suite", help="a standard set of runs")
     suite.add_argument("name", choices=(*SUITES, "controls"))
     suite.add_argument("--duration", type=float, default=60.0)
@@ -58,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str]) -> bool:
+async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str],
+               groups: bool = False) -> bool:
     from chaos.runner import RunConfig, run
 
     unknown = sorted(set(faults) - set(ALL_FAULTS))
@@ -71,9 +79,10 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
         Injectors = None  # type: ignore[assignment,misc]
     if Injectors is not None and set(faults) - {"kill", "power", "pause"}:
         provider = Injectors.detect(out, random.Random(seed ^ SEED_XOR))
-    print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s, out {out}", flush=True)
+    print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s"
+          f"{', consumer groups' if groups else ''}, out {out}", flush=True)
     result = await run(RunConfig(out=out, seed=seed, nodes=nodes, duration_s=duration, faults=faults,
-                                 unsafe=unsafe), provider)
+                                 unsafe=unsafe, groups=groups), provider)
     print(result.summary, flush=True)
     return result.ok
 
@@ -95,21 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         out = args.out / f"{stamp}-seed{seed}"
         unsafe = [s for s in args.unsafe.split(",") if s]
-        ok = asyncio.run(_one(out, seed, args.nodes, args.duration, args.faults.split(","), unsafe))
+        ok = asyncio.run(_one(out, seed, args.nodes, args.duration, args.faults.split(","), unsafe, args.groups))
         return 0 if ok else 1
     if args.name == "controls":
         caught = 0
         for number, (switch, faults) in enumerate(CONTROLS.items()):
             out = args.out / f"{stamp}-control-{switch}"
-            ok = asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [switch]))
+            ok = asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [switch],
+                                  switch in CONTROLS_WITH_GROUPS))
             print(f"chaos-control: {switch}: {'CAUGHT' if not ok else 'NOT CAUGHT'}", flush=True)
             caught += not ok
         print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
         return 0 if caught == len(CONTROLS) else 1
     results = []
-    for number, faults in enumerate(SUITES[args.name]):
-        out = args.out / f"{stamp}-{args.name}{number}-seed{seed + number}"
-        results.append(asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [])))
+    runs = [(faults, False) for faults in SUITES[args.name]] + [(f, True) for f in GROUP_RUNS.get(args.name, [])]
+    for number, (faults, groups) in enumerate(runs):
+        out = args.out / f"{stamp}-{args.name}{number}{'-groups' if groups else ''}-seed{seed + number}"
+        results.append(asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [], groups)))
     print(f"chaos: suite {args.name}: {sum(results)}/{len(results)} runs passed", flush=True)
     return 0 if all(results) else 1
 

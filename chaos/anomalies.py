@@ -30,6 +30,13 @@ ANOMALY_CLASSES = (
     "read-beyond-hw",
     "nonmonotonic-hw",
     "committed-offset-nonlinearizable",
+    # Consumer groups (chaos/group_checks.py says what each means).
+    "group-undelivered",
+    "group-drain-incomplete",
+    "group-offset-backwards",
+    "group-two-owners-epoch",
+    "group-two-owners",
+    "group-fetch-unowned",
 )
 
 # Values or ops named in one explanation; the rest are counted.

@@ -49,6 +49,10 @@ Classes (a single one fails a run):
   only one incarnation's view must grow; with no node recorded, per process.
 - `committed-offset-nonlinearizable`: a group's commit/fetch ops on one partition
   admit no linearization as a register (a Wing-Gong search with Lowe's memo).
+- consumer group members (`chaos/group_checks.py`): `group-undelivered`,
+  `group-drain-incomplete`, `group-offset-backwards`, `group-two-owners-epoch`,
+  `group-two-owners`, `group-fetch-unowned`. Records members fetched count as
+  reads everywhere above (offsets, unexpected values, ambiguous sends).
 
 Not checked, on purpose: Jepsen's ext-send-skip (other producers interleave
 legitimately), `precommitted-read` and the Elle cycle classes (`G0`, `G1c` and
@@ -63,7 +67,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from chaos import log_checks, offset_register, version_order
+from chaos import group_checks, log_checks, offset_register, version_order
 from chaos.anomalies import ANOMALY_CLASSES, Anomaly
 from chaos.history import AnyOp, Outcome, PartitionKey, Value
 from chaos.offset_register import CheckLimits
@@ -119,6 +123,7 @@ def check(
     writers = version_order.find_writers(sends)
     orders: dict[PartitionKey, VersionOrder] = defaultdict(VersionOrder)
     version_order.add_polls(orders, polls)
+    group_checks.add_group_reads(orders, split.group_fetches)
     acknowledged = version_order.acknowledged_values(sends, orders)
     version_order.add_sends(orders, sends)
     for order in orders.values():
@@ -137,7 +142,10 @@ def check(
         *log_checks.send_order(orders, sends),
         *log_checks.high_watermarks(polls),
     ]
-    register_anomalies, unchecked = offset_register.committed_offsets(split.commits, split.fetches, limits)
+    anomalies += group_checks.group_anomalies(split.members, split.group_fetches, split.group_commits,
+                                              split.fetches, orders, acknowledged)
+    commits = [*split.commits, *group_checks.register_commits(split.group_commits)]
+    register_anomalies, unchecked = offset_register.committed_offsets(commits, split.fetches, limits)
     anomalies += register_anomalies
     unchecked += [f"{key}: no final read" for key in acknowledged if key not in finals]
     stats = _stats(split, acknowledged, orders)

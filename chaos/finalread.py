@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from chaos.cluster import ChaosCluster
-from chaos.history import AnyOp, Outcome, PartitionKey, Poll, Record, Send
+from chaos.history import AnyOp, GroupFetch, Outcome, PartitionKey, Poll, Record, Send
 from chaos.history_writer import HistoryWriter
 from chaos.workload import value_of
 from multiraft.client import AsyncClient, RaftlogError
@@ -72,6 +72,9 @@ def targets_of(history: Iterable[AnyOp]) -> dict[PartitionKey, Target]:
                 acked[op.key] = max(acked.get(op.key, -1), *offsets)
         elif isinstance(op, Poll) and op.records:
             read[op.key] = max(read.get(op.key, -1), *(offset for offset, _ in op.records))
+        elif isinstance(op, GroupFetch):
+            for key, offset, _ in op.records:
+                read[key] = max(read.get(key, -1), offset)
     return {key: Target(acked=acked.get(key, -1), read=read.get(key, -1))
             for key in acked.keys() | read.keys()}
 

@@ -34,6 +34,20 @@ for the per-partition checks because they are local):
 - `commit` / `fetch`: a consumer group's committed offset for one partition,
   written and read back, treated by the checker as a linearizable register.
 
+Consumer group members (KIP-848 over HTTP; the workload in
+`chaos/group_workload.py`, the checks in `chaos/group_checks.py`); a member is
+named by its member id, and a process that joins again is a new member:
+
+- `member`: a join (with its subscription), a heartbeat (with what the member
+  said it `owned`) or a leave. An ok join or heartbeat carries what the member
+  was told (`MemberView`: its epoch, its assignment, what it must give back).
+- `group-fetch`: a member's fetch of records from its partitions. `ok` carries
+  what it was told, the records `(partition, offset, value)` and, per partition
+  read, where the read started and where it ended (`next_offset`). `final`
+  marks the last phase's drain.
+- `group-commit`: a member's (or an admin reset's) commit of offsets for several
+  partitions at once; checked as one register write per partition.
+
 The history is written as it happens by `chaos/history_writer.py` and read back
 (or written whole) by `chaos/history_file.py`, which describes the file format.
 """
@@ -165,4 +179,95 @@ class OffsetFetch(Op):
             raise HistoryError(f"op {self.index}: only an ok fetch has an offset")
 
 
-AnyOp = Send | Poll | OffsetCommit | OffsetFetch
+class MemberAction(enum.StrEnum):
+    JOIN = "join"
+    HEARTBEAT = "heartbeat"
+    LEAVE = "leave"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberView:
+    """What a join, heartbeat or fetch answer told a member: the partitions it may read
+    and commit at `epoch` (its member epoch), and those it must give back."""
+
+    member_id: str
+    epoch: int
+    assigned: tuple[PartitionKey, ...]
+    revoking: tuple[PartitionKey, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Membership(Op):
+    group: str
+    action: MemberAction
+    member_id: str | None  # None: a join that lets the server draw the id
+    epoch: int | None = None  # the member epoch sent (heartbeat, leave)
+    topics: tuple[str, ...] = ()  # a join's subscription
+    # A join's settings as sent (the group's first join sets its session timeout).
+    session_timeout_ms: int | None = None
+    rebalance_timeout_ms: int | None = None
+    owned: tuple[PartitionKey, ...] | None = None  # a heartbeat's `owned`
+    view: MemberView | None = None  # ok join or heartbeat only
+
+    def __post_init__(self) -> None:
+        Op.__post_init__(self)
+        answers = self.outcome is Outcome.OK and self.action is not MemberAction.LEAVE
+        if answers != (self.view is not None):
+            raise HistoryError(f"op {self.index}: an ok join or heartbeat, and only it, has a view")
+        if self.action is MemberAction.JOIN and not self.topics:
+            raise HistoryError(f"op {self.index}: a join without a subscription")
+        if self.action is not MemberAction.JOIN and (self.member_id is None or self.epoch is None):
+            raise HistoryError(f"op {self.index}: a {self.action} names its member and epoch")
+
+
+GroupRecord = tuple[PartitionKey, int, Value]  # (partition, offset, value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRead:
+    """One partition of a member's fetch: where its read started and ended."""
+
+    key: PartitionKey
+    offset: int
+    next_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupFetch(Op):
+    group: str
+    member_id: str
+    epoch: int
+    positions: tuple[tuple[PartitionKey, int], ...] = ()  # sent
+    final: bool = False
+    # ok only:
+    view: MemberView | None = None
+    records: tuple[GroupRecord, ...] = ()
+    reads: tuple[PartitionRead, ...] = ()
+
+    def __post_init__(self) -> None:
+        Op.__post_init__(self)
+        if (self.outcome is Outcome.OK) != (self.view is not None):
+            raise HistoryError(f"op {self.index}: an ok fetch, and only it, has a view")
+        if self.outcome is not Outcome.OK and (self.records or self.reads):
+            raise HistoryError(f"op {self.index}: only an ok fetch has records")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupCommit(Op):
+    group: str
+    member_id: str | None  # None with `admin_reset`
+    epoch: int | None
+    offsets: tuple[tuple[PartitionKey, int], ...]
+    admin_reset: bool = False
+
+    def __post_init__(self) -> None:
+        Op.__post_init__(self)
+        if not self.offsets:
+            raise HistoryError(f"op {self.index}: a commit of nothing")
+        if not self.admin_reset and (self.member_id is None or self.epoch is None):
+            raise HistoryError(f"op {self.index}: a member's commit names its member and epoch")
+
+
+GroupOp = Membership | GroupFetch | GroupCommit
+AnyOp = Send | Poll | OffsetCommit | OffsetFetch | Membership | GroupFetch | GroupCommit

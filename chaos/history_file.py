@@ -18,9 +18,13 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from chaos import group_events
 from chaos.history import (
     AnyOp,
+    GroupCommit,
+    GroupFetch,
     HistoryError,
+    Membership,
     OffsetCommit,
     OffsetFetch,
     Outcome,
@@ -36,6 +40,9 @@ _KIND_OF_CLASS: dict[type, str] = {
     Poll: "poll",
     OffsetCommit: "commit",
     OffsetFetch: "fetch",
+    Membership: "member",
+    GroupFetch: "group-fetch",
+    GroupCommit: "group-commit",
 }
 
 
@@ -182,6 +189,9 @@ _BUILDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], 
     "poll": _poll,
     "commit": _commit,
     "fetch": _fetch,
+    "member": group_events.build_member,
+    "group-fetch": group_events.build_group_fetch,
+    "group-commit": group_events.build_group_commit,
 }
 
 
@@ -200,18 +210,22 @@ def _events_of(op: AnyOp) -> tuple[dict[str, Any], dict[str, Any] | None]:
         "time": op.invoke_s,
         "f": _KIND_OF_CLASS[type(op)],
     }
-    invocation |= {"topic": op.key.topic, "partition": op.key.partition}
     completion: dict[str, Any] = {"type": str(op.outcome), "index": op.index, "process": op.process}
     completion["time"] = op.complete_s
     if op.error is not None:
         completion["error"] = op.error
-    _add_kind_fields(op, invocation, completion)
+    if isinstance(op, Membership | GroupFetch | GroupCommit):
+        invocation |= group_events.invocation_fields(op)
+        completion |= group_events.completion_fields(op)
+    else:
+        invocation |= {"topic": op.key.topic, "partition": op.key.partition}
+        _add_kind_fields(op, invocation, completion)
     if op.complete_s == math.inf:
         return invocation, None
     return invocation, completion
 
 
-def _add_kind_fields(op: AnyOp, invocation: dict[str, Any], completion: dict[str, Any]) -> None:
+def _add_kind_fields(op: Send | Poll | OffsetCommit | OffsetFetch, invocation: dict[str, Any], completion: dict[str, Any]) -> None:
     ok = op.outcome is Outcome.OK
     match op:
         case Send():

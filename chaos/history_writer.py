@@ -13,7 +13,18 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from chaos.history import Outcome, PartitionKey, ProducerStamp, Record, Value
+from chaos.group_events import keys_json, offsets_json, reads_json, records_json, view_json
+from chaos.history import (
+    GroupRecord,
+    MemberAction,
+    MemberView,
+    Outcome,
+    PartitionKey,
+    PartitionRead,
+    ProducerStamp,
+    Record,
+    Value,
+)
 
 # The writer's file buffer. The workload writes from the asyncio loop, where a
 # write system call per event (a few hundred per second, polls up to kilobytes)
@@ -119,6 +130,77 @@ class HistoryWriter:
 
     def ok_fetch(self, index: int, offset: int | None) -> None:
         self._complete(index, "fetch", Outcome.OK, {"offset": offset})
+
+    # -- consumer group members (chaos/group_workload.py) ---------------------------
+
+    def invoke_member(
+        self,
+        process: int,
+        group: str,
+        action: MemberAction,
+        member_id: str | None,
+        *,
+        epoch: int | None = None,
+        topics: Sequence[str] = (),
+        owned: Sequence[PartitionKey] | None = None,
+        session_timeout_ms: int | None = None,
+        rebalance_timeout_ms: int | None = None,
+    ) -> int:
+        fields: dict[str, Any] = {"group": group, "action": str(action), "member_id": member_id,
+                                  "epoch": epoch}
+        if topics:
+            fields["topics"] = list(topics)
+        if session_timeout_ms is not None:
+            fields["session_timeout_ms"] = session_timeout_ms
+        if rebalance_timeout_ms is not None:
+            fields["rebalance_timeout_ms"] = rebalance_timeout_ms
+        if owned is not None:
+            fields["owned"] = keys_json(list(owned))
+        return self._invoke("member", process, fields)
+
+    def ok_member(self, index: int, view: MemberView | None) -> None:
+        """A join's or heartbeat's answer (`view`), or a leave's (None)."""
+        self._complete(index, "member", Outcome.OK, {} if view is None else {"view": view_json(view)})
+
+    def invoke_group_fetch(
+        self,
+        process: int,
+        group: str,
+        member_id: str,
+        epoch: int,
+        positions: Sequence[tuple[PartitionKey, int]],
+        *,
+        final: bool = False,
+    ) -> int:
+        fields: dict[str, Any] = {"group": group, "member_id": member_id, "epoch": epoch,
+                                  "positions": offsets_json(list(positions))}
+        if final:
+            fields["final"] = True
+        return self._invoke("group-fetch", process, fields)
+
+    def ok_group_fetch(self, index: int, view: MemberView, records: Sequence[GroupRecord],
+                       reads: Sequence[PartitionRead]) -> None:
+        self._complete(index, "group-fetch", Outcome.OK, {
+            "view": view_json(view), "records": records_json(records), "reads": reads_json(reads)})
+
+    def invoke_group_commit(
+        self,
+        process: int,
+        group: str,
+        member_id: str | None,
+        epoch: int | None,
+        offsets: Sequence[tuple[PartitionKey, int]],
+        *,
+        admin_reset: bool = False,
+    ) -> int:
+        fields: dict[str, Any] = {"group": group, "member_id": member_id, "epoch": epoch,
+                                  "offsets": offsets_json(list(offsets))}
+        if admin_reset:
+            fields["admin_reset"] = True
+        return self._invoke("group-commit", process, fields)
+
+    def ok_group_commit(self, index: int) -> None:
+        self._complete(index, "group-commit", Outcome.OK, {})
 
     def fail(self, index: int, error: str | None = None) -> None:
         """The op definitely did not happen (the server refused it before applying)."""

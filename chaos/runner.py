@@ -33,6 +33,7 @@ from typing import Any
 from chaos import checker
 from chaos.cluster import ChaosCluster, copy_logs
 from chaos.finalread import ClusterReplicas, FinalRead, FinalReader, targets_of
+from chaos.group_workload import GroupWorkload
 from chaos.history import PartitionKey
 from chaos.history_file import read_history
 from chaos.history_writer import HistoryWriter
@@ -59,6 +60,7 @@ class RunConfig:
     faults: list[str] = field(default_factory=lambda: ["kill", "pause"])
     unsafe: list[str] = field(default_factory=list)
     lose_unsynced: bool = True
+    groups: bool = False  # the consumer-group workload too (chaos/group_workload.py)
 
 
 @dataclass
@@ -104,7 +106,9 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             workload = Workload(cluster, history, keys, random.Random(rng.random()), stats)
             stop = asyncio.Event()
             workload.stop = stop
-            loads = asyncio.create_task(workload.run())
+            groups = GroupWorkload(cluster, history, random.Random(rng.random()), stats, dict(TOPICS)) \
+                if config.groups else None
+            loads = asyncio.create_task(_gather(workload.run(), *([groups.run(stop)] if groups else [])))
             faults = asyncio.create_task(nemesis.run(stop))
             try:
                 await asyncio.sleep(config.duration_s)
@@ -134,6 +138,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 details["recovery_s"] = await _recovery(cluster, history, keys, healed_at)
                 finals = await _final_reads(cluster, history, history_path, keys)
                 details["final_reads"] = [final.details() for final in finals]
+                if groups is not None:
+                    details["group_drain_short"] = await _group_drain(groups, history, history_path)
         if "not_healthy" not in details:
             replicas = await asyncio.to_thread(compare_replicas, DebugEndpoints(cluster))
             details["replicas"] = replicas.details()
@@ -187,6 +193,17 @@ async def _until_writable(client: AsyncClient, topic: str, partition: int, timeo
             if time.monotonic() - began > timeout_s:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def _gather(*loads: Any) -> None:
+    await asyncio.gather(*loads)
+
+
+async def _group_drain(groups: GroupWorkload, history: HistoryWriter, history_path: Path) -> dict[str, Any]:
+    """The groups' final drain (chaos/group_workload.py) to the highest offset the history saw."""
+    history.flush()
+    targets = targets_of(await asyncio.to_thread(read_history, history_path))
+    return await groups.drain({key: max(target.acked, target.read) for key, target in targets.items()})
 
 
 async def _cancel(*tasks: asyncio.Task[Any]) -> None:
@@ -243,6 +260,11 @@ async def _final_reads(cluster: ChaosCluster, history: HistoryWriter, history_pa
         return await reader.read_all(keys, targets)
 
 
+def _group_ops(stats: dict[str, int]) -> str:
+    return (f", group: {stats.get('member-ok', 0)} joins/heartbeats/leaves ok, {stats.get('group-fetch-ok', 0)} "
+            f"fetches ok, {stats.get('group-commit-ok', 0)} commits ok ({stats.get('group-commit-fail', 0)} refused)")
+
+
 def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckResult) -> tuple[str, bool]:
     faults = ", ".join(f"{k} {v}" for k, v in sorted(details["fault_counts"].items())) or "none"
     stats = result.stats
@@ -278,7 +300,8 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         f"{' (skipped: ' + ','.join(details['faults_skipped']) + ')' if details.get('faults_skipped') else ''}; "
         f"ops: {stats.get('values-acknowledged', 0)} values acked, {stats.get('send-ok', 0)} sends ok, "
         f"{stats.get('send-info', 0)} info, {stats.get('send-fail', 0)} fail, {stats.get('poll-ok', 0)} polls ok, "
-        f"{stats.get('commit-ok', 0)} commits ok; {result.summary()}; "
+        f"{stats.get('commit-ok', 0)} commits ok"
+        f"{_group_ops(stats) if config.groups else ''}; {result.summary()}; "
         f"replicas byte-identical: {identical}/{compared} groups; "
         f"leaders per term: {'ok' if not two_leaders else 'VIOLATED'}; "
         f"worst recovery after heal: {details.get('recovery_s', float('nan')):.1f} s; "

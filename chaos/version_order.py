@@ -16,6 +16,9 @@ from operator import attrgetter
 
 from chaos.history import (
     AnyOp,
+    GroupCommit,
+    GroupFetch,
+    Membership,
     OffsetCommit,
     OffsetFetch,
     Outcome,
@@ -99,6 +102,10 @@ class HistoryByKind:
     ok_polls: list[Poll] = field(default_factory=list)  # only ok polls carry records
     commits: list[OffsetCommit] = field(default_factory=list)
     fetches: list[OffsetFetch] = field(default_factory=list)
+    # Consumer group members (chaos/group_checks.py): every outcome, in index order.
+    members: list[Membership] = field(default_factory=list)
+    group_fetches: list[GroupFetch] = field(default_factory=list)
+    group_commits: list[GroupCommit] = field(default_factory=list)
     outcomes: Counter[tuple[str, Outcome]] = field(default_factory=Counter)
 
 
@@ -109,6 +116,9 @@ def by_kind(history: Iterable[AnyOp]) -> HistoryByKind:
         Poll: ("poll", split.ok_polls),
         OffsetCommit: ("commit", split.commits),
         OffsetFetch: ("fetch", split.fetches),
+        Membership: ("member", split.members),
+        GroupFetch: ("group-fetch", split.group_fetches),
+        GroupCommit: ("group-commit", split.group_commits),
     }
     for op in sorted(history, key=attrgetter("index")):
         kind, ops = kinds[type(op)]

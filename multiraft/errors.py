@@ -81,6 +81,17 @@ class CommitOffsetOutOfRange(OffsetOutOfRange):
         self.high_watermark = high_watermark
 
 
+class StaleOffsetCommit(ClientError):
+    """A member's commit reached its partition after a newer commit of the same group had
+    set the offset there (a write delayed on the way): applied, it would move the
+    committed offset back (multiraft/state/consumer_offsets.py, "Stamps"). Not retriable:
+    the newer offset stands."""
+
+    code = "STALE_OFFSET_COMMIT"
+    http_status = 409
+    retriable = False
+
+
 class TooManyConsumerGroups(ClientError):
     """The partition already keeps offsets for its maximum number of consumer groups, or
     the cluster's group state is at a bound (groups with members, partitions across them)."""

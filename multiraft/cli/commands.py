@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from multiraft.cli.group_commands import consume_as_member
 from multiraft.client import Client, RaftlogError
 from multiraft.net.secret_files import create_private_file
 
@@ -253,6 +254,10 @@ def produce(client: Client, args: argparse.Namespace) -> int:
 
 
 def consume(client: Client, args: argparse.Namespace) -> int:
+    if args.group and args.partition is None:
+        return consume_as_member(client, args)  # the cluster splits the partitions (group_commands.py)
+    if args.session_timeout_ms is not None:
+        raise ValueError("--session-timeout-ms is for a group member (--group without --partition)")
     start: str | dict[int, int] = "earliest" if args.from_beginning else "latest"
     if args.offset is not None:
         partitions = [args.partition] if args.partition is not None else [

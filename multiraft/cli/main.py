@@ -7,6 +7,9 @@
     raftlog topic create|list|describe|delete ...
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
+    raftlog group list | describe G | delete G
+    raftlog group reset-offsets G --topic T[:P,P] --to-earliest|--to-latest|--to-offset N|--to-datetime T|--shift-by N
+                                  [--dry-run|--execute]
     raftlog topic alter TOPIC [--partitions N] [--config K=V] [--delete-config K]
     raftlog node drain N [--wait] | undrain N     leadership off a node (rolling restart), and back
     raftlog leaders balance
@@ -33,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from multiraft.cli import commands
+from multiraft.cli.group_commands import add_group_parsers
 from multiraft.cli.serve import add_cluster_up, add_serve_parsers
 
 EXIT_UNREACHABLE = 3
@@ -108,7 +112,12 @@ def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     where = consume.add_mutually_exclusive_group()
     where.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
     where.add_argument("--offset", type=int, help="start at this offset")
-    consume.add_argument("--group", help="consumer group: resume from and commit its offsets")
+    consume.add_argument("--group", help="consumer group: without --partition, join it as a member (the cluster "
+                                         "splits the partitions among members); with one, resume from and commit "
+                                         "its offsets")
+    consume.add_argument("--session-timeout-ms", type=int, default=None, metavar="MS",
+                         help="with --group, when the group is created: how long a silent member keeps its "
+                              "partitions (default 45000)")
     consume.add_argument("--follow", action="store_true", help="keep waiting for new records (Ctrl-C stops)")
     consume.add_argument("--max-records", type=int, default=None, help="stop after this many records")
     consume.add_argument("--wait-ms", type=int, default=5000, help="long-poll wait per request")
@@ -146,7 +155,7 @@ def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
     subcommands = parser.add_subparsers(dest="command", required=True,
-                                        metavar="{serve,cluster,topic,produce,consume,node,leaders,export}")
+                                        metavar="{serve,cluster,topic,produce,consume,group,node,token,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status,wait}")
@@ -172,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     delete = tokens.add_parser("delete", help="delete a token")
     delete.add_argument("name")
     _client_command(delete, commands.token_delete)
+    add_group_parsers(subcommands, _client_command)
     _node_parsers(subcommands)
     leaders = subcommands.add_parser("leaders", help="partition leadership")
     leaders_commands = leaders.add_subparsers(dest="leaders_command", required=True, metavar="{balance}")

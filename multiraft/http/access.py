@@ -55,6 +55,9 @@ RULES: dict[tuple[str, str], str] = {
     # reaches every topic the group has offsets in, which the caller cannot name in advance
     # and may not be allowed to read. Only admin covers them all.
     ("DELETE", "/v1/groups/{group}"): ADMIN_RIGHT,
+    # A reset moves where every future member starts, on every topic it names (Kafka asks
+    # for READ on the group and the topics; our rights have no group resource): admin.
+    ("POST", "/v1/groups/{group}/offsets/reset"): ADMIN_RIGHT,
     # Live operations (issue 25): more partitions (Kafka's ALTER on the topic: admin here), drain.
     ("POST", "/v1/topics/{topic}/partitions"): ADMIN_RIGHT,
     ("POST", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,

@@ -56,6 +56,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/producers", producers.allocate_producer),
     ("POST", "/v1/groups/{group}/offsets", groups.commit_offsets),
     ("GET", "/v1/groups/{group}/offsets", groups.fetch_offsets),
+    ("POST", "/v1/groups/{group}/offsets/reset", groups.reset_offsets),
     ("DELETE", "/v1/groups/{group}", groups.delete_group),
     ("GET", "/v1/groups", members.list_groups),
     ("GET", "/v1/groups/{group}", members.describe),

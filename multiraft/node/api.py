@@ -25,6 +25,13 @@ from multiraft.consumer_groups import (
     Subscription,
 )
 from multiraft.consumer_groups import commands as group_limits
+from multiraft.consumer_groups.resets import (
+    RESET_PARTITIONS_MAX,
+    RESET_TOPICS_MAX,
+    ResetRequest,
+    ResetStrategy,
+    ResetTopic,
+)
 from multiraft.metadata.catalog import Catalog
 from multiraft.node import debug_views, draining
 from multiraft.node.acks import Acks
@@ -35,6 +42,7 @@ from multiraft.node.config import NodeConfig
 from multiraft.node.consumer_instances import POLL_RECORDS_MAX
 from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
+from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetrics
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.consumer_instances import ConsumerInstances
     from multiraft.node.controller import Controller
+    from multiraft.node.group_admin import GroupAdmin
     from multiraft.node.group_coordinator import GroupCoordinator
     from multiraft.node.group_reads import GroupReads
     from multiraft.node.metadata_ops import MetadataOps
@@ -63,10 +72,12 @@ if TYPE_CHECKING:
     from multiraft.transport.transport import Transport
 
 __all__ = [
-    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "POLL_RECORDS_MAX",
-    "RESETS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance",
-    "GroupStatus", "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig",
-    "OffsetCommit", "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness",
+    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "METRICS_GROUP_PARTITIONS_MAX",
+    "NO_OFFSET", "POLL_RECORDS_MAX", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX", "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance", "GroupMetrics", "GroupStatus",
+    "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit",
+    "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness", "ResetRequest",
+    "ResetStrategy", "ResetTopic",
     "Subscription", "TransportRefusal", "TransportStats", "group_limits", "partition_for_key",
     "validate_off_loop", "verify_admission",
 ]
@@ -87,7 +98,8 @@ class NodeApi:
     def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
                  routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
                  reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads,
-                 instances: ConsumerInstances, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
+                 group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
+                 latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]]) -> None:
         self.id = config.node_id
         self.config = config
@@ -114,6 +126,8 @@ class NodeApi:
         self.group_commit = group_reads.commit
         self.describe_group = group_reads.describe
         self.delete_group = group_reads.delete_group  # refused while the group has members
+        self.reset_group_offsets = group_admin.reset_offsets  # refused while the group has members
+        self.group_metrics = group_admin.metrics
         self.partition_bounds = group_reads.bounds
         # Confluent REST v2 consumer instances (multiraft/node/consumer_instances.py).
         self.instances = instances

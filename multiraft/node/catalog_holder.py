@@ -9,6 +9,7 @@ from before, and the reconciler waits on `changed`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from multiraft.consumer_groups import GroupsState
 from multiraft.errors import UnknownTopic
@@ -17,10 +18,12 @@ from raftlog.types import GroupId
 
 
 class CatalogHolder:
-    def __init__(self) -> None:
+    def __init__(self, new_groups: Callable[[], GroupsState] = GroupsState) -> None:
+        """`new_groups`: the consumer group state's class (a chaos control's, multiraft/node/faults.py)."""
         self.catalog = Catalog()
+        self._new_groups = new_groups
         # Group 0 applies consumer group commands beside the catalog (multiraft/node/machines.py).
-        self.groups = GroupsState()
+        self.groups = new_groups()
         # The log index of the last catalog command applied (or of the snapshot restored):
         # the version of the topics the groups' pattern matches are kept for.
         self.topics_index = 0
@@ -28,7 +31,9 @@ class CatalogHolder:
 
     def replace(self, catalog: Catalog, groups: GroupsState | None = None) -> None:
         self.catalog = catalog
-        self.groups = groups if groups is not None else GroupsState()
+        self.groups = self._new_groups()
+        if groups is not None:  # a restored snapshot's groups, in the state this node runs
+            self.groups.groups = groups.groups
         self.topics_index = int(catalog.applied_index)
         self.changed()
 

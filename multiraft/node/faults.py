@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from multiraft.consumer_groups import GroupsState
+from multiraft.consumer_groups.state import NO_PARTITIONS, Group, Member
 from multiraft.node.machines import PartitionMachine
 from multiraft.state.producers import (
     Accept,
@@ -99,6 +101,30 @@ class SegmentStoreForgettingVotes(SegmentStore):
         return HardState(term=opened.term, vote=opened.vote, commit=super().hard_state_to_store().commit)
 
 
+class GroupsStateGivingEarly(GroupsState):
+    """The group-early-assign control: a member that heartbeats takes every partition of
+    its target at once, though another member still holds it (assigned, or revoking and
+    not yet given back), and apply no longer asserts one owner per partition. Revocation
+    goes on as before, so the old owner still reads until it hears. The chaos checker's
+    `group-two-owners` must see it. The catalog holder keeps this class across snapshot
+    restores, but a group 0 snapshot taken while a partition has two owners does not
+    decode (decoding re-checks one owner per partition)."""
+
+    def _reconcile(self, group: Group, member: Member) -> Member:
+        target = group.target.get(member.member_id, NO_PARTITIONS)
+        revoke = member.assigned - target
+        if revoke and not member.revoking:
+            return replace(member, assigned=member.assigned & target, revoking=revoke,
+                           epoch=group.assignment_epoch, previous_epoch=member.epoch)
+        assigned = (member.assigned & target) | (target - member.revoking)
+        if member.epoch == group.assignment_epoch:
+            return member if assigned == member.assigned else replace(member, assigned=assigned)
+        return replace(member, epoch=group.assignment_epoch, previous_epoch=member.epoch, assigned=assigned)
+
+    def _check_owners(self, group: Group) -> None:
+        return
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Faults:
     read_end: ReadEnd = committed_end
@@ -107,6 +133,7 @@ class Faults:
     store_class: type[SegmentStore] = SegmentStore
     ack_before_fsync: bool = False
     write_behind_files: bool = False
+    new_groups_state: Callable[[], GroupsState] = GroupsState
 
     @classmethod
     def of(cls, hooks: ChaosHooks) -> Faults:
@@ -119,6 +146,7 @@ class Faults:
             store_class=SegmentStoreForgettingVotes if hooks.vote_without_persist else SegmentStore,
             ack_before_fsync=hooks.ack_before_fsync,
             write_behind_files=hooks.write_behind_files,
+            new_groups_state=GroupsStateGivingEarly if hooks.group_early_assign else GroupsState,
         )
 
     def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files,

@@ -104,6 +104,7 @@ class GroupCoordinator:
         self._clock_ms = clock_ms
         self.sessions = Sessions()
         self._term = -1  # the term whose sessions `sessions` holds
+        self._commits_stamped = 0  # the counter of commit stamps (see `_commit`)
         rpc.register("groups.command", self._serve_command)
         rpc.register("groups.commit", self._serve_json(self._commit))
         rpc.register("groups.require_empty", self._serve_json(self._require_empty))
@@ -210,8 +211,14 @@ class GroupCoordinator:
         check_epoch(epoch)
         if not isinstance(request["offsets"], list):
             raise InvalidRequest("a groups commit carries a list of offsets")
+        runtime = await self._leading()
+        # The stamp only grows over the commits this coordinator and its successors issue
+        # (a successor leads in a higher term): a write delayed on its way to the partition
+        # cannot land over a newer one (multiraft/state/consumer_offsets.py, "Stamps").
+        self._commits_stamped += 1
+        stamp = (runtime.core.term, self._commits_stamped)
         commits = [OffsetCommit(group=group, topic=o["topic"], partition=o["partition"], offset=o["offset"],
-                                metadata=o["metadata"]) for o in request["offsets"]]
+                                metadata=o["metadata"], stamp=stamp) for o in request["offsets"]]
         partitions = sorted({(c.topic, c.partition) for c in commits})
         check_partitions(tuple(partitions), "partitions", GROUP_PARTITIONS_MAX)
         await self._leading()

@@ -21,7 +21,8 @@ admin's describe with committed offsets and lag.
   (the commits of consumers that assign partitions themselves keep their one hop).
 - `describe`: the coordinator's view of the group, with each resolved partition's
   committed offset, log start, high watermark, lag in records, and lag in time
-  (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset).
+  (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset;
+  record_times.py). At most `DESCRIBE_PARTITIONS_MAX` rows (`partitions_truncated`).
 - `delete_group`: only while the group has no members (Kafka's NON_EMPTY_GROUP), then
   its offsets go from every partition as before (multiraft/node/partition_ops.py).
 
@@ -40,14 +41,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import Heartbeat
-from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownGroup, UnknownTopic
 from multiraft.node.partition_ops import ConsumeResult
+from multiraft.node.record_times import first_at_or_after
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
-from raftlog.errors import ClientError, LeaderNotAvailable
+from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader
 from raftlog.types import GroupId
-from storage.batch import decode_columns
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -60,6 +61,10 @@ TopicPartition = tuple[str, int]
 RESETS = ("earliest", "latest")
 # Partition reads one fetch runs at once (a member may own up to 10,000 partitions).
 READS_IN_FLIGHT_MAX = 64
+# Partition rows one describe reads (offsets, bounds and one record each for the lag in
+# time): the first this many in (topic, partition) order; `partitions_truncated` says when
+# the group has more. Kafka's describe has no bound; ours keeps one request's work bounded.
+DESCRIBE_PARTITIONS_MAX = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +156,18 @@ class GroupReads:
             except OffsetOutOfRange:
                 try:
                     start, end = (await self.bounds([tp]))[tp]
+                    if offset > end:  # past the answering replica's end: is it past the leader's too?
+                        start, end = (await self.bounds([tp], leader=True))[tp]
                 except ClientError as error:
                     return PartitionFetch(topic, partition, offset, None, error)
+                if start <= offset <= end:
+                    # The replica that answered is behind the member's position, which the
+                    # leader's log holds: not out of range, so no reset (a reset moved the
+                    # member back to its policy's start and its next commit backwards,
+                    # chaos seed 3). Kafka's OFFSET_NOT_AVAILABLE: fetch again.
+                    leader = self._routing.leader_of(self._catalog.partition_group(topic, partition))
+                    return PartitionFetch(topic, partition, offset, None, NotLeader(
+                        leader, f"the replica read has not reached offset {offset} yet; fetch again"))
                 offset = start if reset == "earliest" else end
             except ClientError as error:
                 return PartitionFetch(topic, partition, offset, None, error)
@@ -190,18 +205,32 @@ class GroupReads:
 
     # ------------------------------------------------------------------ describe
 
-    async def describe(self, group: str,
-                       authorize: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    async def describe(self, group: str, authorize: Callable[[dict[str, Any]], None] | None = None,
+                       topics: tuple[str, ...] = ()) -> dict[str, Any]:
         """`authorize`: raises when the caller may not see the coordinator's view (before
-        the partitions are read)."""
-        described = await self._coordinator.describe(group)
+        the partitions are read). `topics`: also these topics' partitions; they describe a
+        group without members too (state `empty`, Kafka's "no active members"), by its
+        committed offsets there (UNKNOWN_GROUP when it has none)."""
+        try:
+            described = await self._coordinator.describe(group)
+        except ClientError as error:  # UnknownGroup here, or its code from the coordinator's node
+            if error.code != UnknownGroup.code or not topics:
+                raise
+            described = {"group": group, "state": "empty", "group_epoch": None, "assignment_epoch": None,
+                         "assignor": None, "session_timeout_ms": None, "topics": [], "members": []}
         if authorize is not None:
             authorize(described)
+        counts = {t["topic"]: t["partitions"] for t in described["topics"]}
+        for topic in topics:
+            counts.setdefault(topic, len(self._catalog.catalog.topic(topic).partitions))  # UnknownTopic if none
         # The group's resolved counts can be stale (a topic deleted and created again smaller
         # is re-resolved at the next heartbeat) and this node's catalog can trail: only the
         # partitions this node's catalog has get a row.
-        tps = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])
-               if self._known((t["topic"], p))]
+        known = [(topic, p) for topic, count in sorted(counts.items()) for p in range(count)
+                 if self._known((topic, p))]
+        tps = known[:DESCRIBE_PARTITIONS_MAX]
+        described["partitions_total"] = len(known)
+        described["partitions_truncated"] = len(known) > len(tps)
         committed: dict[TopicPartition, int] = {}
         for topic in sorted({t for t, _ in tps}):
             for row in await self._reads.fetch_offsets(group, topic):
@@ -217,6 +246,8 @@ class GroupReads:
             rows.append({"topic": tp[0], "partition": tp[1], "committed_offset": offset, "log_start_offset": start,
                          "high_watermark": end, "lag": max(0, lag), "owner": owners.get(tp)})
         await self._lag_ms(rows)
+        if not described["members"] and all(row["committed_offset"] is None for row in rows):
+            raise UnknownGroup(f"consumer group {group!r} has no members and no offsets in {', '.join(topics)}")
         described["partitions"] = rows
         return described
 
@@ -233,19 +264,10 @@ class GroupReads:
             offset = row["committed_offset"] if row["committed_offset"] is not None else row["log_start_offset"]
             async with slots:
                 try:
-                    result = await self._reads.consume(row["topic"], row["partition"], max(offset, 0),
-                                                       max_records=1, max_bytes=1)
+                    found = await first_at_or_after(self._reads, row["topic"], row["partition"], max(offset, 0))
                 except ClientError:
-                    row["lag_ms"] = None
-                    return
-            for base, _count, batch in result.batches:
-                if base <= offset:
-                    decoded = decode_columns(batch, offset - base, offset - base + 1)
-                    if decoded.timestamp_deltas_ms:
-                        stamp = decoded.header.first_timestamp_ms + decoded.timestamp_deltas_ms[0]
-                        row["lag_ms"] = max(0, now_ms - stamp)
-                        return
-            row["lag_ms"] = None
+                    found = None
+            row["lag_ms"] = None if found is None else max(0, now_ms - found[1])
 
         await asyncio.gather(*(one(row) for row in rows))
 
@@ -255,8 +277,9 @@ class GroupReads:
 
     # ------------------------------------------------------------------ bounds
 
-    async def bounds(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(log start offset, high watermark) of each partition, from a replica."""
+    async def bounds(self, tps: list[TopicPartition], *, leader: bool = False) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start offset, high watermark) of each partition, from a replica: this
+        node's when it hosts one (with `leader`, only when it leads), else the leader's."""
         catalog = self._catalog.catalog
         local: dict[TopicPartition, tuple[int, int]] = {}
         remote: dict[int, list[tuple[TopicPartition, GroupId]]] = {}
@@ -264,7 +287,8 @@ class GroupReads:
             if not self._known(tp):
                 raise UnknownTopic(f"partition {tp[0]}/{tp[1]} is not in this node's catalog (yet); retry")
             info = catalog.topic(tp[0]).partitions[tp[1]]
-            here = self._local_bounds(info.group_id)
+            mine = not leader or self._routing.leader_of(info.group_id) == self._routing.id
+            here = self._local_bounds(info.group_id) if mine else None
             if here is not None:
                 local[tp] = here
                 continue

@@ -39,6 +39,7 @@ from multiraft.node.config import NodeConfig
 from multiraft.node.consumer_instances import ConsumerInstances
 from multiraft.node.controller import Controller, host_port
 from multiraft.node.faults import Faults
+from multiraft.node.group_admin import GroupAdmin
 from multiraft.node.group_coordinator import GroupCoordinator
 from multiraft.node.group_reads import GroupReads
 from multiraft.node.local_storage import LocalStorage
@@ -79,7 +80,7 @@ class Node:
         self.hooks = hooks if hooks is not None else ChaosHooks.from_environment()
         self.faults = Faults.of(self.hooks)
         self.registry = GroupRegistry()
-        self.catalog_holder = CatalogHolder()
+        self.catalog_holder = CatalogHolder(self.faults.new_groups_state)
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
         self.ticker = Ticker(config, self.registry, self.logger)
         self.liveness = self.ticker.liveness
@@ -126,6 +127,8 @@ class Node:
         self.group_coordinator = GroupCoordinator(self.registry, self.catalog_holder, self.rpc,
                                                   self.reads.commit_offsets, self.logger)
         self.group_reads = GroupReads(self.group_coordinator, self.reads, self.routing, self.catalog_holder, self.rpc)
+        self.group_admin = GroupAdmin(self.group_coordinator, self.group_reads, self.reads, self.catalog_holder,
+                                      self.registry)
         self.consumer_instances = ConsumerInstances(self.group_coordinator, self.group_reads, self.reads, self.registry,
                                                     self.catalog_holder, self.rpc, self.logger)
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
@@ -134,7 +137,8 @@ class Node:
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
             reads=self.reads, groups=self.group_coordinator, group_reads=self.group_reads,
-            instances=self.consumer_instances, ticker=self.ticker, transport=self.transport, latencies=self.latencies,
+            group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
+            transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders,
         )
 

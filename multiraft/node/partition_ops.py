@@ -33,7 +33,7 @@ from multiraft.node.offsets_retention import wall_clock_ms
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit, OffsetsDelete, decode_meta, encode_meta
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer, error_answer
-from raftlog.errors import LeaderNotAvailable, NotLeader
+from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind
 from raftlog.types import GroupId, Offset
 from storage.errors import CorruptionError, OffsetOutOfRangeError
@@ -181,18 +181,32 @@ class PartitionOps:
         return self._read_end(machine, store, isolation)
 
     async def commit_offsets(self, group: str, commits: list[OffsetCommit]) -> None:
-        """Commit each partition's offset through that partition's group (its leader)."""
-        for commit in commits:
-            if commit.group != group:
-                raise InvalidRequest("every commit names the same consumer group")
-            group_id = self._catalog.partition_group(commit.topic, commit.partition)
-            if self._registry.leading(group_id) is not None:
-                await self._commit_local(group_id, commit)
-                continue
-            replicas = self._catalog.catalog.topic(commit.topic).partitions[commit.partition].replicas
-            leader = self._routing.forward_target(group_id, replicas)
-            await self._call(leader, "partition.commit_offset", _GROUP.pack(group_id) + encode_meta(commit),
-                             RPC_TIMEOUT_S, write=True)
+        """Commit each partition's offset through that partition's group (its leader), one
+        after another. A failure after some were written is OUTCOME_UNKNOWN, whatever
+        the failure: its own code (NOT_LEADER, say) would tell the client that nothing
+        happened (the chaos group workload read back an offset of a commit answered
+        NOT_LEADER)."""
+        if any(commit.group != group for commit in commits):
+            raise InvalidRequest("every commit names the same consumer group")
+        for done, commit in enumerate(commits):
+            try:
+                await self._commit_one(commit)
+            except ClientError as error:
+                if done == 0:
+                    raise
+                raise OutcomeUnknown(f"{done} of {len(commits)} offsets were committed, then "
+                                     f"{commit.topic}/{commit.partition} failed ({error.code}: {error}); "
+                                     "fetch the offsets to see where they stand") from error
+
+    async def _commit_one(self, commit: OffsetCommit) -> None:
+        group_id = self._catalog.partition_group(commit.topic, commit.partition)
+        if self._registry.leading(group_id) is not None:
+            await self._commit_local(group_id, commit)
+            return
+        replicas = self._catalog.catalog.topic(commit.topic).partitions[commit.partition].replicas
+        leader = self._routing.forward_target(group_id, replicas)
+        await self._call(leader, "partition.commit_offset", _GROUP.pack(group_id) + encode_meta(commit),
+                         RPC_TIMEOUT_S, write=True)
 
     async def _commit_local(self, group_id: GroupId, commit: OffsetCommit) -> None:
         commit = replace(commit, committed_at_ms=wall_clock_ms())  # the leader's time, whoever forwarded it

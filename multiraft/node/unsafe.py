@@ -44,6 +44,7 @@ UNSAFE_SWITCHES = {
     "read-uncommitted": "read_uncommitted",
     "skip-crc": "skip_crc",
     "vote-without-persist": "vote_without_persist",
+    "group-early-assign": "group_early_assign",
 }
 
 
@@ -67,6 +68,9 @@ class ChaosHooks:
     # faults.py SegmentStoreForgettingVotes, the class every store is opened as: term and
     # vote never reach the database.
     vote_without_persist: bool = False
+    # faults.py GroupsStateGivingEarly (group 0's consumer group state, through the catalog
+    # holder): a member gets its target partitions at once, before their old owners gave them back.
+    group_early_assign: bool = False
 
     @property
     def unsafe(self) -> tuple[str, ...]:

@@ -26,7 +26,18 @@ that sees it lists it, and applying that pass gives it the pass's own `as_of_ms`
 as its time. So offsets committed before an upgrade get one full retention period
 from the first pass after it, never less (treating 0 as "very old" would drop
 every pre-upgrade group at the first pass; treating it as the pass's time forever
-would keep them forever). Everything is encoded as v2.
+would keep them forever). Everything is encoded as v2, except a commit that carries a
+stamp (below): v3, the v2 fields and `stamp`.
+
+Stamps. A member's commit is checked at the group coordinator and then written
+through the partition's group, a hop apart: a commit whose write was delayed on
+the way (a forwarded call held by a network fault) could land after newer commits
+of the same group and move its offset back (the chaos group workload saw 112 go
+back to 54). So the coordinator stamps each commit with (its term as the metadata
+leader, a counter of its own), which only grows over the commits it and its
+successors issue, and apply refuses a commit whose stamp is below the one that
+set the group's current offset (`STALE_OFFSET_COMMIT`). Unstamped commits (an
+admin reset, a group without members) apply as before and keep the stamp there.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ from typing import Any
 
 from multiraft.errors import InvalidRequest
 
-META_VERSION = 2  # what is encoded; v1 is still decoded
+META_VERSION = 2  # what is encoded (v3: a stamped commit); v1 is still decoded
 # Kafka's offset.metadata.max.bytes default.
 COMMIT_METADATA_BYTES_MAX = 4096
 # Kafka bounds group ids only by the request size; 249 matches its topic-name limit.
@@ -47,6 +58,9 @@ OFFSET_MAX = 2**63 - 1
 TIME_MS_MAX = 2**63 - 1
 # The commit time of offsets committed by a version before v2 (see the module docstring).
 COMMIT_TIME_UNKNOWN = 0
+# No stamp: a commit that did not come through the coordinator (see the module docstring).
+NO_STAMP = (0, 0)
+STAMP_PART_MAX = 2**63 - 1
 # Groups one `offsets_expire` entry names: at most ~125 KiB of names (249 bytes each), well
 # inside one append; a partition holding more idle groups sheds them over several passes.
 EXPIRE_GROUPS_PER_ENTRY_MAX = 500
@@ -66,9 +80,13 @@ class OffsetCommit:
     offset: int
     metadata: str = ""
     committed_at_ms: int = COMMIT_TIME_UNKNOWN
+    stamp: tuple[int, int] = NO_STAMP  # (coordinator term, its counter); see the module docstring
 
     def __post_init__(self) -> None:
         _check_group(self.group)
+        if not (isinstance(self.stamp, tuple) and len(self.stamp) == 2
+                and all(_is_int(part) and 0 <= part <= STAMP_PART_MAX for part in self.stamp)):
+            raise InvalidRequest("a commit's stamp is two integers (term, counter)")
         if not isinstance(self.topic, str) or not self.topic:
             raise InvalidRequest("an offset commit names its topic")
         if not _is_int(self.partition) or self.partition < 0:
@@ -149,6 +167,7 @@ class CommittedOffset:
     metadata: str
     index: int
     committed_at_ms: int = COMMIT_TIME_UNKNOWN
+    stamp: tuple[int, int] = NO_STAMP  # of the newest stamped commit that set it
 
 
 def encode_meta(command: MetaCommand) -> bytes:
@@ -157,6 +176,8 @@ def encode_meta(command: MetaCommand) -> bytes:
         document |= {"type": "offset_commit", "group": command.group, "topic": command.topic,
                      "partition": command.partition, "offset": command.offset,
                      "metadata": command.metadata, "committed_at_ms": command.committed_at_ms}
+        if command.stamp != NO_STAMP:
+            document |= {"v": 3, "stamp": list(command.stamp)}
     elif isinstance(command, OffsetsExpire):
         document |= {"type": "offsets_expire", "as_of_ms": command.as_of_ms,
                      "retention_ms": command.retention_ms, "groups": list(command.groups)}
@@ -171,13 +192,14 @@ _COMMIT_FIELDS_V1 = {"v", "type", "group", "topic", "partition", "offset", "meta
 _FIELDS = {
     (1, "offset_commit"): _COMMIT_FIELDS_V1,
     (2, "offset_commit"): _COMMIT_FIELDS_V1 | {"committed_at_ms"},
+    (3, "offset_commit"): _COMMIT_FIELDS_V1 | {"committed_at_ms", "stamp"},
     (2, "offsets_expire"): {"v", "type", "as_of_ms", "retention_ms", "groups"},
     (2, "offsets_delete"): {"v", "type", "group"},
 }
 
 
 def decode_meta(payload: bytes) -> MetaCommand:
-    """Decode and validate a META payload (v1 or v2). Raises `InvalidRequest` on anything unexpected."""
+    """Decode and validate a META payload (v1-v3). Raises `InvalidRequest` on anything unexpected."""
     try:
         document = json.loads(payload)
     except (UnicodeDecodeError, ValueError) as error:
@@ -198,7 +220,11 @@ def decode_meta(payload: bytes) -> MetaCommand:
                              groups=tuple(groups))
     if kind == "offsets_delete":
         return OffsetsDelete(group=document["group"])
+    stamp = document.get("stamp", list(NO_STAMP))
+    if not isinstance(stamp, list):
+        raise InvalidRequest("an offset commit's stamp is a list")
     return OffsetCommit(
+        stamp=tuple(stamp),
         group=document["group"],
         topic=document["topic"],
         partition=document["partition"],

@@ -34,11 +34,13 @@ from dataclasses import dataclass, replace
 from multiraft.errors import (
     CommitOffsetOutOfRange,
     InvalidRequest,
+    StaleOffsetCommit,
     TooManyConsumerGroups,
     UnknownGroup,
 )
 from multiraft.state.consumer_offsets import (
     COMMIT_TIME_UNKNOWN,
+    NO_STAMP,
     CommittedOffset,
     OffsetCommit,
     OffsetsDelete,
@@ -221,9 +223,10 @@ class PartitionState:
             self._check_commit(command)
         except ClientError as error:
             return replace(base, error=error)
-        self.consumer_offsets.pop(command.group, None)
+        before = self.consumer_offsets.pop(command.group, None)
+        stamp = command.stamp if command.stamp != NO_STAMP or before is None else before.stamp
         self.consumer_offsets[command.group] = CommittedOffset(
-            command.offset, command.metadata, entry.index, command.committed_at_ms
+            command.offset, command.metadata, entry.index, command.committed_at_ms, stamp
         )
         return replace(base, base_offset=Offset(command.offset))
 
@@ -261,7 +264,13 @@ class PartitionState:
             )
         if commit.offset > self.high_watermark:
             raise CommitOffsetOutOfRange(commit.offset, self.high_watermark)
-        known = commit.group in self.consumer_offsets
+        current = self.consumer_offsets.get(commit.group)
+        if commit.stamp != NO_STAMP and current is not None and commit.stamp < current.stamp:
+            raise StaleOffsetCommit(
+                f"a newer commit of group {commit.group!r} set {self.topic}/{self.partition} to "
+                f"{current.offset} before this one (to {commit.offset}) arrived; the newer stands"
+            )
+        known = current is not None
         if not known and len(self.consumer_offsets) >= self.consumer_groups_max:
             raise TooManyConsumerGroups(
                 f"partition keeps offsets for at most {self.consumer_groups_max} groups"

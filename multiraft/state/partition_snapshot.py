@@ -9,7 +9,11 @@ that order decides future evictions and must match on every replica.
 Versions: v2 adds each consumer group's commit time (a fifth field of its row,
 `committed_at_ms`, which retention reads). v1 snapshots, from before retention,
 still decode: their groups get `COMMIT_TIME_UNKNOWN` (multiraft/state/consumer_offsets.py
-says how a retention pass treats those). Always encoded as v2.
+says how a retention pass treats those).
+
+v3 adds each group's commit stamp (two more fields of its row; consumer_offsets.py,
+"Stamps"). It is encoded only when some group has a stamp, so a partition whose
+offsets were never stamped still snapshots as v2, byte for byte.
 
 `PartitionState` (multiraft/state/partition.py) encodes and restores itself through
 this module, so the codec does not import it: it names the state's shape
@@ -25,7 +29,12 @@ from typing import Any, Protocol, TypeVar
 import msgpack
 
 from multiraft.errors import SnapshotFormatError
-from multiraft.state.consumer_offsets import COMMIT_TIME_UNKNOWN, CommittedOffset
+from multiraft.state.consumer_offsets import (
+    COMMIT_TIME_UNKNOWN,
+    NO_STAMP,
+    STAMP_PART_MAX,
+    CommittedOffset,
+)
 from multiraft.state.producers import (
     BATCHES_KEPT,
     EPOCH_MAX,
@@ -36,8 +45,8 @@ from multiraft.state.producers import (
 )
 from raftlog.types import Index, Offset
 
-SNAPSHOT_VERSION = 2
-SNAPSHOT_VERSIONS_DECODED = (1, 2)
+SNAPSHOT_VERSION = 2  # 3 when a group's offset carries a stamp
+SNAPSHOT_VERSIONS_DECODED = (1, 2, 3)
 
 
 class PartitionFields(Protocol):
@@ -57,8 +66,9 @@ S = TypeVar("S", bound=PartitionFields)
 
 
 def encode_snapshot(state: PartitionFields) -> bytes:
+    stamped = any(c.stamp != NO_STAMP for c in state.consumer_offsets.values())
     document = {
-        "v": SNAPSHOT_VERSION,
+        "v": 3 if stamped else SNAPSHOT_VERSION,
         "topic": state.topic,
         "partition": state.partition,
         "applied_index": state.applied_index,
@@ -67,7 +77,7 @@ def encode_snapshot(state: PartitionFields) -> bytes:
         "consumer_groups_max": state.consumer_groups_max,
         "producers": [_producer_row(pid, entry) for pid, entry in state.producers.items()],
         "consumer_offsets": [
-            [group, c.offset, c.metadata, c.index, c.committed_at_ms]
+            [group, c.offset, c.metadata, c.index, c.committed_at_ms, *((*c.stamp,) if stamped else ())]
             for group, c in state.consumer_offsets.items()
         ],
         "skipped": [[base, count] for base, count in state.skipped_ranges],
@@ -119,17 +129,18 @@ def _build(document: Any, new_state: Callable[..., S]) -> S:
     if len({producer_id for producer_id, _ in producers}) != len(producers):
         raise ValueError("a producer id appears twice")
     state.producers.restore(producers)
-    row_fields = 4 if version == 1 else 5  # v1 rows have no commit time
+    row_fields = {1: 4, 2: 5, 3: 7}[version]  # v1 rows have no commit time, v2 no stamp
     for row in document["consumer_offsets"]:
         if not isinstance(row, list) or len(row) != row_fields:
             raise ValueError("consumer offset row is malformed")
         group, offset, metadata, index = row[:4]
-        committed_at_ms = _int(row[4]) if row_fields == 5 else COMMIT_TIME_UNKNOWN
+        committed_at_ms = _int(row[4]) if row_fields >= 5 else COMMIT_TIME_UNKNOWN
+        stamp = (_int(row[5]), _int(row[6])) if row_fields == 7 else NO_STAMP
         if not isinstance(group, str) or not isinstance(metadata, str) or group in state.consumer_offsets:
             raise ValueError("consumer offset row is malformed")
-        if _int(offset) > state.next_offset:
-            raise ValueError("committed offset beyond the high watermark")
-        state.consumer_offsets[group] = CommittedOffset(offset, metadata, _int(index), committed_at_ms)
+        if _int(offset) > state.next_offset or max(stamp) > STAMP_PART_MAX:
+            raise ValueError("committed offset beyond the high watermark, or a stamp out of range")
+        state.consumer_offsets[group] = CommittedOffset(offset, metadata, _int(index), committed_at_ms, stamp)
     if len(state.consumer_offsets) > state.consumer_groups_max:
         raise ValueError("more consumer groups than the bound")
     end = 0

@@ -249,3 +249,36 @@ def test_vote_without_persist_forgets_term_and_vote(tmp_path, store_class):
             assert (hard.term, hard.vote, hard.commit) == (0, 0, 1)
     finally:
         harness.close()
+
+
+# ---- group-early-assign ----------------------------------------------------------------
+
+
+def _join_second_member(state):  # type: ignore[no-untyped-def]
+    """Member a holds both partitions of t; b joins: the target moves one to b."""
+    from multiraft.consumer_groups import JoinGroup, StaticTopics, Subscription
+
+    topics = StaticTopics({"t": 2})
+    subscription = Subscription(topics=("t",))
+    state.apply(1, JoinGroup(group="g", member_id="a", subscription=subscription), topics)
+    result = state.apply(2, JoinGroup(group="g", member_id="b", subscription=subscription), topics)
+    return state.groups["g"], result.value
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_group_early_assign_gives_a_held_partition_at_once(early):
+    # Goal: with the switch, a joining member is told it owns a partition the other member
+    # still holds (no revocation heard yet); without it, the partition is pending.
+    from multiraft.consumer_groups import GroupsState
+    from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.faults import GroupsStateGivingEarly
+
+    holder = CatalogHolder(Faults.of(ChaosHooks(group_early_assign=early)).new_groups_state)
+    assert type(holder.groups) is (GroupsStateGivingEarly if early else GroupsState)
+    group, joined = _join_second_member(holder.groups)
+    held_by_a = group.members["a"].assigned
+    assert len(held_by_a) == 2  # a has not heartbeated: it still holds both
+    assert bool(set(joined.assigned) & held_by_a) is early
+    assert bool(joined.pending) is not early
+    holder.replace(holder.catalog, GroupsState())  # a restored snapshot keeps the class
+    assert type(holder.groups) is (GroupsStateGivingEarly if early else GroupsState)

@@ -198,6 +198,25 @@ async def test_group_offsets_commit_anywhere_read_everywhere(cluster: Cluster) -
     assert status == 200 and body["offsets"] == []
 
 
+async def test_a_commit_that_fails_after_writing_some_offsets_says_its_outcome_is_unknown(cluster: Cluster) -> None:
+    # Goal: offsets are written one partition after another; when a later one fails, the
+    # answer must not be that partition's own refusal (which says nothing happened) but
+    # OUTCOME_UNKNOWN, since the earlier ones are committed (the chaos group workload read
+    # back an offset whose commit had been answered NOT_LEADER).
+    await cluster.create_topic("partial", partitions=2)
+    await cluster.call("POST", 0, "/v1/topics/partial/records",
+                       json={"records": [{"value": i, "partition": i % 2} for i in range(4)]})
+    status, body = await cluster.call("POST", 1, "/v1/groups/partial-readers/offsets", json={"offsets": [
+        {"topic": "partial", "partition": 0, "offset": 1}, {"topic": "partial", "partition": 1, "offset": 99}]})
+    assert (status, body["error_code"]) == (504, "OUTCOME_UNKNOWN"), body
+    assert "1 of 2 offsets were committed" in body["message"]
+    status, body = await cluster.call("GET", 2, "/v1/groups/partial-readers/offsets", params={"topic": "partial"})
+    assert status == 200 and [(o["partition"], o["offset"]) for o in body["offsets"]] == [(0, 1)]
+    status, body = await cluster.call("POST", 1, "/v1/groups/partial-readers/offsets", json={"offsets": [
+        {"topic": "partial", "partition": 1, "offset": 99}, {"topic": "partial", "partition": 0, "offset": 2}]})
+    assert (status, body["error_code"]) == (416, "OFFSET_OUT_OF_RANGE"), "the first failing: nothing was written"
+
+
 async def test_forward_false_on_a_follower_names_the_leader(cluster: Cluster) -> None:
     created = await cluster.create_topic("fwd", partitions=1)
     _, body = await cluster.call("GET", 0, "/v1/topics/fwd")

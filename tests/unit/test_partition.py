@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ from multiraft.errors import (
     InvalidRequest,
     OutOfOrderSequence,
     SnapshotFormatError,
+    StaleOffsetCommit,
     TooManyConsumerGroups,
     error_table,
 )
@@ -48,9 +50,10 @@ class Driver:
         index = Index(self.state.applied_index + 1)
         return self.state.apply(Entry(index, Term(1), kind, payload))
 
-    def commit(self, group: str, offset: int, topic: str = "t", partition: int = 0) -> ApplyResult:
+    def commit(self, group: str, offset: int, topic: str = "t", partition: int = 0,
+               stamp: tuple[int, int] = (0, 0)) -> ApplyResult:
         payload = encode_meta(OffsetCommit(group=group, topic=topic, partition=partition,
-                                           offset=offset, metadata="m"))  # fmt: skip
+                                           offset=offset, metadata="m", stamp=stamp))  # fmt: skip
         return self.entry(EntryKind.META, payload)
 
 
@@ -217,6 +220,43 @@ def test_offset_commits():
     assert driver.state.committed_offset("g2") is None
 
 
+def test_a_stamped_commit_older_than_the_groups_offset_is_refused():
+    # Goal: a member's commit delayed on its way (stamped earlier by the coordinator)
+    # never moves the group's offset back over a newer one; the coordinator's next term
+    # outranks every stamp of the last; unstamped commits (admin resets, groups without
+    # members) apply as before and keep the stamp, so a late stamped one still cannot
+    # land after them.
+    driver = Driver()
+    driver.data(batch(200))
+    assert driver.commit("g", 112, stamp=(3, 9)).ok
+    stale = driver.commit("g", 54, stamp=(3, 5))
+    assert isinstance(stale.error, StaleOffsetCommit) and stale.error.code == "STALE_OFFSET_COMMIT"
+    assert driver.state.committed_offset("g").offset == 112
+    assert driver.commit("g", 112, stamp=(3, 9)).ok, "the same commit again (a retried write) applies"
+    assert driver.commit("g", 60, stamp=(4, 1)).ok, "a later coordinator's term outranks"
+    assert driver.commit("g", 10).ok and driver.state.committed_offset("g").stamp == (4, 1)
+    assert isinstance(driver.commit("g", 150, stamp=(3, 99)).error, StaleOffsetCommit)
+    assert driver.commit("other", 5, stamp=(1, 1)).ok, "stamps compare within a group only"
+    restored = PartitionState.restore(driver.state.snapshot())
+    assert restored.committed_offset("g") == driver.state.committed_offset("g")
+    assert restored.snapshot() == driver.state.snapshot()
+
+
+def test_unstamped_offsets_encode_as_before():
+    # Goal: a commit without a stamp is the v2 META payload, and a partition whose offsets
+    # were never stamped snapshots as v2, so nodes of the version before decode both.
+    payload = encode_meta(OffsetCommit(group="g", topic="t", partition=0, offset=1, committed_at_ms=7))
+    assert b'"v":2' in payload and b"stamp" not in payload
+    stamped = encode_meta(OffsetCommit(group="g", topic="t", partition=0, offset=1, stamp=(2, 3)))
+    assert b'"v":3' in stamped and decode_meta(stamped).stamp == (2, 3)
+    driver = Driver()
+    driver.data(batch(3))
+    driver.commit("g", 2)
+    assert msgpack.unpackb(driver.state.snapshot())["v"] == 2
+    driver.commit("g", 3, stamp=(1, 1))
+    assert msgpack.unpackb(driver.state.snapshot())["v"] == 3
+
+
 def test_consumer_groups_are_bounded():
     # Goal: a new group beyond the bound is refused; known groups still commit.
     driver = Driver(PartitionState(topic="t", partition=0, consumer_groups_max=1))
@@ -229,7 +269,11 @@ def test_consumer_groups_are_bounded():
     "payload",
     [b"{}", b'{"v":2,"type":"offset_commit"}', b"[1]",
      b'{"v":1,"type":"offset_commit","group":"g","topic":"t","partition":0,'
-     b'"offset":true,"metadata":""}'],
+     b'"offset":true,"metadata":""}',
+     b'{"v":3,"type":"offset_commit","group":"g","topic":"t","partition":0,'
+     b'"offset":1,"metadata":"","committed_at_ms":0,"stamp":[1]}',
+     b'{"v":3,"type":"offset_commit","group":"g","topic":"t","partition":0,'
+     b'"offset":1,"metadata":"","committed_at_ms":0,"stamp":[1,-2]}'],
 )  # fmt: skip
 def test_meta_decode_refuses_malformed_payloads(payload):
     # Goal: META payloads are validated field by field.
