@@ -10,6 +10,8 @@
     raftlog group list | describe G | delete G
     raftlog group reset-offsets G --topic T[:P,P] --to-earliest|--to-latest|--to-offset N|--to-datetime T|--shift-by N
                                   [--dry-run|--execute]
+    raftlog topic alter TOPIC [--partitions N] [--config K=V] [--delete-config K]
+    raftlog node drain N [--wait] | undrain N     leadership off a node (rolling restart), and back
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
@@ -81,8 +83,10 @@ def _topic_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type
     describe = topics.add_parser("describe", help="partitions, leaders, ISR, offsets")
     describe.add_argument("name")
     _client_command(describe, commands.topic_describe)
-    alter = topics.add_parser("alter", help="change topic settings")
+    alter = topics.add_parser("alter", help="change topic settings, or add partitions")
     alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, default=None, metavar="N",
+                       help="grow the topic to N partitions (increase only; keyed records may move)")
     alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                        help="set a setting, e.g. retention_ms=3600000 (repeatable)")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
@@ -133,10 +137,25 @@ def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     _client_command(export, commands.export)
 
 
+def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    node = commands_parser.add_parser("node", help="drain or undrain a node (leadership, for a rolling restart)")
+    nodes = node.add_subparsers(dest="node_command", required=True, metavar="{drain,undrain}")
+    drain = nodes.add_parser("drain", help="move every leadership off a node; it takes none until undrained")
+    drain.add_argument("node_id", type=int)
+    drain.add_argument("--wait", action="store_true",
+                       help="print progress until it leads no partition (nor the metadata group, when "
+                            "another voter can take it)")
+    drain.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up waiting after S s")
+    _client_command(drain, commands.node_drain)
+    undrain = nodes.add_parser("undrain", help="let a drained node lead again (balancing brings it back)")
+    undrain.add_argument("node_id", type=int)
+    _client_command(undrain, commands.node_undrain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
     subcommands = parser.add_subparsers(dest="command", required=True,
-                                        metavar="{serve,cluster,topic,produce,consume,group,token,leaders,export}")
+                                        metavar="{serve,cluster,topic,produce,consume,group,node,token,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status,wait}")
@@ -163,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     _client_command(delete, commands.token_delete)
     add_group_parsers(subcommands, _client_command)
+    _node_parsers(subcommands)
     leaders = subcommands.add_parser("leaders", help="partition leadership")
     leaders_commands = leaders.add_subparsers(dest="leaders_command", required=True, metavar="{balance}")
     _client_command(leaders_commands.add_parser("balance", help="even out leaders per node"),

@@ -258,6 +258,19 @@ class AsyncClient:
     async def balance_leaders(self) -> dict[str, Any]:
         return await self._json("POST", "/v1/admin/leadership/balance")
 
+    async def create_partitions(self, name: str, count: int) -> dict[str, Any]:
+        """Grow topic `name` to `count` partitions (the new total; increase only). Keyed
+        records may map to other partitions afterwards, as in Kafka. Returns the topic."""
+        return await self._json("POST", f"/v1/topics/{name}/partitions", json_body={"count": count})
+
+    async def drain_node(self, node_id: int) -> dict[str, Any]:
+        """Move every leadership off `node_id` (for a rolling restart); its drain status."""
+        return await self._json("POST", f"/v1/admin/nodes/{int(node_id)}/drain")
+
+    async def undrain_node(self, node_id: int) -> dict[str, Any]:
+        """Let `node_id` lead again; its drain status."""
+        return await self._json("DELETE", f"/v1/admin/nodes/{int(node_id)}/drain")
+
     # ---- bearer tokens (admin) ----------------------------------------------------
 
     async def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:

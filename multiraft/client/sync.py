@@ -85,6 +85,15 @@ class Client:
     def balance_leaders(self) -> dict[str, Any]:
         return self.run(self.aio.balance_leaders())
 
+    def create_partitions(self, name: str, count: int) -> dict[str, Any]:
+        return self.run(self.aio.create_partitions(name, count))
+
+    def drain_node(self, node_id: int) -> dict[str, Any]:
+        return self.run(self.aio.drain_node(node_id))
+
+    def undrain_node(self, node_id: int) -> dict[str, Any]:
+        return self.run(self.aio.undrain_node(node_id))
+
     def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:
         return self.run(self.aio.create_token(name, rights))
 

@@ -297,6 +297,19 @@ class GroupsState(InstancesMixin):
                 group.target.pop(member_id, None)
         return len(removed)
 
+    def partitions_added(self, topics: TopicsView) -> list[str]:
+        """A topic gained partitions (the catalog's CreatePartitions, applied at the same
+        entry on every replica): every group whose subscriptions now resolve to other
+        counts moves to a new epoch and target at once, so the new partitions are assigned
+        (and a describe shows them) without waiting for a member's heartbeat. Returns the
+        groups bumped, sorted."""
+        bumped = []
+        for name, group in sorted(self.groups.items()):
+            if _resolve(group, topics, self._matches) != group.counts:
+                _bump(group, topics, self._matches)
+                bumped.append(name)
+        return bumped
+
     # ------------------------------------------------------------------ reads (the coordinator's)
 
     def member(self, name: str, member_id: str, epoch: int) -> tuple[Group, Member]:

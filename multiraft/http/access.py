@@ -58,6 +58,10 @@ RULES: dict[tuple[str, str], str] = {
     # A reset moves where every future member starts, on every topic it names (Kafka asks
     # for READ on the group and the topics; our rights have no group resource): admin.
     ("POST", "/v1/groups/{group}/offsets/reset"): ADMIN_RIGHT,
+    # Live operations (issue 25): more partitions (Kafka's ALTER on the topic: admin here), drain.
+    ("POST", "/v1/topics/{topic}/partitions"): ADMIN_RIGHT,
+    ("POST", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,
+    ("DELETE", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,
     # Membership: a join names its topics in the body (read on each; a pattern needs read:*);
     # a member's later calls need the same on the member's subscription (the group state's);
     # describe needs read on every member's, and a list shows only the groups so described.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiraft.http import confluent_openapi
+from multiraft.http import confluent_openapi, live_ops_openapi
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
 from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
 from multiraft.node.api import (
@@ -342,7 +342,7 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "raftlog", "version": "1", "description": "A replicated, partitioned message log."},
-        "paths": {**_PATHS, **confluent_openapi.PATHS},
+        "paths": {**_PATHS, **live_ops_openapi.PATHS, **confluent_openapi.PATHS},
         "security": [{"bearer": []}, {}],  # a token only where the node requires one
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
                        "schemas": {**_SCHEMAS, **confluent_openapi.SCHEMAS}, "responses": {"Error": {

@@ -33,7 +33,7 @@ from multiraft.consumer_groups.resets import (
     ResetTopic,
 )
 from multiraft.metadata.catalog import Catalog
-from multiraft.node import debug_views
+from multiraft.node import debug_views, draining
 from multiraft.node.acks import Acks
 from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from multiraft.node.admission import verify as verify_admission
@@ -137,6 +137,8 @@ class NodeApi:
         self.create_topic = metadata.create_topic
         self.delete_topic = metadata.delete_topic
         self.alter_topic_config = metadata.alter_topic_config
+        self.create_partitions = metadata.create_partitions  # issue 25: more partitions, drain
+        self.set_drained = metadata.set_drained
         self.allocate_producer_id = metadata.allocate_producer_id
         self.sync_catalog = metadata.sync_catalog
         self.wait_for_topic = metadata.wait_for_topic
@@ -181,6 +183,10 @@ class NodeApi:
 
     def leader_of(self, group_id: GroupId) -> int:
         return self._routing.leader_of(group_id)
+
+    def partitions_led(self, node_id: NodeId) -> int:
+        """Partitions `node_id` leads as this node sees it (a drain's progress)."""
+        return draining.partitions_led(self._routing, node_id)
 
     def quiesced_groups(self) -> int:
         return self._registry.quiesced()

@@ -292,6 +292,12 @@ class Node:
     async def delete_topic(self, name: str) -> None:
         await self.metadata.delete_topic(name)
 
+    async def create_partitions(self, name: str, count: int) -> None:
+        await self.metadata.create_partitions(name, count)
+
+    async def set_drained(self, node_id: NodeId, drained: bool) -> None:
+        await self.metadata.set_drained(node_id, drained)
+
     async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> None:
         await self.metadata.alter_topic_config(name, changes)
 
