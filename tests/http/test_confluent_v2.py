@@ -230,3 +230,60 @@ async def test_an_instance_gives_back_at_its_next_get_what_a_native_member_joini
     status, committed = await cluster.call("GET", 2, "/v1/groups/cv2-mixed-g/offsets?topic=cv2-mixed")
     assert {o["partition"]: o["offset"] for o in committed["offsets"]}[taken] == 3, committed  # auto-committed
     await call(cluster, "DELETE", 2, base)
+
+
+async def test_latest_over_two_partitions_skips_nothing_when_one_answers_first(cluster: Cluster) -> None:
+    # The reviewer's probe: with `auto.offset.reset=latest` a GET answers as soon as one
+    # partition has records, cancelling the others' reads; their starts (taken from
+    # `latest`) must be pinned all the same, else the next GET takes `latest` again, past
+    # what was produced in between, and (p1, 0) is never delivered.
+    await cluster.create_topic("cv2-latest2", partitions=2)
+    status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-latest2-g", {"name": "l2", "format": "json"})
+    assert status == 200, made
+    base = "/consumers/cv2-latest2-g/instances/l2"
+    one = {"partitions": [{"topic": "cv2-latest2", "partition": 0}]}
+    assert (await call(cluster, "POST", 1, f"{base}/assignments", one))[0] == 204
+    status, records, _ = await call(cluster, "GET", 2, f"{base}/records?timeout=100", accept=JSON_V2)
+    assert status == 200 and records == [], records
+    await call(cluster, "POST", 0, "/topics/cv2-latest2/partitions/0", {"records": [{"value": i} for i in range(3)]},
+               JSON_V2)
+    both = {"partitions": [{"topic": "cv2-latest2", "partition": p} for p in range(2)]}
+    assert (await call(cluster, "POST", 1, f"{base}/assignments", both))[0] == 204
+    status, records, _ = await call(cluster, "GET", 2, f"{base}/records?timeout=3000", accept=JSON_V2)
+    assert [(r["partition"], r["offset"]) for r in records] == [(0, 0), (0, 1), (0, 2)], records
+    await call(cluster, "POST", 0, "/topics/cv2-latest2/partitions/1", {"records": [{"value": "p1"}]}, JSON_V2)
+    seen: list[tuple[int, int]] = []
+    for attempt in range(4):
+        status, records, _ = await call(cluster, "GET", attempt % 3, f"{base}/records?timeout=500", accept=JSON_V2)
+        assert status == 200, records
+        seen += [(r["partition"], r["offset"]) for r in records]
+        if seen:
+            break
+    assert seen == [(1, 0)]
+    await call(cluster, "DELETE", 0, base)
+
+
+async def test_an_answer_the_client_never_got_is_read_again(cluster: Cluster) -> None:
+    # A records GET whose client went away (here: its own timeout, mid long-poll) must not
+    # save its positions: the answer was lost, so the next GET reads the same records
+    # (saved, they were skipped, and with auto-commit skipped for the whole group).
+    await cluster.create_topic("cv2-lost", partitions=1)
+    status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-lost-g",
+                                 {"name": "lost", "format": "json", "auto.offset.reset": "earliest"})
+    assert status == 200, made
+    base = "/consumers/cv2-lost-g/instances/lost"
+    await call(cluster, "POST", 1, f"{base}/subscription", {"topics": ["cv2-lost"]})
+    status, records, _ = await call(cluster, "GET", 1, f"{base}/records?timeout=100", accept=JSON_V2)
+    assert status == 200 and records == [], records
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):  # gives up while the node still long-polls
+            await call(cluster, "GET", 1, f"{base}/records?timeout=10000", accept=JSON_V2)
+    await call(cluster, "POST", 2, "/topics/cv2-lost", {"records": [{"value": "once"}]}, JSON_V2)
+    # The abandoned handler wakes on that record and answers into a closed connection. Give
+    # it a moment to finish first: were the next GET quicker, it would read the record
+    # whatever the abandoned one saved (this wait can only hide the bug, never fake it).
+    await asyncio.sleep(1.0)
+    status, records, _ = await call(cluster, "GET", 0, f"{base}/records?timeout=3000", accept=JSON_V2)
+    assert [(r["offset"], r["value"]) for r in records] == [(0, "once")], records
+    await call(cluster, "DELETE", 0, base)
+

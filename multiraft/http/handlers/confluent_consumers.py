@@ -284,8 +284,16 @@ async def records(request: web.Request) -> web.Response:
         rendered, positions = await asyncio.to_thread(_render, fetched, fmt, max_bytes)
     else:
         rendered, positions = _render(fetched, fmt, max_bytes)
+    for tp, start in fetched.starts.items():
+        positions.setdefault(tp, start)  # a read cancelled or failed: pin where it started
     known = {(p["topic"], p["partition"]): p["offset"] for p in view["positions"]}
     moved = {tp: offset for tp, offset in positions.items() if known.get(tp) != offset}
+    if request.transport is None or request.transport.is_closing():
+        # The client is gone (aiohttp runs the handler on): its answer is lost, so the
+        # positions stay where they were and the next GET reads these records again.
+        # Saved, they would be skipped, and with auto-commit skipped for the whole group.
+        _logger.info("instance_answer_lost", group=view["group"], instance=view["instance_id"])
+        return reply(rendered, content_type=JSON_V2 if fmt == "json" else BINARY_V2)
     try:
         await bounded(node.instances.advance(view["group"], view["instance_id"], moved), "consumer positions")
     except ClientError as error:
@@ -301,7 +309,9 @@ def _render(fetched: MemberFetch, fmt: str, max_bytes: int) -> tuple[list[dict[s
     """The records in Confluent's shape, at most `POLL_RECORDS_MAX` and `max_bytes` of keys
     and values (at least one record), and where each partition read goes on from: after
     its last record answered, else where its read started (which pins a position taken
-    from `auto.offset.reset`, so records produced before the next GET are not skipped)."""
+    from `auto.offset.reset`, so records produced before the next GET are not skipped).
+    A partition whose batches no limit cut goes on from its read's `next_offset`, past
+    batches the read left out (duplicates, refused: the partition's skipped ranges)."""
     out: list[dict[str, Any]] = []
     positions: dict[Any, int] = {}
     size = 0
@@ -325,6 +335,8 @@ def _render(fetched: MemberFetch, fmt: str, max_bytes: int) -> tuple[list[dict[s
             full = full or len(out) >= POLL_RECORDS_MAX
             if full:
                 break
+        if not full:
+            position = max(position, part.result.next_offset)
         positions[(part.topic, part.partition)] = position
     return out, positions
 
