@@ -217,7 +217,7 @@ async def test_an_instance_gives_back_at_its_next_get_what_a_native_member_joini
     async with asyncio.timeout(20):
         while not owned:
             for node in range(3):  # the instance's GETs: told of the revocation, then gives back
-                status, records, _ = await call(cluster, "GET", node, f"{base}/records?timeout=0", accept=JSON_V2)
+                status, records, _ = await call(cluster, "GET", node, f"{base}/records?timeout=1", accept=JSON_V2)
                 assert status == 200 and records == [], records
             status, member = await cluster.call(
                 "POST", 0, f"/v1/groups/cv2-mixed-g/members/{member['member_id']}/heartbeat",
@@ -287,3 +287,43 @@ async def test_an_answer_the_client_never_got_is_read_again(cluster: Cluster) ->
     assert [(r["offset"], r["value"]) for r in records] == [(0, "once")], records
     await call(cluster, "DELETE", 0, base)
 
+
+async def test_kafka_rest_defaults_and_spellings_are_understood(cluster: Cluster) -> None:
+    # kafka-rest's clients send `timeout=-1` and `max_bytes=-1` (its defaults), huge values
+    # (clamped, not refused), the bare v2 type as Accept (its binary reader; here the
+    # instance's format), `id` for the name, the format in any case; a name of 0 or "" is
+    # refused (42204), not replaced by a drawn one.
+    await cluster.create_topic("cv2-kr", partitions=1)
+    await call(cluster, "POST", 0, "/topics/cv2-kr", {"records": [{"value": "a"}, {"value": "b"}]}, JSON_V2)
+    status, made, _ = await call(cluster, "POST", 1, "/consumers/cv2-kr-g",
+                                 {"id": "kr", "format": "JSON", "auto.offset.reset": "earliest"})
+    assert status == 200 and made["instance_id"] == "kr", made
+    base = "/consumers/cv2-kr-g/instances/kr"
+    await call(cluster, "POST", 2, f"{base}/subscription", {"topics": ["cv2-kr"]})
+    status, records, kind = await call(cluster, "GET", 0, f"{base}/records?timeout=-1&max_bytes=-1", accept=V2)
+    assert status == 200 and kind == JSON_V2 and [r["value"] for r in records] == ["a", "b"], records
+    await call(cluster, "POST", 0, "/topics/cv2-kr", {"records": [{"value": "c"}]}, JSON_V2)
+    status, records, _ = await call(cluster, "GET", 1, f"{base}/records?timeout=99999999&max_bytes=99999999999",
+                                    accept=JSON_V2)
+    assert status == 200 and [r["value"] for r in records] == ["c"], records
+    status, wrong, _ = await call(cluster, "GET", 1, f"{base}/records?timeout=soon", accept=JSON_V2)
+    assert (status, wrong["error_code"]) == (422, 422)
+    for name in (0, "", False):
+        status, refused, _ = await call(cluster, "POST", 2, "/consumers/cv2-kr-g", {"name": name})
+        assert (status, refused["error_code"]) == (422, 42204), (name, refused)
+    await call(cluster, "DELETE", 0, base)
+
+
+async def test_unsubscribe_ends_a_manual_assignment(cluster: Cluster) -> None:
+    # Kafka's unsubscribe() clears assign() too: DELETE .../subscription on an instance
+    # assigned by hand answers 204 and it then holds nothing.
+    await cluster.create_topic("cv2-unassign", partitions=1)
+    status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-unassign-g", {"name": "u"})
+    assert status == 200, made
+    base = "/consumers/cv2-unassign-g/instances/u"
+    await call(cluster, "POST", 1, f"{base}/assignments", {"partitions": [{"topic": "cv2-unassign", "partition": 0}]})
+    status, body, _ = await call(cluster, "DELETE", 2, f"{base}/subscription")
+    assert status == 204, body
+    status, assigned, _ = await call(cluster, "GET", 0, f"{base}/assignments")
+    assert assigned == {"partitions": []}
+    await call(cluster, "DELETE", 0, base)

@@ -30,7 +30,7 @@ from multiraft.errors import (
 )
 from multiraft.http import jsontext
 from multiraft.http.access import require, require_subscription
-from multiraft.http.confluent_errors import BINARY_V2, EMBEDDED, JSON_V2
+from multiraft.http.confluent_errors import BINARY_V2, EMBEDDED, JSON_V2, V2_JSON
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.handlers.confluent_common import (
     body_object,
@@ -58,7 +58,7 @@ from storage.batch import decode_columns
 
 _logger = structlog.get_logger("multiraft.http")
 
-_CREATE_FIELDS = {"name", "format", "auto.offset.reset", "auto.commit.enable", "fetch.min.bytes",
+_CREATE_FIELDS = {"name", "id", "format", "auto.offset.reset", "auto.commit.enable", "fetch.min.bytes",
                   "consumer.request.timeout.ms", "consumer.instance.timeout.ms"}
 # Rendering more stored bytes than this runs off the event loop (as native consume does).
 RENDER_INLINE_BYTES_MAX = 1024 * 1024
@@ -109,12 +109,10 @@ async def create(request: web.Request) -> web.Response:
     extra = sorted(set(body) - _CREATE_FIELDS)
     if extra:
         raise InvalidConsumerConfig(f"unknown settings {extra[:5]}; known: {sorted(_CREATE_FIELDS)}")
-    name = body.get("name") or f"rest-consumer-{uuid.uuid4().hex}"
-    if not isinstance(name, str) or not group_limits.MEMBER_ID_PATTERN.fullmatch(name):
-        raise InvalidConsumerConfig(f"name must match {group_limits.MEMBER_ID_PATTERN.pattern}")
+    name = _instance_name(body)
     try:
         command = CreateInstance(
-            group=group, member_id=name, format=_setting(body, "format", "binary", str),
+            group=group, member_id=name, format=_setting(body, "format", "binary", str).lower(),
             auto_offset_reset=_setting(body, "auto.offset.reset", "latest", str),
             auto_commit=_setting(body, "auto.commit.enable", True, bool),
             request_timeout_ms=_setting(body, "consumer.request.timeout.ms",
@@ -129,6 +127,19 @@ async def create(request: web.Request) -> web.Response:
     await bounded(node.instances.create(command), "consumer instance creation")
     base = f"{request.scheme}://{request.host}"
     return reply({"instance_id": name, "base_uri": f"{base}/consumers/{group}/instances/{name}"})
+
+
+def _instance_name(body: dict[str, Any]) -> str:
+    """`name`, or kafka-rest's `id` (an alias; `name` first); drawn at
+    random when both are left out or null, refused when invalid (even 0 or "")."""
+    name = body.get("name")
+    if name is None:
+        name = body.get("id")
+    if name is None:
+        return f"rest-consumer-{uuid.uuid4().hex}"
+    if not isinstance(name, str) or not group_limits.MEMBER_ID_PATTERN.fullmatch(name):
+        raise InvalidConsumerConfig(f"name must match {group_limits.MEMBER_ID_PATTERN.pattern}")
+    return name
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -258,7 +269,8 @@ async def committed(request: web.Request) -> web.Response:
 def _embedded(request: web.Request, instance_format: str) -> str:
     """The format the Accept asks for: the instance's, or 406 / 40601."""
     listed = media_types(request)
-    if not listed or any(t in ("*/*", "application/*") for t in listed):
+    # kafka-rest sends the bare v2 type to its binary reader; here it means the instance's format.
+    if not listed or any(t in ("*/*", "application/*", V2_JSON) for t in listed):
         return instance_format
     asked = [EMBEDDED[t] for t in listed if t in EMBEDDED]
     if not asked:
@@ -274,9 +286,8 @@ async def records(request: web.Request) -> web.Response:
     node = node_of(request)
     view = await _view(request)
     fmt = _embedded(request, view["config"]["format"])
-    wait_ms = query_int(request, "timeout", view["config"]["request_timeout_ms"], low=0,
-                        high=group_limits.REQUEST_TIMEOUT_MS_MAX)
-    max_bytes = query_int(request, "max_bytes", MAX_BYTES_DEFAULT, low=1, high=MAX_BYTES_MAX)
+    wait_ms = _clamped(request, "timeout", view["config"]["request_timeout_ms"], group_limits.REQUEST_TIMEOUT_MS_MAX)
+    max_bytes = _clamped(request, "max_bytes", MAX_BYTES_DEFAULT, MAX_BYTES_MAX)
     fetched = await bounded(node.instances.poll(view, max_bytes=max_bytes, wait_ms=wait_ms), "consumer records",
                             REQUEST_TIMEOUT_S + wait_ms / 1000)
     stored = sum(len(b) for p in fetched.partitions if p.result for _, _, b in p.result.batches)
@@ -303,6 +314,13 @@ async def records(request: web.Request) -> web.Response:
         _logger.warning("instance_positions_not_saved", group=view["group"], instance=view["instance_id"],
                         error=str(error))
     return reply(rendered, content_type=JSON_V2 if fmt == "json" else BINARY_V2)
+
+
+def _clamped(request: web.Request, name: str, default: int, high: int) -> int:
+    """A records GET's `timeout` or `max_bytes`, as kafka-rest reads them: 0 or less
+    (its default is -1) means the default, and more than the bound means the bound."""
+    value = query_int(request, name, default)
+    return default if value <= 0 else min(value, high)
 
 
 def _render(fetched: MemberFetch, fmt: str, max_bytes: int) -> tuple[list[dict[str, Any]], dict[Any, int]]:
