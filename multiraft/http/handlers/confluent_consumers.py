@@ -5,9 +5,12 @@ so its `base_uri` names whichever node created it, yet any node answers every ca
 and it outlives that node. Each call reads the instance at the group coordinator first
 (which keeps it alive, as Confluent's proxy does on every call) and then acts.
 
-With tokens on, an instance call needs what a native member call needs (access.py): read
-on each topic the instance subscribes to or assigned itself (`read:*` for a pattern), and
-read on the topics a subscribe, assign, seek or offsets call names.
+With tokens on, creating an instance needs read on some topic (Kafka asks READ on the
+group to join it; a group's READ here is read on its topics), and the instance keeps the
+name of the token that created it: only that token, or an admin, may drive it. Each call
+also needs what a native member call needs (access.py): read on each topic the instance
+subscribes to or assigned itself (`read:*` for a pattern), and read on the topics a
+subscribe, assign, seek or offsets call names.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from multiraft.errors import (
     InvalidConsumerConfig,
     InvalidRequest,
     NotAcceptable,
+    NotAuthorized,
     UnknownConsumerInstance,
 )
 from multiraft.http import jsontext
-from multiraft.http.access import require, require_subscription
+from multiraft.http.access import PRINCIPAL_KEY, require, require_subscription
 from multiraft.http.confluent_errors import BINARY_V2, EMBEDDED, JSON_V2, V2_JSON
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.handlers.confluent_common import (
@@ -77,6 +81,11 @@ async def _view(request: web.Request) -> dict[str, Any]:
     """The instance at the coordinator (40403 when there is none), with the caller's rights checked."""
     group, instance = _instance(request)
     view = await bounded(node_of(request).instances.view(group, instance), "consumer instance")
+    principal = request.get(PRINCIPAL_KEY)
+    owner = view["config"].get("owner")
+    if principal is not None and not principal.is_admin and owner is not None and owner != principal.name:
+        raise NotAuthorized(f"token {principal.name!r} may not do this: consumer instance {instance!r} "
+                            "belongs to the token that created it")
     subscription = view["subscription"]
     manual_topics = sorted({t for t, _ in view["manual"]})
     if subscription is not None:
@@ -109,6 +118,9 @@ async def create(request: web.Request) -> web.Response:
     extra = sorted(set(body) - _CREATE_FIELDS)
     if extra:
         raise InvalidConsumerConfig(f"unknown settings {extra[:5]}; known: {sorted(_CREATE_FIELDS)}")
+    principal = request.get(PRINCIPAL_KEY)
+    if principal is not None and not principal.may("read"):
+        raise NotAuthorized(f"token {principal.name!r} may not do this: a consumer instance needs read on some topic")
     name = _instance_name(body)
     try:
         command = CreateInstance(
@@ -118,7 +130,8 @@ async def create(request: web.Request) -> web.Response:
             request_timeout_ms=_setting(body, "consumer.request.timeout.ms",
                                         group_limits.REQUEST_TIMEOUT_MS_DEFAULT, int),
             instance_timeout_ms=_setting(body, "consumer.instance.timeout.ms",
-                                         group_limits.INSTANCE_TIMEOUT_MS_DEFAULT, int))
+                                         group_limits.INSTANCE_TIMEOUT_MS_DEFAULT, int),
+            owner=principal.name if principal is not None else None)
     except InvalidConsumerConfig:
         raise
     except InvalidRequest as error:
