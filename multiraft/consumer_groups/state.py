@@ -384,10 +384,8 @@ def _bump(group: Group, topics: TopicsView, matches: PatternMatches) -> None:
               for m_id, m in sorted(group.members.items()) if m.manual is not None}
     automatic = {m_id: s for m_id, s in subscriptions.items() if m_id not in manual}
     automatic_counts = {t: counts[t] for t in sorted({t for s in automatic.values() for t in s}) if t in counts}
-    target = assign(group.assignor, automatic, automatic_counts, group.target)
     reserved = frozenset().union(*manual.values())
-    if reserved:
-        target = {m_id: tps - reserved for m_id, tps in target.items()}
+    target = assign(group.assignor, automatic, automatic_counts, group.target, reserved)
     target.update(manual)
     group.epoch += 1
     group.target = target

@@ -315,3 +315,19 @@ def test_the_owner_is_replicated_bounded_and_optional_in_entries_and_snapshots()
     assert isinstance(d.apply(CreateInstance(group=G, member_id="one-more", owner="alice")).error,
                       ConsumerIllegalState)
     d.ok(CreateInstance(group=G, member_id="bob-1", owner="bob"))
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_the_assignor_balances_what_manual_claims_leave(assignor: str) -> None:
+    # Two subscribed members and an instance that assigns itself two of four partitions:
+    # the assignor runs over the two left (one each), not over all four with the claimed
+    # ones taken away afterwards (which left one member both and the other none).
+    d = Driver({"t": 4})
+    d.ok(JoinGroup(group=G, member_id="m1", subscription=Subscription(topics=("t",)), assignor=assignor))
+    d.ok(JoinGroup(group=G, member_id="m2", subscription=Subscription(topics=("t",))))
+    d.ok(CreateInstance(group=G, member_id="i1"))
+    d.ok(AssignInstance(group=G, member_id="i1", partitions=(("t", 0), ("t", 1))))
+    target = d.state.groups[G].target
+    assert target["i1"] == frozenset({("t", 0), ("t", 1)})
+    assert len(target["m1"]) == 1 and len(target["m2"]) == 1
+    assert target["m1"] | target["m2"] == frozenset({("t", 2), ("t", 3)})
