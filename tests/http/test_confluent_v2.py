@@ -327,3 +327,24 @@ async def test_unsubscribe_ends_a_manual_assignment(cluster: Cluster) -> None:
     status, assigned, _ = await call(cluster, "GET", 0, f"{base}/assignments")
     assert assigned == {"partitions": []}
     await call(cluster, "DELETE", 0, base)
+
+
+async def test_commit_metadata_is_kept_and_read_back(cluster: Cluster) -> None:
+    # A commit's `metadata` is stored beside the offset, as a native commit's is (it was
+    # accepted and dropped), and GET .../offsets answers it; a non-string is 422.
+    await cluster.create_topic("cv2-meta-commit", partitions=1)
+    await call(cluster, "POST", 0, "/topics/cv2-meta-commit", {"records": [{"value": 1}]}, JSON_V2)
+    status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-meta-commit-g", {"name": "mc"})
+    assert status == 200, made
+    base = "/consumers/cv2-meta-commit-g/instances/mc"
+    await call(cluster, "POST", 1, f"{base}/assignments", {"partitions": [{"topic": "cv2-meta-commit", "partition": 0}]})
+    offsets = [{"topic": "cv2-meta-commit", "partition": 0, "offset": 0, "metadata": "batch 7"}]
+    status, body, _ = await call(cluster, "POST", 2, f"{base}/offsets", {"offsets": offsets})
+    assert status == 204, body
+    status, committed, _ = await call(cluster, "GET", 0, f"{base}/offsets",
+                                      {"partitions": [{"topic": "cv2-meta-commit", "partition": 0}]})
+    assert committed == {"offsets": [{"topic": "cv2-meta-commit", "partition": 0, "offset": 1,
+                                      "metadata": "batch 7"}]}, committed
+    status, refused, _ = await call(cluster, "POST", 1, f"{base}/offsets", {"offsets": [{**offsets[0], "metadata": 7}]})
+    assert (status, refused["error_code"]) == (422, 422), refused
+    await call(cluster, "DELETE", 0, base)

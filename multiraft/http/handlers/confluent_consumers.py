@@ -256,11 +256,16 @@ async def commit(request: web.Request) -> web.Response:
     view = await _view(request)
     body = await body_object(request, required=False)
     only(body, {"offsets"})
-    offsets = None
+    offsets, metadata = None, {}
     if "offsets" in body:
         consumed = partition_list(node, body["offsets"], "offsets", with_offset=True)
         offsets = {tp: offset + 1 for tp, offset in consumed.items()}
-    await bounded(node.instances.commit(view, offsets), "offset commit")
+        for item in body["offsets"]:  # shapes checked by partition_list; the length by OffsetCommit
+            if item.get("metadata") is not None:
+                if not isinstance(item["metadata"], str):
+                    raise InvalidRequest("offsets: metadata must be a string")
+                metadata[(item["topic"], item["partition"])] = item["metadata"]
+    await bounded(node.instances.commit(view, offsets, metadata), "offset commit")
     return no_content()
 
 
@@ -275,8 +280,8 @@ async def committed(request: web.Request) -> web.Response:
     for topic in sorted({t for t, _ in wanted}):
         require(request, "read", topic)
     found = await bounded(node.instances.committed(view["group"], wanted), "offsets")
-    return reply({"offsets": [{"topic": t, "partition": p, "offset": o, "metadata": ""}
-                              for (t, p), o in sorted(found.items())]})
+    return reply({"offsets": [{"topic": t, "partition": p, "offset": o, "metadata": note}
+                              for (t, p), (o, note) in sorted(found.items())]})
 
 
 def _embedded(request: web.Request, instance_format: str) -> str:
