@@ -40,6 +40,7 @@ from multiraft.consumer_groups import (
     Subscription,
 )
 from multiraft.consumer_groups.commands import check_group, check_member_id
+from multiraft.consumer_groups.topics import glob_match
 from multiraft.errors import InvalidRequest
 from multiraft.node.group_reads import MemberFetch
 from multiraft.node.registry import METADATA_GROUP
@@ -186,6 +187,11 @@ class ConsumerInstances:
         except ClientError as error:
             self._logger.warning("instance_auto_commit_failed", group=view["group"], instance=view["instance_id"],
                                  error=str(error))
+
+    def pattern_topics(self, pattern: str) -> list[str]:
+        """The topics a subscription's glob matches now, in this node's catalog (Kafka's
+        subscription() for a pattern: what it matches, not only what the member holds)."""
+        return sorted(name for name in self._catalog.catalog.topics if glob_match(pattern, name))
 
     # ------------------------------------------------------------------ the view, at the coordinator
 

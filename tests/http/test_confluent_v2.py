@@ -348,3 +348,23 @@ async def test_commit_metadata_is_kept_and_read_back(cluster: Cluster) -> None:
     status, refused, _ = await call(cluster, "POST", 1, f"{base}/offsets", {"offsets": [{**offsets[0], "metadata": 7}]})
     assert (status, refused["error_code"]) == (422, 422), refused
     await call(cluster, "DELETE", 0, base)
+
+
+async def test_a_pattern_subscription_lists_every_topic_it_matches(cluster: Cluster) -> None:
+    # GET .../subscription for a pattern answers what the pattern matches (Kafka's
+    # subscription()), not only the topics this instance holds or waits for: here two
+    # instances share two one-partition topics, so the second targets one of them.
+    for topic in ("cv2-pat-a", "cv2-pat-b"):
+        await cluster.create_topic(topic, partitions=1)
+    for name in ("pa", "pb"):
+        status, made, _ = await call(cluster, "POST", 0, "/consumers/cv2-pat-g", {"name": name})
+        assert status == 200, made
+        status, body, _ = await call(cluster, "POST", 1, f"/consumers/cv2-pat-g/instances/{name}/subscription",
+                                     {"topic_pattern": "cv2-pat-?"})
+        assert status == 204, body
+    status, held, _ = await call(cluster, "GET", 2, "/consumers/cv2-pat-g/instances/pb/assignments")
+    assert len(held["partitions"]) <= 1, held
+    status, sub, _ = await call(cluster, "GET", 2, "/consumers/cv2-pat-g/instances/pb/subscription")
+    assert sub == {"topics": ["cv2-pat-a", "cv2-pat-b"]}, sub
+    for name in ("pa", "pb"):
+        await call(cluster, "DELETE", 0, f"/consumers/cv2-pat-g/instances/{name}")

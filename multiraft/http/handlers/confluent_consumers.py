@@ -182,7 +182,7 @@ async def subscribe(request: web.Request) -> web.Response:
 
 
 async def subscription(request: web.Request) -> web.Response:
-    """GET .../subscription: `{"topics": [...]}` (for a pattern: the topics it reads now)."""
+    """GET .../subscription: `{"topics": [...]}` (for a pattern: the topics it matches now)."""
     check_accept(request)
     view = await _view(request)
     named = view["subscription"]
@@ -191,7 +191,7 @@ async def subscription(request: web.Request) -> web.Response:
     elif named["topic_pattern"] is None:
         topics = named["topics"]
     else:
-        topics = sorted({a["topic"] for a in view["member"]["assignment"] + view["member"]["pending"]})
+        topics = node_of(request).instances.pattern_topics(named["topic_pattern"])
     return reply({"topics": topics})
 
 
