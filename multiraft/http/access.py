@@ -72,8 +72,9 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/groups/{group}"): IN_HANDLER,
     ("GET", "/v1/groups"): IN_HANDLER,
     # The Confluent REST v2 dialect: the same rights as the native routes. A consumer
-    # instance is a group member: creating one reads nothing; its later calls need read on
-    # its subscription (or its manual assignment), and on the topics a call names.
+    # instance is a group member: creating one needs read on some topic, and only the token
+    # that created it (or admin) drives it; its later calls need read on its subscription
+    # (or its manual assignment), and on the topics a call names (confluent_consumers.py).
     ("GET", "/topics"): ANY,
     ("GET", "/topics/{topic}"): ANY,
     ("GET", "/topics/{topic}/partitions"): ANY,

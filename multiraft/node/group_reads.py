@@ -37,7 +37,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import Heartbeat
@@ -80,6 +80,11 @@ class PartitionFetch:
 class MemberFetch:
     member: dict[str, Any]  # the member's view (assignment, revoking, epochs)
     partitions: list[PartitionFetch]
+    # Where the read of every assigned partition started, answered or not (a read cancelled
+    # because another partition answered first is not in `partitions`): a consumer instance
+    # pins these, so a start taken from `latest` is not taken again later, past records
+    # produced meanwhile (the native member keeps its own positions and ignores them).
+    starts: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 class GroupReads:
@@ -138,7 +143,7 @@ class GroupReads:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        return MemberFetch(member, sorted(finished + unknown, key=lambda f: (f.topic, f.partition)))
+        return MemberFetch(member, sorted(finished + unknown, key=lambda f: (f.topic, f.partition)), starts)
 
     def _known(self, tp: TopicPartition) -> bool:
         """Whether this node's catalog has the partition now."""
