@@ -32,7 +32,7 @@ partitions never all got a leader ends the growth, and the restarts are skipped
 Prints a table as it goes and one JSON line at the end (`scale_result`).
 
     .venv/bin/python bench/scale.py [--partitions 10000] [--step 1000] [--idle-seconds 10]
-                                    [--timeout 300] [--skip-restarts] [--keep DIR]
+                                    [--timeout 300] [--skip-restarts | --full-restart-only] [--keep DIR]
                                     [--hold-at 2000 --hold-seconds 60]
 """
 
@@ -187,13 +187,20 @@ class Wait:
 
 
 async def wait_led(session: aiohttp.ClientSession, cluster: LocalCluster, topics: list[str], expected: int,
-                   node_ids: list[int], timeout_s: float, began: float | None = None) -> Wait:
+                   node_ids: list[int], timeout_s: float, began: float | None = None,
+                   progress_s: float = 0.0) -> Wait:
+    """Until every partition is led. With `progress_s`, prints the count led that often
+    (the shape of a slow recovery: a steady climb, or a stall)."""
     began = time.monotonic() if began is None else began
     deadline = began + timeout_s
+    printed = began
     while True:  # polled at least once, even past the deadline (a wait after another that ran out)
         last = await leadership(session, cluster, topics, node_ids)
         if last.partitions >= expected and last.led >= expected:
             return Wait(time.monotonic() - began)
+        if progress_s and time.monotonic() - printed >= progress_s:
+            printed = time.monotonic()
+            print(f"  {printed - began:5.0f} s: {last.led} of {expected} led", flush=True)
         if time.monotonic() >= deadline:
             break
         await asyncio.sleep(POLL_S)
@@ -368,6 +375,15 @@ async def grow(session: aiohttp.ClientSession, cluster: LocalCluster, args: argp
 async def restarts(session: aiohttp.ClientSession, cluster: LocalCluster, args: argparse.Namespace,
                    topics: list[str], expected: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
+    if not args.full_restart_only:
+        figures.update(await kill_and_restart_one(session, cluster, args, topics, expected))
+    figures.update(await restart_all(session, cluster, args, topics, expected))
+    return figures
+
+
+async def kill_and_restart_one(session: aiohttp.ClientSession, cluster: LocalCluster, args: argparse.Namespace,
+                               topics: list[str], expected: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
     victim = NODES  # the last node: never the one that bootstrapped first
     left = [n.node_id for n in cluster.nodes if n.node_id != victim]
     killed_at = time.monotonic()
@@ -385,7 +401,12 @@ async def restarts(session: aiohttp.ClientSession, cluster: LocalCluster, args: 
     figures["restart_one_in_every_isr_s"] = isr.seconds
     print(f"restart node {victim}: healthy after {_fmt(healthy.seconds)} s, back in every ISR and caught up after "
           f"{_fmt(isr.seconds)} s {isr.detail}", flush=True)
+    return figures
 
+
+async def restart_all(session: aiohttp.ClientSession, cluster: LocalCluster, args: argparse.Namespace,
+                      topics: list[str], expected: int) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
     stopped_at = time.monotonic()
     codes = await asyncio.to_thread(cluster.stop)
     figures["stop_all_s"] = round(time.monotonic() - stopped_at, 1)
@@ -396,7 +417,7 @@ async def restarts(session: aiohttp.ClientSession, cluster: LocalCluster, args: 
     everyone = [n.node_id for n in cluster.nodes]
     # Counted even when a node never registered (its metadata group lost in the storm): the
     # nodes answer topic views from their replayed catalogs meanwhile. One cap for both waits.
-    led = await wait_led(session, cluster, topics, expected, everyone, args.timeout, started_at)
+    led = await wait_led(session, cluster, topics, expected, everyone, args.timeout, started_at, progress_s=10)
     figures["restart_all_healthy_s"] = healthy.seconds
     figures["restart_all_led_s"] = led.seconds
     details = [d for d in (healthy.detail, led.detail) if d]
@@ -446,6 +467,8 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--timeout", type=float, default=300.0, help="cap of every wait, in seconds")
     parser.add_argument("--skip-restarts", action="store_true")
+    parser.add_argument("--full-restart-only", action="store_true",
+                        help="skip the kill and restart of one node; restart the whole cluster only")
     parser.add_argument("--raft-port", type=int, default=19100)
     parser.add_argument("--http-port", type=int, default=19080)
     parser.add_argument("--hold-at", type=int, default=0, metavar="PARTITIONS",

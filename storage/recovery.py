@@ -234,7 +234,15 @@ class _Walk:
             self.batch.put(group_key(REPAIR, self.group), reason.encode())
         if self.check_all:
             self.batch.delete(group_key(CHECK_ALL, self.group))
-        self.db.write(self.batch, sync=True)
+        # Synced only when this recovery changed the disk or found damage. A clean walk
+        # writes only what the next walk would write again (the open segment's term runs
+        # cleared, rescanned segments' catalog entries), and RocksDB's log keeps writes in
+        # order, so any later synced write makes it durable too; meanwhile a crash loses
+        # nothing the next recovery does not redo. A synced write holds the interpreter
+        # for its fsync (DEPS.md), and a node restarting with 10,000 replicas made 10,000
+        # of them in its open pass (about 10 s of it, docs/scale.md).
+        changed = bool(self.corruption or self.truncated_bytes or self.directory_changed or self.check_all)
+        self.db.write(self.batch, sync=changed)
         if self.directory_changed:
             self.files.sync_dir(self.directory)
         last = self.segments[-1].last_index if self.segments else self.start.snapshot.meta.index

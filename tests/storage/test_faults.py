@@ -268,3 +268,45 @@ def test_a_partial_flush_leaves_no_stray_bytes_on_disk(tmp_path):
     files.fsync(handle)
     with open(path, "rb") as stored:  # what a kill -9 now would leave
         assert stored.read() == b"a" * 10 + b"x" * 100
+
+
+class _CountingDatabase:
+    """The state database, counting synced writes (the harness's own, wrapped)."""
+
+    def __init__(self, db) -> None:
+        self._db = db
+        self.synced = 0
+
+    def write(self, batch, *, sync: bool) -> None:
+        self.synced += int(sync)
+        self._db.write(batch, sync=sync)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def _reopen_counting(harness: SegmentHarness) -> int:
+    harness.store.close()
+    counting = _CountingDatabase(harness.db)
+    harness.db = counting
+    harness.store = harness._open()
+    return counting.synced
+
+
+def test_a_clean_reopen_makes_no_synced_database_write(harness):
+    # Goal: a recovery that changed nothing on disk writes its state unsynced (a node
+    # reopening 10,000 replicas made 10,000 synced writes), and reads back the same log.
+    _fill(harness, 40, commit=30)
+    before = [(s.first_index, s.last_index) for s in harness.store.segments]
+    assert _reopen_counting(harness) == 0
+    assert [(s.first_index, s.last_index) for s in harness.store.segments] == before
+    assert harness.store.recovery.corruption == ()
+
+
+def test_a_reopen_that_cuts_a_torn_tail_syncs_its_state(harness):
+    # Goal: a recovery that changed the disk makes what it wrote durable at once.
+    _fill(harness, 40, commit=30)
+    last = _segment_paths(harness)[-1]
+    os.truncate(last, os.path.getsize(last) - 7)
+    assert _reopen_counting(harness) == 1
+    assert harness.store.recovery.truncated_tail_bytes > 0
