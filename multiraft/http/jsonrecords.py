@@ -2,7 +2,7 @@
 
 `json.loads` is one C call: it holds the GIL from the first byte to the last, so
 parsing a 15 MiB body of legitimate records in a worker thread still stalls the
-event loop for its whole duration (~40 ms measured; bench/json_bodies.py). This
+event loop for its whole duration (tens of milliseconds; bench/json_bodies.py). This
 parser walks the body's top-level object and its `records` array in Python and
 hands each key and each record to the stdlib's C scanner (`scan_once`), so the
 interpreter may switch threads between two records: the longest call is one

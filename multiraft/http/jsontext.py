@@ -14,12 +14,12 @@ make a read of the partition fail (it could, when a value nested 300 deep was
 accepted and the renderer's own depth limit refused it on every read).
 
 Work and memory per body are bounded before parsing: the parser's cost is one
-Python object per value (a container costs about 100-250 ns and 60-100 bytes;
-15 MiB of `[]` once took 2.65 s of the event loop and 750 MiB), not per byte, so a
+Python object per value (a body of empty arrays once held the event loop for
+seconds and grew memory by hundreds of MiB; docs/security.md), not per byte, so a
 body may hold at most `values_max` values, counted without parsing as its
 structural characters (`structure_count`). A body within the bound is parsed with
 the cyclic collector paused: the objects are young and all survive the parse, so
-collecting during it only rewalks them (3-7 times the parse's own cost for
+collecting during it only rewalks them (several times the parse's own cost for
 container-heavy bodies).
 
 The depth walk costs Python work per container, so it runs only when the raw text

@@ -60,8 +60,8 @@ async def json_object(request: web.Request, *, required: bool = True, check_dept
     """The body as a JSON object (`jsontext.loads`: standard JSON, bounded depth and
     values), at most `bytes_max` bytes (413), of `Content-Type: application/json` (415).
 
-    The defaults bound every route's parse to a few milliseconds of the event loop;
-    the offset commit passes larger ones (produce parses its own, `produce_body`).
+    The defaults bound every route's parse to milliseconds of the event loop; the
+    offset commit passes larger ones (produce parses its own, `produce_body`).
     """
     body = await bounded_body(request, bytes_max)
     if not body and not required:

@@ -1,10 +1,10 @@
 """A JSON produce body turned into records, large ones in a worker thread.
 
 A produce body may be 16 MiB. Turning it into records is a parse (`json.loads`, C)
-then Python work per record (`parse_records`: encode each value, check limits).
-Measured in-process on main: 10,000 small records took ~100 ms of the event loop,
-14.6 MiB of `[]` values 2.65 s to parse and 2.5 s more in `parse_records`; during
-that no heartbeat of any group went out.
+then Python work per record (`parse_records`: encode each value, check limits). Done
+on the event loop, a body of empty arrays once held it for seconds and a legitimate
+10,000-record body for tens of milliseconds, during which no heartbeat of any group
+went out (docs/security.md, "The event loop").
 
 What bounds it now:
 - The parse is bounded before it starts: at most `JSON_BULK_VALUES_MAX` values per
@@ -57,7 +57,7 @@ _IDEMPOTENT = ("producer_id", "producer_epoch", "base_sequence")
 class ProduceBody:
     records: list[ParsedRecord]
     acks: str
-    batch: bytes | None  # the partition produce's one batch, encoded with `producer`
+    batch: bytes | None  # a partition produce's one batch, with the idempotent-producer fields
 
 
 def _decode(body: bytes, allowed: frozenset[str], acks_default: str, encode: bool) -> ProduceBody:
@@ -65,7 +65,7 @@ def _decode(body: bytes, allowed: frozenset[str], acks_default: str, encode: boo
 
     With the cyclic collector paused throughout: the objects made here are bounded (the
     values bound) and form no cycles, while a collection triggered by them would walk
-    every one of them in one C call (20-40 ms measured for a 10,000-record body).
+    every one of them in one C call (tens of milliseconds for a 10,000-record body).
     """
     with jsontext.collector_paused():
         return _decode_paused(body, allowed, acks_default, encode)
