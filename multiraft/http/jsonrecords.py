@@ -29,6 +29,7 @@ from multiraft.http import jsontext
 
 _DECODE_SLICE_BYTES = 1 << 20
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+_SPACE = frozenset(" \t\n\r")  # a set: the empty string (the text's end) is not in it
 _scan_once = json.scanner.make_scanner(json.JSONDecoder(  # the C scanner when built (always in CPython)
     parse_constant=jsontext.refuse_constant, parse_float=jsontext.finite_float))
 _scan_string = json.decoder.scanstring
@@ -69,17 +70,33 @@ def _expect(text: str, index: int, closing: str, what: str) -> tuple[bool, int]:
 
 
 def _array(text: str, index: int) -> tuple[list[Any], int]:
-    """The array opening at `index`, one scanner call per element."""
+    """The array opening at `index`, one scanner call per element.
+
+    The loop is the one per record: whitespace is skipped only where there is some
+    (a compact body has none), so it costs about a microsecond per record.
+    """
     items: list[Any] = []
+    append = items.append
     index = _skip(text, index + 1)
     if text[index:index + 1] == "]":
         return items, index + 1
     while True:
-        item, index = _value(text, index)
-        items.append(item)
-        closed, index = _expect(text, index, "]", "")
-        if closed:
-            return items, index
+        try:
+            item, index = _scan_once(text, index)
+        except StopIteration as stop:
+            raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+        append(item)
+        char = text[index:index + 1]
+        if char in _SPACE:
+            index = _skip(text, index)
+            char = text[index:index + 1]
+        if char == "]":
+            return items, index + 1
+        if char != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, index)
+        index += 1
+        if text[index:index + 1] in _SPACE:
+            index = _skip(text, index)
 
 
 def _object(text: str, index: int) -> tuple[dict[str, Any], int]:

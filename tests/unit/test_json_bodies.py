@@ -3,7 +3,7 @@ large produce body never holds the event loop for the length of its parse.
 
 - `structure_count` is an upper bound on what a parser builds, for any document;
 - 15 MiB of `[]` is refused (413) without being parsed: in milliseconds and
-  without allocating more than a slice of the body;
+  without allocating more than a slice of the body (twice);
 - `jsonrecords.loads` (record by record) accepts and returns exactly what
   `json.loads` does;
 - a large produce body decoded in the worker leaves the event loop free; on main it
@@ -102,7 +102,7 @@ def test_fifteen_mib_of_empty_arrays_is_refused_unparsed(parse: Any) -> None:
     seconds = time.perf_counter() - started
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert peak < 1 * MiB, peak  # on main: 750 MiB of lists
+    assert peak < 3 * MiB, peak  # a 1 MiB slice and its structural characters; on main 750 MiB of lists
     assert seconds < 1.0, seconds  # on main: 2.65 s to parse; a count is tens of ms on a loaded box
 
 
