@@ -136,15 +136,15 @@ def loads(body: bytes, *, check_depth: bool = True, values_max: int = JSON_VALUE
     (produce checks each record value; its other fields have fixed shapes).
     """
     check_values(body, values_max)
-    try:
-        with collector_paused():
+    with collector_paused():  # the depth walk allocates a tuple per container: paused too
+        try:
             document = json.loads(body, parse_constant=refuse_constant, parse_float=finite_float)
-    except RecursionError:
-        raise InvalidRequest(f"body nests deeper than {JSON_DEPTH_MAX} levels") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise InvalidRequest(f"body is not valid JSON: {error}") from None
-    if check_depth and _bracket_count(body) > JSON_DEPTH_MAX and depth_exceeds(document, JSON_DEPTH_MAX):
-        raise InvalidRequest(f"body nests deeper than {JSON_DEPTH_MAX} levels")
+        except RecursionError:
+            raise InvalidRequest(f"body nests deeper than {JSON_DEPTH_MAX} levels") from None
+        except (ValueError, UnicodeDecodeError) as error:
+            raise InvalidRequest(f"body is not valid JSON: {error}") from None
+        if check_depth and _bracket_count(body) > JSON_DEPTH_MAX and depth_exceeds(document, JSON_DEPTH_MAX):
+            raise InvalidRequest(f"body nests deeper than {JSON_DEPTH_MAX} levels")
     return document
 
 

@@ -11,8 +11,8 @@ What bounds it now:
   body (`jsontext.check_values`, a count of structural characters), so a body of
   empty containers is refused in milliseconds, and the parse that does run builds at
   most that many objects (memory and time per request both bounded).
-- A body above `INLINE_BYTES_MAX` (the bound `multiraft/node/batch_checks.py` uses for
-  binary batches) is handled in one bounded worker pool. A thread alone would not
+- A body above `params.JSON_INLINE_BYTES_MAX` (16 KiB) is handled in the bounded JSON
+  worker pool (`params.decode_json`). A thread alone would not
   free the loop: `json.loads` is one C call, and the stdlib scanner and orjson alike
   hold the GIL throughout (measured: a second thread made no progress during
   either). So everything the worker does is split into short C calls with Python
@@ -25,8 +25,6 @@ What bounds it now:
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,17 +33,9 @@ from aiohttp import web
 from multiraft.errors import InvalidRequest
 from multiraft.http import jsonrecords, jsontext
 from multiraft.http.limits import JSON_BULK_VALUES_MAX, RECORDS_PER_REQUEST_MAX, REQUEST_BYTES_MAX
-from multiraft.http.params import bounded_body, int_field, require_json, str_field
+from multiraft.http.params import bounded_body, decode_json, int_field, require_json, str_field
 from multiraft.http.records import ParsedRecord, encode_records, parse_records
 from multiraft.node.api import Acks
-
-# Below this a body is handled inline: a thread hand-off costs more than the work.
-# The same bound as binary batches (multiraft/node/batch_checks.py).
-INLINE_BYTES_MAX = 256 * 1024
-# Two workers: the GIL makes a third add no throughput, and a queue behind two keeps one
-# client's large bodies from occupying more than the interpreter's share they already get.
-_WORKERS = 2
-_executor = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="raftlog-produce-json")
 
 ACKS = tuple(a.value for a in Acks)
 TOPIC_FIELDS = frozenset({"format", "acks", "records"})
@@ -105,7 +95,4 @@ async def produce_body(request: web.Request, *, partition: bool, acks_default: s
     body = await bounded_body(request, REQUEST_BYTES_MAX)
     require_json(request, body)
     allowed = PARTITION_FIELDS if partition else TOPIC_FIELDS
-    if len(body) <= INLINE_BYTES_MAX:
-        return _decode(body, allowed, acks_default, partition)
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor, _decode, body, allowed, acks_default, partition)
+    return await decode_json(body, _decode, allowed, acks_default, partition)

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from multiraft.errors import InvalidRequest, RequestTooLarge
 from multiraft.http import jsonrecords, jsontext, produce_body
 from multiraft.http.limits import JSON_BULK_VALUES_MAX
-from multiraft.http.produce_body import PARTITION_FIELDS, _decode, _executor
+from multiraft.http.params import decode_json
+from multiraft.http.produce_body import PARTITION_FIELDS, _decode
 
 MiB = 1 << 20
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
@@ -122,7 +123,7 @@ async def test_a_large_produce_body_leaves_the_event_loop_free() -> None:
     hostile = b'{"records":[' + b",".join([b'{"value":' + _empties(1570) + b"}"] * 10_000) + b"]}"
     loop = asyncio.get_running_loop()
     for body in (hostile, legit):
-        work = loop.run_in_executor(_executor, _decode, body, PARTITION_FIELDS, "quorum", True)
+        work = asyncio.ensure_future(decode_json(body, _decode, PARTITION_FIELDS, "quorum", True))
         worst = 0.0
         async with asyncio.timeout(60):
             while not work.done():
