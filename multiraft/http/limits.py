@@ -16,8 +16,19 @@ from storage.batch import (
 
 # A binary batch may be as large as storage accepts, plus room for nothing else.
 REQUEST_BYTES_MAX = BATCH_BYTES_MAX
-# JSON bodies inflate binary data by 4/3 (base64); 16 MiB of JSON is ~12 MiB of data.
-JSON_BYTES_MAX = BATCH_BYTES_MAX
+# A JSON body other than a produce or an offset commit (settings, assignments, group
+# membership, tokens): 413 beyond it, before the body is read when it declares its length.
+# The largest such body, a 10,000-partition replica assignment at 7 replicas, is ~0.8 MiB.
+# Kafka's broker refuses requests above socket.request.max.bytes (100 MB) but parses none as
+# text; Elasticsearch's http.max_content_length is 100 MB for bulk bodies, and it too bounds
+# the parse by tokens rather than bytes (StreamReadConstraints).
+JSON_BYTES_MAX = 1024 * 1024
+# Produce and offset-commit bodies may take the whole REQUEST_BYTES_MAX (JSON inflates binary
+# data by 4/3 with base64: 16 MiB of JSON is ~12 MiB of data), but hold at most this many JSON
+# values (multiraft/http/jsontext.py: parsing costs per value, not per byte). 25 per record
+# at RECORDS_PER_REQUEST_MAX (a keyed record with a small object value and a header uses 15);
+# a request beyond it is 413 and belongs in a binary batch.
+JSON_BULK_VALUES_MAX = 250_000
 # Confluent REST Proxy has no explicit cap; 10,000 records keeps one request's
 # Python work (encode, group, answer) in the tens of milliseconds.
 RECORDS_PER_REQUEST_MAX = 10_000

@@ -11,8 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from multiraft.http import confluent_openapi, live_ops_openapi
-from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
-from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
+from multiraft.http.limits import (
+    BATCH_CONTENT_TYPE,
+    GROUP_COMMITS_PER_REQUEST_MAX,
+    RECORDS_PER_REQUEST_MAX,
+)
+from multiraft.metadata.commands import (
+    PARTITIONS_MAX,
+    REPLICATION_FACTOR_MAX,
+    TOPIC_CONFIG_KEYS,
+    TYPED_CONFIG,
+)
 from multiraft.node.api import (
     ASSIGNORS,
     MAX_BYTES_MAX,
@@ -42,8 +51,9 @@ def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    # 401 and 403 only on a node started with --admin-token-file (multiraft/metadata/auth.py).
-    return {str(status): _ERROR for status in sorted({400, 401, 403, *statuses})}
+    # 401 and 403 only on a node started with --admin-token-file (multiraft/metadata/auth.py);
+    # 413 for any body beyond its route's bound (multiraft/http/limits.py), a GET's included.
+    return {str(status): _ERROR for status in sorted({400, 401, 403, 413, *statuses})}
 
 
 def _path(name: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -58,24 +68,54 @@ _TOPIC = _path("topic", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}
 # Catalog reads: this node's view (default) or, linearizable, after catching up with the metadata leader.
 _CONSISTENCY = _query("consistency", {"type": "string", "enum": ["local", "linearizable"], "default": "local"})
 _ADDRESS = r"^[A-Za-z0-9.\-\[\]:]{1,255}:[0-9]{1,5}$"
-_CONFIG = {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9_.]{0,99}$"}}
+
+
+def _config(*, removable: bool, closed: bool = True) -> dict[str, Any]:
+    """Topic settings: the keys the node acts on (metadata/commands.py), typed and ranged,
+    so the fuzzer's valid cases are valid (an open object made every one a 400).
+    `removable`: a PATCH sets a key to null to remove it. A described topic's config
+    is not `closed`: a catalog written before unknown keys were refused still replays."""
+    properties: dict[str, Any] = {}
+    for key, (low, high, unlimited) in sorted(TYPED_CONFIG.items()):
+        ranged: dict[str, Any] = {"type": "integer", "minimum": low, "maximum": high}
+        properties[key] = {"anyOf": [ranged, {"const": -1}]} if unlimited else ranged
+    properties["flush"] = {"type": "string", "pattern": "^(fsync|none|interval_ms=[1-9][0-9]{0,9})$"}
+    assert set(properties) == TOPIC_CONFIG_KEYS
+    if removable:
+        properties = {key: {"anyOf": [schema, {"type": "null"}]} for key, schema in properties.items()}
+    return {"type": "object", "properties": properties, **({"additionalProperties": False} if closed else {})}
+
+
+_CONFIG = _config(removable=False)
 _PARTITION = _path("partition", {"type": "integer", "minimum": 0, "maximum": 999_999_999})
 _GROUP = _path("group", {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"})
 _MEMBER = _path("member", {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"})
 _EPOCH = {"type": "integer", "minimum": 0, "maximum": group_limits.EPOCH_MAX}
 _ACKS = {"type": "string", "enum": ["none", "leader", "quorum", "all"]}
 _FORMAT = {"type": "string", "enum": ["json", "string", "binary"]}
+_BASE64 = {"type": "string", "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"}
+
+
+def _records_in(fmt: str, text: dict[str, Any]) -> dict[str, Any]:
+    """With `"format": fmt`, keys, values and header values are `text` (or null)."""
+    nullable = {"anyOf": [text, {"type": "null"}]}
+    return {"if": {"required": ["format"], "properties": {"format": {"const": fmt}}},
+            "then": {"properties": {"records": {"items": {"properties": {
+                "key": nullable, "value": nullable,
+                "headers": {"items": {"properties": {"value": text}}}}}}}}}
 
 _SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "required": ["error_code", "message"],
               "properties": {"error_code": {"type": "string"}, "message": {"type": "string"}}},
-    "Header": {"type": "object", "required": ["name"],
+    "Header": {"type": "object", "required": ["name"], "additionalProperties": False,
                "properties": {"name": {"type": "string"}, "value": {"type": "string"}}},
     "Record": {"type": "object", "additionalProperties": False, "properties": {
         "key": {"type": ["string", "null"]}, "value": {},
         "headers": {"type": "array", "items": {"$ref": "#/components/schemas/Header"}},
-        "partition": {"type": "integer", "minimum": 0}, "timestamp": {"type": "integer", "minimum": 0}}},
-    "ProduceRequest": {"type": "object", "required": ["records"], "additionalProperties": False, "properties": {
+        "partition": {"type": "integer", "minimum": 0}, "timestamp": {"type": "integer", "minimum": 0, "maximum": 2**62 - 1}}},
+    "ProduceRequest": {"type": "object", "required": ["records"], "additionalProperties": False,
+                       "allOf": [_records_in("string", {"type": "string"}), _records_in("binary", _BASE64)],
+                       "properties": {
         "format": _FORMAT, "acks": _ACKS,
         "records": {"type": "array", "minItems": 1, "maxItems": RECORDS_PER_REQUEST_MAX,
                     "items": {"$ref": "#/components/schemas/Record"}}}},
@@ -87,15 +127,16 @@ _SCHEMAS: dict[str, Any] = {
         "isr": {"type": ["array", "null"], "items": _INT}, "log_start_offset": _NULLABLE_INT,
         "high_watermark": _NULLABLE_INT, "log_end_offset": _NULLABLE_INT}},
     "Topic": {"type": "object", "properties": {
-        "name": {"type": "string"}, "replication_factor": _INT, "config": _CONFIG,
+        "name": {"type": "string"}, "replication_factor": _INT, "config": _config(removable=False, closed=False),
         "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/Partition"}}}},
-    "OffsetCommit": {"type": "object", "required": ["topic", "partition", "offset"], "properties": {
+    "OffsetCommit": {"type": "object", "required": ["topic", "partition", "offset"], "additionalProperties": False,
+                     "properties": {
         "topic": {"type": "string", "minLength": 1}, "partition": {"type": "integer", "minimum": 0},
         "offset": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}, "metadata": {"type": "string"}}},
     "TopicPartitions": {"type": "array", "maxItems": group_limits.OWNED_PARTITIONS_MAX, "items": {
         "type": "object", "required": ["topic", "partitions"], "additionalProperties": False, "properties": {
             "topic": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
-            "partitions": {"type": "array", "items": {"type": "integer", "minimum": 0,
+            "partitions": {"type": "array", "uniqueItems": True, "items": {"type": "integer", "minimum": 0,
                                                         "maximum": group_limits.PARTITION_MAX}}}}},
     "Member": {"type": "object", "required": ["group", "member_id", "member_epoch", "group_epoch", "assignment",
                                               "revoking", "pending", "state", "session_timeout_ms"], "properties": {
@@ -112,14 +153,17 @@ _CREATE_TOPIC = {"type": "object", "required": ["name"], "additionalProperties":
     "replication_factor": {"type": "integer", "minimum": 1, "maximum": REPLICATION_FACTOR_MAX},
     "config": _CONFIG}}
 
-_JOIN = {"type": "object", "additionalProperties": False, "properties": {
-    "member_id": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
-    "topics": {"type": "array", "minItems": 1, "maxItems": group_limits.SUBSCRIBED_TOPICS_MAX,
+# A subscription names topics or a topic_pattern, exactly one (null stands for absent).
+_JOIN = {"type": "object", "additionalProperties": False, "oneOf": [
+    {"required": ["topics"], "properties": {"topics": {"type": "array"}}},
+    {"required": ["topic_pattern"], "properties": {"topic_pattern": {"type": "string"}}}], "properties": {
+    "member_id": {"type": ["string", "null"], "pattern": "^[a-zA-Z0-9_-]{1,64}$"},  # null: a new member
+    "topics": {"type": ["array", "null"], "minItems": 1, "maxItems": group_limits.SUBSCRIBED_TOPICS_MAX,
                "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}},
-    "topic_pattern": {"type": "string", "pattern": "^[a-zA-Z0-9._*?-]{1,249}$"},
+    "topic_pattern": {"type": ["string", "null"], "pattern": "^[a-zA-Z0-9._*?-]{1,249}$"},
     "rebalance_timeout_ms": {"type": "integer", "minimum": group_limits.REBALANCE_TIMEOUT_MS_MIN,
                              "maximum": group_limits.REBALANCE_TIMEOUT_MS_MAX},
-    "session_timeout_ms": {"type": "integer", "minimum": group_limits.SESSION_TIMEOUT_MS_MIN,
+    "session_timeout_ms": {"type": ["integer", "null"], "minimum": group_limits.SESSION_TIMEOUT_MS_MIN,
                            "maximum": group_limits.SESSION_TIMEOUT_MS_MAX},
     "assignor": {"type": "string", "enum": list(ASSIGNORS)}}}
 _FETCH = {"type": "object", "required": ["member_epoch"], "additionalProperties": False, "properties": {
@@ -171,8 +215,7 @@ _PATHS: dict[str, Any] = {
         "patch": {"summary": "set (a value) or remove (null) topic settings",
                   "requestBody": {"required": True, **_json({
                       "type": "object", "required": ["config"], "additionalProperties": False,
-                      "properties": {"config": {"type": "object", "minProperties": 1, "additionalProperties": {
-                          "type": ["string", "integer", "number", "boolean", "null"]}}}})},
+                      "properties": {"config": {**_config(removable=True), "minProperties": 1}}})},
                   "responses": {"200": _ok("the topic", {"$ref": "#/components/schemas/Topic"}),
                                 **_errors(404, 415, 503, 504)}},
         "delete": {"summary": "delete a topic", "responses": {"204": _ok("deleted"), **_errors(404, 503, 504)}},
@@ -219,8 +262,9 @@ _PATHS: dict[str, Any] = {
         "post": {"summary": "commit consumer group offsets: as a member (member_id, member_epoch: refused when "
                             "fenced or for a partition it does not own), without one (only while the group has "
                             "no members), or as an admin reset", "requestBody": {"required": True, **_json({
-            "type": "object", "required": ["offsets"], "properties": {
-                "offsets": {"type": "array", "minItems": 1,
+            "type": "object", "required": ["offsets"], "additionalProperties": False,
+            "dependentRequired": {"member_id": ["member_epoch"]}, "properties": {
+                "offsets": {"type": "array", "minItems": 1, "maxItems": GROUP_COMMITS_PER_REQUEST_MAX,
                             "items": {"$ref": "#/components/schemas/OffsetCommit"}},
                 "member_id": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}, "member_epoch": _EPOCH,
                 "admin_reset": {"type": "boolean"}}})},

@@ -11,8 +11,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-# Seconds: 100 us to 10 s, roughly x2.5 apart (fsyncs, replication round trips, applies).
-BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Seconds: 100 us to 10 s, roughly x2.5 apart (fsyncs, replication round trips, applies),
+# plus 75 ms: with the loop-lag sampler's 25 ms period a lag above it is a stall past 100 ms
+# (multiraft/runtime/loop_lag.py), the bound DESIGN.md section 10 and the hostile run check.
+BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5,
+           5.0, 10.0)
 
 
 @dataclass

@@ -13,6 +13,16 @@ picks one per case); binary batches (`application/vnd.raftlog.batch`) are valid
 encoded batches, corrupted ones (a flipped byte), truncated ones and random bytes. Every distinct failure
 is collected (not shrunk) and reported at the end with its request and answer.
 
+Besides the hypothesis cases, schemathesis' coverage phase runs for every operation
+(boundary values, each missing parameter or required property, wrong types, wrong
+media types, and every method the document does not list for a path). Every answer
+is judged by the conformance checks and by `negative_data_rejection` (an invalid
+request is refused), `positive_data_acceptance` (a valid one is not refused as
+malformed), `missing_required_header` and `unsupported_method` (405 with `Allow`);
+the last two judge only coverage cases, which is why that phase runs. The document
+has no required header parameter, so `missing_required_header` finds nothing to
+judge today; it stays on for when one is added.
+
 Node admissions (`POST /v1/admin/nodes`) are fuzzed as they come, invented
 nodes and addresses included: an admission must be signed with the cluster
 secret (multiraft/node/admission.py), so every one is refused, and the test checks
@@ -44,6 +54,16 @@ Nothing is left out silently; these are the deliberate limits:
 - `GET /v1/health?ready=cluster` may answer its documented 503 (CLUSTER_NOT_READY)
   should a node of the shared cluster miss its heartbeats on a busy box (the test
   cluster counts a node dead after 2 s); every other 5xx is a finding.
+- What a valid request may get besides schemathesis' accepting statuses: 416 (an
+  offset beyond the log) and 421 (`forward=false` on a follower), both decided by
+  the cluster's state, and 400 INVALID_REPLICATION_FACTOR (a factor within the
+  document's range but above this cluster's 3 live nodes). An invalid request may
+  get 413 (too large is refused before it is parsed).
+- Positive bodies are sent with integral floats as integers (4.0 as 4): JSON Schema
+  counts 4.0 an integer, the API refuses it where it wants an integer (as Go's
+  encoding/json does), and no document can tell the two apart. Their record
+  timestamps are moved within 2^31 ms before now: a batch stores them as 32-bit
+  deltas, and the document cannot say that one field bounds another.
 - schemathesis leaves out the operation that served the document unless asked;
   the document is loaded as a dict so GET /v1/openapi.json is fuzzed as well.
 
@@ -87,6 +107,16 @@ WAIT_MS_FUZZ_MAX = 50
 # Documented 5xx answers a fuzzer may meet on a healthy cluster.
 DOCUMENTED_5XX: dict[tuple[str, str], int] = {("GET", "/v1/health"): 503}
 REPO = Path(__file__).resolve().parents[2]
+# Answers to a request the document calls valid that are not the server refusing it as
+# malformed: schemathesis' defaults (2xx, 3xx, 401, 403, 404, 409, 429, 5xx) and
+# what only the cluster's state decides, which no schema can say.
+POSITIVE_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "416", "421", "429", "5xx"]
+# 400s that only the cluster's state decides: a replication factor within the document's
+# range (REPLICATION_FACTOR_MAX) but above the live nodes of this 3-node cluster.
+STATE_DEPENDENT_400 = frozenset({"INVALID_REPLICATION_FACTOR"})
+# schemathesis' defaults, and 413: a body beyond its bound is refused before it is parsed, so an
+# invalid body that is also too large gets 413 rather than 400.
+NEGATIVE_STATUSES = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
 
 
 @dataclass
@@ -117,6 +147,8 @@ def _bounded(case: Any) -> Any:
     if label == "POST /v1/topics/{topic}/partitions" and isinstance(body, dict) and _is_int(body.get("count")) \
             and body["count"] > GROWN_PARTITIONS_MAX:  # the real topic grows at most to this
         case.body = {**body, "count": 1 + body["count"] % GROWN_PARTITIONS_MAX}
+    if case.meta is not None and case.meta.generation.mode.is_positive and isinstance(case.body, dict | list):
+        case.body = _one_window(_integers(case.body))
     query = case.query
     for name in ("wait_ms", "timeout"):  # `timeout`: a Confluent v2 records GET's long-poll
         if isinstance(query, dict) and _is_int(query.get(name)) and query[name] > WAIT_MS_FUZZ_MAX:
@@ -168,6 +200,38 @@ def _error_shape_problem(response: Any) -> str | None:
     return None
 
 
+def _error_code(response: Any) -> str | None:
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        return None
+    return body.get("error_code") if isinstance(body, dict) else None
+
+
+def _integers(value: Any) -> Any:
+    """`value` with integral floats (4.0, 1e3) as integers, everywhere in it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _integers(item) for key, item in value.items()}
+    return value
+
+
+def _one_window(body: Any) -> Any:
+    """A produce body's record timestamps within 2^31 ms before now, the default of a record
+    without one: a batch stores them as 32-bit deltas from the earliest, and the document
+    cannot say that one field bounds another."""
+    records = body.get("records") if isinstance(body, dict) else None
+    if not isinstance(records, list):
+        return body
+    now_ms = int(time.time() * 1000)
+    return {**body, "records": [
+        {**r, "timestamp": now_ms - r["timestamp"] % 2**31}
+        if isinstance(r, dict) and _is_int(r.get("timestamp")) else r for r in records]}
+
+
 def _describe(case: Any, response: Any, problem: str) -> str:
     lines = [problem, f"  operation: {case.method.upper()} {case.path}"]
     if response is not None:
@@ -185,21 +249,57 @@ def _generated_inputs(operation: Any, fixed: dict[str, Any] | None) -> list[str]
     return names + (["body"] if len(operation.body) else [])
 
 
+def _checks() -> tuple[Any, ...]:
+    from schemathesis.specs.openapi import checks
+
+    return (checks.status_code_conformance, checks.content_type_conformance, checks.response_schema_conformance,
+            checks.negative_data_rejection, checks.positive_data_acceptance, checks.missing_required_header,
+            checks.unsupported_method)
+
+
+def _exercise(case: Any, variant: str, base_urls: list[str], session: Any, findings: Findings) -> None:
+    """Send one case to the next node in turn and record what is wrong with the answer."""
+    import requests
+    from schemathesis.core.failures import FailureGroup
+
+    if time.monotonic() > findings.deadline:
+        return
+    stat = findings.stat(variant)
+    method_path = (case.operation.method.upper(), case.operation.path)
+    base_url = base_urls[stat["cases"] % len(base_urls)]
+    stat["cases"] += 1
+    try:
+        response = case.call(base_url=base_url, session=session, timeout=REQUEST_TIMEOUT_S)
+    except requests.RequestException as error:
+        findings.add((variant, "transport", type(error).__name__), _describe(case, None, f"no answer: {error}"))
+        return
+    if method_path == ("POST", "/v1/topics") and response.status_code == 201:
+        findings.created_topics.add(json.loads(response.content)["name"])
+    status = response.status_code
+    stat["statuses"][str(status)] = stat["statuses"].get(str(status), 0) + 1
+    sent = str(response.request.headers.get("Content-Type"))
+    stat["sent"][sent] = stat["sent"].get(sent, 0) + 1
+    if status >= 500 and DOCUMENTED_5XX.get(method_path) != status:
+        findings.add((variant, "5xx", str(status)), _describe(case, response, f"server error {status}"))
+    if status >= 400 and (problem := _error_shape_problem(response)) is not None:
+        findings.add((variant, "shape", problem), _describe(case, response, problem))
+    for check in _checks():
+        try:
+            case.validate_response(response, checks=[check],
+                                   transport_kwargs={"base_url": base_url, "session": session})
+        except FailureGroup as group:  # the document and the answer disagree
+            for failure in group.exceptions:
+                if check.__name__ == "positive_data_acceptance" and _error_code(response) in STATE_DEPENDENT_400:
+                    continue
+                findings.add((variant, check.__name__, failure.title),
+                             _describe(case, response, f"{check.__name__}: {failure.title}: {failure.message}"))
+
+
 def _fuzz_variant(operation: Any, mode: Any, fixed: dict[str, Any] | None, base_urls: list[str], session: Any,
                   findings: Findings) -> None:
-    import requests
     from hypothesis import HealthCheck, Phase, given, seed, settings
-    from schemathesis.core.failures import FailureGroup
-    from schemathesis.specs.openapi.checks import (
-        content_type_conformance,
-        response_schema_conformance,
-        status_code_conformance,
-    )
 
-    method_path = (operation.method.upper(), operation.path)
-    label = " ".join(method_path)
-    variant = f"{label} [{mode.value}{', real topic' if fixed else ''}]"
-    stat = findings.stat(variant)
+    variant = f"{operation.method.upper()} {operation.path} [{mode.value}{', real topic' if fixed else ''}]"
     strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed)
 
     @seed(SEED)
@@ -207,37 +307,36 @@ def _fuzz_variant(operation: Any, mode: Any, fixed: dict[str, Any] | None, base_
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
     @given(case=strategy.map(_bounded))
     def run(case: Any) -> None:
-        if time.monotonic() > findings.deadline:
-            return
-        base_url = base_urls[stat["cases"] % len(base_urls)]
-        stat["cases"] += 1
-        try:
-            response = case.call(base_url=base_url, session=session, timeout=REQUEST_TIMEOUT_S)
-        except requests.RequestException as error:
-            findings.add((variant, "transport", type(error).__name__), _describe(case, None, f"no answer: {error}"))
-            return
-        if label == "POST /v1/topics" and response.status_code == 201:
-            findings.created_topics.add(json.loads(response.content)["name"])
-        status = response.status_code
-        stat["statuses"][str(status)] = stat["statuses"].get(str(status), 0) + 1
-        sent = str(response.request.headers.get("Content-Type"))
-        stat["sent"][sent] = stat["sent"].get(sent, 0) + 1
-        if status >= 500 and DOCUMENTED_5XX.get(method_path) != status:
-            findings.add((variant, "5xx", str(status)), _describe(case, response, f"server error {status}"))
-        if status >= 400 and (problem := _error_shape_problem(response)) is not None:
-            findings.add((variant, "shape", problem), _describe(case, response, problem))
-        for check in (status_code_conformance, content_type_conformance, response_schema_conformance):
-            try:
-                case.validate_response(response, checks=[check],
-                                       transport_kwargs={"base_url": base_url, "session": session})
-            except FailureGroup as group:  # the document and the answer disagree
-                for failure in group.exceptions:
-                    findings.add((variant, check.__name__, failure.title),
-                                 _describe(case, response, f"{check.__name__}: {failure.title}: {failure.message}"))
+        _exercise(case, variant, base_urls, session, findings)
 
     started = time.monotonic()
     run()
-    stat["seconds"] += time.monotonic() - started
+    findings.stat(variant)["seconds"] += time.monotonic() - started
+
+
+def _coverage_variant(schema: Any, operation: Any, base_urls: list[str], session: Any, findings: Findings) -> None:
+    """schemathesis' coverage phase: boundary values, each missing parameter or required
+    property, wrong types, undeclared methods (405 with Allow), wrong media types. Its
+    cases are the only ones `missing_required_header` and `unsupported_method` judge."""
+    from schemathesis import GenerationMode
+
+    variant = f"{operation.method.upper()} {operation.path} [coverage]"
+    generation = schema.config.generation_for(operation=operation, phase="coverage")
+    started = time.monotonic()
+    for case in schema.iter_coverage_cases(operation, generation_config=generation,
+                                           generation_modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE]):
+        _exercise(_bounded(case), variant, base_urls, session, findings)
+    findings.stat(variant)["seconds"] += time.monotonic() - started
+
+
+def _config() -> Any:
+    """What the checks expect beyond schemathesis' defaults (see the module docstring)."""
+    from schemathesis.config import SchemathesisConfig
+
+    return SchemathesisConfig.from_dict({"checks": {
+        "positive_data_acceptance": {"expected-statuses": POSITIVE_STATUSES},
+        "negative_data_rejection": {"expected-statuses": NEGATIVE_STATUSES},
+    }})
 
 
 def fuzz(base_urls: list[str], budget_s: float) -> dict[str, Any]:
@@ -252,10 +351,11 @@ def fuzz(base_urls: list[str], budget_s: float) -> dict[str, Any]:
     labels = []
     with requests.Session() as session:
         document = session.get(f"{base_urls[0]}/v1/openapi.json", timeout=REQUEST_TIMEOUT_S).json()
-        schema = schemathesis.openapi.from_dict(document)
+        schema = schemathesis.openapi.from_dict(document, config=_config())
         for result in schema.get_all_operations():
             operation = result.ok()
             labels.append(f"{operation.method.upper()} {operation.path}")
+            _coverage_variant(schema, operation, base_urls, session, findings)
             fixed_variants: list[dict[str, Any] | None] = [None]
             if "{topic}" in operation.path and operation.method.upper() != "DELETE":
                 fixed_variants.append({"topic": FUZZ_TOPIC})

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
+import threading
 from typing import Any
 
 import pytest
 
+from multiraft.http import params
 from multiraft.http.jsontext import JSON_DEPTH_MAX
+from multiraft.http.limits import JSON_BYTES_MAX
 from storage.batch import Record, encode_batch
 from tests.http.conftest import Cluster
 
@@ -127,3 +131,70 @@ async def test_a_long_poll_on_a_topic_deleted_meanwhile_ends_cleanly(cluster: Cl
         answers = await asyncio.gather(*polls)
     for status, body in answers:
         assert (status, body.get("error_code")) in ((404, "UNKNOWN_TOPIC"), (200, None)), body
+
+
+def _empties(size: int) -> bytes:
+    return b"[" + b",".join([b"[]"] * (size // 3)) + b"]"
+
+
+async def _chunked(data: bytes) -> Any:
+    """The body without a Content-Length (chunked transfer): the size is known only once read."""
+    yield data
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_a_json_body_beyond_its_route_bound_is_413(cluster: Cluster, chunked: bool) -> None:
+    # Goal: every JSON route but produce and offset commits takes at most JSON_BYTES_MAX
+    # (1 MiB); on main a 15.7 MiB topic creation held the loop 3 s and grew memory by 749 MiB.
+    assert JSON_BYTES_MAX <= 1 << 20
+    body = b'{"name":"big","config":{},"x":"' + b"a" * (1 << 20) + b'"}'
+    status, answer = await cluster.call("POST", 2, "/v1/topics", data=_chunked(body) if chunked else io.BytesIO(body),
+                                        headers=JSON)
+    assert status == 413 and answer["error_code"] == "REQUEST_TOO_LARGE", answer
+    assert set(answer) >= {"error_code", "message"}
+
+
+@pytest.mark.parametrize("path", ["/v1/topics", "/v1/topics/empties/records",
+                                  "/v1/topics/empties/partitions/0/records", "/v1/groups/g/offsets"])
+async def test_fifteen_mib_of_empty_arrays_is_413_and_stores_nothing(cluster: Cluster, path: str) -> None:
+    # Goal: a body whose parse would build millions of objects is refused before parsing.
+    if "empties" not in cluster.nodes[0].catalog.topics:
+        await cluster.create_topic("empties", replication_factor=3)
+    records = b'{"records":[' + b",".join([b'{"value":' + _empties(1570) + b"}"] * 10_000) + b"]}"
+    body = records if "records" in path else _empties(15 * 1024 * 1024)
+    status, answer = await cluster.call("POST", 0, path, data=io.BytesIO(body), headers=JSON)
+    assert status == 413 and answer["error_code"] == "REQUEST_TOO_LARGE", answer
+    status, answer = await cluster.call("GET", 0, "/v1/topics/empties/partitions/0/records?offset=0")
+    assert status == 200 and answer["records"] == [], answer
+
+
+async def test_offset_commits_may_exceed_the_small_json_bound(cluster: Cluster) -> None:
+    # Goal: 10,000 commits with their metadata outgrow 1 MiB; that route keeps the bulk bounds.
+    if "committed" not in cluster.nodes[0].catalog.topics:
+        await cluster.create_topic("committed", replication_factor=3)
+    commits = [{"topic": "committed", "partition": 0, "offset": 0, "metadata": "m" * 4000}] * 300
+    body = json.dumps({"offsets": commits}).encode()
+    assert len(body) > JSON_BYTES_MAX
+    status, answer = await cluster.call("POST", 0, "/v1/groups/big-commit/offsets", data=io.BytesIO(body),
+                                        headers=JSON)
+    assert status == 200, answer
+
+
+async def test_a_large_json_body_is_parsed_off_the_event_loop(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: a body above JSON_INLINE_BYTES_MAX is parsed (and its depth walked) in the JSON
+    # worker pool, whatever the route: on the loop, an offset commit of 125,000 empty arrays
+    # (within its bounds) held it 65-100 ms; a small body stays on the loop.
+    threads: list[str] = []
+    parse = params._loads
+
+    def recorded(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return parse(*args)
+
+    monkeypatch.setattr(params, "_loads", recorded)
+    large = b'{"offsets":[' + b",".join([b"[]"] * 124_990) + b"]}"
+    assert len(large) > params.JSON_INLINE_BYTES_MAX
+    for body in (large, b'{"offsets":[[]]}'):
+        status, answer = await cluster.call("POST", 0, "/v1/groups/g/offsets", data=io.BytesIO(body), headers=JSON)
+        assert status == 400 and answer["error_code"] == "INVALID_REQUEST", answer
+    assert threads[0].startswith("raftlog-json") and threads[1] == threading.current_thread().name, threads

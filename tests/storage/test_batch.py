@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.batch import (
+    FLAG_COMPRESSION_MASK,
     HEADER_BYTES,
     INFLATE_FLOOR_BYTES,
     RECORD_BYTES_MAX,
@@ -24,8 +25,14 @@ from storage.batch import (
     validate_batch,
 )
 from storage.errors import InvalidBatchError
-from tests.fuzzing import fuzz_examples
+from tests.fuzzing import cost, fuzz_examples
 from tests.storage.helpers import max_compressed
+
+_FLAGS_AT = 5  # magic u8, crc32 u32, then flags (storage/batch.py's header layout)
+# Memory a check or a decode may allocate per input byte, and in all: the records section
+# is copied at most twice (a slice, an inflate), a record costs a handful of small objects.
+BYTES_PER_INPUT_BYTE = 8
+BYTES_FIXED = 64 * 1024
 
 _records = st.lists(
     st.builds(
@@ -186,13 +193,21 @@ def test_a_decoded_range_is_that_slice_of_the_whole(records, bounds, compression
 def test_any_bytes_validate_or_raise_the_typed_error_within_bounds(data):
     # Goal: whatever arrives, validate_batch returns or raises InvalidBatchError (never
     # another exception), and what it accepts is bounded by the bytes that came in:
-    # records by the byte, inflated size by the ratio. A read then decodes cleanly.
-    try:
-        header = validate_batch(data)
-    except InvalidBatchError:
+    # records by the byte, inflated size by the ratio. Checking and decoding cost
+    # memory and CPU within a bound per input byte (a compressed batch's bytes counted
+    # as what it may inflate to). A read then decodes cleanly.
+    compressed = len(data) > _FLAGS_AT and bool(data[_FLAGS_AT] & FLAG_COMPRESSION_MASK)
+    input_bytes = len(data) + (inflated_bytes_max(len(data)) if compressed else 0)
+    checked = cost(lambda: validate_batch(data))
+    checked.assert_within(input_bytes=input_bytes, bytes_per_byte=BYTES_PER_INPUT_BYTE, bytes_fixed=BYTES_FIXED)
+    if isinstance(checked.outcome, InvalidBatchError):
         return
+    assert not isinstance(checked.outcome, Exception), repr(checked.outcome)
+    header = checked.outcome
     assert header.record_count <= len(data)
-    decoded = decode_columns(data)
+    read = cost(lambda: decode_columns(data))
+    read.assert_within(input_bytes=input_bytes, bytes_per_byte=BYTES_PER_INPUT_BYTE, bytes_fixed=BYTES_FIXED)
+    decoded = read.outcome
     inflated = 4 * 3 * header.record_count + sum(len(v or b"") + len(k or b"")
                                                  for k, v in zip(decoded.keys, decoded.values, strict=True))
     assert inflated <= max(inflated_bytes_max(len(data)), INFLATE_FLOOR_BYTES)

@@ -2,7 +2,8 @@
 them or raise their typed error, and what they accept is bounded by the bytes that
 came in: a frame header never admits a body above frame_bytes_max, a Raft message
 never holds more payload than it was sent, coalesced heartbeats never more groups
-than their bytes can describe."""
+than their bytes can describe. Decoding costs memory and CPU within a bound per
+input byte, whatever the bytes declare (`tests.fuzzing.cost`)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ from multiraft.transport.frames import (
 from raftlog.messages import Entry, EntryKind, Message, MessageType
 from raftlog.types import Index, NodeId, Term
 from raftlog.wire import WireError, decode_heartbeats, decode_message, encode_message
-from tests.fuzzing import fuzz_examples
+from tests.fuzzing import cost, fuzz_examples
 
 FRAME_MAX = 1 << 20
+# Memory a decode may allocate per input byte, and in all: payloads are copied once, an
+# entry or a heartbeat is a few small objects for the bytes that describe it.
+BYTES_PER_INPUT_BYTE = 16
+BYTES_FIXED = 64 * 1024
 _seed = encode_message(Message(type=MessageType.APPEND, source=NodeId(1), target=NodeId(2), term=Term(3),
                                log_term=Term(2), index=Index(9),
                                entries=(Entry(Index(10), Term(3), EntryKind.DATA, b"payload"),), commit=Index(8)))
@@ -42,10 +47,12 @@ _message_bytes = st.binary(max_size=512) | st.builds(_mutate, st.just(_seed), st
 @settings(max_examples=fuzz_examples(400), deadline=None)
 @given(header=st.binary(min_size=FRAME_HEADER_BYTES, max_size=FRAME_HEADER_BYTES))
 def test_any_frame_header_parses_within_the_frame_bound_or_raises(header: bytes) -> None:
-    try:
-        parsed = parse_frame_header(header, FRAME_MAX)
-    except (FrameError, FrameTooLarge):
+    spent = cost(lambda: parse_frame_header(header, FRAME_MAX))
+    spent.assert_within(input_bytes=len(header), bytes_per_byte=BYTES_PER_INPUT_BYTE, bytes_fixed=BYTES_FIXED)
+    if isinstance(spent.outcome, FrameError | FrameTooLarge):
         return
+    assert not isinstance(spent.outcome, Exception), repr(spent.outcome)
+    parsed = spent.outcome
     assert parsed.body_bytes + FRAME_HEADER_BYTES <= FRAME_MAX
 
 
@@ -59,10 +66,12 @@ def test_an_encoded_frame_header_parses_back(frame_type: int, group: int, body: 
 @settings(max_examples=fuzz_examples(600), deadline=None)
 @given(data=_message_bytes)
 def test_any_bytes_decode_as_a_message_or_raise_wire_error(data: bytes) -> None:
-    try:
-        message = decode_message(data)
-    except WireError:
+    spent = cost(lambda: decode_message(data))
+    spent.assert_within(input_bytes=len(data), bytes_per_byte=BYTES_PER_INPUT_BYTE, bytes_fixed=BYTES_FIXED)
+    if isinstance(spent.outcome, WireError):
         return
+    assert not isinstance(spent.outcome, Exception), repr(spent.outcome)
+    message = spent.outcome
     assert sum(len(e.payload) for e in message.entries) <= len(data)
     assert len(message.entries) <= len(data)
 
@@ -71,8 +80,10 @@ def test_any_bytes_decode_as_a_message_or_raise_wire_error(data: bytes) -> None:
 @given(data=st.binary(max_size=512) | st.builds(lambda count, rest: struct.pack(">BQQI", 1, 1, 2, count) + rest,
                                                   st.integers(0, 2**32 - 1), st.binary(max_size=256)))
 def test_any_bytes_decode_as_heartbeats_or_raise_wire_error(data: bytes) -> None:
-    try:
-        beats = decode_heartbeats(data)
-    except WireError:
+    spent = cost(lambda: decode_heartbeats(data))
+    spent.assert_within(input_bytes=len(data), bytes_per_byte=BYTES_PER_INPUT_BYTE, bytes_fixed=BYTES_FIXED)
+    if isinstance(spent.outcome, WireError):
         return
+    assert not isinstance(spent.outcome, Exception), repr(spent.outcome)
+    beats = spent.outcome
     assert len(beats) <= len(data)

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from multiraft.errors import InvalidRequest, NotAcceptable, UnknownPartition
 from multiraft.http.confluent_errors import ACCEPTED, BODY_TYPES, V2_JSON
+from multiraft.http.limits import JSON_BULK_VALUES_MAX, REQUEST_BYTES_MAX
 from multiraft.http.params import is_int, json_object
 from multiraft.metadata.catalog import TopicInfo
 
@@ -42,8 +43,13 @@ def check_accept(request: web.Request, allowed: tuple[str, ...] = ACCEPTED) -> N
         raise NotAcceptable(f"this answers {allowed[0]}; Accept lists {', '.join(listed)[:200]}")
 
 
-async def body_object(request: web.Request, *, required: bool = True,
-                      types: tuple[str, ...] = BODY_TYPES) -> dict[str, Any]:
+async def body_object(request: web.Request, *, required: bool = True, types: tuple[str, ...] = BODY_TYPES,
+                      bulk: bool = False) -> dict[str, Any]:
+    """A JSON body of the dialect's types, bounded as every JSON route's (params.py), or
+    with `bulk` as the native bulk routes' (a produce carries many records)."""
+    if bulk:
+        return await json_object(request, required=required, content_types=types,
+                                 bytes_max=REQUEST_BYTES_MAX, values_max=JSON_BULK_VALUES_MAX)
     return await json_object(request, required=required, content_types=types)
 
 

@@ -76,7 +76,7 @@ async def produce(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
     info = topic_info(node, topic)
     partition = path_partition(node, request) if "partition" in request.match_info else None
-    body = await body_object(request, types=PRODUCE_TYPES)
+    body = await body_object(request, types=PRODUCE_TYPES, bulk=True)
     records = _records(body, _format(request), partition)
     by_partition = _by_partition(request, topic, records, len(info.partitions))
     for p in by_partition:

@@ -20,7 +20,11 @@ from aiohttp import web
 from multiraft.errors import InvalidRequest
 from multiraft.http.access import require, require_admin
 from multiraft.http.handlers.common import bounded, node_of
-from multiraft.http.limits import GROUP_COMMITS_PER_REQUEST_MAX
+from multiraft.http.limits import (
+    GROUP_COMMITS_PER_REQUEST_MAX,
+    JSON_BULK_VALUES_MAX,
+    REQUEST_BYTES_MAX,
+)
 from multiraft.http.params import int_field, json_object, str_field
 from multiraft.node.api import (
     GROUP_NAME_PATTERN,
@@ -46,7 +50,8 @@ def group_name(request: web.Request) -> str:
 async def commit_offsets(request: web.Request) -> web.Response:
     node = node_of(request)
     group = group_name(request)
-    body = await json_object(request)
+    # 10,000 commits with their metadata outgrow the default JSON bounds.
+    body = await json_object(request, bytes_max=REQUEST_BYTES_MAX, values_max=JSON_BULK_VALUES_MAX)
     offsets = body.get("offsets")
     if set(body) - _COMMIT_BODY_FIELDS or not isinstance(offsets, list) or not offsets:
         raise InvalidRequest("body is {\"offsets\": [{\"topic\", \"partition\", \"offset\"}, ...]}")

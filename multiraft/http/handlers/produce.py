@@ -23,21 +23,14 @@ from typing import Any
 
 from aiohttp import web
 
-from multiraft.errors import InvalidRequest, UnsupportedMediaType, error_body
+from multiraft.errors import UnsupportedMediaType, error_body
 from multiraft.http.handlers.common import bounded, node_of
-from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
-from multiraft.http.params import (
-    int_field,
-    json_object,
-    path_partition,
-    query_str,
-    read_body,
-    str_field,
-)
-from multiraft.http.records import ParsedRecord, encode_records, parse_records
+from multiraft.http.limits import BATCH_CONTENT_TYPE
+from multiraft.http.params import path_partition, query_str, read_body
+from multiraft.http.produce_body import ACKS, produce_body
+from multiraft.http.records import ParsedRecord, encode_records
 from multiraft.node.api import (
     NO_OFFSET,
-    Acks,
     PartitionBatch,
     ProduceResult,
     partition_for_key,
@@ -46,9 +39,6 @@ from multiraft.node.api import (
 from raftlog.errors import ClientError
 
 ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round_robin", dict)
-_ACKS = tuple(a.value for a in Acks)
-_TOPIC_FIELDS = {"format", "acks", "records"}
-_PARTITION_FIELDS = _TOPIC_FIELDS | {"producer_id", "producer_epoch", "base_sequence"}
 
 
 def _by_partition(request: web.Request, topic: str, records: list[ParsedRecord],
@@ -71,21 +61,12 @@ def _by_partition(request: web.Request, topic: str, records: list[ParsedRecord],
     return by_partition
 
 
-def _check_fields(body: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise InvalidRequest(f"unknown fields {unknown}")
-
-
 async def produce_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     topic = request.match_info["topic"]
     info = node.catalog.topic(topic)
-    body = await json_object(request, check_depth=False)  # parse_records bounds each value
-    _check_fields(body, _TOPIC_FIELDS)
-    fmt = str_field(body, "format", "json")
-    acks = str_field(body, "acks", "quorum", _ACKS)
-    records = parse_records(body.get("records"), fmt, RECORDS_PER_REQUEST_MAX)
+    parsed = await produce_body(request, partition=False)
+    records, acks = parsed.records, parsed.acks
     by_partition = _by_partition(request, topic, records, len(info.partitions))
     for partition in by_partition:
         node.partition_group(topic, partition)  # 404 for a partition that does not exist
@@ -134,25 +115,6 @@ def _forward_refused(request: web.Request) -> bool:
     return query_str(request, "forward", "true", ("true", "false")) == "false"
 
 
-async def _json_partition_batch(request: web.Request) -> tuple[bytes, str]:
-    body = await json_object(request, check_depth=False)  # parse_records bounds each value
-    _check_fields(body, _PARTITION_FIELDS)
-    fmt = str_field(body, "format", "json")
-    acks = str_field(body, "acks", query_str(request, "acks", "quorum"), _ACKS)
-    records = parse_records(body.get("records"), fmt, RECORDS_PER_REQUEST_MAX)
-    idempotent = [name in body for name in ("producer_id", "producer_epoch", "base_sequence")]
-    if any(idempotent) and not all(idempotent):
-        raise InvalidRequest("producer_id, producer_epoch and base_sequence go together")
-    fields: dict[str, int] = {}
-    if all(idempotent):
-        fields = {
-            "producer_id": int_field(body, "producer_id", low=0, high=2**63 - 1),
-            "producer_epoch": int_field(body, "producer_epoch", low=0, high=2**15 - 1),
-            "base_sequence": int_field(body, "base_sequence", low=0, high=2**31 - 1),
-        }
-    return encode_records(records, **fields), acks
-
-
 async def produce_partition(request: web.Request) -> web.Response:
     node = node_of(request)
     topic = request.match_info["topic"]
@@ -161,9 +123,11 @@ async def produce_partition(request: web.Request) -> web.Response:
     if request.content_type == BATCH_CONTENT_TYPE:
         batch = await read_body(request)
         header = await validate_off_loop(batch)
-        acks = query_str(request, "acks", "quorum", _ACKS)
+        acks = query_str(request, "acks", "quorum", ACKS)
     elif request.content_type == "application/json" or not request.can_read_body:
-        batch, acks = await _json_partition_batch(request)
+        parsed = await produce_body(request, partition=True, acks_default=query_str(request, "acks", "quorum"))
+        batch, acks = parsed.batch, parsed.acks
+        assert batch is not None
         header = None  # encoded here, validated by the leader
     else:
         raise UnsupportedMediaType(f"expected application/json or {BATCH_CONTENT_TYPE}, got {request.content_type}")
