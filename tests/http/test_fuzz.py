@@ -140,6 +140,8 @@ def _is_int(value: Any) -> bool:
 def _bounded(case: Any) -> Any:
     """Bound the costly cases (see the module docstring)."""
     label = f"{case.method.upper()} {case.path}"
+    if case.meta is not None and case.meta.generation.mode.is_positive and isinstance(case.body, dict | list):
+        case.body = _one_window(_integers(case.body))  # first: 9999.0 becomes 9999, bounded below
     body = case.body
     if label == "POST /v1/topics" and isinstance(body, dict) and _is_int(body.get("partitions")) \
             and body["partitions"] > CREATED_PARTITIONS_MAX:
@@ -147,8 +149,6 @@ def _bounded(case: Any) -> Any:
     if label == "POST /v1/topics/{topic}/partitions" and isinstance(body, dict) and _is_int(body.get("count")) \
             and body["count"] > GROWN_PARTITIONS_MAX:  # the real topic grows at most to this
         case.body = {**body, "count": 1 + body["count"] % GROWN_PARTITIONS_MAX}
-    if case.meta is not None and case.meta.generation.mode.is_positive and isinstance(case.body, dict | list):
-        case.body = _one_window(_integers(case.body))
     query = case.query
     for name in ("wait_ms", "timeout"):  # `timeout`: a Confluent v2 records GET's long-poll
         if isinstance(query, dict) and _is_int(query.get(name)) and query[name] > WAIT_MS_FUZZ_MAX:
