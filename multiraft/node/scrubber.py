@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
     from multiraft.node.registry import GroupRegistry
     from multiraft.node.routing import Routing
 
-PARTITIONS_PER_CALL = 16  # partitions verified by one POST /v1/admin/verify
+PARTITIONS_PER_CALL = 16  # partitions verified by one POST /v1/admin/verify, at most
+CALL_BUDGET_S = 10.0  # and no partition is started after this long: the answer says where to go on
 TREE_CALL_TIMEOUT_S = 10.0  # a follower's first answer builds its tree: a read of the whole span
 IDENTICAL, BEHIND, DIFFERENT, UNREACHABLE, LEADER_DAMAGED = (
     "identical", "behind", "different", "unreachable", "leader_damaged")
@@ -152,8 +154,12 @@ class Scrubber:
         if start > len(every):
             raise InvalidRequest(f"start {start} is past the {len(every)} partitions asked for")
         chosen = every[start:start + PARTITIONS_PER_CALL]
-        verdicts = [await self._verify_anywhere(topic, partition) for topic, partition in chosen]
-        after = start + len(chosen)
+        began, verdicts = time.monotonic(), []
+        for topic, partition in chosen:
+            if verdicts and time.monotonic() - began > CALL_BUDGET_S:
+                break
+            verdicts.append(await self._verify_anywhere(topic, partition))
+        after = start + len(verdicts)
         return VerifyReport(partitions=tuple(verdicts), total=len(every),
                             next_start=after if after < len(every) else None)
 
