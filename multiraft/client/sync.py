@@ -84,6 +84,9 @@ class Client:
     def balance_leaders(self) -> dict[str, Any]:
         return self.run(self.aio.balance_leaders())
 
+    def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
+        return self.run(self.aio.verify(topics, start))
+
     def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:
         return self.run(self.aio.create_token(name, rights))
 
