@@ -24,6 +24,7 @@ that is another node), and says where to go on.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -197,7 +198,9 @@ class Scrubber:
             verdicts = (ReplicaVerdict(node=me, status=LEADER_DAMAGED, lo=lo, hi=hi, repair_started=started,
                                        detail=f"entries {list(own.damaged)} fail their checks"),)
         else:
-            verdicts = tuple([await self._verify_follower(group_id, node, lo, hi) for node in followers])
+            # The followers build their trees at once, each on its own node.
+            verdicts = tuple(await asyncio.gather(*(self._verify_follower(group_id, node, lo, hi)
+                                                    for node in followers)))
         status = min((v.status for v in verdicts), key=_WORST.index, default=IDENTICAL)
         verdict = PartitionVerdict(topic=topic, partition=partition, status=status, leader=me, lo=lo,
                                    high_watermark=hi, replicas=verdicts)
