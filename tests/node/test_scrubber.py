@@ -7,10 +7,12 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from multiraft.node.node import Node
+from raftlog.messages import Message, MessageType
 from raftlog.types import Offset
 from storage.batch import decode_batch
 from storage.offsets import read_records
@@ -93,3 +95,42 @@ async def test_a_flipped_byte_in_a_follower_is_found_repaired_and_then_identical
         assert report["all_identical"], report
         counts = leader.api.scrub_counts if leader is not None else None
         assert counts is not None and counts.partitions_verified >= 2
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_follower_behind_is_reported_behind_and_compared_over_what_it_holds(tmp_path: Path) -> None:
+    # Goal: a follower not given the newest entries yet is `behind`, not `different`:
+    # compared over the prefix it applied, and no repair is started.
+    async with running_cluster(tmp_path) as nodes:
+        await _written(nodes, "lag", batches=2)
+        leader = leader_of(nodes, "lag", 0)
+        assert leader is not None
+        group = leader.partition_group("lag", 0)
+        slow = next(n for n in nodes if n is not leader)
+        runtime = slow.groups[group]
+        held: list[tuple[Any, Message]] = []
+
+        def hold(message: Message, deliver: Any = runtime.deliver) -> None:
+            if message.type is MessageType.APPEND and message.entries:
+                held.append((deliver, message))
+            else:
+                deliver(message)
+
+        runtime.deliver = hold  # type: ignore[method-assign]
+        try:
+            await produce_retrying(leader, "lag", 0, batch(b"more"))  # committed by the leader and the other one
+            other = next(n for n in nodes if n not in (leader, slow))
+            high = leader.partitions[group].state.high_watermark
+            await until(lambda: other.partitions[group].state.high_watermark == high, "the other follower applied it")
+            report = (await leader.api.verify(["lag"], 0)).to_json()
+        finally:
+            del runtime.deliver
+            for deliver, message in held:
+                deliver(message)
+        first = report["partitions"][0]
+        assert first["status"] == "behind" and not first["repair_started"] and first["ranges"] == []
+        by_node = {r["node"]: r for r in first["replicas"]}
+        assert by_node[slow.id]["status"] == "behind"
+        assert by_node[slow.id]["hi"] == 2 * RECORDS_PER_BATCH < first["high_watermark"]
+        assert [r["status"] for n, r in by_node.items() if n != slow.id] == ["identical"]
