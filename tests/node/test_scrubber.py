@@ -134,3 +134,27 @@ async def test_a_follower_behind_is_reported_behind_and_compared_over_what_it_ho
         assert by_node[slow.id]["status"] == "behind"
         assert by_node[slow.id]["hi"] == 2 * RECORDS_PER_BATCH < first["high_watermark"]
         assert [r["status"] for n, r in by_node.items() if n != slow.id] == ["identical"]
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_leader_whose_read_fails_repairs_itself_and_touches_no_follower(tmp_path: Path) -> None:
+    # Goal: the reference must be sound. A leader whose own segment fails its checks is
+    # `leader_damaged`: its own repair starts (the reopen steps it down and refills it),
+    # and no follower is compared or repaired against it.
+    async with running_cluster(tmp_path) as nodes:
+        values = await _written(nodes, "lead", batches=24)
+        leader = leader_of(nodes, "lead", 0)
+        assert leader is not None
+        group = leader.partition_group("lead", 0)
+        followers_stores = {n.id: n.stores[group] for n in nodes if n is not leader}
+        store = leader.stores[group]
+        _flip_a_byte_at_offset(leader, "lead", 6000)
+
+        report = (await leader.api.verify(["lead"], 0)).to_json()
+        first = report["partitions"][0]
+        assert first["status"] == "leader_damaged" and first["repair_started"]
+        assert [r["node"] for r in first["replicas"]] == [leader.id]
+        await until(lambda: leader.stores.get(group) not in (None, store), "the leader reopened", 30)
+        await until(lambda: _holds(leader, "lead", 0, values), "the old leader refilled", 30)
+        assert all(n.stores[group] is followers_stores[n.id] for n in nodes if n is not leader), "followers untouched"
