@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from multiraft.cli.group_commands import consume_as_member
 from multiraft.client import Client, RaftlogError
 from multiraft.net.secret_files import create_private_file
 
@@ -67,8 +68,15 @@ def topic_create(client: Client, args: argparse.Namespace) -> int:
 
 def topic_alter(client: Client, args: argparse.Namespace) -> int:
     changes: dict[str, Any] = _config_pairs(args.config) | dict.fromkeys(args.delete_config)
-    if not changes:
-        raise ValueError("give at least one --config KEY=VALUE or --delete-config KEY")
+    partitions = getattr(args, "partitions", None)
+    if not changes and partitions is None:
+        raise ValueError("give --partitions N, or at least one --config KEY=VALUE or --delete-config KEY")
+    if partitions is not None:
+        topic = client.create_partitions(args.name, partitions)
+        print(f"topic {topic['name']}: {len(topic['partitions'])} partitions "
+              "(keyed records may now map to other partitions)")
+        if not changes:
+            return EXIT_OK
     topic = client.alter_topic_config(args.name, changes)
     settings = ", ".join(f"{k}={v}" for k, v in sorted(topic["config"].items())) or "defaults"
     print(f"topic {topic['name']}: {settings}")
@@ -126,10 +134,11 @@ def cluster_status(client: Client, args: argparse.Namespace) -> int:
     cluster = client.cluster()
     leader = cluster["metadata_leader"]
     rows = [[n["node_id"] if n["node_id"] != leader else f"{n['node_id']}*", n["http_addr"], n["raft_addr"],
-             n["rack"], n["status"]] for n in cluster["nodes"]]
+             n["rack"], n["status"] + (", drained" if n.get("drained") else ""), n.get("partitions_led")]
+            for n in cluster["nodes"]]
     print(f"metadata group: leader {leader or 'none'}, term {cluster['term']}, "
           f"commit index {cluster['commit_index']}  (* = metadata leader)")
-    print(_table(rows, ["NODE", "HTTP", "RAFT", "RACK", "STATUS"]))
+    print(_table(rows, ["NODE", "HTTP", "RAFT", "RACK", "STATUS", "LEADS"]))
     servers = [n["http_addr"] for n in cluster["nodes"] if n["status"] == "alive"]
     rows = []
     for topic in client.list_topics():
@@ -262,6 +271,10 @@ def produce(client: Client, args: argparse.Namespace) -> int:
 
 
 def consume(client: Client, args: argparse.Namespace) -> int:
+    if args.group and args.partition is None:
+        return consume_as_member(client, args)  # the cluster splits the partitions (group_commands.py)
+    if args.session_timeout_ms is not None:
+        raise ValueError("--session-timeout-ms is for a group member (--group without --partition)")
     start: str | dict[int, int] = "earliest" if args.from_beginning else "latest"
     if args.offset is not None:
         partitions = [args.partition] if args.partition is not None else [
@@ -303,3 +316,52 @@ def export(client: Client, args: argparse.Namespace) -> int:
     from spark_connector.export import export_command
 
     return export_command(args, client.aio.servers)
+
+
+DRAIN_POLL_S = 1.0
+
+
+def _drain_done(cluster: dict[str, Any], node_id: int) -> tuple[bool, int, bool]:
+    """(done, partitions led, leads the metadata group) for a drained node, from one node's view.
+    Done once it leads no partition, and no longer leads the metadata group unless no other
+    voter of it is registered, alive and not drained (then that leadership cannot move)."""
+    nodes = {n["node_id"]: n for n in cluster["nodes"]}
+    led = nodes[node_id]["partitions_led"] if node_id in nodes else 0
+    leads_metadata = cluster["metadata_leader"] == node_id
+    movable = any(v != node_id and v in nodes and nodes[v]["status"] == "alive" and not nodes[v]["drained"]
+                  for v in cluster.get("metadata_voters", []))
+    return led == 0 and not (leads_metadata and movable), led, leads_metadata
+
+
+def node_drain(client: Client, args: argparse.Namespace) -> int:
+    """Drain, and with --wait print the partitions it still leads until none (a second apart)."""
+    if not 0 < args.timeout <= CLUSTER_WAIT_MAX_S:
+        raise ValueError(f"--timeout: seconds, above 0 and at most {CLUSTER_WAIT_MAX_S:.0f}")
+    status = client.drain_node(args.node_id)
+    print(f"node {args.node_id} drained: leads {status['partitions_led']} partitions"
+          f"{' and the metadata group' if status['leads_metadata'] else ''}")
+    if not args.wait:
+        return EXIT_OK
+    deadline = time.monotonic() + args.timeout
+    last = None
+    while True:
+        done, led, leads_metadata = _drain_done(client.cluster(), args.node_id)
+        if (led, leads_metadata) != last:
+            print(f"node {args.node_id}: leads {led} partitions{' and the metadata group' if leads_metadata else ''}")
+            last = (led, leads_metadata)
+        if done:
+            extra = " (and the metadata group: no other voter can take it)" if leads_metadata else ""
+            print(f"node {args.node_id} leads no partition{extra}")
+            return EXIT_OK
+        if time.monotonic() >= deadline:
+            print(f"raftlog: node {args.node_id} still leads {led} partitions after {args.timeout:.0f} s",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        time.sleep(DRAIN_POLL_S)
+
+
+def node_undrain(client: Client, args: argparse.Namespace) -> int:
+    status = client.undrain_node(args.node_id)
+    print(f"node {args.node_id} undrained: leads {status['partitions_led']} partitions now; balancing brings "
+          "its preferred leaderships back")
+    return EXIT_OK

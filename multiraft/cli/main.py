@@ -8,6 +8,11 @@
     raftlog topic create|list|describe|delete ...
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
+    raftlog group list | describe G | delete G
+    raftlog group reset-offsets G --topic T[:P,P] --to-earliest|--to-latest|--to-offset N|--to-datetime T|--shift-by N
+                                  [--dry-run|--execute]
+    raftlog topic alter TOPIC [--partitions N] [--config K=V] [--delete-config K]
+    raftlog node drain N [--wait] | undrain N     leadership off a node (rolling restart), and back
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from multiraft.cli import commands
+from multiraft.cli.group_commands import add_group_parsers
 from multiraft.cli.serve import add_cluster_up, add_serve_parsers
 
 EXIT_UNREACHABLE = 3
@@ -78,8 +84,10 @@ def _topic_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type
     describe = topics.add_parser("describe", help="partitions, leaders, ISR, offsets")
     describe.add_argument("name")
     _client_command(describe, commands.topic_describe)
-    alter = topics.add_parser("alter", help="change topic settings")
+    alter = topics.add_parser("alter", help="change topic settings, or add partitions")
     alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, default=None, metavar="N",
+                       help="grow the topic to N partitions (increase only; keyed records may move)")
     alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                        help="set a setting, e.g. retention_ms=3600000 (repeatable)")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY",
@@ -105,7 +113,12 @@ def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     where = consume.add_mutually_exclusive_group()
     where.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
     where.add_argument("--offset", type=int, help="start at this offset")
-    consume.add_argument("--group", help="consumer group: resume from and commit its offsets")
+    consume.add_argument("--group", help="consumer group: without --partition, join it as a member (the cluster "
+                                         "splits the partitions among members); with one, resume from and commit "
+                                         "its offsets")
+    consume.add_argument("--session-timeout-ms", type=int, default=None, metavar="MS",
+                         help="with --group, when the group is created: how long a silent member keeps its "
+                              "partitions (default 45000)")
     consume.add_argument("--follow", action="store_true", help="keep waiting for new records (Ctrl-C stops)")
     consume.add_argument("--max-records", type=int, default=None, help="stop after this many records")
     consume.add_argument("--wait-ms", type=int, default=5000, help="long-poll wait per request")
@@ -125,10 +138,25 @@ def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     _client_command(export, commands.export)
 
 
+def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    node = commands_parser.add_parser("node", help="drain or undrain a node (leadership, for a rolling restart)")
+    nodes = node.add_subparsers(dest="node_command", required=True, metavar="{drain,undrain}")
+    drain = nodes.add_parser("drain", help="move every leadership off a node; it takes none until undrained")
+    drain.add_argument("node_id", type=int)
+    drain.add_argument("--wait", action="store_true",
+                       help="print progress until it leads no partition (nor the metadata group, when "
+                            "another voter can take it)")
+    drain.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up waiting after S s")
+    _client_command(drain, commands.node_drain)
+    undrain = nodes.add_parser("undrain", help="let a drained node lead again (balancing brings it back)")
+    undrain.add_argument("node_id", type=int)
+    _client_command(undrain, commands.node_undrain)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
     subcommands = parser.add_subparsers(dest="command", required=True,
-                                        metavar="{serve,cluster,topic,produce,consume,leaders,export}")
+                                        metavar="{serve,cluster,topic,produce,consume,group,node,token,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
@@ -159,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     delete = tokens.add_parser("delete", help="delete a token")
     delete.add_argument("name")
     _client_command(delete, commands.token_delete)
+    add_group_parsers(subcommands, _client_command)
+    _node_parsers(subcommands)
     leaders = subcommands.add_parser("leaders", help="partition leadership")
     leaders_commands = leaders.add_subparsers(dest="leaders_command", required=True, metavar="{balance}")
     _client_command(leaders_commands.add_parser("balance", help="even out leaders per node"),

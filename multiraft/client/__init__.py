@@ -11,8 +11,12 @@ exactly as a user's program would (DESIGN.md section 2).
         consumer = client.consumer("events", group="readers")
         records = consumer.poll()
         consumer.commit()
+        # or as a member of the group: the cluster splits the partitions among its members
+        with client.group_consumer("readers", topics=["events"]) as member:
+            records = member.poll()   # commits positions when partitions move, and at close
 
-Async: `AsyncClient`, `AsyncProducer(client, topic)`, `AsyncConsumer(client, topic)`.
+Async: `AsyncClient`, `AsyncProducer(client, topic)`, `AsyncConsumer(client, topic)`,
+`AsyncGroupConsumer(client, group, topics=[...])`.
 
 This module is the client's face: the Spark connector and the chaos runner import
 only from it (tests/unit/test_layers.py), never its inner modules.
@@ -30,11 +34,13 @@ from multiraft.client.http import (
     UnavailableError,
     normalize,
 )
+from multiraft.client.member import AsyncGroupConsumer
 from multiraft.client.producer import AsyncProducer
-from multiraft.client.sync import Client, Consumer, Producer
+from multiraft.client.sync import Client, Consumer, GroupConsumer, Producer
 
 __all__ = [
-    "BATCH_CONTENT_TYPE", "DEFAULT_SERVER", "AsyncClient", "AsyncConsumer", "AsyncProducer", "BatchRead",
-    "Client", "ConsumedRecord", "Consumer", "CredentialsError", "OutcomeUnknownError", "Producer",
+    "BATCH_CONTENT_TYPE", "DEFAULT_SERVER", "AsyncClient", "AsyncConsumer", "AsyncGroupConsumer", "AsyncProducer",
+    "BatchRead", "Client", "ConsumedRecord", "Consumer", "CredentialsError", "GroupConsumer",
+    "OutcomeUnknownError", "Producer",
     "RaftlogError", "UnavailableError", "normalize", "read_token_file",
 ]

@@ -226,13 +226,15 @@ class ConnectionPool:
         self._servers: dict[str, _Server] = {}
         self._open: set[_Exchange] = set()  # connections not yet fully closed
 
-    async def request(self, method: str, url: str, *, body: bytes = b"", query: dict[str, str] | None = None,
+    async def request(self, method: str, url: str, *, body: bytes = b"",
+                      query: dict[str, str] | tuple[tuple[str, str], ...] | None = None,
                       headers: dict[str, str] | None = None, timeout_s: float) -> Response:
-        """One exchange. Raises ConnectFailed, ExchangeFailed or TimeoutError (outcome unknown)."""
+        """One exchange. Raises ConnectFailed, ExchangeFailed or TimeoutError (outcome unknown).
+        `query`: a dict, or (name, value) pairs when a name repeats."""
         server = self._server(url)
         target = _split(url)[4]
         if query:
-            target += "?" + _query(tuple(query.items()))
+            target += "?" + _query(query if isinstance(query, tuple) else tuple(query.items()))
         lines = [f"{method} {target} HTTP/1.1", f"Host: {server.host_header}", f"Content-Length: {len(body)}"]
         lines.extend(f"{name}: {value}" for name, value in (headers or {}).items())
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body

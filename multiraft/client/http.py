@@ -40,6 +40,7 @@ from multiraft.errors import error_table
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
 DEFAULT_SERVER = "127.0.0.1:8080"
 _FRAME = struct.Struct(">qI")
+_LENGTH = struct.Struct(">I")  # the JSON part of a member's binary fetch
 
 
 class RaftlogError(Exception):
@@ -200,8 +201,9 @@ class AsyncClient:
 
     async def _once(self, method: str, url: str, json_body: Any, data: bytes | None,
                     params: dict[str, Any] | None, headers: dict[str, str] | None) -> tuple[int, bytes, Any]:
-        query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in (params or {}).items()
-                 if v is not None}
+        query = tuple((k, str(item).lower() if isinstance(item, bool) else str(item))
+                      for k, v in (params or {}).items() if v is not None
+                      for item in (v if isinstance(v, list | tuple) else (v,)))  # a list: the name repeats
         body = data if data is not None else b""
         if json_body is not None:
             body = json.dumps(json_body).encode()
@@ -255,6 +257,19 @@ class AsyncClient:
 
     async def balance_leaders(self) -> dict[str, Any]:
         return await self._json("POST", "/v1/admin/leadership/balance")
+
+    async def create_partitions(self, name: str, count: int) -> dict[str, Any]:
+        """Grow topic `name` to `count` partitions (the new total; increase only). Keyed
+        records may map to other partitions afterwards, as in Kafka. Returns the topic."""
+        return await self._json("POST", f"/v1/topics/{name}/partitions", json_body={"count": count})
+
+    async def drain_node(self, node_id: int) -> dict[str, Any]:
+        """Move every leadership off `node_id` (for a rolling restart); its drain status."""
+        return await self._json("POST", f"/v1/admin/nodes/{int(node_id)}/drain")
+
+    async def undrain_node(self, node_id: int) -> dict[str, Any]:
+        """Let `node_id` lead again; its drain status."""
+        return await self._json("DELETE", f"/v1/admin/nodes/{int(node_id)}/drain")
 
     async def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
         """One call of the scrubber (admin): up to 16 partitions; go on from `next_start`."""
@@ -315,9 +330,82 @@ class AsyncClient:
         answer = await self._json("POST", "/v1/producers")
         return int(answer["producer_id"]), int(answer["producer_epoch"])
 
-    async def commit_offsets(self, group: str, offsets: list[dict[str, Any]]) -> None:
-        """Commits are idempotent (the same offset again changes nothing), so they retry freely."""
-        await self.request("POST", f"/v1/groups/{group}/offsets", json_body={"offsets": offsets})
+    async def commit_offsets(self, group: str, offsets: list[dict[str, Any]], *, member_id: str | None = None,
+                             member_epoch: int | None = None) -> None:
+        """Commits are idempotent (the same offset again changes nothing), so they retry freely.
+        A group member names itself (`member_id`, `member_epoch`)."""
+        body: dict[str, Any] = {"offsets": offsets}
+        if member_id is not None:
+            body.update(member_id=member_id, member_epoch=member_epoch)
+        await self.request("POST", f"/v1/groups/{group}/offsets", json_body=body)
+
+    # ---- consumer group membership and admin (docs/http.md "Consumer group members") ----
+
+    async def join_group(self, group: str, member_id: str, *, topics: list[str] | None = None,
+                         topic_pattern: str | None = None, **settings: Any) -> dict[str, Any]:
+        """Join (or join again) as `member_id`, drawn by the caller (KIP-848's client-made
+        ids), so a join whose answer was lost retries as the same member, not a second one.
+        `settings`: session_timeout_ms, rebalance_timeout_ms, assignor (None: the group's)."""
+        body: dict[str, Any] = {"member_id": member_id, **{k: v for k, v in settings.items() if v is not None}}
+        if topic_pattern is not None:
+            body["topic_pattern"] = topic_pattern
+        else:
+            body["topics"] = topics
+        return await self._json("POST", f"/v1/groups/{group}/members", json_body=body)
+
+    async def group_heartbeat(self, group: str, member_id: str, member_epoch: int,
+                              owned: list[dict[str, Any]] | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"member_epoch": member_epoch}
+        if owned is not None:
+            body["owned"] = owned
+        return await self._json("POST", f"/v1/groups/{group}/members/{member_id}/heartbeat", json_body=body)
+
+    async def group_fetch(self, group: str, member_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A member's fetch (positions are in the body, so a retry reads the same records)."""
+        return await self._json("POST", f"/v1/groups/{group}/members/{member_id}/records", json_body=body)
+
+    async def group_fetch_batches(self, group: str, member_id: str,
+                                  body: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, int, int, bytes]]]:
+        """A member's fetch answered in binary: the answer's JSON part (member, positions,
+        errors) and the stored batches as (topic, partition, base offset, bytes). Batches
+        are whole: skip records below each partition's `positions[].offset`."""
+        _, payload, _ = await self.request("POST", f"/v1/groups/{group}/members/{member_id}/records",
+                                           json_body=body, headers={"Accept": BATCH_CONTENT_TYPE})
+        (length,) = _LENGTH.unpack_from(payload)
+        header = json.loads(payload[_LENGTH.size:_LENGTH.size + length])
+        position = _LENGTH.size + length
+        batches = []
+        for topic, partition, base, size in header.pop("batches"):
+            batches.append((topic, partition, base, payload[position:position + size]))
+            position += size
+        return header, batches
+
+    async def leave_group(self, group: str, member_id: str, member_epoch: int) -> None:
+        """Leave; a member already gone (a retried leave, an expiry) counts as left."""
+        try:
+            await self.request("DELETE", f"/v1/groups/{group}/members/{member_id}",
+                               params={"member_epoch": member_epoch})
+        except RaftlogError as error:
+            if error.code != "UNKNOWN_MEMBER_ID":
+                raise
+
+    async def list_groups(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/v1/groups"))["groups"]
+
+    async def describe_group(self, group: str, topics: Sequence[str] = ()) -> dict[str, Any]:
+        """Members, assignment, committed offsets and lag; `topics` adds those topics' rows
+        (and describes a group without members by its offsets there)."""
+        return await self._json("GET", f"/v1/groups/{group}", params={"topic": list(topics)})
+
+    async def reset_offsets(self, group: str, strategy: str, topics: list[dict[str, Any]], *,
+                            value: int | None = None, execute: bool = False) -> dict[str, Any]:
+        """Kafka's --reset-offsets (admin): the plan; written only with `execute`. Retried
+        freely: the same reset again writes the same offsets (a shift is recomputed, though)."""
+        body: dict[str, Any] = {"strategy": strategy, "topics": topics, "execute": execute}
+        if value is not None:
+            body["value"] = value
+        return await self._json("POST", f"/v1/groups/{group}/offsets/reset", json_body=body,
+                                ambiguous_retry=strategy != "shift" or not execute)
 
     async def fetch_offsets(self, group: str, topic: str) -> dict[int, int]:
         answer = await self._json("GET", f"/v1/groups/{group}/offsets", params={"topic": topic})

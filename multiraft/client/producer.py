@@ -6,6 +6,13 @@ accumulator has the same two bounds). Each partition has at most one batch in
 flight, which keeps its records in order without relying on the server, and
 `buffer_records_max` bounds what waits in memory: `send` blocks past it.
 
+A topic may gain partitions while a producer runs (`POST /v1/topics/{t}/partitions`):
+the producer describes the topic again every `metadata_max_age_ms` (Kafka's
+`metadata.max.age.ms`, 5 minutes by default), at once when a record names a partition
+beyond the count it knows, or when asked (`refresh_partitions`). Keyed records then
+map over the new count, so a key may land in another partition than before (as in
+Kafka); unkeyed records spread over every partition.
+
 Idempotent mode takes a producer id from `/v1/producers` and numbers each
 partition's records with sequences; a send whose answer was lost is retried
 with the same bytes (same sequence), so the cluster stores it once and answers
@@ -42,8 +49,8 @@ class AsyncProducer:
 
     def __init__(self, client: AsyncClient, topic: str, *, linger_ms: int = 5, batch_records_max: int = 1000,
                  batch_bytes_max: int = 1 << 20, buffer_records_max: int = 100_000, acks: str = "quorum",
-                 idempotent: bool = False) -> None:
-        assert linger_ms >= 0 and batch_records_max >= 1 and batch_bytes_max >= 1
+                 idempotent: bool = False, metadata_max_age_ms: int = 300_000) -> None:
+        assert linger_ms >= 0 and metadata_max_age_ms >= 0 and batch_records_max >= 1 and batch_bytes_max >= 1
         assert buffer_records_max >= batch_records_max
         self.client = client
         self.topic = topic
@@ -54,6 +61,9 @@ class AsyncProducer:
         self.acks = acks
         self.idempotent = idempotent
         self.partitions = 0
+        self.metadata_max_age_s = metadata_max_age_ms / 1000
+        self._described_at = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[int, int] = {}
@@ -74,10 +84,27 @@ class AsyncProducer:
         await self.close()
 
     async def start(self) -> None:
-        described = await self.client.describe_topic(self.topic)
-        self.partitions = len(described["partitions"])
+        await self.refresh_partitions()
         if self.idempotent:
             self.producer_id, self.producer_epoch = await self.client.allocate_producer()
+
+    async def refresh_partitions(self) -> None:
+        """Describe the topic again; a count that grew is taken (it never shrinks)."""
+        described = await self.client.describe_topic(self.topic)
+        self._described_at = time.monotonic()
+        self.partitions = max(self.partitions, len(described["partitions"]))
+
+    def _refresh_when_old(self) -> None:
+        """In the background, once the count is older than `metadata_max_age_ms`."""
+        if time.monotonic() - self._described_at < self.metadata_max_age_s:
+            return
+        if self._refreshing is None or self._refreshing.done():
+            self._described_at = time.monotonic()  # one refresh per age, even if it fails
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh_quietly())
+
+    async def _refresh_quietly(self) -> None:
+        with contextlib.suppress(RaftlogError):  # the next age tries again; sends go on meanwhile
+            await self.refresh_partitions()
 
     def _partition(self, key: bytes | None, partition: int | None) -> int:
         if partition is not None:
@@ -98,6 +125,9 @@ class AsyncProducer:
         while self._pending >= self.buffer_records_max:
             self._room.clear()
             await self._room.wait()
+        if partition is not None and partition >= self.partitions:
+            await self.refresh_partitions()  # the topic may have grown
+        self._refresh_when_old()
         target = self._partition(key, partition)
         buffer = self._buffers.setdefault(target, _Buffer())
         if not buffer.records:
@@ -164,5 +194,9 @@ class AsyncProducer:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
     async def close(self) -> None:
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refreshing
         with contextlib.suppress(Exception):
             await self.flush()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from multiraft.client.consumer import AsyncConsumer, ConsumedRecord
 from multiraft.client.http import DEFAULT_SERVER, AsyncClient, BatchRead
+from multiraft.client.member import AsyncGroupConsumer, Callback, TopicPartition
 from multiraft.client.producer import AsyncProducer
 
 T = TypeVar("T")
@@ -84,6 +85,15 @@ class Client:
     def balance_leaders(self) -> dict[str, Any]:
         return self.run(self.aio.balance_leaders())
 
+    def create_partitions(self, name: str, count: int) -> dict[str, Any]:
+        return self.run(self.aio.create_partitions(name, count))
+
+    def drain_node(self, node_id: int) -> dict[str, Any]:
+        return self.run(self.aio.drain_node(node_id))
+
+    def undrain_node(self, node_id: int) -> dict[str, Any]:
+        return self.run(self.aio.undrain_node(node_id))
+
     def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
         return self.run(self.aio.verify(topics, start))
 
@@ -122,6 +132,19 @@ class Client:
 
     def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         return self.run(self.aio.partition_offsets(topic))
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        return self.run(self.aio.list_groups())
+
+    def describe_group(self, group: str, topics: Sequence[str] = ()) -> dict[str, Any]:
+        return self.run(self.aio.describe_group(group, topics))
+
+    def reset_offsets(self, group: str, strategy: str, topics: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+        return self.run(self.aio.reset_offsets(group, strategy, topics, **options))
+
+    def group_consumer(self, group: str, **options: Any) -> GroupConsumer:
+        """A member of `group` (topics= or topic_pattern=; AsyncGroupConsumer's options)."""
+        return GroupConsumer(self, AsyncGroupConsumer(self.aio, group, **options))
 
     def producer(self, topic: str, **options: Any) -> Producer:
         return Producer(self, AsyncProducer(self.aio, topic, **options))
@@ -200,3 +223,60 @@ class Consumer:
     @property
     def positions(self) -> dict[int, int]:
         return dict(self.aio.positions)
+
+
+def _in_a_thread(callback: Callback | None) -> Callback | None:
+    """A blocking callback run off the client's loop (in a worker thread, while `poll`
+    waits for it), so it may call the blocking consumer, say `commit()`, without
+    waiting on the loop it would be holding."""
+    if callback is None:
+        return None
+
+    async def run(partitions: set[TopicPartition]) -> None:
+        await asyncio.to_thread(callback, partitions)
+
+    return run
+
+
+class GroupConsumer:
+    """Blocking group member: `poll()` hands partitions over as the server asks (calling
+    on_revoked / on_assigned / on_lost) and returns records; `close()` leaves the group."""
+
+    def __init__(self, client: Client, consumer: AsyncGroupConsumer) -> None:
+        self._client = client
+        self.aio = consumer
+        consumer.on_assigned = _in_a_thread(consumer.on_assigned)
+        consumer.on_revoked = _in_a_thread(consumer.on_revoked)
+        consumer.on_lost = _in_a_thread(consumer.on_lost)
+        client.run(consumer.start())
+
+    def __enter__(self) -> GroupConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def poll(self) -> list[ConsumedRecord]:
+        return self._client.run(self.aio.poll())
+
+    def commit(self, partitions: list[TopicPartition] | None = None) -> None:
+        self._client.run(self.aio.commit(partitions))
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        self._client.run(_now(self.aio.seek, topic, partition, offset))
+
+    def close(self, commit: bool = True) -> None:
+        self._client.run(self.aio.close(commit))
+
+    @property
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.aio.held)
+
+    @property
+    def member_id(self) -> str:
+        return self.aio.member_id
+
+
+async def _now(function: Callable[..., T], *args: Any) -> T:
+    """Run a plain method on the client's loop (the consumer's state lives there)."""
+    return function(*args)

@@ -17,6 +17,10 @@ the eligible member furthest below its quota. O(P log M) either way: it runs ins
 group 0's apply on every replica (at the limits, 10,000 partitions and 100 members,
 a join takes tens of milliseconds; docs/node.md).
 
+Partitions in `reserved` (those consumer instances assigned themselves by hand,
+instances.py) are left out: the others are balanced over what is left, not over all
+and then thinned.
+
 **range** (Kafka's RangeAssignor, per topic): the members subscribed to a topic, by
 id, take contiguous ranges of its partitions, the first `N mod M` one more. Not
 sticky: a join moves about half of every range, which is what range users expect.
@@ -34,39 +38,45 @@ Assignment = dict[str, frozenset[TopicPartition]]
 
 
 def assign(assignor: str, subscriptions: Mapping[str, tuple[str, ...]], counts: Mapping[str, int],
-           previous: Mapping[str, frozenset[TopicPartition]]) -> Assignment:
+           previous: Mapping[str, frozenset[TopicPartition]],
+           reserved: frozenset[TopicPartition] = frozenset()) -> Assignment:
     """`subscriptions`: member id -> the existing topics it subscribes to; `counts`: topic
-    -> partitions (the group's resolved topics); `previous`: the last target."""
+    -> partitions (the group's resolved topics); `previous`: the last target; `reserved`:
+    partitions no member here gets (assigned by hand elsewhere)."""
     if assignor == "range":
-        return range_assign(subscriptions, counts)
+        return range_assign(subscriptions, counts, reserved)
     assert assignor == "uniform", assignor
-    return uniform_assign(subscriptions, counts, previous)
+    return uniform_assign(subscriptions, counts, previous, reserved)
 
 
-def range_assign(subscriptions: Mapping[str, tuple[str, ...]], counts: Mapping[str, int]) -> Assignment:
+def range_assign(subscriptions: Mapping[str, tuple[str, ...]], counts: Mapping[str, int],
+                 reserved: frozenset[TopicPartition] = frozenset()) -> Assignment:
     result: dict[str, list[TopicPartition]] = {member: [] for member in sorted(subscriptions)}
     for topic in sorted(counts):
         members = [m for m in sorted(subscriptions) if topic in subscriptions[m]]
         if not members:
             continue
-        base, extra = divmod(counts[topic], len(members))
+        partitions = [(topic, p) for p in range(counts[topic]) if (topic, p) not in reserved]
+        base, extra = divmod(len(partitions), len(members))
         start = 0
         for i, member in enumerate(members):
             size = base + (1 if i < extra else 0)
-            result[member].extend((topic, p) for p in range(start, start + size))
+            result[member].extend(partitions[start:start + size])
             start += size
     return {member: frozenset(tps) for member, tps in result.items()}
 
 
 def uniform_assign(subscriptions: Mapping[str, tuple[str, ...]], counts: Mapping[str, int],
-                   previous: Mapping[str, frozenset[TopicPartition]]) -> Assignment:
+                   previous: Mapping[str, frozenset[TopicPartition]],
+                   reserved: frozenset[TopicPartition] = frozenset()) -> Assignment:
     members = sorted(subscriptions)
     if not members:
         return {}
     eligible = {m: frozenset(t for t in subscriptions[m] if t in counts) for m in members}
     if len(set(eligible.values())) == 1:
-        return _uniform_same(members, all_partitions({t: counts[t] for t in eligible[members[0]]}), previous)
-    return _uniform_mixed(members, eligible, counts, previous)
+        partitions = all_partitions({t: counts[t] for t in eligible[members[0]]})
+        return _uniform_same(members, [tp for tp in partitions if tp not in reserved], previous)
+    return _uniform_mixed(members, eligible, counts, previous, reserved)
 
 
 def _uniform_same(members: list[str], partitions: list[TopicPartition],
@@ -95,7 +105,8 @@ def _uniform_same(members: list[str], partitions: list[TopicPartition],
 
 
 def _uniform_mixed(members: list[str], eligible: Mapping[str, frozenset[str]], counts: Mapping[str, int],
-                   previous: Mapping[str, frozenset[TopicPartition]]) -> Assignment:
+                   previous: Mapping[str, frozenset[TopicPartition]],
+                   reserved: frozenset[TopicPartition]) -> Assignment:
     """Members subscribe to different topics: quotas from a balanced fill, then sticky.
 
     1. Quotas: the topics' partitions, topic by topic (fewest eligible members first),
@@ -109,10 +120,13 @@ def _uniform_mixed(members: list[str], eligible: Mapping[str, frozenset[str]], c
                     key=lambda t: (sum(1 for m in members if t in eligible[m]), t))
     by_topic = {t: [m for m in members if t in eligible[m]] for t in topics}
     quota = dict.fromkeys(members, 0)
+    reserved_in: dict[str, int] = {}
+    for topic, _ in sorted(reserved):
+        reserved_in[topic] = reserved_in.get(topic, 0) + 1
     for topic in topics:
         heap = [(quota[m], m) for m in by_topic[topic]]
         heapq.heapify(heap)
-        for _ in range(counts[topic]):
+        for _ in range(counts[topic] - reserved_in.get(topic, 0)):
             load, member = heapq.heappop(heap)
             quota[member] = load + 1
             heapq.heappush(heap, (load + 1, member))
@@ -122,12 +136,13 @@ def _uniform_mixed(members: list[str], eligible: Mapping[str, frozenset[str]], c
     for member in members:
         # Kept first: partitions of topics the fewest others could take instead.
         mine = sorted((tp for tp in previous.get(member, frozenset())
-                       if tp[0] in eligible[member] and tp[1] < counts[tp[0]] and tp not in taken),
+                       if tp[0] in eligible[member] and tp[1] < counts[tp[0]] and tp not in taken
+                       and tp not in reserved),
                       key=lambda tp: (rank[tp[0]], tp))
         owned[member] = mine[:quota[member]]
         taken.update(owned[member])
     for topic in topics:
-        free = [(topic, p) for p in range(counts[topic]) if (topic, p) not in taken]
+        free = [(topic, p) for p in range(counts[topic]) if (topic, p) not in taken and (topic, p) not in reserved]
         if not free:
             continue
         heap = [(len(owned[m]) - quota[m], m) for m in by_topic[topic]]

@@ -240,6 +240,13 @@ REQUEST_TIMEOUT_MS_MAX = 30_000
 # the bound keeps group 0's snapshot in the tens of MB (Confluent bounds them by the
 # proxy's memory only).
 INSTANCES_MAX = 10_000
+# Instances one principal (token name) may hold: a twentieth of the cluster's bound, and
+# half its groups, so one token cannot take all of either (Confluent has no such bound;
+# its proxy's memory is its only one).
+INSTANCES_PER_OWNER_MAX = 500
+# Who created an instance, with tokens on: a token's name (metadata/patterns.py's rule,
+# restated here: this package imports nothing of metadata/).
+OWNER_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,64}")
 POSITION_OFFSET_MAX = 2**63 - 1
 
 
@@ -254,10 +261,16 @@ class CreateInstance:
     auto_commit: bool = True
     request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT
     instance_timeout_ms: int = INSTANCE_TIMEOUT_MS_DEFAULT
+    # The principal that created it (None with tokens off, or made before owners were
+    # kept): only it, or an admin, may drive it. Left out of the entry when None, so
+    # entries and snapshots without owners keep their bytes.
+    owner: str | None = None
 
     def __post_init__(self) -> None:
         check_group(self.group)
         check_member_id(self.member_id)
+        if self.owner is not None and (not isinstance(self.owner, str) or not OWNER_PATTERN.fullmatch(self.owner)):
+            raise InvalidRequest(f"an instance's owner must match {OWNER_PATTERN.pattern}")
         if self.format not in INSTANCE_FORMATS:
             raise InvalidRequest(f"format must be one of {', '.join(INSTANCE_FORMATS)}")
         if self.auto_offset_reset not in INSTANCE_RESETS:
@@ -345,6 +358,8 @@ _TYPES: dict[str, type] = {"join": JoinGroup, "heartbeat": Heartbeat, "leave": L
                            "instance_subscribe": SubscribeInstance, "instance_assign": AssignInstance,
                            "instance_positions": InstancePositions}
 _TAGS = {cls: tag for tag, cls in _TYPES.items()}
+# Fields an entry may leave out (added later; None when absent).
+_OPTIONAL: dict[type, frozenset[str]] = {CreateInstance: frozenset({"owner"})}
 
 
 def is_group_command(payload: bytes) -> bool:
@@ -355,6 +370,8 @@ def encode_group_command(command: GroupCommand) -> bytes:
     document: dict[str, Any] = {"v": COMMAND_VERSION, "type": _TAGS[type(command)]}
     for field in fields(command):
         value = getattr(command, field.name)
+        if field.name in _OPTIONAL.get(type(command), ()) and value is None:
+            continue  # as entries written before the field existed
         if isinstance(value, Subscription):
             value = {"topics": list(value.topics), "pattern": value.pattern}
         elif field.name in ("owned", "partitions", "positions") and value is not None:
@@ -381,7 +398,7 @@ def decode_group_command(payload: bytes) -> GroupCommand:
         raise InvalidRequest(f"unknown consumer group command {str(tag)[:40]!r}")
     arguments = {key: value for key, value in document.items() if key not in ("v", "type")}
     names = {field.name for field in fields(cls)}
-    if set(arguments) != names:
+    if not names - _OPTIONAL.get(cls, frozenset()) <= set(arguments) <= names:
         raise InvalidRequest(f"consumer group command {tag} has fields {sorted(names)}")
     if cls is JoinGroup or (cls is SubscribeInstance and arguments["subscription"] is not None):
         arguments["subscription"] = decode_subscription(arguments["subscription"])

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups.commands import (
     INSTANCES_MAX,
+    INSTANCES_PER_OWNER_MAX,
     AssignInstance,
     CreateInstance,
     DeleteInstance,
@@ -65,16 +66,21 @@ class InstanceConfig:
     auto_commit: bool  # commit its positions as it reads (Kafka's enable.auto.commit)
     request_timeout_ms: int  # how long a records GET waits for data
     instance_timeout_ms: int  # idle this long, it is removed (its member's session)
+    owner: str | None = None  # the token name that created it: only it (or an admin) drives it
 
     @classmethod
     def of(cls, command: CreateInstance) -> InstanceConfig:
         return cls(format=command.format, auto_offset_reset=command.auto_offset_reset,
                    auto_commit=command.auto_commit, request_timeout_ms=command.request_timeout_ms,
-                   instance_timeout_ms=command.instance_timeout_ms)
+                   instance_timeout_ms=command.instance_timeout_ms, owner=command.owner)
 
     def as_json(self) -> dict[str, Any]:
-        return {"format": self.format, "auto_offset_reset": self.auto_offset_reset, "auto_commit": self.auto_commit,
-                "request_timeout_ms": self.request_timeout_ms, "instance_timeout_ms": self.instance_timeout_ms}
+        """Its settings; `owner` only when there is one (a snapshot without owners keeps its bytes)."""
+        found = {"format": self.format, "auto_offset_reset": self.auto_offset_reset, "auto_commit": self.auto_commit,
+                 "request_timeout_ms": self.request_timeout_ms, "instance_timeout_ms": self.instance_timeout_ms}
+        if self.owner is not None:
+            found["owner"] = self.owner
+        return found
 
 
 @dataclass(slots=True, kw_only=True)
@@ -105,6 +111,9 @@ class InstancesMixin:
     def instance_count(self) -> int:
         return sum(len(by_id) for by_id in self.instances.values())
 
+    def _owned_by(self, owner: str) -> int:
+        return sum(1 for by_id in self.instances.values() for i in by_id.values() if i.config.owner == owner)
+
     def instance_view(self, name: str, member_id: str) -> dict[str, Any]:
         """What a node needs to serve a call on the instance: settings, member, positions."""
         instance = self.instance(name, member_id)
@@ -122,15 +131,19 @@ class InstancesMixin:
                                              f"in group {command.group!r}")
             if self.instance_count() >= INSTANCES_MAX:
                 raise ConsumerIllegalState(f"the cluster holds its maximum of {INSTANCES_MAX} consumer instances")
-            view = self._add_instance_member(command, topics)  # type: ignore[attr-defined]
+            if command.owner is not None and self._owned_by(command.owner) >= INSTANCES_PER_OWNER_MAX:
+                raise ConsumerIllegalState(f"{command.owner!r} holds its maximum of {INSTANCES_PER_OWNER_MAX} "
+                                           "consumer instances")
+            self._add_instance_member(command, topics)  # type: ignore[attr-defined]
             self.instances.setdefault(command.group, {})[command.member_id] = Instance(
                 config=InstanceConfig.of(command), positions={})
-            return view
+            return self._member_view(command.group, command.member_id)  # type: ignore[attr-defined]
         instance = self.instance(command.group, command.member_id)
         if isinstance(command, DeleteInstance):
             return self._remove(command.group, (command.member_id,), None, topics)  # type: ignore[attr-defined]
         if isinstance(command, SubscribeInstance):
-            if self._manual_of(command.group, command.member_id):
+            # Unsubscribing also ends a manual assignment (Kafka's unsubscribe() clears assign()).
+            if command.subscription is not None and self._manual_of(command.group, command.member_id):
                 raise ConsumerIllegalState("subscription to topics, partitions and pattern are mutually exclusive: "
                                            "this instance is assigned partitions by hand")
             return self._retarget(command.group, command.member_id, command.subscription,  # type: ignore[attr-defined]
@@ -156,11 +169,13 @@ class InstancesMixin:
     def _positions(self, command: InstancePositions, instance: Instance) -> dict[str, Any]:
         member = self.groups[command.group].members[command.member_id]
         held = member.assigned | member.revoking
+        if command.seek:  # all or nothing: check every partition before moving any
+            for topic, partition, _ in command.positions:
+                if (topic, partition) not in held:
+                    raise ConsumerIllegalState(f"no current assignment for partition {topic}/{partition}")
         for topic, partition, offset in command.positions:
             if (topic, partition) in held:
                 instance.positions[(topic, partition)] = offset
-            elif command.seek:
-                raise ConsumerIllegalState(f"no current assignment for partition {topic}/{partition}")
         return {"positions": positions_json(instance.positions)}
 
     # ------------------------------------------------------------------ helpers over the member half

@@ -118,12 +118,13 @@ def _instances(state: GroupsState, rows: Any) -> None:
     if not isinstance(rows, list) or len(rows) > INSTANCES_MAX:
         raise SnapshotFormatError(f"a snapshot holds at most {INSTANCES_MAX} consumer instances")
     for name, member_id, config, positions in rows:
-        if not isinstance(config, dict) or set(config) != set(InstanceConfig.__slots__):  # type: ignore[attr-defined]
+        slots = set(InstanceConfig.__slots__)  # type: ignore[attr-defined]
+        if not isinstance(config, dict) or not slots - {"owner"} <= set(config) <= slots:
             raise SnapshotFormatError("an instance's settings do not validate")
         command = CreateInstance(group=name, member_id=member_id, format=config["format"],
                                  auto_offset_reset=config["auto_offset_reset"], auto_commit=config["auto_commit"],
                                  request_timeout_ms=config["request_timeout_ms"],
-                                 instance_timeout_ms=config["instance_timeout_ms"])
+                                 instance_timeout_ms=config["instance_timeout_ms"], owner=config.get("owner"))
         group = state.groups.get(name)
         member = group.members.get(member_id) if group is not None else None
         if member is None or member_id in state.instances.get(name, {}):

@@ -241,7 +241,7 @@ class GroupsState(InstancesMixin):
         member = self._reconcile(group, group.members[member.member_id])
         group.members[member.member_id] = member
         self._prune_positions(group.name, member)
-        return view(group, member)
+        return self._view_of(group, member)
 
     def _add_instance_member(self, command: CreateInstance, topics: TopicsView) -> MemberView:
         """A consumer instance's member: neither subscribed nor assigned yet."""
@@ -276,9 +276,13 @@ class GroupsState(InstancesMixin):
         group.members[member_id] = replace(member, assigned=member.assigned & target, revoking=NO_PARTITIONS)
         return self._touch(group, group.members[member_id], topics)
 
+    def _view_of(self, group: Group, member: Member) -> MemberView:
+        """The member's view with its own session (an instance's is its instance timeout)."""
+        return view(group, member, self.session_timeout_ms(group.name, member.member_id))
+
     def _member_view(self, name: str, member_id: str) -> MemberView:
         group = self.groups[name]
-        return view(group, group.members[member_id])
+        return self._view_of(group, group.members[member_id])
 
     def _remove(self, name: str, member_ids: tuple[str, ...], epoch: int | None, topics: TopicsView) -> int:
         """Remove members (a leave checks the one member's epoch; an expiry none). How many went."""
@@ -297,6 +301,19 @@ class GroupsState(InstancesMixin):
                 group.target.pop(member_id, None)
         return len(removed)
 
+    def partitions_added(self, topics: TopicsView) -> list[str]:
+        """A topic gained partitions (the catalog's CreatePartitions, applied at the same
+        entry on every replica): every group whose subscriptions now resolve to other
+        counts moves to a new epoch and target at once, so the new partitions are assigned
+        (and a describe shows them) without waiting for a member's heartbeat. Returns the
+        groups bumped, sorted."""
+        bumped = []
+        for name, group in sorted(self.groups.items()):
+            if _resolve(group, topics, self._matches) != group.counts:
+                _bump(group, topics, self._matches)
+                bumped.append(name)
+        return bumped
+
     # ------------------------------------------------------------------ reads (the coordinator's)
 
     def member(self, name: str, member_id: str, epoch: int) -> tuple[Group, Member]:
@@ -314,12 +331,12 @@ class GroupsState(InstancesMixin):
         member's view if it does not. Raises the error that fences the member."""
         group, member = self.member(command.group, command.member_id, command.member_epoch)
         if _acknowledges(command, member):
-            return True, view(group, member)
+            return True, self._view_of(group, member)
         if _resolve(group, topics, self._matches) != group.counts:
-            return True, view(group, member)
+            return True, self._view_of(group, member)
         if self._reconcile(group, member) != member:
-            return True, view(group, member)
-        return False, view(group, member)
+            return True, self._view_of(group, member)
+        return False, self._view_of(group, member)
 
     def check_commit(self, name: str, member_id: str, epoch: int, partitions: list[TopicPartition]) -> None:
         """A member's commit: it must be current and hold every partition (assigned or revoking)."""
@@ -380,10 +397,8 @@ def _bump(group: Group, topics: TopicsView, matches: PatternMatches) -> None:
               for m_id, m in sorted(group.members.items()) if m.manual is not None}
     automatic = {m_id: s for m_id, s in subscriptions.items() if m_id not in manual}
     automatic_counts = {t: counts[t] for t in sorted({t for s in automatic.values() for t in s}) if t in counts}
-    target = assign(group.assignor, automatic, automatic_counts, group.target)
     reserved = frozenset().union(*manual.values())
-    if reserved:
-        target = {m_id: tps - reserved for m_id, tps in target.items()}
+    target = assign(group.assignor, automatic, automatic_counts, group.target, reserved)
     target.update(manual)
     group.epoch += 1
     group.target = target
@@ -417,12 +432,13 @@ def _held_by_others(group: Group, member_id: str) -> set[TopicPartition]:
     return held
 
 
-def view(group: Group, member: Member) -> MemberView:
+def view(group: Group, member: Member, session_timeout_ms: int | None = None) -> MemberView:
+    """`session_timeout_ms`: the member's own session when not the group's (an instance's)."""
     target = group.target.get(member.member_id, NO_PARTITIONS)
     pending = target - member.assigned
     state = "revoking" if member.revoking else "assigning" if pending or member.epoch != group.epoch else "stable"
     return MemberView(group=group.name, member_id=member.member_id, member_epoch=member.epoch,
-                      group_epoch=group.epoch, session_timeout_ms=group.session_timeout_ms,
+                      group_epoch=group.epoch, session_timeout_ms=session_timeout_ms or group.session_timeout_ms,
                       assigned=tuple(sorted(member.assigned)), revoking=tuple(sorted(member.revoking)),
                       pending=tuple(sorted(pending)), state=state)
 

@@ -55,6 +55,13 @@ RULES: dict[tuple[str, str], str] = {
     # reaches every topic the group has offsets in, which the caller cannot name in advance
     # and may not be allowed to read. Only admin covers them all.
     ("DELETE", "/v1/groups/{group}"): ADMIN_RIGHT,
+    # A reset moves where every future member starts, on every topic it names (Kafka asks
+    # for READ on the group and the topics; our rights have no group resource): admin.
+    ("POST", "/v1/groups/{group}/offsets/reset"): ADMIN_RIGHT,
+    # Live operations (issue 25): more partitions (Kafka's ALTER on the topic: admin here), drain.
+    ("POST", "/v1/topics/{topic}/partitions"): ADMIN_RIGHT,
+    ("POST", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,
+    ("DELETE", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,
     # Membership: a join names its topics in the body (read on each; a pattern needs read:*);
     # a member's later calls need the same on the member's subscription (the group state's);
     # describe needs read on every member's, and a list shows only the groups so described.
@@ -65,8 +72,9 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/v1/groups/{group}"): IN_HANDLER,
     ("GET", "/v1/groups"): IN_HANDLER,
     # The Confluent REST v2 dialect: the same rights as the native routes. A consumer
-    # instance is a group member: creating one reads nothing; its later calls need read on
-    # its subscription (or its manual assignment), and on the topics a call names.
+    # instance is a group member: creating one needs read on some topic, and only the token
+    # that created it (or admin) drives it; its later calls need read on its subscription
+    # (or its manual assignment), and on the topics a call names (confluent_consumers.py).
     ("GET", "/topics"): ANY,
     ("GET", "/topics/{topic}"): ANY,
     ("GET", "/topics/{topic}/partitions"): ANY,

@@ -38,6 +38,7 @@ from multiraft.errors import (
     RequestTimeout,
     RequestTooLarge,
     RouteNotFound,
+    TooManyConsumerGroups,
     Unauthenticated,
     UnknownConsumerInstance,
     UnknownHost,
@@ -77,6 +78,10 @@ _BY_CODE: dict[str, tuple[int, int]] = {
     InconsistentGroupConfig.code: (409, 40903),
     NonEmptyGroup.code: (409, 40903),
     FencedMemberEpoch.code: (409, 40903),
+    # A cluster bound (groups, partitions across groups, a partition's offsets): retrying
+    # will not cure it, so not the retriable 50003 its 503 would map to. Confluent has no
+    # such bound; its instance bound is 40903 too (kafka-rest's illegal-state code).
+    TooManyConsumerGroups.code: (409, 40903),
     InvalidConsumerConfig.code: (422, 42204),
     OffsetOutOfRange.code: (422, 42202),
     InvalidRequest.code: (422, 422),

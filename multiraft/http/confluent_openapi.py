@@ -40,7 +40,8 @@ _BINARY_RECORD = {"type": "object", "additionalProperties": False, "properties":
 _PRODUCE_BINARY = {**_PRODUCE, "properties": {"records": {"type": "array", "minItems": 1, "items": _BINARY_RECORD}}}
 _CREATE = {"type": "object", "additionalProperties": False, "properties": {
     "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
-    "format": {"type": "string", "enum": ["binary", "json"]},
+    "id": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$", "description": "kafka-rest's alias of name"},
+    "format": {"type": "string", "pattern": "^(?i:binary|json)$", "description": "binary or json, any case"},
     "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest"]},
     "auto.commit.enable": {"type": ["string", "boolean"], "enum": ["true", "false", True, False]},
     "fetch.min.bytes": {"type": ["integer", "string"]},
@@ -161,10 +162,11 @@ PATHS: dict[str, Any] = {
     _instance("/records"): {"parameters": [_GROUP, _INSTANCE], "get": {
         "summary": "[Confluent v2] records from the instance's partitions (Accept: its embedded format)",
         "parameters": [
-            {"name": "timeout", "in": "query", "schema": {"type": "integer", "minimum": 0,
-                                                          "maximum": group_limits.REQUEST_TIMEOUT_MS_MAX}},
-            {"name": "max_bytes", "in": "query", "schema": {"type": "integer", "minimum": 1,
-                                                            "maximum": MAX_BYTES_MAX}}],
+            {"name": "timeout", "in": "query", "schema": {"type": "integer"},
+             "description": "ms; 0 or less: the instance's consumer.request.timeout.ms; at most "
+                            f"{group_limits.REQUEST_TIMEOUT_MS_MAX} (more is clamped)"},
+            {"name": "max_bytes", "in": "query", "schema": {"type": "integer"},
+             "description": f"0 or less: the default; at most {MAX_BYTES_MAX} (more is clamped)"}],
         "responses": {"200": {"description": "records", "content": {
             JSON_V2: {"schema": _CONSUMED}, BINARY_V2: {"schema": _CONSUMED}}}, **_errors(404, 409)}}},
     _instance("/offsets"): {

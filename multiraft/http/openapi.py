@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiraft.http import confluent_openapi
+from multiraft.http import confluent_openapi, live_ops_openapi
 from multiraft.http.limits import BATCH_CONTENT_TYPE, RECORDS_PER_REQUEST_MAX
 from multiraft.metadata.commands import PARTITIONS_MAX, REPLICATION_FACTOR_MAX
 from multiraft.node.api import (
     ASSIGNORS,
     MAX_BYTES_MAX,
     MAX_RECORDS_MAX,
+    RESET_PARTITIONS_MAX,
+    RESET_TOPICS_MAX,
     RESETS,
     WAIT_MS_MAX,
+    ResetStrategy,
     group_limits,
 )
 
@@ -132,6 +135,16 @@ _FETCH = {"type": "object", "required": ["member_epoch"], "additionalProperties"
     "wait_ms": {"type": "integer", "minimum": 0, "maximum": WAIT_MS_MAX},
     "format": _FORMAT}}
 
+_RESET = {"type": "object", "required": ["strategy", "topics"], "additionalProperties": False, "properties": {
+    "strategy": {"type": "string", "enum": [s.value for s in ResetStrategy]},
+    "value": {"type": "integer", "minimum": -(2**63 - 1), "maximum": 2**63 - 1},
+    "topics": {"type": "array", "minItems": 1, "maxItems": RESET_TOPICS_MAX, "items": {
+        "type": "object", "required": ["topic"], "additionalProperties": False, "properties": {
+            "topic": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
+            "partitions": {"type": "array", "minItems": 1, "maxItems": RESET_PARTITIONS_MAX, "uniqueItems": True,
+                           "items": {"type": "integer", "minimum": 0, "maximum": group_limits.PARTITION_MAX}}}}},
+    "execute": {"type": "boolean"}}}
+
 _PATHS: dict[str, Any] = {
     "/v1/health": {"get": {
         "summary": "liveness; with ready=cluster, readiness: a metadata leader known and every known node live",
@@ -216,6 +229,16 @@ _PATHS: dict[str, Any] = {
                 "parameters": [_query("topic", {"type": "string", "minLength": 1}, required=True)],
                 "responses": {"200": _ok("offsets", {"type": "object"}), **_errors(404, 503, 504)}},
     },
+    "/v1/groups/{group}/offsets/reset": {
+        "parameters": [_GROUP],
+        "post": {"summary": "reset a group's committed offsets (as kafka-consumer-groups --reset-offsets): to the "
+                            "earliest or latest offset, an offset, a time (ms) or shifted by N, clamped to the log; "
+                            "only while the group has no members; a dry run unless execute is true (admin)",
+                 "requestBody": {"required": True, **_json(_RESET)},
+                 "responses": {"200": _ok("the plan (and whether it was written)", {
+                     "type": "object", "required": ["group", "executed", "offsets"]}),
+                               **_errors(404, 409, 415, 416, 421, 503, 504)}},
+    },
     "/v1/groups": {"get": {"summary": "consumer groups with members", "responses": {
         "200": _ok("groups", {"type": "object", "required": ["groups"]}), **_errors(421, 503, 504)}}},
     "/v1/groups/{group}/members": {
@@ -241,8 +264,13 @@ _PATHS: dict[str, Any] = {
         "post": {"summary": "fetch records of the member's partitions (from its positions, else the committed "
                             "offsets, else auto_offset_reset); keeps the member alive",
                  "requestBody": {"required": True, **_json(_FETCH)},
-                 "responses": {"200": _ok("records, positions, per-partition errors and the member", {
-                     "type": "object", "required": ["member", "records", "positions", "errors"]}),
+                 "responses": {"200": {
+                     "description": "records, positions, per-partition errors and the member (JSON); or, with "
+                                    "Accept: application/vnd.raftlog.batch, a u32 length, that much JSON (member, "
+                                    "positions, errors, batches) and the stored batches' bytes",
+                     "content": {"application/json": {"schema": {
+                         "type": "object", "required": ["member", "records", "positions", "errors"]}},
+                         BATCH_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
                                **_errors(404, 409, 415, 421, 503, 504)}},
     },
     "/v1/groups/{group}/members/{member}": {
@@ -253,7 +281,11 @@ _PATHS: dict[str, Any] = {
     },
     "/v1/groups/{group}": {
         "parameters": [_GROUP],
-        "get": {"summary": "describe a consumer group: members, assignment, committed offsets and lag",
+        "get": {"summary": "describe a consumer group: members, assignment, committed offsets and lag (in records "
+                           "and seconds); topic: also these topics, which describe a group without members too",
+                "parameters": [{"name": "topic", "in": "query", "required": False, "style": "form", "explode": True,
+                                "schema": {"type": "array", "maxItems": group_limits.SUBSCRIBED_TOPICS_MAX,
+                                           "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}}}],
                 "responses": {"200": _ok("the group", {"type": "object", "required": ["group", "members",
                                                                                        "partitions"]}),
                               **_errors(404, 421, 503, 504)}},
@@ -328,7 +360,7 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "raftlog", "version": "1", "description": "A replicated, partitioned message log."},
-        "paths": {**_PATHS, **confluent_openapi.PATHS},
+        "paths": {**_PATHS, **live_ops_openapi.PATHS, **confluent_openapi.PATHS},
         "security": [{"bearer": []}, {}],  # a token only where the node requires one
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
                        "schemas": {**_SCHEMAS, **confluent_openapi.SCHEMAS}, "responses": {"Error": {

@@ -25,14 +25,20 @@ METADATA_GROUP = 0
 def cluster_view(node: NodeApi) -> dict[str, Any]:
     metadata = node.group_status(GroupId(METADATA_GROUP))
     assert metadata is not None, "every node hosts the metadata group"
+    led: dict[int, int] = {}  # partitions each node leads, as this node sees it (a drain's progress)
+    for topic in node.catalog.topics.values():
+        for partition in topic.partitions:
+            leader = node.leader_of(partition.group_id)
+            led[leader] = led.get(leader, 0) + 1
     return {
         "node_id": node.id,
         "metadata_leader": metadata.leader or None,
         "term": metadata.term,
         "commit_index": metadata.commit_index,
+        "metadata_voters": sorted(metadata.voters),
         "nodes": [
             {"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr, "rack": n.rack,
-             "status": n.status.value}
+             "status": n.status.value, "drained": n.drained, "partitions_led": led.get(n.node_id, 0)}
             for _, n in sorted(node.catalog.nodes.items())
         ],
     }

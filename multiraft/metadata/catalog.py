@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from multiraft.errors import (
     InvalidConfig,
+    InvalidPartitions,
     InvalidReplicaAssignment,
     InvalidReplicationFactor,
     InvalidRequest,
@@ -50,6 +51,7 @@ from multiraft.metadata.commands import (
     AlterTopicConfig,
     Command,
     ConfigValue,
+    CreatePartitions,
     CreateTopic,
     DeleteToken,
     DeleteTopic,
@@ -59,6 +61,7 @@ from multiraft.metadata.commands import (
     ReplaceReplica,
     ReplicaLeft,
     SetClusterConfig,
+    SetNodeDrained,
     SetNodeStatus,
 )
 from raftlog.errors import ClientError
@@ -87,8 +90,12 @@ class Catalog:
 
     def validate(self, command: Command) -> None:
         """Raise the typed error `command` would meet against this catalog."""
-        if isinstance(command, SetNodeStatus) and command.node_id not in self.nodes:
+        if isinstance(command, SetNodeStatus | SetNodeDrained) and command.node_id not in self.nodes:
             raise UnknownNode(f"node {command.node_id} is not registered")
+        if isinstance(command, SetNodeDrained) and command.drained:
+            self._validate_drain(command.node_id)
+        if isinstance(command, CreatePartitions):
+            self._validate_partitions(command)
         if isinstance(command, CreateTopic):
             self._validate_create(command)
         if isinstance(command, DeleteTopic) and command.name not in self.topics:
@@ -136,6 +143,34 @@ class Catalog:
         if self.next_group_id + command.partitions - 1 > ID_MAX:
             raise ResourceExhausted("group ids are exhausted")
 
+    def _validate_drain(self, node_id: NodeId) -> None:
+        """A drain must leave some node to lead: one registered, not drained, not dead."""
+        leaders = [n for n in self.nodes.values()
+                   if n.node_id != node_id and not n.drained and n.status is not NodeStatus.DEAD]
+        if not leaders:
+            raise InvalidRequest(f"draining node {node_id} would leave no node to lead partitions "
+                                 "(every other node is drained or dead); undrain one first")
+
+    def _validate_partitions(self, command: CreatePartitions) -> None:
+        topic = self.topic(command.name)
+        current = len(topic.partitions)
+        if command.count <= current:
+            raise InvalidPartitions(f"topic {command.name!r} has {current} partitions; partitions can only be "
+                                    f"added, so the new count must be above {current}, got {command.count}")
+        if len(command.assignments) != command.count - current:
+            raise InvalidReplicaAssignment(f"growing {command.name!r} from {current} to {command.count} partitions "
+                                           f"takes {command.count - current} replica lists, got "
+                                           f"{len(command.assignments)}")
+        if len(command.assignments[0]) != topic.replication_factor:
+            raise InvalidReplicaAssignment(f"topic {command.name!r} has replication factor "
+                                           f"{topic.replication_factor}")
+        for replicas in command.assignments:
+            for node_id in replicas:
+                if node_id not in self.nodes:
+                    raise InvalidReplicaAssignment(f"node {node_id} is not registered")
+        if self.next_group_id + len(command.assignments) - 1 > ID_MAX:
+            raise ResourceExhausted("group ids are exhausted")
+
     # ---- apply ----------------------------------------------------------------
 
     def apply(self, index: Index, command: Command) -> CatalogResult:
@@ -159,11 +194,13 @@ class Catalog:
         if isinstance(command, RegisterNode):
             return self._register(command)
         if isinstance(command, SetNodeStatus):
-            node = self.nodes[command.node_id]
-            updated = NodeInfo(node.node_id, node.raft_addr, node.http_addr, node.rack,
-                               command.status)  # fmt: skip
-            self.nodes[command.node_id] = updated
+            self.nodes[command.node_id] = updated = replace(self.nodes[command.node_id], status=command.status)
             return updated
+        if isinstance(command, SetNodeDrained):
+            self.nodes[command.node_id] = node = replace(self.nodes[command.node_id], drained=command.drained)
+            return node
+        if isinstance(command, CreatePartitions):
+            return self._grow(command)
         if isinstance(command, CreateTopic):
             return self._create(command)
         if isinstance(command, DeleteTopic):
@@ -188,9 +225,11 @@ class Catalog:
         return None
 
     def _register(self, command: RegisterNode) -> NodeInfo:
-        """Registering again (a restart, new addresses) keeps the id and revives it."""
+        """Registering again (a restart, new addresses) keeps the id and its drain mark, and
+        revives it: a drained node restarts drained (that is what a drain is for)."""
+        before = self.nodes.get(command.node_id)
         node = NodeInfo(command.node_id, command.raft_addr, command.http_addr, command.rack,
-                        NodeStatus.ALIVE)  # fmt: skip
+                        NodeStatus.ALIVE, before is not None and before.drained)  # fmt: skip
         self.nodes[command.node_id] = node
         return node
 
@@ -205,6 +244,20 @@ class Catalog:
                           partitions)  # fmt: skip
         self.topics[command.name] = topic
         return topic
+
+    def _grow(self, command: CreatePartitions) -> TopicInfo:
+        """New partitions get the next group ids (not contiguous with the topic's first ones:
+        ids are handed out in creation order across topics, and never reused)."""
+        topic = self.topics[command.name]
+        first, current = self.next_group_id, len(topic.partitions)
+        added = tuple(PartitionInfo(current + i, GroupId(first + i), replicas)
+                      for i, replicas in enumerate(command.assignments))
+        self.next_group_id = GroupId(first + len(added))
+        self.topics[command.name] = updated = replace(topic, partitions=topic.partitions + added)
+        return updated
+
+    def drained_nodes(self) -> frozenset[NodeId]:
+        return frozenset(n.node_id for n in self.nodes.values() if n.drained)
 
     def apply_token(self, command: PutToken | DeleteToken) -> None:
         """A token change outside `apply` (restoring a snapshot)."""

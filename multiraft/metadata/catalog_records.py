@@ -26,6 +26,7 @@ class NodeInfo:
     http_addr: str
     rack: str | None
     status: NodeStatus
+    drained: bool = False  # leads nothing (SetNodeDrained); survives restarts and re-registration
 
 
 @dataclass(frozen=True, slots=True)

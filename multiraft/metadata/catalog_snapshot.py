@@ -71,6 +71,8 @@ def encode_catalog(catalog: CatalogFields) -> bytes:
             for _, n in sorted(catalog.nodes.items())
         ],
         "topics": [_topic_row(t) for _, t in sorted(catalog.topics.items())],
+        # Drained nodes (absent in snapshots from before drains: none drained).
+        "drained": [n.node_id for _, n in sorted(catalog.nodes.items()) if n.drained],
         "tokens": [[t.name, t.digest, list(t.rights)] for _, t in sorted(catalog.tokens.items())],
     }
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
@@ -120,6 +122,12 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
         catalog.nodes[NodeId(node_id)] = NodeInfo(
             NodeId(node_id), raft_addr, http_addr, rack, NodeStatus(status)
         )
+    for node_id in document.get("drained", []):
+        node = catalog.nodes.get(NodeId(_int(node_id, 1)))
+        if node is None or node.drained:
+            raise ValueError(f"drained node {node_id} is unknown or listed twice")
+        catalog.nodes[node.node_id] = NodeInfo(node.node_id, node.raft_addr, node.http_addr, node.rack,
+                                               node.status, True)
     seen_groups: set[int] = set()
     for row in document["topics"]:
         topic = _topic(row)

@@ -319,6 +319,49 @@ class ReplicaLeft:
         _check_node_id(self.node)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreatePartitions:
+    """Grow topic `name` to `count` partitions (Kafka's CreatePartitions: the new total,
+    never fewer). `assignments` lists the replicas of the new partitions only (partition
+    `count - len(assignments)` first), preferred leader first, placed by the controller
+    as a new topic's are. The total rides along so a second, racing request for the same
+    growth is refused on apply instead of growing the topic twice."""
+
+    name: str
+    count: int
+    assignments: tuple[tuple[NodeId, ...], ...]
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+        if not _is_int(self.count) or not 2 <= self.count <= PARTITIONS_MAX:
+            raise InvalidPartitions(f"partitions must be 2..{PARTITIONS_MAX}")
+        if not isinstance(self.assignments, tuple) or not 1 <= len(self.assignments) < self.count:
+            raise InvalidReplicaAssignment("one replica list per new partition, at least one")
+        sizes = {len(r) if isinstance(r, tuple) else -1 for r in self.assignments}
+        if len(sizes) != 1 or not 1 <= min(sizes) <= REPLICATION_FACTOR_MAX:
+            raise InvalidReplicaAssignment("every new partition has the same number of replicas")
+        for replicas in self.assignments:
+            for node_id in replicas:
+                _check_node_id(node_id)
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignment("a node holds at most one replica of a partition")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetNodeDrained:
+    """Mark a node drained (leadership only, for a rolling restart) or clear the mark: a
+    drained node leads nothing (multiraft/node/draining.py). Kept in the catalog so it
+    outlives the node's restart, which is what it is for."""
+
+    node_id: NodeId
+    drained: bool
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.node_id)
+        if not isinstance(self.drained, bool):
+            raise InvalidRequest("drained is true or false")
+
+
 Command = (
     RegisterNode
     | SetNodeStatus
@@ -331,6 +374,8 @@ Command = (
     | AlterTopicConfig
     | PutToken
     | DeleteToken
+    | CreatePartitions
+    | SetNodeDrained
 )
 
 COMMAND_TYPES: dict[str, type] = {
@@ -345,6 +390,8 @@ COMMAND_TYPES: dict[str, type] = {
     "alter_topic_config": AlterTopicConfig,
     "put_token": PutToken,
     "delete_token": DeleteToken,
+    "create_partitions": CreatePartitions,
+    "set_node_drained": SetNodeDrained,
 }
 _TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
 
@@ -381,7 +428,7 @@ def decode_command(payload: bytes) -> Command:
             raise InvalidRequest(f"unknown node status {arguments['status']!r}") from None
     if cls is PutToken and isinstance(arguments["rights"], list):
         arguments["rights"] = tuple(arguments["rights"])
-    if cls is CreateTopic and isinstance(arguments["assignments"], list):
+    if cls in (CreateTopic, CreatePartitions) and isinstance(arguments["assignments"], list):
         arguments["assignments"] = tuple(
             tuple(r) if isinstance(r, list) else r for r in arguments["assignments"]
         )

@@ -18,6 +18,13 @@ smallest key:
   (Kafka's `getRackAlternatedBrokerList`), so ties break differently for each
   partition and each topic (the controller passes a different `start` per topic).
 
+Partitions added to a topic (`existing`: the topic's current replica lists) are placed
+by the same greedy pass, counting the topic's current replicas and preferred leaders
+first, so the grown topic is spread as one created with the new count would be.
+A drained node (`drained`: leading nothing, for a rolling restart) still takes
+replicas but is the preferred leader of a new partition only when every replica
+chosen for it is drained.
+
 A node without a rack counts as a rack of its own. Balance beats rack spread when
 the two conflict (say one rack holds most nodes): an unbalanced cluster fails
 worse than a partition whose copies share a rack.
@@ -25,7 +32,7 @@ worse than a partition whose copies share a rack.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from multiraft.errors import InvalidPartitions, InvalidReplicationFactor
@@ -77,11 +84,16 @@ def place_replicas(
     partitions: int,
     replication_factor: int,
     start: int = 0,
+    existing: Sequence[Sequence[NodeId]] = (),
+    drained: Collection[NodeId] = frozenset(),
 ) -> list[list[NodeId]]:
     """Replica lists, preferred leader first, for `partitions` partitions over `nodes`.
 
-    `nodes` are the live nodes. Raises `InvalidReplicationFactor` when there are
-    fewer live nodes than replicas, `InvalidPartitions` for a bad count.
+    `nodes` are the live nodes. `existing`: replica lists (preferred leader first) already
+    placed, counted as load (partitions added to a topic). `drained`: nodes that take
+    no preferred leadership while another chosen replica can. Raises
+    `InvalidReplicationFactor` when there are fewer live nodes than replicas,
+    `InvalidPartitions` for a bad count.
     """
     if not 1 <= partitions <= PARTITIONS_MAX:
         raise InvalidPartitions(f"partitions must be 1..{PARTITIONS_MAX}")
@@ -96,6 +108,14 @@ def place_replicas(
     racks = [n.rack if n.rack is not None else f"\0node-{n.node_id}" for n in order]
     loads = [0] * len(order)
     leaders = [0] * len(order)
+    position_of = {n.node_id: i for i, n in enumerate(order)}
+    for replicas in existing:
+        for rank, node_id in enumerate(replicas):
+            if node_id in position_of:  # a replica on a node not live now weighs nothing
+                loads[position_of[node_id]] += 1
+                leaders[position_of[node_id]] += rank == 0
+    balanced_before = max(loads) - min(loads) <= 1
+    excluded = [order[i].node_id in drained for i in range(len(order))]
     assignments: list[list[NodeId]] = []
     for p in range(partitions):
         rotation = (start + p) % len(order)
@@ -104,12 +124,13 @@ def place_replicas(
             position = _pick(chosen, loads, leaders, racks, rotation)
             chosen.append(position)
             loads[position] += 1
-        leader = min(chosen, key=lambda i: (leaders[i], chosen.index(i)))
+        leader = min(chosen, key=lambda i: (excluded[i], leaders[i], chosen.index(i)))
         chosen.remove(leader)
         chosen.insert(0, leader)
         leaders[leader] += 1
         assignments.append([order[i].node_id for i in chosen])
-    assert max(loads) - min(loads) <= 1
+    if balanced_before:  # from loads off by more (a node added since), the gap only narrows
+        assert max(loads) - min(loads) <= 1
     return assignments
 
 

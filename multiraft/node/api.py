@@ -25,8 +25,15 @@ from multiraft.consumer_groups import (
     Subscription,
 )
 from multiraft.consumer_groups import commands as group_limits
+from multiraft.consumer_groups.resets import (
+    RESET_PARTITIONS_MAX,
+    RESET_TOPICS_MAX,
+    ResetRequest,
+    ResetStrategy,
+    ResetTopic,
+)
 from multiraft.metadata.catalog import Catalog
-from multiraft.node import debug_views
+from multiraft.node import debug_views, draining
 from multiraft.node.acks import Acks
 from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from multiraft.node.admission import verify as verify_admission
@@ -35,6 +42,7 @@ from multiraft.node.config import NodeConfig
 from multiraft.node.consumer_instances import POLL_RECORDS_MAX
 from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
+from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetrics
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
@@ -51,6 +59,7 @@ if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.consumer_instances import ConsumerInstances
     from multiraft.node.controller import Controller
+    from multiraft.node.group_admin import GroupAdmin
     from multiraft.node.group_coordinator import GroupCoordinator
     from multiraft.node.group_reads import GroupReads
     from multiraft.node.metadata_ops import MetadataOps
@@ -65,12 +74,13 @@ if TYPE_CHECKING:
     from multiraft.transport.transport import Transport
 
 __all__ = [
-    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "NO_OFFSET", "PARTITIONS_PER_CALL",
-    "POLL_RECORDS_MAX", "RESETS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult",
-    "CreateInstance", "GroupStatus", "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi",
-    "NodeConfig", "OffsetCommit", "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult",
-    "Readiness", "ScrubCounts", "Subscription", "TransportRefusal", "TransportStats", "VerifyReport",
-    "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
+    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "METRICS_GROUP_PARTITIONS_MAX",
+    "NO_OFFSET", "PARTITIONS_PER_CALL", "POLL_RECORDS_MAX", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX",
+    "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance",
+    "GroupMetrics", "GroupStatus", "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig",
+    "OffsetCommit", "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness",
+    "ResetRequest", "ResetStrategy", "ResetTopic", "ScrubCounts", "Subscription", "TransportRefusal",
+    "TransportStats", "VerifyReport", "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
 ]
 
 
@@ -97,7 +107,8 @@ class NodeApi:
     def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
                  routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
                  reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads,
-                 instances: ConsumerInstances, ticker: Ticker, transport: Transport, latencies: NodeLatencies,
+                 group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
+                 latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber) -> None:
         self.id = config.node_id
         self.config = config
@@ -125,6 +136,8 @@ class NodeApi:
         self.group_commit = group_reads.commit
         self.describe_group = group_reads.describe
         self.delete_group = group_reads.delete_group  # refused while the group has members
+        self.reset_group_offsets = group_admin.reset_offsets  # refused while the group has members
+        self.group_metrics = group_admin.metrics
         self.partition_bounds = group_reads.bounds
         # Confluent REST v2 consumer instances (multiraft/node/consumer_instances.py).
         self.instances = instances
@@ -134,6 +147,8 @@ class NodeApi:
         self.create_topic = metadata.create_topic
         self.delete_topic = metadata.delete_topic
         self.alter_topic_config = metadata.alter_topic_config
+        self.create_partitions = metadata.create_partitions  # issue 25: more partitions, drain
+        self.set_drained = metadata.set_drained
         self.allocate_producer_id = metadata.allocate_producer_id
         self.sync_catalog = metadata.sync_catalog
         self.wait_for_topic = metadata.wait_for_topic
@@ -178,6 +193,10 @@ class NodeApi:
 
     def leader_of(self, group_id: GroupId) -> int:
         return self._routing.leader_of(group_id)
+
+    def partitions_led(self, node_id: NodeId) -> int:
+        """Partitions `node_id` leads as this node sees it (a drain's progress)."""
+        return draining.partitions_led(self._routing, node_id)
 
     def quiesced_groups(self) -> int:
         return self._registry.quiesced()

@@ -40,6 +40,7 @@ from multiraft.consumer_groups import (
     Subscription,
 )
 from multiraft.consumer_groups.commands import check_group, check_member_id
+from multiraft.consumer_groups.topics import glob_match
 from multiraft.errors import InvalidRequest
 from multiraft.node.group_reads import MemberFetch
 from multiraft.node.registry import METADATA_GROUP
@@ -151,22 +152,27 @@ class ConsumerInstances:
             Heartbeat(group=group, member_id=member_id, member_epoch=epoch), positions,
             view["config"]["auto_offset_reset"], max_records=POLL_RECORDS_MAX, max_bytes=max_bytes, wait_ms=wait_ms)
 
-    async def commit(self, view: dict[str, Any], offsets: dict[TopicPartition, int] | None) -> None:
-        """`offsets` None: commit every position (what was fetched, or sought)."""
+    async def commit(self, view: dict[str, Any], offsets: dict[TopicPartition, int] | None,
+                     metadata: dict[TopicPartition, str] | None = None) -> None:
+        """`offsets` None: commit every position (what was fetched, or sought). `metadata`:
+        the client's string per partition, kept beside the offset as a native commit's is."""
         if offsets is None:
             offsets = {(p["topic"], p["partition"]): p["offset"] for p in view["positions"]}
         if not offsets:
             return
-        commits = [OffsetCommit(group=view["group"], topic=t, partition=p, offset=o, metadata="")
+        notes = metadata or {}
+        commits = [OffsetCommit(group=view["group"], topic=t, partition=p, offset=o, metadata=notes.get((t, p), ""))
                    for (t, p), o in sorted(offsets.items())]
         await self._group_reads.commit(view["group"], view["instance_id"], view["member"]["member_epoch"], commits)
 
-    async def committed(self, group: str, partitions: tuple[TopicPartition, ...]) -> dict[TopicPartition, int]:
-        found: dict[TopicPartition, int] = {}
+    async def committed(self, group: str, partitions: tuple[TopicPartition, ...]
+                        ) -> dict[TopicPartition, tuple[int, str]]:
+        """The group's committed (offset, metadata) of each partition that has one."""
+        found: dict[TopicPartition, tuple[int, str]] = {}
         for topic in sorted({t for t, _ in partitions}):
             for row in await self._reads.fetch_offsets(group, topic):
                 if (topic, row["partition"]) in partitions:
-                    found[(topic, row["partition"])] = row["offset"]
+                    found[(topic, row["partition"])] = (row["offset"], row.get("metadata") or "")
         return found
 
     async def _auto_commit(self, view: dict[str, Any], held: tuple[TopicPartition, ...]) -> None:
@@ -181,6 +187,11 @@ class ConsumerInstances:
         except ClientError as error:
             self._logger.warning("instance_auto_commit_failed", group=view["group"], instance=view["instance_id"],
                                  error=str(error))
+
+    def pattern_topics(self, pattern: str) -> list[str]:
+        """The topics a subscription's glob matches now, in this node's catalog (Kafka's
+        subscription() for a pattern: what it matches, not only what the member holds)."""
+        return sorted(name for name in self._catalog.catalog.topics if glob_match(pattern, name))
 
     # ------------------------------------------------------------------ the view, at the coordinator
 

@@ -21,7 +21,8 @@ admin's describe with committed offsets and lag.
   (the commits of consumers that assign partitions themselves keep their one hop).
 - `describe`: the coordinator's view of the group, with each resolved partition's
   committed offset, log start, high watermark, lag in records, and lag in time
-  (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset).
+  (`lag_ms`: the age of the oldest unconsumed record, read at the committed offset;
+  record_times.py). At most `DESCRIBE_PARTITIONS_MAX` rows (`partitions_truncated`).
 - `delete_group`: only while the group has no members (Kafka's NON_EMPTY_GROUP), then
   its offsets go from every partition as before (multiraft/node/partition_ops.py).
 
@@ -36,18 +37,18 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import Heartbeat
-from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
+from multiraft.errors import InvalidRequest, OffsetOutOfRange, UnknownGroup, UnknownTopic
 from multiraft.node.partition_ops import ConsumeResult
+from multiraft.node.record_times import first_at_or_after
 from multiraft.node.routing import call_peer
 from multiraft.state.consumer_offsets import OffsetCommit
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
 from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader
 from raftlog.types import GroupId
-from storage.batch import decode_columns
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -60,6 +61,10 @@ TopicPartition = tuple[str, int]
 RESETS = ("earliest", "latest")
 # Partition reads one fetch runs at once (a member may own up to 10,000 partitions).
 READS_IN_FLIGHT_MAX = 64
+# Partition rows one describe reads (offsets, bounds and one record each for the lag in
+# time): the first this many in (topic, partition) order; `partitions_truncated` says when
+# the group has more. Kafka's describe has no bound; ours keeps one request's work bounded.
+DESCRIBE_PARTITIONS_MAX = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,11 @@ class PartitionFetch:
 class MemberFetch:
     member: dict[str, Any]  # the member's view (assignment, revoking, epochs)
     partitions: list[PartitionFetch]
+    # Where the read of every assigned partition started, answered or not (a read cancelled
+    # because another partition answered first is not in `partitions`): a consumer instance
+    # pins these, so a start taken from `latest` is not taken again later, past records
+    # produced meanwhile (the native member keeps its own positions and ignores them).
+    starts: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 class GroupReads:
@@ -133,7 +143,7 @@ class GroupReads:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        return MemberFetch(member, sorted(finished + unknown, key=lambda f: (f.topic, f.partition)))
+        return MemberFetch(member, sorted(finished + unknown, key=lambda f: (f.topic, f.partition)), starts)
 
     def _known(self, tp: TopicPartition) -> bool:
         """Whether this node's catalog has the partition now."""
@@ -200,18 +210,32 @@ class GroupReads:
 
     # ------------------------------------------------------------------ describe
 
-    async def describe(self, group: str,
-                       authorize: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    async def describe(self, group: str, authorize: Callable[[dict[str, Any]], None] | None = None,
+                       topics: tuple[str, ...] = ()) -> dict[str, Any]:
         """`authorize`: raises when the caller may not see the coordinator's view (before
-        the partitions are read)."""
-        described = await self._coordinator.describe(group)
+        the partitions are read). `topics`: also these topics' partitions; they describe a
+        group without members too (state `empty`, Kafka's "no active members"), by its
+        committed offsets there (UNKNOWN_GROUP when it has none)."""
+        try:
+            described = await self._coordinator.describe(group)
+        except ClientError as error:  # UnknownGroup here, or its code from the coordinator's node
+            if error.code != UnknownGroup.code or not topics:
+                raise
+            described = {"group": group, "state": "empty", "group_epoch": None, "assignment_epoch": None,
+                         "assignor": None, "session_timeout_ms": None, "topics": [], "members": []}
         if authorize is not None:
             authorize(described)
+        counts = {t["topic"]: t["partitions"] for t in described["topics"]}
+        for topic in topics:
+            counts.setdefault(topic, len(self._catalog.catalog.topic(topic).partitions))  # UnknownTopic if none
         # The group's resolved counts can be stale (a topic deleted and created again smaller
         # is re-resolved at the next heartbeat) and this node's catalog can trail: only the
         # partitions this node's catalog has get a row.
-        tps = [(t["topic"], p) for t in described["topics"] for p in range(t["partitions"])
-               if self._known((t["topic"], p))]
+        known = [(topic, p) for topic, count in sorted(counts.items()) for p in range(count)
+                 if self._known((topic, p))]
+        tps = known[:DESCRIBE_PARTITIONS_MAX]
+        described["partitions_total"] = len(known)
+        described["partitions_truncated"] = len(known) > len(tps)
         committed: dict[TopicPartition, int] = {}
         for topic in sorted({t for t, _ in tps}):
             for row in await self._reads.fetch_offsets(group, topic):
@@ -227,6 +251,8 @@ class GroupReads:
             rows.append({"topic": tp[0], "partition": tp[1], "committed_offset": offset, "log_start_offset": start,
                          "high_watermark": end, "lag": max(0, lag), "owner": owners.get(tp)})
         await self._lag_ms(rows)
+        if not described["members"] and all(row["committed_offset"] is None for row in rows):
+            raise UnknownGroup(f"consumer group {group!r} has no members and no offsets in {', '.join(topics)}")
         described["partitions"] = rows
         return described
 
@@ -243,19 +269,10 @@ class GroupReads:
             offset = row["committed_offset"] if row["committed_offset"] is not None else row["log_start_offset"]
             async with slots:
                 try:
-                    result = await self._reads.consume(row["topic"], row["partition"], max(offset, 0),
-                                                       max_records=1, max_bytes=1)
+                    found = await first_at_or_after(self._reads, row["topic"], row["partition"], max(offset, 0))
                 except ClientError:
-                    row["lag_ms"] = None
-                    return
-            for base, _count, batch in result.batches:
-                if base <= offset:
-                    decoded = decode_columns(batch, offset - base, offset - base + 1)
-                    if decoded.timestamp_deltas_ms:
-                        stamp = decoded.header.first_timestamp_ms + decoded.timestamp_deltas_ms[0]
-                        row["lag_ms"] = max(0, now_ms - stamp)
-                        return
-            row["lag_ms"] = None
+                    found = None
+            row["lag_ms"] = None if found is None else max(0, now_ms - found[1])
 
         await asyncio.gather(*(one(row) for row in rows))
 

@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.catalog import NodeStatus
+from multiraft.node import draining
 from multiraft.transport.rpc import RPC_TIMEOUT_S, RemoteError, Rpc, RpcError, answer
 from raftlog.messages import Role
 from raftlog.types import GroupId, NodeId
@@ -121,11 +122,12 @@ class BalanceSettings:
 
 
 def _eligible(node: Routing, runtime: GroupRuntime, candidate: NodeId) -> bool:
-    """`candidate` is a live, in-sync voter on a node the catalog counts alive."""
+    """`candidate` is a live, in-sync voter on a node the catalog counts alive and not
+    drained (draining.py: a drained node leads nothing)."""
     if candidate == node.id or candidate not in runtime.core.membership.voters:
         return False
     info = node.catalog.catalog.nodes.get(candidate)
-    if info is None or info.status is not NodeStatus.ALIVE or not node.is_live(candidate):
+    if info is None or info.status is not NodeStatus.ALIVE or info.drained or not node.is_live(candidate):
         return False
     return candidate in runtime.core.in_sync_replicas()
 
@@ -191,7 +193,8 @@ def evening_moves(node: Routing, limit: int = MOVES_PER_ROUND_MAX, settled: Targ
     whose preferred replica is not eligible at all (the preferred rule takes the others,
     once their preferred replica is ready)."""
     catalog = node.catalog.catalog
-    live = {n.node_id for n in catalog.live_nodes() if n.node_id == node.id or node.is_live(n.node_id)}
+    live = {n.node_id for n in catalog.live_nodes()
+            if not n.drained and (n.node_id == node.id or node.is_live(n.node_id))}
     if node.id not in live or len(live) < 2 or limit == 0:
         return []
     counts = dict.fromkeys(live, 0)
@@ -289,16 +292,22 @@ class Balancer:
         """One round: start transfers up to the in-flight bound; returns how many started.
         An automatic round does nothing while settling; an `explicit` one does not wait."""
         self.observe()
-        if not explicit and self.settling():
+        node = self._node
+        drained = draining.is_drained(node, node.id)
+        if not explicit and self.settling() and not drained:  # a drain does not wait (draining.py)
             return 0
         room = self.settings.in_flight_max - len(self.in_flight)
         if room <= 0:
             return 0
-        node = self._node
-        moves = preferred_moves(node, room, self.target_settled, self.busy)
-        skip = {m.group_id for m in moves}
-        moves += evening_moves(node, room - len(moves), self.target_settled,
-                               lambda g: g in skip or self.busy(g))
+        if drained:
+            moves = [Move(g, t) for g, t in draining.drain_moves(
+                node, lambda runtime, c: _eligible(node, runtime, c) and _caught_up(runtime, c),
+                self.target_settled, room, self.busy)]
+        else:
+            moves = preferred_moves(node, room, self.target_settled, self.busy)
+            skip = {m.group_id for m in moves}
+            moves += evening_moves(node, room - len(moves), self.target_settled,
+                                   lambda g: g in skip or self.busy(g))
         now = self._clock()
         for move in moves:
             node.registry.groups[move.group_id].request_transfer(move.target)

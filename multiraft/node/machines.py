@@ -24,7 +24,7 @@ from multiraft.consumer_groups import (
 )
 from multiraft.errors import InvalidRequest, SnapshotFormatError
 from multiraft.metadata.catalog import Catalog
-from multiraft.metadata.commands import decode_command
+from multiraft.metadata.commands import CreatePartitions, decode_command
 from multiraft.state.partition import PartitionState
 from multiraft.state.producers import NewProducerTable, ProducerTable
 from raftlog.messages import Entry, EntryKind
@@ -81,8 +81,11 @@ class CatalogMachine:
             except InvalidRequest as error:  # a committed entry that does not decode changes nothing
                 return GroupResult(entry.index, error=error)
             return self.holder.groups.apply(entry.index, command, CatalogTopics(catalog, self.holder.topics_index))
-        result = catalog.apply(entry.index, decode_command(entry.payload))
+        command = decode_command(entry.payload)
+        result = catalog.apply(entry.index, command)
         self.holder.topics_index = int(entry.index)  # the topics may have changed here
+        if isinstance(command, CreatePartitions) and result.ok:  # subscribed groups take the new ones now
+            self.holder.groups.partitions_added(CatalogTopics(catalog, self.holder.topics_index))
         self.holder.changed()
         return result
 

@@ -20,13 +20,16 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from multiraft.errors import InvalidPartitions
 from multiraft.metadata.catalog import ProducerIdBlock
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     Command,
+    CreatePartitions,
     CreateTopic,
     DeleteTopic,
+    SetNodeDrained,
     decode_command,
     encode_command,
 )
@@ -68,6 +71,7 @@ class MetadataOps:
         self._open_files_limit = open_files_limit
         rpc.register("metadata.propose", self._serve_propose)
         rpc.register("metadata.create_topic", self._serve_create_topic)
+        rpc.register("metadata.create_partitions", self._serve_create_partitions)
 
     @property
     def _runtime(self) -> GroupRuntime:
@@ -125,13 +129,10 @@ class MetadataOps:
         catalog = self._catalog.catalog
         nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes()]
         assignments = place_replicas(
-            nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id
+            nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id,
+            drained=catalog.drained_nodes(),
         )
-        per_node: dict[int, int] = {}
-        for replicas_of_partition in assignments:
-            for host in replicas_of_partition:
-                per_node[host] = per_node.get(host, 0) + 1
-        open_files.check_room(per_node, self._open_files_limit(), open_files.open_now())
+        self._check_files(assignments)
         command = CreateTopic(
             name=request["name"],
             partitions=request["partitions"],
@@ -140,6 +141,45 @@ class MetadataOps:
             assignments=tuple(tuple(r) for r in assignments),
         )
         await self.propose(command)
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        """Grow a topic to `count` partitions (increase only, as Kafka's CreatePartitions):
+        the controller places the new ones as it would a new topic's, counting the topic's
+        current replicas, and every host opens them through its reconciler; each new
+        partition's first replica campaigns at once, as at creation."""
+        self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
+        request = {"name": name, "count": count}
+        if self._runtime.core.role is Role.LEADER:
+            await self._create_partitions_as_controller(request)
+        else:
+            await self.call_leader("metadata.create_partitions", json.dumps(request).encode())
+
+    async def _create_partitions_as_controller(self, request: dict[str, Any]) -> None:
+        catalog = self._catalog.catalog
+        topic = catalog.topic(request["name"])
+        current = len(topic.partitions)
+        if not isinstance(request["count"], int) or request["count"] <= current:
+            raise InvalidPartitions(f"topic {topic.name!r} has {current} partitions; partitions can only be "
+                                    f"added, so the new count must be above {current}, got {request['count']}")
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes()]
+        assignments = place_replicas(nodes, request["count"] - current, topic.replication_factor,
+                                     start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
+                                     drained=catalog.drained_nodes())
+        self._check_files(assignments)
+        await self.propose(CreatePartitions(name=topic.name, count=request["count"],
+                                            assignments=tuple(tuple(r) for r in assignments)))
+
+    def _check_files(self, assignments: list[list[NodeId]]) -> None:
+        """Refuse new replicas a host has no file descriptors left for (open_files.py)."""
+        per_node: dict[int, int] = {}
+        for replicas_of_partition in assignments:
+            for host in replicas_of_partition:
+                per_node[host] = per_node.get(host, 0) + 1
+        open_files.check_room(per_node, self._open_files_limit(), open_files.open_now())
+
+    async def set_drained(self, node_id: NodeId, drained: bool) -> None:
+        """Mark a node drained (its leaderships leave it, multiraft/node/draining.py) or clear it."""
+        await self.propose(SetNodeDrained(node_id=node_id, drained=drained))
 
     async def delete_topic(self, name: str) -> None:
         self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
@@ -173,6 +213,13 @@ class MetadataOps:
 
     async def _serve_propose(self, source: int, body: bytes) -> tuple[int, bytes]:
         return await answer(self.propose(decode_command(body)), lambda value: json.dumps(value).encode())
+
+    async def _serve_create_partitions(self, source: int, body: bytes) -> tuple[int, bytes]:
+        request = json.loads(body)
+        core = self._runtime.core
+        if core.role is not Role.LEADER:
+            return error_answer(NotLeader(core.leader))
+        return await answer(self._create_partitions_as_controller(request), lambda _: b"{}")
 
     async def _serve_create_topic(self, source: int, body: bytes) -> tuple[int, bytes]:
         request = json.loads(body)

@@ -39,6 +39,7 @@ from multiraft.node.config import NodeConfig
 from multiraft.node.consumer_instances import ConsumerInstances
 from multiraft.node.controller import Controller, host_port
 from multiraft.node.faults import Faults
+from multiraft.node.group_admin import GroupAdmin
 from multiraft.node.group_coordinator import GroupCoordinator
 from multiraft.node.group_reads import GroupReads
 from multiraft.node.local_storage import LocalStorage
@@ -128,6 +129,8 @@ class Node:
         self.group_coordinator = GroupCoordinator(self.registry, self.catalog_holder, self.rpc,
                                                   self.reads.commit_offsets, self.logger)
         self.group_reads = GroupReads(self.group_coordinator, self.reads, self.routing, self.catalog_holder, self.rpc)
+        self.group_admin = GroupAdmin(self.group_coordinator, self.group_reads, self.reads, self.catalog_holder,
+                                      self.registry)
         self.consumer_instances = ConsumerInstances(self.group_coordinator, self.group_reads, self.reads, self.registry,
                                                     self.catalog_holder, self.rpc, self.logger)
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
@@ -139,7 +142,8 @@ class Node:
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
             reads=self.reads, groups=self.group_coordinator, group_reads=self.group_reads,
-            instances=self.consumer_instances, ticker=self.ticker, transport=self.transport, latencies=self.latencies,
+            group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
+            transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders, scrubber=self.scrubber,
         )
 
@@ -292,6 +296,12 @@ class Node:
 
     async def delete_topic(self, name: str) -> None:
         await self.metadata.delete_topic(name)
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        await self.metadata.create_partitions(name, count)
+
+    async def set_drained(self, node_id: NodeId, drained: bool) -> None:
+        await self.metadata.set_drained(node_id, drained)
 
     async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> None:
         await self.metadata.alter_topic_config(name, changes)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.catalog import Catalog, groups_for_node
 from multiraft.metadata.commands import NodeStatus
+from multiraft.node import draining
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
@@ -189,12 +190,16 @@ class Replicas:
             persistence_fault=AckBeforeFsync if self._faults.ack_before_fsync else None,
         ))
         first_voter_wait_s = FIRST_VOTER_WAIT_TIMEOUTS * self._election_timeout_s
-        if created and voters[0] == self.id:
+        # A partition's first replica campaigns first, unless drained (draining.py).
+        first = draining.first_campaigner([NodeId(n) for n in (voters if created else list(replicas) or voters)],
+                                          self.id, self._catalog.catalog.drained_nodes(), self._links.is_live) \
+            if partition else NodeId(voters[0] if voters else 0)
+        if created and first == self.id:
             runtime.request_campaign()
         elif created:
             self._hold(runtime, first_voter_wait_s)
         elif partition and store.last_index() > 0:  # reopened from disk (a restart): reopening.py
-            self._reopening.reopened(runtime, NodeId((list(replicas) or voters)[0]))
+            self._reopening.reopened(runtime, first)
         self._registry.add(group_id, runtime, store, machine if partition else None)
         runtime.start()
         return runtime

@@ -25,6 +25,11 @@ Nothing is left out silently; these are the deliberate limits:
   - `partitions` of a topic creation above 3 is lowered to 1..3 (10,000 Raft
     groups on this box would take minutes; the upper range is tested in
     test_api_errors / test_api_topics); every created topic is deleted again;
+    likewise `count` of a partition increase above 8 is lowered to 1..8 (the
+    real topic grows to 8 partitions at most; test_api_live_ops has the rest);
+  - a drain (`POST /v1/admin/nodes/{node}/drain`) is fuzzed as it comes, the
+    cluster's own node ids included; every node is undrained after the operation,
+    so the shared cluster's later tests find every node leading again;
   - `wait_ms` of a consume above 50 is lowered to 0..50: at the log end a
     consume long-polls for `wait_ms` (up to 30 s); the long-poll itself is tested
     in test_api_records; so is `timeout` of a Confluent v2 records GET (its
@@ -77,6 +82,7 @@ FUZZ_TOPIC = "fuzz-topic"
 FUZZ_TOPIC_PARTITIONS = 2
 FUZZ_GROUP, FUZZ_INSTANCE = "fuzz-group", "fuzz-instance"
 CREATED_PARTITIONS_MAX = 3
+GROWN_PARTITIONS_MAX = 8  # a grown topic's count (POST /v1/topics/{topic}/partitions) is lowered to 1..8
 WAIT_MS_FUZZ_MAX = 50
 # Documented 5xx answers a fuzzer may meet on a healthy cluster.
 DOCUMENTED_5XX: dict[tuple[str, str], int] = {("GET", "/v1/health"): 503}
@@ -108,6 +114,9 @@ def _bounded(case: Any) -> Any:
     if label == "POST /v1/topics" and isinstance(body, dict) and _is_int(body.get("partitions")) \
             and body["partitions"] > CREATED_PARTITIONS_MAX:
         case.body = {**body, "partitions": 1 + body["partitions"] % CREATED_PARTITIONS_MAX}
+    if label == "POST /v1/topics/{topic}/partitions" and isinstance(body, dict) and _is_int(body.get("count")) \
+            and body["count"] > GROWN_PARTITIONS_MAX:  # the real topic grows at most to this
+        case.body = {**body, "count": 1 + body["count"] % GROWN_PARTITIONS_MAX}
     query = case.query
     for name in ("wait_ms", "timeout"):  # `timeout`: a Confluent v2 records GET's long-poll
         if isinstance(query, dict) and _is_int(query.get(name)) and query[name] > WAIT_MS_FUZZ_MAX:
@@ -263,6 +272,12 @@ def fuzz(base_urls: list[str], budget_s: float) -> dict[str, Any]:
                 if answer.status_code not in (204, 404):
                     findings.add(("cleanup", topic), f"deleting {topic}: {answer.status_code} {answer.text}")
             findings.created_topics.clear()
+            if operation.path.endswith("/drain"):  # a drained node of the shared cluster leads again
+                for listed in session.get(f"{base_urls[0]}/v1/cluster", timeout=REQUEST_TIMEOUT_S).json()["nodes"]:
+                    answer = session.delete(f"{base_urls[0]}/v1/admin/nodes/{listed['node_id']}/drain",
+                                            timeout=REQUEST_TIMEOUT_S)
+                    if answer.status_code != 200:
+                        findings.add(("cleanup", "undrain"), f"undraining {listed}: {answer.status_code}")
     return {"labels": labels, "failures": findings.failures, "stats": findings.stats,
             "elapsed": time.monotonic() - started, "out_of_time": time.monotonic() > findings.deadline}
 

@@ -82,6 +82,9 @@ async def test_tokens_gate_every_route_by_its_right(tmp_path: Path) -> None:
                 ("GET", "/v1/admin/tokens", {}),
                 ("POST", "/v1/groups/g/offsets", {"json": {"offsets": [{"topic": "t2", "partition": 0, "offset": 0}]}}),
                 ("GET", "/v1/groups/g/offsets", {"params": {"topic": "t2"}}),
+                ("POST", "/v1/topics/t1/partitions", {"json": {"count": 2}}),  # admin, even with write:t1
+                ("POST", "/v1/admin/nodes/1/drain", {}),
+                ("DELETE", "/v1/admin/nodes/1/drain", {}),
             ]:
                 status, body, _ = await call(session, method, url[1] + path, token, **kwargs)
                 assert (status, body["error_code"]) == (403, "NOT_AUTHORIZED"), (method, path, body)
@@ -98,6 +101,7 @@ async def test_tokens_gate_every_route_by_its_right(tmp_path: Path) -> None:
             status, body, _ = await call(session, "DELETE", url[2] + "/v1/groups/g", ADMIN)
             assert status == 204, body
             assert "t3" not in nodes[0].catalog.topics and "t1" in nodes[0].catalog.topics, "refusals changed nothing"
+            assert len(nodes[0].catalog.topics["t1"].partitions) == 1 and not nodes[0].catalog.drained_nodes()
 
             # The Python client carries a token; replacing it under the same name retires the old one.
             async with AsyncClient(url, token=token, attempts=1) as client:

@@ -1,8 +1,10 @@
 """Goal: with tokens on, the Confluent REST v2 dialect asks the native routes' rights
 (multiraft/http/access.py), answered in Confluent's codes: produce needs write on the
-topic, a partition's offsets read; an instance's calls need read on its subscription (or
-its manual assignment), and a subscribe, assign or offsets call read on what it names;
-no token is 401 / 40101, too few rights 403 / 40301. A 3-node cluster in one event loop."""
+topic, a partition's offsets read; creating an instance needs read on some topic, and
+only the token that created it (or an admin) may drive it, whatever rights another token
+has; its calls need read on its subscription (or its manual assignment), and a subscribe,
+assign or offsets call read on what it names; no token is 401 / 40101, too few rights
+403 / 40301. A 3-node cluster in one event loop."""
 
 from __future__ import annotations
 
@@ -36,6 +38,11 @@ async def test_the_dialect_asks_the_native_rights(tmp_path: Path) -> None:
         url = [s.url for s in servers]
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
             tokens = {}
+            for name, rights in (("also-ca", ["read:ca"]), ("write-only", ["write:ca"])):
+                status, made = await call(session, "POST", url[0] + "/v1/admin/tokens", ADMIN,
+                                          {"name": name, "rights": rights}, "application/json")
+                assert status == 201, made
+                tokens[name] = made["token"]
             for topic in ("ca", "cb"):
                 status, body = await call(session, "POST", url[0] + "/v1/topics", ADMIN,
                                           {"name": topic, "partitions": 2}, "application/json")
@@ -56,8 +63,16 @@ async def test_the_dialect_asks_the_native_rights(tmp_path: Path) -> None:
             status, body = await call(session, "GET", url[2] + "/topics/ca/partitions/0/offsets", other)
             assert (status, body["error_code"]) == (403, 40301), body
 
+            status, body = await call(session, "POST", url[0] + "/consumers/cauth", tokens["write-only"], {"name": "w"})
+            assert (status, body["error_code"]) == (403, 40301), body  # no read right: no instance
             status, made = await call(session, "POST", url[0] + "/consumers/cauth", mine, {"name": "c1"})
             assert status == 200, made
+            fresh = "/consumers/cauth/instances/c1"
+            for method, path, body in (("POST", "/subscription", {"topics": ["ca"]}), ("DELETE", "", None),
+                                       ("POST", "/assignments", {"partitions": [{"topic": "ca", "partition": 0}]})):
+                # Not subscribed yet (no topic to check): still not another token's to drive.
+                status, answer = await call(session, method, url[1] + fresh + path, tokens["also-ca"], body)
+                assert (status, answer["error_code"]) == (403, 40301), (method, path, answer)
             base = "/consumers/cauth/instances/c1"
             status, body = await call(session, "POST", url[1] + base + "/subscription", mine, {"topics": ["cb"]})
             assert (status, body["error_code"]) == (403, 40301), body
@@ -68,6 +83,14 @@ async def test_the_dialect_asks_the_native_rights(tmp_path: Path) -> None:
             for node in range(3):  # another token, knowing the instance id, may not drive it
                 status, body = await call(session, "GET", url[node] + base + "/assignments", other)
                 assert (status, body["error_code"]) == (403, 40301), body
+                # ... even with read on the instance's topic: the instance is its creator's
+                status, body = await call(session, "GET", url[node] + base + "/records", tokens["also-ca"])
+                assert (status, body["error_code"]) == (403, 40301), body
+            status, body = await call(session, "POST", url[1] + base + "/subscription", tokens["also-ca"],
+                                      {"topics": ["ca"]})
+            assert (status, body["error_code"]) == (403, 40301), body
+            status, body = await call(session, "GET", url[2] + base + "/subscription", ADMIN)
+            assert (status, body) == (200, {"topics": ["ca"]})  # an admin may
             status, body = await call(session, "DELETE", url[0] + base, other)
             assert (status, body["error_code"]) == (403, 40301), body
             status, body = await call(session, "GET", url[0] + base + "/offsets", mine,

@@ -75,3 +75,12 @@ async def test_member_calls_need_the_groups_read_and_describe_hides_member_ids(t
             assert status == 200, body
             status, body, _ = await call(session, "DELETE", url[2] + base, mine, params={"member_epoch": epoch})
             assert status == 204, body
+            # An offset reset is admin's (it moves where every future member starts), even
+            # for a token that may read every topic it names.
+            reset = {"strategy": "earliest", "topics": [{"topic": "ga"}]}
+            status, body, _ = await call(session, "POST", url[1] + "/v1/groups/gauth/offsets/reset", mine,
+                                         json=reset)
+            assert (status, body["error_code"]) == (403, "NOT_AUTHORIZED"), body
+            status, body, _ = await call(session, "POST", url[1] + "/v1/groups/gauth/offsets/reset", ADMIN,
+                                         json=reset)
+            assert status == 200 and body["executed"] is False, body

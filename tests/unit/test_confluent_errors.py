@@ -42,7 +42,7 @@ from raftlog.types import NodeId
     (LeaderNotAvailable("l"), (503, 50003)),
     (NotLeader(NodeId(0), "no leader known"), (503, 50003)),
     (Timeout("t"), (504, 50003)),
-    (TooManyConsumerGroups("g"), (503, 50003)),
+    (TooManyConsumerGroups("g"), (409, 40903)),  # a bound: retrying will not cure it
 ])
 def test_kafka_rest_codes(error: ClientError, expected: tuple[int, int]) -> None:
     assert confluent_error(error) == expected

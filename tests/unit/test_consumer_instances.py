@@ -251,3 +251,83 @@ def test_property_instances_and_members_never_share_a_partition(operations: list
     restored = decode_groups(encode_groups(d.state))
     assert encode_groups(restored) == encode_groups(d.state)
     assert restored.instances.keys() == d.state.instances.keys()
+
+
+def test_a_refused_seek_moves_nothing() -> None:
+    # A seek naming one partition the instance holds and one it does not is refused whole:
+    # apply is replicated, so it is all or nothing (it wrote the held one before raising).
+    d = Driver({"t": 2})
+    d.ok(CreateInstance(group=G, member_id="i1"))
+    d.ok(AssignInstance(group=G, member_id="i1", partitions=(("t", 0),)))
+    d.ok(InstancePositions(group=G, member_id="i1", positions=(("t", 0, 5),), seek=True))
+    before = encode_groups(d.state)
+    result = d.apply(InstancePositions(group=G, member_id="i1", positions=(("t", 0, 9), ("t", 1, 1)), seek=True))
+    assert isinstance(result.error, ConsumerIllegalState)
+    assert d.state.instance(G, "i1").positions == {("t", 0): 5}
+    assert encode_groups(d.state) == before
+
+
+def test_unsubscribe_also_ends_a_manual_assignment() -> None:
+    # Kafka's unsubscribe() clears assign() too: the partitions are free at once.
+    d = Driver({"t": 2})
+    d.ok(CreateInstance(group=G, member_id="i1"))
+    d.ok(AssignInstance(group=G, member_id="i1", partitions=(("t", 0), ("t", 1))))
+    assert d.member("i1").assigned == frozenset({("t", 0), ("t", 1)})
+    d.ok(SubscribeInstance(group=G, member_id="i1", subscription=None))
+    assert d.member("i1").assigned == frozenset() and not d.member("i1").manual
+    assert d.state.instance_view(G, "i1")["mode"] == "none"
+    d.ok(SubscribeInstance(group=G, member_id="i1", subscription=Subscription(topics=("t",))))  # no longer manual
+
+
+def test_an_instances_view_carries_its_own_session() -> None:
+    # The long-poll is bounded by half the session the view reports: it must be the
+    # instance's own timeout, else an instance timing out sooner than the group's 45 s
+    # expires during its own GET.
+    d = Driver({"t": 1})
+    view = d.ok(CreateInstance(group=G, member_id="i1", instance_timeout_ms=2_000))
+    assert view.session_timeout_ms == 2_000
+    d.ok(JoinGroup(group=G, member_id="m1", subscription=Subscription(topics=("t",))))
+    heartbeat = d.ok(Heartbeat(group=G, member_id="i1", member_epoch=d.member("i1").epoch))
+    assert heartbeat.session_timeout_ms == 2_000
+    assert d.state.instance_view(G, "i1")["member"]["session_timeout_ms"] == 2_000
+    assert d.ok(Heartbeat(group=G, member_id="m1", member_epoch=d.member("m1").epoch)).session_timeout_ms == 45_000
+
+
+def test_the_owner_is_replicated_bounded_and_optional_in_entries_and_snapshots() -> None:
+    # The creating token's name travels in the entry and the snapshot; an entry or a
+    # snapshot written before owners existed (no field) still decodes, and one principal
+    # holds at most INSTANCES_PER_OWNER_MAX instances.
+    from multiraft.consumer_groups.commands import INSTANCES_PER_OWNER_MAX
+
+    d = Driver({"t": 1})
+    d.ok(CreateInstance(group=G, member_id="i1", owner="alice"))
+    d.ok(CreateInstance(group=G, member_id="i2"))
+    assert d.state.instance_view(G, "i1")["config"]["owner"] == "alice"
+    assert "owner" not in d.state.instance_view(G, "i2")["config"]
+    assert b"owner" not in encode_group_command(CreateInstance(group=G, member_id="i2"))
+    snapshot = encode_groups(d.state)
+    assert encode_groups(decode_groups(snapshot)) == snapshot
+    assert decode_groups(snapshot).instance(G, "i1").config.owner == "alice"
+    with pytest.raises(InvalidRequest):
+        CreateInstance(group=G, member_id="i3", owner="not a name")
+    for i in range(INSTANCES_PER_OWNER_MAX - 1):
+        d.ok(CreateInstance(group=f"g{i % 50}", member_id=f"b{i}", owner="alice"))
+    assert isinstance(d.apply(CreateInstance(group=G, member_id="one-more", owner="alice")).error,
+                      ConsumerIllegalState)
+    d.ok(CreateInstance(group=G, member_id="bob-1", owner="bob"))
+
+
+@pytest.mark.parametrize("assignor", ["uniform", "range"])
+def test_the_assignor_balances_what_manual_claims_leave(assignor: str) -> None:
+    # Two subscribed members and an instance that assigns itself two of four partitions:
+    # the assignor runs over the two left (one each), not over all four with the claimed
+    # ones taken away afterwards (which left one member both and the other none).
+    d = Driver({"t": 4})
+    d.ok(JoinGroup(group=G, member_id="m1", subscription=Subscription(topics=("t",)), assignor=assignor))
+    d.ok(JoinGroup(group=G, member_id="m2", subscription=Subscription(topics=("t",))))
+    d.ok(CreateInstance(group=G, member_id="i1"))
+    d.ok(AssignInstance(group=G, member_id="i1", partitions=(("t", 0), ("t", 1))))
+    target = d.state.groups[G].target
+    assert target["i1"] == frozenset({("t", 0), ("t", 1)})
+    assert len(target["m1"]) == 1 and len(target["m2"]) == 1
+    assert target["m1"] | target["m2"] == frozenset({("t", 2), ("t", 3)})

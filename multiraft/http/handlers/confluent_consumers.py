@@ -5,9 +5,12 @@ so its `base_uri` names whichever node created it, yet any node answers every ca
 and it outlives that node. Each call reads the instance at the group coordinator first
 (which keeps it alive, as Confluent's proxy does on every call) and then acts.
 
-With tokens on, an instance call needs what a native member call needs (access.py): read
-on each topic the instance subscribes to or assigned itself (`read:*` for a pattern), and
-read on the topics a subscribe, assign, seek or offsets call names.
+With tokens on, creating an instance needs read on some topic (Kafka asks READ on the
+group to join it; a group's READ here is read on its topics), and the instance keeps the
+name of the token that created it: only that token, or an admin, may drive it. Each call
+also needs what a native member call needs (access.py): read on each topic the instance
+subscribes to or assigned itself (`read:*` for a pattern), and read on the topics a
+subscribe, assign, seek or offsets call names.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from multiraft.errors import (
     InvalidConsumerConfig,
     InvalidRequest,
     NotAcceptable,
+    NotAuthorized,
     UnknownConsumerInstance,
 )
 from multiraft.http import jsontext
-from multiraft.http.access import require, require_subscription
-from multiraft.http.confluent_errors import BINARY_V2, EMBEDDED, JSON_V2
+from multiraft.http.access import PRINCIPAL_KEY, require, require_subscription
+from multiraft.http.confluent_errors import BINARY_V2, EMBEDDED, JSON_V2, V2_JSON
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.handlers.confluent_common import (
     body_object,
@@ -58,7 +62,7 @@ from storage.batch import decode_columns
 
 _logger = structlog.get_logger("multiraft.http")
 
-_CREATE_FIELDS = {"name", "format", "auto.offset.reset", "auto.commit.enable", "fetch.min.bytes",
+_CREATE_FIELDS = {"name", "id", "format", "auto.offset.reset", "auto.commit.enable", "fetch.min.bytes",
                   "consumer.request.timeout.ms", "consumer.instance.timeout.ms"}
 # Rendering more stored bytes than this runs off the event loop (as native consume does).
 RENDER_INLINE_BYTES_MAX = 1024 * 1024
@@ -77,6 +81,11 @@ async def _view(request: web.Request) -> dict[str, Any]:
     """The instance at the coordinator (40403 when there is none), with the caller's rights checked."""
     group, instance = _instance(request)
     view = await bounded(node_of(request).instances.view(group, instance), "consumer instance")
+    principal = request.get(PRINCIPAL_KEY)
+    owner = view["config"].get("owner")
+    if principal is not None and not principal.is_admin and owner is not None and owner != principal.name:
+        raise NotAuthorized(f"token {principal.name!r} may not do this: consumer instance {instance!r} "
+                            "belongs to the token that created it")
     subscription = view["subscription"]
     manual_topics = sorted({t for t, _ in view["manual"]})
     if subscription is not None:
@@ -109,18 +118,20 @@ async def create(request: web.Request) -> web.Response:
     extra = sorted(set(body) - _CREATE_FIELDS)
     if extra:
         raise InvalidConsumerConfig(f"unknown settings {extra[:5]}; known: {sorted(_CREATE_FIELDS)}")
-    name = body.get("name") or f"rest-consumer-{uuid.uuid4().hex}"
-    if not isinstance(name, str) or not group_limits.MEMBER_ID_PATTERN.fullmatch(name):
-        raise InvalidConsumerConfig(f"name must match {group_limits.MEMBER_ID_PATTERN.pattern}")
+    principal = request.get(PRINCIPAL_KEY)
+    if principal is not None and not principal.may("read"):
+        raise NotAuthorized(f"token {principal.name!r} may not do this: a consumer instance needs read on some topic")
+    name = _instance_name(body)
     try:
         command = CreateInstance(
-            group=group, member_id=name, format=_setting(body, "format", "binary", str),
+            group=group, member_id=name, format=_setting(body, "format", "binary", str).lower(),
             auto_offset_reset=_setting(body, "auto.offset.reset", "latest", str),
             auto_commit=_setting(body, "auto.commit.enable", True, bool),
             request_timeout_ms=_setting(body, "consumer.request.timeout.ms",
                                         group_limits.REQUEST_TIMEOUT_MS_DEFAULT, int),
             instance_timeout_ms=_setting(body, "consumer.instance.timeout.ms",
-                                         group_limits.INSTANCE_TIMEOUT_MS_DEFAULT, int))
+                                         group_limits.INSTANCE_TIMEOUT_MS_DEFAULT, int),
+            owner=principal.name if principal is not None else None)
     except InvalidConsumerConfig:
         raise
     except InvalidRequest as error:
@@ -129,6 +140,19 @@ async def create(request: web.Request) -> web.Response:
     await bounded(node.instances.create(command), "consumer instance creation")
     base = f"{request.scheme}://{request.host}"
     return reply({"instance_id": name, "base_uri": f"{base}/consumers/{group}/instances/{name}"})
+
+
+def _instance_name(body: dict[str, Any]) -> str:
+    """`name`, or kafka-rest's `id` (an alias; `name` first); drawn at
+    random when both are left out or null, refused when invalid (even 0 or "")."""
+    name = body.get("name")
+    if name is None:
+        name = body.get("id")
+    if name is None:
+        return f"rest-consumer-{uuid.uuid4().hex}"
+    if not isinstance(name, str) or not group_limits.MEMBER_ID_PATTERN.fullmatch(name):
+        raise InvalidConsumerConfig(f"name must match {group_limits.MEMBER_ID_PATTERN.pattern}")
+    return name
 
 
 async def delete(request: web.Request) -> web.Response:
@@ -158,7 +182,7 @@ async def subscribe(request: web.Request) -> web.Response:
 
 
 async def subscription(request: web.Request) -> web.Response:
-    """GET .../subscription: `{"topics": [...]}` (for a pattern: the topics it reads now)."""
+    """GET .../subscription: `{"topics": [...]}` (for a pattern: the topics it matches now)."""
     check_accept(request)
     view = await _view(request)
     named = view["subscription"]
@@ -167,7 +191,7 @@ async def subscription(request: web.Request) -> web.Response:
     elif named["topic_pattern"] is None:
         topics = named["topics"]
     else:
-        topics = sorted({a["topic"] for a in view["member"]["assignment"] + view["member"]["pending"]})
+        topics = node_of(request).instances.pattern_topics(named["topic_pattern"])
     return reply({"topics": topics})
 
 
@@ -232,11 +256,16 @@ async def commit(request: web.Request) -> web.Response:
     view = await _view(request)
     body = await body_object(request, required=False)
     only(body, {"offsets"})
-    offsets = None
+    offsets, metadata = None, {}
     if "offsets" in body:
         consumed = partition_list(node, body["offsets"], "offsets", with_offset=True)
         offsets = {tp: offset + 1 for tp, offset in consumed.items()}
-    await bounded(node.instances.commit(view, offsets), "offset commit")
+        for item in body["offsets"]:  # shapes checked by partition_list; the length by OffsetCommit
+            if item.get("metadata") is not None:
+                if not isinstance(item["metadata"], str):
+                    raise InvalidRequest("offsets: metadata must be a string")
+                metadata[(item["topic"], item["partition"])] = item["metadata"]
+    await bounded(node.instances.commit(view, offsets, metadata), "offset commit")
     return no_content()
 
 
@@ -251,14 +280,15 @@ async def committed(request: web.Request) -> web.Response:
     for topic in sorted({t for t, _ in wanted}):
         require(request, "read", topic)
     found = await bounded(node.instances.committed(view["group"], wanted), "offsets")
-    return reply({"offsets": [{"topic": t, "partition": p, "offset": o, "metadata": ""}
-                              for (t, p), o in sorted(found.items())]})
+    return reply({"offsets": [{"topic": t, "partition": p, "offset": o, "metadata": note}
+                              for (t, p), (o, note) in sorted(found.items())]})
 
 
 def _embedded(request: web.Request, instance_format: str) -> str:
     """The format the Accept asks for: the instance's, or 406 / 40601."""
     listed = media_types(request)
-    if not listed or any(t in ("*/*", "application/*") for t in listed):
+    # kafka-rest sends the bare v2 type to its binary reader; here it means the instance's format.
+    if not listed or any(t in ("*/*", "application/*", V2_JSON) for t in listed):
         return instance_format
     asked = [EMBEDDED[t] for t in listed if t in EMBEDDED]
     if not asked:
@@ -274,9 +304,8 @@ async def records(request: web.Request) -> web.Response:
     node = node_of(request)
     view = await _view(request)
     fmt = _embedded(request, view["config"]["format"])
-    wait_ms = query_int(request, "timeout", view["config"]["request_timeout_ms"], low=0,
-                        high=group_limits.REQUEST_TIMEOUT_MS_MAX)
-    max_bytes = query_int(request, "max_bytes", MAX_BYTES_DEFAULT, low=1, high=MAX_BYTES_MAX)
+    wait_ms = _clamped(request, "timeout", view["config"]["request_timeout_ms"], group_limits.REQUEST_TIMEOUT_MS_MAX)
+    max_bytes = _clamped(request, "max_bytes", MAX_BYTES_DEFAULT, MAX_BYTES_MAX)
     fetched = await bounded(node.instances.poll(view, max_bytes=max_bytes, wait_ms=wait_ms), "consumer records",
                             REQUEST_TIMEOUT_S + wait_ms / 1000)
     stored = sum(len(b) for p in fetched.partitions if p.result for _, _, b in p.result.batches)
@@ -284,8 +313,16 @@ async def records(request: web.Request) -> web.Response:
         rendered, positions = await asyncio.to_thread(_render, fetched, fmt, max_bytes)
     else:
         rendered, positions = _render(fetched, fmt, max_bytes)
+    for tp, start in fetched.starts.items():
+        positions.setdefault(tp, start)  # a read cancelled or failed: pin where it started
     known = {(p["topic"], p["partition"]): p["offset"] for p in view["positions"]}
     moved = {tp: offset for tp, offset in positions.items() if known.get(tp) != offset}
+    if request.transport is None or request.transport.is_closing():
+        # The client is gone (aiohttp runs the handler on): its answer is lost, so the
+        # positions stay where they were and the next GET reads these records again.
+        # Saved, they would be skipped, and with auto-commit skipped for the whole group.
+        _logger.info("instance_answer_lost", group=view["group"], instance=view["instance_id"])
+        return reply(rendered, content_type=JSON_V2 if fmt == "json" else BINARY_V2)
     try:
         await bounded(node.instances.advance(view["group"], view["instance_id"], moved), "consumer positions")
     except ClientError as error:
@@ -297,11 +334,20 @@ async def records(request: web.Request) -> web.Response:
     return reply(rendered, content_type=JSON_V2 if fmt == "json" else BINARY_V2)
 
 
+def _clamped(request: web.Request, name: str, default: int, high: int) -> int:
+    """A records GET's `timeout` or `max_bytes`, as kafka-rest reads them: 0 or less
+    (its default is -1) means the default, and more than the bound means the bound."""
+    value = query_int(request, name, default)
+    return default if value <= 0 else min(value, high)
+
+
 def _render(fetched: MemberFetch, fmt: str, max_bytes: int) -> tuple[list[dict[str, Any]], dict[Any, int]]:
     """The records in Confluent's shape, at most `POLL_RECORDS_MAX` and `max_bytes` of keys
     and values (at least one record), and where each partition read goes on from: after
     its last record answered, else where its read started (which pins a position taken
-    from `auto.offset.reset`, so records produced before the next GET are not skipped)."""
+    from `auto.offset.reset`, so records produced before the next GET are not skipped).
+    A partition whose batches no limit cut goes on from its read's `next_offset`, past
+    batches the read left out (duplicates, refused: the partition's skipped ranges)."""
     out: list[dict[str, Any]] = []
     positions: dict[Any, int] = {}
     size = 0
@@ -325,6 +371,8 @@ def _render(fetched: MemberFetch, fmt: str, max_bytes: int) -> tuple[list[dict[s
             full = full or len(out) >= POLL_RECORDS_MAX
             if full:
                 break
+        if not full:
+            position = max(position, part.result.next_offset)
         positions[(part.topic, part.partition)] = position
     return out, positions
 

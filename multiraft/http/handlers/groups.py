@@ -21,8 +21,16 @@ from multiraft.errors import InvalidRequest
 from multiraft.http.access import require, require_admin
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import GROUP_COMMITS_PER_REQUEST_MAX
-from multiraft.http.params import int_field, json_object
-from multiraft.node.api import GROUP_NAME_PATTERN, OffsetCommit, group_limits
+from multiraft.http.params import int_field, json_object, str_field
+from multiraft.node.api import (
+    GROUP_NAME_PATTERN,
+    RESET_PARTITIONS_MAX,
+    OffsetCommit,
+    ResetRequest,
+    ResetStrategy,
+    ResetTopic,
+    group_limits,
+)
 
 _COMMIT_FIELDS = {"topic", "partition", "offset", "metadata"}
 _COMMIT_BODY_FIELDS = {"offsets", "member_id", "member_epoch", "admin_reset"}
@@ -85,3 +93,35 @@ async def delete_group(request: web.Request) -> web.Response:
     group = group_name(request)
     await bounded(node.delete_group(group), "group delete")
     return web.Response(status=204)
+
+
+_RESET_FIELDS = {"strategy", "value", "topics", "execute"}
+
+
+async def reset_offsets(request: web.Request) -> web.Response:
+    """POST /v1/groups/{group}/offsets/reset: Kafka's --reset-offsets for a group without
+    members (multiraft/consumer_groups/resets.py); `execute` false (the default) is a dry
+    run. Admin: a reset moves where every future member of the group starts."""
+    node = node_of(request)
+    group = group_name(request)
+    body = await json_object(request)
+    extra = set(body) - _RESET_FIELDS
+    if extra:
+        raise InvalidRequest(f"unknown fields {sorted(extra)[:5]}; allowed: {sorted(_RESET_FIELDS)}")
+    strategies = {s.value: s for s in ResetStrategy}
+    strategy = strategies.get(str_field(body, "strategy", choices=tuple(strategies)))
+    topics = body.get("topics")
+    if not isinstance(topics, list) or not topics:
+        raise InvalidRequest("topics is a list of {\"topic\", \"partitions\" (optional)} objects")
+    chosen = []
+    for item in topics[:RESET_PARTITIONS_MAX + 1]:
+        if not isinstance(item, dict) or "topic" not in item or set(item) - {"topic", "partitions"}:
+            raise InvalidRequest("each of topics is {\"topic\", \"partitions\" (optional)}")
+        partitions = item.get("partitions")
+        if partitions is not None and not isinstance(partitions, list):
+            raise InvalidRequest("partitions is a list of partition numbers")
+        chosen.append(ResetTopic(topic=item["topic"],
+                                 partitions=None if partitions is None else tuple(partitions[:RESET_PARTITIONS_MAX + 1])))
+    reset = ResetRequest(group=group, strategy=strategy, value=body.get("value"),  # type: ignore[arg-type]
+                         topics=tuple(chosen), execute=body.get("execute", False))
+    return web.json_response(await bounded(node.reset_group_offsets(reset), "offset reset"))

@@ -10,6 +10,7 @@ group_coordinator.py). docs/http.md ("Consumer groups") has the routes and shape
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
 from typing import Any
 
@@ -21,6 +22,7 @@ from multiraft.http.access import auth_on, is_admin, may_read_all, require, requ
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.handlers.groups import group_name
 from multiraft.http.limits import (
+    BATCH_CONTENT_TYPE,
     CONSUME_MAX_BYTES_DEFAULT,
     CONSUME_MAX_RECORDS_DEFAULT,
     REQUEST_TIMEOUT_S,
@@ -37,6 +39,7 @@ from multiraft.node.api import (
     JoinGroup,
     LeaveGroup,
     MemberFetch,
+    PartitionFetch,
     Subscription,
     group_limits,
 )
@@ -163,6 +166,8 @@ async def fetch(request: web.Request) -> web.Response:
         max_records=max_records, wait_ms=wait_ms,
         max_bytes=int_field(body, "max_bytes", CONSUME_MAX_BYTES_DEFAULT, low=1, high=MAX_BYTES_MAX),
     ), "group fetch", REQUEST_TIMEOUT_S + wait_ms / 1000)
+    if BATCH_CONTENT_TYPE in request.headers.get("Accept", ""):
+        return web.Response(body=_fetch_batches(result), content_type=BATCH_CONTENT_TYPE)
     stored = sum(len(b) for p in result.partitions if p.result for _, _, b in p.result.batches)
     if stored > RENDER_INLINE_BYTES_MAX:
         answer = await asyncio.to_thread(_fetch_answer, result, fmt, max_records)
@@ -187,14 +192,41 @@ def _positions(value: object) -> dict[tuple[str, int], int]:
     return positions
 
 
+def _error_row(part: PartitionFetch) -> dict[str, Any]:
+    return {"topic": part.topic, "partition": part.partition,
+            "error_code": getattr(part.error, "code", "INTERNAL"), "message": str(part.error)}
+
+
+def _fetch_batches(result: MemberFetch) -> bytes:
+    """The binary answer (`Accept: application/vnd.raftlog.batch`): a big-endian u32, that
+    many bytes of JSON (`member`, `positions`, `errors` as in the JSON answer, and
+    `batches`: [topic, partition, base_offset, length] in order), then the stored batches'
+    bytes, unchanged, in that order. Nothing is decoded or rendered here, as a binary
+    partition read; batches are whole, so a partition's first may start before its
+    position (skip records below `positions[].offset`), and each partition's read is
+    bounded by `max_records` rather than the answer."""
+    header: dict[str, Any] = {"member": result.member, "positions": [], "errors": [], "batches": []}
+    chunks: list[bytes] = []
+    for part in result.partitions:
+        if part.error is not None or part.result is None:
+            header["errors"].append(_error_row(part))
+            continue
+        header["positions"].append({"topic": part.topic, "partition": part.partition, "offset": part.offset,
+                                    "next_offset": part.result.next_offset,
+                                    "high_watermark": part.result.high_watermark})
+        for base, _count, batch in part.result.batches:
+            header["batches"].append([part.topic, part.partition, base, len(batch)])
+            chunks.append(batch)
+    encoded = orjson.dumps(header)
+    return struct.pack(">I", len(encoded)) + encoded + b"".join(chunks)
+
+
 def _fetch_answer(result: MemberFetch, fmt: str, max_records: int) -> bytes:
     records: list[dict[str, Any]] = []
     positions, errors = [], []
     for part in result.partitions:
         if part.error is not None or part.result is None:
-            error = part.error
-            errors.append({"topic": part.topic, "partition": part.partition,
-                           "error_code": getattr(error, "code", "INTERNAL"), "message": str(error)})
+            errors.append(_error_row(part))
             continue
         next_offset = part.result.next_offset
         rendered: list[dict[str, Any]] = []
@@ -213,9 +245,10 @@ def _fetch_answer(result: MemberFetch, fmt: str, max_records: int) -> bytes:
 
 
 async def describe(request: web.Request) -> web.Response:
-    """GET /v1/groups/{group}: members, assignment, committed offsets and lag. With auth on it
-    needs read on every member's subscription (access.py), and only admin sees member ids
-    and epochs (a member id is its member's proof of membership)."""
+    """GET /v1/groups/{group}[?topic=T...]: members, assignment, committed offsets and lag (of
+    the named topics too, which also describe a group without members). With auth on it
+    needs read on every member's subscription (access.py) and on each named topic, and
+    only admin sees member ids and epochs (a member id is its member's proof of membership)."""
     node = node_of(request)
 
     def authorize(described: dict[str, Any]) -> None:
@@ -223,7 +256,14 @@ async def describe(request: web.Request) -> web.Response:
         require_subscription(request, [t for s in subscriptions for t in s["topics"]],
                              any(s["topic_pattern"] is not None for s in subscriptions))
 
-    described = await bounded(node.describe_group(group_name(request), authorize), "group describe")
+    topics = tuple(sorted(set(request.query.getall("topic", []))))
+    if len(topics) > group_limits.SUBSCRIBED_TOPICS_MAX:
+        raise InvalidRequest(f"at most {group_limits.SUBSCRIBED_TOPICS_MAX} topic parameters")
+    for topic in topics:
+        if not group_limits.TOPIC_NAME_PATTERN.fullmatch(topic):
+            raise InvalidRequest(f"topic names must match {group_limits.TOPIC_NAME_PATTERN.pattern}")
+        require(request, "read", topic)
+    described = await bounded(node.describe_group(group_name(request), authorize, topics), "group describe")
     if not is_admin(request):
         for member in described["members"]:
             member["member_id"] = member["member_epoch"] = None

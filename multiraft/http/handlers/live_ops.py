@@ -1,0 +1,81 @@
+"""Operations on a live cluster (issue 25): more partitions for a topic, drain and undrain.
+
+`POST /v1/topics/{topic}/partitions` `{"count": N}` grows a topic to N partitions,
+as Kafka's CreatePartitions: N is the new total, and only an increase is taken (a
+count at or below the current one is 400 INVALID_PARTITIONS). The answer waits
+until this node's catalog holds the new partitions and is the topic as it has it.
+
+`POST /v1/admin/nodes/{node}/drain` marks a node drained: every leadership it holds
+moves elsewhere (multiraft/node/draining.py) and it takes none until
+`DELETE /v1/admin/nodes/{node}/drain` clears the mark. Both answer the node's drain
+status at once (the transfers take a moment): whether it is drained, how many
+partitions it leads as this node sees it, and whether it leads the metadata group.
+Both need the admin right when auth is on (access.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from multiraft.errors import InvalidPartitions, InvalidRequest, UnknownNode
+from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.params import is_int, json_object
+from multiraft.http.view import METADATA_GROUP, topic_view
+from multiraft.metadata.commands import PARTITIONS_MAX
+from raftlog.types import GroupId, NodeId
+
+NODE_ID_MAX = 2**31 - 1  # as an admission's node_id (handlers/nodes.py)
+
+
+async def create_partitions(request: web.Request) -> web.Response:
+    node = node_of(request)
+    name = request.match_info["topic"]
+    body = await json_object(request)
+    if set(body) != {"count"}:
+        raise InvalidRequest('body is {"count": N}: the topic\'s new number of partitions')
+    count = body["count"]
+    if not is_int(count) or not 1 <= count <= PARTITIONS_MAX:
+        raise InvalidPartitions(f"count must be an integer in 1..{PARTITIONS_MAX}")
+    current = len(node.catalog.topic(name).partitions)  # 404 UNKNOWN_TOPIC first
+    if count <= current:
+        raise InvalidPartitions(f"topic {name!r} has {current} partitions; partitions can only be added, "
+                                f"so count must be above {current}, got {count}")
+    await bounded(node.create_partitions(name, count), "adding partitions")
+    await bounded(node.sync_catalog(), "partition propagation")
+    return web.json_response(topic_view(node, node.catalog.topic(name)))
+
+
+def _path_node(request: web.Request) -> NodeId:
+    raw = request.match_info["node"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 10 or not 1 <= int(raw) <= NODE_ID_MAX:
+        raise InvalidRequest(f"node must be a node id in 1..{NODE_ID_MAX}, got {raw[:40]!r}")
+    node_id = NodeId(int(raw))
+    if node_id not in node_of(request).catalog.nodes:
+        raise UnknownNode(f"node {node_id} is not registered")
+    return node_id
+
+
+def drain_status(request: web.Request, node_id: NodeId) -> dict[str, Any]:
+    node = node_of(request)
+    info = node.catalog.nodes[node_id]
+    metadata = node.group_status(GroupId(METADATA_GROUP))
+    return {"node_id": node_id, "drained": info.drained, "partitions_led": node.partitions_led(node_id),
+            "leads_metadata": metadata is not None and metadata.leader == node_id}
+
+
+async def drain(request: web.Request) -> web.Response:
+    node_id = _path_node(request)
+    node = node_of(request)
+    await bounded(node.set_drained(node_id, True), "draining a node")
+    await bounded(node.sync_catalog(), "drain propagation")
+    return web.json_response(drain_status(request, node_id))
+
+
+async def undrain(request: web.Request) -> web.Response:
+    node_id = _path_node(request)
+    node = node_of(request)
+    await bounded(node.set_drained(node_id, False), "undraining a node")
+    await bounded(node.sync_catalog(), "undrain propagation")
+    return web.json_response(drain_status(request, node_id))

@@ -1,0 +1,61 @@
+"""The OpenAPI paths of the live operations (issue 25): more partitions, drain and undrain.
+
+Kept apart from openapi.py's table (which merges them) so the routes and their
+document change together in one small module; `app.ROUTES` and the merged
+document are still checked against each other by tests/http/test_openapi.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multiraft.metadata.commands import PARTITIONS_MAX
+
+_ERROR = {"$ref": "#/components/responses/Error"}
+_TOPIC = {"name": "topic", "in": "path", "required": True,
+          "schema": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}}
+_NODE = {"name": "node", "in": "path", "required": True,
+         "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    # 401 and 403 only on a node started with --admin-token-file (multiraft/metadata/auth.py).
+    return {str(status): _ERROR for status in sorted({400, 401, 403, *statuses})}
+
+
+_DRAIN_STATUS = {"type": "object", "required": ["node_id", "drained", "partitions_led", "leads_metadata"],
+                 "properties": {"node_id": {"type": "integer"}, "drained": {"type": "boolean"},
+                                "partitions_led": {"type": "integer", "minimum": 0},
+                                "leads_metadata": {"type": "boolean"}}}
+
+
+def _drain_answer(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _DRAIN_STATUS}}}
+
+
+PATHS: dict[str, Any] = {
+    "/v1/topics/{topic}/partitions": {
+        "parameters": [_TOPIC],
+        "post": {
+            "summary": "grow a topic to `count` partitions (the new total; increase only, as Kafka's "
+                       "CreatePartitions; keyed records may map to other partitions afterwards) (admin)",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["count"], "additionalProperties": False,
+                "properties": {"count": {"type": "integer", "minimum": 1, "maximum": PARTITIONS_MAX}}}}}},
+            "responses": {"200": {"description": "the topic with its new partitions", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Topic"}}}},
+                **_errors(404, 409, 415, 421, 503, 504)},
+        },
+    },
+    "/v1/admin/nodes/{node}/drain": {
+        "parameters": [_NODE],
+        "post": {"summary": "drain a node: its leaderships move to other nodes and it takes none (a rolling "
+                            "restart's first step); the answer is its drain status now (admin)",
+                 "responses": {"200": _drain_answer("the node's drain status"),
+                               **_errors(404, 409, 421, 503, 504)}},
+        "delete": {"summary": "undrain a node: it may lead again, and balancing brings its preferred "
+                              "leaderships back (admin)",
+                   "responses": {"200": _drain_answer("the node's drain status"),
+                                 **_errors(404, 409, 421, 503, 504)}},
+    },
+}
