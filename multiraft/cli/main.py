@@ -4,6 +4,7 @@
     raftlog cluster up [--nodes 3] [--dir ./data]
     raftlog cluster status
     raftlog cluster wait [--timeout S]      until a metadata leader and every node live (exit 0), else 1
+    raftlog cluster verify [--topic T]      replicas compared by tictac trees; exit 1 if any differs
     raftlog topic create|list|describe|delete ...
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
@@ -158,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         metavar="{serve,cluster,topic,produce,consume,group,node,token,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
-    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True, metavar="{up,status,wait}")
+    cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
+                                              metavar="{up,status,wait,verify}")
     add_cluster_up(cluster_commands)
     _client_command(cluster_commands.add_parser("status", help="nodes, groups, leaders, ISR, lag"),
                     commands.cluster_status)
@@ -166,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "every node live (GET /v1/health?ready=cluster)")
     wait.add_argument("--timeout", type=float, default=60.0, metavar="S", help="give up after S seconds (60)")
     _client_command(wait, commands.cluster_wait)
+    verify = cluster_commands.add_parser("verify", help="compare every partition's replicas with its leader "
+                                                        "(tictac trees); exit 1 if any is not identical (admin)")
+    verify.add_argument("--topic", action="append", metavar="T", help="only this topic; repeatable")
+    _client_command(verify, commands.cluster_verify)
     _topic_parsers(subcommands)
     _data_parsers(subcommands)
     token = subcommands.add_parser("token", help="bearer tokens of a cluster with auth on (admin)")

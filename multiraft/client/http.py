@@ -271,6 +271,11 @@ class AsyncClient:
         """Let `node_id` lead again; its drain status."""
         return await self._json("DELETE", f"/v1/admin/nodes/{int(node_id)}/drain")
 
+    async def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
+        """One call of the scrubber (admin): up to 16 partitions; go on from `next_start`."""
+        body: dict[str, Any] = {"start": start} if topics is None else {"topics": topics, "start": start}
+        return await self._json("POST", "/v1/admin/verify", json_body=body)
+
     # ---- bearer tokens (admin) ----------------------------------------------------
 
     async def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:

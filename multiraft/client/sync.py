@@ -94,6 +94,9 @@ class Client:
     def undrain_node(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.undrain_node(node_id))
 
+    def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
+        return self.run(self.aio.verify(topics, start))
+
     def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:
         return self.run(self.aio.create_token(name, rights))
 

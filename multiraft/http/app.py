@@ -65,6 +65,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/groups/{group}/members/{member}/records", members.fetch),
     ("DELETE", "/v1/groups/{group}/members/{member}", members.leave),
     ("POST", "/v1/admin/leadership/balance", admin.balance_leadership),
+    ("POST", "/v1/admin/verify", admin.verify),
     ("POST", "/v1/admin/nodes", nodes.add_node),
     ("POST", "/v1/admin/nodes/{node}/drain", live_ops.drain),
     ("DELETE", "/v1/admin/nodes/{node}/drain", live_ops.undrain),

@@ -118,6 +118,15 @@ class NodeCollector(Collector):
                                   value=node.peer_silences)
         yield CounterMetricFamily("raftlog_groups_back_to_quiet", "groups a peer's silence woke for nothing",
                                   value=node.groups_back_to_quiet)
+        scrub = node.scrub_counts  # the scrubber's verifies led here (docs/mirror.md)
+        yield CounterMetricFamily("raftlog_scrub_partitions_verified", "partitions whose replicas this node verified",
+                                  value=scrub.partitions_verified)
+        yield CounterMetricFamily("raftlog_scrub_differing_ranges", "differing offset ranges the scrubber found",
+                                  value=scrub.ranges_found)
+        yield CounterMetricFamily("raftlog_scrub_repairs_started", "replica repairs the scrubber started",
+                                  value=scrub.repairs_started)
+        yield CounterMetricFamily("raftlog_scrub_bytes_hashed", "stored batch bytes hashed into tictac trees here",
+                                  value=scrub.bytes_hashed)
         stats = node.transport_stats()
         for name in ("frames_in", "bytes_in", "frames_out", "bytes_out", "heartbeats_shed", "frames_shed",
                      "connects", "connect_failures", "protocol_errors"):

@@ -345,6 +345,24 @@ _PATHS: dict[str, Any] = {
             "properties": {"transfers_started": {"type": "integer", "minimum": 0},
                            "by_node": {"type": "object", "additionalProperties": {"type": "integer"}}}}),
                       **_errors(504)}}},
+    "/v1/admin/verify": {"post": {
+        "summary": "compare partitions' replicas with their leaders by tictac trees (the scrubber, admin): "
+                   "each identical, behind, different (offset ranges; the follower's self-repair started), "
+                   "leader_damaged or unreachable; at most 16 partitions a call, next_start goes on",
+        "requestBody": {"required": False, **_json({
+            "type": "object", "additionalProperties": False,
+            "properties": {"topics": {"type": "array", "minItems": 1, "maxItems": 100,
+                                      "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}},
+                           "start": {"type": "integer", "minimum": 0}}})},
+        "responses": {"200": _ok("per partition, what its replicas' trees showed", {
+            "type": "object", "required": ["partitions", "total", "verified", "next_start", "all_identical"],
+            "properties": {"partitions": {"type": "array", "items": {"type": "object", "required": [
+                               "topic", "partition", "status", "ranges", "repair_started", "replicas"]}},
+                           "total": {"type": "integer", "minimum": 0},
+                           "verified": {"type": "integer", "minimum": 0},
+                           "next_start": {"type": ["integer", "null"]},
+                           "all_identical": {"type": "boolean"}}}),
+                      **_errors(400, 404, 415, 504)}}},
     "/v1/admin/nodes": {"post": {
         "summary": "admit a node started with --join (registers it, adds it as a metadata learner); the body is "
                    "signed with the cluster secret (Raftlog-Timestamp, Raftlog-Signature), else 403",

@@ -46,6 +46,7 @@ from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetric
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
+from multiraft.node.scrubber import PARTITIONS_PER_CALL, VerifyReport
 from multiraft.runtime.group import GroupStatus
 from multiraft.state.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
 from multiraft.state.partitioner import partition_for_key
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from multiraft.node.produce import Produce
     from multiraft.node.registry import GroupRegistry
     from multiraft.node.routing import Routing
+    from multiraft.node.scrubber import Scrubber
     from multiraft.node.ticker import Ticker
     from multiraft.node.unsafe import ChaosHooks
     from multiraft.runtime.histograms import NodeLatencies
@@ -73,13 +75,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "METRICS_GROUP_PARTITIONS_MAX",
-    "NO_OFFSET", "POLL_RECORDS_MAX", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX", "SIGNATURE_HEADER",
-    "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance", "GroupMetrics", "GroupStatus",
-    "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig", "OffsetCommit",
-    "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness", "ResetRequest",
-    "ResetStrategy", "ResetTopic",
-    "Subscription", "TransportRefusal", "TransportStats", "group_limits", "partition_for_key",
-    "validate_off_loop", "verify_admission",
+    "NO_OFFSET", "PARTITIONS_PER_CALL", "POLL_RECORDS_MAX", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX",
+    "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance",
+    "GroupMetrics", "GroupStatus", "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig",
+    "OffsetCommit", "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness",
+    "ResetRequest", "ResetStrategy", "ResetTopic", "ScrubCounts", "Subscription", "TransportRefusal",
+    "TransportStats", "VerifyReport", "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
 ]
 
 
@@ -94,13 +95,21 @@ class PartitionStatus:
     log_end_offset: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScrubCounts:
+    partitions_verified: int
+    ranges_found: int
+    repairs_started: int
+    bytes_hashed: int
+
+
 class NodeApi:
     def __init__(self, *, config: NodeConfig, hooks: ChaosHooks, registry: GroupRegistry, catalog: CatalogHolder,
                  routing: Routing, metadata: MetadataOps, controller: Controller, produce: Produce,
                  reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads,
                  group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
                  latencies: NodeLatencies,
-                 balance_leaders: Callable[[], Awaitable[dict[int, int]]]) -> None:
+                 balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber) -> None:
         self.id = config.node_id
         self.config = config
         self.hooks = hooks  # read at start (routes served, health), never on a hot path
@@ -115,6 +124,7 @@ class NodeApi:
         self._ticker = ticker
         self._transport = transport
         self.balance_leaders = balance_leaders
+        self._scrubber = scrubber
         # Entry points, as the services define them.
         self.consume = reads.consume
         self.commit_offsets = reads.commit_offsets
@@ -209,7 +219,18 @@ class NodeApi:
     async def debug_digest(self, group_id: GroupId, upto: int | None) -> dict[str, Any]:
         return await debug_views.log_digest(self._registry, self.id, group_id, upto)
 
+    @property
+    def scrub_counts(self) -> ScrubCounts:
+        """What the scrubber verified and found here (docs/mirror.md)."""
+        scrubber = self._scrubber
+        return ScrubCounts(partitions_verified=scrubber.partitions_verified, ranges_found=scrubber.ranges_found,
+                           repairs_started=scrubber.repairs_started, bytes_hashed=scrubber.trees.bytes_hashed)
+
     # ------------------------------------------------------------------ entry points
+
+    async def verify(self, topics: list[str] | None, start: int) -> VerifyReport:
+        """Compare partitions' replicas with their leaders (the scrubber, multiraft/node/scrubber.py)."""
+        return await self._scrubber.verify(topics, start)
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,
                       header: BatchHeader | None = None) -> ProduceResult:

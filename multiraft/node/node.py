@@ -52,6 +52,8 @@ from multiraft.node.produce_result import ProduceResult
 from multiraft.node.registry import METADATA_GROUP, GroupRegistry
 from multiraft.node.replicas import ReplicaLinks, Replicas
 from multiraft.node.routing import Routing
+from multiraft.node.scrub_trees import ReplicaTrees
+from multiraft.node.scrubber import Scrubber
 from multiraft.node.ticker import Ticker
 from multiraft.node.unsafe import ChaosHooks
 from multiraft.runtime.group import GroupRuntime, GroupStatus
@@ -133,13 +135,16 @@ class Node:
                                                     self.catalog_holder, self.rpc, self.logger)
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
         leadership.serve_balance(self.balancer, self.rpc)
+        self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
+                                 ReplicaTrees(self.registry, self.replicas.report_damage))
+        self.scrubber.serve(self.rpc)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
             reads=self.reads, groups=self.group_coordinator, group_reads=self.group_reads,
             group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
             transport=self.transport, latencies=self.latencies,
-            balance_leaders=self.balance_leaders,
+            balance_leaders=self.balance_leaders, scrubber=self.scrubber,
         )
 
     # ------------------------------------------------------------------ lifecycle

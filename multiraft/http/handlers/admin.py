@@ -1,4 +1,5 @@
 """POST /v1/admin/leadership/balance: one preferred-leader round on every node now.
+POST /v1/admin/verify: the scrubber compares partitions' replicas (docs/mirror.md).
 
 Nodes balance on their own every few seconds (multiraft/node/leadership.py); this is
 the operator's "now" (Kafka's kafka-leader-election --election-type preferred).
@@ -9,7 +10,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from multiraft.errors import InvalidRequest
 from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.params import int_field, json_object
+
+VERIFY_TOPICS_MAX = 100
+VERIFY_TIMEOUT_S = 60.0  # a call verifies up to PARTITIONS_PER_CALL partitions, each a read of its log
 
 
 async def balance_leadership(request: web.Request) -> web.Response:
@@ -18,3 +24,21 @@ async def balance_leadership(request: web.Request) -> web.Response:
         "transfers_started": sum(count for count in started.values() if count > 0),
         "by_node": {str(node): count for node, count in sorted(started.items())},
     })
+
+
+async def verify(request: web.Request) -> web.Response:
+    """Up to PARTITIONS_PER_CALL partitions (of `topics`, or every topic), from `start` on:
+    each `identical`, `behind`, `different` (with the offset ranges), `leader_damaged` or
+    `unreachable`; `next_start` is where the next call goes on (null: done)."""
+    body = await json_object(request, required=False)
+    unknown = set(body) - {"topics", "start"}
+    if unknown:
+        raise InvalidRequest(f"unknown fields: {', '.join(sorted(unknown))}")
+    topics = body.get("topics")
+    if topics is not None and (not isinstance(topics, list) or not 1 <= len(topics) <= VERIFY_TOPICS_MAX
+                               or not all(isinstance(t, str) for t in topics)):
+        raise InvalidRequest(f"topics must be a list of 1 to {VERIFY_TOPICS_MAX} topic names")
+    start = int_field(body, "start", 0, low=0)
+    node = node_of(request)
+    report = await bounded(node.verify(topics, start), "verify", VERIFY_TIMEOUT_S)
+    return web.json_response(report.to_json())

@@ -1,0 +1,168 @@
+"""A replica's tictac trees, built on the loop in bounded slices, and the RPCs that serve them.
+
+The serving half of the scrubber (multiraft/node/scrubber.py drives a verify from a
+partition's leader). A peer asks for a replica's tree over an offset span: the tree
+is built here from the stored batches (storage/scrub.py) a slice at a time, yielding
+to the loop between slices (the store is the loop's, not thread-safe), and kept for
+a short while so the peer's follow-up calls (the children of differing nodes, level
+by level) are served without a second read. Only what this replica has applied (its
+high watermark) is hashed: entries above it may still be overwritten.
+
+RPCs (JSON bodies, digests in hex):
+- `scrub.tree` {group_id, lo, hi} -> {lo, hi, depth, root, damaged}: the span is cut
+  to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
+  watermark (a replica behind answers a shorter span: "behind", not "different");
+- `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree;
+- `scrub.repair` {group_id} -> {started}: the repair a damaged read starts
+  (`Replicas.report_damage`: a full check at reopen, a cut before a bad frame, the
+  leader's refill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from multiraft.errors import InvalidRequest
+from multiraft.transport.rpc import Rpc, answer
+from raftlog.errors import NotLeader
+from raftlog.types import GroupId
+from storage.scrub import ReplicaTreeBuilder
+from storage.tictac import TicTacTree
+
+if TYPE_CHECKING:
+    from multiraft.node.registry import GroupRegistry
+    from storage.segments import SegmentStore
+
+TREES_KEPT = 64  # built trees kept for follow-up calls (a few thousand 16-byte leaves each)
+TREE_KEPT_S = 120.0
+POSITIONS_MAX = 4096  # digests asked for in one call
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltTree:
+    """One replica's tree over a span, and what its build met."""
+
+    tree: TicTacTree
+    damaged: tuple[int, ...]  # indexes of entries whose frames failed their check
+    bytes_hashed: int
+
+    def summary(self) -> dict[str, Any]:
+        return {"lo": self.tree.lo, "hi": self.tree.hi, "depth": self.tree.depth,
+                "root": self.tree.root.hex(), "damaged": list(self.damaged)}
+
+
+class ReplicaTrees:
+    """Builds and keeps this node's replicas' trees; answers peers' scrub calls."""
+
+    def __init__(self, registry: GroupRegistry, report_damage: Callable[[GroupId], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._registry = registry
+        self._report_damage = report_damage
+        self._clock = clock
+        self._kept: OrderedDict[tuple[int, int, int], tuple[SegmentStore, float, BuiltTree]] = OrderedDict()
+        self.bytes_hashed = 0
+
+    def span(self, group_id: GroupId, lo: int, hi: int) -> tuple[int, int]:
+        """`[lo, hi)` cut to what this replica holds and has applied."""
+        store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
+        if store is None or machine is None:
+            raise NotLeader(0, f"group {group_id} has no replica here")
+        lo = max(lo, int(store.log_start_offset))
+        hi = min(hi, int(machine.state.high_watermark), int(store.log_end_offset))
+        return lo, max(lo, hi)
+
+    async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool) -> BuiltTree:
+        """This replica's tree over exactly `[lo, hi)` (within its span), kept for a while.
+        `fresh`: read the disk again. Each verify starts fresh, so damage since the last one
+        is seen; only its own follow-up calls reuse the tree (a kept tree hides new rot)."""
+        store = self._registry.stores.get(group_id)
+        key = (int(group_id), lo, hi)
+        kept = self._kept.get(key)
+        if not fresh and kept is not None and kept[0] is store and self._clock() - kept[1] < TREE_KEPT_S:
+            return kept[2]
+        if store is None:
+            raise NotLeader(0, f"group {group_id} has no replica here")
+        builder = ReplicaTreeBuilder(store, lo, hi)
+        while not builder.step():
+            await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
+            if self._registry.stores.get(group_id) is not store:
+                raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
+        built = BuiltTree(builder.tree(), tuple(builder.damaged), builder.bytes_hashed)
+        self.bytes_hashed += builder.bytes_hashed
+        self._kept[key] = (store, self._clock(), built)
+        while len(self._kept) > TREES_KEPT:
+            self._kept.popitem(last=False)
+        return built
+
+    def report_damage(self, group_id: GroupId) -> bool:
+        """Start the self-repair of this replica (a no-op when one is under way)."""
+        if group_id not in self._registry.groups:
+            return False
+        self._report_damage(group_id)
+        return True
+
+    # -- the RPCs ----------------------------------------------------------------
+
+    def serve(self, rpc: Rpc) -> None:
+        async def tree(source: int, body: bytes) -> tuple[int, bytes]:
+            return await answer(self._tree_call(body), _encode)
+
+        async def nodes(source: int, body: bytes) -> tuple[int, bytes]:
+            return await answer(self._nodes_call(body), _encode)
+
+        async def repair(source: int, body: bytes) -> tuple[int, bytes]:
+            return await answer(self._repair_call(body), _encode)
+
+        rpc.register("scrub.tree", tree)
+        rpc.register("scrub.nodes", nodes)
+        rpc.register("scrub.repair", repair)
+
+    async def _tree_call(self, body: bytes) -> dict[str, Any]:
+        request = _request(body)
+        group_id = GroupId(_int(request, "group_id"))
+        lo, hi = self.span(group_id, _int(request, "lo"), _int(request, "hi"))
+        return (await self.build(group_id, lo, hi, fresh=True)).summary()
+
+    async def _nodes_call(self, body: bytes) -> dict[str, Any]:
+        request = _request(body)
+        group_id = GroupId(_int(request, "group_id"))
+        positions = request.get("positions")
+        if not isinstance(positions, list) or len(positions) > POSITIONS_MAX or \
+                not all(isinstance(p, int) and p >= 0 for p in positions):
+            raise InvalidRequest(f"positions: a list of at most {POSITIONS_MAX} indexes")
+        built = await self.build(group_id, _int(request, "lo"), _int(request, "hi"), fresh=False)
+        level = _int(request, "level")
+        if level >= built.tree.depth:
+            raise InvalidRequest(f"level {level}: the tree has {built.tree.depth}")
+        return {"digests": [d.hex() for d in built.tree.nodes(level, positions)]}
+
+    async def _repair_call(self, body: bytes) -> dict[str, Any]:
+        request = _request(body)
+        return {"started": self.report_damage(GroupId(_int(request, "group_id")))}
+
+
+def _request(body: bytes) -> dict[str, Any]:
+    try:
+        request = json.loads(body)
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        raise InvalidRequest("a JSON object")
+    return request
+
+
+def _int(request: dict[str, Any], name: str) -> int:
+    value = request.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRequest(f"{name}: a non-negative integer")
+    return value
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value).encode()

@@ -1,0 +1,247 @@
+"""The in-cluster scrubber: a partition's replicas compared by tictac trees (issue 24, phase 1).
+
+A verify of one partition runs on its leader. It names the span once, at the start:
+from the leader's log start to its high watermark. Each follower builds its tree
+over that span cut to what it has applied (multiraft/node/scrub_trees.py); the
+leader builds its own over the same span, and the two are compared root first
+(storage/tictac.py `Descent`), the follower sending only the children of nodes that
+differ. Identical replicas cost one root each. A follower that answered a shorter
+span is `behind` (compared over what it holds), and `different` when a leaf of that
+prefix differs.
+
+A different follower is repaired the way a replica whose read met a bad frame is:
+`Replicas.report_damage` there (a reopen with a full check; recovery cuts the log
+before the first frame that fails its check and marks the replica for repair; the
+leader refills it). That cut only finds damage a checksum sees; a difference whose
+frames all pass their checks is reported, and the repair started finds nothing to
+cut (docs/mirror.md, "What is not built yet"). A leader whose own read failed is not
+the reference for anyone: it starts its own repair and no follower is touched.
+
+The node that takes `POST /v1/admin/verify` walks the partitions in catalog order,
+at most `PARTITIONS_PER_CALL` a call, each on its leader (over `scrub.verify` when
+that is another node), and says where to go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from multiraft.errors import InvalidRequest
+from multiraft.node.routing import call_peer
+from multiraft.node.scrub_trees import ReplicaTrees
+from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
+from raftlog.errors import ClientError, NotLeader
+from raftlog.types import GroupId
+from storage.tictac import Descent
+
+if TYPE_CHECKING:
+    from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.registry import GroupRegistry
+    from multiraft.node.routing import Routing
+
+PARTITIONS_PER_CALL = 16  # partitions verified by one POST /v1/admin/verify, at most
+CALL_BUDGET_S = 10.0  # and no partition is started after this long: the answer says where to go on
+TREE_CALL_TIMEOUT_S = 10.0  # a follower's first answer builds its tree: a read of the whole span
+IDENTICAL, BEHIND, DIFFERENT, UNREACHABLE, LEADER_DAMAGED = (
+    "identical", "behind", "different", "unreachable", "leader_damaged")
+_WORST = (DIFFERENT, LEADER_DAMAGED, UNREACHABLE, BEHIND, IDENTICAL)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaVerdict:
+    node: int
+    status: str
+    lo: int
+    hi: int  # the span compared (a replica behind compares a shorter one)
+    ranges: tuple[tuple[int, int], ...] = ()
+    truncated: bool = False  # more differing leaves than a comparison reports
+    nodes_compared: int = 0  # digests this replica sent for the comparison
+    repair_started: bool = False
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ranges": [list(r) for r in self.ranges]}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionVerdict:
+    topic: str
+    partition: int
+    status: str
+    leader: int
+    lo: int
+    high_watermark: int
+    replicas: tuple[ReplicaVerdict, ...]
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        return sorted({r for replica in self.replicas for r in replica.ranges})
+
+    @property
+    def repair_started(self) -> bool:
+        return any(replica.repair_started for replica in self.replicas)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "status": self.status, "leader": self.leader,
+                "lo": self.lo, "high_watermark": self.high_watermark,
+                "ranges": [list(r) for r in self.ranges], "repair_started": self.repair_started,
+                "replicas": [r.to_json() for r in self.replicas]}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> PartitionVerdict:
+        replicas = tuple(ReplicaVerdict(**{**r, "ranges": tuple(tuple(x) for x in r["ranges"])})
+                         for r in value["replicas"])
+        return cls(topic=value["topic"], partition=value["partition"], status=value["status"],
+                   leader=value["leader"], lo=value["lo"], high_watermark=value["high_watermark"], replicas=replicas)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyReport:
+    partitions: tuple[PartitionVerdict, ...]
+    total: int  # partitions the request covers
+    next_start: int | None  # where the next call goes on (None: done)
+
+    def to_json(self) -> dict[str, Any]:
+        statuses = [p.status for p in self.partitions]
+        return {"partitions": [p.to_json() for p in self.partitions], "total": self.total,
+                "verified": len(self.partitions), "next_start": self.next_start,
+                "all_identical": all(s == IDENTICAL for s in statuses)}
+
+
+class Scrubber:
+    """Verifies partitions' replicas against their leaders; counts what it found."""
+
+    def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, routing: Routing, rpc: Rpc,
+                 trees: ReplicaTrees) -> None:
+        self._registry = registry
+        self._catalog = catalog
+        self._routing = routing
+        self._rpc = rpc
+        self.trees = trees
+        self.partitions_verified = 0
+        self.ranges_found = 0
+        self.repairs_started = 0
+
+    def serve(self, rpc: Rpc) -> None:
+        self.trees.serve(rpc)
+
+        async def verify(source: int, body: bytes) -> tuple[int, bytes]:
+            return await answer(self._verify_call(body), lambda v: json.dumps(v.to_json()).encode())
+
+        rpc.register("scrub.verify", verify)
+
+    async def _verify_call(self, body: bytes) -> PartitionVerdict:
+        try:
+            request = json.loads(body)
+            topic, partition = request["topic"], int(request["partition"])
+        except (ValueError, KeyError, TypeError):
+            raise InvalidRequest("scrub.verify: {topic, partition}") from None
+        return await self.verify_partition(topic, partition)
+
+    # -- many partitions, from any node --------------------------------------------------
+
+    async def verify(self, topics: Sequence[str] | None, start: int) -> VerifyReport:
+        """Up to PARTITIONS_PER_CALL partitions from position `start` of the request's list."""
+        catalog = self._catalog.catalog
+        names = sorted(catalog.topics) if topics is None else list(topics)
+        for name in names:
+            catalog.topic(name)  # UNKNOWN_TOPIC for a name not in the catalog
+        every = [(name, p.partition) for name in names for p in catalog.topic(name).partitions]
+        if start > len(every):
+            raise InvalidRequest(f"start {start} is past the {len(every)} partitions asked for")
+        chosen = every[start:start + PARTITIONS_PER_CALL]
+        began, verdicts = time.monotonic(), []
+        for topic, partition in chosen:
+            if verdicts and time.monotonic() - began > CALL_BUDGET_S:
+                break
+            verdicts.append(await self._verify_anywhere(topic, partition))
+        after = start + len(verdicts)
+        return VerifyReport(partitions=tuple(verdicts), total=len(every),
+                            next_start=after if after < len(every) else None)
+
+    async def _verify_anywhere(self, topic: str, partition: int) -> PartitionVerdict:
+        group_id = self._catalog.partition_group(topic, partition)
+        replicas = self._catalog.catalog.topic(topic).partitions[partition].replicas
+        leader = self._routing.forward_target(group_id, replicas)
+        try:
+            if leader == self._routing.id:
+                return await self.verify_partition(topic, partition)
+            if leader == 0:
+                raise NotLeader(0, "no leader known")
+            body = json.dumps({"topic": topic, "partition": partition}).encode()
+            reply = await call_peer(self._rpc, leader, "scrub.verify", body, 4 * TREE_CALL_TIMEOUT_S, write=False)
+            return PartitionVerdict.from_json(json.loads(reply))
+        except ClientError as error:
+            return PartitionVerdict(topic=topic, partition=partition, status=UNREACHABLE, leader=leader, lo=0,
+                                    high_watermark=0, replicas=(ReplicaVerdict(
+                                        node=leader, status=UNREACHABLE, lo=0, hi=0, detail=str(error)),))
+
+    # -- one partition, on its leader ----------------------------------------------------
+
+    async def verify_partition(self, topic: str, partition: int) -> PartitionVerdict:
+        group_id = self._catalog.partition_group(topic, partition)
+        runtime = self._registry.leading(group_id)
+        store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
+        if runtime is None or store is None or machine is None:
+            raise NotLeader(self._routing.leader_of(group_id), f"node {self._routing.id} does not lead {topic}/{partition}")
+        me = int(self._routing.id)
+        lo, hi = int(store.log_start_offset), int(machine.state.high_watermark)
+        own = await self.trees.build(group_id, lo, hi, fresh=True)
+        followers = sorted(int(n) for n in runtime.core.membership.voters if int(n) != me)
+        if own.damaged:
+            started = self.trees.report_damage(group_id)
+            verdicts = (ReplicaVerdict(node=me, status=LEADER_DAMAGED, lo=lo, hi=hi, repair_started=started,
+                                       detail=f"entries {list(own.damaged)} fail their checks"),)
+        else:
+            # The followers build their trees at once, each on its own node.
+            verdicts = tuple(await asyncio.gather(*(self._verify_follower(group_id, node, lo, hi)
+                                                    for node in followers)))
+        status = min((v.status for v in verdicts), key=_WORST.index, default=IDENTICAL)
+        verdict = PartitionVerdict(topic=topic, partition=partition, status=status, leader=me, lo=lo,
+                                   high_watermark=hi, replicas=verdicts)
+        self.partitions_verified += 1
+        self.ranges_found += len(verdict.ranges)
+        self.repairs_started += sum(1 for v in verdicts if v.repair_started)
+        return verdict
+
+    async def _verify_follower(self, group_id: GroupId, node: int, lo: int, hi: int) -> ReplicaVerdict:
+        try:
+            summary = json.loads(await self._call(node, "scrub.tree", {"group_id": group_id, "lo": lo, "hi": hi},
+                                                  TREE_CALL_TIMEOUT_S))
+            their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
+            mine = (await self.trees.build(group_id, their_lo, their_hi, fresh=False)).tree
+            descent = Descent(mine)
+            descent.receive([bytes.fromhex(summary["root"])])
+            while (step := descent.wanted()) is not None:
+                level, positions = step
+                reply = json.loads(await self._call(node, "scrub.nodes", {
+                    "group_id": group_id, "lo": their_lo, "hi": their_hi, "level": level, "positions": positions,
+                }, RPC_TIMEOUT_S))
+                descent.receive([bytes.fromhex(d) for d in reply["digests"]])
+        except (ClientError, ValueError, KeyError, TypeError) as error:
+            return ReplicaVerdict(node=node, status=UNREACHABLE, lo=lo, hi=hi, detail=str(error))
+        result = descent.result()
+        if result.identical:
+            status = BEHIND if their_hi < hi else IDENTICAL
+            return ReplicaVerdict(node=node, status=status, lo=their_lo, hi=their_hi,
+                                  nodes_compared=result.nodes_compared)
+        started = await self._repair(node, group_id)
+        detail = f"entries {summary['damaged']} fail their checks there" if summary.get("damaged") else ""
+        return ReplicaVerdict(node=node, status=DIFFERENT, lo=their_lo, hi=their_hi, ranges=result.ranges,
+                              truncated=result.truncated, nodes_compared=result.nodes_compared,
+                              repair_started=started, detail=detail)
+
+    async def _repair(self, node: int, group_id: GroupId) -> bool:
+        try:
+            reply = await self._call(node, "scrub.repair", {"group_id": group_id}, RPC_TIMEOUT_S)
+            return bool(json.loads(reply)["started"])
+        except (ClientError, ValueError, KeyError, TypeError):
+            return False
+
+    async def _call(self, node: int, method: str, request: dict[str, Any], timeout_s: float) -> bytes:
+        return await call_peer(self._rpc, node, method, json.dumps(request).encode(), timeout_s, write=False)

@@ -1,0 +1,91 @@
+"""A replica's tree RPCs (multiraft/node/scrub_trees.py) over a real store and a stub
+registry: the span is cut to what the replica applied, follow-up calls reuse the
+tree, every verify reads afresh, and malformed calls get the one error shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from multiraft.node.scrub_trees import POSITIONS_MAX, ReplicaTrees
+from multiraft.transport.rpc import STATUS_OK
+from raftlog.messages import HardState
+from raftlog.types import GroupId, Index, Term
+from storage.config import StoreConfig
+from tests.storage.helpers import SegmentHarness, data_entry
+
+GROUP = GroupId(7)
+
+
+class _Rpc:
+    def __init__(self) -> None:
+        self.handlers: dict[str, Any] = {}
+
+    def register(self, method: str, handler: Any) -> None:
+        self.handlers[method] = handler
+
+    def call(self, method: str, request: Any) -> tuple[int, dict[str, Any]]:
+        body = request if isinstance(request, bytes) else json.dumps(request).encode()
+        status, answer = asyncio.run(self.handlers[method](2, body))
+        return status, json.loads(answer)
+
+
+@pytest.fixture
+def served(tmp_path):
+    harness = SegmentHarness(str(tmp_path), config=StoreConfig(segment_bytes_max=4096))
+    store = harness.store
+    for first in range(1, 41, 5):
+        store.append([data_entry(i, 1, count=300, value_bytes=1) for i in range(first, first + 5)])
+    store.set_hard_state(HardState(term=Term(1), commit=Index(40)))
+    store.sync()
+    machine = SimpleNamespace(state=SimpleNamespace(high_watermark=store.log_end_offset - 300))  # one batch unapplied
+    registry = SimpleNamespace(stores={GROUP: store}, partitions={GROUP: machine}, groups={GROUP: object()})
+    repaired: list[GroupId] = []
+    trees, rpc = ReplicaTrees(registry, repaired.append), _Rpc()  # type: ignore[arg-type]
+    trees.serve(rpc)  # type: ignore[arg-type]
+    yield rpc, trees, repaired, int(store.log_end_offset)
+    harness.close()
+
+
+def test_the_span_is_cut_to_what_the_replica_applied(served) -> None:
+    rpc, trees, _, end = served
+    status, summary = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end + 10_000})
+    assert status == STATUS_OK and (summary["lo"], summary["hi"]) == (0, end - 300)
+    status, nodes = rpc.call("scrub.nodes", {"group_id": GROUP, "lo": 0, "hi": end - 300,
+                                             "level": summary["depth"] - 1, "positions": [0]})
+    assert status == STATUS_OK and nodes["digests"] == [summary["root"]]
+    hashed = trees.bytes_hashed
+    rpc.call("scrub.nodes", {"group_id": GROUP, "lo": 0, "hi": end - 300, "level": 0, "positions": [0, 1, 2]})
+    assert trees.bytes_hashed == hashed, "follow-up calls reuse the tree"
+    rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end})
+    assert trees.bytes_hashed == 2 * hashed, "each verify reads afresh"
+
+
+def test_repair_goes_through_report_damage(served) -> None:
+    rpc, _, repaired, _ = served
+    assert rpc.call("scrub.repair", {"group_id": GROUP}) == (STATUS_OK, {"started": True})
+    assert rpc.call("scrub.repair", {"group_id": 99}) == (STATUS_OK, {"started": False})
+    assert repaired == [GROUP]
+
+
+@pytest.mark.parametrize("request_body", [
+    b"not json", b"[1]", {"group_id": -1, "lo": 0, "hi": 1}, {"group_id": GROUP, "lo": "0", "hi": 1},
+    {"group_id": GROUP, "lo": 0, "hi": 10, "level": 0, "positions": list(range(POSITIONS_MAX + 1))},
+    {"group_id": GROUP, "lo": 0, "hi": 10, "level": 0, "positions": [-1]},
+    {"group_id": GROUP, "lo": 0, "hi": 10, "level": 99, "positions": [0]},
+])
+def test_malformed_calls_get_the_error_shape(served, request_body) -> None:
+    rpc = served[0]
+    method = "scrub.nodes" if isinstance(request_body, dict) and "positions" in request_body else "scrub.tree"
+    status, body = rpc.call(method, request_body)
+    assert status != STATUS_OK and body["error_code"] == "INVALID_REQUEST"
+
+
+def test_a_group_not_here_answers_a_retriable_error(served) -> None:
+    # Not here (or reopening: a repair under way): the verifying leader reports it unreachable.
+    status, body = served[0].call("scrub.tree", {"group_id": 99, "lo": 0, "hi": 10})
+    assert status != STATUS_OK and body["error_code"] == "LEADER_NOT_AVAILABLE"
