@@ -302,7 +302,7 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
     ("GET", "/v1/cluster", {"headers": {"Host": "rebound.evil.example"}}, 403, "FORBIDDEN_HOST"),
     # routes and methods
     ("GET", "/v1/nowhere", {}, 404, "NOT_FOUND"),
-    ("GET", f"/v1/topics/{BAD}/partitions", {}, 404, "NOT_FOUND"),
+    ("GET", f"/v1/topics/{BAD}/nowhere", {}, 404, "NOT_FOUND"),  # (POST .../partitions exists: 405)
     ("PUT", "/v1/topics", {}, 405, "METHOD_NOT_ALLOWED"),
     ("DELETE", "/v1/health", {}, 405, "METHOD_NOT_ALLOWED"),
     ("GET", "/v1/producers", {}, 405, "METHOD_NOT_ALLOWED"),
