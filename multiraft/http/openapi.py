@@ -28,6 +28,7 @@ from multiraft.node.api import (
     MAX_RECORDS_MAX,
     RESET_PARTITIONS_MAX,
     RESET_TOPICS_MAX,
+    RESET_VALUE_RANGES,
     RESETS,
     WAIT_MS_MAX,
     ResetStrategy,
@@ -179,9 +180,17 @@ _FETCH = {"type": "object", "required": ["member_epoch"], "additionalProperties"
     "wait_ms": {"type": "integer", "minimum": 0, "maximum": WAIT_MS_MAX},
     "format": _FORMAT}}
 
-_RESET = {"type": "object", "required": ["strategy", "topics"], "additionalProperties": False, "properties": {
+# `value` per strategy (multiraft/consumer_groups/resets.py): required, in its range, by those
+# that need one (offset, timestamp, shift); absent or null for earliest and latest.
+_RESET_VALUE = [{"properties": {"strategy": {"enum": [s.value for s in ResetStrategy if s not in RESET_VALUE_RANGES]},
+                                "value": {"type": "null"}}},
+                *({"required": ["value"], "properties": {"strategy": {"const": strategy.value},
+                                                         "value": {"type": "integer", "minimum": low, "maximum": high}}}
+                  for strategy, (low, high) in RESET_VALUE_RANGES.items())]
+_RESET = {"type": "object", "required": ["strategy", "topics"], "additionalProperties": False,
+          "oneOf": _RESET_VALUE, "properties": {
     "strategy": {"type": "string", "enum": [s.value for s in ResetStrategy]},
-    "value": {"type": "integer", "minimum": -(2**63 - 1), "maximum": 2**63 - 1},
+    "value": {"type": ["integer", "null"], "minimum": -(2**63 - 1), "maximum": 2**63 - 1},
     "topics": {"type": "array", "minItems": 1, "maxItems": RESET_TOPICS_MAX, "items": {
         "type": "object", "required": ["topic"], "additionalProperties": False, "properties": {
             "topic": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
