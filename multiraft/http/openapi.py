@@ -94,7 +94,7 @@ _MEMBER = _path("member", {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}
 _EPOCH = {"type": "integer", "minimum": 0, "maximum": group_limits.EPOCH_MAX}
 _ACKS = {"type": "string", "enum": ["none", "leader", "quorum", "all"]}
 _FORMAT = {"type": "string", "enum": ["json", "string", "binary"]}
-_BASE64 = {"type": "string", "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"}
+_BASE64 = confluent_openapi.BASE64
 
 
 def _records_in(fmt: str, text: dict[str, Any]) -> dict[str, Any]:
@@ -360,9 +360,11 @@ _PATHS: dict[str, Any] = {
                    "leader_damaged or unreachable; at most 16 partitions a call, next_start goes on",
         "requestBody": {"required": False, **_json({
             "type": "object", "additionalProperties": False,
-            "properties": {"topics": {"type": "array", "minItems": 1, "maxItems": 100,
+            "properties": {"topics": {"type": ["array", "null"], "minItems": 1, "maxItems": 100,
+                                      "description": "absent or null: every topic",
                                       "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}},
-                           "start": {"type": "integer", "minimum": 0}}})},
+                           "start": {"type": "integer", "minimum": 0,
+                                     "description": "past the partitions asked for: 416"}}})},
         "responses": {"200": _ok("per partition, what its replicas' trees showed", {
             "type": "object", "required": ["partitions", "total", "verified", "next_start", "all_identical"],
             "properties": {"partitions": {"type": "array", "items": {"type": "object", "required": [
@@ -371,7 +373,7 @@ _PATHS: dict[str, Any] = {
                            "verified": {"type": "integer", "minimum": 0},
                            "next_start": {"type": ["integer", "null"]},
                            "all_identical": {"type": "boolean"}}}),
-                      **_errors(400, 404, 415, 504)}}},
+                      **_errors(400, 404, 415, 416, 504)}}},
     "/v1/admin/nodes": {"post": {
         "summary": "admit a node started with --join (registers it, adds it as a metadata learner); the body is "
                    "signed with the cluster secret (Raftlog-Timestamp, Raftlog-Signature), else 403",
