@@ -194,7 +194,7 @@ _RESET = {"type": "object", "required": ["strategy", "topics"], "additionalPrope
     "topics": {"type": "array", "minItems": 1, "maxItems": RESET_TOPICS_MAX, "items": {
         "type": "object", "required": ["topic"], "additionalProperties": False, "properties": {
             "topic": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
-            "partitions": {"type": "array", "minItems": 1, "maxItems": RESET_PARTITIONS_MAX, "uniqueItems": True,
+            "partitions": {"type": ["array", "null"], "minItems": 1, "maxItems": RESET_PARTITIONS_MAX, "uniqueItems": True,
                            "items": {"type": "integer", "minimum": 0, "maximum": group_limits.PARTITION_MAX}}}}},
     "execute": {"type": "boolean"}}}
 
