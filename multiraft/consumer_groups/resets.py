@@ -40,7 +40,10 @@ class ResetStrategy(enum.Enum):
     SHIFT = "shift"  # the committed offset plus `value` (negative: back), clamped
 
 
-_NEEDS_VALUE = {ResetStrategy.OFFSET, ResetStrategy.TIMESTAMP, ResetStrategy.SHIFT}
+# The strategies that need a `value`, and its range (the OpenAPI document says the same).
+RESET_VALUE_RANGES: dict[ResetStrategy, tuple[int, int]] = {
+    ResetStrategy.OFFSET: (0, OFFSET_MAX), ResetStrategy.TIMESTAMP: (0, TIMESTAMP_MS_MAX),
+    ResetStrategy.SHIFT: (-OFFSET_MAX, OFFSET_MAX)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +78,7 @@ class ResetRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.strategy, ResetStrategy):
             raise InvalidRequest(f"strategy is one of {', '.join(s.value for s in ResetStrategy)}")
-        if self.strategy in _NEEDS_VALUE:
+        if self.strategy in RESET_VALUE_RANGES:
             _check_value(self.strategy, self.value)
         elif self.value is not None:
             raise InvalidRequest(f"a reset to {self.strategy.value} takes no value")
@@ -89,8 +92,7 @@ class ResetRequest:
 
 
 def _check_value(strategy: ResetStrategy, value: object) -> None:
-    low, high = {ResetStrategy.OFFSET: (0, OFFSET_MAX), ResetStrategy.TIMESTAMP: (0, TIMESTAMP_MS_MAX),
-                 ResetStrategy.SHIFT: (-OFFSET_MAX, OFFSET_MAX)}[strategy]
+    low, high = RESET_VALUE_RANGES[strategy]
     if not is_int(value) or not low <= value <= high:  # type: ignore[operator]
         raise InvalidRequest(f"a reset to {strategy.value} needs a value in [{low}, {high}]")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from multiraft.http.confluent_errors import BINARY_V2, JSON_V2, V2_JSON
+from multiraft.http.handlers.confluent_common import PARTITIONS_PER_REQUEST_MAX
 from multiraft.node.api import MAX_BYTES_MAX, group_limits
 
 _ERROR = {"$ref": "#/components/responses/ConfluentError"}
@@ -25,30 +26,72 @@ _TP = {"type": "object", "required": ["topic", "partition"], "additionalProperti
        "properties": {"topic": _NAME, "partition": {"type": "integer", "minimum": 0}}}
 _TP_OFFSET = {"type": "object", "required": ["topic", "partition", "offset"], "additionalProperties": False,
               "properties": {"topic": _NAME, "partition": {"type": "integer", "minimum": 0},
-                             "offset": {"type": "integer", "minimum": 0}, "metadata": {"type": "string"}}}
+                             "offset": {"type": "integer", "minimum": 0, "maximum": 2**63 - 2},
+                             "metadata": {"type": ["string", "null"]}}}
 _PARTITIONS_BODY = {"type": "object", "required": ["partitions"], "additionalProperties": False,
-                    "properties": {"partitions": {"type": "array", "items": _TP}}}
+                    "properties": {"partitions": {"type": "array", "maxItems": PARTITIONS_PER_REQUEST_MAX,
+                                                  "items": _TP}}}
+_OFFSETS = {"type": "array", "maxItems": PARTITIONS_PER_REQUEST_MAX, "items": _TP_OFFSET}
 _OFFSETS_BODY = {"type": "object", "required": ["offsets"], "additionalProperties": False,
-                 "properties": {"offsets": {"type": "array", "items": _TP_OFFSET}}}
+                 "properties": {"offsets": _OFFSETS}}
+# A commit's body may leave `offsets` out: then every position is committed (Confluent's empty body).
+_COMMIT_BODY = {"type": "object", "additionalProperties": False, "properties": {"offsets": _OFFSETS}}
+# A record's partition: absent or null, the key's (else round-robin); beyond the topic's, 404 40402.
+_RECORD_PARTITION = {"type": ["integer", "null"], "minimum": 0}
 _RECORD = {"type": "object", "additionalProperties": False, "properties": {
-    "key": {}, "value": {}, "partition": {"type": "integer", "minimum": 0}}}
+    "key": {}, "value": {}, "partition": _RECORD_PARTITION}}
 _PRODUCE = {"type": "object", "required": ["records"], "additionalProperties": False, "properties": {
     "records": {"type": "array", "minItems": 1, "items": _RECORD}}}
+# Binary keys and values are base64 (standard alphabet, padded), as the server decodes them.
+BASE64 = {"type": "string", "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"}
+_NULLABLE_BASE64 = {"anyOf": [BASE64, {"type": "null"}]}
 _BINARY_RECORD = {"type": "object", "additionalProperties": False, "properties": {
-    "key": {"type": ["string", "null"], "contentEncoding": "base64"},
-    "value": {"type": ["string", "null"], "contentEncoding": "base64"}, "partition": {"type": "integer", "minimum": 0}}}
+    "key": _NULLABLE_BASE64, "value": _NULLABLE_BASE64, "partition": _RECORD_PARTITION}}
 _PRODUCE_BINARY = {**_PRODUCE, "properties": {"records": {"type": "array", "minItems": 1, "items": _BINARY_RECORD}}}
-_CREATE = {"type": "object", "additionalProperties": False, "properties": {
+
+
+def _same_length(low: str, high: str) -> list[str]:
+    """Regex alternatives for the decimal numbers low..high, both of one length."""
+    if low == high:
+        return [low]
+    if low == "0" * len(low) and high == "9" * len(high):
+        return ["[0-9]" * len(low)]
+    if low[0] == high[0]:
+        return [low[0] + rest for rest in _same_length(low[1:], high[1:])]
+    tail = len(low) - 1
+    middle = [f"[{int(low[0]) + 1}-{int(high[0]) - 1}]" + "[0-9]" * tail] if int(high[0]) - int(low[0]) > 1 else []
+    return ([low[0] + rest for rest in _same_length(low[1:], "9" * tail)] + middle
+            + [high[0] + rest for rest in _same_length("0" * tail, high[1:])])
+
+
+def _int_setting(low: int, high: int) -> dict[str, Any]:
+    """A creation setting that is an integer in low..high, or (as Confluent's clients send
+    them) its decimal digits as a string: at most 9 of them, leading zeros allowed."""
+    alternatives = [part for length in range(len(str(low)), len(str(high)) + 1)
+                    for part in _same_length(str(max(low, 10 ** (length - 1) if length > 1 else 0)),
+                                             str(min(high, 10 ** length - 1)))]
+    digits = {"type": "string", "maxLength": 9, "pattern": f"^0*(?:{'|'.join(alternatives)})$"}
+    return {"anyOf": [{"type": "integer", "minimum": low, "maximum": high}, digits]}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+# Every setting may be null: the default (a random name for name and id).
+_CREATE = {"type": "object", "additionalProperties": False, "properties": {name: _nullable(schema) for name, schema in {
     "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
     "id": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$", "description": "kafka-rest's alias of name"},
     "format": {"type": "string", "pattern": "^(?i:binary|json)$", "description": "binary or json, any case"},
     "auto.offset.reset": {"type": "string", "enum": ["earliest", "latest"]},
-    "auto.commit.enable": {"type": ["string", "boolean"], "enum": ["true", "false", True, False]},
-    "fetch.min.bytes": {"type": ["integer", "string"]},
-    "consumer.request.timeout.ms": {"type": "integer", "minimum": 0, "maximum": group_limits.REQUEST_TIMEOUT_MS_MAX},
-    "consumer.instance.timeout.ms": {"type": "integer", "minimum": group_limits.SESSION_TIMEOUT_MS_MIN,
-                                     "maximum": group_limits.SESSION_TIMEOUT_MS_MAX}}}
-_SUBSCRIBE = {"type": "object", "additionalProperties": False, "properties": {
+    "auto.commit.enable": {"anyOf": [{"type": "boolean"}, {"type": "string", "pattern": "^(?i:true|false)$"}]},
+    "fetch.min.bytes": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^[0-9]{1,9}$"}],
+                        "description": "an integer, or its decimal digits as a string; accepted, not used"},
+    "consumer.request.timeout.ms": _int_setting(0, group_limits.REQUEST_TIMEOUT_MS_MAX),
+    "consumer.instance.timeout.ms": _int_setting(group_limits.SESSION_TIMEOUT_MS_MIN,
+                                                 group_limits.SESSION_TIMEOUT_MS_MAX)}.items()}}
+_SUBSCRIBE = {"type": "object", "additionalProperties": False, "oneOf": [
+    {"required": ["topics"]}, {"required": ["topic_pattern"]}], "properties": {
     "topics": {"type": "array", "minItems": 1, "maxItems": group_limits.SUBSCRIBED_TOPICS_MAX, "items": _NAME},
     "topic_pattern": {"type": "string", "pattern": "^[a-zA-Z0-9._*?-]{1,249}$"}}}
 _CONFLUENT_PARTITION = {"type": "object", "required": ["partition", "leader", "replicas"], "properties": {
@@ -172,7 +215,7 @@ PATHS: dict[str, Any] = {
     _instance("/offsets"): {
         "parameters": [_GROUP, _INSTANCE],
         "post": {"summary": "[Confluent v2] commit the offsets of records consumed, or (no body) every position",
-                 "requestBody": _body(_OFFSETS_BODY, required=False),
+                 "requestBody": _body(_COMMIT_BODY, required=False),
                  "responses": {**_NO_CONTENT, **_errors(404, 409)}},
         "get": {"summary": "[Confluent v2] the group's committed offsets of the partitions in the body",
                 "requestBody": _body(_PARTITIONS_BODY), "responses": {

@@ -63,9 +63,6 @@ def _http_exception_error(exception: web.HTTPException) -> ClientError:
 
 def error_response(request: web.Request, error: ClientError) -> web.Response:
     error = answered(error)
-    if is_confluent_path(request.path):
-        status, _ = confluent_error(error)
-        return web.json_response(confluent_body(error), status=status, content_type=V2_JSON)
     headers: dict[str, str] = {}
     if isinstance(error, NotLeader) and error.leader_hint:
         headers["Raftlog-Leader-Id"] = str(error.leader_hint)
@@ -77,6 +74,9 @@ def error_response(request: web.Request, error: ClientError) -> web.Response:
         headers["WWW-Authenticate"] = 'Bearer realm="raftlog"'
     if isinstance(error, MethodNotAllowed):
         headers["Allow"] = error.message.rpartition("allowed: ")[2]
+    if is_confluent_path(request.path):  # Confluent's shape, the same headers (a 405's Allow included)
+        status, _ = confluent_error(error)
+        return web.json_response(confluent_body(error), status=status, headers=headers, content_type=V2_JSON)
     return web.json_response(error_body(error), status=error.http_status, headers=headers)
 
 

@@ -28,6 +28,7 @@ from multiraft.node.api import (
     MAX_RECORDS_MAX,
     RESET_PARTITIONS_MAX,
     RESET_TOPICS_MAX,
+    RESET_VALUE_RANGES,
     RESETS,
     WAIT_MS_MAX,
     ResetStrategy,
@@ -93,7 +94,7 @@ _MEMBER = _path("member", {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}
 _EPOCH = {"type": "integer", "minimum": 0, "maximum": group_limits.EPOCH_MAX}
 _ACKS = {"type": "string", "enum": ["none", "leader", "quorum", "all"]}
 _FORMAT = {"type": "string", "enum": ["json", "string", "binary"]}
-_BASE64 = {"type": "string", "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"}
+_BASE64 = confluent_openapi.BASE64
 
 
 def _records_in(fmt: str, text: dict[str, Any]) -> dict[str, Any]:
@@ -179,13 +180,21 @@ _FETCH = {"type": "object", "required": ["member_epoch"], "additionalProperties"
     "wait_ms": {"type": "integer", "minimum": 0, "maximum": WAIT_MS_MAX},
     "format": _FORMAT}}
 
-_RESET = {"type": "object", "required": ["strategy", "topics"], "additionalProperties": False, "properties": {
+# `value` per strategy (multiraft/consumer_groups/resets.py): required, in its range, by those
+# that need one (offset, timestamp, shift); absent or null for earliest and latest.
+_RESET_VALUE = [{"properties": {"strategy": {"enum": [s.value for s in ResetStrategy if s not in RESET_VALUE_RANGES]},
+                                "value": {"type": "null"}}},
+                *({"required": ["value"], "properties": {"strategy": {"const": strategy.value},
+                                                         "value": {"type": "integer", "minimum": low, "maximum": high}}}
+                  for strategy, (low, high) in RESET_VALUE_RANGES.items())]
+_RESET = {"type": "object", "required": ["strategy", "topics"], "additionalProperties": False,
+          "oneOf": _RESET_VALUE, "properties": {
     "strategy": {"type": "string", "enum": [s.value for s in ResetStrategy]},
-    "value": {"type": "integer", "minimum": -(2**63 - 1), "maximum": 2**63 - 1},
+    "value": {"type": ["integer", "null"], "minimum": -(2**63 - 1), "maximum": 2**63 - 1},
     "topics": {"type": "array", "minItems": 1, "maxItems": RESET_TOPICS_MAX, "items": {
         "type": "object", "required": ["topic"], "additionalProperties": False, "properties": {
             "topic": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
-            "partitions": {"type": "array", "minItems": 1, "maxItems": RESET_PARTITIONS_MAX, "uniqueItems": True,
+            "partitions": {"type": ["array", "null"], "minItems": 1, "maxItems": RESET_PARTITIONS_MAX, "uniqueItems": True,
                            "items": {"type": "integer", "minimum": 0, "maximum": group_limits.PARTITION_MAX}}}}},
     "execute": {"type": "boolean"}}}
 
@@ -351,9 +360,11 @@ _PATHS: dict[str, Any] = {
                    "leader_damaged or unreachable; at most 16 partitions a call, next_start goes on",
         "requestBody": {"required": False, **_json({
             "type": "object", "additionalProperties": False,
-            "properties": {"topics": {"type": "array", "minItems": 1, "maxItems": 100,
+            "properties": {"topics": {"type": ["array", "null"], "minItems": 1, "maxItems": 100,
+                                      "description": "absent or null: every topic",
                                       "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}},
-                           "start": {"type": "integer", "minimum": 0}}})},
+                           "start": {"type": "integer", "minimum": 0,
+                                     "description": "past the partitions asked for: 416"}}})},
         "responses": {"200": _ok("per partition, what its replicas' trees showed", {
             "type": "object", "required": ["partitions", "total", "verified", "next_start", "all_identical"],
             "properties": {"partitions": {"type": "array", "items": {"type": "object", "required": [
@@ -362,7 +373,7 @@ _PATHS: dict[str, Any] = {
                            "verified": {"type": "integer", "minimum": 0},
                            "next_start": {"type": ["integer", "null"]},
                            "all_identical": {"type": "boolean"}}}),
-                      **_errors(400, 404, 415, 504)}}},
+                      **_errors(400, 404, 415, 416, 504)}}},
     "/v1/admin/nodes": {"post": {
         "summary": "admit a node started with --join (registers it, adds it as a metadata learner); the body is "
                    "signed with the cluster secret (Raftlog-Timestamp, Raftlog-Signature), else 403",

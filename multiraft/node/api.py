@@ -28,6 +28,7 @@ from multiraft.consumer_groups import commands as group_limits
 from multiraft.consumer_groups.resets import (
     RESET_PARTITIONS_MAX,
     RESET_TOPICS_MAX,
+    RESET_VALUE_RANGES,
     ResetRequest,
     ResetStrategy,
     ResetTopic,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "METRICS_GROUP_PARTITIONS_MAX",
     "NO_OFFSET", "PARTITIONS_PER_CALL", "POLL_RECORDS_MAX", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX",
+    "RESET_VALUE_RANGES",
     "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance",
     "GroupMetrics", "GroupStatus", "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig",
     "OffsetCommit", "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness",

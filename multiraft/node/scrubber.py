@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from multiraft.errors import InvalidRequest
+from multiraft.errors import InvalidRequest, OffsetOutOfRange
 from multiraft.node.routing import call_peer
 from multiraft.node.scrub_trees import ReplicaTrees
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
@@ -153,7 +153,8 @@ class Scrubber:
             catalog.topic(name)  # UNKNOWN_TOPIC for a name not in the catalog
         every = [(name, p.partition) for name in names for p in catalog.topic(name).partitions]
         if start > len(every):
-            raise InvalidRequest(f"start {start} is past the {len(every)} partitions asked for")
+            # 416, as a read past a log's end: how many partitions there are is the cluster's state
+            raise OffsetOutOfRange(f"start {start} is past the {len(every)} partitions asked for", 0, len(every))
         chosen = every[start:start + PARTITIONS_PER_CALL]
         began, verdicts = time.monotonic(), []
         for topic, partition in chosen:

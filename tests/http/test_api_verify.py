@@ -41,7 +41,7 @@ async def test_verify_refuses_unknown_topics_and_fields(cluster: Cluster) -> Non
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"topics": []})
     assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"start": 10_000})
-    assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
+    assert (status, body["error_code"]) == (416, "OFFSET_OUT_OF_RANGE")
 
 
 async def test_metrics_count_what_the_scrubber_verified(cluster: Cluster) -> None:

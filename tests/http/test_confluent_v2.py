@@ -86,6 +86,9 @@ async def test_produce_and_metadata_shapes(cluster: Cluster) -> None:
     ("POST", "/consumers/cv2-g", {"auto.offset.reset": "none"}, V2, None, 422, 42204),
     ("POST", "/consumers/cv2-g", {"nonsense": 1}, V2, None, 422, 42204),
     ("GET", "/topics/cv2-errors/nope", None, V2, None, 404, 404),
+    # A record's own partition is checked even where the path's wins.
+    ("POST", "/topics/cv2-errors/partitions/1", {"records": [{"value": "x", "partition": -1}]}, JSON_V2, None,
+     422, 422),
 ])
 async def test_errors_carry_confluents_codes(cluster: Cluster, method: str, path: str, body: Any,
                                              content_type: str, accept: str | None, status: int, code: int) -> None:
@@ -368,3 +371,10 @@ async def test_a_pattern_subscription_lists_every_topic_it_matches(cluster: Clus
     assert sub == {"topics": ["cv2-pat-a", "cv2-pat-b"]}, sub
     for name in ("pa", "pb"):
         await call(cluster, "DELETE", 0, f"/consumers/cv2-pat-g/instances/{name}")
+
+
+async def test_a_405_names_the_allowed_methods(cluster: Cluster) -> None:
+    # Goal: the dialect's 405 carries Allow (RFC 9110), as the native routes' does.
+    async with cluster.session.request("DELETE", cluster.url(0, "/brokers")) as answer:
+        assert answer.status == 405 and answer.headers.get("Allow") == "GET", answer.headers
+        assert answer.content_type == V2 and (await answer.json(content_type=None))["error_code"] == 405

@@ -90,6 +90,12 @@ async def test_reset_offsets_plans_then_writes_and_only_without_members(cluster:
         after = await _committed(cluster, 0, "resets", "cg-reset")
         assert after == {**before, **dict.fromkeys(named, expected)}, body
 
+    # A topic named twice is named once: its partitions together (all of them if either says so).
+    for named, expected in (([[3, 1], [1, 0]], [0, 1, 3]), ([[2], None], list(range(PARTITIONS)))):
+        chosen = [{"topic": "cg-reset", **({"partitions": p} if p else {})} for p in named]
+        status, plan = await _reset(cluster, 1, "resets", strategy="earliest", topics=chosen)
+        assert status == 200 and sorted(r["partition"] for r in plan["offsets"]) == expected, plan
+
     # Without members the group is described by its offsets in the topics named.
     status, body = await cluster.call("GET", 2, "/v1/groups/resets")
     assert (status, body["error_code"]) == (404, "UNKNOWN_GROUP"), body

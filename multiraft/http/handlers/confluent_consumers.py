@@ -167,14 +167,16 @@ async def subscribe(request: web.Request) -> web.Response:
     view = await _view(request)
     body = await body_object(request)
     only(body, {"topics", "topic_pattern"})
-    topics, pattern = body.get("topics"), body.get("topic_pattern")
-    if topics is not None and pattern is not None:
+    if "topics" in body and "topic_pattern" in body:
         raise ConsumerIllegalState("subscription to topics and to a topic_pattern are mutually exclusive")
-    if (topics is None and pattern is None) or topics == []:
+    topics, pattern = body.get("topics"), body.get("topic_pattern")
+    if ("topics" not in body and "topic_pattern" not in body) or topics == []:
         raise InvalidRequest("a subscription names topics (a non-empty list) or a topic_pattern")
-    if topics is not None and (not isinstance(topics, list) or len(topics) > group_limits.SUBSCRIBED_TOPICS_MAX
-                               or not all(isinstance(t, str) for t in topics)):
+    if "topics" in body and (not isinstance(topics, list) or len(topics) > group_limits.SUBSCRIBED_TOPICS_MAX
+                             or not all(isinstance(t, str) for t in topics)):
         raise InvalidRequest(f"topics is a list of at most {group_limits.SUBSCRIBED_TOPICS_MAX} names")
+    if "topic_pattern" in body and not isinstance(pattern, str):
+        raise InvalidRequest("topic_pattern is a glob over topic names (a string)")
     subscription = Subscription(topics=tuple(sorted(set(topics))) if topics is not None else (), pattern=pattern)
     require_subscription(request, subscription.topics, subscription.pattern is not None)
     await bounded(node_of(request).instances.subscribe(view["group"], view["instance_id"], subscription), "subscribe")

@@ -33,6 +33,7 @@ from multiraft.http.handlers.confluent_common import (
 )
 from multiraft.http.handlers.produce import _by_partition, _produce_batches
 from multiraft.http.limits import RECORDS_PER_REQUEST_MAX
+from multiraft.http.params import is_int
 from multiraft.http.records import encode_records, parse_records
 from multiraft.http.view import partition_view
 from multiraft.node.api import NO_OFFSET, PartitionBatch
@@ -58,6 +59,9 @@ def _records(body: dict[str, Any], fmt: str, partition: int | None) -> list[Any]
                 record["key"] = _KEY_ENCODER.encode(record["key"])
             except ValueError as error:
                 raise InvalidRequest(f"records[{i}].key is not representable as JSON: {error}") from None
+        own = record.get("partition")
+        if own is not None and (not is_int(own) or own < 0):  # checked even where the path's wins
+            raise InvalidRequest(f"records[{i}].partition must be a non-negative integer")
         if partition is not None:
             record["partition"] = partition  # the path's partition wins (as Confluent's does)
         converted.append(record)

@@ -29,6 +29,7 @@ from multiraft.http.params import int_field, json_object, str_field
 from multiraft.node.api import (
     GROUP_NAME_PATTERN,
     RESET_PARTITIONS_MAX,
+    RESET_TOPICS_MAX,
     OffsetCommit,
     ResetRequest,
     ResetStrategy,
@@ -103,6 +104,21 @@ async def delete_group(request: web.Request) -> web.Response:
 _RESET_FIELDS = {"strategy", "value", "topics", "execute"}
 
 
+def _merged(chosen: list[ResetTopic]) -> tuple[ResetTopic, ...]:
+    """A topic named twice is named once: its partitions together (every one if either
+    names them all). JSON Schema cannot say "each topic once", so the document cannot
+    refuse it and neither does the server."""
+    merged: dict[str, ResetTopic] = {}
+    for item in chosen:  # each already checked (a name, distinct partition numbers)
+        seen = merged.get(item.topic)
+        if seen is not None:
+            both = None if seen.partitions is None or item.partitions is None \
+                else tuple(dict.fromkeys(seen.partitions + item.partitions))
+            item = ResetTopic(topic=item.topic, partitions=both)
+        merged[item.topic] = item
+    return tuple(merged.values())
+
+
 async def reset_offsets(request: web.Request) -> web.Response:
     """POST /v1/groups/{group}/offsets/reset: Kafka's --reset-offsets for a group without
     members (multiraft/consumer_groups/resets.py); `execute` false (the default) is a dry
@@ -116,8 +132,9 @@ async def reset_offsets(request: web.Request) -> web.Response:
     strategies = {s.value: s for s in ResetStrategy}
     strategy = strategies.get(str_field(body, "strategy", choices=tuple(strategies)))
     topics = body.get("topics")
-    if not isinstance(topics, list) or not topics:
-        raise InvalidRequest("topics is a list of {\"topic\", \"partitions\" (optional)} objects")
+    if not isinstance(topics, list) or not 1 <= len(topics) <= RESET_TOPICS_MAX:  # before merging (_merged)
+        raise InvalidRequest(f"topics is a list of 1..{RESET_TOPICS_MAX} {{\"topic\", \"partitions\" (optional)}} "
+                             "objects")
     chosen = []
     for item in topics[:RESET_PARTITIONS_MAX + 1]:
         if not isinstance(item, dict) or "topic" not in item or set(item) - {"topic", "partitions"}:
@@ -128,5 +145,5 @@ async def reset_offsets(request: web.Request) -> web.Response:
         chosen.append(ResetTopic(topic=item["topic"],
                                  partitions=None if partitions is None else tuple(partitions[:RESET_PARTITIONS_MAX + 1])))
     reset = ResetRequest(group=group, strategy=strategy, value=body.get("value"),  # type: ignore[arg-type]
-                         topics=tuple(chosen), execute=body.get("execute", False))
+                         topics=_merged(chosen), execute=body.get("execute", False))
     return web.json_response(await bounded(node.reset_group_offsets(reset), "offset reset"))
