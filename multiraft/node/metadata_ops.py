@@ -38,7 +38,7 @@ from multiraft.node import open_files
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.routing import call_peer
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer, error_answer
-from raftlog.errors import NotLeader
+from raftlog.errors import LeaderNotAvailable, NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind, Role
 from raftlog.types import NodeId
 
@@ -50,6 +50,11 @@ CREATE_START_UP_WAIT_S = 5.0
 # registers within seconds; later, too few live nodes is the cluster's state, refused at once).
 START_UP_S = 30.0
 START_UP_POLL_S = 0.05
+# A drain's mark is proposed again this many times in all, this much later each time
+# (times the attempt), when its outcome is unknown (see `set_drained`): within the
+# HTTP answer's bound, past a metadata election.
+SET_DRAINED_ATTEMPTS = 4
+SET_DRAINED_RETRY_S = 0.5
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -178,8 +183,20 @@ class MetadataOps:
         open_files.check_room(per_node, self._open_files_limit(), open_files.open_now())
 
     async def set_drained(self, node_id: NodeId, drained: bool) -> None:
-        """Mark a node drained (its leaderships leave it, multiraft/node/draining.py) or clear it."""
-        await self.propose(SetNodeDrained(node_id=node_id, drained=drained))
+        """Mark a node drained (its leaderships leave it, multiraft/node/draining.py) or clear it.
+
+        Idempotent, so proposed again when its outcome is unknown or no leader is known:
+        draining the metadata leader's own node starts moving the metadata leadership
+        as the mark applies, and the proposal's answer can be lost in that handover
+        (the fuzz pass met a 504 OUTCOME_UNKNOWN there)."""
+        for attempt in range(1, SET_DRAINED_ATTEMPTS + 1):
+            try:
+                await self.propose(SetNodeDrained(node_id=node_id, drained=drained))
+                return
+            except (OutcomeUnknown, LeaderNotAvailable, NotLeader):
+                if attempt == SET_DRAINED_ATTEMPTS:
+                    raise
+                await asyncio.sleep(SET_DRAINED_RETRY_S * attempt)  # a new leader is elected meanwhile
 
     async def delete_topic(self, name: str) -> None:
         self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
