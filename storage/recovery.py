@@ -190,9 +190,9 @@ class _Walk:
         # Term runs from this segment on are rebuilt from its frames.
         keep = bisect_left(self.term_starts, first)
         del self.term_starts[keep:], self.terms[keep:]
-        # The stored ones are deleted key by key, not by a range delete: RocksDB
-        # re-fragments every range tombstone in its memtable for each new iterator, and
-        # a node reopening 10,000 replicas (one each) spent about 1 ms a seek by the end.
+        # Only the stored ones are deleted, key by key: the range delete used before
+        # (`delete_int_range`) also wrote a tombstone at the range's top on every open,
+        # nearly always for nothing, and seeks then stepped over thousands of them.
         stored = bisect_left(self.stored_term_starts, first)
         for start in self.stored_term_starts[stored:]:
             self.batch.delete(int_key(TERM_RUN, self.group, start))
@@ -246,8 +246,8 @@ class _Walk:
         # cleared, rescanned segments' catalog entries), and RocksDB's log keeps writes in
         # order, so any later synced write makes it durable too; meanwhile a crash loses
         # nothing the next recovery does not redo. A synced write holds the interpreter
-        # for its fsync (DEPS.md), and a node restarting with 10,000 replicas made 10,000
-        # of them in its open pass (about 10 s of it, docs/scale.md).
+        # for its fsync (DEPS.md), and a node restarting with thousands of replicas made
+        # one per replica in its open pass.
         changed = bool(self.corruption or self.truncated_bytes or self.directory_changed or self.check_all)
         self.db.write(self.batch, sync=changed)
         if self.directory_changed:

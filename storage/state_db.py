@@ -63,11 +63,10 @@ class StateDatabase:
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         self._db = Rdict(path, options)
-        # Range deletes of earlier runs (truncations, compactions, and recoveries before
-        # they deleted key by key) slow every seek while their tombstones sit in level-0
-        # files: 1.4-2.4 ms a seek in the database of a node that had opened 10,000
-        # replicas twice, 0.2 us after this (about 20 ms for that database). Compacted
-        # once here, before anything reads.
+        # Tombstones of earlier runs (truncations, compactions, and recoveries before they
+        # deleted key by key) slow every unbounded seek that has to step over them, as
+        # `seek_for_prev` does; compacting once here, before anything reads, drops them
+        # (docs/storage.md, Recovery, has the measurement).
         self._db.compact_range(None, None)
         self._sync = WriteOptions()
         self._sync.sync = True
@@ -111,8 +110,7 @@ class StateDatabase:
         """Every (key, value) with `lowest <= key <= highest`, in key order.
 
         Bounded above: an unbounded seek steps over every deleted key after `lowest`
-        until a live one, wherever it lies (1.4 ms a seek past 20,000 tombstones; 3 us
-        bounded)."""
+        until a live one, wherever it lies."""
         options = ReadOptions()
         options.set_iterate_upper_bound(highest + b"\x00")  # exclusive: `highest` is in
         iterator = self._db.iter(options)

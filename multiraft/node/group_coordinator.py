@@ -28,6 +28,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from multiraft.consumer_groups import (
@@ -211,17 +212,17 @@ class GroupCoordinator:
         check_epoch(epoch)
         if not isinstance(request["offsets"], list):
             raise InvalidRequest("a groups commit carries a list of offsets")
+        commits = [OffsetCommit(group=group, topic=o["topic"], partition=o["partition"], offset=o["offset"],
+                                metadata=o["metadata"]) for o in request["offsets"]]
+        partitions = sorted({(c.topic, c.partition) for c in commits})
+        check_partitions(tuple(partitions), "partitions", GROUP_PARTITIONS_MAX)
         runtime = await self._leading()
         # The stamp only grows over the commits this coordinator and its successors issue
         # (a successor leads in a higher term): a write delayed on its way to the partition
         # cannot land over a newer one (multiraft/state/consumer_offsets.py, "Stamps").
         self._commits_stamped += 1
         stamp = (runtime.core.term, self._commits_stamped)
-        commits = [OffsetCommit(group=group, topic=o["topic"], partition=o["partition"], offset=o["offset"],
-                                metadata=o["metadata"], stamp=stamp) for o in request["offsets"]]
-        partitions = sorted({(c.topic, c.partition) for c in commits})
-        check_partitions(tuple(partitions), "partitions", GROUP_PARTITIONS_MAX)
-        await self._leading()
+        commits = [replace(c, stamp=stamp) for c in commits]
         state = self._catalog.groups
         if member_id is None:
             if state.has_members(group):

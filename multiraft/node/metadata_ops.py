@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
@@ -232,18 +232,18 @@ class MetadataOps:
         return await answer(self.propose(decode_command(body)), lambda value: json.dumps(value).encode())
 
     async def _serve_create_partitions(self, source: int, body: bytes) -> tuple[int, bytes]:
-        request = json.loads(body)
-        core = self._runtime.core
-        if core.role is not Role.LEADER:
-            return error_answer(NotLeader(core.leader))
-        return await answer(self._create_partitions_as_controller(request), lambda _: b"{}")
+        return await self._serve_as_controller(body, self._create_partitions_as_controller)
 
     async def _serve_create_topic(self, source: int, body: bytes) -> tuple[int, bytes]:
-        request = json.loads(body)
+        return await self._serve_as_controller(body, self._create_topic_as_controller)
+
+    async def _serve_as_controller(self, body: bytes,
+                                   work: Callable[[dict[str, Any]], Awaitable[Any]]) -> tuple[int, bytes]:
+        """A placement forwarded here: done only while this node leads the metadata group."""
         core = self._runtime.core
         if core.role is not Role.LEADER:
             return error_answer(NotLeader(core.leader))
-        return await answer(self._create_topic_as_controller(request), lambda _: b"{}")
+        return await answer(work(json.loads(body)), lambda _: b"{}")
 
 
 def _catalog_value(value: Any) -> dict[str, Any]:

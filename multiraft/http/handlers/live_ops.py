@@ -66,16 +66,17 @@ def drain_status(request: web.Request, node_id: NodeId) -> dict[str, Any]:
 
 
 async def drain(request: web.Request) -> web.Response:
-    node_id = _path_node(request)
-    node = node_of(request)
-    await bounded(node.set_drained(node_id, True), "draining a node")
-    await bounded(node.sync_catalog(), "drain propagation")
-    return web.json_response(drain_status(request, node_id))
+    return await _set_drained(request, True)
 
 
 async def undrain(request: web.Request) -> web.Response:
+    return await _set_drained(request, False)
+
+
+async def _set_drained(request: web.Request, drained: bool) -> web.Response:
     node_id = _path_node(request)
     node = node_of(request)
-    await bounded(node.set_drained(node_id, False), "undraining a node")
-    await bounded(node.sync_catalog(), "undrain propagation")
+    what = "draining" if drained else "undraining"
+    await bounded(node.set_drained(node_id, drained), f"{what} a node")
+    await bounded(node.sync_catalog(), f"{what.removesuffix('ing')} propagation")
     return web.json_response(drain_status(request, node_id))
