@@ -339,19 +339,23 @@ class Replicas:
                 missing.append((group_id, local))
         closed = 0
         chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
+        pauses: list[float] = []
         self._reopening.pass_begins()
         try:
-            opened = await self._open_chunks(catalog, chunks)
+            opened = await self._open_chunks(catalog, chunks, pauses)
         finally:
             self._reopening.pass_over()
         for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}):
             await self.close_group(group_id, delete=True)
             closed += 1
-        if opened or closed:
-            pause = heap.settle(groups_closed=closed > 0)
-            self._logger.info("heap_settled", opened=opened, closed=closed, pause_ms=round(pause * 1000, 1))
+        if closed:
+            pauses.append(heap.settle())  # what closing allocated; the groups went by refcount
+        if pauses:
+            self._logger.info("heap_settled", opened=opened, closed=closed, settles=len(pauses),
+                              pause_ms_max=round(max(pauses) * 1000, 1), pause_ms_total=round(sum(pauses) * 1000, 1))
 
-    async def _open_chunks(self, catalog: Catalog, chunks: list[list[tuple[GroupId, LocalGroup]]]) -> int:
+    async def _open_chunks(self, catalog: Catalog, chunks: list[list[tuple[GroupId, LocalGroup]]],
+                           pauses: list[float]) -> int:
         """Open the groups of `chunks`, OPEN_CHUNK_GROUPS at a time; returns how many opened.
 
         Each chunk's new groups have their bootstrap entries made durable in one shared
@@ -361,7 +365,11 @@ class Replicas:
         reaches it (the inbox drops frames for groups it does not know) and it has no
         task, so it can neither vote nor campaign on entries that are not durable. The
         next chunk is prepared while a chunk's flush runs, and every chunk ends with a
-        yield: opening thousands never holds the loop for more than one chunk."""
+        yield: opening thousands never holds the loop for more than one chunk.
+
+        Each started chunk is settled into the frozen heap at once (`heap.settle`, its
+        pause appended to `pauses`): a collection then walks one chunk's objects, where
+        one settle after a 1,000-group topic held the loop 90-115 ms."""
         opened = 0
         prepared: list[_Chunk] = []
         try:
@@ -369,9 +377,11 @@ class Replicas:
                 prepared.append(self._prepare_chunk(catalog, chunk))
                 if len(prepared) > 1:
                     opened += await self._start_chunk(prepared.pop(0))
+                    pauses.append(heap.settle())
                 await asyncio.sleep(0)
             while prepared:
                 opened += await self._start_chunk(prepared.pop(0))
+                pauses.append(heap.settle())
         except BaseException:  # cancelled (the node stops): nothing prepared here may leak
             for waiting in prepared:
                 for _, _, _, store, _ in waiting.opening:

@@ -189,7 +189,16 @@ class BackgroundWrites:
         self._inner.before_apply(ready, mode)
 
     def close(self) -> None:
+        # The wake is the group's bound method and the group holds this object: the cycle
+        # would keep a closed group alive until a full collection, which a node that froze
+        # its heap no longer runs (multiraft/runtime/heap.py). A write that ends later
+        # wakes nobody.
+        self._wake = _nobody
         self._inner.close()
+
+
+def _nobody() -> None:
+    pass
 
 
 class AckBeforeFsync:
