@@ -250,6 +250,15 @@ class TopicExists(ClientError):
     http_status = 409
 
 
+class ClusterTooSmall(ClientError):
+    """The cluster has too few nodes for what was asked: a decommission whose node's
+    replicas would have nowhere to go (fewer staying nodes than their replication
+    factor). Add a node first; retrying as is changes nothing."""
+
+    code = "CLUSTER_TOO_SMALL"
+    http_status = 409
+
+
 class UnknownNode(ClientError):
     code = "UNKNOWN_NODE"
     http_status = 404

@@ -360,6 +360,48 @@ def node_drain(client: Client, args: argparse.Namespace) -> int:
         time.sleep(DRAIN_POLL_S)
 
 
+def _describe_decommission(node_id: int, status: dict[str, Any]) -> str:
+    stage = status["stage"]
+    if stage is None:
+        return f"node {node_id} is not decommissioning"
+    if stage == "done":
+        return f"node {node_id} is decommissioned: it holds no replica and is out of the metadata group; stop it"
+    text = (f"node {node_id}: {stage.replace('_', ' ')}, {status['replicas']} replicas left, "
+            f"leads {status['partitions_led']} partitions, metadata {status['metadata_member']}")
+    return text + (f" ({status['waiting_for']})" if status["waiting_for"] else "")
+
+
+def node_decommission(client: Client, args: argparse.Namespace) -> int:
+    """Decommission, and with --wait print progress until it is done (a second apart)."""
+    if not 0 < args.timeout <= CLUSTER_WAIT_MAX_S:
+        raise ValueError(f"--timeout: seconds, above 0 and at most {CLUSTER_WAIT_MAX_S:.0f}")
+    status = client.decommission_node(args.node_id)
+    print(_describe_decommission(args.node_id, status))
+    if not args.wait:
+        return EXIT_OK
+    deadline = time.monotonic() + args.timeout
+    last = _describe_decommission(args.node_id, status)
+    while status["stage"] != "done":
+        if time.monotonic() >= deadline:
+            print(f"raftlog: node {args.node_id} is not decommissioned after {args.timeout:.0f} s: {last}",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        time.sleep(DRAIN_POLL_S)
+        status = client.decommission_status(args.node_id)
+        text = _describe_decommission(args.node_id, status)
+        if text != last:
+            print(text)
+            last = text
+    return EXIT_OK
+
+
+def node_recommission(client: Client, args: argparse.Namespace) -> int:
+    status = client.recommission_node(args.node_id)
+    print(f"node {args.node_id} recommissioned: it keeps {status['replicas']} replicas and may take new ones; "
+          "balancing brings its preferred leaderships back")
+    return EXIT_OK
+
+
 def node_undrain(client: Client, args: argparse.Namespace) -> int:
     status = client.undrain_node(args.node_id)
     print(f"node {args.node_id} undrained: leads {status['partitions_led']} partitions now; balancing brings "

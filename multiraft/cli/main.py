@@ -13,6 +13,7 @@
                                   [--dry-run|--execute]
     raftlog topic alter TOPIC [--partitions N] [--config K=V] [--delete-config K]
     raftlog node drain N [--wait] | undrain N     leadership off a node (rolling restart), and back
+    raftlog node decommission N [--wait] | recommission N   take a node out of the cluster, or cancel
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
@@ -139,8 +140,10 @@ def _data_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
 
 
 def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    node = commands_parser.add_parser("node", help="drain or undrain a node (leadership, for a rolling restart)")
-    nodes = node.add_subparsers(dest="node_command", required=True, metavar="{drain,undrain}")
+    node = commands_parser.add_parser("node", help="drain a node (leadership, for a rolling restart) or "
+                                                   "decommission it (take it out of the cluster)")
+    nodes = node.add_subparsers(dest="node_command", required=True,
+                                metavar="{drain,undrain,decommission,recommission}")
     drain = nodes.add_parser("drain", help="move every leadership off a node; it takes none until undrained")
     drain.add_argument("node_id", type=int)
     drain.add_argument("--wait", action="store_true",
@@ -151,6 +154,15 @@ def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     undrain = nodes.add_parser("undrain", help="let a drained node lead again (balancing brings it back)")
     undrain.add_argument("node_id", type=int)
     _client_command(undrain, commands.node_undrain)
+    decommission = nodes.add_parser("decommission", help="take a node out: it leads nothing, its replicas move "
+                                                         "to the other nodes, then it leaves the metadata group")
+    decommission.add_argument("node_id", type=int)
+    decommission.add_argument("--wait", action="store_true", help="print progress until it is done")
+    decommission.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="give up waiting after S s")
+    _client_command(decommission, commands.node_decommission)
+    recommission = nodes.add_parser("recommission", help="cancel a decommission (moved replicas stay moved)")
+    recommission.add_argument("node_id", type=int)
+    _client_command(recommission, commands.node_recommission)
 
 
 def build_parser() -> argparse.ArgumentParser:

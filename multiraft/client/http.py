@@ -271,6 +271,18 @@ class AsyncClient:
         """Let `node_id` lead again; its drain status."""
         return await self._json("DELETE", f"/v1/admin/nodes/{int(node_id)}/drain")
 
+    async def decommission_node(self, node_id: int) -> dict[str, Any]:
+        """Start taking `node_id` out of the cluster (its replicas move away); its status."""
+        return await self._json("POST", f"/v1/admin/nodes/{int(node_id)}/decommission")
+
+    async def recommission_node(self, node_id: int) -> dict[str, Any]:
+        """Cancel `node_id`'s decommission; its status."""
+        return await self._json("DELETE", f"/v1/admin/nodes/{int(node_id)}/decommission")
+
+    async def decommission_status(self, node_id: int) -> dict[str, Any]:
+        """How far `node_id`'s decommission got, as the node asked sees it."""
+        return await self._json("GET", f"/v1/admin/nodes/{int(node_id)}/decommission")
+
     async def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
         """One call of the scrubber (admin): up to 16 partitions; go on from `next_start`."""
         body: dict[str, Any] = {"start": start} if topics is None else {"topics": topics, "start": start}

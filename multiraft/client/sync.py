@@ -94,6 +94,15 @@ class Client:
     def undrain_node(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.undrain_node(node_id))
 
+    def decommission_node(self, node_id: int) -> dict[str, Any]:
+        return self.run(self.aio.decommission_node(node_id))
+
+    def recommission_node(self, node_id: int) -> dict[str, Any]:
+        return self.run(self.aio.recommission_node(node_id))
+
+    def decommission_status(self, node_id: int) -> dict[str, Any]:
+        return self.run(self.aio.decommission_status(node_id))
+
     def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
         return self.run(self.aio.verify(topics, start))
 

@@ -1,4 +1,5 @@
-"""The OpenAPI paths of the live operations (issue 25): more partitions, drain and undrain.
+"""The OpenAPI paths of the live operations (issue 25): more partitions, drain and undrain,
+decommission and recommission.
 
 Kept apart from openapi.py's table (which merges them) so the routes and their
 document change together in one small module; `app.ROUTES` and the merged
@@ -33,6 +34,22 @@ def _drain_answer(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _DRAIN_STATUS}}}
 
 
+_DECOMMISSION_STATUS = {
+    "type": "object", "additionalProperties": False,
+    "required": ["node_id", "decommissioning", "stage", "replicas", "partitions_led", "metadata_member",
+                 "waiting_for"],
+    "properties": {
+        "node_id": {"type": "integer"}, "decommissioning": {"type": "boolean"},
+        "stage": {"type": ["string", "null"], "enum": ["moving_replicas", "leaving_metadata", "done", None]},
+        "replicas": {"type": "integer", "minimum": 0}, "partitions_led": {"type": "integer", "minimum": 0},
+        "metadata_member": {"type": "string", "enum": ["voter", "learner", "none"]},
+        "waiting_for": {"type": "string"}}}
+
+
+def _decommission_answer(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _DECOMMISSION_STATUS}}}
+
+
 PATHS: dict[str, Any] = {
     "/v1/topics/{topic}/partitions": {
         "parameters": [_TOPIC],
@@ -56,6 +73,21 @@ PATHS: dict[str, Any] = {
         "delete": {"summary": "undrain a node: it may lead again, and balancing brings its preferred "
                               "leaderships back (admin)",
                    "responses": {"200": _drain_answer("the node's drain status"),
+                                 **_errors(404, 409, 421, 503, 504)}},
+    },
+    "/v1/admin/nodes/{node}/decommission": {
+        "parameters": [_NODE],
+        "get": {"summary": "how far a node's decommission got, as this node sees it (admin)",
+                "responses": {"200": _decommission_answer("the node's decommission status"),
+                              **_errors(404)}},
+        "post": {"summary": "decommission a node: it leads nothing, its replicas move to the other nodes "
+                            "(a few partitions at a time), then it leaves the metadata group and can be "
+                            "stopped; the answer is its status now (admin)",
+                 "responses": {"200": _decommission_answer("the node's decommission status"),
+                               **_errors(404, 409, 421, 503, 504)}},
+        "delete": {"summary": "recommission a node: its decommission stops (replicas already moved stay "
+                              "where they are) (admin)",
+                   "responses": {"200": _decommission_answer("the node's decommission status"),
                                  **_errors(404, 409, 421, 503, 504)}},
     },
 }

@@ -38,7 +38,8 @@ def cluster_view(node: NodeApi) -> dict[str, Any]:
         "metadata_voters": sorted(metadata.voters),
         "nodes": [
             {"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr, "rack": n.rack,
-             "status": n.status.value, "drained": n.drained, "partitions_led": led.get(n.node_id, 0)}
+             "status": n.status.value, "drained": n.drained, "decommissioning": n.decommissioning,
+             "partitions_led": led.get(n.node_id, 0)}
             for _, n in sorted(node.catalog.nodes.items())
         ],
     }

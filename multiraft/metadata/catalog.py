@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from multiraft.errors import (
+    ClusterTooSmall,
     InvalidConfig,
     InvalidPartitions,
     InvalidReplicaAssignment,
@@ -61,6 +62,7 @@ from multiraft.metadata.commands import (
     ReplaceReplica,
     ReplicaLeft,
     SetClusterConfig,
+    SetNodeDecommissioning,
     SetNodeDrained,
     SetNodeStatus,
 )
@@ -90,10 +92,13 @@ class Catalog:
 
     def validate(self, command: Command) -> None:
         """Raise the typed error `command` would meet against this catalog."""
-        if isinstance(command, SetNodeStatus | SetNodeDrained) and command.node_id not in self.nodes:
+        if (isinstance(command, SetNodeStatus | SetNodeDrained | SetNodeDecommissioning)
+                and command.node_id not in self.nodes):
             raise UnknownNode(f"node {command.node_id} is not registered")
         if isinstance(command, SetNodeDrained) and command.drained:
             self._validate_drain(command.node_id)
+        if isinstance(command, SetNodeDecommissioning) and command.decommissioning:
+            self._validate_decommission(command.node_id)
         if isinstance(command, CreatePartitions):
             self._validate_partitions(command)
         if isinstance(command, CreateTopic):
@@ -113,6 +118,8 @@ class Catalog:
                                                f"{command.partition}")
             if command.new not in self.nodes:
                 raise UnknownNode(f"node {command.new} is not registered")
+            if self.nodes[command.new].decommissioning:
+                raise InvalidReplicaAssignment(f"node {command.new} is being decommissioned")
         if isinstance(command, DeleteToken) and command.name not in self.tokens:
             raise UnknownToken(f"token {command.name!r} does not exist")
         if isinstance(command, PutToken):
@@ -143,10 +150,26 @@ class Catalog:
         if self.next_group_id + command.partitions - 1 > ID_MAX:
             raise ResourceExhausted("group ids are exhausted")
 
+    def _validate_decommission(self, node_id: NodeId) -> None:
+        """Every replica of the node must have somewhere to go: the nodes left (live, not
+        leaving) must be at least as many as the largest replication factor of any topic
+        the node holds a copy of (a partition never holds two copies on one node)."""
+        if self.nodes[node_id].decommissioning:
+            return  # asked again: nothing new to check
+        staying = [n for n in self.nodes.values()
+                   if n.node_id != node_id and not n.decommissioning and n.status is NodeStatus.ALIVE]
+        held = [t for t in self.topics.values() if any(node_id in p.replicas for p in t.partitions)]
+        needed = max((len(p.replicas) for t in held for p in t.partitions), default=0)
+        if len(staying) < max(needed, 1):
+            raise ClusterTooSmall(
+                f"decommissioning node {node_id} leaves {len(staying)} live node(s) to hold its replicas, and "
+                f"its partitions need {needed} (their replication factor); add a node first")
+        self._validate_drain(node_id)
+
     def _validate_drain(self, node_id: NodeId) -> None:
         """A drain must leave some node to lead: one registered, not drained, not dead."""
         leaders = [n for n in self.nodes.values()
-                   if n.node_id != node_id and not n.drained and n.status is not NodeStatus.DEAD]
+                   if n.node_id != node_id and not n.leads_nothing and n.status is not NodeStatus.DEAD]
         if not leaders:
             raise InvalidRequest(f"draining node {node_id} would leave no node to lead partitions "
                                  "(every other node is drained or dead); undrain one first")
@@ -199,6 +222,10 @@ class Catalog:
         if isinstance(command, SetNodeDrained):
             self.nodes[command.node_id] = node = replace(self.nodes[command.node_id], drained=command.drained)
             return node
+        if isinstance(command, SetNodeDecommissioning):
+            self.nodes[command.node_id] = node = replace(self.nodes[command.node_id],
+                                                        decommissioning=command.decommissioning)
+            return node
         if isinstance(command, CreatePartitions):
             return self._grow(command)
         if isinstance(command, CreateTopic):
@@ -225,11 +252,13 @@ class Catalog:
         return None
 
     def _register(self, command: RegisterNode) -> NodeInfo:
-        """Registering again (a restart, new addresses) keeps the id and its drain mark, and
-        revives it: a drained node restarts drained (that is what a drain is for)."""
+        """Registering again (a restart, new addresses) keeps the id and its drain and
+        decommission marks, and revives it: a drained node restarts drained (that is what a
+        drain is for), a decommissioning one goes on leaving."""
         before = self.nodes.get(command.node_id)
         node = NodeInfo(command.node_id, command.raft_addr, command.http_addr, command.rack,
-                        NodeStatus.ALIVE, before is not None and before.drained)  # fmt: skip
+                        NodeStatus.ALIVE, before is not None and before.drained,
+                        before is not None and before.decommissioning)  # fmt: skip
         self.nodes[command.node_id] = node
         return node
 
@@ -257,7 +286,11 @@ class Catalog:
         return updated
 
     def drained_nodes(self) -> frozenset[NodeId]:
-        return frozenset(n.node_id for n in self.nodes.values() if n.drained)
+        """Nodes that lead nothing: drained, or decommissioning."""
+        return frozenset(n.node_id for n in self.nodes.values() if n.leads_nothing)
+
+    def decommissioning_nodes(self) -> frozenset[NodeId]:
+        return frozenset(n.node_id for n in self.nodes.values() if n.decommissioning)
 
     def apply_token(self, command: PutToken | DeleteToken) -> None:
         """A token change outside `apply` (restoring a snapshot)."""
@@ -306,6 +339,10 @@ class Catalog:
 
     def live_nodes(self) -> list[NodeInfo]:
         return [n for _, n in sorted(self.nodes.items()) if n.status is NodeStatus.ALIVE]
+
+    def placeable_nodes(self) -> list[NodeInfo]:
+        """Live nodes that may take new replicas (not decommissioning)."""
+        return [n for n in self.live_nodes() if not n.decommissioning]
 
     def snapshot(self) -> bytes:
         return encode_catalog(self)

@@ -27,6 +27,13 @@ class NodeInfo:
     rack: str | None
     status: NodeStatus
     drained: bool = False  # leads nothing (SetNodeDrained); survives restarts and re-registration
+    # Leaving the cluster (SetNodeDecommissioning): leads nothing, takes no new replica,
+    # its replicas move away, then it leaves the metadata group. Survives restarts too.
+    decommissioning: bool = False
+
+    @property
+    def leads_nothing(self) -> bool:
+        return self.drained or self.decommissioning
 
 
 @dataclass(frozen=True, slots=True)

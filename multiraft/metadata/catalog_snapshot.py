@@ -13,6 +13,7 @@ this module, so the codec does not import it: it names the catalog's shape
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -73,6 +74,8 @@ def encode_catalog(catalog: CatalogFields) -> bytes:
         "topics": [_topic_row(t) for _, t in sorted(catalog.topics.items())],
         # Drained nodes (absent in snapshots from before drains: none drained).
         "drained": [n.node_id for _, n in sorted(catalog.nodes.items()) if n.drained],
+        # Decommissioning nodes (absent before decommissions: none).
+        "decommissioning": [n.node_id for _, n in sorted(catalog.nodes.items()) if n.decommissioning],
         "tokens": [[t.name, t.digest, list(t.rights)] for _, t in sorted(catalog.tokens.items())],
     }
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
@@ -128,6 +131,11 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
             raise ValueError(f"drained node {node_id} is unknown or listed twice")
         catalog.nodes[node.node_id] = NodeInfo(node.node_id, node.raft_addr, node.http_addr, node.rack,
                                                node.status, True)
+    for node_id in document.get("decommissioning", []):
+        node = catalog.nodes.get(NodeId(_int(node_id, 1)))
+        if node is None or node.decommissioning:
+            raise ValueError(f"decommissioning node {node_id} is unknown or listed twice")
+        catalog.nodes[node.node_id] = replace(node, decommissioning=True)
     seen_groups: set[int] = set()
     for row in document["topics"]:
         topic = _topic(row)

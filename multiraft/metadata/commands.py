@@ -362,6 +362,22 @@ class SetNodeDrained:
             raise InvalidRequest("drained is true or false")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetNodeDecommissioning:
+    """Start taking a node out of the cluster, or cancel that (recommission): a
+    decommissioning node leads nothing, takes no new replica, has its replicas moved to
+    the other nodes and, once it holds none, leaves the metadata group
+    (multiraft/node/decommission.py). Kept in the catalog: it outlives restarts."""
+
+    node_id: NodeId
+    decommissioning: bool
+
+    def __post_init__(self) -> None:
+        _check_node_id(self.node_id)
+        if not isinstance(self.decommissioning, bool):
+            raise InvalidRequest("decommissioning is true or false")
+
+
 Command = (
     RegisterNode
     | SetNodeStatus
@@ -376,6 +392,7 @@ Command = (
     | DeleteToken
     | CreatePartitions
     | SetNodeDrained
+    | SetNodeDecommissioning
 )
 
 COMMAND_TYPES: dict[str, type] = {
@@ -392,6 +409,7 @@ COMMAND_TYPES: dict[str, type] = {
     "delete_token": DeleteToken,
     "create_partitions": CreatePartitions,
     "set_node_drained": SetNodeDrained,
+    "set_node_decommissioning": SetNodeDecommissioning,
 }
 _TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
 

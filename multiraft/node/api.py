@@ -34,7 +34,7 @@ from multiraft.consumer_groups.resets import (
     ResetTopic,
 )
 from multiraft.metadata.catalog import Catalog
-from multiraft.node import debug_views, draining
+from multiraft.node import debug_views, decommission, draining
 from multiraft.node.acks import Acks
 from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from multiraft.node.admission import verify as verify_admission
@@ -47,12 +47,14 @@ from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetric
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
+from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.scrubber import PARTITIONS_PER_CALL, VerifyReport
 from multiraft.runtime.group import GroupStatus
 from multiraft.state.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
 from multiraft.state.partitioner import partition_for_key
 from multiraft.transport.inbound_admission import Refusal as TransportRefusal
 from multiraft.transport.transport_config import TransportStats
+from raftlog.messages import Role
 from raftlog.types import GroupId, NodeId
 from storage.batch import BatchHeader
 
@@ -151,6 +153,7 @@ class NodeApi:
         self.alter_topic_config = metadata.alter_topic_config
         self.create_partitions = metadata.create_partitions  # issue 25: more partitions, drain
         self.set_drained = metadata.set_drained
+        self.set_decommissioning = metadata.set_decommissioning
         self.allocate_producer_id = metadata.allocate_producer_id
         self.sync_catalog = metadata.sync_catalog
         self.wait_for_topic = metadata.wait_for_topic
@@ -199,6 +202,16 @@ class NodeApi:
     def partitions_led(self, node_id: NodeId) -> int:
         """Partitions `node_id` leads as this node sees it (a drain's progress)."""
         return draining.partitions_led(self._routing, node_id)
+
+    def decommission_progress(self, node_id: NodeId) -> decommission.Progress:
+        """Where `node_id`'s decommission stands as this node sees it (its catalog, and its
+        copy of the metadata group's membership); why it waits, when this node is the
+        controller."""
+        metadata = self._registry.groups.get(METADATA_GROUP)
+        membership = metadata.core.membership if metadata is not None else None
+        waiting = self._controller.decommission_waiting if metadata is not None and metadata.core.role is Role.LEADER \
+            else ""
+        return decommission.progress(self._catalog.catalog, membership, node_id, waiting)
 
     def quiesced_groups(self) -> int:
         return self._registry.quiesced()

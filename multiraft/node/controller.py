@@ -9,7 +9,9 @@ marks nodes dead or alive from them and logs the transitions, not the beats.
 A node silent for `replica_move_after_ms` loses its replicas: the controller
 names a live node in each one's place (`ReplaceReplica`, placement's
 `replacement_for`), and each partition's leader moves the copy
-(multiraft/node/reassignment.py).
+(multiraft/node/reassignment.py). A decommissioning node's replicas move the same
+way, a bounded number at a time, and it then leaves the metadata group
+(multiraft/node/decommission.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from multiraft.metadata.commands import (
 )
 from multiraft.metadata.placement import PlacementNode, replacement_for
 from multiraft.net.tls import node_http_client_context
-from multiraft.node import admission
+from multiraft.node import admission, decommission
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.transport.rpc import RPC_TIMEOUT_S, STATUS_OK, Rpc, RpcError, answer, error_answer
 from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader
@@ -99,6 +101,7 @@ class Controller:
         self.registered = asyncio.Event()
         self._last_seen: dict[NodeId, float] = {}
         self._was_controller = False
+        self.decommission_waiting = ""  # why a decommission waits, as the controller sees it
         rpc.register("metadata.add_learner", self.serve_add_learner)
         rpc.register("node.heartbeat", self.serve_heartbeat)
 
@@ -215,10 +218,11 @@ class Controller:
         catalog = self._catalog.catalog
         known = set(self._config.initial_cluster) | set(catalog.nodes) | {self.id}
         alive = {n.node_id for n in catalog.live_nodes()}
+        leaving = catalog.decommissioning_nodes()  # may be stopped: the cluster does not wait for them
         return Readiness(
             metadata_leader=self._runtime.core.leader, registered=self.registered.is_set(),
-            nodes=tuple(sorted(known)), unregistered=tuple(sorted(known - set(catalog.nodes))),
-            dead=tuple(sorted(set(catalog.nodes) - alive)),
+            nodes=tuple(sorted(known - leaving)), unregistered=tuple(sorted(known - set(catalog.nodes))),
+            dead=tuple(sorted(set(catalog.nodes) - alive - leaving)),
         )
 
     # ------------------------------------------------------------------ liveness
@@ -267,13 +271,40 @@ class Controller:
                         and now - self._last_seen.get(m.node_id, now) >= move_after}
                 if gone:
                     await self.replace_replicas_of(gone)
+            await self.decommission_round()
 
-    async def replace_replicas_of(self, gone: set[NodeId]) -> int:
-        """Name a live node in place of each replica on a `gone` node; returns the moves
-        proposed. One move per partition at a time (a partition with a copy still
-        leaving waits); at most REPLICA_MOVES_PER_ROUND_MAX per call."""
+    async def decommission_round(self) -> None:
+        """On the controller: the next steps of every decommission (decommission.py): moves
+        of the nodes' replicas up to the cluster's bound, then the metadata group's
+        membership change for a node that holds nothing any more."""
         catalog = self._catalog.catalog
-        live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes() if n.node_id not in gone]
+        leaving = catalog.decommissioning_nodes()
+        if not leaving:
+            self.decommission_waiting = ""
+            return
+        holding = {n for n in leaving if decommission.replicas_held(catalog, n)}
+        allowed = decommission.moves_allowed(catalog)
+        if holding and allowed:
+            await self.replace_replicas_of(holding, limit=allowed)
+        core = self._runtime.core
+        matches = {n: p.match for n in core.membership.members if (p := core.progress(n)) is not None}
+        change, self.decommission_waiting = decommission.metadata_step(
+            catalog, core.membership, self.id, matches, core.commit_index, leaving - holding)
+        if change is None:
+            return
+        self._logger.info("decommission_metadata_change", op=change.op.name, node=change.node_id)
+        try:
+            async with asyncio.timeout(RPC_TIMEOUT_S):
+                await self._runtime.propose_membership(change)
+        except (MembershipChangeInProgress, ClientError, TimeoutError) as error:  # the next round asks again
+            self._logger.info("decommission_metadata_change_deferred", node=change.node_id, error=repr(error))
+
+    async def replace_replicas_of(self, gone: set[NodeId], limit: int = REPLICA_MOVES_PER_ROUND_MAX) -> int:
+        """Name a live node (not decommissioning) in place of each replica on a `gone`
+        node; returns the moves proposed. One move per partition at a time (a partition
+        with a copy still leaving waits); at most `limit` per call."""
+        catalog = self._catalog.catalog
+        live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes() if n.node_id not in gone]
         loads: dict[NodeId, int] = {}
         for topic in catalog.topics.values():
             for partition in topic.partitions:
@@ -299,7 +330,7 @@ class Controller:
                 self._logger.info("replica_moving", topic=name, partition=partition.partition, old=old, new=new)
                 loads[new] = loads.get(new, 0) + 1
                 moves += 1
-                if moves >= REPLICA_MOVES_PER_ROUND_MAX:
+                if moves >= limit:
                     return moves
         return moves
 

@@ -50,7 +50,7 @@ Ready = Callable[["GroupRuntime", NodeId], bool]  # the candidate can take the g
 
 def is_drained(node: Routing, node_id: NodeId) -> bool:
     info = node.catalog.catalog.nodes.get(node_id)
-    return info is not None and info.drained
+    return info is not None and info.leads_nothing
 
 
 def first_campaigner(replicas: Sequence[NodeId], me: NodeId, drained: Collection[NodeId],

@@ -127,7 +127,7 @@ def _eligible(node: Routing, runtime: GroupRuntime, candidate: NodeId) -> bool:
     if candidate == node.id or candidate not in runtime.core.membership.voters:
         return False
     info = node.catalog.catalog.nodes.get(candidate)
-    if info is None or info.status is not NodeStatus.ALIVE or info.drained or not node.is_live(candidate):
+    if info is None or info.status is not NodeStatus.ALIVE or info.leads_nothing or not node.is_live(candidate):
         return False
     return candidate in runtime.core.in_sync_replicas()
 
@@ -194,7 +194,7 @@ def evening_moves(node: Routing, limit: int = MOVES_PER_ROUND_MAX, settled: Targ
     once their preferred replica is ready)."""
     catalog = node.catalog.catalog
     live = {n.node_id for n in catalog.live_nodes()
-            if not n.drained and (n.node_id == node.id or node.is_live(n.node_id))}
+            if not n.leads_nothing and (n.node_id == node.id or node.is_live(n.node_id))}
     if node.id not in live or len(live) < 2 or limit == 0:
         return []
     counts = dict.fromkeys(live, 0)

@@ -29,6 +29,7 @@ from multiraft.metadata.commands import (
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
+    SetNodeDecommissioning,
     SetNodeDrained,
     decode_command,
     encode_command,
@@ -118,7 +119,7 @@ class MetadataOps:
 
     def _enough_nodes(self, replication_factor: int) -> bool:
         return (self._runtime.core.leader != 0
-                and len(self._catalog.catalog.live_nodes()) >= replication_factor)
+                and len(self._catalog.catalog.placeable_nodes()) >= replication_factor)
 
     async def _wait_for_nodes(self, replication_factor: int, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for a metadata leader and `replication_factor` live nodes
@@ -132,7 +133,7 @@ class MetadataOps:
 
     async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
         catalog = self._catalog.catalog
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
         assignments = place_replicas(
             nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id,
             drained=catalog.drained_nodes(),
@@ -166,7 +167,7 @@ class MetadataOps:
         if not isinstance(request["count"], int) or request["count"] <= current:
             raise InvalidPartitions(f"topic {topic.name!r} has {current} partitions; partitions can only be "
                                     f"added, so the new count must be above {current}, got {request['count']}")
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.live_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
         assignments = place_replicas(nodes, request["count"] - current, topic.replication_factor,
                                      start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
                                      drained=catalog.drained_nodes())
@@ -197,6 +198,19 @@ class MetadataOps:
                 if attempt == SET_DRAINED_ATTEMPTS:
                     raise
                 await asyncio.sleep(SET_DRAINED_RETRY_S * attempt)  # a new leader is elected meanwhile
+
+    async def set_decommissioning(self, node_id: NodeId, decommissioning: bool) -> None:
+        """Start or cancel a node's decommission (multiraft/node/decommission.py); proposed
+        again like a drain's mark (`set_drained`), for the same reason: the node leaving
+        may lead the metadata group."""
+        for attempt in range(1, SET_DRAINED_ATTEMPTS + 1):
+            try:
+                await self.propose(SetNodeDecommissioning(node_id=node_id, decommissioning=decommissioning))
+                return
+            except (OutcomeUnknown, LeaderNotAvailable, NotLeader):
+                if attempt == SET_DRAINED_ATTEMPTS:
+                    raise
+                await asyncio.sleep(SET_DRAINED_RETRY_S * attempt)
 
     async def delete_topic(self, name: str) -> None:
         self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller

@@ -303,6 +303,12 @@ class Node:
     async def set_drained(self, node_id: NodeId, drained: bool) -> None:
         await self.metadata.set_drained(node_id, drained)
 
+    async def set_decommissioning(self, node_id: NodeId, decommissioning: bool) -> None:
+        await self.metadata.set_decommissioning(node_id, decommissioning)
+
+    def decommission_progress(self, node_id: NodeId) -> Any:
+        return self.api.decommission_progress(node_id)
+
     async def alter_topic_config(self, name: str, changes: dict[str, Any]) -> None:
         await self.metadata.alter_topic_config(name, changes)
 

@@ -82,6 +82,33 @@ async def test_drain_and_undrain_over_http(cluster: Cluster) -> None:
     await until(lambda: all(not n.catalog.drained_nodes() for n in cluster.nodes), "undrained everywhere")
 
 
+async def test_decommission_routes_over_http(cluster: Cluster) -> None:
+    # Goal: the routes' shapes and refusals on the shared three nodes (the accepted path,
+    # four nodes, is tests/node/test_decommission.py): an RF-3 topic leaves a member's
+    # replicas nowhere to go, so its decommission is refused and nothing is marked.
+    for path, status_code, code in (("/v1/admin/nodes/9/decommission", 404, "UNKNOWN_NODE"),
+                                    ("/v1/admin/nodes/0/decommission", 400, "INVALID_REQUEST"),
+                                    ("/v1/admin/nodes/x/decommission", 400, "INVALID_REQUEST")):
+        for method in ("GET", "POST", "DELETE"):
+            status, answer = await cluster.call(method, 0, path)
+            assert (status, answer["error_code"]) == (status_code, code), (method, path, answer)
+    await cluster.create_topic("decommission-guard", partitions=1, replication_factor=3)
+    status, answer = await cluster.call("POST", 1, "/v1/admin/nodes/3/decommission")
+    assert (status, answer["error_code"]) == (409, "CLUSTER_TOO_SMALL") and "replication factor" in answer["message"]
+    for i in range(3):
+        status, answer = await cluster.call("GET", i, "/v1/admin/nodes/3/decommission")
+        assert status == 200 and answer["replicas"] >= 1, answer  # other tests' topics may add some
+        assert answer == {"node_id": 3, "decommissioning": False, "stage": None, "replicas": answer["replicas"],
+                          "partitions_led": answer["partitions_led"], "metadata_member": "voter",
+                          "waiting_for": ""}, answer
+        status, view = await cluster.call("GET", i, "/v1/cluster")
+        assert not any(n["decommissioning"] for n in view["nodes"]), view
+    status, answer = await cluster.call("DELETE", 2, "/v1/admin/nodes/3/decommission")  # a no-op recommission
+    assert status == 200 and answer["decommissioning"] is False, answer
+    status, _ = await cluster.call("DELETE", 0, "/v1/topics/decommission-guard")
+    assert status == 204
+
+
 async def test_the_client_grows_a_topic_and_its_producer_sees_the_new_partitions(cluster: Cluster) -> None:
     # Goal: the client method, and a running producer taking the new count: at once for a
     # record naming a new partition, and after its metadata age for unkeyed records.

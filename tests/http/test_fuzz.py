@@ -40,6 +40,11 @@ Nothing is left out silently; these are the deliberate limits:
   - a drain (`POST /v1/admin/nodes/{node}/drain`) is fuzzed as it comes, the
     cluster's own node ids included; every node is undrained after the operation,
     so the shared cluster's later tests find every node leading again;
+  - a decommission (`POST /v1/admin/nodes/{node}/decommission`) is fuzzed as it
+    comes too: the fuzz topic (RF 3, on all three nodes) leaves a member's replicas
+    nowhere to go, so the server refuses it (409 CLUSTER_TOO_SMALL), as it must; every node is
+    recommissioned after the operation all the same. The accepted path is
+    tests/node/test_decommission.py's (four nodes);
   - `wait_ms` of a consume above 50 is lowered to 0..50: at the log end a
     consume long-polls for `wait_ms` (up to 30 s); the long-poll itself is tested
     in test_api_records; so is `timeout` of a Confluent v2 records GET (its
@@ -394,6 +399,12 @@ def fuzz(base_urls: list[str], budget_s: float) -> dict[str, Any]:
                                             timeout=REQUEST_TIMEOUT_S)
                     if answer.status_code != 200:
                         findings.add(("cleanup", "undrain"), f"undraining {listed}: {answer.status_code}")
+            if operation.path.endswith("/decommission"):  # refused, as the docstring says; cleaned up anyway
+                for listed in session.get(f"{base_urls[0]}/v1/cluster", timeout=REQUEST_TIMEOUT_S).json()["nodes"]:
+                    if listed["decommissioning"]:
+                        findings.add(("decommission", "accepted"), f"node {listed['node_id']} was decommissioning")
+                        session.delete(f"{base_urls[0]}/v1/admin/nodes/{listed['node_id']}/decommission",
+                                       timeout=REQUEST_TIMEOUT_S)
     return {"labels": labels, "failures": findings.failures, "stats": findings.stats,
             "elapsed": time.monotonic() - started, "out_of_time": time.monotonic() > findings.deadline}
 

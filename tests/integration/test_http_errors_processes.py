@@ -112,7 +112,10 @@ COVERED_BY_TESTS = {"NOT_LEADER": 421, "NOT_ENOUGH_REPLICAS": 503, "INVALID_PROD
                     "CONSUMER_FORMAT_MISMATCH": 406, "NOT_ACCEPTABLE": 406,
                     # A delayed commit overtaken by a newer one: tests/unit/test_partition.py (no
                     # request alone can provoke it; the chaos group workload did, through a fault).
-                    "STALE_OFFSET_COMMIT": 409}
+                    "STALE_OFFSET_COMMIT": 409,
+                    # A decommission with nowhere to move to: tests/http/test_api_live_ops.py and
+                    # tests/node/test_decommission.py.
+                    "CLUSTER_TOO_SMALL": 409}
 
 
 def _corrupt(data: bytes) -> bytes:

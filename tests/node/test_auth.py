@@ -85,6 +85,9 @@ async def test_tokens_gate_every_route_by_its_right(tmp_path: Path) -> None:
                 ("POST", "/v1/topics/t1/partitions", {"json": {"count": 2}}),  # admin, even with write:t1
                 ("POST", "/v1/admin/nodes/1/drain", {}),
                 ("DELETE", "/v1/admin/nodes/1/drain", {}),
+                ("GET", "/v1/admin/nodes/1/decommission", {}),
+                ("POST", "/v1/admin/nodes/1/decommission", {}),
+                ("DELETE", "/v1/admin/nodes/1/decommission", {}),
             ]:
                 status, body, _ = await call(session, method, url[1] + path, token, **kwargs)
                 assert (status, body["error_code"]) == (403, "NOT_AUTHORIZED"), (method, path, body)

@@ -11,6 +11,16 @@ moves elsewhere (multiraft/node/draining.py) and it takes none until
 status at once (the transfers take a moment): whether it is drained, how many
 partitions it leads as this node sees it, and whether it leads the metadata group.
 Both need the admin right when auth is on (access.py).
+
+`POST /v1/admin/nodes/{node}/decommission` starts taking a node out of the cluster
+(multiraft/node/decommission.py: leaderships leave it, its replicas move to the
+other nodes a few at a time, then it leaves the metadata group); `DELETE` on the same
+path cancels it (recommission: the replicas already moved stay where they are), and
+`GET` shows how far it got. All three answer the decommission status as this node
+sees it: the stage (`moving_replicas`, `leaving_metadata`, `done`; null when not
+decommissioning), the partitions it still keeps a copy of, the partitions it leads,
+its place in the metadata group, and, from the controller, why it waits. Admin
+right when auth is on.
 """
 
 from __future__ import annotations
@@ -71,6 +81,36 @@ async def drain(request: web.Request) -> web.Response:
 
 async def undrain(request: web.Request) -> web.Response:
     return await _set_drained(request, False)
+
+
+def decommission_status(request: web.Request, node_id: NodeId) -> dict[str, Any]:
+    node = node_of(request)
+    progress = node.decommission_progress(node_id)
+    return {"node_id": node_id, "decommissioning": progress.decommissioning,
+            "stage": progress.stage.value if progress.stage is not None else None,
+            "replicas": progress.replicas, "partitions_led": node.partitions_led(node_id),
+            "metadata_member": progress.metadata_member, "waiting_for": progress.waiting_for}
+
+
+async def decommission(request: web.Request) -> web.Response:
+    return await _set_decommissioning(request, True)
+
+
+async def recommission(request: web.Request) -> web.Response:
+    return await _set_decommissioning(request, False)
+
+
+async def decommission_state(request: web.Request) -> web.Response:
+    return web.json_response(decommission_status(request, _path_node(request)))
+
+
+async def _set_decommissioning(request: web.Request, decommissioning: bool) -> web.Response:
+    node_id = _path_node(request)
+    node = node_of(request)
+    what = "decommissioning" if decommissioning else "recommissioning"
+    await bounded(node.set_decommissioning(node_id, decommissioning), f"{what} a node")
+    await bounded(node.sync_catalog(), f"{what} propagation")
+    return web.json_response(decommission_status(request, node_id))
 
 
 async def _set_drained(request: web.Request, drained: bool) -> web.Response:

@@ -46,7 +46,7 @@ async def create_topic(request: web.Request) -> web.Response:
     partitions = body.get("partitions", 1)
     if not is_int(partitions) or not 1 <= partitions <= PARTITIONS_MAX:
         raise InvalidPartitions(f"partitions must be an integer in 1..{PARTITIONS_MAX}")
-    default_rf = min(3, max(1, len(node.catalog.live_nodes())))
+    default_rf = min(3, max(1, len(node.catalog.placeable_nodes())))
     replication_factor = body.get("replication_factor", default_rf)
     if not is_int(replication_factor) or not 1 <= replication_factor <= REPLICATION_FACTOR_MAX:
         raise InvalidReplicationFactor(f"replication_factor must be an integer in 1..{REPLICATION_FACTOR_MAX}")
