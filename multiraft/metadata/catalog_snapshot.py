@@ -13,8 +13,8 @@ this module, so the codec does not import it: it names the catalog's shape
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from multiraft.errors import SnapshotFormatError
