@@ -278,6 +278,7 @@ class Controller:
         of the nodes' replicas up to the cluster's bound, then the metadata group's
         membership change for a node that holds nothing any more."""
         catalog = self._catalog.catalog
+        await self._readmit_recommissioned(catalog)
         leaving = catalog.decommissioning_nodes()
         if not leaving:
             self.decommission_waiting = ""
@@ -298,6 +299,22 @@ class Controller:
                 await self._runtime.propose_membership(change)
         except (MembershipChangeInProgress, ClientError, TimeoutError) as error:  # the next round asks again
             self._logger.info("decommission_metadata_change_deferred", node=change.node_id, error=repr(error))
+
+    async def _readmit_recommissioned(self, catalog: Any) -> None:
+        """A node recommissioned after it left the metadata group joins it again as a
+        learner (as at its admission), so a recommission undoes a finished decommission
+        too. Registered nodes are otherwise always members: the initial voters, and every
+        admitted node as a learner."""
+        members = self._runtime.core.membership.members
+        for info in catalog.nodes.values():
+            if info.node_id in members or info.decommissioning or info.status is not NodeStatus.ALIVE:
+                continue
+            self._logger.info("recommissioned_node_readmitted", node=info.node_id)
+            try:
+                await self._add_learner(info.node_id)
+            except (ClientError, TimeoutError) as error:  # the next round asks again
+                self._logger.info("readmission_deferred", node=info.node_id, error=repr(error))
+            return  # one membership change per round
 
     async def replace_replicas_of(self, gone: set[NodeId], limit: int = REPLICA_MOVES_PER_ROUND_MAX) -> int:
         """Name a live node (not decommissioning) in place of each replica on a `gone`

@@ -5,8 +5,9 @@ of them ends with the node holding no replica (its copies deleted), leading noth
 out of the metadata group, and the learner promoted in its place (three voters
 still); every partition keeps three copies on the staying nodes; every record
 acknowledged before and during the moves is on every staying copy; the status walks
-moving -> leaving -> done; and the cluster takes writes afterwards. A decommission
-that would leave a partition nowhere to go is refused up front.
+moving -> leaving -> done; and the cluster takes writes afterwards. Recommissioned
+then, it joins the metadata group again as a learner. A decommission that would leave
+a partition nowhere to go is refused up front.
 """
 
 from __future__ import annotations
@@ -109,6 +110,16 @@ async def test_a_decommissioned_voter_leaves_with_nothing_lost(tmp_path: Path) -
             await until(complete, f"every acknowledged record of partition {p} on every copy", 30)
             logs = {tuple(values_at(n, "moving", p)) for n in copies}
             assert len(logs) == 1, f"partition {p}: the copies differ"
+
+        # Recommissioned after it left: it joins the metadata group again, as a learner.
+        await staying[1].set_decommissioning(leaving.id, False)
+
+        def readmitted() -> bool:
+            leader = next((n for n in staying if n.groups[GroupId(0)].core.role is Role.LEADER), None)
+            return leader is not None and leaving.id in leader.groups[GroupId(0)].core.membership.learners
+
+        await until(readmitted, "the recommissioned node back in the metadata group", 30)
+        await until(lambda: leaving.decommission_progress(leaving.id).stage is None, "its own view", 30)
 
 
 async def test_a_decommission_with_nowhere_to_go_is_refused(tmp_path: Path) -> None:
