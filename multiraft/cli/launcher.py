@@ -64,6 +64,7 @@ class LocalNode:
     http_port: int
     data_dir: Path
     process: subprocess.Popen[bytes] | None = None
+    joins_via: str | None = None  # the HTTP address it joins through (added by `add_joiner`)
 
     @property
     def raft_addr(self) -> str:
@@ -148,12 +149,26 @@ class LocalCluster:
     def _save_layout(self) -> None:
         layout = {"raft_port": self.raft_port, "http_port": self.http_port, "tls": self.tls,
                   "nodes": [{"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr}
-                            for n in self.nodes]}
+                            for n in self.nodes if not n.joins_via]}
         (self.directory / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
 
     @property
     def initial_cluster(self) -> str:
-        return ",".join(f"{n.node_id}={n.raft_addr}" for n in self.nodes)
+        return ",".join(f"{n.node_id}={n.raft_addr}" for n in self.nodes if not n.joins_via)
+
+    def add_joiner(self) -> LocalNode:
+        """Start one more node (the next id, on 127.0.0.<id>) that joins through node 1's
+        HTTP address, as a learner of the metadata group (tests and benches of live
+        operations). It is not written into the layout: a later `up` on this directory
+        starts the initial voters only."""
+        node_id = len(self.nodes) + 1
+        if node_id > NODES_MAX:
+            raise LauncherError(f"at most {NODES_MAX} nodes")
+        node = LocalNode(node_id, f"127.0.0.{node_id}", self.raft_port, self.http_port,
+                         self.directory / f"node{node_id}", joins_via=self.nodes[0].http_addr)
+        self.nodes.append(node)
+        self.start_node(node_id)
+        return node
 
     @property
     def http_addresses(self) -> list[str]:
@@ -174,9 +189,10 @@ class LocalCluster:
             files = node.tls_files
             tls = ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--peer-tls-ca", str(self.ca.cert),
                    "--peer-tls-cert", str(files.cert), "--peer-tls-key", str(files.key)]
+        cluster = ["--join", node.joins_via] if node.joins_via else ["--initial-cluster", self.initial_cluster]
         return [self.python, "-m", "multiraft.cli", "serve", "--node-id", str(node.node_id),
                 "--data-dir", str(node.data_dir), "--raft-addr", node.raft_addr, "--http-addr", node.http_addr,
-                "--initial-cluster", self.initial_cluster, *tls, *self.extra_args]
+                *cluster, *tls, *self.extra_args]
 
     def start(self) -> None:
         make_private_dirs(self.directory)
