@@ -371,6 +371,28 @@ def _describe_decommission(node_id: int, status: dict[str, Any]) -> str:
     return text + (f" ({status['waiting_for']})" if status["waiting_for"] else "")
 
 
+def cluster_config(client: Client, args: argparse.Namespace) -> int:
+    """`cluster config` prints the run-time settings; `--set KEY=VALUE` (VALUE an integer, or
+    `default` for each node's own) changes them first."""
+    changes: dict[str, Any] = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set: KEY=VALUE, got {item!r}")
+        if value == "default":
+            changes[key] = None
+        else:
+            try:
+                changes[key] = int(value)
+            except ValueError:
+                raise ValueError(f"--set {key}: an integer or 'default', got {value!r}") from None
+    settings = client.set_cluster_settings(changes) if changes else client.cluster_settings()
+    for key, setting in sorted(settings.items()):
+        source = "cluster setting" if setting["cluster"] is not None else "this node's own"
+        print(f"{key} = {setting['value']} ({source})")
+    return EXIT_OK
+
+
 def node_decommission(client: Client, args: argparse.Namespace) -> int:
     """Decommission, and with --wait print progress until it is done (a second apart)."""
     if not 0 < args.timeout <= CLUSTER_WAIT_MAX_S:

@@ -14,6 +14,7 @@
     raftlog topic alter TOPIC [--partitions N] [--config K=V] [--delete-config K]
     raftlog node drain N [--wait] | undrain N     leadership off a node (rolling restart), and back
     raftlog node decommission N [--wait] | recommission N   take a node out of the cluster, or cancel
+    raftlog cluster config [--set replica_move_bytes_per_s=N]   run-time settings (the move throttle)
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
-                                              metavar="{up,status,wait,verify}")
+                                              metavar="{up,status,wait,verify,config}")
     add_cluster_up(cluster_commands)
     _client_command(cluster_commands.add_parser("status", help="nodes, groups, leaders, ISR, lag"),
                     commands.cluster_status)
@@ -184,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "(tictac trees); exit 1 if any is not identical (admin)")
     verify.add_argument("--topic", action="append", metavar="T", help="only this topic; repeatable")
     _client_command(verify, commands.cluster_verify)
+    config = cluster_commands.add_parser("config", help="run-time cluster settings: the move throttle "
+                                                        "replica_move_bytes_per_s (admin)")
+    config.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="set a setting for every node (VALUE an integer, or 'default'); repeatable")
+    _client_command(config, commands.cluster_config)
     _topic_parsers(subcommands)
     _data_parsers(subcommands)
     token = subcommands.add_parser("token", help="bearer tokens of a cluster with auth on (admin)")

@@ -271,6 +271,14 @@ class AsyncClient:
         """Let `node_id` lead again; its drain status."""
         return await self._json("DELETE", f"/v1/admin/nodes/{int(node_id)}/drain")
 
+    async def cluster_settings(self) -> dict[str, Any]:
+        """The run-time cluster settings: per key, this node's value and the cluster's."""
+        return await self._json("GET", "/v1/admin/config")
+
+    async def set_cluster_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """Set cluster settings (None: back to each node's own); the settings after."""
+        return await self._json("PATCH", "/v1/admin/config", json_body=settings)
+
     async def decommission_node(self, node_id: int) -> dict[str, Any]:
         """Start taking `node_id` out of the cluster (its replicas move away); its status."""
         return await self._json("POST", f"/v1/admin/nodes/{int(node_id)}/decommission")

@@ -94,6 +94,12 @@ class Client:
     def undrain_node(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.undrain_node(node_id))
 
+    def cluster_settings(self) -> dict[str, Any]:
+        return self.run(self.aio.cluster_settings())
+
+    def set_cluster_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        return self.run(self.aio.set_cluster_settings(settings))
+
     def decommission_node(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.decommission_node(node_id))
 

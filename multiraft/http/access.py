@@ -63,6 +63,8 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,
     ("DELETE", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,
     ("GET", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,
+    ("GET", "/v1/admin/config"): ADMIN_RIGHT,
+    ("PATCH", "/v1/admin/config"): ADMIN_RIGHT,
     ("POST", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,
     ("DELETE", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,
     # Membership: a join names its topics in the body (read on each; a pattern needs read:*);

@@ -70,6 +70,8 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/admin/nodes/{node}/drain", live_ops.drain),
     ("DELETE", "/v1/admin/nodes/{node}/drain", live_ops.undrain),
     ("GET", "/v1/admin/nodes/{node}/decommission", live_ops.decommission_state),
+    ("GET", "/v1/admin/config", live_ops.get_config),
+    ("PATCH", "/v1/admin/config", live_ops.patch_config),
     ("POST", "/v1/admin/nodes/{node}/decommission", live_ops.decommission),
     ("DELETE", "/v1/admin/nodes/{node}/decommission", live_ops.recommission),
     ("POST", "/v1/admin/tokens", tokens.create_token),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from multiraft.metadata.commands import PARTITIONS_MAX
+from multiraft.node.move_throttle import REPLICA_MOVE_BYTES_PER_S_MAX
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _TOPIC = {"name": "topic", "in": "path", "required": True,
@@ -50,6 +51,15 @@ def _decommission_answer(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _DECOMMISSION_STATUS}}}
 
 
+_SETTING = {"type": "object", "additionalProperties": False, "required": ["value", "cluster"],
+            "properties": {"value": {"type": "integer", "minimum": 0},
+                           "cluster": {"type": ["integer", "null"], "minimum": 0}}}
+_SETTINGS = {"description": "the cluster settings: what this node uses, and the cluster's setting (null: none)",
+             "content": {"application/json": {"schema": {
+                 "type": "object", "additionalProperties": False, "required": ["replica_move_bytes_per_s"],
+                 "properties": {"replica_move_bytes_per_s": _SETTING}}}}}
+
+
 PATHS: dict[str, Any] = {
     "/v1/topics/{topic}/partitions": {
         "parameters": [_TOPIC],
@@ -74,6 +84,17 @@ PATHS: dict[str, Any] = {
                               "leaderships back (admin)",
                    "responses": {"200": _drain_answer("the node's drain status"),
                                  **_errors(404, 409, 421, 503, 504)}},
+    },
+    "/v1/admin/config": {
+        "get": {"summary": "cluster settings nodes act on at run time: the move throttle "
+                           "(replica_move_bytes_per_s, bytes/s to learners per node; 0: no limit) (admin)",
+                "responses": {"200": _SETTINGS, **_errors()}},
+        "patch": {"summary": "set cluster settings for every node (null: back to each node's own) (admin)",
+                  "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                      "type": "object", "additionalProperties": False, "minProperties": 1,
+                      "properties": {"replica_move_bytes_per_s": {
+                          "type": ["integer", "null"], "minimum": 0, "maximum": REPLICA_MOVE_BYTES_PER_S_MAX}}}}}},
+                  "responses": {"200": _SETTINGS, **_errors(415, 421, 503, 504)}},
     },
     "/v1/admin/nodes/{node}/decommission": {
         "parameters": [_NODE],

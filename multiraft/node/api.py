@@ -34,7 +34,7 @@ from multiraft.consumer_groups.resets import (
     ResetTopic,
 )
 from multiraft.metadata.catalog import Catalog
-from multiraft.node import debug_views, decommission, draining
+from multiraft.node import debug_views, decommission, draining, move_throttle
 from multiraft.node.acks import Acks
 from multiraft.node.admission import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from multiraft.node.admission import verify as verify_admission
@@ -212,6 +212,11 @@ class NodeApi:
         waiting = self._controller.decommission_waiting if metadata is not None and metadata.core.role is Role.LEADER \
             else ""
         return decommission.progress(self._catalog.catalog, membership, node_id, waiting)
+
+    def effective_setting(self, key: str) -> int:
+        """What this node uses for a cluster setting now (the cluster's, else its own)."""
+        assert key == move_throttle.SETTING, key
+        return move_throttle.effective_rate(self._catalog.catalog.cluster_config, self.config.replica_move_bytes_per_s)
 
     def quiesced_groups(self) -> int:
         return self._registry.quiesced()

@@ -27,6 +27,10 @@ from multiraft.net.secret_files import (
     secret_material_bytes,
 )
 from multiraft.net.tls import PeerTls, TlsError, http_server_context
+from multiraft.node.move_throttle import (
+    REPLICA_MOVE_BYTES_PER_S_DEFAULT,
+    REPLICA_MOVE_BYTES_PER_S_MAX,
+)
 from raftlog.types import NodeId
 from storage.config import FlushPolicy
 
@@ -72,6 +76,10 @@ class NodeConfig:
     # A node silent this long has its replicas moved to live nodes (-1: never). Long, as
     # Redpanda's 15 minutes: a restart or a short outage must not copy whole partitions.
     replica_move_after_ms: int = 900_000
+    # Bytes/s this node's leaders send to learners, the copies being made by moves and
+    # decommissions (multiraft/node/move_throttle.py); 0: no limit. The cluster setting of
+    # the same name (PATCH /v1/admin/config) wins over this one.
+    replica_move_bytes_per_s: int = REPLICA_MOVE_BYTES_PER_S_DEFAULT
     # Leadership balancing (multiraft/node/leadership.py). A transfer's target must have been
     # live this long without a silence (30 s: three node-dead-after periods, so a node back
     # from a restart has caught up and settled before it is asked to lead); no automatic
@@ -120,6 +128,8 @@ class NodeConfig:
             raise ConfigError("admin_token_file: the admin token has at least 16 characters")
         if self.replica_move_after_ms < -1:
             raise ConfigError("replica_move_after_ms: -1 (never) or a duration in ms")
+        if not 0 <= self.replica_move_bytes_per_s <= REPLICA_MOVE_BYTES_PER_S_MAX:
+            raise ConfigError(f"replica_move_bytes_per_s: 0 (no limit) to {REPLICA_MOVE_BYTES_PER_S_MAX}")
         if self.leader_balance_target_live_ms < 0 or self.leader_balance_settle_ms < 0:
             raise ConfigError("leader_balance_target_live_ms, leader_balance_settle_ms: durations in ms, at least 0")
         if not 1 <= self.leader_transfers_in_flight_max <= 1000:
@@ -263,6 +273,7 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
             values[name] = Path(settings[name])
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
                  "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms",
+                 "replica_move_bytes_per_s",
                  "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms",
                  "leader_balance_target_live_ms", "leader_balance_settle_ms", "leader_transfers_in_flight_max"):
         if name in settings:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.transport.frames import FrameTooLarge, FrameType
 from multiraft.transport.rpc import FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE
-from raftlog.messages import Message
+from raftlog.messages import Message, MessageType
 from raftlog.types import GroupId, NodeId
 from raftlog.wire import (
     WireError,
@@ -29,6 +29,7 @@ from raftlog.wire import (
 )
 
 if TYPE_CHECKING:
+    from multiraft.node.move_throttle import MoveThrottle
     from multiraft.node.registry import GroupRegistry
     from multiraft.runtime.liveness import PeerLiveness
     from multiraft.transport.transport import Transport
@@ -46,8 +47,17 @@ class Outbox:
         self._logger = logger
         self._heartbeats: dict[int, list[tuple[GroupId, Message]]] = {}
         self._flush_scheduled = False
+        self.throttle: MoveThrottle | None = None  # set by the node
 
     def send(self, group_id: GroupId, message: Message) -> None:
+        if message.type is MessageType.APPEND and self.throttle is not None:
+            runtime = self._registry.groups.get(group_id)
+            if runtime is not None and message.target in runtime.core.membership.learners:
+                self.throttle.offer(group_id, message)  # a copy being made (move_throttle.py)
+                return
+        self.send_now(group_id, message)
+
+    def send_now(self, group_id: GroupId, message: Message) -> None:
         if heartbeat_is_compactable(message):
             self._heartbeats.setdefault(message.target, []).append((group_id, message))
             if not self._flush_scheduled:

@@ -30,7 +30,7 @@ import structlog
 
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import Command
-from multiraft.node import leadership, offsets_retention, open_files, reassignment
+from multiraft.node import leadership, move_throttle, offsets_retention, open_files, reassignment
 from multiraft.node.acks import Acks
 from multiraft.node.api import NodeApi
 from multiraft.node.catalog_holder import CatalogHolder
@@ -46,6 +46,7 @@ from multiraft.node.local_storage import LocalStorage
 from multiraft.node.machines import PartitionMachine
 from multiraft.node.messaging import Inbox, Outbox
 from multiraft.node.metadata_ops import MetadataOps
+from multiraft.node.move_throttle import MoveThrottle
 from multiraft.node.partition_ops import PartitionOps
 from multiraft.node.produce import Produce
 from multiraft.node.produce_result import ProduceResult
@@ -117,6 +118,8 @@ class Node:
         self.inbox = Inbox(self.id, self.registry, self.liveness, self.rpc.on_frame, self.logger)
         self.transport.on_peer_refused = self.inbox.on_peer_refused
         self.outbox = Outbox(self.id, self.transport, self.registry, self.logger)
+        self.move_throttle = MoveThrottle(self._move_rate, self.outbox.send_now, self.logger)
+        self.outbox.throttle = self.move_throttle
 
     def _build_services(self) -> None:
         self.metadata = MetadataOps(self.id, self.registry, self.catalog_holder, self.rpc,
@@ -172,6 +175,7 @@ class Node:
             ("loop-lag", lambda: watch_loop_lag(self.latencies.loop_lag)),
             ("offsets-retention", lambda: offsets_retention.retention_loop(self.registry, config, logger)),
             ("group-coordinator", self.group_coordinator.run),
+            ("move-throttle", self.move_throttle.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
@@ -194,6 +198,7 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        self.move_throttle.clear()
         runtimes = list(self.registry.groups.values())
         for start in range(0, len(runtimes), STOP_CHUNK_GROUPS):  # one by one, 3,000 took over 10 s
             chunk = runtimes[start:start + STOP_CHUNK_GROUPS]
@@ -207,6 +212,10 @@ class Node:
         await self.storage.close(self.registry.stores)
         self.registry.clear()
         self.logger.info("node_stopped")
+
+    def _move_rate(self) -> int:
+        """Bytes/s for copies being made: the cluster setting, else this node's own."""
+        return move_throttle.effective_rate(self.catalog.cluster_config, self.config.replica_move_bytes_per_s)
 
     def start_task(self, coroutine: Coroutine[Any, Any, None], name: str = "background") -> None:
         """Run node work in the background; stopped with the node, its failure logged."""

@@ -109,6 +109,28 @@ async def test_decommission_routes_over_http(cluster: Cluster) -> None:
     assert status == 204
 
 
+async def test_the_move_throttle_is_a_cluster_setting(cluster: Cluster) -> None:
+    # Goal: GET shows each node's own rate with no cluster setting; PATCH sets it for every
+    # node (each answers it as its value), null gives each node its own back; unknown keys,
+    # wrong types and out-of-range values are INVALID_CONFIG, and change nothing.
+    own = cluster.nodes[0].config.replica_move_bytes_per_s
+    status, answer = await cluster.call("GET", 1, "/v1/admin/config")
+    assert status == 200 and answer == {"replica_move_bytes_per_s": {"value": own, "cluster": None}}, answer
+    for body in ({}, {"replica_move_bytes_per_s": -1}, {"replica_move_bytes_per_s": "fast"},
+                 {"replica_move_bytes_per_s": True}, {"replica_move_bytes_per_s": 2**41}, {"retention_ms": 5},
+                 {"replica_move_bytes_per_s": 1.5}):
+        status, refused = await cluster.call("PATCH", 0, "/v1/admin/config", json=body)
+        assert (status, refused["error_code"]) == (400, "INVALID_CONFIG"), (body, refused)
+    try:
+        status, answer = await cluster.call("PATCH", 2, "/v1/admin/config", json={"replica_move_bytes_per_s": 1234})
+        assert status == 200 and answer["replica_move_bytes_per_s"] == {"value": 1234, "cluster": 1234}, answer
+        await until(lambda: all(n.move_throttle._rate() == 1234 for n in cluster.nodes), "every node's throttle")
+    finally:
+        status, answer = await cluster.call("PATCH", 0, "/v1/admin/config", json={"replica_move_bytes_per_s": None})
+        assert status == 200 and answer["replica_move_bytes_per_s"] == {"value": own, "cluster": None}, answer
+    await until(lambda: all(n.move_throttle._rate() == own for n in cluster.nodes), "each node's own again")
+
+
 async def test_the_client_grows_a_topic_and_its_producer_sees_the_new_partitions(cluster: Cluster) -> None:
     # Goal: the client method, and a running producer taking the new count: at once for a
     # record naming a new partition, and after its metadata age for unkeyed records.

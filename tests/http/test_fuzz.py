@@ -45,6 +45,8 @@ Nothing is left out silently; these are the deliberate limits:
     nowhere to go, so the server refuses it (409 CLUSTER_TOO_SMALL), as it must; every node is
     recommissioned after the operation all the same. The accepted path is
     tests/node/test_decommission.py's (four nodes);
+  - the cluster config (`PATCH /v1/admin/config`, the move throttle) is fuzzed as it
+    comes; after the operation it is set back to each node's own;
   - `wait_ms` of a consume above 50 is lowered to 0..50: at the log end a
     consume long-polls for `wait_ms` (up to 30 s); the long-poll itself is tested
     in test_api_records; so is `timeout` of a Confluent v2 records GET (its
@@ -399,6 +401,11 @@ def fuzz(base_urls: list[str], budget_s: float) -> dict[str, Any]:
                                             timeout=REQUEST_TIMEOUT_S)
                     if answer.status_code != 200:
                         findings.add(("cleanup", "undrain"), f"undraining {listed}: {answer.status_code}")
+            if operation.path == "/v1/admin/config":  # every node back to its own move throttle
+                answer = session.patch(f"{base_urls[0]}/v1/admin/config", json={"replica_move_bytes_per_s": None},
+                                       timeout=REQUEST_TIMEOUT_S)
+                if answer.status_code != 200:
+                    findings.add(("cleanup", "config"), f"resetting the cluster config: {answer.status_code}")
             if operation.path.endswith("/decommission"):  # refused, as the docstring says; cleaned up anyway
                 for listed in session.get(f"{base_urls[0]}/v1/cluster", timeout=REQUEST_TIMEOUT_S).json()["nodes"]:
                     if listed["decommissioning"]:

@@ -1,7 +1,7 @@
 """Decommissioning a live node of four, under a steady producer (issue 25).
 
 Goal: `set_decommissioning` on a metadata voter that holds replicas and leads some
-of them ends with the node holding no replica (its copies deleted), leading nothing,
+of them (its copies made through the move throttle) ends with the node holding no replica (its copies deleted), leading nothing,
 out of the metadata group, and the learner promoted in its place (three voters
 still); every partition keeps three copies on the staying nodes; every record
 acknowledged before and during the moves is on every staying copy; the status walks
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from multiraft.metadata import SetClusterConfig
 from multiraft.node.decommission import Stage
 from multiraft.node.node import Node
 from raftlog.errors import ClientError
@@ -66,6 +67,8 @@ async def test_a_decommissioned_voter_leaves_with_nothing_lost(tmp_path: Path) -
             await produce_retrying(everyone[0], "moving", p, batch(b"before-%d" % p))
             acked[p].append(b"before-%d" % p)
         staying = [n for n in everyone if n is not leaving]
+        # The copies are made through the move throttle (a rate they reach: ~2 MB/s).
+        await everyone[0].propose_metadata(SetClusterConfig(key="replica_move_bytes_per_s", value=2_000_000))
         stop = asyncio.Event()
         producer = asyncio.create_task(_produce_steadily(staying, acked, stop))
         try:
@@ -86,6 +89,7 @@ async def test_a_decommissioned_voter_leaves_with_nothing_lost(tmp_path: Path) -
             await producer
         assert Stage.MOVING_REPLICAS in stages and Stage.DONE in stages, stages
         assert sum(map(len, acked.values())) > PARTITIONS, "the producer got acknowledgements during the moves"
+        assert sum(n.move_throttle.sent_bytes for n in everyone) > 0, "the copies went through the throttle"
 
         metadata = next(n for n in staying if n.groups[GroupId(0)].core.role is Role.LEADER)
         membership = metadata.groups[GroupId(0)].core.membership

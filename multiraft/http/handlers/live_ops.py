@@ -21,6 +21,12 @@ sees it: the stage (`moving_replicas`, `leaving_metadata`, `done`; null when not
 decommissioning), the partitions it still keeps a copy of, the partitions it leads,
 its place in the metadata group, and, from the controller, why it waits. Admin
 right when auth is on.
+
+`GET /v1/admin/config` shows the cluster settings a node acts on at run time (today
+one: `replica_move_bytes_per_s`, the move throttle, multiraft/node/move_throttle.py),
+each as `{"value": what this node uses, "cluster": the cluster setting or null}`;
+`PATCH` with `{"replica_move_bytes_per_s": N}` sets it for every node (null: back to
+each node's own), answered as GET. Admin right when auth is on.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ from typing import Any
 
 from aiohttp import web
 
-from multiraft.errors import InvalidPartitions, InvalidRequest, UnknownNode
+from multiraft.errors import InvalidConfig, InvalidPartitions, InvalidRequest, UnknownNode
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.params import is_int, json_object
 from multiraft.http.view import METADATA_GROUP, topic_view
-from multiraft.metadata.commands import PARTITIONS_MAX
+from multiraft.metadata.commands import PARTITIONS_MAX, SetClusterConfig
+from multiraft.node import move_throttle
 from raftlog.types import GroupId, NodeId
 
 NODE_ID_MAX = 2**31 - 1  # as an admission's node_id (handlers/nodes.py)
@@ -120,3 +127,33 @@ async def _set_drained(request: web.Request, drained: bool) -> web.Response:
     await bounded(node.set_drained(node_id, drained), f"{what} a node")
     await bounded(node.sync_catalog(), f"{what.removesuffix('ing')} propagation")
     return web.json_response(drain_status(request, node_id))
+
+
+CLUSTER_SETTINGS = {move_throttle.SETTING: (0, move_throttle.REPLICA_MOVE_BYTES_PER_S_MAX)}
+
+
+def cluster_settings(request: web.Request) -> dict[str, Any]:
+    node = node_of(request)
+    stored = node.catalog.cluster_config
+    return {key: {"value": node.effective_setting(key), "cluster": stored.get(key)} for key in CLUSTER_SETTINGS}
+
+
+async def get_config(request: web.Request) -> web.Response:
+    return web.json_response(cluster_settings(request))
+
+
+async def patch_config(request: web.Request) -> web.Response:
+    node = node_of(request)
+    body = await json_object(request)
+    if not body:
+        raise InvalidConfig(f"name at least one setting: {sorted(CLUSTER_SETTINGS)}")
+    for key, value in body.items():
+        if key not in CLUSTER_SETTINGS:
+            raise InvalidConfig(f"unknown cluster setting {key[:100]!r}; known: {sorted(CLUSTER_SETTINGS)}")
+        low, high = CLUSTER_SETTINGS[key]
+        if value is not None and not (is_int(value) and low <= value <= high):
+            raise InvalidConfig(f"{key} is an integer in {low}..{high}, or null (each node's own)")
+    for key, value in body.items():
+        await bounded(node.propose_metadata(SetClusterConfig(key=key, value=value)), "setting the cluster config")
+    await bounded(node.sync_catalog(), "cluster config propagation")
+    return web.json_response(cluster_settings(request))
