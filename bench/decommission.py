@@ -176,6 +176,14 @@ async def run(args: argparse.Namespace, cluster: LocalCluster) -> None:
         print(f"decommission: {'done' if stages[-1] == 'done' else 'NOT done'} in {took:.1f} s; {moved} copies "
               f"moved ({mib} MiB of bulk, {mib / took:.1f} MiB/s)")
         print(f"ratio p99 during / before: {_p99(during) / _p99(before):.2f} (goal <= 2)")
+        for server in servers:
+            async with session.get(f"http://{server}/metrics") as answer:
+                text = await answer.text()
+            found = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                     if line.startswith("raftlog_move_throttle")}
+            print(f"  {server}: throttle sent {found.get('raftlog_move_throttle_sent_bytes_total', 0) / 2**20:.0f} MiB, "
+                  f"dropped {found.get('raftlog_move_throttle_dropped_total', 0):.0f}, "
+                  f"waiting {found.get('raftlog_move_throttle_queued', 0):.0f}")
 
 
 def main() -> int:

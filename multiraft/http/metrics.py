@@ -118,6 +118,13 @@ class NodeCollector(Collector):
                                   value=node.peer_silences)
         yield CounterMetricFamily("raftlog_groups_back_to_quiet", "groups a peer's silence woke for nothing",
                                   value=node.groups_back_to_quiet)
+        sent, dropped, queued = node.move_throttle_counts  # copies being made (move_throttle.py)
+        yield CounterMetricFamily("raftlog_move_throttle_sent_bytes", "bytes sent to learners through the throttle",
+                                  value=sent)
+        yield CounterMetricFamily("raftlog_move_throttle_dropped", "appends to learners dropped past the queue's bounds",
+                                  value=dropped)
+        yield GaugeMetricFamily("raftlog_move_throttle_queued", "appends to learners waiting for the rate",
+                                value=queued)
         scrub = node.scrub_counts  # the scrubber's verifies led here (docs/mirror.md)
         yield CounterMetricFamily("raftlog_scrub_partitions_verified", "partitions whose replicas this node verified",
                                   value=scrub.partitions_verified)

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from multiraft.node.group_coordinator import GroupCoordinator
     from multiraft.node.group_reads import GroupReads
     from multiraft.node.metadata_ops import MetadataOps
+    from multiraft.node.move_throttle import MoveThrottle
     from multiraft.node.partition_ops import PartitionOps
     from multiraft.node.produce import Produce
     from multiraft.node.registry import GroupRegistry
@@ -113,7 +114,8 @@ class NodeApi:
                  reads: PartitionOps, groups: GroupCoordinator, group_reads: GroupReads,
                  group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
                  latencies: NodeLatencies,
-                 balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber) -> None:
+                 balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber,
+                 throttle: MoveThrottle) -> None:
         self.id = config.node_id
         self.config = config
         self.hooks = hooks  # read at start (routes served, health), never on a hot path
@@ -129,6 +131,7 @@ class NodeApi:
         self._transport = transport
         self.balance_leaders = balance_leaders
         self._scrubber = scrubber
+        self._throttle = throttle
         # Entry points, as the services define them.
         self.consume = reads.consume
         self.commit_offsets = reads.commit_offsets
@@ -220,6 +223,11 @@ class NodeApi:
 
     def quiesced_groups(self) -> int:
         return self._registry.quiesced()
+
+    @property
+    def move_throttle_counts(self) -> tuple[int, int, int]:
+        """The move throttle's bytes sent, appends dropped, appends waiting."""
+        return self._throttle.sent_bytes, self._throttle.dropped, self._throttle.queued
 
     @property
     def peer_silences(self) -> int:

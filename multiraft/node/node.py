@@ -147,7 +147,7 @@ class Node:
             reads=self.reads, groups=self.group_coordinator, group_reads=self.group_reads,
             group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
             transport=self.transport, latencies=self.latencies,
-            balance_leaders=self.balance_leaders, scrubber=self.scrubber,
+            balance_leaders=self.balance_leaders, scrubber=self.scrubber, throttle=self.move_throttle,
         )
 
     # ------------------------------------------------------------------ lifecycle
