@@ -20,7 +20,10 @@ Voters are never throttled: their appends are the quorum's, the producers' own.
   size from it (a message bigger than a second's worth still goes, then the bucket
   waits it off), so the long-run rate holds whatever the message sizes.
 - Bounded: at most QUEUED_MESSAGES_MAX messages and QUEUED_BYTES_MAX bytes wait; an
-  append past that is dropped (counted): Raft sends it again, as after any loss.
+  append past that is dropped (counted) and its group told (`on_drop`): its leader
+  probes the learner again, one append at a time, instead of streaming on past the
+  gap (each later append would be refused, resent, and fill the queue again: a
+  decommission of 384 MiB at 4 MiB/s took 378 s that way, 1 MiB/s).
 
 `TokenBucket` is the pure part; `MoveThrottle` owns the queue, drained by its one
 task (`run`, started and supervised by the node).
@@ -80,9 +83,11 @@ def message_bytes(message: Message) -> int:
 
 class MoveThrottle:
     def __init__(self, rate: Callable[[], int], send: Callable[[GroupId, Message], None], logger: Any,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_drop: Callable[[GroupId, int], None] = lambda group_id, target: None) -> None:
         self._rate = rate
         self._send = send
+        self._on_drop = on_drop
         self._logger = logger
         self._clock = clock
         self._bucket = TokenBucket(clock())
@@ -105,7 +110,8 @@ class MoveThrottle:
             self._send(group_id, message)
             return
         if len(self._queue) >= QUEUED_MESSAGES_MAX or self._queued_bytes + size > QUEUED_BYTES_MAX:
-            self.dropped += 1  # Raft sends it again
+            self.dropped += 1
+            self._on_drop(group_id, message.target)  # probe again, rather than stream past the gap
             return
         if not self._queue and self._bucket.wait_s(rate, self._clock()) == 0:
             self._bucket.take(size)

@@ -118,7 +118,8 @@ class Node:
         self.inbox = Inbox(self.id, self.registry, self.liveness, self.rpc.on_frame, self.logger)
         self.transport.on_peer_refused = self.inbox.on_peer_refused
         self.outbox = Outbox(self.id, self.transport, self.registry, self.logger)
-        self.move_throttle = MoveThrottle(self._move_rate, self.outbox.send_now, self.logger)
+        self.move_throttle = MoveThrottle(self._move_rate, self.outbox.send_now, self.logger,
+                                          on_drop=self._dropped_on_the_way)
         self.outbox.throttle = self.move_throttle
 
     def _build_services(self) -> None:
@@ -216,6 +217,11 @@ class Node:
     def _move_rate(self) -> int:
         """Bytes/s for copies being made: the cluster setting, else this node's own."""
         return move_throttle.effective_rate(self.catalog.cluster_config, self.config.replica_move_bytes_per_s)
+
+    def _dropped_on_the_way(self, group_id: GroupId, target: int) -> None:
+        runtime = self.registry.groups.get(group_id)
+        if runtime is not None:
+            runtime.report_unreachable(target)
 
     def start_task(self, coroutine: Coroutine[Any, Any, None], name: str = "background") -> None:
         """Run node work in the background; stopped with the node, its failure logged."""

@@ -180,6 +180,11 @@ class GroupRuntime:
         self.wake()
         self._enqueue_and_wake("transfer", target)  # if refused, the next balancing round asks again
 
+    def report_unreachable(self, target: int) -> None:
+        """A message to `target` was dropped on the way out (the move throttle's bounds):
+        its leader probes it again instead of streaming on past the gap."""
+        self._enqueue_and_wake("unreachable", target)
+
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
         """The leader says the group is idle; obeyed in order with the messages around it."""
         self._enqueue_and_wake("quiesce", (leader, term, index))
@@ -350,6 +355,8 @@ class GroupRuntime:
                 self._campaign_for(item)
             elif kind == "gone_retry":
                 failover.campaign_again(core)
+            elif kind == "unreachable":
+                core.report_unreachable(item)
             else:
                 self._read(*item)
         self._consider_quiescing(quiet + due)

@@ -4,7 +4,8 @@ Goal: with no limit an append goes at once; with a limit the bytes sent over a
 window stay within rate x window plus one message (the bucket in debt), every
 message goes, in the order offered; a rate changed at run time applies to what
 still waits; past its bounds the queue drops (Raft resends) and counts it; the
-cluster setting wins over the node's own; only appends to learners are throttled.
+cluster setting wins over the node's own; only appends to learners are throttled; a
+drop tells the group (its leader probes the learner again).
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import pytest
 import structlog
 
 from multiraft.node import move_throttle
-from multiraft.node.move_throttle import MoveThrottle, TokenBucket, effective_rate, message_bytes, throttled
+from multiraft.node.move_throttle import (
+    MoveThrottle,
+    TokenBucket,
+    effective_rate,
+    message_bytes,
+    throttled,
+)
 from raftlog.messages import Entry, EntryKind, Message, MessageType
 from raftlog.types import GroupId, Index, NodeId, Term
 
@@ -84,10 +91,13 @@ async def test_a_limited_rate_holds_and_keeps_the_order() -> None:
 async def test_past_its_bounds_the_queue_drops_and_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(move_throttle, "QUEUED_MESSAGES_MAX", 3)
     sent: list[Message] = []
-    throttle = MoveThrottle(lambda: 1, lambda g, m: sent.append(m), structlog.get_logger())
+    dropped: list[tuple[int, int]] = []
+    throttle = MoveThrottle(lambda: 1, lambda g, m: sent.append(m), structlog.get_logger(),
+                            on_drop=lambda g, t: dropped.append((g, t)))
     for i in range(1, 7):  # no runner: nothing drains
         throttle.offer(GroupId(1), _append(4, 100, index=i))
     assert len(sent) == 1  # the first found the bucket not in debt
     assert throttle.queued == 3 and throttle.dropped == 2
+    assert dropped == [(1, 4), (1, 4)], "the group is told, to probe the learner again"
     throttle.clear()
     assert throttle.queued == 0
