@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from multiraft.metadata.commands import PARTITIONS_MAX
-from multiraft.node.move_throttle import REPLICA_MOVE_BYTES_PER_S_MAX
+from multiraft.node.api import REPLICA_MOVE_BYTES_PER_S_MAX
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _TOPIC = {"name": "topic", "in": "path", "required": True,

@@ -45,6 +45,8 @@ from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
 from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetrics
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
+from multiraft.node.move_throttle import REPLICA_MOVE_BYTES_PER_S_MAX
+from multiraft.node.move_throttle import SETTING as MOVE_THROTTLE_SETTING
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
 from multiraft.node.registry import METADATA_GROUP
@@ -78,14 +80,52 @@ if TYPE_CHECKING:
     from multiraft.transport.transport import Transport
 
 __all__ = [
-    "ASSIGNORS", "GROUP_NAME_PATTERN", "MAX_BYTES_MAX", "MAX_RECORDS_MAX", "METRICS_GROUP_PARTITIONS_MAX",
-    "NO_OFFSET", "PARTITIONS_PER_CALL", "POLL_RECORDS_MAX", "RESETS", "RESET_PARTITIONS_MAX", "RESET_TOPICS_MAX",
+    "ASSIGNORS",
+    "GROUP_NAME_PATTERN",
+    "MAX_BYTES_MAX",
+    "MAX_RECORDS_MAX",
+    "METRICS_GROUP_PARTITIONS_MAX",
+    "MOVE_THROTTLE_SETTING",
+    "NO_OFFSET",
+    "PARTITIONS_PER_CALL",
+    "POLL_RECORDS_MAX",
+    "REPLICA_MOVE_BYTES_PER_S_MAX",
+    "RESETS",
+    "RESET_PARTITIONS_MAX",
+    "RESET_TOPICS_MAX",
     "RESET_VALUE_RANGES",
-    "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "WAIT_MS_MAX", "Acks", "ConsumeResult", "CreateInstance",
-    "GroupMetrics", "GroupStatus", "Heartbeat", "JoinGroup", "LeaveGroup", "MemberFetch", "NodeApi", "NodeConfig",
-    "OffsetCommit", "PartitionBatch", "PartitionFetch", "PartitionStatus", "ProduceResult", "Readiness",
-    "ResetRequest", "ResetStrategy", "ResetTopic", "ScrubCounts", "Subscription", "TransportRefusal",
-    "TransportStats", "VerifyReport", "group_limits", "partition_for_key", "validate_off_loop", "verify_admission",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "WAIT_MS_MAX",
+    "Acks",
+    "ConsumeResult",
+    "CreateInstance",
+    "GroupMetrics",
+    "GroupStatus",
+    "Heartbeat",
+    "JoinGroup",
+    "LeaveGroup",
+    "MemberFetch",
+    "NodeApi",
+    "NodeConfig",
+    "OffsetCommit",
+    "PartitionBatch",
+    "PartitionFetch",
+    "PartitionStatus",
+    "ProduceResult",
+    "Readiness",
+    "ResetRequest",
+    "ResetStrategy",
+    "ResetTopic",
+    "ScrubCounts",
+    "Subscription",
+    "TransportRefusal",
+    "TransportStats",
+    "VerifyReport",
+    "group_limits",
+    "partition_for_key",
+    "validate_off_loop",
+    "verify_admission",
 ]
 
 

@@ -50,7 +50,9 @@ class Outbox:
         self.throttle: MoveThrottle | None = None  # set by the node
 
     def send(self, group_id: GroupId, message: Message) -> None:
-        if message.type is MessageType.APPEND and self.throttle is not None:
+        # The metadata group's learners are nodes that joined, not copies being made: their
+        # catalog must not wait behind a move's bulk.
+        if message.type is MessageType.APPEND and self.throttle is not None and group_id != 0:
             runtime = self._registry.groups.get(group_id)
             if runtime is not None and message.target in runtime.core.membership.learners:
                 self.throttle.offer(group_id, message)  # a copy being made (move_throttle.py)

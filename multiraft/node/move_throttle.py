@@ -8,7 +8,11 @@ at 7.5 times its value before while 384 MiB moved at 50 MiB/s. So every append a
 leader of this node sends to a learner of its group goes through one token bucket
 per node (Kafka throttles the replicas under reassignment the same way,
 `leader.replication.throttled.rate`; Redpanda has `raft_learner_recovery_rate`).
-Voters are never throttled: their appends are the quorum's, the producers' own.
+Voters are never throttled: their appends are the quorum's, the producers' own; nor
+are the metadata group's learners (joined nodes, whose catalog must not wait behind
+a move's bulk). The core keeps a small window toward a learner
+(`learner_inflight_messages_max`, 4 appends), so a full window of every moving copy
+fits the queue below.
 
 - The rate is the cluster setting `replica_move_bytes_per_s` (catalog, set at run
   time with `PATCH /v1/admin/config`), else the node's own (`NodeConfig`); 0 means

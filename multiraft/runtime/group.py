@@ -29,7 +29,7 @@ from multiraft.runtime.group_types import GroupDeps, GroupStatus, StateMachine, 
 from multiraft.runtime.pacing import campaign_backoff_skips, run_ticks, split_ticks, tick_due
 from multiraft.runtime.persistence import BackgroundWrites, choose_persistence, consume_outcome
 from multiraft.runtime.ready_processor import process_ready
-from multiraft.runtime.waiters import Proposal, Waiters
+from multiraft.runtime.waiters import Proposal, Waiters, release_in_sync_writes
 from raftlog.core.raft import RaftCore
 from raftlog.errors import ClientError, NotLeader, OutcomeUnknown, ProposalDropped
 from raftlog.messages import ConfChange, EntryKind, Message, MessageType, Role
@@ -181,8 +181,7 @@ class GroupRuntime:
         self._enqueue_and_wake("transfer", target)  # if refused, the next balancing round asks again
 
     def report_unreachable(self, target: int) -> None:
-        """A message to `target` was dropped on the way out (the move throttle's bounds):
-        its leader probes it again instead of streaming on past the gap."""
+        """A message to `target` was dropped on the way out: probe it again (move_throttle.py)."""
         self._enqueue_and_wake("unreachable", target)
 
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
@@ -366,7 +365,7 @@ class GroupRuntime:
             self._wakeup.set()
         self._check_role()
         if self._waiters.in_sync:
-            self._release_isr_waiters()
+            release_in_sync_writes(core, self._waiters)
 
     def _leader_gone(self, leader: int) -> None:
         """See failover.py: the successor campaigns when the node's pacer says, the other
@@ -468,14 +467,6 @@ class GroupRuntime:
         self.quiet_since, self.quiet_past = None, frozenset()
         core = self.core
         core.pass_quiet_time(max(0, quiet), [n for n in core.membership.members if self.is_live(n)])
-
-    def _release_isr_waiters(self) -> None:
-        """acks=all: release writes every in-sync replica has acknowledged."""
-        core = self.core
-        if core.role is not Role.LEADER:
-            return
-        holders = [core.progress(node) for node in core.in_sync_replicas()]
-        self._waiters.release_in_sync(min((p.match for p in holders if p is not None), default=Index(0)))
 
     def _check_role(self) -> None:
         if self.core.term != self._logged_term:

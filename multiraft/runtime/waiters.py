@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftlog.errors import ClientError, ProposalDropped
-from raftlog.messages import Entry, ReadState
+from raftlog.messages import Entry, ReadState, Role
 from raftlog.types import Index, Term
+
+if TYPE_CHECKING:
+    from raftlog.core.raft import RaftCore
 
 
 @dataclass(slots=True)
@@ -124,3 +127,11 @@ class Waiters:
         self.ready_reads.clear()
         self.persisted.clear()
         self.in_sync.clear()
+
+
+def release_in_sync_writes(core: RaftCore, waiters: Waiters) -> None:
+    """acks=all: release the writes every in-sync replica has acknowledged (a leader's)."""
+    if core.role is not Role.LEADER:
+        return
+    holders = [core.progress(node) for node in core.in_sync_replicas()]
+    waiters.release_in_sync(min((p.match for p in holders if p is not None), default=Index(0)))

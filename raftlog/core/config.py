@@ -27,6 +27,11 @@ class Config:
     message_bytes_max: int = 1 * MIB
     inflight_messages_max: int = 256
     inflight_bytes_max: int = 64 * MIB
+    # Toward a learner (a copy being made), a smaller window: its appends may wait in the
+    # driver's move throttle (multiraft/node/move_throttle.py), and a full window of every
+    # moving copy must fit what that throttle holds, or the overflow is dropped and sent
+    # again. Promoted to voter, the learner gets the full window.
+    learner_inflight_messages_max: int = 4
     # Proposals beyond this many uncommitted bytes are refused (backpressure, not a queue).
     uncommitted_bytes_max: int = 128 * MIB
     # Bound on what one Ready hands to the state machine.
@@ -56,6 +61,7 @@ class Config:
             "message_bytes_max",
             "inflight_messages_max",
             "inflight_bytes_max",
+            "learner_inflight_messages_max",
             "uncommitted_bytes_max",
             "committed_bytes_per_ready_max",
             "pending_reads_max",

@@ -624,13 +624,22 @@ class RaftCore:
         return removals[-1] if removals else Index(0)
 
     def _add_progress(self, node: NodeId, last: Index) -> None:
+        learner = node in self.membership.learners
         self._progress[node] = Progress(
             match=Index(0),
             next=Index(last + 1),
-            inflights=Inflights(self.config.inflight_messages_max, self.config.inflight_bytes_max),
-            is_learner=node in self.membership.learners,
+            inflights=Inflights(*self._window(learner)),
+            is_learner=learner,
             recent_active=node == self.id,
         )
+
+    def _window(self, learner: bool) -> tuple[int, int]:
+        """(messages, bytes) in flight toward a member: smaller toward a learner."""
+        config = self.config
+        if not learner:
+            return config.inflight_messages_max, config.inflight_bytes_max
+        messages = min(config.inflight_messages_max, config.learner_inflight_messages_max)
+        return messages, min(config.inflight_bytes_max, messages * config.message_bytes_max)
 
     # ------------------------------------------------------------------ ticking
 
@@ -1160,7 +1169,10 @@ class RaftCore:
             self._in_sync.add(node)
             self._send_append(node)  # probe the new member now, not at the next heartbeat
         else:
-            self._progress[node].is_learner = change.op is ConfChangeOp.ADD_LEARNER
+            progress = self._progress[node]
+            progress.is_learner = change.op is ConfChangeOp.ADD_LEARNER
+            # The window only grows or shrinks its bounds; what is in flight stays counted.
+            progress.inflights.messages_max, progress.inflights.bytes_max = self._window(progress.is_learner)
         self._maybe_commit()
         self._broadcast_pending = True
 

@@ -40,7 +40,7 @@ from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.params import is_int, json_object
 from multiraft.http.view import METADATA_GROUP, topic_view
 from multiraft.metadata.commands import PARTITIONS_MAX, SetClusterConfig
-from multiraft.node import move_throttle
+from multiraft.node.api import MOVE_THROTTLE_SETTING, REPLICA_MOVE_BYTES_PER_S_MAX
 from raftlog.types import GroupId, NodeId
 
 NODE_ID_MAX = 2**31 - 1  # as an admission's node_id (handlers/nodes.py)
@@ -129,7 +129,7 @@ async def _set_drained(request: web.Request, drained: bool) -> web.Response:
     return web.json_response(drain_status(request, node_id))
 
 
-CLUSTER_SETTINGS = {move_throttle.SETTING: (0, move_throttle.REPLICA_MOVE_BYTES_PER_S_MAX)}
+CLUSTER_SETTINGS = {MOVE_THROTTLE_SETTING: (0, REPLICA_MOVE_BYTES_PER_S_MAX)}
 
 
 def cluster_settings(request: web.Request) -> dict[str, Any]:
