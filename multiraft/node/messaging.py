@@ -15,9 +15,10 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from multiraft.node.move_throttle import THROTTLED_TYPES, throttled
 from multiraft.transport.frames import FrameTooLarge, FrameType
 from multiraft.transport.rpc import FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE
-from raftlog.messages import Message, MessageType
+from raftlog.messages import Message
 from raftlog.types import GroupId, NodeId
 from raftlog.wire import (
     WireError,
@@ -52,9 +53,9 @@ class Outbox:
     def send(self, group_id: GroupId, message: Message) -> None:
         # The metadata group's learners are nodes that joined, not copies being made: their
         # catalog must not wait behind a move's bulk.
-        if message.type is MessageType.APPEND and self.throttle is not None and group_id != 0:
+        if message.type in THROTTLED_TYPES and self.throttle is not None and group_id != 0:
             runtime = self._registry.groups.get(group_id)
-            if runtime is not None and message.target in runtime.core.membership.learners:
+            if runtime is not None and throttled(message, runtime.core.membership.learners):
                 self.throttle.offer(group_id, message)  # a copy being made (move_throttle.py)
                 return
         self.send_now(group_id, message)

@@ -4,7 +4,8 @@ Goal: with no limit an append goes at once; with a limit the bytes sent over a
 window stay within rate x window plus one message (the bucket in debt), every
 message goes, in the order offered; a rate changed at run time applies to what
 still waits; past its bounds the queue drops (Raft resends) and counts it; the
-cluster setting wins over the node's own; only appends to learners are throttled; a
+cluster setting wins over the node's own; only appends and heartbeats to learners are
+throttled; a
 drop tells the group (its leader probes the learner again).
 """
 
@@ -50,7 +51,9 @@ def test_only_appends_to_learners_are_throttled_and_the_cluster_setting_wins() -
     assert throttled(_append(4, 10), learners)
     assert not throttled(_append(2, 10), learners)
     heartbeat = Message(type=MessageType.HEARTBEAT, source=NodeId(1), target=NodeId(4), term=Term(1))
-    assert not throttled(heartbeat, learners)
+    assert throttled(heartbeat, learners), "in order with the appends: its answer frees the window"
+    vote = Message(type=MessageType.VOTE, source=NodeId(1), target=NodeId(4), term=Term(1))
+    assert not throttled(vote, learners)
     assert message_bytes(_append(4, 0)) == move_throttle.MESSAGE_OVERHEAD_BYTES
     assert effective_rate({}, 7) == 7
     assert effective_rate({move_throttle.SETTING: 0}, 7) == 0
