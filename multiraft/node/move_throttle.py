@@ -24,8 +24,10 @@ fits the queue below.
   (it frees a slot of a full window, or re-sends a probe), so heartbeats that overtook
   the queue made the leader generate ten appends a second per learner whatever the
   rate, and the overflow was dropped: 1,200 MiB sent in 300 s at 4 MiB/s for a move
-  that never finished. A learner neither votes nor campaigns: a late heartbeat costs
-  it nothing.
+  that never finished. And at most one heartbeat per learner waits: a newer one while
+  one waits is left out (queued, a burst of them reached the learner at once, and
+  their answers made a burst of appends). A learner neither votes nor campaigns: a
+  late heartbeat costs it nothing.
 - A bucket in debt: a message goes when the bucket is not negative, and takes its
   size from it (a message bigger than a second's worth still goes, then the bucket
   waits it off), so the long-run rate holds whatever the message sizes.
@@ -105,6 +107,7 @@ class MoveThrottle:
         self._clock = clock
         self._bucket = TokenBucket(clock())
         self._queue: collections.deque[tuple[GroupId, Message, int]] = collections.deque()
+        self._heartbeats: set[tuple[GroupId, int]] = set()  # (group, learner) with one waiting
         self._queued_bytes = 0
         self._waiting = asyncio.Event()
         self.sent_bytes = 0
@@ -118,6 +121,9 @@ class MoveThrottle:
         """Send `message` (an append to a learner) within the rate: now, or later in order."""
         rate = self._rate()
         size = message_bytes(message)
+        heartbeat = message.type is MessageType.HEARTBEAT
+        if heartbeat and (group_id, message.target) in self._heartbeats:
+            return  # one waits already: its answer is all the leader needs
         if rate <= 0 and not self._queue:
             self.sent_bytes += size
             self._send(group_id, message)
@@ -133,6 +139,8 @@ class MoveThrottle:
             return
         self._queue.append((group_id, message, size))
         self._queued_bytes += size
+        if heartbeat:
+            self._heartbeats.add((group_id, message.target))
         self._waiting.set()
 
     async def run(self) -> None:
@@ -152,6 +160,8 @@ class MoveThrottle:
                     continue
             group_id, message, size = self._queue.popleft()
             self._queued_bytes -= size
+            if message.type is MessageType.HEARTBEAT:
+                self._heartbeats.discard((group_id, message.target))
             if rate > 0:
                 self._bucket.take(size)
             self.sent_bytes += size
@@ -163,4 +173,5 @@ class MoveThrottle:
     def clear(self) -> None:
         """Forget what waits (the node stops)."""
         self._queue.clear()
+        self._heartbeats.clear()
         self._queued_bytes = 0

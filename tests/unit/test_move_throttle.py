@@ -5,8 +5,8 @@ window stay within rate x window plus one message (the bucket in debt), every
 message goes, in the order offered; a rate changed at run time applies to what
 still waits; past its bounds the queue drops (Raft resends) and counts it; the
 cluster setting wins over the node's own; only appends and heartbeats to learners are
-throttled; a
-drop tells the group (its leader probes the learner again).
+throttled, at most one heartbeat per learner waiting; a drop tells the group (its
+leader probes the learner again).
 """
 
 from __future__ import annotations
@@ -102,5 +102,11 @@ async def test_past_its_bounds_the_queue_drops_and_counts(monkeypatch: pytest.Mo
     assert len(sent) == 1  # the first found the bucket not in debt
     assert throttle.queued == 3 and throttle.dropped == 2
     assert dropped == [(1, 4), (1, 4)], "the group is told, to probe the learner again"
+    throttle.clear()
+    heartbeat = Message(type=MessageType.HEARTBEAT, source=NodeId(1), target=NodeId(4), term=Term(1))
+    throttle.offer(GroupId(1), heartbeat)
+    throttle.offer(GroupId(1), heartbeat)  # one waits already: left out
+    throttle.offer(GroupId(2), heartbeat)  # another group's
+    assert throttle.queued == 2 and throttle.dropped == 2
     throttle.clear()
     assert throttle.queued == 0
