@@ -403,7 +403,7 @@ def node_decommission(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK
     deadline = time.monotonic() + args.timeout
     last = _describe_decommission(args.node_id, status)
-    while status["stage"] != "done":
+    while status["stage"] not in ("done", None):  # None: recommissioned meanwhile
         if time.monotonic() >= deadline:
             print(f"raftlog: node {args.node_id} is not decommissioned after {args.timeout:.0f} s: {last}",
                   file=sys.stderr)
@@ -414,7 +414,7 @@ def node_decommission(client: Client, args: argparse.Namespace) -> int:
         if text != last:
             print(text)
             last = text
-    return EXIT_OK
+    return EXIT_OK if status["stage"] == "done" else EXIT_FAILED
 
 
 def node_recommission(client: Client, args: argparse.Namespace) -> int:

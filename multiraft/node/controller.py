@@ -285,12 +285,12 @@ class Controller:
             return
         holding = {n for n in leaving if decommission.replicas_held(catalog, n)}
         allowed = decommission.moves_allowed(catalog)
-        if holding and allowed:
-            await self.replace_replicas_of(holding, limit=allowed)
+        moves = await self.replace_replicas_of(holding, limit=allowed) if holding and allowed else 0
         core = self._runtime.core
         matches = {n: p.match for n in core.membership.members if (p := core.progress(n)) is not None}
-        change, self.decommission_waiting = decommission.metadata_step(
+        change, why = decommission.metadata_step(
             catalog, core.membership, self.id, matches, core.commit_index, leaving - holding)
+        self.decommission_waiting = why or decommission.moves_waiting(catalog, holding, allowed, moves)
         if change is None:
             return
         self._logger.info("decommission_metadata_change", op=change.op.name, node=change.node_id)
@@ -304,10 +304,12 @@ class Controller:
         """A node recommissioned after it left the metadata group joins it again as a
         learner (as at its admission), so a recommission undoes a finished decommission
         too. Registered nodes are otherwise always members: the initial voters, and every
-        admitted node as a learner."""
+        admitted node as a learner. Whatever its status: a node out of the group sends its
+        heartbeats to the leader it last knew, so a later controller marks it dead (a dead
+        learner costs nothing; readmitted, it hears the leader and beats again)."""
         members = self._runtime.core.membership.members
         for info in catalog.nodes.values():
-            if info.node_id in members or info.decommissioning or info.status is not NodeStatus.ALIVE:
+            if info.node_id in members or info.decommissioning:
                 continue
             self._logger.info("recommissioned_node_readmitted", node=info.node_id)
             try:

@@ -72,6 +72,22 @@ def moves_allowed(catalog: Catalog) -> int:
     return max(0, MOVES_IN_FLIGHT_MAX - moves_in_flight(catalog))
 
 
+def moves_waiting(catalog: Catalog, holding: Collection[NodeId], allowed: int, started: int) -> str:
+    """Why a round started no move of the `holding` nodes' replicas ('' when it did, or
+    when each such partition is moving already)."""
+    if started or not holding:
+        return ""
+    unmoved = [p for t in catalog.topics.values() for p in t.partitions
+               if not p.leaving and any(n in p.replicas for n in holding)]
+    if not unmoved:
+        return ""
+    if not allowed:
+        return (f"{moves_in_flight(catalog)} partitions are moving already (at most {MOVES_IN_FLIGHT_MAX} at "
+                "once): the next moves wait for them")
+    return (f"no live node can take the replicas of {len(unmoved)} partitions (every other live node holds a "
+            "copy, or is leaving): add a node")
+
+
 def _member(membership: Membership, node_id: NodeId) -> str:
     if node_id in membership.voters:
         return "voter"
@@ -86,8 +102,14 @@ def _promotable(catalog: Catalog, membership: Membership, matches: Mapping[NodeI
     return sorted(n for n in membership.learners if n in staying and matches.get(n, 0) >= commit)
 
 
+def _alive(catalog: Catalog, node_id: NodeId) -> bool:
+    info = catalog.nodes.get(node_id)
+    return info is not None and info.status is NodeStatus.ALIVE
+
+
 def _voters_wanted(catalog: Catalog, membership: Membership) -> int:
-    """Voters the metadata group keeps: three, or every staying member when fewer."""
+    """Voters the metadata group keeps: three, or every staying member when fewer (a dead
+    one counts: it may come back, and shrinking the group past it is not undone)."""
     staying = [n for n in membership.members if n in catalog.nodes and not catalog.nodes[n].decommissioning]
     return min(METADATA_VOTERS_KEPT, len(staying))
 
@@ -102,15 +124,20 @@ def metadata_step(catalog: Catalog, membership: Membership, leader: NodeId, matc
             return ConfChange(ConfChangeOp.REMOVE, node_id), ""
         if node_id not in membership.voters:
             continue
-        remaining = membership.voters - set(leaving)
+        # Only live voters count: a dead one cannot take the leaving vote's place.
+        remaining = {v for v in membership.voters - set(leaving) if _alive(catalog, v)}
         if len(remaining) < _voters_wanted(catalog, membership):
             candidates = _promotable(catalog, membership, matches, commit)
             if candidates:
                 return ConfChange(ConfChangeOp.ADD_VOTER, candidates[0]), ""
-            return None, (f"node {node_id} votes in the metadata group and no caught-up learner can take its "
-                          f"place yet ({len(remaining)} voters would remain)")
+            return None, (f"node {node_id} votes in the metadata group and no live, caught-up learner can take "
+                          f"its place yet ({len(remaining)} live voters would remain)")
         if node_id == leader:
             return None, f"node {node_id} still leads the metadata group (its drain moves that)"
+        after = membership.voters - {node_id}
+        if 2 * len({v for v in after if _alive(catalog, v)}) <= len(after):
+            return None, (f"removing node {node_id} would leave the metadata group without a live majority "
+                          f"({sorted(after)} vote, not all live): waiting for its nodes")
         return ConfChange(ConfChangeOp.REMOVE, node_id), ""
     return None, ""
 
@@ -130,4 +157,4 @@ def progress(catalog: Catalog, membership: Membership | None, node_id: NodeId, w
     else:
         stage = Stage.DONE
     return Progress(node_id=node_id, decommissioning=info.decommissioning, stage=stage, replicas=held,
-                    metadata_member=member, waiting_for=waiting_for if stage is Stage.LEAVING_METADATA else "")
+                    metadata_member=member, waiting_for=waiting_for if stage not in (None, Stage.DONE) else "")

@@ -52,7 +52,7 @@ from typing import Any
 from raftlog.messages import Message, MessageType, entries_size_bytes
 from raftlog.types import GroupId
 
-REPLICA_MOVE_BYTES_PER_S_DEFAULT = 16 * 1024 * 1024
+REPLICA_MOVE_BYTES_PER_S_DEFAULT = 8 * 1024 * 1024
 REPLICA_MOVE_BYTES_PER_S_MAX = 1 << 40
 SETTING = "replica_move_bytes_per_s"  # the cluster setting's key
 QUEUED_MESSAGES_MAX = 4096

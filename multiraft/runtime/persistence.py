@@ -194,11 +194,25 @@ class BackgroundWrites:
         # its heap no longer runs (multiraft/runtime/heap.py). A write that ends later
         # wakes nobody.
         self._wake = _nobody
+        forget_frames(self._failure)
         self._inner.close()
 
 
 def _nobody() -> None:
     pass
+
+
+def forget_frames(error: BaseException | None) -> None:
+    """Drop the tracebacks a kept failure holds (and those it was raised from): a
+    traceback holds the frames that raised it, the group's own among them, so a closed
+    group that keeps its failure would be a reference cycle, never freed once its
+    objects are frozen (multiraft/runtime/heap.py). The failure's type and message,
+    all that is read of it afterwards, stay."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
 
 
 class AckBeforeFsync:

@@ -98,9 +98,12 @@ def test_progress_walks_moving_then_leaving_then_done() -> None:
     members = _membership({1, 2, 3}, {4})
     assert decommission.progress(catalog, members, NodeId(2)).stage is None
     assert apply(SetNodeDecommissioning(node_id=2, decommissioning=True)).ok
-    progress = decommission.progress(catalog, members, NodeId(2), "ignored while moving")
+    progress = decommission.progress(catalog, members, NodeId(2), "why")
     assert (progress.stage, progress.replicas, progress.metadata_member, progress.waiting_for) == (
-        Stage.MOVING_REPLICAS, 2, "voter", "")
+        Stage.MOVING_REPLICAS, 2, "voter", "why")
+    assert decommission.moves_waiting(catalog, {NodeId(2)}, 8, 0).startswith("no live node can take")
+    assert decommission.moves_waiting(catalog, {NodeId(2)}, 0, 0).startswith("0 partitions are moving")
+    assert decommission.moves_waiting(catalog, {NodeId(2)}, 8, 1) == ""
     assert apply(ReplaceReplica(topic="t", partition=0, old=2, new=4)).ok
     assert decommission.moves_in_flight(catalog) == 1 and decommission.moves_allowed(catalog) == 7
     assert decommission.replicas_held(catalog, NodeId(2)) == 2  # still keeps the leaving copy
@@ -138,10 +141,27 @@ def test_a_leaving_voter_waits_for_a_learner_that_catches_up() -> None:
     apply = _catalog(4)
     assert apply(SetNodeDecommissioning(node_id=2, decommissioning=True)).ok
     change, why = _step(apply.catalog, _membership({1, 2, 3}, {4}), 1, {2}, {1: 10, 2: 10, 3: 10, 4: 2})
-    assert change is None and "no caught-up learner" in why
+    assert change is None and "no live, caught-up learner" in why
     apply(SetNodeStatus(node_id=4, status=NodeStatus.DEAD))  # a dead learner takes no vote either
     change, why = _step(apply.catalog, _membership({1, 2, 3}, {4}), 1, {2})
     assert change is None and why
+
+
+def test_a_dead_voter_never_counts_and_no_removal_leaves_no_live_majority() -> None:
+    # Review finding: voters {1,2,3}, node 3 dead, node 1 leaving. Counting node 3, the
+    # step removed 1 and left {2,3}: no live majority, the metadata group stalled.
+    apply = _catalog(4)
+    assert apply(SetNodeDecommissioning(node_id=1, decommissioning=True)).ok
+    assert apply(SetNodeStatus(node_id=3, status=NodeStatus.DEAD)).ok
+    change, _ = _step(apply.catalog, _membership({1, 2, 3}, {4}), 2, {1})
+    assert change == ConfChange(ConfChangeOp.ADD_VOTER, NodeId(4)), "the live learner is promoted first"
+    change, why = _step(apply.catalog, _membership({1, 2, 3}), 2, {1})  # no learner: wait
+    assert change is None and "no live" in why
+    change, why = _step(apply.catalog, _membership({1, 2, 3, 4}), 2, {1})  # 2 live of 3 wanted
+    assert change is None and "no live" in why
+    assert apply(SetNodeStatus(node_id=3, status=NodeStatus.ALIVE)).ok
+    change, why = _step(apply.catalog, _membership({1, 2, 3, 4}), 2, {1})
+    assert change == ConfChange(ConfChangeOp.REMOVE, NodeId(1)), why
 
 
 def test_a_small_cluster_keeps_every_staying_member_as_voter() -> None:
