@@ -352,3 +352,26 @@ async def test_an_interrupted_nemesis_cancels_its_move(fast: None, monkeypatch: 
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert chaos._move.done()
+
+
+# -- where moves run ----------------------------------------------------------------------
+
+
+def test_moves_run_in_the_standard_suite_on_five_nodes_and_not_in_the_smoke_run() -> None:
+    # Goal: `make chaos` exercises moves; `make chaos-smoke` (part of `make test`) is unchanged;
+    # the three-node "all" mix and the soak's deck (ALL_FAULTS) do not draw a kind that
+    # three nodes cannot run.
+    from chaos.__main__ import ALL_FAULTS, FIVE_NODE_RUNS, KNOWN_FAULTS, SUITES
+
+    assert SUITES["smoke"] == [("kill", "pause", "partition", "corrupt")] and "smoke" not in FIVE_NODE_RUNS
+    assert any("move" in faults for faults in FIVE_NODE_RUNS["standard"])
+    assert "move" in KNOWN_FAULTS and "move" not in ALL_FAULTS
+
+
+def test_a_skipped_move_says_why_in_the_summary() -> None:
+    from chaos.runner import _skipped_why
+
+    reason = moves.unavailable_reason(3, 3)
+    assert reason is not None
+    assert _skipped_why({"faults_skipped_why": {"move": reason}}) == f" (move unavailable: {reason})"
+    assert _skipped_why({}) == ""
