@@ -21,11 +21,21 @@ import time
 from pathlib import Path
 
 ALL_FAULTS = ("kill", "power", "pause", "partition", "loss", "clock", "disk-full", "corrupt")
+# Kinds that need a cluster shape, not a capability: `move` (chaos/moves.py) needs more nodes
+# than the replication factor. Not in ALL_FAULTS, the mix of the 3-node "all" runs and of
+# the soak's deck (whose proportions are the release gate's); runs name it explicitly.
+SHAPE_FAULTS = ("move",)
+KNOWN_FAULTS = ALL_FAULTS + SHAPE_FAULTS
 # (faults, duration factor) per run of each suite; seeds come from the suite's seed.
 SUITES: dict[str, list[tuple[str, ...]]] = {
     "smoke": [("kill", "pause", "partition", "corrupt")],
     "standard": [("kill", "power"), ("pause", "clock"), ("partition", "loss"), ("corrupt", "kill"),
                  ("disk-full", "kill"), ALL_FAULTS],
+}
+# Runs on five nodes, after the suite's three-node ones: a move (decommission) needs a node
+# beyond the replication factor to move replicas to.
+FIVE_NODE_RUNS: dict[str, list[tuple[str, ...]]] = {
+    "standard": [("move", "kill", "pause", "partition")],
 }
 # Runs with the consumer-group workload too (chaos/group_workload.py), after the suite's others.
 GROUP_RUNS: dict[str, list[tuple[str, ...]]] = {
@@ -49,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     one = commands.add_parser("run", help="one run")
     one.add_argument("--nodes", type=int, default=3, choices=(3, 5))
     one.add_argument("--duration", type=float, default=60.0, help="seconds of the main phase")
-    one.add_argument("--faults", default="kill,pause", help=f"comma list of {','.join(ALL_FAULTS)}")
+    one.add_argument("--faults", default="kill,pause", help=f"comma list of {','.join(KNOWN_FAULTS)}")
     one.add_argument("--seed", type=int, default=None)
     one.add_argument("--out", type=Path, default=Path("chaos-runs"))
     one.add_argument("--unsafe", default="", help="server negative-control switches (testing the tests)")
@@ -69,15 +79,15 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
                groups: bool = False) -> bool:
     from chaos.runner import RunConfig, run
 
-    unknown = sorted(set(faults) - set(ALL_FAULTS))
+    unknown = sorted(set(faults) - set(KNOWN_FAULTS))
     if unknown:
-        raise SystemExit(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(ALL_FAULTS)})")
+        raise SystemExit(f"unknown fault kinds: {', '.join(unknown)} (known: {', '.join(KNOWN_FAULTS)})")
     provider = None
     try:
         from chaos.injectors import SEED_XOR, Injectors
     except ImportError:
         Injectors = None  # type: ignore[assignment,misc]
-    if Injectors is not None and set(faults) - {"kill", "power", "pause"}:
+    if Injectors is not None and set(faults) - {"kill", "power", "pause", "move"}:
         provider = Injectors.detect(out, random.Random(seed ^ SEED_XOR))
     print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s"
           f"{', consumer groups' if groups else ''}, out {out}", flush=True)
@@ -117,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
         return 0 if caught == len(CONTROLS) else 1
     results = []
-    runs = [(faults, False) for faults in SUITES[args.name]] + [(f, True) for f in GROUP_RUNS.get(args.name, [])]
-    for number, (faults, groups) in enumerate(runs):
+    runs = [(faults, 3, False) for faults in SUITES[args.name]]
+    runs += [(faults, 5, False) for faults in FIVE_NODE_RUNS.get(args.name, [])]
+    runs += [(faults, 3, True) for faults in GROUP_RUNS.get(args.name, [])]
+    for number, (faults, nodes, groups) in enumerate(runs):
         out = args.out / f"{stamp}-{args.name}{number}{'-groups' if groups else ''}-seed{seed + number}"
-        results.append(asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [], groups)))
+        results.append(asyncio.run(_one(out, seed + number, nodes, args.duration, list(faults), [], groups)))
     print(f"chaos: suite {args.name}: {sum(results)}/{len(results)} runs passed", flush=True)
     return 0 if all(results) else 1
 

@@ -8,6 +8,14 @@ end) for the report's shaded plots and the summary's counts.
 Process faults (kill, pause, corrupt, power failure) need nothing but PIDs;
 network, clock and disk faults use `chaos.faults` inside the runner's namespaces
 and are offered only when capability detection says they work here.
+
+A `move` (chaos/moves.py: a node decommissioned, then recommissioned) is the one
+kind that runs beside the others: picked, it starts in its own task and the
+schedule goes on, so kills, pauses and partitions hit the cluster while replicas
+move. At most one move runs at a time (a slot that draws `move` then draws again
+among the other kinds); its window closes when the move recommissions its node.
+When the main phase ends, `run` waits for the move in flight to close (bounded
+by the move's own limits).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from dataclasses import dataclass, field
 
 from chaos.cluster import ChaosCluster
 from chaos.history import PartitionKey
+from chaos.moves import Mover, MoveRecord
 
 HOLD_S = (1.5, 5.0)
 GAP_S = (1.0, 4.0)
@@ -49,8 +58,25 @@ class Nemesis:
     counts: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
     heals: list[float] = field(default_factory=list)  # monotonic times of every heal
+    mover: Mover | None = None  # set when `move` is among the kinds
+    topics: tuple[str, ...] = ()  # what a move's target is chosen by (replicas held)
+    _move: asyncio.Task[MoveRecord] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if "move" in self.kinds and self.mover is None:
+            self.mover = Mover(self.cluster, random.Random(self.rng.random()), self.started)
 
     async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self._schedule(stop)
+            if self._move is not None:
+                await self._move  # closes on `stop`: the recommission, bounded
+        finally:
+            if self._move is not None and not self._move.done():  # cancelled: the run is interrupted
+                self._move.cancel()
+                await asyncio.gather(self._move, return_exceptions=True)
+
+    async def _schedule(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await _sleep_or_stop(stop, self.rng.uniform(*GAP_S))
             if stop.is_set():
@@ -58,15 +84,42 @@ class Nemesis:
             if self.rng.random() < QUIET_SHARE or not self.kinds:
                 continue
             kind = self.rng.choice(self.kinds)
+            if kind == "move":
+                if self._move is None or self._move.done():
+                    await self._start_move(stop)
+                    continue
+                others = [k for k in self.kinds if k != "move"]
+                if not others:
+                    continue
+                kind = self.rng.choice(others)
+            opened = len(self.windows)
             heal = await self._start(kind)
             await _sleep_or_stop(stop, self.rng.uniform(*HOLD_S))
             await heal()
-            self.windows[-1].end_s = time.monotonic() - self.started
+            self.windows[opened].end_s = time.monotonic() - self.started
             self.heals.append(time.monotonic())
 
-    def _open(self, kind: str, detail: str) -> None:
+    def _open(self, kind: str, detail: str) -> Window:
         self.counts[kind] += 1
-        self.windows.append(Window(kind, detail, time.monotonic() - self.started))
+        window = Window(kind, detail, time.monotonic() - self.started)
+        self.windows.append(window)
+        return window
+
+    async def _start_move(self, stop: asyncio.Event) -> None:
+        assert self.mover is not None
+        if self._move is not None:
+            await self._move  # done: re-raises what went wrong in it
+        node = await self.mover.pick(self.topics)
+        if node is None:
+            return
+        window = self._open("move", f"n{node}: decommission asked")
+
+        def close(record: MoveRecord) -> None:
+            window.detail = record.describe()
+            window.end_s = time.monotonic() - self.started
+            if record.refused:
+                self.counts["move-refused"] += 1
+        self._move = asyncio.create_task(self.mover.run(node, stop, close))
 
     async def _start(self, kind: str) -> Callable[[], Awaitable[None]]:
         if kind == "kill":

@@ -37,6 +37,8 @@ from chaos.group_workload import GroupWorkload
 from chaos.history import PartitionKey
 from chaos.history_file import read_history
 from chaos.history_writer import HistoryWriter
+from chaos.moves import summarize as summarize_moves
+from chaos.moves import unavailable_reason as move_unavailable
 from chaos.nemesis import Nemesis
 from chaos.serverchecks import DebugEndpoints, compare_replicas, leaders_per_term, skipped_ranges
 from chaos.workload import CLIENT_HOST, Stats, Workload
@@ -44,6 +46,7 @@ from multiraft.cli.launcher import LauncherError
 from multiraft.client import AsyncClient, RaftlogError
 
 TOPICS = (("chaos-a", 4), ("chaos-b", 4))
+REPLICATION_FACTOR = 3  # at most: a cluster of fewer nodes gets one copy per node
 RECOVERY_TIMEOUT_S = 60.0
 # Faults start this long after the topics exist: the ack-before-fsync control defers
 # every fsync by 2 s, metadata included, and must lose records, not the topics.
@@ -100,8 +103,14 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
         await asyncio.sleep(TOPIC_SETTLE_S)
         kinds = [k for k in config.faults
                  if k in ("kill", "power", "pause") or (extra_faults and k in extra_faults.kinds)]
+        why_not_move = move_unavailable(config.nodes, _replication_factor(config.nodes))
+        if "move" in config.faults and why_not_move is None:
+            kinds.append("move")
         details["faults_skipped"] = sorted(set(config.faults) - set(kinds))
-        nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra_faults.kinds if extra_faults else {})
+        if "move" in details["faults_skipped"] and why_not_move is not None:
+            details["faults_skipped_why"] = {"move": why_not_move}
+        nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra_faults.kinds if extra_faults else {},
+                          topics=tuple(topic for topic, _ in TOPICS))
         with HistoryWriter.open(history_path) as history:
             workload = Workload(cluster, history, keys, random.Random(rng.random()), stats)
             stop = asyncio.Event()
@@ -133,6 +142,10 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 details["not_healthy"] = str(error)
                 await _dump_tasks(cluster)
             details["crashed"] = cluster.exited()
+            if nemesis.mover is not None and "not_healthy" not in details:
+                # Every decommissioned node recommissioned and back in the metadata group
+                # before the final phase (chaos/moves.py); one that is not is a finding.
+                details["moves_unsettled"] = await nemesis.mover.settle()
             finals: list[FinalRead] = []
             if "not_healthy" not in details:
                 details["recovery_s"] = await _recovery(cluster, history, keys, healed_at)
@@ -156,6 +169,9 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
         copy_logs(cluster, out)
     details["windows"] = [vars(w) for w in nemesis.windows] if "nemesis" in locals() else []
     details["fault_counts"] = dict(nemesis.counts) if "nemesis" in locals() else {}
+    if "nemesis" in locals() and nemesis.mover is not None:
+        details["moves"] = [vars(record) for record in nemesis.mover.records]
+        details["moves_summary"] = summarize_moves(nemesis.mover.records)
     details["stats"] = result.stats
     details["anomalies"] = result.counts()
     details["unchecked"] = list(result.unchecked)
@@ -173,11 +189,16 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
     return RunResult(summary, ok, details)
 
 
+def _replication_factor(nodes: int) -> int:
+    return min(REPLICATION_FACTOR, nodes)
+
+
 async def _create_topics(cluster: ChaosCluster) -> None:
     servers = [cluster.http(n) for n in cluster.ids]
     async with AsyncClient(servers, timeout_s=30, attempts=20, local_host=CLIENT_HOST) as client:
         for topic, partitions in TOPICS:
-            await client.create_topic(topic, partitions=partitions, replication_factor=min(3, len(cluster.ids)))
+            await client.create_topic(topic, partitions=partitions,
+                                      replication_factor=_replication_factor(len(cluster.ids)))
         for topic, partitions in TOPICS:
             for partition in range(partitions):
                 await _until_writable(client, topic, partition, 60.0)
@@ -265,6 +286,12 @@ def _group_ops(stats: dict[str, int]) -> str:
             f"fetches ok, {stats.get('group-commit-ok', 0)} commits ok ({stats.get('group-commit-fail', 0)} refused)")
 
 
+def _skipped_why(details: dict[str, Any]) -> str:
+    """`move` is skipped for the cluster's shape, not this machine's: say why in the line."""
+    why = details.get("faults_skipped_why", {})
+    return "".join(f" ({kind} unavailable: {reason})" for kind, reason in sorted(why.items()))
+
+
 def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckResult) -> tuple[str, bool]:
     faults = ", ".join(f"{k} {v}" for k, v in sorted(details["fault_counts"].items())) or "none"
     stats = result.stats
@@ -293,11 +320,15 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(f"a node did not come back after the heal: {details['not_healthy'][:160]}")
     if details.get("recovery_s") == float("inf"):
         problems.append("a partition did not recover")
+    if details.get("moves_unsettled"):
+        problems.append(f"decommissioned nodes not back after the heal: {details['moves_unsettled']}")
     ok = not problems
     line = (
         f"chaos: seed {config.seed}, {config.nodes} nodes, {config.duration_s:.0f} s"
         f"{', UNSAFE ' + ','.join(config.unsafe) if config.unsafe else ''}; faults: {faults}"
-        f"{' (skipped: ' + ','.join(details['faults_skipped']) + ')' if details.get('faults_skipped') else ''}; "
+        f"{' (skipped: ' + ','.join(details['faults_skipped']) + ')' if details.get('faults_skipped') else ''}"
+        f"{_skipped_why(details)}"
+        f"{'; moves: ' + details['moves_summary'] if 'moves_summary' in details else ''}; "
         f"ops: {stats.get('values-acknowledged', 0)} values acked, {stats.get('send-ok', 0)} sends ok, "
         f"{stats.get('send-info', 0)} info, {stats.get('send-fail', 0)} fail, {stats.get('poll-ok', 0)} polls ok, "
         f"{stats.get('commit-ok', 0)} commits ok"

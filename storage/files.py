@@ -22,6 +22,7 @@ Contract of both implementations:
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -79,6 +80,12 @@ class Files(Protocol):
     def sync_dir(self, directory: str) -> None: ...
 
     def make_dirs(self, directory: str) -> None: ...
+
+    def remove_tree(self, directory: str) -> None:
+        """Delete `directory` and everything in it (a replica deleted); missing is fine.
+        Through `Files`, not `shutil` beside it: a double that keeps names in memory
+        must forget them, or a copy created later at the same path finds ghosts."""
+        ...
 
 
 def fsync_later(fd: int) -> Callable[[], None]:
@@ -174,6 +181,9 @@ class OsFiles:
 
     def sync_dir(self, directory: str) -> None:
         fsync_directory(directory)
+
+    def remove_tree(self, directory: str) -> None:
+        shutil.rmtree(directory, ignore_errors=True)
 
     def make_dirs(self, directory: str) -> None:
         """Create `directory` and its parents (each `DIRECTORY_MODE`), making each new name durable."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import count
@@ -227,6 +228,21 @@ class WriteBehindFiles:
                 os.rename(op.node.os_path, op.target)
                 op.node.os_path = op.target
         fsync_directory(directory)
+
+    def remove_tree(self, directory: str) -> None:
+        """Forget every name under `directory` (and its pending directory operations), then
+        delete it on the OS at once: a deletion is taken as durable when made, as before
+        this method existed. Forgetting is the point: a replica deleted, then created
+        again at the same path (moved away by a decommission, back after a recommission),
+        found its old segment names here, pointing at deleted files, and every open of
+        the new copy failed with FileNotFoundError (chaos run, seed 1, `--nodes 5
+        --faults move,kill,pause`)."""
+        root = os.path.join(directory, "")
+        for path in [p for p in self._names if p.startswith(root)]:
+            del self._names[path]
+        for parent in [d for d in self._pending_ops if d == directory or d.startswith(root)]:
+            del self._pending_ops[parent]
+        shutil.rmtree(directory, ignore_errors=True)
 
     def make_dirs(self, directory: str) -> None:
         """Directories are made durable at once (a simplification: the store never

@@ -139,6 +139,17 @@ class PartitionOps:
         if runtime.core.applied_index < runtime.replay_until:
             raise NotLeader(runtime.core.leader, "this replica is still re-applying its log after a restart; "
                             "read from another replica or retry")
+        if self.id not in runtime.core.membership.voters:
+            # A copy that votes for nothing: a learner still catching up after a move (it
+            # starts empty, high watermark 0), or one moved away and not yet deleted.
+            # Served, a reader of this server would see its high watermark go back: it
+            # answered this partition before, forwarded while it had no copy, or from a
+            # copy moved off and now back (chaos, 5 nodes, move,kill,pause, seed 1:
+            # nonmonotonic-hw, HW 3187 then 0 from n4#1). Refused, retriable, as while
+            # re-applying. Once this node applied its promotion to voter, it applied
+            # everything committed before the promotion was proposed.
+            raise NotLeader(runtime.core.leader, "this replica is still catching up (not a voter of the "
+                            "partition); read from another replica or retry")
         end = self._end_offset(group_id, isolation)
         if end <= offset <= store.log_end_offset:
             # At or past the high watermark but inside this replica's log (Kafka's rule: only

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-import shutil
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -232,8 +231,15 @@ class Replicas:
                 self._logger.error("group_sync_failed_at_close", group_id=group_id, error=repr(error))
         store.close()
         if delete:
-            shutil.rmtree(self._storage.groups_directory / str(group_id), ignore_errors=True)
+            self._remove_group_directory(group_id)
         self._logger.info("group_closed", group_id=group_id, deleted=delete)
+
+    def _remove_group_directory(self, group_id: GroupId) -> None:
+        """Through the store's `Files` (storage/files.py `remove_tree`), so the chaos
+        write-behind double forgets the names it kept for the deleted copy."""
+        files = self._storage.files
+        assert files is not None
+        files.remove_tree(str(self._storage.groups_directory / str(group_id)))
 
     def _on_role_change(self, group_id: GroupId, role: Role, term: int) -> None:
         self._registry.note_role(group_id, role, term)
@@ -327,7 +333,7 @@ class Replicas:
         wanted = groups_for_node(catalog, self.id)
         stale, self._seen_at_start = self._seen_at_start - set(wanted) - set(self._registry.groups), set()
         for group_id in sorted(stale):
-            shutil.rmtree(self._storage.groups_directory / str(group_id), ignore_errors=True)
+            self._remove_group_directory(group_id)
             self._logger.info("group_closed", group_id=group_id, deleted=True, opened=False)
         missing: list[tuple[GroupId, LocalGroup]] = []
         for group_id, local in sorted(wanted.items()):
