@@ -23,16 +23,11 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from multiraft.runtime import failover, quiescence
+from multiraft.runtime import failover, persistence, quiescence
 from multiraft.runtime.group_host import COMMIT_HOLD_S, GroupHost
 from multiraft.runtime.group_types import GroupDeps, GroupStatus, StateMachine, status_of
 from multiraft.runtime.pacing import campaign_backoff_skips, run_ticks, split_ticks, tick_due
-from multiraft.runtime.persistence import (
-    BackgroundWrites,
-    choose_persistence,
-    consume_outcome,
-    forget_frames,
-)
+from multiraft.runtime.persistence import BackgroundWrites, choose_persistence, consume_outcome
 from multiraft.runtime.ready_processor import process_ready
 from multiraft.runtime.waiters import Proposal, Waiters, release_in_sync_writes
 from raftlog.core.raft import RaftCore
@@ -124,7 +119,7 @@ class GroupRuntime:
             self._task = None
         self.host.close()
         self.persistence.close()
-        forget_frames(self.failure)  # see there: a kept traceback would keep this group
+        persistence.forget_frames(self.failure)  # see there: a kept traceback would keep this group
         self._fail_waiters(OutcomeUnknown("the group stopped"))
 
     # ------------------------------------------------------------------ inputs (any task)
