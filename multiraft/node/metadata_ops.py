@@ -190,27 +190,25 @@ class MetadataOps:
         draining the metadata leader's own node starts moving the metadata leadership
         as the mark applies, and the proposal's answer can be lost in that handover
         (the fuzz pass met a 504 OUTCOME_UNKNOWN there)."""
+        await self._propose_mark(SetNodeDrained(node_id=node_id, drained=drained))
+
+    async def set_decommissioning(self, node_id: NodeId, decommissioning: bool) -> None:
+        """Start or cancel a node's decommission (multiraft/node/decommission.py); proposed
+        again like a drain's mark, for the same reason: the node leaving may lead the
+        metadata group."""
+        await self._propose_mark(SetNodeDecommissioning(node_id=node_id, decommissioning=decommissioning))
+
+    async def _propose_mark(self, command: SetNodeDrained | SetNodeDecommissioning) -> None:
+        """Propose an idempotent node mark, again when its outcome is unknown or no leader
+        is known, up to SET_DRAINED_ATTEMPTS times."""
         for attempt in range(1, SET_DRAINED_ATTEMPTS + 1):
             try:
-                await self.propose(SetNodeDrained(node_id=node_id, drained=drained))
+                await self.propose(command)
                 return
             except (OutcomeUnknown, LeaderNotAvailable, NotLeader):
                 if attempt == SET_DRAINED_ATTEMPTS:
                     raise
                 await asyncio.sleep(SET_DRAINED_RETRY_S * attempt)  # a new leader is elected meanwhile
-
-    async def set_decommissioning(self, node_id: NodeId, decommissioning: bool) -> None:
-        """Start or cancel a node's decommission (multiraft/node/decommission.py); proposed
-        again like a drain's mark (`set_drained`), for the same reason: the node leaving
-        may lead the metadata group."""
-        for attempt in range(1, SET_DRAINED_ATTEMPTS + 1):
-            try:
-                await self.propose(SetNodeDecommissioning(node_id=node_id, decommissioning=decommissioning))
-                return
-            except (OutcomeUnknown, LeaderNotAvailable, NotLeader):
-                if attempt == SET_DRAINED_ATTEMPTS:
-                    raise
-                await asyncio.sleep(SET_DRAINED_RETRY_S * attempt)
 
     async def delete_topic(self, name: str) -> None:
         self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller

@@ -112,3 +112,22 @@ async def read_all(session: aiohttp.ClientSession, server: str, topic: str, part
         assert time.monotonic() < deadline, f"{server} serves {len(records)} of {count} records"
     assert [r["offset"] for r in records] == list(range(count))
     return records
+
+
+async def read_values(session: aiohttp.ClientSession, server: str, topic: str, partition: int,
+                      count: int) -> dict[int, str]:
+    """Offset -> value (string format) of a partition's first `count` records, read from
+    `server` (bounded: at most 10,000 reads)."""
+    values: dict[int, str] = {}
+    offset = 0
+    for _ in range(10_000):
+        if offset >= count:
+            break
+        status, body = await call(session, server, "GET", f"/v1/topics/{topic}/partitions/{partition}/records",
+                                  params={"offset": offset, "wait_ms": 500, "format": "string"})
+        assert status == 200, body
+        for record in body["records"]:
+            values[record["offset"]] = record["value"]
+        offset = body["next_offset"]
+    assert offset >= count, f"{topic}/{partition}: read to {offset} of {count}"
+    return values

@@ -23,7 +23,7 @@ import pytest
 
 from multiraft.cli.launcher import LocalCluster
 from tests.free_ports import require_free_ports, running
-from tests.integration.conftest import call, create_topic, until
+from tests.integration.conftest import call, create_topic, read_values, until
 
 pytestmark = pytest.mark.integration
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"]
@@ -79,22 +79,6 @@ class Producer:
                 await asyncio.sleep(0.05)
 
 
-async def _read(session: aiohttp.ClientSession, server: str, partition: int, count: int) -> dict[int, str]:
-    values: dict[int, str] = {}
-    offset = 0
-    for _ in range(10_000):
-        if offset >= count:
-            break
-        status, body = await call(session, server, "GET", f"/v1/topics/{TOPIC}/partitions/{partition}/records",
-                                  params={"offset": offset, "wait_ms": 500, "format": "string"})
-        assert status == 200, body
-        for record in body["records"]:
-            values[record["offset"]] = record["value"]
-        offset = body["next_offset"]
-    assert offset >= count, f"partition {partition}: read to {offset} of {count}"
-    return values
-
-
 @pytest.mark.asyncio
 async def test_decommission_a_voter_under_a_live_producer(four_nodes: LocalCluster) -> None:
     servers = four_nodes.http_addresses
@@ -136,7 +120,7 @@ async def test_decommission_a_voter_under_a_live_producer(four_nodes: LocalClust
 
         for partition in range(PARTITIONS):
             offsets = sorted(o for p, o in producer.acked if p == partition)
-            records = await _read(session, staying[partition % 3], partition, offsets[-1] + 1)
+            records = await read_values(session, staying[partition % 3], TOPIC, partition, offsets[-1] + 1)
             for offset in offsets:
                 assert records[offset] == producer.acked[(partition, offset)], (partition, offset)
 

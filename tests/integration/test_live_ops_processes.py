@@ -24,7 +24,7 @@ import pytest
 from multiraft.cli.launcher import LocalCluster
 from tests.free_ports import require_free_ports, running
 from tests.group_member import Member, settle
-from tests.integration.conftest import call, create_topic, until
+from tests.integration.conftest import call, create_topic, read_values, until
 
 pytestmark = pytest.mark.integration
 HOSTS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -177,7 +177,7 @@ async def test_grow_drain_undrain_under_a_live_producer(live_cluster: LocalClust
         assert len(producer.acked) > 100
         for partition in range(6):
             offsets = sorted(o for p, o in producer.acked if p == partition)
-            records = await _read(session, servers, partition, offsets[-1] + 1)
+            records = await read_values(session, servers[partition % 3], TOPIC, partition, offsets[-1] + 1)
             for offset in offsets:
                 assert records[offset] == producer.acked[(partition, offset)], (partition, offset)
 
@@ -199,20 +199,3 @@ def _probe_led(session: aiohttp.ClientSession, cluster: LocalCluster, node_id: i
         return True if (led == 0 if at_least == 0 else led >= at_least) else None
 
     return probe
-
-
-async def _read(session: aiohttp.ClientSession, servers: list[str], partition: int, count: int) -> dict[int, str]:
-    values: dict[int, str] = {}
-    offset = 0
-    for _ in range(10_000):
-        if offset >= count:
-            break
-        status, body = await call(session, servers[partition % 3], "GET",
-                                  f"/v1/topics/{TOPIC}/partitions/{partition}/records",
-                                  params={"offset": offset, "wait_ms": 500, "format": "string"})
-        assert status == 200, body
-        for record in body["records"]:
-            values[record["offset"]] = record["value"]
-        offset = body["next_offset"]
-    assert offset >= count, f"partition {partition}: read to {offset} of {count}"
-    return values

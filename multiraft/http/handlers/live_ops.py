@@ -31,6 +31,7 @@ each node's own), answered as GET. Admin right when auth is on.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -112,21 +113,25 @@ async def decommission_state(request: web.Request) -> web.Response:
 
 
 async def _set_decommissioning(request: web.Request, decommissioning: bool) -> web.Response:
+    what = "decommissioning" if decommissioning else "recommissioning"
+    return await _set_mark(request, what, lambda node, node_id: node.set_decommissioning(node_id, decommissioning),
+                           decommission_status)
+
+
+async def _set_mark(request: web.Request, what: str, setter: Callable[[Any, NodeId], Awaitable[None]],
+                    status: Callable[[web.Request, NodeId], dict[str, Any]]) -> web.Response:
+    """Set a node's mark through the metadata group, wait until this node applied it,
+    answer the node's status."""
     node_id = _path_node(request)
     node = node_of(request)
-    what = "decommissioning" if decommissioning else "recommissioning"
-    await bounded(node.set_decommissioning(node_id, decommissioning), f"{what} a node")
+    await bounded(setter(node, node_id), f"{what} a node")
     await bounded(node.sync_catalog(), f"{what} propagation")
-    return web.json_response(decommission_status(request, node_id))
+    return web.json_response(status(request, node_id))
 
 
 async def _set_drained(request: web.Request, drained: bool) -> web.Response:
-    node_id = _path_node(request)
-    node = node_of(request)
     what = "draining" if drained else "undraining"
-    await bounded(node.set_drained(node_id, drained), f"{what} a node")
-    await bounded(node.sync_catalog(), f"{what.removesuffix('ing')} propagation")
-    return web.json_response(drain_status(request, node_id))
+    return await _set_mark(request, what, lambda node, node_id: node.set_drained(node_id, drained), drain_status)
 
 
 CLUSTER_SETTINGS = {MOVE_THROTTLE_SETTING: (0, REPLICA_MOVE_BYTES_PER_S_MAX)}
