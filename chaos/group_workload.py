@@ -32,7 +32,6 @@ Every call is one op in the history, ok, fail or info as the other workloads'
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import random
 import time
@@ -45,6 +44,7 @@ import orjson
 from chaos.cluster import ChaosCluster
 from chaos.history import MemberAction, MemberView, PartitionKey, PartitionRead
 from chaos.history_writer import HistoryWriter
+from chaos.stopping import sleep_or_stop
 from chaos.workload import CLIENT_HOST, OP_TIMEOUT_S, Stats, outcome_of, value_of
 from multiraft.client import AsyncClient, RaftlogError
 
@@ -301,7 +301,7 @@ class GroupMember:
                     else:
                         self.state.forget()  # the old member expires; this process comes back as a new one
                         self.joined = False
-                    await _sleep_or_stop(stop, rng.uniform(*AWAY_S))
+                    await sleep_or_stop(stop, rng.uniform(*AWAY_S))
                     continue
                 await self.turn(client)
             if self.joined:  # the end of the main phase: commit, then leave as a consumer shutting down
@@ -353,7 +353,7 @@ class GroupWorkload:
                 else:
                     found = {int(o["partition"]): int(o["offset"]) for o in orjson.loads(raw)["offsets"]}
                     self.history.ok_fetch(index, found.get(key.partition))
-                await _sleep_or_stop(stop, self.rng.uniform(0.05, 0.3))
+                await sleep_or_stop(stop, self.rng.uniform(0.05, 0.3))
 
     async def drain(self, targets: Mapping[PartitionKey, int], deadline_s: float = DRAIN_DEADLINE_S) -> dict[str, Any]:
         """After the heal: per group, a new member fetches until its position in every
@@ -383,8 +383,3 @@ class GroupWorkload:
             if left:
                 short[spec.name] = left
         return short
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

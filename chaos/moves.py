@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.cluster import ChaosCluster
+from chaos.stopping import sleep_or_stop
 from chaos.workload import CLIENT_HOST
 from multiraft.client import AsyncClient, RaftlogError
 
@@ -260,7 +261,7 @@ class Mover:
                     if status.stage == "done" and record.done_after_s is None:
                         record.done_after_s = self.clock() - began
                         hold_until = self.clock() + self.rng.uniform(*DONE_HOLD_S)
-                await _sleep_or_stop(stop, POLL_S)
+                await sleep_or_stop(stop, POLL_S)
 
     async def _recommission(self, record: MoveRecord, began: float) -> None:
         if await self.recommission(record.node, RECOMMISSION_S, record):
@@ -315,11 +316,3 @@ class Mover:
             if self.clock() >= deadline:
                 return problem
             await asyncio.sleep(POLL_S)
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        async with asyncio.timeout(seconds):
-            await stop.wait()
-    except TimeoutError:
-        pass

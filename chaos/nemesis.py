@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from chaos.cluster import ChaosCluster
 from chaos.history import PartitionKey
 from chaos.moves import Mover, MoveRecord
+from chaos.stopping import sleep_or_stop
 
 HOLD_S = (1.5, 5.0)
 GAP_S = (1.0, 4.0)
@@ -78,7 +79,7 @@ class Nemesis:
 
     async def _schedule(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await _sleep_or_stop(stop, self.rng.uniform(*GAP_S))
+            await sleep_or_stop(stop, self.rng.uniform(*GAP_S))
             if stop.is_set():
                 return
             if self.rng.random() < QUIET_SHARE or not self.kinds:
@@ -94,7 +95,7 @@ class Nemesis:
                 kind = self.rng.choice(others)
             opened = len(self.windows)
             heal = await self._start(kind)
-            await _sleep_or_stop(stop, self.rng.uniform(*HOLD_S))
+            await sleep_or_stop(stop, self.rng.uniform(*HOLD_S))
             await heal()
             self.windows[opened].end_s = time.monotonic() - self.started
             self.heals.append(time.monotonic())
@@ -174,11 +175,3 @@ class Nemesis:
             for node in nodes:
                 self.cluster.resume(node)
         return resume
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        async with asyncio.timeout(seconds):
-            await stop.wait()
-    except TimeoutError:
-        pass
