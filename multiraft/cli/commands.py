@@ -417,6 +417,15 @@ def node_decommission(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK if status["stage"] == "done" else EXIT_FAILED
 
 
+def node_promote(client: Client, args: argparse.Namespace) -> int:
+    status = client.promote_node(args.node_id, args.replace)
+    replaced = f" in place of node {args.replace}" if args.replace is not None else ""
+    print(f"node {args.node_id} votes in the metadata group{replaced}: voters "
+          f"{', '.join(map(str, status['metadata_voters']))}; learners "
+          f"{', '.join(map(str, status['metadata_learners'])) or 'none'}")
+    return EXIT_OK
+
+
 def node_recommission(client: Client, args: argparse.Namespace) -> int:
     status = client.recommission_node(args.node_id)
     print(f"node {args.node_id} recommissioned: it keeps {status['replicas']} replicas and may take new ones; "

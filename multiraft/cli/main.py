@@ -14,6 +14,7 @@
     raftlog topic alter TOPIC [--partitions N] [--config K=V] [--delete-config K]
     raftlog node drain N [--wait] | undrain N     leadership off a node (rolling restart), and back
     raftlog node decommission N [--wait] | recommission N   take a node out of the cluster, or cancel
+    raftlog node promote N [--replace M]     a metadata learner votes (in place of dead voter M)
     raftlog cluster config [--set replica_move_bytes_per_s=N]   run-time settings (the move throttle)
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
@@ -144,7 +145,7 @@ def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     node = commands_parser.add_parser("node", help="drain a node (leadership, for a rolling restart) or "
                                                    "decommission it (take it out of the cluster)")
     nodes = node.add_subparsers(dest="node_command", required=True,
-                                metavar="{drain,undrain,decommission,recommission}")
+                                metavar="{drain,undrain,decommission,recommission,promote}")
     drain = nodes.add_parser("drain", help="move every leadership off a node; it takes none until undrained")
     drain.add_argument("node_id", type=int)
     drain.add_argument("--wait", action="store_true",
@@ -161,6 +162,11 @@ def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
     decommission.add_argument("--wait", action="store_true", help="print progress until it is done")
     decommission.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="give up waiting after S s")
     _client_command(decommission, commands.node_decommission)
+    promote = nodes.add_parser("promote", help="make a learner of the metadata group a voter (--replace M: in "
+                                               "place of dead voter M, without a restart)")
+    promote.add_argument("node_id", type=int)
+    promote.add_argument("--replace", type=int, metavar="M", help="the dead voter it replaces")
+    _client_command(promote, commands.node_promote)
     recommission = nodes.add_parser("recommission", help="cancel a decommission (moved replicas stay moved)")
     recommission.add_argument("node_id", type=int)
     _client_command(recommission, commands.node_recommission)

@@ -271,6 +271,11 @@ class AsyncClient:
         """Let `node_id` lead again; its drain status."""
         return await self._json("DELETE", f"/v1/admin/nodes/{int(node_id)}/drain")
 
+    async def promote_node(self, node_id: int, replace: int | None = None) -> dict[str, Any]:
+        """Make metadata learner `node_id` a voter (in place of dead voter `replace`)."""
+        params = {} if replace is None else {"replace": str(int(replace))}
+        return await self._json("POST", f"/v1/admin/nodes/{int(node_id)}/promote", params=params)
+
     async def cluster_settings(self) -> dict[str, Any]:
         """The run-time cluster settings: per key, this node's value and the cluster's."""
         return await self._json("GET", "/v1/admin/config")

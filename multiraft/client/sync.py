@@ -94,6 +94,9 @@ class Client:
     def undrain_node(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.undrain_node(node_id))
 
+    def promote_node(self, node_id: int, replace: int | None = None) -> dict[str, Any]:
+        return self.run(self.aio.promote_node(node_id, replace))
+
     def cluster_settings(self) -> dict[str, Any]:
         return self.run(self.aio.cluster_settings())
 

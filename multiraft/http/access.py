@@ -64,6 +64,7 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/admin/nodes/{node}/drain"): ADMIN_RIGHT,
     ("GET", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,
     ("GET", "/v1/admin/config"): ADMIN_RIGHT,
+    ("POST", "/v1/admin/nodes/{node}/promote"): ADMIN_RIGHT,
     ("PATCH", "/v1/admin/config"): ADMIN_RIGHT,
     ("POST", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,
     ("DELETE", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,

@@ -71,6 +71,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("DELETE", "/v1/admin/nodes/{node}/drain", live_ops.undrain),
     ("GET", "/v1/admin/nodes/{node}/decommission", live_ops.decommission_state),
     ("GET", "/v1/admin/config", live_ops.get_config),
+    ("POST", "/v1/admin/nodes/{node}/promote", live_ops.promote),
     ("PATCH", "/v1/admin/config", live_ops.patch_config),
     ("POST", "/v1/admin/nodes/{node}/decommission", live_ops.decommission),
     ("DELETE", "/v1/admin/nodes/{node}/decommission", live_ops.recommission),

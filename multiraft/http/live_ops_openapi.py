@@ -85,6 +85,22 @@ PATHS: dict[str, Any] = {
                    "responses": {"200": _drain_answer("the node's drain status"),
                                  **_errors(404, 409, 421, 503, 504)}},
     },
+    "/v1/admin/nodes/{node}/promote": {
+        "parameters": [_NODE],
+        "post": {"summary": "make a learner of the metadata group a voter, in place of voter `replace` if given "
+                            "(a dead voter replaced without a restart); the answer is the group's members once "
+                            "this node applied it (admin)",
+                 "parameters": [{"name": "replace", "in": "query", "required": False,
+                                 "schema": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1}}],
+                 "responses": {"200": {"description": "the metadata group's voters and learners", "content": {
+                     "application/json": {"schema": {
+                         "type": "object", "additionalProperties": False,
+                         "required": ["node_id", "metadata_voters", "metadata_learners"],
+                         "properties": {"node_id": {"type": "integer"},
+                                        "metadata_voters": {"type": "array", "items": {"type": "integer"}},
+                                        "metadata_learners": {"type": "array", "items": {"type": "integer"}}}}}}},
+                               **_errors(404, 421, 503, 504)}},
+    },
     "/v1/admin/config": {
         "get": {"summary": "cluster settings nodes act on at run time: the move throttle "
                            "(replica_move_bytes_per_s, bytes/s to learners per node; 0: no limit) (admin)",

@@ -201,6 +201,7 @@ class NodeApi:
         self.sync_catalog = metadata.sync_catalog
         self.wait_for_topic = metadata.wait_for_topic
         self.readiness = controller.readiness
+        self.promote_node = controller.promote  # a metadata learner to voter (metadata_voters.py)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -255,6 +256,14 @@ class NodeApi:
         waiting = self._controller.decommission_waiting if metadata is not None and metadata.core.role is Role.LEADER \
             else ""
         return decommission.progress(self._catalog.catalog, membership, node_id, waiting)
+
+    def metadata_membership(self) -> tuple[list[int], list[int]]:
+        """(voters, learners) of the metadata group as this node's replica has applied them."""
+        metadata = self._registry.groups.get(METADATA_GROUP)
+        if metadata is None:
+            return [], []
+        membership = metadata.core.membership
+        return sorted(membership.voters), sorted(membership.learners)
 
     def effective_setting(self, key: str) -> int:
         """What this node uses for a cluster setting now (the cluster's, else its own)."""

@@ -32,7 +32,7 @@ from multiraft.metadata.commands import (
 )
 from multiraft.metadata.placement import PlacementNode, replacement_for
 from multiraft.net.tls import node_http_client_context
-from multiraft.node import admission, decommission
+from multiraft.node import admission, decommission, metadata_voters
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.transport.rpc import RPC_TIMEOUT_S, STATUS_OK, Rpc, RpcError, answer, error_answer
 from raftlog.errors import ClientError, MembershipChangeInProgress, NotLeader
@@ -103,6 +103,7 @@ class Controller:
         self._was_controller = False
         self.decommission_waiting = ""  # why a decommission waits, as the controller sees it
         rpc.register("metadata.add_learner", self.serve_add_learner)
+        rpc.register("metadata.promote", self.serve_promote)
         rpc.register("node.heartbeat", self.serve_heartbeat)
 
     @property
@@ -141,6 +142,40 @@ class Controller:
             return error_answer(NotLeader(core.leader))
         node_id = NodeId(int(json.loads(body)["node_id"]))
         return await answer(self._add_learner(node_id), lambda _: b"{}")
+
+    async def promote(self, node_id: NodeId, replace: NodeId | None) -> None:
+        """Make metadata learner `node_id` a voter, in place of `replace` if given
+        (metadata_voters.py); done by the metadata leader, wherever asked."""
+        if self._runtime.core.role is Role.LEADER:
+            await self._promote(node_id, replace)
+        else:
+            body = json.dumps({"node_id": node_id, "replace": replace}).encode()
+            await self._metadata.call_leader("metadata.promote", body)
+
+    async def serve_promote(self, source: int, body: bytes) -> tuple[int, bytes]:
+        core = self._runtime.core
+        if core.role is not Role.LEADER:
+            return error_answer(NotLeader(core.leader))
+        request = json.loads(body)
+        replace = request["replace"]
+        return await answer(self._promote(NodeId(int(request["node_id"])),
+                                          None if replace is None else NodeId(int(replace))), lambda _: b"{}")
+
+    async def _promote(self, node_id: NodeId, replace: NodeId | None) -> None:
+        runtime = self._runtime
+        core = runtime.core
+        matches = {n: p.match for n in core.membership.members if (p := core.progress(n)) is not None}
+        steps = metadata_voters.promotion(self._catalog.catalog, core.membership, self.id, matches,
+                                          core.commit_index, node_id, replace)
+        async with asyncio.timeout(RPC_TIMEOUT_S):
+            for change in steps:
+                self._logger.info("metadata_voters_change", op=change.op.name, node=change.node_id)
+                while True:
+                    try:
+                        await runtime.propose_membership(change)
+                        break
+                    except MembershipChangeInProgress:
+                        await asyncio.sleep(0.05)  # one change at a time: wait for the previous one
 
     async def join(self, address: Any) -> None:
         """Ask a node of an existing cluster (its HTTP address) to admit this one. A node

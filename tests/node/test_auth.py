@@ -89,6 +89,7 @@ async def test_tokens_gate_every_route_by_its_right(tmp_path: Path) -> None:
                 ("POST", "/v1/admin/nodes/1/decommission", {}),
                 ("DELETE", "/v1/admin/nodes/1/decommission", {}),
                 ("GET", "/v1/admin/config", {}),
+                ("POST", "/v1/admin/nodes/1/promote", {}),
                 ("PATCH", "/v1/admin/config", {"json": {"replica_move_bytes_per_s": 1}}),
             ]:
                 status, body, _ = await call(session, method, url[1] + path, token, **kwargs)

@@ -22,6 +22,10 @@ decommissioning), the partitions it still keeps a copy of, the partitions it lea
 its place in the metadata group, and, from the controller, why it waits. Admin
 right when auth is on.
 
+`POST /v1/admin/nodes/{node}/promote` (`?replace=M`) makes a metadata learner a
+voter, in place of voter M if given (multiraft/node/metadata_voters.py), and answers
+the metadata group's voters and learners once this node applied the change. Admin.
+
 `GET /v1/admin/config` shows the cluster settings a node acts on at run time (today
 one: `replica_move_bytes_per_s`, the move throttle, multiraft/node/move_throttle.py),
 each as `{"value": what this node uses, "cluster": the cluster setting or null}`;
@@ -31,6 +35,7 @@ each node's own), answered as GET. Admin right when auth is on.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -162,3 +167,35 @@ async def patch_config(request: web.Request) -> web.Response:
         await bounded(node.propose_metadata(SetClusterConfig(key=key, value=value)), "setting the cluster config")
     await bounded(node.sync_catalog(), "cluster config propagation")
     return web.json_response(cluster_settings(request))
+
+
+PROMOTE_WAIT_S = 5.0
+
+
+async def promote(request: web.Request) -> web.Response:
+    node_id = _path_node(request)
+    node = node_of(request)
+    unknown = sorted(set(request.query) - {"replace"})
+    if unknown:
+        raise InvalidRequest(f"unknown query parameters {unknown[:5]}")
+    replace = None
+    if "replace" in request.query:
+        raw = request.query["replace"]
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 10 or not 1 <= int(raw) <= NODE_ID_MAX:
+            raise InvalidRequest(f"replace must be a node id in 1..{NODE_ID_MAX}, got {raw[:40]!r}")
+        replace = NodeId(int(raw))
+    await bounded(node.promote_node(node_id, replace), "promoting a node")
+
+    def applied_here() -> bool:
+        voters, _ = node.metadata_membership()
+        return node_id in voters and (replace is None or replace not in voters)
+
+    await bounded(_until(applied_here, PROMOTE_WAIT_S), "the promotion reaching this node")
+    voters, learners = node.metadata_membership()
+    return web.json_response({"node_id": node_id, "metadata_voters": voters, "metadata_learners": learners})
+
+
+async def _until(condition: Callable[[], bool], timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.05)
