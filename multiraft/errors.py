@@ -259,6 +259,16 @@ class ClusterTooSmall(ClientError):
     http_status = 409
 
 
+class PromotionRefused(ClientError):
+    """The metadata group's state does not allow this promotion (multiraft/node/metadata_voters.py:
+    the node is no learner, is leaving, not live or behind; a sixth voter; the node to
+    replace is itself, no voter, the leader, live, or its removal would leave no live
+    majority). The message says which; nothing changed."""
+
+    code = "PROMOTION_REFUSED"
+    http_status = 409
+
+
 class UnknownNode(ClientError):
     code = "UNKNOWN_NODE"
     http_status = 404

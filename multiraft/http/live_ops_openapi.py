@@ -99,7 +99,7 @@ PATHS: dict[str, Any] = {
                          "properties": {"node_id": {"type": "integer"},
                                         "metadata_voters": {"type": "array", "items": {"type": "integer"}},
                                         "metadata_learners": {"type": "array", "items": {"type": "integer"}}}}}}},
-                               **_errors(404, 421, 503, 504)}},
+                               **_errors(404, 409, 421, 503, 504)}},
     },
     "/v1/admin/config": {
         "get": {"summary": "cluster settings nodes act on at run time: the move throttle "

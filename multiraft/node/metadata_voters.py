@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from multiraft.errors import InvalidRequest, UnknownNode
+from multiraft.errors import PromotionRefused, UnknownNode
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import NodeStatus
 from raftlog.messages import ConfChange, ConfChangeOp, Membership
@@ -47,34 +47,34 @@ def promotion(catalog: Catalog, membership: Membership, leader: NodeId, matches:
     if replace is not None and replace not in catalog.nodes:
         raise UnknownNode(f"node {replace} is not registered")
     if replace == node_id:
-        raise InvalidRequest("a node cannot replace itself")
+        raise PromotionRefused("a node cannot replace itself")
     promoted = node_id in membership.voters
     steps: list[ConfChange] = []
     if not promoted:
         if node_id not in membership.learners:
-            raise InvalidRequest(f"node {node_id} is not in the metadata group; it joins as a learner first")
+            raise PromotionRefused(f"node {node_id} is not in the metadata group; it joins as a learner first")
         if catalog.nodes[node_id].decommissioning:
-            raise InvalidRequest(f"node {node_id} is being decommissioned; recommission it first")
+            raise PromotionRefused(f"node {node_id} is being decommissioned; recommission it first")
         if not _alive(catalog, node_id):
-            raise InvalidRequest(f"node {node_id} is not live")
+            raise PromotionRefused(f"node {node_id} is not live")
         if matches.get(node_id, 0) < commit:
-            raise InvalidRequest(f"node {node_id} has not caught up with the metadata log yet "
+            raise PromotionRefused(f"node {node_id} has not caught up with the metadata log yet "
                                  f"({matches.get(node_id, 0)} of {commit}): retry in a moment")
         if replace is None and len(membership.voters) >= VOTERS_MAX:
-            raise InvalidRequest(f"the metadata group has {len(membership.voters)} voters already (at most "
+            raise PromotionRefused(f"the metadata group has {len(membership.voters)} voters already (at most "
                                  f"{VOTERS_MAX}); use --replace to swap one")
         steps.append(ConfChange(ConfChangeOp.ADD_VOTER, node_id))
     if replace is not None and replace in membership.members:
         if replace not in membership.voters:
-            raise InvalidRequest(f"node {replace} is no voter of the metadata group")
+            raise PromotionRefused(f"node {replace} is no voter of the metadata group")
         if replace == leader:
-            raise InvalidRequest(f"node {replace} leads the metadata group: drain it first")
+            raise PromotionRefused(f"node {replace} leads the metadata group: drain it first")
         if _alive(catalog, replace):
-            raise InvalidRequest(f"node {replace} is live: only a dead voter is replaced this way "
+            raise PromotionRefused(f"node {replace} is live: only a dead voter is replaced this way "
                                  "(decommission a live node instead)")
         after = (membership.voters | {node_id}) - {replace}
         if 2 * sum(_alive(catalog, v) for v in after) <= len(after):
-            raise InvalidRequest(f"replacing node {replace} would leave the metadata group {sorted(after)} "
+            raise PromotionRefused(f"replacing node {replace} would leave the metadata group {sorted(after)} "
                                  "without a live majority")
         steps.append(ConfChange(ConfChangeOp.REMOVE, replace))
     return steps

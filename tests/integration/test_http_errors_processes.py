@@ -115,7 +115,10 @@ COVERED_BY_TESTS = {"NOT_LEADER": 421, "NOT_ENOUGH_REPLICAS": 503, "INVALID_PROD
                     "STALE_OFFSET_COMMIT": 409,
                     # A decommission with nowhere to move to: tests/http/test_api_live_ops.py and
                     # tests/node/test_decommission.py.
-                    "CLUSTER_TOO_SMALL": 409}
+                    "CLUSTER_TOO_SMALL": 409,
+                    # A metadata promotion the group's state refuses: tests/unit/test_metadata_voters.py,
+                    # tests/node/test_metadata_voters.py and the fuzz pass.
+                    "PROMOTION_REFUSED": 409}
 
 
 def _corrupt(data: bytes) -> bytes:

@@ -31,8 +31,9 @@ async def test_a_dead_voter_is_replaced_and_the_group_survives_the_next_failure(
         learner = everyone[3]
         await until(lambda: (leader := _metadata_leader(everyone)) is not None
                     and learner.id in leader.groups[GroupId(0)].core.membership.learners, "node 4 a learner", 30)
-        with pytest.raises(ClientError, match="only a dead voter"):
+        with pytest.raises(ClientError, match="only a dead voter") as refused:
             await everyone[0].api.promote_node(learner.id, NodeId(2))
+        assert refused.value.code == "PROMOTION_REFUSED"
         leader = _metadata_leader(everyone)
         assert leader is not None
         gone = next(n for n in everyone[:3] if n is not leader)  # a voter, not the leader

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from multiraft.errors import InvalidRequest, UnknownNode
+from multiraft.errors import PromotionRefused, UnknownNode
 from multiraft.metadata import NodeStatus, SetNodeDecommissioning, SetNodeStatus
 from multiraft.node.metadata_voters import promotion
 from raftlog.messages import ConfChange, ConfChangeOp, Membership
@@ -51,12 +51,12 @@ def test_a_learner_is_promoted_and_a_dead_voter_replaced_in_order() -> None:
 @pytest.mark.parametrize("case, members, node_id, replace, error, words", [
     ("unknown", ({1, 2, 3}, {4}), 9, None, UnknownNode, "not registered"),
     ("unknown replace", ({1, 2, 3}, {4}), 4, 9, UnknownNode, "not registered"),
-    ("no member", ({1, 2, 3}, set()), 4, None, InvalidRequest, "joins as a learner first"),
-    ("itself", ({1, 2, 3}, {4}), 4, 4, InvalidRequest, "itself"),
-    ("sixth voter", ({1, 2, 3, 5, 6}, {4}), 4, None, InvalidRequest, "at most 5"),
-    ("replace a learner", ({1, 2, 3}, {4, 5}), 4, 5, InvalidRequest, "no voter"),
-    ("replace the leader", ({1, 2, 3}, {4}), 4, 1, InvalidRequest, "leads the metadata group"),
-    ("replace a live voter", ({1, 2, 3}, {4}), 4, 2, InvalidRequest, "only a dead voter"),
+    ("no member", ({1, 2, 3}, set()), 4, None, PromotionRefused, "joins as a learner first"),
+    ("itself", ({1, 2, 3}, {4}), 4, 4, PromotionRefused, "itself"),
+    ("sixth voter", ({1, 2, 3, 5, 6}, {4}), 4, None, PromotionRefused, "at most 5"),
+    ("replace a learner", ({1, 2, 3}, {4, 5}), 4, 5, PromotionRefused, "no voter"),
+    ("replace the leader", ({1, 2, 3}, {4}), 4, 1, PromotionRefused, "leads the metadata group"),
+    ("replace a live voter", ({1, 2, 3}, {4}), 4, 2, PromotionRefused, "only a dead voter"),
 ])
 def test_refusals_are_typed(case, members, node_id, replace, error, words) -> None:  # type: ignore[no-untyped-def]
     apply = _catalog()
@@ -67,14 +67,14 @@ def test_refusals_are_typed(case, members, node_id, replace, error, words) -> No
 def test_a_learner_that_lags_is_dead_or_leaving_is_refused() -> None:
     apply = _catalog()
     members = _members({1, 2, 3}, {4})
-    with pytest.raises(InvalidRequest, match="caught up"):
+    with pytest.raises(PromotionRefused, match="caught up"):
         _promote(apply, members, 4, matches={1: 10, 2: 10, 3: 10, 4: 7})
     assert apply(SetNodeDecommissioning(node_id=4, decommissioning=True)).ok
-    with pytest.raises(InvalidRequest, match="decommissioned"):
+    with pytest.raises(PromotionRefused, match="decommissioned"):
         _promote(apply, members, 4)
     assert apply(SetNodeDecommissioning(node_id=4, decommissioning=False)).ok
     assert apply(SetNodeStatus(node_id=4, status=NodeStatus.DEAD)).ok
-    with pytest.raises(InvalidRequest, match="not live"):
+    with pytest.raises(PromotionRefused, match="not live"):
         _promote(apply, members, 4)
 
 
@@ -87,5 +87,5 @@ def test_no_replacement_leaves_the_group_without_a_live_majority() -> None:
     # {1,2,3,5,6} with 2, 3, 5, 6 dead: {1,2,4,5,6} would have 2 of 5 live.
     for dead in (5, 6):
         assert apply(SetNodeStatus(node_id=dead, status=NodeStatus.DEAD)).ok
-    with pytest.raises(InvalidRequest, match="live majority"):
+    with pytest.raises(PromotionRefused, match="live majority"):
         _promote(apply, _members({1, 2, 3, 5, 6}, {4}), 4, replace=3)
