@@ -306,7 +306,15 @@ class Controller:
                         and now - self._last_seen.get(m.node_id, now) >= move_after}
                 if gone:
                     await self.replace_replicas_of(gone)
-            await self.decommission_round()
+
+    async def run_decommissions(self) -> None:
+        """On the metadata leader, every CONTROLLER_INTERVAL_S: a decommission round. Its
+        own task, apart from `watch_liveness`: a membership change can wait seconds for
+        its commit, and marking nodes dead must not wait behind it."""
+        while True:
+            await asyncio.sleep(CONTROLLER_INTERVAL_S)
+            if self._runtime.core.role is Role.LEADER:
+                await self.decommission_round()
 
     async def decommission_round(self) -> None:
         """On the controller: the next steps of every decommission (decommission.py): moves

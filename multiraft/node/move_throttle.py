@@ -118,7 +118,9 @@ class MoveThrottle:
         return len(self._queue)
 
     def offer(self, group_id: GroupId, message: Message) -> None:
-        """Send `message` (an append to a learner) within the rate: now, or later in order."""
+        """Send `message` (an append or heartbeat to a learner) within the rate: now, or
+        later in order. Promoted to voter meanwhile, a learner's later messages overtake
+        what still waits here: the first may be refused and the leader probes once."""
         rate = self._rate()
         size = message_bytes(message)
         heartbeat = message.type is MessageType.HEARTBEAT

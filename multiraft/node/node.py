@@ -170,6 +170,7 @@ class Node:
             ("registrar", controller.register),
             ("node-heartbeats", controller.send_heartbeats),
             ("controller", controller.watch_liveness),
+            ("decommissions", controller.run_decommissions),
             ("leader-balancer", self.balancer.run),
             ("replica-mover", lambda: reassignment.move_loop(routing, self.metadata.propose, logger)),
             ("compaction", lambda: compaction_loop(self.registry, logger)),
