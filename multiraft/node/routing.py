@@ -48,6 +48,12 @@ class Routing:
         peers.discard(self.id)
         return sorted(peers)
 
+    def leadership_version(self) -> tuple[int, int]:
+        """Changes whenever a leadership this node knows of may have changed: a role of
+        its own replicas (the registry's `led_version`) or a peer's list of the groups
+        it leads (the pings). What the balancer's idle check keys on."""
+        return self.registry.led_version, self.liveness.leaders_version
+
     def leader_of(self, group_id: GroupId) -> int:
         """This node's best knowledge of a group's leader (0: unknown): its own replica's
         view when it hosts one, else what the leader's pings said."""

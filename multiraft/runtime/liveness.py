@@ -32,6 +32,7 @@ class PeerLiveness:
         self._started = clock()
         self._last_heard: dict[int, float] = {}
         self._leaders_heard: dict[GroupId, tuple[int, int]] = {}  # group -> (leader node, term)
+        self.leaders_version = 0  # bumped when what a peer says it leads changes (the balancer's idle check)
         self._pings_sent = 0
 
     def heard(self, node: int) -> None:
@@ -64,12 +65,17 @@ class PeerLiveness:
         if len(body) % LEADER_ENTRY.size:
             raise WireError("leaders list is not a whole number of entries")
         heard = self._leaders_heard
-        for group_id in [g for g, (node, _) in heard.items() if node == source]:
+        before = {g: term for g, (node, term) in heard.items() if node == source}
+        for group_id in before:
             del heard[group_id]
+        after = {}
         for group_id, term in LEADER_ENTRY.iter_unpack(body):
             known = heard.get(GroupId(group_id))
             if known is None or known[1] <= term:
                 heard[GroupId(group_id)] = (source, term)
+                after[group_id] = term
+        if after != before:
+            self.leaders_version += 1
 
     def leader_heard(self, group_id: GroupId) -> int:
         return self._leaders_heard.get(group_id, (0, 0))[0]

@@ -22,6 +22,7 @@ import structlog
 
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import CreateTopic, NodeStatus, RegisterNode, SetNodeStatus
+from multiraft.node import leadership
 from multiraft.node.leadership import CAUGHT_UP_ENTRIES_MAX, Balancer, BalanceSettings
 from multiraft.node.routing import LedPartition
 from raftlog.messages import Role
@@ -282,3 +283,53 @@ async def test_a_new_topic_reaches_balance_without_needless_leader_changes(tmp_p
         assert started - started_before <= away, f"{started - started_before} transfers for {away} partitions away"
         assert sum(n.balancer.transfers_aborted for n in nodes) == 0
         assert not any(n.balancer.in_flight for n in nodes)
+
+
+class VersionedNode(FakeNode):
+    """A node whose leaderships carry a version, as Routing's do."""
+
+    def __init__(self, partitions: int) -> None:
+        super().__init__(partitions)
+        self.version = 0
+
+    def leadership_version(self) -> tuple[int, int]:
+        return self.version, 0
+
+
+def test_rounds_at_rest_are_skipped_until_an_input_changes_or_the_full_round_is_due() -> None:
+    # Goal: an idle node's automatic rounds cost nothing while nothing they depend on
+    # changed (they walked every group each second: half its idle CPU at 10,000
+    # partitions), and still act at once when something did, and at least every
+    # FULL_ROUND_EVERY_S for what the inputs do not show.
+    clock = Clock()
+    node = VersionedNode(1)
+    node.live[2] = False  # the preferred replica's node is down from the start: nothing to do
+    balance = Balancer(node, SETTINGS, structlog.get_logger(), clock=clock)  # type: ignore[arg-type]
+    balance.observe()
+    clock.now += SETTINGS.target_live_s + SETTINGS.settle_s
+    assert balance.balance_now() == 0
+    assert balance.balance_now() == 0 and balance.rounds_skipped == 1, "the same inputs: skipped"
+    node.runtime(0).core.log.last = 100  # what the inputs do not show (a busy partition)...
+    node.runtime(0).core.matches[2] = 100 - CAUGHT_UP_ENTRIES_MAX - 1
+    node.live[2] = True  # ...but a peer back is an input: a full round, though not yet settled
+    assert balance.balance_now() == 0 and balance.rounds_skipped == 1
+    clock.now += SETTINGS.target_live_s
+    assert balance.balance_now() == 0, "settled now: another input, another full round (lagging)"
+    skipped = balance.rounds_skipped
+    node.runtime(0).core.matches[2] = 100  # caught up: no input shows it...
+    assert balance.balance_now() == 0 and balance.rounds_skipped == skipped + 1, "...so skipped for now"
+    clock.now += leadership.FULL_ROUND_EVERY_S
+    assert balance.balance_now() == 1, "the full round is due, and finds the move"
+    assert node.runtime(0).transfers == [2]
+
+
+def test_a_change_of_leadership_news_ends_the_skipping() -> None:
+    clock = Clock()
+    node = VersionedNode(1)
+    node.live[2] = False
+    balance = Balancer(node, SETTINGS, structlog.get_logger(), clock=clock)  # type: ignore[arg-type]
+    balance.observe()
+    clock.now += SETTINGS.target_live_s + SETTINGS.settle_s
+    assert balance.balance_now() == 0 and balance.balance_now() == 0 and balance.rounds_skipped == 1
+    node.version += 1  # a role here, or a peer's list of what it leads, changed
+    assert balance.balance_now() == 0 and balance.rounds_skipped == 1, "a full round"

@@ -80,3 +80,18 @@ def test_leaders_list_rides_every_tenth_ping_and_replaces_the_senders_entries():
     assert liveness.leader_heard(GroupId(8)) == 3 and liveness.leader_heard(GroupId(9)) == 0
     with pytest.raises(WireError):
         liveness.on_leaders(2, b"\x00" * 5)
+
+
+def test_the_leaders_version_moves_only_when_what_a_peer_leads_changes() -> None:
+    # The balancer skips rounds at rest keyed on this version: a ping repeating the same
+    # list must not move it (an idle cluster would never rest), a changed one must.
+    liveness = PeerLiveness(silence_s=1.0, clock=Clock())
+    same = LEADER_ENTRY.pack(5, 2) + LEADER_ENTRY.pack(6, 3)
+    liveness.on_leaders(2, same)
+    version = liveness.leaders_version
+    liveness.on_leaders(2, same)
+    assert liveness.leaders_version == version
+    liveness.on_leaders(2, LEADER_ENTRY.pack(5, 2))  # group 6 no longer led by node 2
+    assert liveness.leaders_version == version + 1
+    liveness.on_leaders(3, LEADER_ENTRY.pack(5, 3))  # node 3 leads group 5 in a later term
+    assert liveness.leaders_version == version + 2 and liveness.leader_heard(5) == 3
