@@ -102,7 +102,8 @@ def _promotable(catalog: Catalog, membership: Membership, matches: Mapping[NodeI
     return sorted(n for n in membership.learners if n in staying and matches.get(n, 0) >= commit)
 
 
-def _alive(catalog: Catalog, node_id: NodeId) -> bool:
+def node_alive(catalog: Catalog, node_id: NodeId) -> bool:
+    """Registered and live in the catalog (the controller's view)."""
     info = catalog.nodes.get(node_id)
     return info is not None and info.status is NodeStatus.ALIVE
 
@@ -125,7 +126,7 @@ def metadata_step(catalog: Catalog, membership: Membership, leader: NodeId, matc
         if node_id not in membership.voters:
             continue
         # Only live voters count: a dead one cannot take the leaving vote's place.
-        remaining = {v for v in membership.voters - set(leaving) if _alive(catalog, v)}
+        remaining = {v for v in membership.voters - set(leaving) if node_alive(catalog, v)}
         if len(remaining) < _voters_wanted(catalog, membership):
             candidates = _promotable(catalog, membership, matches, commit)
             if candidates:
@@ -135,7 +136,7 @@ def metadata_step(catalog: Catalog, membership: Membership, leader: NodeId, matc
         if node_id == leader:
             return None, f"node {node_id} still leads the metadata group (its drain moves that)"
         after = membership.voters - {node_id}
-        if 2 * len({v for v in after if _alive(catalog, v)}) <= len(after):
+        if 2 * len({v for v in after if node_alive(catalog, v)}) <= len(after):
             return None, (f"removing node {node_id} would leave the metadata group without a live majority "
                           f"({sorted(after)} vote, not all live): waiting for its nodes")
         return ConfChange(ConfChangeOp.REMOVE, node_id), ""

@@ -247,6 +247,10 @@ class Balancer:
         """Sample peer liveness, settle after a topic creation or a peer's silence, and
         settle transfers in flight."""
         self._observe_peers()
+        self._observe_leaderless()
+
+    def _observe_leaderless(self) -> None:
+        """Settle while a group here knows no leader: the walk over every group."""
         now = self._clock()
         if any(not runtime.core.leader for runtime in self._node.registry.groups.values()):
             # A group here knows no leader (elections after a restart or a loss): a
@@ -328,7 +332,7 @@ class Balancer:
             self.rounds_skipped += 1
             return 0
         self._idle_inputs = None
-        self.observe()
+        self._observe_leaderless()  # the peers were observed above
         node = self._node
         drained = draining.is_drained(node, node.id)
         if not explicit and self.settling() and not drained:  # a drain does not wait (draining.py)

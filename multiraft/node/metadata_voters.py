@@ -26,16 +26,11 @@ from collections.abc import Mapping
 
 from multiraft.errors import PromotionRefused, UnknownNode
 from multiraft.metadata.catalog import Catalog
-from multiraft.metadata.commands import NodeStatus
+from multiraft.node.decommission import node_alive
 from raftlog.messages import ConfChange, ConfChangeOp, Membership
 from raftlog.types import NodeId
 
 VOTERS_MAX = 5
-
-
-def _alive(catalog: Catalog, node_id: NodeId) -> bool:
-    info = catalog.nodes.get(node_id)
-    return info is not None and info.status is NodeStatus.ALIVE
 
 
 def promotion(catalog: Catalog, membership: Membership, leader: NodeId, matches: Mapping[NodeId, int],
@@ -55,7 +50,7 @@ def promotion(catalog: Catalog, membership: Membership, leader: NodeId, matches:
             raise PromotionRefused(f"node {node_id} is not in the metadata group; it joins as a learner first")
         if catalog.nodes[node_id].decommissioning:
             raise PromotionRefused(f"node {node_id} is being decommissioned; recommission it first")
-        if not _alive(catalog, node_id):
+        if not node_alive(catalog, node_id):
             raise PromotionRefused(f"node {node_id} is not live")
         if matches.get(node_id, 0) < commit:
             raise PromotionRefused(f"node {node_id} has not caught up with the metadata log yet "
@@ -69,11 +64,11 @@ def promotion(catalog: Catalog, membership: Membership, leader: NodeId, matches:
             raise PromotionRefused(f"node {replace} is no voter of the metadata group")
         if replace == leader:
             raise PromotionRefused(f"node {replace} leads the metadata group: drain it first")
-        if _alive(catalog, replace):
+        if node_alive(catalog, replace):
             raise PromotionRefused(f"node {replace} is live: only a dead voter is replaced this way "
                                  "(decommission a live node instead)")
         after = (membership.voters | {node_id}) - {replace}
-        if 2 * sum(_alive(catalog, v) for v in after) <= len(after):
+        if 2 * sum(node_alive(catalog, v) for v in after) <= len(after):
             raise PromotionRefused(f"replacing node {replace} would leave the metadata group {sorted(after)} "
                                  "without a live majority")
         steps.append(ConfChange(ConfChangeOp.REMOVE, replace))
