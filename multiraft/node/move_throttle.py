@@ -145,6 +145,17 @@ class MoveThrottle:
             self._heartbeats.add((group_id, message.target))
         self._waiting.set()
 
+    async def acquire(self, size: int) -> None:
+        """Wait until `size` bytes of a far-horizon chunk to a learner may go (catchup_leader.py):
+        the same bucket as the appends, so a copy made by files keeps the same rate."""
+        while (rate := self._rate()) > 0:
+            wait = self._bucket.wait_s(rate, self._clock())
+            if wait <= 0:
+                self._bucket.take(size)
+                break
+            await asyncio.sleep(wait)
+        self.sent_bytes += size
+
     async def run(self) -> None:
         """Forever: send what waits, in order, as the bucket allows."""
         while True:

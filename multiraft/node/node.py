@@ -34,6 +34,8 @@ from multiraft.node import leadership, move_throttle, offsets_retention, open_fi
 from multiraft.node.acks import Acks
 from multiraft.node.api import NodeApi
 from multiraft.node.catalog_holder import CatalogHolder
+from multiraft.node.catchup_follower import CatchUpFollower
+from multiraft.node.catchup_leader import CatchUpLeader
 from multiraft.node.compaction import compaction_loop
 from multiraft.node.config import NodeConfig
 from multiraft.node.consumer_instances import ConsumerInstances
@@ -142,6 +144,13 @@ class Node:
         self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
                                  ReplicaTrees(self.registry, self.replicas.report_damage))
         self.scrubber.serve(self.rpc)
+        self.catchup_leader = CatchUpLeader(self.registry, self.rpc, self.config.far_catchup_lag_entries,
+                                            self.move_throttle.acquire, self.liveness.is_live, self.start_task,
+                                            self.logger)
+        self.catchup_leader.serve(self.rpc)
+        self.catchup_follower = CatchUpFollower(self.registry, self.catalog_holder, self.storage, self.rpc,
+                                                self.replicas.close_group, self.start_task, self.logger)
+        self.catchup_follower.serve(self.rpc)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
@@ -178,6 +187,7 @@ class Node:
             ("offsets-retention", lambda: offsets_retention.retention_loop(self.registry, config, logger)),
             ("group-coordinator", self.group_coordinator.run),
             ("move-throttle", self.move_throttle.run),
+            ("far-catchup", self.catchup_leader.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
@@ -226,6 +236,7 @@ class Node:
 
     def start_task(self, coroutine: Coroutine[Any, Any, None], name: str = "background") -> None:
         """Run node work in the background; stopped with the node, its failure logged."""
+        self._tasks = [task for task in self._tasks if not task.done()]
         self._tasks.append(watch(asyncio.get_running_loop().create_task(coroutine), name, self.logger))
 
     def update_peers(self) -> None:

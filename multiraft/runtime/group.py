@@ -5,10 +5,8 @@ each core, so the core needs no locks. The loop, in the order `raftlog/core/read
 prescribes:
 
     wait for work (messages, ticks, proposals, reads) -> drain a bounded batch into the core
-    while the core has a Ready:
-        run the Ready processor over it (`ready_processor.py`: send, write, make durable
-        as the group's `Persistence` allows, answer, apply, advance); this runtime is
-        its host: it stores, sends and applies, and awaits the flush it is handed
+    while the core has a Ready: run the Ready processor over it (`ready_processor.py`: send,
+        write, make durable as the group's `Persistence` allows, answer, apply, advance)
 
 Waiters are futures (`waiters.py`), resolved on apply, on durability or on reads.
 """
@@ -20,7 +18,7 @@ import contextlib
 import itertools
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from multiraft.runtime import failover, persistence, quiescence
@@ -156,8 +154,7 @@ class GroupRuntime:
         """Back to quiet after a false alarm: only a follower still following the same
         leader in the same term with the same log, nothing queued. The leader never woke
         (its node was only slow), so nothing else would quiet this replica again; it would
-        campaign instead, and wake the leader's group to reject it. Safe as any quiescence:
-        it only withholds ticks."""
+        campaign instead, and wake the leader's group to reject it (safe: withholds ticks)."""
         woken_in, self._woken_in = self._woken_in, None
         if woken_in is None or self.quiesced or self._inbox or woken_in != self._sleep_state():
             return False
@@ -183,7 +180,11 @@ class GroupRuntime:
 
     def report_unreachable(self, target: int) -> None:
         """A message to `target` was dropped on the way out: probe it again (move_throttle.py)."""
-        self._enqueue_and_wake("unreachable", target)
+        self.call_core(lambda core: core.report_unreachable(target))
+
+    def call_core(self, call: Callable[[RaftCore], None]) -> None:
+        """Run `call(core)` on the group's task, in order with its inputs (catchup_leader.py)."""
+        self._enqueue_and_wake("call", call)
 
     def request_quiesce(self, leader: int, term: int, index: int) -> None:
         """The leader says the group is idle; obeyed in order with the messages around it."""
@@ -355,8 +356,8 @@ class GroupRuntime:
                 self._campaign_for(item)
             elif kind == "gone_retry":
                 failover.campaign_again(core)
-            elif kind == "unreachable":
-                core.report_unreachable(item)
+            elif kind == "call":
+                item(core)
             else:
                 self._read(*item)
         self._consider_quiescing(quiet + due)

@@ -342,6 +342,39 @@ class RaftCore:
             progress.become_probe()
             progress.probe_sent = True  # wait for the follower's answer or a heartbeat
 
+    def hold_for_install(self, target: NodeId, index: Index) -> bool:
+        """Far-horizon catch-up: the driver will move `target`'s log up to `index` as whole
+        files, outside the messages of the log (multiraft/node/catchup_leader.py). Until
+        `finish_install` (or the install timeout, which `install_progressing` defers) no
+        append goes to it: the INSTALL state a snapshot uses. False, and nothing changes,
+        unless this replica leads, `target` replicates normally (its match is known, not
+        a guess of a new leader's probe) and `index` is committed and beyond that match:
+        only committed entries may replace what a follower holds."""
+        progress = self._progress.get(target)
+        if self.role is not Role.LEADER or progress is None or target == self.id:
+            return False
+        if progress.state is not ProgressState.REPLICATE or not progress.match < index <= self.log.committed:
+            return False
+        progress.become_install(index)
+        self.logger.info("far_install_started", target=target, index=index)
+        return True
+
+    def install_progressing(self, target: NodeId) -> None:
+        """The far-horizon transfer to `target` moved on: its install has not timed out."""
+        progress = self._progress.get(target)
+        if self.role is Role.LEADER and progress is not None and progress.state is ProgressState.INSTALL:
+            progress.install_ticks = 0
+
+    def finish_install(self, target: NodeId, success: bool) -> None:
+        """The far-horizon install on `target` ended: probe it at once from where it should
+        now stand (past the install on success, at its old match otherwise). A follower
+        that does not hold what the probe names refuses it, and probing goes on as usual."""
+        self.report_snapshot(target, success)
+        progress = self._progress.get(target)
+        if self.role is Role.LEADER and progress is not None and progress.state is ProgressState.PROBE:
+            progress.probe_sent = False
+            self._send_append(target)
+
     def report_unreachable(self, target: NodeId) -> None:
         progress = self._progress.get(target)
         if self.role is Role.LEADER and progress and progress.state is ProgressState.REPLICATE:

@@ -1,0 +1,197 @@
+"""Far-horizon catch-up, the follower's side: fetch the leader's closed segments, then
+install them in place of the log (catchup_leader.py says when and why).
+
+An offer is taken when this node hosts the partition, does not lead it, does not hold
+the offer's last entry already (then it is not behind, and nothing is replaced), and
+fewer than INSTALLS_MAX installs run here. Then, in one owned task:
+
+1. **Stage.** The files go to `incoming/` in the group's directory, chunk by chunk
+   (`catchup.chunk`, one at a time: the leader's throttle paces them), written and
+   fsynced, then read once off the loop and checked whole (storage/far_install.py:
+   every frame's CRC, the announced size, CRC, indexes and offsets). Interrupted, the
+   next offer resumes: a complete staged file is checked and kept, a partial one is
+   continued from its end; staged files the new offer does not name are removed.
+2. **Install.** The group closes (its task stops, its files are synced and closed),
+   the check is made again on the closed store (it may have caught up by appends
+   meanwhile), and `replace_log` swaps the log in: the leader's start point and files,
+   the commit at their end, this replica's term and vote kept. The reconciler opens
+   the group again, which replays the log into its state machine as after a restart.
+3. **Say so.** `catchup.done` tells the leader, which probes past the install; on a
+   failure it probes from where it was, and the entries come by appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from multiraft.errors import InvalidRequest
+from multiraft.node.catchup_wire import CHUNK_BYTES_MAX, Offer, decode_offer
+from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, RpcError, answer
+from raftlog.messages import Role
+from raftlog.storage import CompactedError, UnavailableError
+from raftlog.types import GroupId, Index, NodeId, Term
+from storage.errors import CorruptionError
+from storage.far_install import StagedSegment, check_staged, replace_log
+from storage.node_state import decode_start
+from storage.segment import PARTIAL_SUFFIX, segment_name
+from storage.transfer import SegmentDescriptor
+
+if TYPE_CHECKING:
+    from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.local_storage import LocalStorage
+    from multiraft.node.registry import GroupRegistry
+    from storage.segments import SegmentStore
+
+INSTALLS_MAX = 2
+STAGING = "incoming"
+
+
+def holds(store: SegmentStore, upto: Index, term: Term) -> bool:
+    """Whether `store` holds entry `upto` of `term` (or has compacted past it): then the
+    install would bring nothing, and entries after it that may be committed must stay."""
+    try:
+        return store.term(upto) == term
+    except CompactedError:
+        return True
+    except UnavailableError:
+        return False
+
+
+class CatchUpFollower:
+    def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, storage: LocalStorage, rpc: Rpc,
+                 close_group: Callable[[GroupId, bool], Awaitable[None]],
+                 start_task: Callable[[Any, str], None], logger: Any) -> None:
+        self._registry = registry
+        self._catalog = catalog
+        self._storage = storage
+        self._rpc = rpc
+        self._close_group = close_group
+        self._start_task = start_task
+        self._logger = logger
+        self._installing: set[GroupId] = set()
+        self.counts = {"installed": 0, "failed": 0, "bytes_received": 0}
+
+    def serve(self, rpc: Rpc) -> None:
+        async def offer(source: int, body: bytes) -> tuple[int, bytes]:
+            return await answer(self._offer(NodeId(source), body), lambda value: json.dumps(value).encode())
+
+        rpc.register("catchup.offer", offer)
+
+    async def _offer(self, source: NodeId, body: bytes) -> dict[str, Any]:
+        offer = decode_offer(body)
+        try:
+            start = decode_start(offer.start)
+        except (ValueError, TypeError) as error:
+            raise InvalidRequest(f"an offer's start point does not decode: {error}") from None
+        if start.snapshot.meta.index + 1 != offer.segments[0].first_index:
+            raise InvalidRequest("an offer's segments start right after its start point")
+        group_id = offer.group_id
+        runtime = self._registry.groups.get(group_id)
+        store = self._registry.stores.get(group_id)
+        reason, retry = None, True  # retry: the leader may ask again shortly
+        if runtime is None or store is None or group_id not in self._registry.partitions:
+            reason = "no replica of that partition open here"
+        elif group_id in self._installing or len(self._installing) >= INSTALLS_MAX:
+            reason = "installs under way here"
+        elif runtime.core.role is Role.LEADER:
+            reason, retry = "this replica leads", False
+        elif holds(store, offer.upto, offer.upto_term):
+            reason, retry = "it holds that entry already", False
+        if reason is not None:
+            return {"accepted": False, "retry": retry, "reason": reason}
+        self._installing.add(group_id)
+        self._start_task(self._catch_up(source, offer), "far-catchup-install")
+        return {"accepted": True, "reason": ""}
+
+    async def _catch_up(self, source: NodeId, offer: Offer) -> None:
+        log = self._logger.bind(group_id=offer.group_id, leader=source, upto=offer.upto)
+        began, ok = time.monotonic(), False
+        try:
+            staged = await self._stage(source, offer, log)
+            ok = await self._install(offer, staged, log)
+            if ok:
+                log.info("far_catchup_installed", files=len(staged), seconds=round(time.monotonic() - began, 3),
+                         bytes=sum(s.descriptor.size_bytes for s in staged))
+        except (RpcError, OSError, CorruptionError, ValueError) as error:
+            log.warning("far_catchup_failed", error=repr(error))
+        finally:
+            self._installing.discard(offer.group_id)
+            self.counts["installed" if ok else "failed"] += 1
+            done = json.dumps({"group_id": offer.group_id, "upto": offer.upto, "ok": ok}).encode()
+            with contextlib.suppress(RpcError):
+                await self._rpc.call(source, "catchup.done", done, RPC_TIMEOUT_S)
+
+    def _staging(self, group_id: GroupId) -> str:
+        return str(self._storage.groups_directory / str(group_id) / STAGING)
+
+    async def _stage(self, source: NodeId, offer: Offer, log: Any) -> list[StagedSegment]:
+        directory = self._staging(offer.group_id)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        wanted = {segment_name(d.first_index) for d in offer.segments}
+        for name in os.listdir(directory):  # an earlier offer's files this one does not name
+            if name.removesuffix(PARTIAL_SUFFIX) not in wanted:
+                os.unlink(os.path.join(directory, name))
+        staged = []
+        for descriptor in offer.segments:
+            path = os.path.join(directory, segment_name(descriptor.first_index))
+            if os.path.exists(path):  # complete from an interrupted transfer: check it, keep it
+                try:
+                    staged.append(await asyncio.to_thread(check_staged, path, descriptor))
+                    continue
+                except CorruptionError:
+                    os.unlink(path)
+            await self._fetch(source, offer.group_id, descriptor, path)
+            staged.append(await asyncio.to_thread(check_staged, path, descriptor))
+        return staged
+
+    async def _fetch(self, source: NodeId, group_id: GroupId, descriptor: SegmentDescriptor, path: str) -> None:
+        files = self._storage.files
+        assert files is not None
+        partial = path + PARTIAL_SUFFIX
+        handle = files.open(partial) if os.path.exists(partial) else files.create(partial)
+        try:
+            if handle.size > descriptor.size_bytes:
+                raise CorruptionError(f"a partial segment {descriptor.first_index} is longer than the leader's")
+            while handle.size < descriptor.size_bytes:
+                size = min(CHUNK_BYTES_MAX, descriptor.size_bytes - handle.size)
+                request = json.dumps({"group_id": group_id, "first_index": descriptor.first_index,
+                                      "position": handle.size, "size": size}).encode()
+                chunk = await self._rpc.call(source, "catchup.chunk", request, RPC_TIMEOUT_S)
+                if not chunk or len(chunk) > size:
+                    raise CorruptionError(f"the leader sent {len(chunk)} bytes of segment "
+                                          f"{descriptor.first_index} for {size} asked")
+                files.append(handle, [chunk])
+                self.counts["bytes_received"] += len(chunk)
+            files.to_os(handle)
+            await asyncio.to_thread(files.detached_fsync(handle))
+        finally:
+            files.close(handle)
+        files.rename(partial, path)
+
+    async def _install(self, offer: Offer, staged: list[StagedSegment], log: Any) -> bool:
+        group_id = offer.group_id
+        store = self._registry.stores.get(group_id)
+        if store is None:
+            return False
+        await self._close_group(group_id, False)
+        # Nothing awaited from here to the end: the reconciler cannot open the group
+        # between its close and the swap.
+        try:
+            if holds(store, offer.upto, offer.upto_term):
+                log.info("far_catchup_not_needed")  # caught up by appends meanwhile
+                shutil.rmtree(self._staging(group_id), ignore_errors=True)
+                return False
+            files, db = self._storage.files, self._storage.db
+            assert files is not None and db is not None
+            replace_log(group_id, store.directory, db, files, staged, decode_start(offer.start),
+                        offer.term, int(time.time() * 1000))
+            return True
+        finally:
+            self._catalog.changed()  # the reconciler opens it again

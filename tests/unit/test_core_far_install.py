@@ -1,0 +1,81 @@
+"""The core's side of far-horizon catch-up: hold a follower for a file install, keep the
+hold alive while the transfer moves, and probe it at once when the install ends."""
+
+from __future__ import annotations
+
+from raftlog.core.progress import ProgressState
+from raftlog.messages import MessageType, Role
+from raftlog.types import Index, NodeId
+from tests.unit.test_core_api import Cluster
+
+
+def _leader_with_lagging_follower() -> tuple[Cluster, object]:
+    cluster = Cluster()
+    leader = cluster.elect(1)
+    for i in range(20):
+        leader.propose([b"r%d" % i])
+        cluster.stabilize(down=frozenset({3}))
+    progress = leader.progress(NodeId(3))
+    assert progress.state is ProgressState.REPLICATE and progress.match < leader.commit_index
+    return cluster, leader
+
+
+def test_hold_pauses_appends_until_the_install_ends_then_probes_past_it() -> None:
+    cluster, leader = _leader_with_lagging_follower()
+    committed = leader.commit_index
+    assert leader.hold_for_install(NodeId(3), committed)
+    progress = leader.progress(NodeId(3))
+    assert progress.state is ProgressState.INSTALL and progress.install_index == committed
+    leader.propose([b"during"])
+    cluster.stabilize(down=frozenset({3}))
+    ready = leader.ready() if leader.has_ready() else None
+    assert ready is None or not any(m.target == 3 and m.type is MessageType.APPEND for m in ready.messages)
+    if ready is not None:
+        leader.advance(ready)
+    # The install "failed": probing starts again from the old match, and node 3 catches up
+    # entry by entry.
+    leader.finish_install(NodeId(3), success=False)
+    assert leader.progress(NodeId(3)).state is ProgressState.PROBE
+    cluster.stabilize()
+    assert cluster.applied[3] == cluster.applied[1]
+    assert leader.progress(NodeId(3)).state is ProgressState.REPLICATE
+
+
+def test_a_success_the_follower_cannot_back_is_refused_and_probing_finds_its_end() -> None:
+    cluster, leader = _leader_with_lagging_follower()
+    assert leader.hold_for_install(NodeId(3), leader.commit_index)
+    leader.finish_install(NodeId(3), success=True)  # node 3 never got the files
+    progress = leader.progress(NodeId(3))
+    assert progress.state is ProgressState.PROBE and progress.next == leader.commit_index + 1
+    cluster.stabilize()
+    assert cluster.applied[3] == cluster.applied[1]
+
+
+def test_hold_is_refused_unless_leading_replicating_and_committed() -> None:
+    cluster, leader = _leader_with_lagging_follower()
+    follower = cluster.cores[2]
+    assert not follower.hold_for_install(NodeId(3), Index(2))  # not the leader
+    assert not leader.hold_for_install(NodeId(1), leader.commit_index)  # itself
+    assert not leader.hold_for_install(NodeId(3), Index(leader.commit_index + 1))  # not committed
+    match = leader.progress(NodeId(3)).match
+    assert not leader.hold_for_install(NodeId(3), match)  # nothing beyond its match
+    assert not leader.hold_for_install(NodeId(9), leader.commit_index)  # not a member
+    leader.report_unreachable(NodeId(3))  # probing: its match is a guess
+    assert not leader.hold_for_install(NodeId(3), leader.commit_index)
+    assert leader.role is Role.LEADER
+
+
+def test_progress_defers_the_install_timeout() -> None:
+    cluster, leader = _leader_with_lagging_follower()
+    assert leader.hold_for_install(NodeId(3), leader.commit_index)
+    timeout = leader.config.snapshot_timeout_ticks
+    for _ in range(3):
+        for _ in range(timeout - 1):
+            leader.tick()
+            cluster.stabilize(down=frozenset({3}))  # node 2 answers: the leader keeps its quorum
+        leader.install_progressing(NodeId(3))
+        assert leader.progress(NodeId(3)).state is ProgressState.INSTALL
+    for _ in range(timeout):
+        leader.tick()
+        cluster.stabilize(down=frozenset({3}))
+    assert leader.progress(NodeId(3)).state is not ProgressState.INSTALL  # timed out: probing again
