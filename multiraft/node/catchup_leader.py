@@ -7,7 +7,8 @@ byte-identical on every replica that holds them, so they can travel whole instea
 
 - Every ROUND_S this node looks at the partitions it leads that are awake (a quiet
   group's followers are caught up) for a follower that replicates normally and is at
-  least `far_catchup_lag_entries` behind. `far_target` picks the end of the newest
+  least `far_catchup_lag_entries` entries behind, or lacks at least
+  `far_catchup_lag_bytes` of closed segments. `far_target` picks the end of the newest
   closed segment the leader has committed: the install's end.
 - The core holds that follower (`RaftCore.hold_for_install`: no appends meanwhile) and
   the follower is offered the start point and the closed segments up to that end
@@ -56,22 +57,26 @@ OFFER_RETRY_S = 0.5
 
 
 def far_target(progress: Progress, last: Index, committed: Index, start_index: Index,
-               closed: list[tuple[Index, Index]], lag: int) -> Index | None:
+               closed: list[tuple[Index, Index, int]], lag_entries: int, lag_bytes: int) -> Index | None:
     """Where a far-horizon install for this follower would end, or None for replay.
 
-    `closed`: the leader's closed segments (first, last index), oldest first. Only a
-    follower that replicates normally (its match known, answering) and is at least
-    `lag` behind; only files the leader committed; and only when the closed segments
-    start right after the start point (files a follower can take as they are).
+    `closed`: the leader's closed segments (first, last index, bytes), oldest first. Only
+    a follower that replicates normally (its match known, answering), and only files the
+    leader committed that start right after its start point (files a follower can take
+    as they are). Far means at least `lag_entries` entries behind, or at least
+    `lag_bytes` in the whole files it would take (a log of large batches is far in bytes
+    long before it is in entries); 0 turns either off.
     """
-    if lag <= 0 or progress.state is not ProgressState.REPLICATE or not progress.recent_active:
+    if progress.state is not ProgressState.REPLICATE or not progress.recent_active:
         return None
-    if last - progress.match < lag or not closed or closed[0][0] != start_index + 1:
+    if not closed or closed[0][0] != start_index + 1:
         return None
-    ends = [end for _, end in closed if end <= committed]
-    if not ends or ends[-1] - progress.match < lag // 2:
+    taken = [(first, end, size) for first, end, size in closed if end <= committed and first > progress.match]
+    if not taken:
         return None
-    return ends[-1]
+    far_in_entries = 0 < lag_entries <= last - progress.match and taken[-1][1] - progress.match >= lag_entries // 2
+    far_in_bytes = 0 < lag_bytes <= sum(size for _, _, size in taken)
+    return taken[-1][1] if far_in_entries or far_in_bytes else None
 
 
 @dataclass(slots=True)
@@ -82,9 +87,9 @@ class Transfer:
 
 
 class CatchUpLeader:
-    def __init__(self, registry: GroupRegistry, rpc: Rpc, lag: int, acquire: Callable[[int], Awaitable[None]],
+    def __init__(self, registry: GroupRegistry, rpc: Rpc, lag: tuple[int, int], acquire: Callable[[int], Awaitable[None]],
                  is_live: Callable[[int], bool], start_task: Callable[[Any, str], None], logger: Any) -> None:
-        """`acquire(size)`: wait for `size` bytes of the move throttle (chunks to learners);
+        """`lag`: far behind in entries, in bytes (far_target); `acquire(size)`: wait for `size` bytes of the move throttle (chunks to learners);
         `is_live(node)`: the node is heard from (an offer to a silent one would only fail);
         `start_task(coroutine, name)`: the node's, which owns and watches what it starts."""
         self._registry = registry
@@ -114,7 +119,7 @@ class CatchUpLeader:
 
     def round(self) -> None:
         """Start a transfer for each follower far behind (at most TRANSFERS_MAX at once)."""
-        if self._lag <= 0:
+        if not any(self._lag):
             return
         registry = self._registry
         for group_id in [g for g in registry.awake if g in registry.led and g in registry.partitions]:
@@ -126,9 +131,9 @@ class CatchUpLeader:
                 progress = core.progress(node)
                 if node == core.id or progress is None or (group_id, node) in self._active or not self._is_live(node):
                     continue
-                closed = [(s.first_index, s.last_index) for s in store.segments if s.closed]
+                closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
                 upto = far_target(progress, core.log.last_index(), core.commit_index,
-                                  Index(store.first_index() - 1), closed, self._lag)
+                                  Index(store.first_index() - 1), closed, *self._lag)
                 if upto is not None and core.hold_for_install(node, upto):
                     learner = node in core.membership.learners
                     self._active[(group_id, node)] = Transfer(upto, learner, time.monotonic() + IDLE_S)

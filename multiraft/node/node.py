@@ -144,7 +144,8 @@ class Node:
         self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
                                  ReplicaTrees(self.registry, self.replicas.report_damage))
         self.scrubber.serve(self.rpc)
-        self.catchup_leader = CatchUpLeader(self.registry, self.rpc, self.config.far_catchup_lag_entries,
+        self.catchup_leader = CatchUpLeader(self.registry, self.rpc, (self.config.far_catchup_lag_entries,
+                                                                       self.config.far_catchup_lag_bytes),
                                             self.move_throttle.acquire, self.liveness.is_live, self.start_task,
                                             self.logger)
         self.catchup_leader.serve(self.rpc)
