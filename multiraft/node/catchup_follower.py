@@ -6,8 +6,9 @@ the offer's last entry already (then it is not behind, and nothing is replaced),
 fewer than INSTALLS_MAX installs run here. Then, in one owned task:
 
 1. **Stage.** The files go to `incoming/` in the group's directory, chunk by chunk
-   (`catchup.chunk`, one at a time: the leader's throttle paces them), written and
-   fsynced, then read once off the loop and checked whole (storage/far_install.py:
+   (`catchup.chunk`, FETCH_WINDOW asked at once, written in order; the leader's
+   throttle paces them), written and fsynced, then read once on a thread (while the
+   next file comes) and checked whole (storage/far_install.py:
    every frame's CRC, the announced size, CRC, indexes and offsets). Interrupted, the
    next offer resumes: a complete staged file is checked and kept, a partial one is
    continued from its end; staged files the new offer does not name are removed.
@@ -23,6 +24,7 @@ fewer than INSTALLS_MAX installs run here. Then, in one owned task:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from storage.segments import SegmentStore
 
 INSTALLS_MAX = 2
+FETCH_WINDOW = 4  # chunks asked at once: 4 MiB in flight per install
 STAGING = "incoming"
 
 
@@ -115,10 +118,11 @@ class CatchUpFollower:
         began, ok = time.monotonic(), False
         try:
             staged = await self._stage(source, offer, log)
+            staged_at = time.monotonic()
             ok = await self._install(offer, staged, log)
             if ok:
-                log.info("far_catchup_installed", files=len(staged), seconds=round(time.monotonic() - began, 3),
-                         bytes=sum(s.descriptor.size_bytes for s in staged))
+                log.info("far_catchup_installed", files=len(staged), bytes=sum(s.descriptor.size_bytes for s in staged),
+                         stage_s=round(staged_at - began, 3), install_s=round(time.monotonic() - staged_at, 3))
         except (RpcError, OSError, CorruptionError, ValueError) as error:
             log.warning("far_catchup_failed", error=repr(error))
         finally:
@@ -138,33 +142,48 @@ class CatchUpFollower:
         for name in os.listdir(directory):  # an earlier offer's files this one does not name
             if name.removesuffix(PARTIAL_SUFFIX) not in wanted:
                 os.unlink(os.path.join(directory, name))
-        staged = []
-        for descriptor in offer.segments:
-            path = os.path.join(directory, segment_name(descriptor.first_index))
-            if os.path.exists(path):  # complete from an interrupted transfer: check it, keep it
-                try:
-                    staged.append(await asyncio.to_thread(check_staged, path, descriptor))
-                    continue
-                except CorruptionError:
-                    os.unlink(path)
-            await self._fetch(source, offer.group_id, descriptor, path)
-            staged.append(await asyncio.to_thread(check_staged, path, descriptor))
-        return staged
+        # Each file is checked on a thread while the next one is fetched.
+        checks: list[asyncio.Future[StagedSegment]] = []
+        try:
+            for descriptor in offer.segments:
+                path = os.path.join(directory, segment_name(descriptor.first_index))
+                if os.path.exists(path):  # complete from an interrupted transfer: check it, keep it
+                    try:
+                        checks.append(asyncio.ensure_future(asyncio.to_thread(check_staged, path, descriptor)))
+                        await asyncio.shield(checks[-1])
+                        continue
+                    except CorruptionError:
+                        checks.pop()
+                        os.unlink(path)
+                await self._fetch(source, offer.group_id, descriptor, path)
+                checks.append(asyncio.ensure_future(asyncio.to_thread(check_staged, path, descriptor)))
+            return list(await asyncio.gather(*checks))
+        finally:
+            for check in checks:
+                check.cancel()
 
     async def _fetch(self, source: NodeId, group_id: GroupId, descriptor: SegmentDescriptor, path: str) -> None:
+        """One file, FETCH_WINDOW chunks asked at once, written in order."""
         files = self._storage.files
         assert files is not None
         partial = path + PARTIAL_SUFFIX
         handle = files.open(partial) if os.path.exists(partial) else files.create(partial)
+        asked: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
         try:
             if handle.size > descriptor.size_bytes:
                 raise CorruptionError(f"a partial segment {descriptor.first_index} is longer than the leader's")
-            while handle.size < descriptor.size_bytes:
-                size = min(CHUNK_BYTES_MAX, descriptor.size_bytes - handle.size)
-                request = json.dumps({"group_id": group_id, "first_index": descriptor.first_index,
-                                      "position": handle.size, "size": size}).encode()
-                chunk = await self._rpc.call(source, "catchup.chunk", request, RPC_TIMEOUT_S)
-                if not chunk or len(chunk) > size:
+            position = handle.size
+            while position < descriptor.size_bytes or asked:
+                while len(asked) < FETCH_WINDOW and position < descriptor.size_bytes:
+                    size = min(CHUNK_BYTES_MAX, descriptor.size_bytes - position)
+                    request = json.dumps({"group_id": group_id, "first_index": descriptor.first_index,
+                                          "position": position, "size": size}).encode()
+                    asked.append((size, asyncio.ensure_future(
+                        self._rpc.call(source, "catchup.chunk", request, RPC_TIMEOUT_S))))
+                    position += size
+                size, call = asked.popleft()
+                chunk = await call
+                if len(chunk) != size:
                     raise CorruptionError(f"the leader sent {len(chunk)} bytes of segment "
                                           f"{descriptor.first_index} for {size} asked")
                 files.append(handle, [chunk])
@@ -172,6 +191,8 @@ class CatchUpFollower:
             files.to_os(handle)
             await asyncio.to_thread(files.detached_fsync(handle))
         finally:
+            for _, call in asked:
+                call.cancel()
             files.close(handle)
         files.rename(partial, path)
 

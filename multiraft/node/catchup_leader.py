@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from multiraft.node.registry import GroupRegistry
     from storage.segments import SegmentStore
 
-ROUND_S = 1.0
+ROUND_S = 0.25
 TRANSFERS_MAX = 4
 IDLE_S = 30.0
 OFFER_ATTEMPTS = 20
