@@ -134,6 +134,15 @@ class NodeCollector(Collector):
                                   value=scrub.repairs_started)
         yield CounterMetricFamily("raftlog_scrub_bytes_hashed", "stored batch bytes hashed into tictac trees here",
                                   value=scrub.bytes_hashed)
+        catchup = node.catchup_counts  # far-horizon catch-up (multiraft/node/catchup_leader.py)
+        for name, what in (("started", "far-horizon transfers this node's leaders started"),
+                           ("installed", "far-horizon transfers from this node its followers installed"),
+                           ("failed", "far-horizon transfers from this node that failed or timed out"),
+                           ("bytes_sent", "segment bytes this node's leaders sent to far followers"),
+                           ("follower_installed", "far-horizon installs this node's replicas made"),
+                           ("follower_failed", "far-horizon installs this node's replicas gave up"),
+                           ("bytes_received", "segment bytes this node's replicas fetched from leaders")):
+            yield CounterMetricFamily(f"raftlog_far_catchup_{name}", what, value=catchup.get(name, 0))
         stats = node.transport_stats()
         for name in ("frames_in", "bytes_in", "frames_out", "bytes_out", "heartbeats_shed", "frames_shed",
                      "connects", "connect_failures", "protocol_errors"):

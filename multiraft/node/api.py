@@ -155,7 +155,7 @@ class NodeApi:
                  group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
                  latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber,
-                 throttle: MoveThrottle) -> None:
+                 throttle: MoveThrottle, catchup_counts: Callable[[], dict[str, int]] = dict) -> None:
         self.id = config.node_id
         self.config = config
         self.hooks = hooks  # read at start (routes served, health), never on a hot path
@@ -172,6 +172,7 @@ class NodeApi:
         self.balance_leaders = balance_leaders
         self._scrubber = scrubber
         self._throttle = throttle
+        self._catchup_counts = catchup_counts
         # Entry points, as the services define them.
         self.consume = reads.consume
         self.commit_offsets = reads.commit_offsets
@@ -277,6 +278,12 @@ class NodeApi:
     def move_throttle_counts(self) -> tuple[int, int, int]:
         """The move throttle's bytes sent, appends dropped, appends waiting."""
         return self._throttle.sent_bytes, self._throttle.dropped, self._throttle.queued
+
+    @property
+    def catchup_counts(self) -> dict[str, int]:
+        """Far-horizon catch-up here: transfers led (started, installed, failed, bytes_sent)
+        and installs taken (follower_installed, follower_failed, bytes_received)."""
+        return self._catchup_counts()
 
     @property
     def peer_silences(self) -> int:

@@ -159,6 +159,7 @@ class Node:
             group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
             transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders, scrubber=self.scrubber, throttle=self.move_throttle,
+            catchup_counts=self._catchup_counts,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -225,6 +226,11 @@ class Node:
         await self.storage.close(self.registry.stores)
         self.registry.clear()
         self.logger.info("node_stopped")
+
+    def _catchup_counts(self) -> dict[str, int]:
+        follower = self.catchup_follower.counts
+        return {**self.catchup_leader.counts, "follower_installed": follower["installed"],
+                "follower_failed": follower["failed"], "bytes_received": follower["bytes_received"]}
 
     def _move_rate(self) -> int:
         """Bytes/s for copies being made: the cluster setting, else this node's own."""

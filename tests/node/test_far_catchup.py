@@ -76,7 +76,7 @@ async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.
         await until(lambda: _holds(back, values), "the follower caught up", 60)
         counts = leader.catchup_leader.counts
         assert counts["installed"] >= 1 and counts["bytes_sent"] > 100_000, counts
-        assert back.catchup_follower.counts["installed"] >= 1
+        assert back.api.catchup_counts["follower_installed"] >= 1 and leader.api.catchup_counts["installed"] >= 1
         # The files it took are the leader's, byte for byte.
         store = back.stores[group]
         upto = max(s.last_index for s in store.segments if s.closed)
