@@ -141,7 +141,8 @@ class NodeCollector(Collector):
                            ("bytes_sent", "segment bytes this node's leaders sent to far followers"),
                            ("follower_installed", "far-horizon installs this node's replicas made"),
                            ("follower_failed", "far-horizon installs this node's replicas gave up"),
-                           ("bytes_received", "segment bytes this node's replicas fetched from leaders")):
+                           ("bytes_received", "segment bytes this node's replicas fetched from leaders"),
+                           ("bytes_reused", "segment bytes this node's replicas had already and kept")):
             yield CounterMetricFamily(f"raftlog_far_catchup_{name}", what, value=catchup.get(name, 0))
         stats = node.transport_stats()
         for name in ("frames_in", "bytes_in", "frames_out", "bytes_out", "heartbeats_shed", "frames_shed",

@@ -6,6 +6,8 @@ the offer's last entry already (then it is not behind, and nothing is replaced),
 fewer than INSTALLS_MAX installs run here. Then, in one owned task:
 
 1. **Stage.** The files go to `incoming/` in the group's directory, chunk by chunk
+   unless this replica holds an identical one already (same entries and size, the
+   leader's CRC; copied: a follower back from an outage holds most of them)
    (`catchup.chunk`, FETCH_WINDOW asked at once, written in order; the leader's
    throttle paces them), written and fsynced, then read once on a thread (while the
    next file comes) and checked whole (storage/far_install.py:
@@ -79,7 +81,7 @@ class CatchUpFollower:
         self._start_task = start_task
         self._logger = logger
         self._installing: set[GroupId] = set()
-        self.counts = {"installed": 0, "failed": 0, "bytes_received": 0}
+        self.counts = {"installed": 0, "failed": 0, "bytes_received": 0, "bytes_reused": 0}
 
     def serve(self, rpc: Rpc) -> None:
         async def offer(source: int, body: bytes) -> tuple[int, bytes]:
@@ -155,12 +157,35 @@ class CatchUpFollower:
                     except CorruptionError:
                         checks.pop()
                         os.unlink(path)
-                await self._fetch(source, offer.group_id, descriptor, path)
+                if not await self._copy_own(offer.group_id, descriptor, path):
+                    await self._fetch(source, offer.group_id, descriptor, path)
                 checks.append(asyncio.ensure_future(asyncio.to_thread(check_staged, path, descriptor)))
             return list(await asyncio.gather(*checks))
         finally:
             for check in checks:
                 check.cancel()
+
+    async def _copy_own(self, group_id: GroupId, descriptor: SegmentDescriptor, path: str) -> bool:
+        """Stage this replica's own copy of a file it holds already (a follower back from
+        an outage holds most of them: same frames, same rolls), copied on a thread and
+        checked against the leader's CRC; False when it has none that matches."""
+        store = self._registry.stores.get(group_id)
+        own = None if store is None else next(
+            (s for s in store.segments if s.closed and (s.first_index, s.last_index, s.size)
+             == (descriptor.first_index, descriptor.last_index, descriptor.size_bytes)), None)
+        if own is None:
+            return False
+        try:
+            # A copy, not a link: the replica runs until the install and could still cut
+            # its own file (a conflict after an election); the check below reads the copy.
+            await asyncio.to_thread(shutil.copyfile, own.path, path)
+            await asyncio.to_thread(check_staged, path, descriptor)
+        except (OSError, CorruptionError):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return False
+        self.counts["bytes_reused"] += descriptor.size_bytes
+        return True
 
     async def _fetch(self, source: NodeId, group_id: GroupId, descriptor: SegmentDescriptor, path: str) -> None:
         """One file, FETCH_WINDOW chunks asked at once, written in order."""

@@ -230,7 +230,8 @@ class Node:
     def _catchup_counts(self) -> dict[str, int]:
         follower = self.catchup_follower.counts
         return {**self.catchup_leader.counts, "follower_installed": follower["installed"],
-                "follower_failed": follower["failed"], "bytes_received": follower["bytes_received"]}
+                "follower_failed": follower["failed"], "bytes_received": follower["bytes_received"],
+                "bytes_reused": follower["bytes_reused"]}
 
     def _move_rate(self) -> int:
         """Bytes/s for copies being made: the cluster setting, else this node's own."""

@@ -15,7 +15,14 @@ import pytest
 from multiraft.node import catchup_leader
 from multiraft.node.node import Node
 from raftlog.messages import Message, MessageType
-from tests.node.test_node_cluster import batch, leader_of, produce_retrying, running_cluster, until, values_at
+from tests.node.test_node_cluster import (
+    batch,
+    leader_of,
+    produce_retrying,
+    running_cluster,
+    until,
+    values_at,
+)
 
 TOPIC = "far"
 
@@ -77,6 +84,8 @@ async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.
         counts = leader.catchup_leader.counts
         assert counts["installed"] >= 1 and counts["bytes_sent"] > 100_000, counts
         assert back.api.catchup_counts["follower_installed"] >= 1 and leader.api.catchup_counts["installed"] >= 1
+        # Back from an outage it kept the files it had (the first records'); wiped, it had none.
+        assert (back.api.catchup_counts["bytes_reused"] > 0) is not wipe
         # The files it took are the leader's, byte for byte.
         store = back.stores[group]
         upto = max(s.last_index for s in store.segments if s.closed)
