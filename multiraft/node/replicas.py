@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.catalog import Catalog, groups_for_node
 from multiraft.metadata.commands import NodeStatus
-from multiraft.node import draining
+from multiraft.node import catchup_leader, draining
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
@@ -162,6 +163,9 @@ class Replicas:
             replica_lag_time_max_ticks=config.replica_lag_time_max_ticks,
             applied=Index(store.first_index() - 1),
             repair_contacts=frozenset(voters) | frozenset(replicas),
+            # A far follower waits for catchup_leader.py's next rounds before replay starts.
+            far_wait_lag_entries=config.far_catchup_lag_entries if isinstance(machine, PartitionMachine) else 0,
+            far_wait_ticks=max(1, math.ceil(3 * catchup_leader.ROUND_S * 1000 / config.tick_ms)),
         )
         logger = self._logger.bind(group_id=group_id)
         start = store.snapshot()

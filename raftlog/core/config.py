@@ -43,6 +43,11 @@ class Config:
     replica_lag_time_max_ticks: int = 300
     # Ticks a leader waits in the install (snapshot) state before probing again.
     snapshot_timeout_ticks: int = 50
+    # Far-horizon catch-up (the driver moves whole files: `hold_for_install`): a follower
+    # found at least this many entries behind when its probe succeeds gets no appends for
+    # up to `far_wait_ticks`, so the driver can hold it before replay starts; 0: never.
+    far_wait_lag_entries: int = 0
+    far_wait_ticks: int = 5
     # Index the driver's state machine has already applied (restart point).
     applied: Index = Index(0)
     # Whom a replica in repair tells what it holds while it knows no leader, besides the
@@ -67,9 +72,12 @@ class Config:
             "pending_reads_max",
             "replica_lag_time_max_ticks",
             "snapshot_timeout_ticks",
+            "far_wait_ticks",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.far_wait_lag_entries < 0:
+            raise ValueError("far_wait_lag_entries must not be negative")
         if self.applied < 0:
             raise ValueError("applied must not be negative")
         if any(node == NO_NODE or node < 0 for node in self.repair_contacts):

@@ -74,6 +74,9 @@ class Progress:
     install_ticks: int = 0
     # Heard from since the last CheckQuorum round.
     recent_active: bool = False
+    # REPLICATE: ticks left before appends stream to a follower found far behind (the
+    # driver may hold it for a far-horizon install meanwhile: Config.far_wait_lag_entries).
+    far_wait: int = 0
 
     def __post_init__(self) -> None:
         assert self.next > self.match, "next always lies beyond match"
@@ -98,6 +101,7 @@ class Progress:
         self.probe_sent = False
         self.install_index = Index(0)
         self.install_ticks = 0
+        self.far_wait = 0
         self.inflights.reset()
 
     def forget_match(self, next_probe: Index) -> None:
@@ -146,5 +150,5 @@ class Progress:
         if self.state is ProgressState.PROBE:
             return self.probe_sent
         if self.state is ProgressState.REPLICATE:
-            return self.inflights.full()
+            return self.far_wait > 0 or self.inflights.full()
         return True

@@ -392,15 +392,15 @@ class RaftCore:
 
     def ticks_before_timer(self) -> int:
         """How many `tick()` calls from now only count time: none of them fires a timer
-        (no campaign, heartbeat, CheckQuorum, transfer abort, install timeout or repair
-        report) nor sends anything. A driver may hold that many back and apply them
+        (no campaign, heartbeat, CheckQuorum, transfer abort, install timeout, far wait or
+        repair report) nor sends anything. A driver may hold that many back and apply them
         later, in order, before the next input, with the same effect as at once (a
         leader's ISR samples its last index per tick, which does not change meanwhile).
 
         A replica that cannot campaign has no timer: the answer is then bounded by an
         election timeout, to keep what a driver holds back (and its catch-up) small."""
         if self.role is Role.LEADER:
-            if any(p.state is ProgressState.INSTALL for p in self._progress.values()):
+            if any(p.state is ProgressState.INSTALL or p.far_wait for p in self._progress.values()):
                 return 0
             heartbeat = self.config.heartbeat_interval_ticks - self.heartbeat_elapsed
             check = self.config.election_timeout_ticks - self.election_elapsed
@@ -752,6 +752,10 @@ class RaftCore:
                 if progress.install_ticks >= self.config.snapshot_timeout_ticks:
                     self.logger.info("install_timed_out", target=node)
                     progress.become_probe()
+            elif progress.far_wait > 0:
+                progress.far_wait -= 1
+                if progress.far_wait == 0:  # no far-horizon install came: replay
+                    self._send_append(node)
         if self.heartbeat_elapsed >= self.config.heartbeat_interval_ticks:
             self.heartbeat_elapsed = 0
             self._broadcast_heartbeat(self._read_only.last_context())
@@ -1010,6 +1014,8 @@ class RaftCore:
             return
         if progress.state is ProgressState.PROBE:
             progress.become_replicate()
+            if 0 < self.config.far_wait_lag_entries <= self.log.last_index() - progress.match:
+                progress.far_wait = self.config.far_wait_ticks  # see Config.far_wait_lag_entries
         elif progress.state is ProgressState.INSTALL and progress.match >= progress.install_index:
             progress.become_probe()
             progress.become_replicate()

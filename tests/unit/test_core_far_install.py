@@ -79,3 +79,36 @@ def test_progress_defers_the_install_timeout() -> None:
         leader.tick()
         cluster.stabilize(down=frozenset({3}))
     assert leader.progress(NodeId(3)).state is not ProgressState.INSTALL  # timed out: probing again
+
+
+def _far_follower_found(**config: object) -> tuple[Cluster, object]:
+    """Node 3 misses 20 entries, then answers a probe: appends carry one entry each."""
+    cluster = Cluster(message_bytes_max=1, **config)
+    leader = cluster.elect(1)
+    for i in range(20):
+        leader.propose([b"r%d" % i])
+        cluster.stabilize(down=frozenset({3}))
+    leader.report_unreachable(NodeId(3))  # probe it again, with the next proposal
+    leader.propose([b"next"])
+    cluster.stabilize()
+    return cluster, leader
+
+
+def test_a_far_follower_waits_for_the_driver_then_replays() -> None:
+    cluster, leader = _far_follower_found(far_wait_lag_entries=5, far_wait_ticks=3)
+    progress = leader.progress(NodeId(3))
+    assert progress.state is ProgressState.REPLICATE and progress.far_wait == 3
+    assert len(cluster.applied[3]) < len(cluster.applied[1])  # no appends stream meanwhile
+    assert leader.ticks_before_timer() == 0
+    for _ in range(3):
+        leader.tick()
+        cluster.stabilize()
+    assert cluster.applied[3] == cluster.applied[1], "no install came: replay"
+
+
+def test_the_driver_may_hold_a_waiting_follower_and_no_wait_without_the_setting() -> None:
+    _, leader = _far_follower_found(far_wait_lag_entries=5, far_wait_ticks=3)
+    assert leader.hold_for_install(NodeId(3), leader.commit_index)
+    assert leader.progress(NodeId(3)).far_wait == 0
+    cluster, _ = _far_follower_found()
+    assert cluster.applied[3] == cluster.applied[1]
