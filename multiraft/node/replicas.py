@@ -22,6 +22,7 @@ from multiraft.metadata.commands import NodeStatus
 from multiraft.node import draining
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
+from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.node.reopening import Reopening
 from multiraft.runtime import failover, heap
@@ -131,10 +132,10 @@ class Replicas:
             store.sync()
         return self.start_group(group_id, store, created, voters, machine, replicas)
 
-    def open_store(self, group_id: GroupId, voters: list[NodeId],
-                   topic_config: Mapping[str, Any] | None) -> tuple[SegmentStore, bool]:
-        """A group's store, and whether it was created now: then it holds the bootstrap
-        entries, not yet durable (the caller syncs them before the group may run)."""
+    def open_store(self, group_id: GroupId, voters: list[NodeId], topic_config: Mapping[str, Any] | None,
+                   mirror: tuple[str, int, int] | None = None) -> tuple[SegmentStore, bool]:
+        """A group's store, and whether it was created now: then it holds the bootstrap entries (a mirror's
+        start point: mirror_bootstrap.py), not yet durable (the caller syncs them before the group runs)."""
         storage = self._storage
         assert storage.db is not None and storage.files is not None and storage.flusher is not None
         directory = storage.groups_directory / str(group_id)
@@ -144,7 +145,9 @@ class Replicas:
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.
         created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and self.id in voters
-        if created:
+        if created and mirror is not None:
+            bootstrap_mirror(store, voters, *mirror)
+        elif created:
             entries, hard_state = bootstrap_entries(voters)
             store.append(entries)
             store.set_hard_state(hard_state)
@@ -407,7 +410,8 @@ class Replicas:
             # created with) starts empty and learns its log from the leader.
             voters = list(local.bootstrap_voters or local.replicas)
             try:
-                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None)
+                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None,
+                                                 mirror_start(topic, local.partition))
             except (OSError, StorageError) as error:
                 self._open_failed(group_id, error)
                 continue
@@ -493,3 +497,4 @@ def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
             value = int(config[key])
             settings[key] = None if value < 0 else value  # -1: unlimited, as in Kafka
     return settings
+
