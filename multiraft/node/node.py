@@ -46,6 +46,8 @@ from multiraft.node.local_storage import LocalStorage
 from multiraft.node.machines import PartitionMachine
 from multiraft.node.messaging import Inbox, Outbox
 from multiraft.node.metadata_ops import MetadataOps
+from multiraft.node.mirror_links import MirrorLinks
+from multiraft.node.mirror_pull import MirrorPulls
 from multiraft.node.move_throttle import MoveThrottle
 from multiraft.node.partition_ops import PartitionOps
 from multiraft.node.produce import Produce
@@ -142,6 +144,9 @@ class Node:
         self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
                                  ReplicaTrees(self.registry, self.replicas.report_damage))
         self.scrubber.serve(self.rpc)
+        self.mirror_pulls = MirrorPulls(self.registry, self.catalog_holder, self.logger)
+        self.mirrors = MirrorLinks(self.id, self.catalog_holder, self.metadata, self.routing, self.rpc,
+                                   self.mirror_pulls, self.logger)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
@@ -149,6 +154,7 @@ class Node:
             group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
             transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders, scrubber=self.scrubber, throttle=self.move_throttle,
+            mirrors=self.mirrors,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -178,6 +184,8 @@ class Node:
             ("offsets-retention", lambda: offsets_retention.retention_loop(self.registry, config, logger)),
             ("group-coordinator", self.group_coordinator.run),
             ("move-throttle", self.move_throttle.run),
+            ("mirror-pulls", self.mirror_pulls.run),  # docs/mirror.md
+            ("mirror-links", self.mirrors.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
