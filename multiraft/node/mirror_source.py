@@ -104,10 +104,15 @@ class SourceClient:
         try:
             async with self._session.get(f"http://{source}{path}", params=params, headers={"Accept": accept},
                                          timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S + wait_s)) as answer:
-                body = await answer.content.read(bytes_max + 1)
-                if len(body) > bytes_max:
+                if (answer.content_length or 0) > bytes_max:
                     raise SourceError(f"the source's answer to {path} exceeds {bytes_max} bytes")
-                return answer.status, body, answer.headers
+                parts, size = [], 0
+                async for part in answer.content.iter_chunked(256 * 1024):
+                    size += len(part)
+                    if size > bytes_max:
+                        raise SourceError(f"the source's answer to {path} exceeds {bytes_max} bytes")
+                    parts.append(part)
+                return answer.status, b"".join(parts), answer.headers
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             self._next += 1  # the next call tries the next address
             raise SourceError(f"source {source} did not answer {path}: {error!r}") from None
