@@ -98,7 +98,7 @@ async def _same(source: Side, sink: Side, topic: str, partitions: int) -> list[i
     """Wait until the mirror holds exactly the source's log (every partition); its high watermarks."""
     hws = []
     for partition in range(partitions):
-        async def equal() -> bool:
+        async def equal(partition: int = partition) -> bool:
             try:
                 want = await _log(source.live()[0], topic, partition)
                 got = await _log(sink.live()[0], topic, partition)

@@ -22,7 +22,12 @@ from multiraft.metadata.mirror_commands import (
     SetMirrorLinkState,
     pattern_matches,
 )
-from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, decode_mirror_meta, encode_mirror_meta
+from multiraft.state.mirror_meta import (
+    MirrorPromote,
+    MirrorSkips,
+    decode_mirror_meta,
+    encode_mirror_meta,
+)
 from multiraft.state.partition import PartitionState
 from raftlog.messages import Entry, EntryKind
 from raftlog.types import Index, NodeId, Offset, Term
