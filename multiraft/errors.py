@@ -279,6 +279,42 @@ class UnknownToken(ClientError):
     http_status = 404
 
 
+class UnknownMirrorLink(ClientError):
+    code = "UNKNOWN_MIRROR_LINK"
+    http_status = 404
+
+
+class MirrorLinkExists(ClientError):
+    code = "MIRROR_LINK_EXISTS"
+    http_status = 409
+
+
+class MirrorLinkInUse(ClientError):
+    """A link still has mirror topics: promote or delete them before the link goes."""
+
+    code = "MIRROR_LINK_IN_USE"
+    http_status = 409
+
+
+class TooManyMirrorLinks(ClientError):
+    code = "TOO_MANY_MIRROR_LINKS"
+    http_status = 409
+
+
+class NotAMirror(ClientError):
+    """A mirror operation (promote) on a topic that is not a mirror (or no longer is)."""
+
+    code = "NOT_A_MIRROR"
+    http_status = 409
+
+
+class MirrorReadOnly(ClientError):
+    """A produce to a mirror topic: it copies its source and takes no writes until promoted."""
+
+    code = "MIRROR_READ_ONLY"
+    http_status = 403
+
+
 class Unauthenticated(ClientError):
     """No valid bearer token on a node that requires one (multiraft/metadata/auth.py)."""
 

@@ -18,6 +18,8 @@
     raftlog cluster config [--set replica_move_bytes_per_s=N]   run-time settings (the move throttle)
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
+    raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority P] | list | status NAME
+                   | pause NAME | resume NAME | delete NAME | promote NAME --topic T   (docs/mirror.md)
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
 
 `--server` (or RAFTLOG_SERVER) picks the HTTP address, several separated by
@@ -41,6 +43,7 @@ from pathlib import Path
 
 from multiraft.cli import commands
 from multiraft.cli.group_commands import add_group_parsers
+from multiraft.cli.mirror_commands import add_mirror_parsers
 from multiraft.cli.serve import add_cluster_up, add_serve_parsers
 
 EXIT_UNREACHABLE = 3
@@ -175,7 +178,7 @@ def _node_parsers(commands_parser: argparse._SubParsersAction) -> None:  # type:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raftlog", description="A replicated, partitioned message log.")
     subcommands = parser.add_subparsers(dest="command", required=True,
-                                        metavar="{serve,cluster,topic,produce,consume,group,node,token,leaders,export}")
+                                        metavar="{serve,cluster,topic,produce,consume,group,node,mirror,token,leaders,export}")
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
@@ -198,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_command(config, commands.cluster_config)
     _topic_parsers(subcommands)
     _data_parsers(subcommands)
+    add_mirror_parsers(subcommands, _client_command)
     token = subcommands.add_parser("token", help="bearer tokens of a cluster with auth on (admin)")
     tokens = token.add_subparsers(dest="token_command", required=True, metavar="{create,list,delete}")
     create = tokens.add_parser("create", help="make a token (replaces one of the same name); prints it once")

@@ -315,6 +315,29 @@ class AsyncClient:
     async def delete_token(self, name: str) -> None:
         await self.request("DELETE", f"/v1/admin/tokens/{name}")
 
+    # ---- mirror links (docs/mirror.md) -------------------------------------------
+
+    async def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
+                            token: str | None = None) -> dict[str, Any]:
+        body = {"name": name, "sources": sources, "topics": topics, "priority": priority,
+                **({"token": token} if token is not None else {})}
+        return await self._json("POST", "/v1/admin/mirrors", json_body=body)
+
+    async def list_mirrors(self) -> list[dict[str, Any]]:
+        return (await self._json("GET", "/v1/admin/mirrors"))["mirrors"]
+
+    async def mirror_status(self, name: str) -> dict[str, Any]:
+        return await self._json("GET", f"/v1/admin/mirrors/{name}")
+
+    async def mirror_action(self, name: str, action: str, topic: str | None = None) -> dict[str, Any]:
+        """`pause`, `resume` or `promote` (of `topic`) a link."""
+        assert action in ("pause", "resume", "promote")
+        return await self._json("POST", f"/v1/admin/mirrors/{name}/{action}",
+                                json_body={"topic": topic} if action == "promote" else None)
+
+    async def delete_mirror(self, name: str) -> None:
+        await self.request("DELETE", f"/v1/admin/mirrors/{name}")
+
     # ---- produce and consume ----------------------------------------------------
 
     async def produce(self, topic: str, records: list[dict[str, Any]], *, format: str = "json",

@@ -124,6 +124,22 @@ class Client:
     def delete_token(self, name: str) -> None:
         self.run(self.aio.delete_token(name))
 
+    def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
+                      token: str | None = None) -> dict[str, Any]:
+        return self.run(self.aio.create_mirror(name, sources, topics, priority, token))
+
+    def list_mirrors(self) -> list[dict[str, Any]]:
+        return self.run(self.aio.list_mirrors())
+
+    def mirror_status(self, name: str) -> dict[str, Any]:
+        return self.run(self.aio.mirror_status(name))
+
+    def mirror_action(self, name: str, action: str, topic: str | None = None) -> dict[str, Any]:
+        return self.run(self.aio.mirror_action(name, action, topic))
+
+    def delete_mirror(self, name: str) -> None:
+        self.run(self.aio.delete_mirror(name))
+
     def produce(self, topic: str, records: list[dict[str, Any]], **options: Any) -> list[dict[str, Any]]:
         return self.run(self.aio.produce(topic, records, **options))
 

@@ -48,6 +48,7 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/topics/{topic}/records"): WRITE_PATH,
     ("POST", "/v1/topics/{topic}/partitions/{partition}/records"): WRITE_PATH,
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): READ_PATH,
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/log"): READ_PATH,  # a mirror's read (docs/mirror.md)
     ("POST", "/v1/producers"): WRITE_SOME,
     ("GET", "/v1/groups/{group}/offsets"): READ_QUERY,
     ("POST", "/v1/groups/{group}/offsets"): IN_HANDLER,

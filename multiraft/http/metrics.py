@@ -42,6 +42,31 @@ class NodeCollector(Collector):
         yield from self._groups()
         yield from self._node()
         yield from self._latencies()
+        yield from self._mirrors()
+
+    def _mirrors(self) -> Iterator[Metric]:
+        """The mirror partitions this node pulls (docs/mirror.md): lag, bytes and records
+        copied while it led them, and how many pulls are in each state."""
+        labels = ["link", "topic", "partition"]
+        lag = GaugeMetricFamily("raftlog_mirror_lag_records", "source high watermark minus the mirror's position "
+                                "(at the last read of the source)", labels=labels)
+        copied = CounterMetricFamily("raftlog_mirror_bytes_copied", "batch bytes this node appended to the mirror",
+                                     labels=labels)
+        records = CounterMetricFamily("raftlog_mirror_records_copied", "records this node appended to the mirror",
+                                      labels=labels)
+        states: dict[str, int] = {}
+        for pull in self.node.mirror_pulls():
+            values = [pull["link"], pull["topic"], str(pull["partition"])]
+            if pull["lag_records"] is not None:
+                lag.add_metric(values, pull["lag_records"])
+            copied.add_metric(values, pull["bytes_copied"])
+            records.add_metric(values, pull["records_copied"])
+            states[pull["state"]] = states.get(pull["state"], 0) + 1
+        pulls = GaugeMetricFamily("raftlog_mirror_partitions", "mirror partitions pulled here, by state",
+                                  labels=["state"])
+        for state, count in sorted(states.items()):
+            pulls.add_metric([state], count)
+        yield from (lag, copied, records, pulls)
 
     def _groups(self) -> Iterator[Metric]:
         node = self.node

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiraft.http import confluent_openapi, live_ops_openapi
+from multiraft.http import confluent_openapi, live_ops_openapi, mirror_openapi
 from multiraft.http.limits import (
     BATCH_CONTENT_TYPE,
     GROUP_COMMITS_PER_REQUEST_MAX,
@@ -415,7 +415,7 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "raftlog", "version": "1", "description": "A replicated, partitioned message log."},
-        "paths": {**_PATHS, **live_ops_openapi.PATHS, **confluent_openapi.PATHS},
+        "paths": {**_PATHS, **live_ops_openapi.PATHS, **mirror_openapi.PATHS, **confluent_openapi.PATHS},
         "security": [{"bearer": []}, {}],  # a token only where the node requires one
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
                        "schemas": {**_SCHEMAS, **confluent_openapi.SCHEMAS}, "responses": {"Error": {

@@ -27,8 +27,13 @@ from multiraft.errors import (
     InvalidReplicaAssignment,
     InvalidReplicationFactor,
     InvalidRequest,
+    MirrorLinkExists,
+    MirrorLinkInUse,
+    NotAMirror,
     ResourceExhausted,
+    TooManyMirrorLinks,
     TopicExists,
+    UnknownMirrorLink,
     UnknownNode,
     UnknownToken,
     UnknownTopic,
@@ -52,19 +57,30 @@ from multiraft.metadata.commands import (
     AlterTopicConfig,
     Command,
     ConfigValue,
+    CreateMirrorLink,
+    CreateMirrorTopic,
     CreatePartitions,
     CreateTopic,
+    DeleteMirrorLink,
     DeleteToken,
     DeleteTopic,
     NodeStatus,
+    PromoteMirrorTopic,
     PutToken,
     RegisterNode,
     ReplaceReplica,
     ReplicaLeft,
     SetClusterConfig,
+    SetMirrorLinkState,
     SetNodeDecommissioning,
     SetNodeDrained,
     SetNodeStatus,
+)
+from multiraft.metadata.mirror_commands import (
+    MIRROR_LINKS_MAX,
+    LinkState,
+    MirrorCommand,
+    MirrorLink,
 )
 from raftlog.errors import ClientError
 from raftlog.types import GroupId, Index, NodeId
@@ -87,6 +103,7 @@ class Catalog:
         self.cluster_config: dict[str, ConfigValue] = {}
         self.tokens: dict[str, TokenInfo] = {}
         self._token_digests: dict[str, TokenInfo] = {}
+        self.mirror_links: dict[str, MirrorLink] = {}
 
     # ---- validation (before proposing, and again on apply) -----------------
 
@@ -129,11 +146,39 @@ class Catalog:
         if isinstance(command, AlterTopicConfig):
             if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
                 raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
+        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
+                      | PromoteMirrorTopic):
+            self._validate_mirror(command)
         if isinstance(command, ReplicaLeft):
             partition = self.partition_info(command.topic, command.partition)
             if command.node not in partition.leaving:
                 raise InvalidReplicaAssignment(f"node {command.node} is not leaving {command.topic}/"
                                                f"{command.partition}")
+
+    def _validate_mirror(self, command: MirrorCommand) -> None:
+        if isinstance(command, CreateMirrorLink):
+            if command.name in self.mirror_links:
+                raise MirrorLinkExists(f"mirror link {command.name!r} already exists")
+            if len(self.mirror_links) >= MIRROR_LINKS_MAX:
+                raise TooManyMirrorLinks(f"a cluster has at most {MIRROR_LINKS_MAX} mirror links")
+        elif isinstance(command, PromoteMirrorTopic):
+            if not self.topic(command.name).is_mirror:
+                raise NotAMirror(f"topic {command.name!r} is not a mirror (or was promoted already)")
+        else:
+            name = command.link if isinstance(command, CreateMirrorTopic) else command.name
+            if name not in self.mirror_links:
+                raise UnknownMirrorLink(f"mirror link {name!r} does not exist")
+        if isinstance(command, DeleteMirrorLink):
+            mirrors = self.mirror_topics(command.name)
+            if mirrors:
+                raise MirrorLinkInUse(f"mirror link {command.name!r} still has {len(mirrors)} mirror topic(s) "
+                                      f"({', '.join(mirrors[:5])}); promote or delete them first")
+        if isinstance(command, CreateMirrorTopic):
+            self._validate_create(_as_create(command))
+
+    def mirror_topics(self, link: str) -> list[str]:
+        """The mirror topics of `link`, by name."""
+        return sorted(t.name for t in self.topics.values() if t.is_mirror and t.mirror_link == link)
 
     def _validate_create(self, command: CreateTopic) -> None:
         if command.name in self.topics:
@@ -213,7 +258,7 @@ class Catalog:
         assert index > self.applied_index
         self.applied_index = index
 
-    def _mutate(self, command: Command) -> NodeInfo | TopicInfo | ProducerIdBlock | None:
+    def _mutate(self, command: Command) -> NodeInfo | TopicInfo | ProducerIdBlock | MirrorLink | None:
         if isinstance(command, RegisterNode):
             return self._register(command)
         if isinstance(command, SetNodeStatus):
@@ -230,6 +275,9 @@ class Catalog:
             return self._grow(command)
         if isinstance(command, CreateTopic):
             return self._create(command)
+        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
+                      | PromoteMirrorTopic):
+            return self._mirror(command)
         if isinstance(command, DeleteTopic):
             return self.topics.pop(command.name)
         if isinstance(command, AllocateProducerIds):
@@ -261,6 +309,25 @@ class Catalog:
                         before is not None and before.decommissioning)  # fmt: skip
         self.nodes[command.node_id] = node
         return node
+
+    def _mirror(self, command: MirrorCommand) -> MirrorLink | TopicInfo | None:
+        if isinstance(command, CreateMirrorLink):
+            self.mirror_links[command.name] = link = command.link()
+            return link
+        if isinstance(command, SetMirrorLinkState):
+            self.mirror_links[command.name] = link = replace(self.mirror_links[command.name],
+                                                             state=LinkState(command.state))
+            return link
+        if isinstance(command, DeleteMirrorLink):
+            return self.mirror_links.pop(command.name)
+        if isinstance(command, PromoteMirrorTopic):
+            self.topics[command.name] = topic = replace(self.topics[command.name], mirror_promoted=True)
+            return topic
+        topic = self._create(_as_create(command))
+        partitions = tuple(replace(p, start_offset=start) for p, start in zip(topic.partitions,
+                                                                              command.start_offsets, strict=True))
+        self.topics[command.name] = topic = replace(topic, partitions=partitions, mirror_link=command.link)
+        return topic
 
     def _create(self, command: CreateTopic) -> TopicInfo:
         first = self.next_group_id
@@ -360,6 +427,13 @@ def _altered(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | No
         else:
             altered[key] = value
     return altered
+
+
+def _as_create(command: CreateMirrorTopic) -> CreateTopic:
+    """The plain topic a mirror is, for the checks and the creation it shares with one."""
+    return CreateTopic(name=command.name, partitions=len(command.assignments),
+                       replication_factor=command.replication_factor, config=command.config,
+                       assignments=command.assignments)
 
 
 def groups_for_node(catalog: Catalog, node_id: NodeId) -> dict[GroupId, LocalGroup]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from multiraft.metadata.commands import ConfigValue, NodeStatus
+from multiraft.metadata.mirror_commands import MirrorLink
 from raftlog.errors import ClientError
 from raftlog.types import GroupId, Index, NodeId
 
@@ -51,6 +52,9 @@ class PartitionInfo:
     replicas: tuple[NodeId, ...]
     initial: tuple[NodeId, ...] = ()
     leaving: tuple[NodeId, ...] = ()
+    # Where a new replica's log starts (a mirror partition starts at its source's log
+    # start offset, docs/mirror.md); 0 for every other partition.
+    start_offset: int = 0
 
     @property
     def bootstrap_voters(self) -> tuple[NodeId, ...]:
@@ -77,6 +81,16 @@ class TopicInfo:
     replication_factor: int
     config: dict[str, ConfigValue]
     partitions: tuple[PartitionInfo, ...]
+    # A mirror of a source topic over this link: read-only until promoted. The link's name
+    # stays after the promotion (its partitions' logs began as mirrors, which a replica
+    # created late must know to replay them as the others did).
+    mirror_link: str | None = None
+    mirror_promoted: bool = False
+
+    @property
+    def is_mirror(self) -> bool:
+        """Still copying its source (not promoted): read-only to producers."""
+        return self.mirror_link is not None and not self.mirror_promoted
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +106,7 @@ class CatalogResult:
     """Outcome of one command: `value` on success, else `error` (catalog unchanged)."""
 
     index: Index
-    value: NodeInfo | TopicInfo | ProducerIdBlock | None = None
+    value: NodeInfo | TopicInfo | ProducerIdBlock | MirrorLink | None = None
     error: ClientError | None = None
 
     @property

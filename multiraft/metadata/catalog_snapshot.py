@@ -35,6 +35,13 @@ from multiraft.metadata.commands import (
     RegisterNode,
     SetClusterConfig,
 )
+from multiraft.metadata.mirror_commands import (
+    CreateMirrorLink,
+    LinkState,
+    MirrorLink,
+    SetMirrorLinkState,
+    check_link_name,
+)
 from raftlog.errors import ClientError
 from raftlog.types import GroupId, Index, NodeId
 
@@ -51,6 +58,7 @@ class CatalogFields(Protocol):
     next_producer_id: int
     cluster_config: dict[str, ConfigValue]
     tokens: dict[str, TokenInfo]
+    mirror_links: dict[str, MirrorLink]
 
     def validate(self, command: Command) -> None: ...
 
@@ -78,11 +86,16 @@ def encode_catalog(catalog: CatalogFields) -> bytes:
         "decommissioning": [n.node_id for _, n in sorted(catalog.nodes.items()) if n.decommissioning],
         "tokens": [[t.name, t.digest, list(t.rights)] for _, t in sorted(catalog.tokens.items())],
     }
+    if catalog.mirror_links:  # absent without links, so such a catalog snapshots as before them
+        document["mirror_links"] = [
+            [link.name, list(link.sources), link.pattern, link.priority.value, link.state.value, link.token]
+            for _, link in sorted(catalog.mirror_links.items())
+        ]
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _topic_row(topic: TopicInfo) -> dict[str, Any]:
-    return {
+    row: dict[str, Any] = {
         "name": topic.name,
         "replication_factor": topic.replication_factor,
         "config": topic.config,
@@ -92,6 +105,13 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
         "initial": [list(p.initial) for p in topic.partitions],
         "leaving": [list(p.leaving) for p in topic.partitions],
     }
+    if topic.mirror_link is not None:  # mirrors only (absent before mirrors: none)
+        row["mirror_link"] = topic.mirror_link
+        if topic.mirror_promoted:
+            row["mirror_promoted"] = True
+    if any(p.start_offset for p in topic.partitions):
+        row["start_offsets"] = [p.start_offset for p in topic.partitions]
+    return row
 
 
 def decode_catalog(data: bytes, new_catalog: Callable[[], C]) -> C:
@@ -146,6 +166,16 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
             raise ValueError(f"topic {topic.name!r} appears twice")
         seen_groups |= groups
         catalog.topics[topic.name] = topic
+    for name, sources, pattern, priority, state, token in document.get("mirror_links", []):
+        command = CreateMirrorLink(name=name, sources=tuple(sources), pattern=pattern, priority=priority,
+                                   token=token)
+        SetMirrorLinkState(name=name, state=state)
+        if name in catalog.mirror_links:
+            raise ValueError(f"mirror link {name!r} appears twice")
+        catalog.mirror_links[name] = replace(command.link(), state=LinkState(state))
+    for topic in catalog.topics.values():
+        if topic.is_mirror and topic.mirror_link not in catalog.mirror_links:
+            raise ValueError(f"topic {topic.name!r} mirrors over an unknown link")
     for name, digest, rights in document.get("tokens", []):  # absent in snapshots from before tokens
         command = PutToken(name=name, digest=digest, rights=tuple(rights))
         catalog.validate(command)
@@ -186,7 +216,17 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
             raise ValueError(f"initial replicas of {command.name!r}/{p} do not match its replication factor")
         if set(leaving[p]) & set(replicas):
             raise ValueError(f"a replica of {command.name!r}/{p} is also leaving it")
+    starts = row.get("start_offsets", [0] * len(group_ids))
+    if not isinstance(starts, list) or len(starts) != len(group_ids):
+        raise ValueError(f"start offsets of {command.name!r} do not match its partitions")
     partitions = tuple(
-        PartitionInfo(p, group_ids[p], replicas, initial[p], leaving[p]) for p, replicas in enumerate(assignments)
+        PartitionInfo(p, group_ids[p], replicas, initial[p], leaving[p], _int(starts[p]))
+        for p, replicas in enumerate(assignments)
     )
-    return TopicInfo(command.name, command.replication_factor, dict(command.config), partitions)
+    link = row.get("mirror_link")
+    if link is not None:
+        check_link_name(link)
+    promoted = row.get("mirror_promoted", False)
+    if not isinstance(promoted, bool) or (promoted and link is None):
+        raise ValueError(f"mirror_promoted of {command.name!r} is malformed")
+    return TopicInfo(command.name, command.replication_factor, dict(command.config), partitions, link, promoted)

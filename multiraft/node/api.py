@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from multiraft.node.group_coordinator import GroupCoordinator
     from multiraft.node.group_reads import GroupReads
     from multiraft.node.metadata_ops import MetadataOps
+    from multiraft.node.mirror_links import MirrorLinks
     from multiraft.node.move_throttle import MoveThrottle
     from multiraft.node.partition_ops import PartitionOps
     from multiraft.node.produce import Produce
@@ -155,7 +156,8 @@ class NodeApi:
                  group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
                  latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber,
-                 throttle: MoveThrottle, catchup_counts: Callable[[], dict[str, int]] = dict) -> None:
+                 throttle: MoveThrottle, mirrors: MirrorLinks,
+                 catchup_counts: Callable[[], dict[str, int]] = dict) -> None:
         self.id = config.node_id
         self.config = config
         self.hooks = hooks  # read at start (routes served, health), never on a hot path
@@ -203,6 +205,7 @@ class NodeApi:
         self.wait_for_topic = metadata.wait_for_topic
         self.readiness = controller.readiness
         self.promote_node = controller.promote  # a metadata learner to voter (metadata_voters.py)
+        self.mirrors = mirrors  # mirror links: admin, status (multiraft/node/mirror_links.py, docs/mirror.md)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -292,6 +295,10 @@ class NodeApi:
     @property
     def groups_back_to_quiet(self) -> int:
         return self._ticker.groups_back_to_quiet
+
+    def mirror_pulls(self) -> list[dict[str, Any]]:
+        """The mirror partitions this node pulls (it leads them): their state, lag, bytes."""
+        return [status.view() for status in self.mirrors.pulls.status.values()]
 
     def transport_stats(self) -> TransportStats:
         return self._transport.stats()

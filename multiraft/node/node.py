@@ -48,6 +48,8 @@ from multiraft.node.local_storage import LocalStorage
 from multiraft.node.machines import PartitionMachine
 from multiraft.node.messaging import Inbox, Outbox
 from multiraft.node.metadata_ops import MetadataOps
+from multiraft.node.mirror_links import MirrorLinks
+from multiraft.node.mirror_pull import MirrorPulls
 from multiraft.node.move_throttle import MoveThrottle
 from multiraft.node.partition_ops import PartitionOps
 from multiraft.node.produce import Produce
@@ -152,6 +154,9 @@ class Node:
         self.catchup_follower = CatchUpFollower(self.registry, self.catalog_holder, self.storage, self.rpc,
                                                 self.replicas.close_group, self.start_task, self.logger)
         self.catchup_follower.serve(self.rpc)
+        self.mirror_pulls = MirrorPulls(self.registry, self.catalog_holder, self.logger)
+        self.mirrors = MirrorLinks(self.id, self.catalog_holder, self.metadata, self.routing, self.rpc,
+                                   self.mirror_pulls, self.logger)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
@@ -160,6 +165,7 @@ class Node:
             transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders, scrubber=self.scrubber, throttle=self.move_throttle,
             catchup_counts=self._catchup_counts,
+            mirrors=self.mirrors,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -190,6 +196,8 @@ class Node:
             ("group-coordinator", self.group_coordinator.run),
             ("move-throttle", self.move_throttle.run),
             ("far-catchup", self.catchup_leader.run),
+            ("mirror-pulls", self.mirror_pulls.run),  # docs/mirror.md
+            ("mirror-links", self.mirrors.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),

@@ -64,6 +64,9 @@ class ConsumeResult:
     next_offset: int
     high_watermark: int
     log_start_offset: int
+    # With `keep_skipped` (a mirror's read, docs/mirror.md): the batches a plain read leaves
+    # out are kept, and named here as (base offset, record count).
+    skipped: tuple[tuple[int, int], ...] = ()
 
 
 def _check_read_limits(offset: int, max_records: int, max_bytes: int, wait_ms: int, isolation: str) -> None:
@@ -100,7 +103,11 @@ class PartitionOps:
     async def consume(
         self, topic: str, partition: int, offset: int, *,
         max_records: int = 1000, max_bytes: int = 1 << 20, wait_ms: int = 0, isolation: str = "committed",
+        keep_skipped: bool = False,
     ) -> ConsumeResult:
+        """`keep_skipped`: a mirror's read (docs/mirror.md): every stored batch, the skipped
+        ones named in `skipped`; below the log start it answers no batches (and the log
+        start) instead of OFFSET_OUT_OF_RANGE."""
         _check_read_limits(offset, max_records, max_bytes, wait_ms, isolation)
         group_id = self._catalog.partition_group(topic, partition)
         routing = self._routing
@@ -112,7 +119,8 @@ class PartitionOps:
             if leader != self.id:
                 return await self._read_remote(leader, group_id, offset, max_records, max_bytes, wait_ms, isolation)
         if group_id in self._registry.partitions:
-            return await self._consume_local(group_id, offset, max_records, max_bytes, wait_ms, isolation)
+            return await self._consume_local(group_id, offset, max_records, max_bytes, wait_ms, isolation,
+                                             keep_skipped)
         replicas = self._catalog.catalog.topic(topic).partitions[partition].replicas
         if self.id in replicas:
             # Our replica is closed for a moment (reopening after a storage failure, or not
@@ -121,18 +129,21 @@ class PartitionOps:
             # nonmonotonic-hw, disk-full runs). Refused instead, retriable, as while re-applying.
             raise NotLeader(routing.leader_of(group_id), "this node's replica of the partition is reopening; "
                             "retry or read from another replica")
-        return await self._read_remote(replicas[0], group_id, offset, max_records, max_bytes, wait_ms, isolation)
+        return await self._read_remote(replicas[0], group_id, offset, max_records, max_bytes, wait_ms, isolation,
+                                       keep_skipped)
 
     async def _read_remote(self, target: int, group_id: GroupId, offset: int, max_records: int, max_bytes: int,
-                           wait_ms: int, isolation: str) -> ConsumeResult:
+                           wait_ms: int, isolation: str, keep_skipped: bool = False) -> ConsumeResult:
         request = {"group": group_id, "offset": offset, "max_records": max_records,
                    "max_bytes": min(max_bytes, FORWARDED_READ_BYTES_MAX), "wait_ms": wait_ms, "isolation": isolation}
+        if keep_skipped:
+            request["keep_skipped"] = True
         body = await self._call(target, "partition.read", json.dumps(request).encode(),
                                 RPC_TIMEOUT_S + wait_ms / 1000)
         return _decode_read(body)
 
     async def _consume_local(self, group_id: GroupId, offset: int, max_records: int, max_bytes: int, wait_ms: int,
-                             isolation: str) -> ConsumeResult:
+                             isolation: str, keep_skipped: bool = False) -> ConsumeResult:
         machine = self._registry.partitions[group_id]
         store = self._registry.stores[group_id]
         runtime = self._registry.groups[group_id]
@@ -151,6 +162,8 @@ class PartitionOps:
             raise NotLeader(runtime.core.leader, "this replica is still catching up (not a voter of the "
                             "partition); read from another replica or retry")
         end = self._end_offset(group_id, isolation)
+        if keep_skipped and offset < store.log_start_offset:  # a mirror learns where the source's log starts
+            return ConsumeResult([], offset, machine.state.high_watermark, int(store.log_start_offset))
         if end <= offset <= store.log_end_offset:
             # At or past the high watermark but inside this replica's log (Kafka's rule: only
             # past the log end is out of range): nothing to read yet. A replica learns the
@@ -180,9 +193,13 @@ class PartitionOps:
             raise NotLeader(runtime.core.leader, "this replica's log is damaged at that offset; "
                             "read from another replica") from None
         skipped = set(machine.state.skipped_between(Offset(offset), Offset(end)))
-        batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in skipped]
         last = result.batches[-1] if result.batches else None
         next_offset = last.base_offset + last.record_count if last is not None else offset
+        if keep_skipped:
+            named = tuple((int(b), n) for b, n in skipped if any(b == s.base_offset for s in result.batches))
+            return ConsumeResult([_batch(b) for b in result.batches], int(next_offset), machine.state.high_watermark,
+                                 int(result.log_start_offset), tuple(sorted(named)))
+        batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in skipped]
         return ConsumeResult(batches, int(next_offset), machine.state.high_watermark, int(result.log_start_offset))
 
     def _end_offset(self, group_id: GroupId, isolation: str) -> int:
@@ -339,8 +356,9 @@ class PartitionOps:
         _check_read_limits(request["offset"], request["max_records"], request["max_bytes"], request["wait_ms"],
                            request["isolation"])
         max_bytes = min(request["max_bytes"], FORWARDED_READ_BYTES_MAX)  # whatever an older peer asks
-        return await answer(self._consume_local(group_id, request["offset"], request["max_records"],
-                                                max_bytes, request["wait_ms"], request["isolation"]), _encode_read)
+        return await answer(self._consume_local(group_id, request["offset"], request["max_records"], max_bytes,
+                                                request["wait_ms"], request["isolation"],
+                                                request.get("keep_skipped") is True), _encode_read)
 
     async def _serve_commit(self, source: int, body: bytes) -> tuple[int, bytes]:
         (group_id,) = _GROUP.unpack_from(body)
@@ -378,6 +396,7 @@ def _encode_read(result: ConsumeResult) -> bytes:
     head = json.dumps({
         "next_offset": result.next_offset, "high_watermark": result.high_watermark,
         "log_start_offset": result.log_start_offset, "batches": [[b, n, len(d)] for b, n, d in result.batches],
+        **({"skipped": [list(r) for r in result.skipped]} if result.skipped else {}),
     }).encode()
     return b"".join([_LENGTH.pack(len(head)), head, *(d for _, _, d in result.batches)])
 
@@ -390,4 +409,5 @@ def _decode_read(body: bytes) -> ConsumeResult:
     for base, count, size in head["batches"]:
         batches.append((base, count, body[position : position + size]))
         position += size
-    return ConsumeResult(batches, head["next_offset"], head["high_watermark"], head["log_start_offset"])
+    skipped = tuple((int(b), int(n)) for b, n in head.get("skipped", ()))
+    return ConsumeResult(batches, head["next_offset"], head["high_watermark"], head["log_start_offset"], skipped)

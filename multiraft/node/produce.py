@@ -18,7 +18,7 @@ import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from multiraft.errors import InvalidBatch, InvalidRequest, UnknownProducerId
+from multiraft.errors import InvalidBatch, InvalidRequest, MirrorReadOnly, UnknownProducerId
 from multiraft.node import forwarding
 from multiraft.node.acks import Acks
 from multiraft.node.batch_checks import validate_off_loop
@@ -138,6 +138,9 @@ class Produce:
         if runtime is None:
             raise NotLeader(self._registry.local_leader(group_id), "this node no longer leads the partition")
         machine = self._registry.partitions[group_id]
+        if machine.state.mirror:  # until its promotion applied (docs/mirror.md)
+            raise MirrorReadOnly(f"{machine.state.topic} is a mirror of a source cluster's topic: read-only "
+                                 "until promoted (raftlog mirror promote)")
         core = runtime.core
         if acks in (Acks.QUORUM, Acks.ALL):
             topic = self._catalog.catalog.topic(machine.state.topic)

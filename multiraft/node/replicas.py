@@ -23,6 +23,7 @@ from multiraft.metadata.commands import NodeStatus
 from multiraft.node import catchup_leader, draining
 from multiraft.node.compaction import Boundaries
 from multiraft.node.machines import CatalogMachine, PartitionMachine
+from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.node.reopening import Reopening
 from multiraft.runtime import failover, heap
@@ -132,10 +133,10 @@ class Replicas:
             store.sync()
         return self.start_group(group_id, store, created, voters, machine, replicas)
 
-    def open_store(self, group_id: GroupId, voters: list[NodeId],
-                   topic_config: Mapping[str, Any] | None) -> tuple[SegmentStore, bool]:
-        """A group's store, and whether it was created now: then it holds the bootstrap
-        entries, not yet durable (the caller syncs them before the group may run)."""
+    def open_store(self, group_id: GroupId, voters: list[NodeId], topic_config: Mapping[str, Any] | None,
+                   mirror: tuple[str, int, int] | None = None) -> tuple[SegmentStore, bool]:
+        """A group's store, and whether it was created now: then it holds the bootstrap entries (a mirror's
+        start point: mirror_bootstrap.py), not yet durable (the caller syncs them before the group runs)."""
         storage = self._storage
         assert storage.db is not None and storage.files is not None and storage.flusher is not None
         directory = storage.groups_directory / str(group_id)
@@ -145,7 +146,9 @@ class Replicas:
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.
         created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and self.id in voters
-        if created:
+        if created and mirror is not None:
+            bootstrap_mirror(store, voters, *mirror)
+        elif created:
             entries, hard_state = bootstrap_entries(voters)
             store.append(entries)
             store.set_hard_state(hard_state)
@@ -163,7 +166,6 @@ class Replicas:
             replica_lag_time_max_ticks=config.replica_lag_time_max_ticks,
             applied=Index(store.first_index() - 1),
             repair_contacts=frozenset(voters) | frozenset(replicas),
-            # A far follower waits for catchup_leader.py's next rounds before replay starts.
             far_wait_lag_entries=config.far_catchup_lag_entries if isinstance(machine, PartitionMachine) else 0,
             far_wait_ticks=max(1, math.ceil(3 * catchup_leader.ROUND_S * 1000 / config.tick_ms)),
         )
@@ -315,9 +317,8 @@ class Replicas:
         """Until this node knows group 0's leader (its replica's view, or the pings'), at
         most `bound_s`: a group 0 without a quorum must not keep the partitions shut.
         Meanwhile group 0 replays its log into the catalog: a copy some version of it
-        assigned here but the catalog no longer assigns when the wait is over (moved
-        away, its topic deleted) is deleted unopened by the first pass, as it would have
-        been opened and then closed without the wait."""
+        assigned here but the catalog no longer assigns when the wait is over (moved away,
+        its topic deleted) is deleted unopened by the first pass (not opened, then closed)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + bound_s
         seen_at = None
@@ -375,11 +376,10 @@ class Replicas:
         reaches it (the inbox drops frames for groups it does not know) and it has no
         task, so it can neither vote nor campaign on entries that are not durable. The
         next chunk is prepared while a chunk's flush runs, and every chunk ends with a
-        yield: opening thousands never holds the loop for more than one chunk.
-
-        Each started chunk is settled into the frozen heap at once (`heap.settle`, its
-        pause appended to `pauses`): a collection then walks one chunk's objects, where
-        one settle after a 1,000-group topic held the loop 90-115 ms."""
+        yield: opening thousands never holds the loop for more than one chunk. Each started
+        chunk is settled into the frozen heap at once (`heap.settle`, its pause appended to
+        `pauses`): a collection then walks one chunk's objects, where one settle after a
+        1,000-group topic held the loop 90-115 ms."""
         opened = 0
         prepared: list[_Chunk] = []
         try:
@@ -411,7 +411,8 @@ class Replicas:
             # created with) starts empty and learns its log from the leader.
             voters = list(local.bootstrap_voters or local.replicas)
             try:
-                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None)
+                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None,
+                                                 mirror_start(topic, local.partition))
             except (OSError, StorageError) as error:
                 self._open_failed(group_id, error)
                 continue

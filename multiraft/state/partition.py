@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from multiraft.errors import (
     CommitOffsetOutOfRange,
     InvalidRequest,
+    NotAMirror,
     StaleOffsetCommit,
     TooManyConsumerGroups,
     UnknownGroup,
@@ -46,6 +47,12 @@ from multiraft.state.consumer_offsets import (
     OffsetsDelete,
     OffsetsExpire,
     decode_meta,
+)
+from multiraft.state.mirror_meta import (
+    SKIPS_PENDING_MAX,
+    MirrorPromote,
+    decode_mirror_meta,
+    is_mirror_meta,
 )
 from multiraft.state.partition_snapshot import decode_snapshot, encode_snapshot
 from multiraft.state.producers import (
@@ -123,6 +130,7 @@ class PartitionState:
         producers_max: int = PRODUCERS_MAX_DEFAULT,
         consumer_groups_max: int = CONSUMER_GROUPS_MAX_DEFAULT,
         new_producers: NewProducerTable = ProducerTable,
+        mirror: bool = False,
     ) -> None:
         assert partition >= 0 and applied_index >= 0 and next_offset >= 0
         assert consumer_groups_max >= 1
@@ -136,6 +144,11 @@ class PartitionState:
         # (stored base offset, count) of committed DATA entries whose records are
         # not part of the partition (duplicates, refused batches), in offset order.
         self.skipped_ranges: list[tuple[Offset, int]] = []
+        # Mirror mode (multiraft/state/mirror_meta.py): DATA entries are a source's batches,
+        # applied without the producer table, until a promote entry; and the source's
+        # skipped batches still to come, as (base offset, count).
+        self.mirror = mirror
+        self.mirror_skips: set[tuple[int, int]] = set()
 
     @property
     def high_watermark(self) -> Offset:
@@ -188,6 +201,8 @@ class PartitionState:
         count = header.record_count
         assert count >= 1
         self.next_offset = Offset(stored + count)
+        if self.mirror:
+            return self._apply_mirrored(entry, stored, count)
         try:
             decision = self.producers.apply(producer_batch(header), stored)
         except ClientError as error:
@@ -205,6 +220,34 @@ class PartitionState:
         return ApplyResult(index=entry.index, kind=EntryKind.DATA, count=count,
                            stored_base_offset=stored, base_offset=stored)  # fmt: skip
 
+    def _apply_mirrored(self, entry: Entry, stored: Offset, count: int) -> ApplyResult:
+        """A source's batch, at the offsets it has there: the source already decided it (its
+        producer table is not this one), and leaves it out of reads if it was skipped there."""
+        if self.mirror_skips:
+            if (stored, count) in self.mirror_skips:
+                self._skip(stored, count)
+            self.mirror_skips = {s for s in self.mirror_skips if s[0] >= self.next_offset}
+        return ApplyResult(index=entry.index, kind=EntryKind.DATA, count=count,
+                           stored_base_offset=stored, base_offset=stored)  # fmt: skip
+
+    def _apply_mirror_meta(self, entry: Entry) -> ApplyResult:
+        base = ApplyResult(index=entry.index, kind=EntryKind.META)
+        try:
+            command = decode_mirror_meta(entry.payload)
+        except ClientError as error:
+            return replace(base, error=error)
+        if not self.mirror:
+            return replace(base, error=NotAMirror(f"{self.topic}/{self.partition} is not in mirror mode"))
+        if isinstance(command, MirrorPromote):
+            self.mirror = False
+            self.mirror_skips = set()
+            return base
+        fresh = {r for r in command.ranges if r[0] >= self.next_offset}
+        if len(self.mirror_skips | fresh) > SKIPS_PENDING_MAX:
+            return replace(base, error=InvalidRequest(f"more than {SKIPS_PENDING_MAX} skipped ranges pending"))
+        self.mirror_skips |= fresh
+        return replace(base, count=len(fresh))
+
     def _skip(self, stored: Offset, count: int) -> None:
         if self.skipped_ranges:
             last_base, last_count = self.skipped_ranges[-1]
@@ -212,6 +255,8 @@ class PartitionState:
         self.skipped_ranges.append((stored, count))
 
     def _apply_meta(self, entry: Entry) -> ApplyResult:
+        if is_mirror_meta(entry.payload):
+            return self._apply_mirror_meta(entry)
         base = ApplyResult(index=entry.index, kind=EntryKind.META)
         try:
             command = decode_meta(entry.payload)

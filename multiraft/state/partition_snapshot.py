@@ -1,5 +1,9 @@
 """Snapshot encoding of `PartitionState`: shipped with segment transfers.
 
+A mirror partition (multiraft/state/mirror_meta.py) adds a `mirror` key (its pending
+skipped ranges); the key is absent for every other partition, so their snapshots are
+unchanged, and older snapshots decode as not mirrors.
+
 msgpack (already a dependency, compact for the producer table, exact for
 integers), one versioned map. Decoding validates every field's shape and raises
 `SnapshotFormatError`: a snapshot arrives from a peer, so bad bytes are an
@@ -35,6 +39,7 @@ from multiraft.state.consumer_offsets import (
     STAMP_PART_MAX,
     CommittedOffset,
 )
+from multiraft.state.mirror_meta import SKIPS_PENDING_MAX
 from multiraft.state.producers import (
     BATCHES_KEPT,
     EPOCH_MAX,
@@ -60,6 +65,8 @@ class PartitionFields(Protocol):
     consumer_groups_max: int
     consumer_offsets: OrderedDict[str, CommittedOffset]
     skipped_ranges: list[tuple[Offset, int]]
+    mirror: bool
+    mirror_skips: set[tuple[int, int]]
 
 
 S = TypeVar("S", bound=PartitionFields)
@@ -82,6 +89,8 @@ def encode_snapshot(state: PartitionFields) -> bytes:
         ],
         "skipped": [[base, count] for base, count in state.skipped_ranges],
     }
+    if state.mirror:  # a mirror partition (absent otherwise, so others snapshot as before mirrors)
+        document["mirror"] = [[base, count] for base, count in sorted(state.mirror_skips)]
     return msgpack.packb(document, use_bin_type=True)
 
 
@@ -149,6 +158,15 @@ def _build(document: Any, new_state: Callable[..., S]) -> S:
             raise ValueError("skipped ranges overlap or pass the high watermark")
         state.skipped_ranges.append((Offset(base), count))
         end = base + count
+    mirror = document.get("mirror")  # absent: not a mirror (and every snapshot from before mirrors)
+    if mirror is not None:
+        if not isinstance(mirror, list) or len(mirror) > SKIPS_PENDING_MAX:
+            raise ValueError("mirror skips are a bounded list")
+        state.mirror = True
+        for base, count in mirror:
+            if _int(base) < state.next_offset or _int(count, 1) > 2**31:
+                raise ValueError("a pending mirror skip lies below the high watermark")
+            state.mirror_skips.add((base, count))
     return state
 
 

@@ -56,7 +56,7 @@ async def test_every_documented_operation_is_reachable(cluster: Cluster) -> None
         # A Confluent instance made here lives on in its group: keep it out of the native tests' group g.
         group = "g" if path.startswith("/v1") else "openapi-reachable"
         concrete = path.replace("{topic}", "no-such-topic").replace("{partition}", "0").replace("{group}", group) \
-            .replace("{member}", "m").replace("{instance}", "i").replace("{node}", "9")
+            .replace("{member}", "m").replace("{instance}", "i").replace("{node}", "9").replace("{name}", "no-link")
         if method == "delete":
             continue  # deleting is exercised in the topic tests; here nothing must be removed
         status, body = await cluster.call(method.upper(), 1, concrete, json={} if method == "post" else None)

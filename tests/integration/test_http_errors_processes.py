@@ -118,7 +118,11 @@ COVERED_BY_TESTS = {"NOT_LEADER": 421, "NOT_ENOUGH_REPLICAS": 503, "INVALID_PROD
                     "CLUSTER_TOO_SMALL": 409,
                     # A metadata promotion the group's state refuses: tests/unit/test_metadata_voters.py,
                     # tests/node/test_metadata_voters.py and the fuzz pass.
-                    "PROMOTION_REFUSED": 409}
+                    "PROMOTION_REFUSED": 409,
+                    # Mirror links (docs/mirror.md): tests/node/test_mirror.py (MIRROR_READ_ONLY over
+                    # HTTP) and tests/unit/test_mirror_catalog.py (the catalog's refusals).
+                    "MIRROR_READ_ONLY": 403, "MIRROR_LINK_EXISTS": 409, "MIRROR_LINK_IN_USE": 409,
+                    "TOO_MANY_MIRROR_LINKS": 409, "NOT_A_MIRROR": 409}
 
 
 def _corrupt(data: bytes) -> bytes:
@@ -152,6 +156,8 @@ def _create(**fields: Any) -> dict[str, Any]:
 # (method, path, request kwargs, status, error code); each case is sent to every node.
 CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
     ("DELETE", "/v1/admin/tokens/nobody", {}, 404, "UNKNOWN_TOKEN"),
+    ("DELETE", "/v1/admin/mirrors/nobody", {}, 404, "UNKNOWN_MIRROR_LINK"),
+    ("POST", "/v1/admin/mirrors/nobody/promote", {"json": {"topic": "t"}}, 404, "UNKNOWN_MIRROR_LINK"),
     ("POST", "/v1/admin/tokens", {"json": {"name": "x", "rights": ["root"]}}, 400, "INVALID_REQUEST"),
     # malformed JSON, wrong JSON, unknown fields
     ("POST", "/v1/topics", {"data": b"{not json", "headers": JSON_TYPE}, 400, "INVALID_REQUEST"),

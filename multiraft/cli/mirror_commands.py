@@ -1,0 +1,114 @@
+"""`raftlog mirror ...`: mirror links of a sink cluster (docs/mirror.md).
+
+    raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority high|normal|low]
+                          [--source-token-file FILE]
+    raftlog mirror list | status NAME | pause NAME | resume NAME | delete NAME
+    raftlog mirror promote NAME --topic TOPIC
+
+The source's token comes from a file (mode 0600), never the command line, as the
+cluster's own token does; it is stored in the sink's catalog and never shown back.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from multiraft.cli.commands import EXIT_FAILED, EXIT_OK, _table
+
+if TYPE_CHECKING:
+    from multiraft.client import Client
+
+ClientCommand = Callable[[argparse.ArgumentParser, Callable[..., int]], None]
+
+
+def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: ClientCommand) -> None:  # type: ignore[type-arg]
+    mirror = subcommands.add_parser("mirror", help="mirror topics of a source cluster here (links; admin)")
+    mirrors = mirror.add_subparsers(dest="mirror_command", required=True,
+                                    metavar="{create,list,status,pause,resume,delete,promote}")
+    create = mirrors.add_parser("create", help="link a source cluster: its topics matching --topics are mirrored")
+    create.add_argument("name")
+    create.add_argument("--source", required=True, help="the source's HTTP addresses, HOST:PORT[,HOST:PORT..]")
+    create.add_argument("--topics", required=True, help="a topic pattern (* any run, ? one character)")
+    create.add_argument("--priority", choices=("high", "normal", "low"), default="normal")
+    create.add_argument("--source-token-file", type=Path, default=None, metavar="FILE",
+                        help="file holding a bearer token of the source (read rights on the topics)")
+    client_command(create, mirror_create)
+    client_command(mirrors.add_parser("list", help="links: sources, pattern, state"), mirror_list)
+    for action, func, text in (("status", mirror_status, "per mirror partition: state, position, lag, bytes"),
+                               ("pause", mirror_pause, "stop copying (positions stay)"),
+                               ("resume", mirror_resume, "copy again"),
+                               ("delete", mirror_delete, "delete a link (its mirrors promoted or deleted first)")):
+        parser = mirrors.add_parser(action, help=text)
+        parser.add_argument("name")
+        client_command(parser, func)
+    promote = mirrors.add_parser("promote", help="make a mirror topic writable (its copying stops)")
+    promote.add_argument("name")
+    promote.add_argument("--topic", required=True)
+    client_command(promote, mirror_promote)
+
+
+def _link_row(link: dict[str, Any]) -> list[Any]:
+    return [link["name"], ",".join(link["sources"]), link["topics"], link["priority"], link["state"],
+            "yes" if link["credentials"] else "no", len(link.get("mirror_topics", []))]
+
+
+_LINK_HEADER = ["LINK", "SOURCES", "TOPICS", "PRIORITY", "STATE", "TOKEN", "MIRRORS"]
+
+
+def mirror_create(client: Client, args: argparse.Namespace) -> int:
+    from multiraft.client.credentials import read_token_file
+
+    token = read_token_file(args.source_token_file, "source_token_file") if args.source_token_file else None
+    sources = [s.strip() for s in args.source.split(",") if s.strip()]
+    link = client.create_mirror(args.name, sources, args.topics, args.priority, token)
+    print(_table([_link_row(link)], _LINK_HEADER))
+    return EXIT_OK
+
+
+def mirror_list(client: Client, args: argparse.Namespace) -> int:
+    print(_table([_link_row(link) for link in client.list_mirrors()], _LINK_HEADER))
+    return EXIT_OK
+
+
+def mirror_status(client: Client, args: argparse.Namespace) -> int:
+    """Exit 1 unless every mirror partition is running (or the link is paused)."""
+    status = client.mirror_status(args.name)
+    print(_table([_link_row(status)], _LINK_HEADER))
+    discovery = status.get("discovery") or {}
+    if discovery.get("last_error") or discovery.get("conflicts"):
+        print(f"discovery: {discovery.get('last_error') or ''} conflicts: {', '.join(discovery['conflicts'])}")
+    rows, healthy = [], True
+    for topic in status["topics"]:
+        for p in topic["partitions"]:
+            state = "promoted" if topic["promoted"] else p["state"]
+            healthy &= state in ("running", "paused", "promoted")
+            rows.append([topic["topic"], p["partition"], state, p.get("position"), p.get("lag_records"),
+                         p.get("bytes_copied"), p.get("node"), p.get("last_error") if state != "running" else None])
+    print(_table(rows, ["TOPIC", "PARTITION", "STATE", "POSITION", "LAG", "BYTES", "NODE", "LAST ERROR"]))
+    return EXIT_OK if healthy else EXIT_FAILED
+
+
+def mirror_pause(client: Client, args: argparse.Namespace) -> int:
+    print(_table([_link_row(client.mirror_action(args.name, "pause"))], _LINK_HEADER))
+    return EXIT_OK
+
+
+def mirror_resume(client: Client, args: argparse.Namespace) -> int:
+    print(_table([_link_row(client.mirror_action(args.name, "resume"))], _LINK_HEADER))
+    return EXIT_OK
+
+
+def mirror_delete(client: Client, args: argparse.Namespace) -> int:
+    client.delete_mirror(args.name)
+    print(f"deleted mirror link {args.name}")
+    return EXIT_OK
+
+
+def mirror_promote(client: Client, args: argparse.Namespace) -> int:
+    client.mirror_action(args.name, "promote", args.topic)
+    print(f"promoted {args.topic}: it takes producers once each partition's leader applied the promotion "
+          "(MIRROR_READ_ONLY until then, a moment)")
+    return EXIT_OK

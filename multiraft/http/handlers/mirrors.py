@@ -1,0 +1,121 @@
+"""Mirror links (issue 24, docs/mirror.md): admin routes on the sink, and the source's log read.
+
+On the sink (admin): create a link, list links, one link's status (discovery and every
+mirror partition's pull), pause, resume, delete, promote one mirror topic. A link's
+token is stored for the sink to present to the source and never shown back
+(`credentials: true` says one is set).
+
+On the source (`read` on the topic): `GET /v1/topics/{topic}/partitions/{p}/log`, the
+committed batches as stored, framed as the binary consume answer (base offset i64,
+length u32, batch), the skipped ones included and named in `Raftlog-Skipped`
+(`base:count,...`); below the log start it answers no batches, and the log start, so
+a mirror learns where the source's log now begins.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from multiraft.errors import InvalidRequest
+from multiraft.http.handlers.common import bounded, node_of
+from multiraft.http.limits import BATCH_CONTENT_TYPE, REQUEST_TIMEOUT_S
+from multiraft.http.params import json_object, path_partition, query_int
+from multiraft.metadata.mirror_commands import CreateMirrorLink, LinkState, check_link_name
+from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
+from multiraft.node.api import MAX_BYTES_MAX, WAIT_MS_MAX
+
+CREATE_FIELDS = {"name", "sources", "topics", "priority", "token"}
+SKIPPED_NAMED_MAX = 256  # skipped batches named in one answer's header (the answer stops before more)
+
+
+def _name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    check_link_name(name)
+    return name
+
+
+async def create(request: web.Request) -> web.Response:
+    node = node_of(request)
+    body = await json_object(request)
+    if not {"name", "sources", "topics"} <= set(body) <= CREATE_FIELDS:
+        raise InvalidRequest('body is {"name", "sources": ["HOST:PORT", ...], "topics": PATTERN, '
+                             '"priority"?: "high"|"normal"|"low", "token"?: TOKEN}')
+    sources = body["sources"]
+    command = CreateMirrorLink(name=body["name"], sources=tuple(sources) if isinstance(sources, list) else sources,
+                               pattern=body["topics"], priority=body.get("priority", "normal"),
+                               token=body.get("token"))
+    link = await bounded(node.mirrors.create(command), "mirror link creation")
+    return web.json_response(link, status=201)
+
+
+async def list_links(request: web.Request) -> web.Response:
+    return web.json_response({"mirrors": node_of(request).mirrors.links()})
+
+
+async def status(request: web.Request) -> web.Response:
+    node = node_of(request)
+    name = _name(request)
+    return web.json_response(await bounded(node.mirrors.status(name), "mirror status"))
+
+
+async def pause(request: web.Request) -> web.Response:
+    return await _set_state(request, LinkState.PAUSED)
+
+
+async def resume(request: web.Request) -> web.Response:
+    return await _set_state(request, LinkState.RUNNING)
+
+
+async def _set_state(request: web.Request, state: LinkState) -> web.Response:
+    node = node_of(request)
+    name = _name(request)
+    return web.json_response(await bounded(node.mirrors.set_state(name, state), f"mirror link {state.value}"))
+
+
+async def delete(request: web.Request) -> web.Response:
+    node = node_of(request)
+    await bounded(node.mirrors.delete(_name(request)), "mirror link deletion")
+    return web.Response(status=204)
+
+
+async def promote(request: web.Request) -> web.Response:
+    node = node_of(request)
+    name = _name(request)
+    body = await json_object(request)
+    topic = body.get("topic")
+    if set(body) != {"topic"} or not isinstance(topic, str) or not TOPIC_NAME_PATTERN.fullmatch(topic):
+        raise InvalidRequest('body is {"topic": TOPIC}')
+    return web.json_response(await bounded(node.mirrors.promote(name, topic), "mirror promotion"))
+
+
+async def read_log(request: web.Request) -> web.StreamResponse:
+    """The source side of a mirror: stored batches from `offset`, skipped ones named."""
+    node = node_of(request)
+    topic = request.match_info["topic"]
+    partition = path_partition(request)
+    offset = query_int(request, "offset", low=0, high=2**63 - 1)
+    max_bytes = query_int(request, "max_bytes", 1 << 20, low=1, high=MAX_BYTES_MAX)
+    wait_ms = query_int(request, "wait_ms", 0, low=0, high=WAIT_MS_MAX)
+    node.partition_group(topic, partition)  # 404 for an unknown topic or partition
+    result = await bounded(node.consume(topic, partition, offset, max_records=100_000, max_bytes=max_bytes,
+                                        wait_ms=wait_ms, keep_skipped=True),
+                           "mirror read", REQUEST_TIMEOUT_S + wait_ms / 1000)
+    batches, skipped, next_offset = result.batches, result.skipped, result.next_offset
+    if len(skipped) > SKIPPED_NAMED_MAX:  # stop before the first batch whose skip cannot be named
+        cut = skipped[SKIPPED_NAMED_MAX][0]
+        batches = [b for b in batches if b[0] < cut]
+        skipped, next_offset = skipped[:SKIPPED_NAMED_MAX], cut
+    response = web.StreamResponse(headers={
+        "Content-Type": BATCH_CONTENT_TYPE,
+        "Raftlog-Next-Offset": str(next_offset),
+        "Raftlog-High-Watermark": str(result.high_watermark),
+        "Raftlog-Log-Start-Offset": str(result.log_start_offset),
+        "Raftlog-Skipped": ",".join(f"{base}:{count}" for base, count in skipped),
+    })
+    response.content_length = sum(12 + len(b) for _, _, b in batches)
+    await response.prepare(request)
+    for base, _count, batch in batches:
+        await response.write(base.to_bytes(8, "big", signed=True) + len(batch).to_bytes(4, "big"))
+        await response.write(batch)
+    await response.write_eof()
+    return response

@@ -1,0 +1,217 @@
+"""Mirror links and mirror topics in the sink's catalog (issue 24, docs/mirror.md).
+
+A *link* names a source cluster (its HTTP addresses, an optional bearer token), a
+topic pattern and a priority; it is running or paused. A *mirror topic* is a topic
+of the sink created for a source topic the link's pattern matched: same partition
+count and config, each partition starting at the source's log start offset as it
+was when the mirror was made (`start_offsets`), read-only until promoted.
+
+Shape checks live here, as the other commands' do (commands.py): whatever builds a
+command gets them. The token is kept as given (the sink must present it to the
+source); it is never shown back nor logged: `MirrorLink.__repr__` hides it.
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+from multiraft.errors import InvalidPartitions, InvalidRequest
+from multiraft.metadata.checks import (
+    PARTITIONS_MAX,
+    REPLICATION_FACTOR_MAX,
+    ConfigValue,
+    check_config,
+    check_node_id,
+    check_topic_name,
+    is_int,
+)
+from raftlog.types import NodeId
+
+LINK_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,64}")
+# A topic pattern: topic characters plus the glob's `*` (any run) and `?` (one).
+TOPIC_PATTERN_PATTERN = re.compile(r"[a-zA-Z0-9._*?-]{1,249}")
+SOURCE_PATTERN = re.compile(r"(?P<host>[a-zA-Z0-9.-]{1,253}|\[[0-9a-fA-F:.]{2,45}\]):(?P<port>[0-9]{1,5})")
+SOURCES_MAX = 16
+TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{1,512}")  # printable ASCII, no spaces (a bearer token)
+MIRROR_LINKS_MAX = 64
+OFFSET_MAX = 2**63 - 1
+
+
+class Priority(enum.StrEnum):
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """Lower is served first."""
+        return {"high": 0, "normal": 1, "low": 2}[self.value]
+
+
+class LinkState(enum.StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+
+
+def check_link_name(name: object) -> None:
+    if not isinstance(name, str) or not LINK_NAME_PATTERN.fullmatch(name):
+        raise InvalidRequest(f"mirror link name must match {LINK_NAME_PATTERN.pattern}")
+
+
+def check_sources(sources: object) -> tuple[str, ...]:
+    if not isinstance(sources, tuple | list) or not 1 <= len(sources) <= SOURCES_MAX:
+        raise InvalidRequest(f"sources are 1..{SOURCES_MAX} HOST:PORT addresses")
+    for source in sources:
+        match = SOURCE_PATTERN.fullmatch(source) if isinstance(source, str) else None
+        if match is None or not 1 <= int(match["port"]) <= 65535:
+            raise InvalidRequest(f"source {source!r} is not HOST:PORT (port 1..65535)")
+    if len(set(sources)) != len(sources):
+        raise InvalidRequest("a source address is listed twice")
+    return tuple(sources)
+
+
+def check_topic_pattern(pattern: object) -> None:
+    if not isinstance(pattern, str) or not TOPIC_PATTERN_PATTERN.fullmatch(pattern):
+        raise InvalidRequest(f"topic pattern must match {TOPIC_PATTERN_PATTERN.pattern} (* and ? are globs)")
+
+
+def pattern_matches(pattern: str, topic: str) -> bool:
+    """Whether `topic` matches the glob `pattern` (`*` any run, `?` one character; no
+    character classes: `[` is no topic character)."""
+    return fnmatch.fnmatchcase(topic, pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorLink:
+    """A link as the catalog holds it. `token` is never shown (repr hides it)."""
+
+    name: str
+    sources: tuple[str, ...]
+    pattern: str
+    priority: Priority
+    state: LinkState
+    token: str | None = field(default=None, repr=False)
+
+    def describe(self) -> dict[str, object]:
+        """What a client is shown: everything but the token, which is only said to be set."""
+        return {"name": self.name, "sources": list(self.sources), "topics": self.pattern,
+                "priority": self.priority.value, "state": self.state.value,
+                "credentials": self.token is not None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateMirrorLink:
+    name: str
+    sources: tuple[str, ...]
+    pattern: str
+    priority: str = Priority.NORMAL.value
+    token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        check_link_name(self.name)
+        if not isinstance(self.sources, tuple):
+            raise InvalidRequest("sources are a tuple")
+        check_sources(self.sources)
+        check_topic_pattern(self.pattern)
+        if self.priority not in Priority.__members__.values():
+            raise InvalidRequest("priority is high, normal or low")
+        if self.token is not None and (not isinstance(self.token, str) or not TOKEN_PATTERN.fullmatch(self.token)):
+            raise InvalidRequest("the link's token is 1..512 printable ASCII characters without spaces")
+
+    def link(self) -> MirrorLink:
+        return MirrorLink(self.name, self.sources, self.pattern, Priority(self.priority), LinkState.RUNNING,
+                          self.token)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMirrorLinkState:
+    """Pause (`paused`) or resume (`running`) a link: a paused link copies nothing and
+    creates no mirror topics; its positions stay where they are."""
+
+    name: str
+    state: str
+
+    def __post_init__(self) -> None:
+        check_link_name(self.name)
+        if self.state not in LinkState.__members__.values():
+            raise InvalidRequest("a link's state is running or paused")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteMirrorLink:
+    name: str
+
+    def __post_init__(self) -> None:
+        check_link_name(self.name)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateMirrorTopic:
+    """A mirror of source topic `name` over `link`: the source's partition count
+    (`len(assignments)`) and config; partition p's log starts at `start_offsets[p]`
+    (the source's log start when the mirror was made). Placement as `CreateTopic`."""
+
+    name: str
+    link: str
+    replication_factor: int
+    config: dict[str, ConfigValue]
+    assignments: tuple[tuple[NodeId, ...], ...]
+    start_offsets: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+        check_link_name(self.link)
+        rf = self.replication_factor
+        if not is_int(rf) or not 1 <= rf <= REPLICATION_FACTOR_MAX:
+            raise InvalidRequest(f"replication factor must be 1..{REPLICATION_FACTOR_MAX}")
+        check_config(self.config)
+        if not isinstance(self.assignments, tuple) or not 1 <= len(self.assignments) <= PARTITIONS_MAX:
+            raise InvalidPartitions(f"partitions must be 1..{PARTITIONS_MAX}")
+        for replicas in self.assignments:
+            if not isinstance(replicas, tuple) or len(replicas) != rf or len(set(replicas)) != rf:
+                raise InvalidRequest(f"each partition has {rf} distinct replicas")
+            for node_id in replicas:
+                check_node_id(node_id)
+        if not isinstance(self.start_offsets, tuple) or len(self.start_offsets) != len(self.assignments):
+            raise InvalidRequest("one start offset per partition")
+        if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
+            raise InvalidRequest("start offsets are 0..2**63-1")
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromoteMirrorTopic:
+    """Stop mirroring topic `name` and make it writable (its partitions' leaders end
+    their mirror mode with a META entry each, multiraft/node/mirror_pull.py)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+
+
+MirrorCommand = CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
+
+MIRROR_COMMAND_TYPES: dict[str, type] = {
+    "create_mirror_link": CreateMirrorLink,
+    "set_mirror_link_state": SetMirrorLinkState,
+    "delete_mirror_link": DeleteMirrorLink,
+    "create_mirror_topic": CreateMirrorTopic,
+    "promote_mirror_topic": PromoteMirrorTopic,
+}
+
+
+def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[str, object]:
+    """JSON lists back into the tuples the commands hold."""
+    if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
+        arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
+    if cls is CreateMirrorTopic:
+        if isinstance(arguments.get("assignments"), list):
+            arguments["assignments"] = tuple(tuple(r) if isinstance(r, list) else r
+                                             for r in arguments["assignments"])  # type: ignore[union-attr]
+        if isinstance(arguments.get("start_offsets"), list):
+            arguments["start_offsets"] = tuple(arguments["start_offsets"])  # type: ignore[arg-type]
+    return arguments

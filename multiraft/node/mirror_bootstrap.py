@@ -1,0 +1,37 @@
+"""A mirror partition's first state: its log starts at the source's log start offset.
+
+A plain partition's replica starts with the bootstrap entries (one CONFIG entry per
+initial voter, raftlog/bootstrap.py) and offset 0. A mirror partition must keep its
+source's offsets, and the source may have deleted its first records (retention), so
+its replicas start from a start point instead, as a compacted log does: a snapshot
+at the bootstrap entries' last index and term, naming the same voters, whose state
+is an empty partition in mirror mode with its next offset at `start_offset`. Every
+initial voter writes the same start point, so their logs agree from the first entry
+on, and a replica added later learns it from the leader as any compacted log's.
+"""
+
+from __future__ import annotations
+
+from multiraft.metadata.catalog import TopicInfo
+from multiraft.state.partition import PartitionState
+from raftlog.bootstrap import BOOTSTRAP_TERM
+from raftlog.messages import HardState, Membership, Snapshot, SnapshotMeta
+from raftlog.types import Index, NodeId, Offset
+
+
+def bootstrap_mirror(store: object, voters: list[NodeId], topic: str, partition: int, start_offset: int) -> None:
+    """Write a new mirror replica's start point into its empty `store` (a SegmentStore)."""
+    assert voters and start_offset >= 0
+    index = Index(len(set(voters)))  # where the bootstrap entries would have ended
+    state = PartitionState(topic=topic, partition=partition, applied_index=index,
+                           next_offset=Offset(start_offset), mirror=True)
+    meta = SnapshotMeta(index=index, term=BOOTSTRAP_TERM, membership=Membership(voters=frozenset(voters)))
+    store.apply_snapshot(Snapshot(meta=meta, data=state.snapshot()), Offset(start_offset))  # type: ignore[attr-defined]
+    store.set_hard_state(HardState(term=BOOTSTRAP_TERM, commit=index))  # type: ignore[attr-defined]
+
+
+def mirror_start(topic: TopicInfo | None, partition: int) -> tuple[str, int, int] | None:
+    """(topic, partition, start offset) when the partition began as a mirror, else None."""
+    if topic is None or topic.mirror_link is None or partition >= len(topic.partitions):
+        return None
+    return topic.name, partition, topic.partitions[partition].start_offset

@@ -1,0 +1,291 @@
+"""The real-time path of mirrors: each mirror partition's sink leader pulls from the source.
+
+Riak's real-time replication queue, on a log (docs/mirror.md): the source keeps no
+queue per sink, since its log is the queue; the sink's partition leader reads the
+source's committed batches from its position and appends them, byte for byte,
+through its own Raft group. The position is the partition's own next offset
+(`PartitionState.next_offset`): replicated state of the same group, moved only by
+the appends themselves, so it never goes back and a new leader resumes exactly
+where the committed log ends.
+
+Exactly once, across leader changes, by three rules:
+- a pull starts (and starts again after any failure) only on a leader that has
+  applied its whole log, its own term's NOOP included: nothing of an earlier leader
+  or of an earlier attempt of its own is still in flight, so the applied next
+  offset is the log's end;
+- one proposal in flight per partition (a chunk of whole batches, at most
+  `CHUNK_BYTES` and never refused in part): a failed proposal cannot leave a later
+  one appended after a hole;
+- before proposing, the leader checks it still leads in the same term and its state
+  still ends at the chunk's first offset.
+
+Bounds: at most `CHUNK_BYTES` in flight per partition; at most `PULLS_MAX` partitions
+pulled at once per node, high priority links first (then normal, then low); a source
+that fails is retried after `backoff_s` (jittered, up to 30 s); a long poll at the
+source waits at most `LONG_POLL_MS`, and the source holds nothing for a sink between
+calls, so a stalled sink costs the source nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from multiraft.metadata.mirror_commands import LinkState, MirrorLink
+from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s
+from multiraft.runtime.supervision import watch
+from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, encode_mirror_meta
+from raftlog.errors import ClientError
+from raftlog.messages import EntryKind
+from raftlog.types import GroupId
+from storage.batch import read_header
+from storage.errors import InvalidBatchError
+
+if TYPE_CHECKING:
+    from multiraft.node.catalog_holder import CatalogHolder
+    from multiraft.node.registry import GroupRegistry
+    from multiraft.runtime.group import GroupRuntime
+
+PULLS_MAX = 32  # partitions one node pulls at once
+CHUNK_BYTES = 1024 * 1024  # bytes in flight per partition (one proposal)
+LONG_POLL_MS = 500
+SCAN_INTERVAL_S = 0.2
+SETTLE_POLL_S = 0.05
+TRUNCATED_RETRY_S = 5.0
+
+
+@dataclass(slots=True)
+class PullStatus:
+    """What one mirror partition's pull is doing, on the node that leads it."""
+
+    link: str
+    topic: str
+    partition: int
+    state: str = "starting"  # running, backing_off, paused, source_truncated, diverged, resyncing
+    position: int = 0
+    source_high_watermark: int | None = None
+    source_log_start_offset: int | None = None
+    bytes_copied: int = 0
+    records_copied: int = 0
+    batches_copied: int = 0
+    failures: int = 0
+    last_error: str | None = None
+
+    @property
+    def lag_records(self) -> int | None:
+        if self.source_high_watermark is None:
+            return None
+        return max(0, self.source_high_watermark - self.position)
+
+    def view(self) -> dict[str, Any]:
+        return {"link": self.link, "topic": self.topic, "partition": self.partition, "state": self.state,
+                "position": self.position, "source_high_watermark": self.source_high_watermark,
+                "source_log_start_offset": self.source_log_start_offset, "lag_records": self.lag_records,
+                "bytes_copied": self.bytes_copied, "records_copied": self.records_copied,
+                "failures": self.failures, "last_error": self.last_error}
+
+
+class Diverged(SourceError):
+    """The source's log does not continue the one this mirror copied."""
+
+
+class _Resync(Exception):
+    """The leader's view moved (leadership, state): settle again before the next chunk."""
+
+
+class MirrorPulls:
+    """The pulls of the mirror partitions this node leads (one supervised loop owns them all)."""
+
+    def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, logger: Any,
+                 rng: random.Random | None = None) -> None:
+        self._registry = registry
+        self._catalog = catalog
+        self._logger = logger
+        self._rng = rng or random.Random()
+        self._tasks: dict[GroupId, asyncio.Task[None]] = {}
+        self._promotions: dict[GroupId, asyncio.Task[None]] = {}
+        self._clients: dict[str, tuple[MirrorLink, SourceClient]] = {}
+        self.status: dict[GroupId, PullStatus] = {}
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.scan()
+                await asyncio.sleep(SCAN_INTERVAL_S)
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        tasks = [*self._tasks.values(), *self._promotions.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._promotions.clear()
+        for _, client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+    async def scan(self) -> None:
+        """Start the pulls this node should run, stop the others, finish promotions."""
+        catalog = self._catalog.catalog
+        wanted: list[tuple[int, GroupId, MirrorLink, str, int]] = []
+        promoting: list[GroupId] = []
+        for topic in catalog.topics.values():
+            if topic.mirror_link is None:
+                continue
+            link = catalog.mirror_links.get(topic.mirror_link)
+            for p in topic.partitions:
+                machine = self._registry.partitions.get(p.group_id)
+                if self._registry.leading(p.group_id) is None or machine is None or not machine.state.mirror:
+                    continue
+                if not topic.is_mirror:
+                    promoting.append(p.group_id)
+                elif link is not None and link.state is LinkState.RUNNING:
+                    wanted.append((link.priority.rank, p.group_id, link, topic.name, p.partition))
+                elif link is not None:
+                    self._status(p.group_id, link.name, topic.name, p.partition).state = "paused"
+        wanted.sort(key=lambda w: (w[0], w[1]))
+        keep = {w[1]: w for w in wanted[:PULLS_MAX]}
+        stopping = [task for group_id, task in self._tasks.items() if group_id not in keep]
+        for task in stopping:
+            task.cancel()
+        await asyncio.gather(*stopping, return_exceptions=True)
+        self._tasks = {g: t for g, t in self._tasks.items() if g in keep and not t.done()}
+        for group_id, (_, _, link, topic_name, partition) in keep.items():
+            if group_id not in self._tasks:
+                client = self._client(link)
+                task = asyncio.create_task(self._pull(group_id, link.name, client, topic_name, partition))
+                self._tasks[group_id] = watch(task, f"mirror-pull-{group_id}", self._logger)
+        for group_id in promoting:
+            if group_id not in self._tasks and group_id not in self._promotions:
+                task = asyncio.create_task(self._promote(group_id))
+                task.add_done_callback(lambda _, g=group_id: self._promotions.pop(g, None))
+                self._promotions[group_id] = watch(task, f"mirror-promote-{group_id}", self._logger)
+        self._forget(catalog.mirror_links, set(keep))
+
+    def _forget(self, links: dict[str, MirrorLink], kept: set[GroupId]) -> None:
+        """Drop the status of partitions no longer pulled here (after a while: a paused one
+        stays shown) and close the clients of links gone or changed."""
+        for group_id in [g for g, s in self.status.items() if g not in kept and s.state != "paused"]:
+            del self.status[group_id]
+        for name in [n for n, (link, _) in self._clients.items() if links.get(n) != link]:
+            _, client = self._clients.pop(name)
+            watch(asyncio.create_task(client.close()), "mirror-client-close", self._logger)
+
+    def _client(self, link: MirrorLink) -> SourceClient:
+        held = self._clients.get(link.name)
+        if held is None or held[0] != link:
+            held = (link, SourceClient(link.sources, link.token, self._rng))
+            self._clients[link.name] = held
+        return held[1]
+
+    def _status(self, group_id: GroupId, link: str, topic: str, partition: int) -> PullStatus:
+        status = self.status.get(group_id)
+        if status is None or (status.link, status.topic) != (link, topic):
+            status = self.status[group_id] = PullStatus(link, topic, partition)
+        return status
+
+    # ---- one partition ------------------------------------------------------------
+
+    def _settled(self, runtime: GroupRuntime, group_id: GroupId) -> int | None:
+        """The position to pull from, once this leader applied its whole log (its own
+        term's NOOP included), else None."""
+        core = runtime.core
+        machine = self._registry.partitions.get(group_id)
+        if self._registry.leading(group_id) is not runtime or machine is None or not machine.state.mirror:
+            return None
+        if core.log.term_or_none(core.commit_index) != core.term or core.applied_index < core.log.last_index():
+            return None
+        return int(machine.state.next_offset)
+
+    async def _pull(self, group_id: GroupId, link: str, client: SourceClient, topic: str, partition: int) -> None:
+        status = self._status(group_id, link, topic, partition)
+        while True:
+            runtime = self._registry.leading(group_id)
+            if runtime is None:
+                return
+            position = self._settled(runtime, group_id)
+            if position is None:
+                status.state = "resyncing"
+                await asyncio.sleep(SETTLE_POLL_S)
+                continue
+            status.position = position
+            try:
+                await self._copy(runtime, group_id, client, status)
+            except SourceError as error:
+                status.failures += 1
+                status.state = "diverged" if isinstance(error, Diverged) else "backing_off"
+                status.last_error = str(error)
+                await asyncio.sleep(backoff_s(status.failures, self._rng))
+            except (_Resync, ClientError) as error:  # leadership moved, a proposal dropped: settle again
+                status.state = "resyncing"
+                if isinstance(error, ClientError):
+                    status.last_error = f"{error.code}: {error.message}"
+                await asyncio.sleep(SETTLE_POLL_S)
+
+    async def _copy(self, runtime: GroupRuntime, group_id: GroupId, client: SourceClient, status: PullStatus) -> None:
+        """Copy chunks from `status.position` on, one proposal at a time, until a failure."""
+        term = runtime.core.term
+        while True:
+            chunk = await client.read_log(status.topic, status.partition, status.position, CHUNK_BYTES,
+                                          LONG_POLL_MS)
+            status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
+                                                                            chunk.log_start_offset)
+            if chunk.log_start_offset > status.position:
+                status.state = "source_truncated"
+                status.last_error = (f"the source deleted offsets {status.position}..{chunk.log_start_offset - 1} "
+                                     "(retention) before they were copied")
+                await asyncio.sleep(TRUNCATED_RETRY_S)
+                continue
+            payloads, end = self._contiguous(chunk.batches, status)
+            if runtime.core.term != term or self._settled(runtime, group_id) != status.position:
+                raise _Resync()
+            status.state, status.failures = "running", 0
+            if not payloads:
+                continue
+            skips = tuple(r for r in chunk.skipped if status.position <= r[0] < end)
+            if skips:
+                await runtime.propose([encode_mirror_meta(MirrorSkips(skips))], EntryKind.META)
+            await runtime.propose(payloads)
+            machine = self._registry.partitions.get(group_id)
+            if machine is None or int(machine.state.next_offset) != end:
+                raise _Resync()
+            status.bytes_copied += sum(len(p) for p in payloads)
+            status.records_copied += end - status.position
+            status.batches_copied += len(payloads)
+            status.position = end
+
+    @staticmethod
+    def _contiguous(batches: list[tuple[int, bytes]], status: PullStatus) -> tuple[list[bytes], int]:
+        """The batches from the position on, checked to follow one another without a gap;
+        (payloads, the offset after them). A batch across the position or a gap means the
+        source is not the log this mirror copied: the pull stops there (`diverged`)."""
+        payloads: list[bytes] = []
+        expected = status.position
+        for base, data in batches:
+            try:
+                count = read_header(data).record_count
+            except InvalidBatchError as error:
+                raise SourceError(f"the source sent a batch that does not decode: {error}") from None
+            if base + count <= expected and not payloads:
+                continue  # a whole batch before the position (the read's first may start earlier)
+            if base != expected:
+                raise Diverged(f"the source's batch at {base} does not follow offset {expected} "
+                                  "(its log is not the one this mirror copied)")
+            payloads.append(data)
+            expected = base + count
+        return payloads, expected
+
+    async def _promote(self, group_id: GroupId) -> None:
+        """End a promoted topic's partition's mirror mode (the catalog says promoted)."""
+        runtime = self._registry.leading(group_id)
+        if runtime is None or self._settled(runtime, group_id) is None:
+            return  # the next scan tries again
+        try:
+            await runtime.propose([encode_mirror_meta(MirrorPromote())], EntryKind.META)
+        except ClientError as error:
+            self._logger.info("mirror_promote_retry", group_id=group_id, error=error.code)
+        self.status.pop(group_id, None)

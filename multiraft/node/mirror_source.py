@@ -1,0 +1,142 @@
+"""The sink's side of a link: talking to the source cluster over its public HTTP API.
+
+A sink reads a source exactly as any client with a token would: `GET /v1/topics`
+(which topics exist), `GET /v1/topics/{topic}` (partition count, config) and the
+mirror's read, `GET /v1/topics/{topic}/partitions/{p}/log` (the stored batches with
+the skipped ones named; docs/http.md). Any source node answers any of them (a node
+without a replica forwards the read), so the client rotates over the link's
+addresses when one fails. Every call is bounded in time and bytes.
+
+Backoff (`backoff_s`) is a pure function of the failure count and a random draw:
+exponential from 0.2 s to 30 s, with "equal jitter" (half fixed, half random), so
+sinks retrying a source that came back do not all arrive at once.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from multiraft.errors import InvalidRequest
+
+BACKOFF_BASE_S = 0.2
+BACKOFF_MAX_S = 30.0
+CALL_TIMEOUT_S = 10.0  # a call's bound beyond its long-poll wait
+JSON_BYTES_MAX = 4 * 1024 * 1024  # a topic list or description from the source
+LOG_CONTENT_TYPE = "application/vnd.raftlog.batch"
+_FRAME = struct.Struct(">qI")  # as the binary consume answer: base offset, batch bytes
+
+
+def backoff_s(failures: int, rng: random.Random) -> float:
+    """The pause after `failures` (>= 1) consecutive failures: 0.2 s doubling to 30 s,
+    half of it drawn at random."""
+    assert failures >= 1
+    ceiling = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** min(failures - 1, 16))
+    return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+class SourceError(Exception):
+    """The source could not be read (down, slow, refused): back off and try again."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """One read of a source partition's log: whole batches as stored, in offset order."""
+
+    batches: list[tuple[int, bytes]]  # (base offset, batch bytes)
+    skipped: tuple[tuple[int, int], ...]  # (base offset, record count) the source leaves out of reads
+    next_offset: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
+    """Decode the log route's binary answer (frames of base offset, length, batch) and
+    its position headers; anything malformed is a `SourceError`."""
+    try:
+        positions = [int(headers[h]) for h in ("Raftlog-Next-Offset", "Raftlog-High-Watermark",
+                                                "Raftlog-Log-Start-Offset")]
+        skipped_text = headers.get("Raftlog-Skipped", "")
+        skipped = tuple(tuple(int(v) for v in pair.split(":")) for pair in skipped_text.split(",") if pair)
+    except (KeyError, ValueError) as error:
+        raise SourceError(f"the source's log answer has malformed headers: {error!r}") from None
+    batches: list[tuple[int, bytes]] = []
+    view, position = memoryview(body), 0
+    while position < len(body):
+        if position + _FRAME.size > len(body):
+            raise SourceError("the source's log answer is truncated")
+        base, size = _FRAME.unpack_from(view, position)
+        position += _FRAME.size
+        if position + size > len(body):
+            raise SourceError("the source's log answer is truncated")
+        batches.append((base, bytes(view[position:position + size])))
+        position += size
+    if any(len(pair) != 2 for pair in skipped):
+        raise SourceError("the source's skipped ranges are malformed")
+    return LogChunk(batches, skipped, *positions)  # type: ignore[arg-type]
+
+
+class SourceClient:
+    """HTTP calls to one link's source addresses; `close` when done (its owner does)."""
+
+    def __init__(self, sources: tuple[str, ...], token: str | None, rng: random.Random | None = None) -> None:
+        assert sources
+        self._sources = list(sources)
+        self._next = (rng or random.Random()).randrange(len(sources))
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _get(self, path: str, params: dict[str, str], accept: str, wait_s: float,
+                   bytes_max: int) -> tuple[int, bytes, Any]:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers)
+        source = self._sources[self._next % len(self._sources)]
+        try:
+            async with self._session.get(f"http://{source}{path}", params=params, headers={"Accept": accept},
+                                         timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S + wait_s)) as answer:
+                if (answer.content_length or 0) > bytes_max:
+                    raise SourceError(f"the source's answer to {path} exceeds {bytes_max} bytes")
+                parts, size = [], 0
+                async for part in answer.content.iter_chunked(256 * 1024):
+                    size += len(part)
+                    if size > bytes_max:
+                        raise SourceError(f"the source's answer to {path} exceeds {bytes_max} bytes")
+                    parts.append(part)
+                return answer.status, b"".join(parts), answer.headers
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            self._next += 1  # the next call tries the next address
+            raise SourceError(f"source {source} did not answer {path}: {error!r}") from None
+
+    async def get_json(self, path: str) -> Any:
+        status, body, _ = await self._get(path, {}, "application/json", 0.0, JSON_BYTES_MAX)
+        if status != 200:
+            self._next += status >= 500
+            raise SourceError(f"the source answered {path} with {status}: {body[:200]!r}")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise SourceError(f"the source's answer to {path} is not JSON") from None
+
+    async def read_log(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int) -> LogChunk:
+        """Committed batches of the source's partition from `offset` (whole batches, at most
+        about `max_bytes`, at least one); waits up to `wait_ms` at its high watermark."""
+        if not 0 <= wait_ms <= 30_000:
+            raise InvalidRequest("wait_ms is 0..30000")
+        params = {"offset": str(offset), "max_bytes": str(max_bytes), "wait_ms": str(wait_ms)}
+        # One batch may be up to 16 MiB whatever max_bytes says: room for it and its frame.
+        status, body, headers = await self._get(f"/v1/topics/{topic}/partitions/{partition}/log", params,
+                                                LOG_CONTENT_TYPE, wait_ms / 1000, max_bytes + 17 * 1024 * 1024)
+        if status != 200:
+            self._next += status >= 500 or status == 421
+            raise SourceError(f"the source answered a read of {topic}/{partition} with {status}: {body[:200]!r}")
+        return parse_log_answer(body, headers)
