@@ -144,11 +144,16 @@ def cluster_status(client: Client, args: argparse.Namespace) -> int:
     for topic in client.list_topics():
         for p in _merged_partitions(client, topic["name"], servers):
             isr = ",".join(map(str, p["isr"])) if p["isr"] is not None else None
+            leaving = p.get("leaving") or []
+            moving = f"from {','.join(map(str, leaving))}" if leaving else ""
             rows.append([topic["name"], p["partition"], p["group_id"], p["leader"],
-                         ",".join(map(str, p["replicas"])), isr, p["high_watermark"], p["lag"]])
+                         ",".join(map(str, p["replicas"])), isr, p["high_watermark"], p["lag"], moving])
     print()
-    print(_table(rows, ["TOPIC", "PARTITION", "GROUP", "LEADER", "REPLICAS", "ISR", "HWM", "LAG"])
+    print(_table(rows, ["TOPIC", "PARTITION", "GROUP", "LEADER", "REPLICAS", "ISR", "HWM", "LAG", "MOVING"])
           if rows else "no topics")
+    moving = sum(1 for row in rows if row[-1])
+    if moving:
+        print(f"\n{moving} partition(s) moving: a copy is made on the new replicas, then the leaving ones drop theirs")
     return EXIT_OK
 
 

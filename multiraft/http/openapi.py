@@ -125,7 +125,7 @@ _SCHEMAS: dict[str, Any] = {
         "base_sequence": {"type": "integer", "minimum": 0}}},
     "Partition": {"type": "object", "properties": {
         "partition": _INT, "group_id": _INT, "leader": _NULLABLE_INT, "replicas": {"type": "array", "items": _INT},
-        "isr": {"type": ["array", "null"], "items": _INT}, "log_start_offset": _NULLABLE_INT,
+        "leaving": {"type": "array", "items": _INT}, "isr": {"type": ["array", "null"], "items": _INT}, "log_start_offset": _NULLABLE_INT,
         "high_watermark": _NULLABLE_INT, "log_end_offset": _NULLABLE_INT}},
     "Topic": {"type": "object", "properties": {
         "name": {"type": "string"}, "replication_factor": _INT, "config": _config(removable=False, closed=False),

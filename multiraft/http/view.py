@@ -48,6 +48,7 @@ def cluster_view(node: NodeApi) -> dict[str, Any]:
 def partition_view(node: NodeApi, partition: PartitionInfo) -> dict[str, Any]:
     view: dict[str, Any] = {
         "partition": partition.partition, "group_id": partition.group_id, "replicas": list(partition.replicas),
+        "leaving": list(partition.leaving),  # copies being moved away: kept until the group drops them
         "leader": None, "isr": None, "log_start_offset": None, "high_watermark": None, "log_end_offset": None,
     }
     status = node.group_status(partition.group_id)

@@ -42,7 +42,7 @@ async def test_topic_create_list_describe_delete(cluster: Cluster) -> None:
         for partition in body["partitions"]:
             assert sorted(partition["replicas"]) == [1, 2, 3]
             assert partition["log_start_offset"] == 0 and partition["high_watermark"] == 0
-            assert partition["log_end_offset"] == 0
+            assert partition["log_end_offset"] == 0 and partition["leaving"] == []  # no copy moving
             leaders.add((partition["partition"], partition["leader"]))
             if partition["leader"] == i + 1:
                 assert partition["isr"] and i + 1 in partition["isr"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from multiraft.http.view import partition_view
 from multiraft.metadata import SetClusterConfig
 from multiraft.node.decommission import Stage
 from multiraft.node.node import Node
@@ -77,9 +78,12 @@ async def test_a_decommissioned_voter_leaves_with_nothing_lost(tmp_path: Path) -
             await everyone[2].set_decommissioning(leaving.id, True)  # asked through another node
             await until(lambda: staying[0].decommission_progress(leaving.id).stage is not None, "the mark", 10)
             stages = {staying[0].decommission_progress(leaving.id).stage}
+            shown_leaving: set[int] = set()  # the partition views' `leaving` (cluster status: MOVING)
 
             def done() -> bool:
                 stages.add(staying[0].decommission_progress(leaving.id).stage)
+                for info in staying[0].catalog.topics["moving"].partitions:
+                    shown_leaving.update(partition_view(staying[0].api, info)["leaving"])
                 return staying[0].decommission_progress(leaving.id).stage is Stage.DONE
 
             await until(done, "the decommission done", 120)
@@ -89,6 +93,7 @@ async def test_a_decommissioned_voter_leaves_with_nothing_lost(tmp_path: Path) -
             stop.set()
             await producer
         assert Stage.MOVING_REPLICAS in stages and Stage.DONE in stages, stages
+        assert shown_leaving == {leaving.id}, "the moves showed in the partition views"
         assert sum(map(len, acked.values())) > PARTITIONS, "the producer got acknowledgements during the moves"
         assert sum(n.move_throttle.sent_bytes for n in everyone) > 0, "the copies went through the throttle"
 
