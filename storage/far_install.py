@@ -13,8 +13,9 @@ append at a time (multiraft/node/catchup_follower.py fetches them). Here:
 - `replace_log` swaps the group's log, the group closed: the leader's start point,
   its files, and a commit at the end of the last file. It is a snapshot install
   whose snapshot keeps the retained entries: the follower ends with the leader's
-  whole retained log, not just its state, and replays it through its state machine
-  on open as after a restart. The caller installs only entries the leader committed
+  whole retained log, not just its state. With the leader's state machine at the
+  last entry (its checkpoint), the reopen starts there and replays nothing; without
+  one it replays the log as after a restart. The caller installs only entries the leader committed
   and only where the follower does not hold the last of them (a follower holding it
   could hold committed entries after it, which must never go).
 
@@ -43,6 +44,7 @@ from storage.segment import PARTIAL_SUFFIX, Segment, parse_segment_name, scan_se
 from storage.state_db import (
     APPLIED,
     CHECK_ALL,
+    CHECKPOINT,
     CLOSED_SEGMENT,
     HARD_STATE,
     INDEX,
@@ -92,10 +94,12 @@ def check_staged(path: str, descriptor: SegmentDescriptor) -> StagedSegment:
 
 def replace_log(
     group: GroupId, directory: str, db: StateDatabase, files: Files, staged: list[StagedSegment],
-    start: StartPoint, leader_term: Term, now_ms: int,
+    start: StartPoint, leader_term: Term, now_ms: int, checkpoint: StartPoint | None = None,
 ) -> HardState:
     """Put `staged` (contiguous, from the entry after `start`) in place of the group's log,
-    the group closed; returns the hard state written (commit: the last staged entry)."""
+    the group closed; returns the hard state written (commit: the last staged entry).
+    `checkpoint`: the leader's state machine at the last staged entry (storage/
+    checkpoints.py), so the reopen replays nothing; without one, the group's own goes."""
     assert staged, "an install brings at least one segment"
     expected = Index(start.snapshot.meta.index + 1)
     for segment in staged:
@@ -124,6 +128,11 @@ def replace_log(
         delete_int_range(batch, kind, group, 0)
     batch.delete(int_key(NEWEST_SEGMENT, group, 0))
     batch.delete(group_key(APPLIED, group))
+    if checkpoint is not None:
+        assert checkpoint.snapshot.meta.index == upto, "the checkpoint stands at the install's end"
+        batch.put(group_key(CHECKPOINT, group), encode_start(checkpoint))
+    else:
+        batch.delete(group_key(CHECKPOINT, group))
     batch.put(group_key(SNAPSHOT, group), encode_start(start))
     batch.put(group_key(HARD_STATE, group), encode_hard_state(hard_state))
     term_starts, terms = _term_runs(staged)

@@ -41,6 +41,7 @@ from storage.segment_log import SegmentLog
 from storage.state_db import (
     APPLIED,
     CHECK_ALL,
+    CHECKPOINT,
     CLOSED_SEGMENT,
     HARD_STATE,
     INDEX,
@@ -88,6 +89,7 @@ class SegmentStore(SegmentLog):
         self.repair_reason: str | None = recovered.repair_reason
         self._hard_state = self._durable_hard_state = recovered.hard_state
         self._applied = recovered.applied
+        self.starts_from: StartPoint | None = None  # set by storage/checkpoints.py `start_from`
         self._state_changed = False
         self._ledger = SyncLedger(files, clock_ms, durable_index=self.last_index())
         # The commit index is stored only after the entries it covers were fsynced, so a
@@ -108,6 +110,8 @@ class SegmentStore(SegmentLog):
         membership = self._start.snapshot.meta.membership
         if self._applied is not None:
             membership = self._applied[1]
+        if self.starts_from is not None:  # the state machine starts at a checkpoint, not the log start
+            membership = self.starts_from.snapshot.meta.membership
         return InitialState(
             hard_state=self._hard_state,
             membership=membership,
@@ -425,6 +429,7 @@ class SegmentStore(SegmentLog):
         delete_int_range(batch, OFFSET, self.group, 0)
         delete_int_range(batch, TERM_RUN, self.group, 0)
         batch.delete(int_key(NEWEST_SEGMENT, self.group, 0))
+        batch.delete(group_key(CHECKPOINT, self.group))  # a state of the log replaced
         self._db.write(batch, sync=False)
         self._files.sync_dir(self.directory)
         self._term_starts, self._terms = [], []

@@ -38,6 +38,7 @@ CHECK_ALL = b"V"  # a read met corruption: the next open scans every segment's f
 INDEX = b"I"
 OFFSET = b"O"
 TERM_RUN = b"T"
+CHECKPOINT = b"K"  # a partition's state at a recent segment end (storage/checkpoints.py)
 
 
 def group_key(kind: bytes, group: GroupId) -> bytes:

@@ -97,6 +97,12 @@ class CatchUpFollower:
             raise InvalidRequest(f"an offer's start point does not decode: {error}") from None
         if start.snapshot.meta.index + 1 != offer.segments[0].first_index:
             raise InvalidRequest("an offer's segments start right after its start point")
+        try:
+            checkpoint = decode_start(offer.checkpoint) if offer.checkpoint else None
+        except (ValueError, TypeError) as error:
+            raise InvalidRequest(f"an offer's checkpoint does not decode: {error}") from None
+        if checkpoint is not None and checkpoint.snapshot.meta.index != offer.upto:
+            raise InvalidRequest("an offer's checkpoint stands at its upto")
         group_id = offer.group_id
         runtime = self._registry.groups.get(group_id)
         store = self._registry.stores.get(group_id)
@@ -237,7 +243,8 @@ class CatchUpFollower:
             files, db = self._storage.files, self._storage.db
             assert files is not None and db is not None
             replace_log(group_id, store.directory, db, files, staged, decode_start(offer.start),
-                        offer.term, int(time.time() * 1000))
+                        offer.term, int(time.time() * 1000),
+                        decode_start(offer.checkpoint) if offer.checkpoint else None)
             return True
         finally:
             self._catalog.changed()  # the reconciler opens it again

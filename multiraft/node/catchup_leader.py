@@ -42,6 +42,7 @@ from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, RpcError, answer
 from raftlog.core.progress import Progress, ProgressState
 from raftlog.errors import NotLeader
 from raftlog.types import GroupId, Index, NodeId
+from storage import checkpoints
 from storage.node_state import StartPoint, encode_start
 from storage.transfer import list_closed_segments, read_segment_chunk
 
@@ -144,8 +145,11 @@ class CatchUpLeader:
         start = StartPoint(store.snapshot(), store.offset_after(store.snapshot().meta.index))
         segments = tuple(d for d in list_closed_segments(store) if d.last_index <= upto)
         runtime = self._registry.leading(group_id)
+        captured = runtime.boundaries.captured.get(upto) if runtime is not None and runtime.boundaries else None
+        checkpoint = b"" if captured is None or not isinstance(captured.data, bytes) else \
+            encode_start(checkpoints.at(store, upto, captured.data, captured.membership))
         offer = Offer(group_id, runtime.core.term if runtime else 0, upto, store.term(upto),
-                      encode_start(start), segments)
+                      encode_start(start), segments, checkpoint)
         log = self._logger.bind(group_id=group_id, follower=node, upto=upto)
         for attempt in range(OFFER_ATTEMPTS):
             # A node back from a restart is heard before it opens its replicas: asked too

@@ -2,8 +2,9 @@
 
 - `catchup.offer` (leader -> follower): the group, the leader's term, the entry the
   install ends at and its term, the leader's start point (storage/node_state.py's
-  encoding: the snapshot point, its state and the log start offset) and the closed
-  segments from the start point to that entry (index range, size, CRC, offsets).
+  encoding: the snapshot point, its state and the log start offset), the closed
+  segments from the start point to that entry (index range, size, CRC, offsets) and,
+  when the leader has it, its state machine at that entry (a checkpoint).
   Answer: {"accepted": bool, "reason": str}.
 - `catchup.chunk` (follower -> leader) {group_id, first_index, position, size}: bytes
   of one closed segment, at most CHUNK_BYTES_MAX.
@@ -40,6 +41,9 @@ class Offer:
     upto_term: Term
     start: bytes  # storage.node_state.encode_start
     segments: tuple[SegmentDescriptor, ...]
+    # The leader's state machine as of `upto` (a checkpoint, storage/checkpoints.py, the
+    # same encoding), when it has one: the follower then replays nothing it installs.
+    checkpoint: bytes = b""
 
 
 def encode_offer(offer: Offer) -> bytes:
@@ -47,8 +51,9 @@ def encode_offer(offer: Offer) -> bytes:
         "group_id": offer.group_id, "term": offer.term, "upto": offer.upto, "upto_term": offer.upto_term,
         "segments": [[d.first_index, d.last_index, d.size_bytes, d.crc, d.first_offset, d.next_offset]
                      for d in offer.segments],
+        "start_bytes": len(offer.start),
     }).encode()
-    return _HEAD.pack(len(head)) + head + offer.start
+    return _HEAD.pack(len(head)) + head + offer.start + offer.checkpoint
 
 
 def decode_offer(body: bytes) -> Offer:
@@ -71,8 +76,13 @@ def decode_offer(body: bytes) -> Offer:
     for before, after in itertools.pairwise(segments):
         if after.first_index != before.last_index + 1:
             raise InvalidRequest("an offer's segments are contiguous")
+    rest = body[_HEAD.size + length:]
+    start_bytes = natural(head, "start_bytes")
+    if start_bytes > len(rest):
+        raise InvalidRequest("an offer's start point runs past its body")
     offer = Offer(GroupId(natural(head, "group_id")), Term(natural(head, "term")), Index(natural(head, "upto")),
-                  Term(natural(head, "upto_term")), bytes(body[_HEAD.size + length:]), tuple(segments))
+                  Term(natural(head, "upto_term")), bytes(rest[:start_bytes]), tuple(segments),
+                  bytes(rest[start_bytes:]))
     if segments[-1].last_index != offer.upto:
         raise InvalidRequest("an offer's segments end at its upto")
     return offer

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog.messages import Membership
 from raftlog.types import Index
+from storage import checkpoints
 from storage.transfer import retention_index
 
 if TYPE_CHECKING:
@@ -50,11 +51,15 @@ class Capture:
 class Boundaries:
     """Segment ends of one group and the state captured at each (oldest first)."""
 
-    def __init__(self, group_id: int = 0, with_captures: set[Any] | None = None) -> None:
+    def __init__(self, group_id: int = 0, with_captures: set[Any] | None = None,
+                 store: SegmentStore | None = None) -> None:
         """`with_captures`: the node's set of groups holding captures (the registry's), which
-        this one joins at its first capture, so a compaction pass looks at those only."""
+        this one joins at its first capture, so a compaction pass looks at those only.
+        `store`: the group's, where each capture is also written as its checkpoint (an
+        open then replays only what follows: storage/checkpoints.py)."""
         self._group_id = group_id
         self._with_captures = with_captures
+        self._store = store
         self.pending: set[Index] = set()  # closed-segment ends not yet applied
         self.captured: OrderedDict[Index, Capture] = OrderedDict()
         self._seen_up_to = Index(0)
@@ -80,7 +85,9 @@ class Boundaries:
             self._capture(index, machine, membership)
 
     def _capture(self, index: Index, machine: Any, membership: Membership) -> None:
-        self.captured[index] = Capture(machine.snapshot(), membership)
+        capture = self.captured[index] = Capture(machine.snapshot(), membership)
+        if self._store is not None and isinstance(capture.data, bytes) and not self._store.closed:
+            checkpoints.save(self._store, checkpoints.at(self._store, index, capture.data, membership))
         if self._with_captures is not None:
             self._with_captures.add(self._group_id)
         while len(self.captured) > CAPTURES_MAX:
@@ -100,6 +107,17 @@ class Boundaries:
     def clear(self) -> None:
         self.pending.clear()
         self.captured.clear()
+
+
+def restore_state(store: SegmentStore, machine: Any, use_checkpoint: bool) -> Index:
+    """Restore `machine` as an open starts it: from the group's checkpoint when asked and
+    usable (storage/checkpoints.py), else from the log's start point (the state the
+    compacted log began from); returns the index it now stands at (the core's `applied`)."""
+    point = checkpoints.start_from(store) if use_checkpoint else None
+    start = point.snapshot if point is not None else store.snapshot()
+    if start.meta.index > 0 and start.data is not None:
+        machine.restore(start.data, start.meta.index)
+    return start.meta.index
 
 
 def compact_group(store: SegmentStore, boundaries: Boundaries, applied: Index, now_ms: int) -> Index:

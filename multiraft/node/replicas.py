@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from multiraft.metadata.catalog import Catalog, groups_for_node
 from multiraft.metadata.commands import NodeStatus
 from multiraft.node import catchup_leader, draining
-from multiraft.node.compaction import Boundaries
+from multiraft.node.compaction import Boundaries, restore_state
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
@@ -158,23 +158,19 @@ class Replicas:
                     machine: Any, replicas: Sequence[NodeId]) -> GroupRuntime:
         """Build, register and start the runtime over `store`, whose bootstrap entries (if
         `created`) are durable: from here on the group may vote and campaign."""
-        config = self._config
+        config, partition = self._config, isinstance(machine, PartitionMachine)
         core_config = Config(
             node_id=self.id,
             election_timeout_ticks=config.election_timeout_ticks,
             heartbeat_interval_ticks=config.heartbeat_interval_ticks,
             replica_lag_time_max_ticks=config.replica_lag_time_max_ticks,
-            applied=Index(store.first_index() - 1),
+            applied=restore_state(store, machine, use_checkpoint=partition),  # its checkpoint, or its log start
             repair_contacts=frozenset(voters) | frozenset(replicas),
-            far_wait_lag_entries=config.far_catchup_lag_entries if isinstance(machine, PartitionMachine) else 0,
+            far_wait_lag_entries=config.far_catchup_lag_entries if partition else 0,
             far_wait_ticks=max(1, math.ceil(3 * catchup_leader.ROUND_S * 1000 / config.tick_ms)),
         )
         logger = self._logger.bind(group_id=group_id)
-        start = store.snapshot()
-        if start.meta.index > 0 and start.data is not None:
-            machine.restore(start.data, start.meta.index)  # the state the compacted log began from
         core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
-        partition = isinstance(machine, PartitionMachine)
         flusher, links = self._storage.flusher, self._links
         assert flusher is not None
         runtime = TrackedRuntime(self._registry, group_id, core, store, machine, GroupDeps(
@@ -186,7 +182,7 @@ class Replicas:
             latencies=self._latencies,
             sync=flusher.sync, sync_in_background=flusher.sync_in_background,
             store_lazily=flusher.store_lazily, write_states=flusher.write_states,
-            boundaries=Boundaries(group_id, self._registry.with_captures)
+            boundaries=Boundaries(group_id, self._registry.with_captures, store)
             if partition or isinstance(machine, CatalogMachine) else None,
             # A reopened group (its storage failed) may have applied past the commit it had
             # stored: its readers saw that far, so it serves reads again only from there.

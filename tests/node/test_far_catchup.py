@@ -86,8 +86,10 @@ async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.
         assert back.api.catchup_counts["follower_installed"] >= 1 and leader.api.catchup_counts["installed"] >= 1
         # Back from an outage it kept the files it had (the first records'); wiped, it had none.
         assert (back.api.catchup_counts["bytes_reused"] > 0) is not wipe
-        # The files it took are the leader's, byte for byte.
+        # The files it took are the leader's, byte for byte, and with them the leader's state
+        # at their end (its checkpoint): the reopen replayed none of them.
         store = back.stores[group]
+        assert store.starts_from is not None and store.starts_from.snapshot.meta.index > 500
         upto = max(s.last_index for s in store.segments if s.closed)
         mine, theirs = _segment_digests(back, upto), _segment_digests(leader, upto)
         shared = set(mine) & set(theirs)

@@ -24,6 +24,7 @@ from multiraft.node.node import Node
 from multiraft.runtime.group import GroupRuntime
 from raftlog.messages import Message, MessageType
 from storage.segment import parse_segment_name
+from storage.state_db import CHECKPOINT, StateDatabase, group_key
 from tests.node.test_node_cluster import (
     batch,
     leader_of,
@@ -46,7 +47,16 @@ def _flip_bytes_in_a_closed_segment(node: Node, group: int, where: str) -> None:
     halfway through the log, or at the very start of the log, in the group's first
     configuration entries. Its size still matches its catalog entry, so the open trusts
     it; the replay of the restart meets the bad frame, and the reopen's full check cuts
-    the log there."""
+    the log there. The group's checkpoint goes too (storage/checkpoints.py): from one
+    past the damage the open would replay only what follows, and the damage would be
+    found by the next read of it (a consumer's, a follower's, the scrubber's) instead."""
+    database = StateDatabase(str(node.config.data_dir / "state.db"))
+    try:
+        batch = database.batch()
+        batch.delete(group_key(CHECKPOINT, group))
+        database.write(batch, sync=True)
+    finally:
+        database.close()
     directory = node.config.data_dir / "groups" / str(group)
     segments = sorted((first, name) for name in os.listdir(directory)
                       if (first := parse_segment_name(name)) is not None)
