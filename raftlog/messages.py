@@ -161,6 +161,9 @@ class Message:
       had acknowledged; `reject_hint`/`log_term` name its last entry.
     - VOTE / PRE_VOTE: `index`/`log_term` describe the candidate's last entry; for
       PRE_VOTE, `term` is the term the candidate would campaign in.
+    - VOTE_RESPONSE / PRE_VOTE_RESPONSE: with `reject`, `commit`/`log_term` name the
+      voter's commit index and that entry's term (a candidate holding it learns it is
+      committed: `RaftCore._learn_commit`).
     - HEARTBEAT: `commit` is min(follower's match, leader's commit); `context` echoes ReadIndex.
     - SNAPSHOT: `snapshot` to install.
     """

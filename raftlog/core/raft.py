@@ -147,6 +147,8 @@ class RaftCore:
         elif message.term < self.term:
             self._reply_to_stale(message)
             return
+        if message.type in (MT.VOTE_RESPONSE, MT.PRE_VOTE_RESPONSE) and message.reject:
+            self._learn_commit(message)
         if message.type in (MT.VOTE, MT.PRE_VOTE):
             self._handle_vote_request(message)
         elif self.role is Role.LEADER:
@@ -860,8 +862,36 @@ class RaftCore:
         if can_vote and not self.needs_repair and self._candidate_up_to_date(message):
             self._grant_vote(message)
         else:
+            # The refusal names our commit index and its entry's term (see `_learn_commit`).
             response = MT.VOTE_RESPONSE if message.type is MT.VOTE else MT.PRE_VOTE_RESPONSE
-            self._send(self._message(response, message.source, reject=True))
+            commit = self.log.committed
+            commit_term = self.log.term_or_none(commit)
+            self._send(self._message(
+                response, message.source, reject=True,
+                commit=commit if commit_term is not None else Index(0), log_term=commit_term or Term(0),
+            ))
+
+    def _learn_commit(self, refusal: Message) -> None:
+        """A voter refused us and named its commit index: if our log holds that entry (same
+        index and term), everything up to it is committed, and we may know it too.
+
+        Our commit index may trail what we once knew: it is stored lazily, so a crash can
+        take it back. With it goes the membership, which only applied CONFIG entries change
+        (a restart re-applies the log up to the stored commit). The simulator found the
+        deadlock (seed 93198, `tests/unit/test_regression_forgotten_commit.py`): voters
+        {1, 3}; leader 1 commits and applies REMOVE 3, and so does node 3, which then
+        never campaigns; node 1 crashes and forgets the commit, so it counts votes in
+        {1, 3} again; it wins one term there with node 3's vote, sends node 3 its NOOP and
+        crashes before that entry is durable on its own disk. Now node 3's log is longer,
+        so it refuses node 1 for ever, and node 1, the only voter in truth, never learns
+        that it is. A committed index is a fact, not an opinion of a leader: by Log
+        Matching our log up to it is the voter's, all committed. Learning it only raises
+        our commit index (and, applied, our membership); it changes no vote, term or log.
+        A leader commits by counting and keeps to that."""
+        if self.role is Role.LEADER:
+            return
+        if self.log.maybe_commit(refusal.commit, refusal.log_term):
+            self.logger.info("commit_learned", source=refusal.source, commit=refusal.commit)
 
     def _candidate_up_to_date(self, message: Message) -> bool:
         return self.log.is_up_to_date(message.index, message.log_term)

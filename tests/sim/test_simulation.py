@@ -141,3 +141,16 @@ def test_overload_and_liveness_credit_do_not_affect_safety(monkeypatch) -> None:
         simulation.run()
         stalls += simulation.stalls
     assert stalls > 0 and flips > 0, (stalls, flips)
+
+
+@pytest.mark.sim
+def test_seed_93198_candidate_learns_the_commit_it_forgot() -> None:
+    # Goal: liveness when the only voter forgot a commit. Seed 93198 (3 nodes, membership
+    # races, crashes mid-write, no PreVote, no CheckQuorum) had no leader after the heal,
+    # for ever: leader 1 committed REMOVE 3 (voters {1, 3} -> {1}), node 3 applied it and
+    # stopped campaigning; node 1 crashed and lost the lazily stored commit index, so it
+    # counted votes in {1, 3} again, won a term with node 3's vote, sent its NOOP and
+    # crashed before writing it itself. Node 3's log was then longer than node 1's, and
+    # node 3 refused node 1 every term. A refusal now names the voter's commit index, and
+    # node 1 learns REMOVE 3 is committed (`RaftCore._learn_commit`) and wins alone.
+    _run(93198)
