@@ -19,9 +19,10 @@ append at a time (multiraft/node/catchup_follower.py fetches them). Here:
   and only where the follower does not hold the last of them (a follower holding it
   could hold committed entries after it, which must never go).
 
-Crash safety, step by step: (1) the old catalog goes and the next open is told to
-scan every segment (one synced write); (2) the old files go; (3) the new ones are
-renamed in; (4) one synced write puts the new start point, hard state, catalog and
+Crash safety, step by step: (1) the old catalog and index go and the next open is
+told to scan every segment (one synced write); (2) the old files go; (3) the new ones
+(staged next to the log as `<segment>.incoming`, so a rename stays in its directory)
+are renamed in; (4) one synced write puts the new start point, hard state, catalog and
 index. A crash before (4) leaves files the old start point does not lead to, or
 none: recovery finds the gap or the missing log, marks the replica for repair (no
 vote until caught up) and the leader refills it, as after any damage.
@@ -58,6 +59,16 @@ from storage.state_db import (
     int_key,
 )
 from storage.transfer import SegmentDescriptor
+
+STAGED_SUFFIX = ".incoming"  # a received segment next to the log, not part of it yet
+
+
+def staged_name(first_index: Index) -> str:
+    return segment_name(first_index) + STAGED_SUFFIX
+
+
+def is_staged(name: str) -> bool:
+    return name.removesuffix(PARTIAL_SUFFIX).endswith(STAGED_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +108,8 @@ def replace_log(
     start: StartPoint, leader_term: Term, now_ms: int, checkpoint: StartPoint | None = None,
 ) -> HardState:
     """Put `staged` (contiguous, from the entry after `start`) in place of the group's log,
-    the group closed; returns the hard state written (commit: the last staged entry).
+    the group closed; returns the hard state written (commit: the last staged entry, or
+    the follower's own if higher).
     `checkpoint`: the leader's state machine at the last staged entry (storage/
     checkpoints.py), so the reopen replays nothing; without one, the group's own goes."""
     assert staged, "an install brings at least one segment"
@@ -107,25 +119,30 @@ def replace_log(
         expected = Index(segment.descriptor.last_index + 1)
     upto = staged[-1].descriptor.last_index
     _, own, _ = load_state(db, group)
-    assert own.commit <= upto, "an install never takes back a commit"
     term = Term(max(own.term, leader_term))
-    hard_state = HardState(term=term, vote=own.vote if term == own.term else NodeId(0), commit=upto)
+    # A replica in repair recorded a commit past the install's end: kept, the reopen finds
+    # the log ending below it and keeps the replica in repair (no vote, no lead) until
+    # its leader gave those entries back (storage/recovery.py, SegmentStore.repair_until).
+    commit = Index(max(own.commit, upto))
+    hard_state = HardState(term=term, vote=own.vote if term == own.term else NodeId(0), commit=commit)
 
     batch = db.batch()  # (1)
     batch.put(group_key(CHECK_ALL, group), b"1")
-    delete_int_range(batch, CLOSED_SEGMENT, group, 0)
+    for kind in (CLOSED_SEGMENT, INDEX, OFFSET, TERM_RUN):
+        delete_int_range(batch, kind, group, 0)
     db.write(batch, sync=True)
+    staged_paths = {segment.path for segment in staged}
     for name in files.list_dir(directory):  # (2)
-        if parse_segment_name(name) is not None or name.endswith(PARTIAL_SUFFIX):
-            files.unlink(os.path.join(directory, name))
+        path = os.path.join(directory, name)
+        if (parse_segment_name(name) is not None or name.endswith(PARTIAL_SUFFIX) or is_staged(name)) \
+                and path not in staged_paths:
+            files.unlink(path)
     files.sync_dir(directory)
     for segment in staged:  # (3)
         files.rename(segment.path, os.path.join(directory, segment_name(segment.descriptor.first_index)))
     files.sync_dir(directory)
 
     batch = db.batch()  # (4)
-    for kind in (INDEX, OFFSET, TERM_RUN):
-        delete_int_range(batch, kind, group, 0)
     batch.delete(int_key(NEWEST_SEGMENT, group, 0))
     batch.delete(group_key(APPLIED, group))
     if checkpoint is not None:

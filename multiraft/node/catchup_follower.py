@@ -5,20 +5,22 @@ An offer is taken when this node hosts the partition, does not lead it, does not
 the offer's last entry already (then it is not behind, and nothing is replaced), and
 fewer than INSTALLS_MAX installs run here. Then, in one owned task:
 
-1. **Stage.** The files go to `incoming/` in the group's directory, chunk by chunk
-   unless this replica holds an identical one already (same entries and size, the
-   leader's CRC; copied: a follower back from an outage holds most of them)
-   (`catchup.chunk`, FETCH_WINDOW asked at once, written in order; the leader's
-   throttle paces them), written and fsynced, then read once on a thread (while the
-   next file comes) and checked whole (storage/far_install.py:
-   every frame's CRC, the announced size, CRC, indexes and offsets). Interrupted, the
-   next offer resumes: a complete staged file is checked and kept, a partial one is
-   continued from its end; staged files the new offer does not name are removed.
-2. **Install.** The group closes (its task stops, its files are synced and closed),
-   the check is made again on the closed store (it may have caught up by appends
-   meanwhile), and `replace_log` swaps the log in: the leader's start point and files,
-   the commit at their end, this replica's term and vote kept. The reconciler opens
-   the group again, which replays the log into its state machine as after a restart.
+1. **Stage.** The files go next to the log, named `<segment>.incoming` (recovery and
+   the log ignore them), through the node's `Files`, so the chaos runner's
+   write-behind double sees them as any other file: a file this replica holds already
+   (same entries and size; a follower back from an outage holds most of them) is
+   copied from its own, the others fetched (`catchup.chunk`, FETCH_WINDOW asked at
+   once, written in order; the leader's throttle paces them); each is fsynced, named,
+   its directory synced, then read once on a thread (while the next file comes) and
+   checked whole (storage/far_install.py: every frame's CRC, the announced size, CRC,
+   indexes and offsets). Interrupted, the next offer resumes: a complete staged file is
+   checked and kept; staged files the new offer does not name are removed.
+2. **Install.** The group closes: its task stops and its files are synced, and, its
+   store still open, the check is made again (it may have caught up by appends
+   meanwhile: then nothing is replaced). Then `replace_log` swaps the log in:
+   the leader's start point and files, the commit at their end, this replica's term
+   and vote kept, and the leader's state at the end (its checkpoint) when it sent it.
+   The reconciler opens the group again.
 3. **Say so.** `catchup.done` tells the leader, which probes past the install; on a
    failure it probes from where it was, and the entries come by appends.
 """
@@ -30,9 +32,8 @@ import collections
 import contextlib
 import json
 import os
-import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest
@@ -42,9 +43,15 @@ from raftlog.messages import Role
 from raftlog.storage import CompactedError, UnavailableError
 from raftlog.types import GroupId, Index, NodeId, Term
 from storage.errors import CorruptionError
-from storage.far_install import StagedSegment, check_staged, replace_log
+from storage.far_install import (
+    StagedSegment,
+    check_staged,
+    is_staged,
+    replace_log,
+    staged_name,
+)
 from storage.node_state import decode_start
-from storage.segment import PARTIAL_SUFFIX, segment_name
+from storage.segment import PARTIAL_SUFFIX
 from storage.transfer import SegmentDescriptor
 
 if TYPE_CHECKING:
@@ -55,7 +62,7 @@ if TYPE_CHECKING:
 
 INSTALLS_MAX = 2
 FETCH_WINDOW = 4  # chunks asked at once: 4 MiB in flight per install
-STAGING = "incoming"
+COPY_CHUNK_BYTES = 4 * 1024 * 1024  # a replica's own file copied this much a loop turn
 
 
 def holds(store: SegmentStore, upto: Index, term: Term) -> bool:
@@ -71,7 +78,7 @@ def holds(store: SegmentStore, upto: Index, term: Term) -> bool:
 
 class CatchUpFollower:
     def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, storage: LocalStorage, rpc: Rpc,
-                 close_group: Callable[[GroupId, bool], Awaitable[None]],
+                 close_group: Callable[[GroupId, bool, Callable[[SegmentStore], None]], Awaitable[None]],
                  start_task: Callable[[Any, str], None], logger: Any) -> None:
         self._registry = registry
         self._catalog = catalog
@@ -136,35 +143,39 @@ class CatchUpFollower:
         finally:
             self._installing.discard(offer.group_id)
             self.counts["installed" if ok else "failed"] += 1
-            done = json.dumps({"group_id": offer.group_id, "upto": offer.upto, "ok": ok}).encode()
+            done = json.dumps({"group_id": offer.group_id, "transfer": offer.transfer, "upto": offer.upto,
+                               "ok": ok}).encode()
             with contextlib.suppress(RpcError):
                 await self._rpc.call(source, "catchup.done", done, RPC_TIMEOUT_S)
 
-    def _staging(self, group_id: GroupId) -> str:
-        return str(self._storage.groups_directory / str(group_id) / STAGING)
+    def _directory(self, group_id: GroupId) -> str:
+        return str(self._storage.groups_directory / str(group_id))
 
     async def _stage(self, source: NodeId, offer: Offer, log: Any) -> list[StagedSegment]:
-        directory = self._staging(offer.group_id)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        wanted = {segment_name(d.first_index) for d in offer.segments}
-        for name in os.listdir(directory):  # an earlier offer's files this one does not name
-            if name.removesuffix(PARTIAL_SUFFIX) not in wanted:
-                os.unlink(os.path.join(directory, name))
-        # Each file is checked on a thread while the next one is fetched.
+        files = self._storage.files
+        assert files is not None
+        directory = self._directory(offer.group_id)
+        wanted = {staged_name(d.first_index) for d in offer.segments}
+        for name in files.list_dir(directory):  # an earlier offer's files this one does not name
+            if is_staged(name) and name.removesuffix(PARTIAL_SUFFIX) not in wanted:
+                files.unlink(os.path.join(directory, name))
+        files.sync_dir(directory)
+        # Each file is checked on a thread while the next one comes.
         checks: list[asyncio.Future[StagedSegment]] = []
         try:
             for descriptor in offer.segments:
-                path = os.path.join(directory, segment_name(descriptor.first_index))
-                if os.path.exists(path):  # complete from an interrupted transfer: check it, keep it
+                path = os.path.join(directory, staged_name(descriptor.first_index))
+                if files.exists(path):  # complete from an interrupted transfer: check it, keep it
                     try:
                         checks.append(asyncio.ensure_future(asyncio.to_thread(check_staged, path, descriptor)))
                         await asyncio.shield(checks[-1])
                         continue
                     except CorruptionError:
                         checks.pop()
-                        os.unlink(path)
+                        files.unlink(path)
+                        files.sync_dir(directory)
                 if not await self._copy_own(offer.group_id, descriptor, path):
-                    await self._fetch(source, offer.group_id, descriptor, path)
+                    await self._write(path, descriptor, self._fetched(source, offer, descriptor))
                 checks.append(asyncio.ensure_future(asyncio.to_thread(check_staged, path, descriptor)))
             return list(await asyncio.gather(*checks))
         finally:
@@ -173,42 +184,43 @@ class CatchUpFollower:
 
     async def _copy_own(self, group_id: GroupId, descriptor: SegmentDescriptor, path: str) -> bool:
         """Stage this replica's own copy of a file it holds already (a follower back from
-        an outage holds most of them: same frames, same rolls), copied on a thread and
-        checked against the leader's CRC; False when it has none that matches."""
+        an outage holds most of them: same frames, same rolls); False when it has none that
+        matches. A copy, not a link: the replica runs until the install and could still cut
+        its own file (a conflict after an election); the check reads the copy."""
         store = self._registry.stores.get(group_id)
         own = None if store is None else next(
             (s for s in store.segments if s.closed and (s.first_index, s.last_index, s.size)
              == (descriptor.first_index, descriptor.last_index, descriptor.size_bytes)), None)
-        if own is None:
+        if own is None or store is None:
             return False
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for position in range(0, descriptor.size_bytes, COPY_CHUNK_BYTES):
+                if store.closed:
+                    raise CorruptionError("the replica closed while its file was copied")
+                yield store.files.read(own.handle, position, min(COPY_CHUNK_BYTES, descriptor.size_bytes - position))
+                await asyncio.sleep(0)  # a chunk per loop turn
+
         try:
-            # A copy, not a link: the replica runs until the install and could still cut
-            # its own file (a conflict after an election); the check below reads the copy.
-            await asyncio.to_thread(shutil.copyfile, own.path, path)
+            await self._write(path, descriptor, chunks())
             await asyncio.to_thread(check_staged, path, descriptor)
         except (OSError, CorruptionError):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            self._drop(path)
             return False
         self.counts["bytes_reused"] += descriptor.size_bytes
         return True
 
-    async def _fetch(self, source: NodeId, group_id: GroupId, descriptor: SegmentDescriptor, path: str) -> None:
-        """One file, FETCH_WINDOW chunks asked at once, written in order."""
-        files = self._storage.files
-        assert files is not None
-        partial = path + PARTIAL_SUFFIX
-        handle = files.open(partial) if os.path.exists(partial) else files.create(partial)
+    async def _fetched(self, source: NodeId, offer: Offer, descriptor: SegmentDescriptor,
+                       position: int = 0) -> AsyncIterator[bytes]:
+        """A file's bytes from `position`, FETCH_WINDOW chunks asked at once, in order."""
         asked: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
         try:
-            if handle.size > descriptor.size_bytes:
-                raise CorruptionError(f"a partial segment {descriptor.first_index} is longer than the leader's")
-            position = handle.size
             while position < descriptor.size_bytes or asked:
                 while len(asked) < FETCH_WINDOW and position < descriptor.size_bytes:
                     size = min(CHUNK_BYTES_MAX, descriptor.size_bytes - position)
-                    request = json.dumps({"group_id": group_id, "first_index": descriptor.first_index,
-                                          "position": position, "size": size}).encode()
+                    request = json.dumps({"group_id": offer.group_id, "transfer": offer.transfer,
+                                          "first_index": descriptor.first_index, "position": position,
+                                          "size": size}).encode()
                     asked.append((size, asyncio.ensure_future(
                         self._rpc.call(source, "catchup.chunk", request, RPC_TIMEOUT_S))))
                     position += size
@@ -217,34 +229,76 @@ class CatchUpFollower:
                 if len(chunk) != size:
                     raise CorruptionError(f"the leader sent {len(chunk)} bytes of segment "
                                           f"{descriptor.first_index} for {size} asked")
-                files.append(handle, [chunk])
                 self.counts["bytes_received"] += len(chunk)
-            files.to_os(handle)
-            await asyncio.to_thread(files.detached_fsync(handle))
+                yield chunk
         finally:
             for _, call in asked:
                 call.cancel()
+
+    async def _write(self, path: str, descriptor: SegmentDescriptor, chunks: AsyncIterator[bytes]) -> None:
+        """Write a staged file through the node's `Files` (the chaos runner's write-behind
+        double sees it as any other), fsync it, give it its name, sync the directory."""
+        files = self._storage.files
+        assert files is not None
+        partial = path + PARTIAL_SUFFIX
+        if files.exists(partial):
+            files.unlink(partial)  # resumed by whole files: a partial one is fetched again
+        handle = files.create(partial)
+        try:
+            async for chunk in chunks:
+                if handle.size + len(chunk) > descriptor.size_bytes:
+                    raise CorruptionError(f"segment {descriptor.first_index} runs past its announced size")
+                files.append(handle, [chunk])
+            files.to_os(handle)
+            await asyncio.to_thread(files.detached_fsync(handle))
+        except BaseException:
             files.close(handle)
+            self._drop(partial)
+            raise
+        files.close(handle)
         files.rename(partial, path)
+        files.sync_dir(os.path.dirname(path))
+
+    def _drop(self, path: str) -> None:
+        files = self._storage.files
+        assert files is not None
+        with contextlib.suppress(OSError):
+            if files.exists(path):
+                files.unlink(path)
+                files.sync_dir(os.path.dirname(path))
 
     async def _install(self, offer: Offer, staged: list[StagedSegment], log: Any) -> bool:
         group_id = offer.group_id
-        store = self._registry.stores.get(group_id)
-        if store is None:
+        if group_id not in self._registry.stores:
             return False
-        await self._close_group(group_id, False)
+        verdict: list[str] = []
+
+        def check(store: SegmentStore) -> None:  # the group stopped, its store still open
+            if holds(store, offer.upto, offer.upto_term):
+                verdict.append("caught up by appends meanwhile")
+
+        await self._close_group(group_id, False, check)
         # Nothing awaited from here to the end: the reconciler cannot open the group
         # between its close and the swap.
         try:
-            if holds(store, offer.upto, offer.upto_term):
-                log.info("far_catchup_not_needed")  # caught up by appends meanwhile
-                shutil.rmtree(self._staging(group_id), ignore_errors=True)
+            if verdict:
+                log.info("far_catchup_not_needed", reason=verdict[0])
+                self._remove_staged(group_id)
                 return False
             files, db = self._storage.files, self._storage.db
             assert files is not None and db is not None
-            replace_log(group_id, store.directory, db, files, staged, decode_start(offer.start),
+            replace_log(group_id, self._directory(group_id), db, files, staged, decode_start(offer.start),
                         offer.term, int(time.time() * 1000),
                         decode_start(offer.checkpoint) if offer.checkpoint else None)
             return True
         finally:
             self._catalog.changed()  # the reconciler opens it again
+
+    def _remove_staged(self, group_id: GroupId) -> None:
+        files = self._storage.files
+        assert files is not None
+        directory = self._directory(group_id)
+        for name in files.list_dir(directory):
+            if is_staged(name):
+                files.unlink(os.path.join(directory, name))
+        files.sync_dir(directory)

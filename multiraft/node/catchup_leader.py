@@ -24,12 +24,16 @@ byte-identical on every replica that holds them, so they can travel whole instea
 - Bounded: TRANSFERS_MAX at once from this node; a transfer whose follower asks for
   nothing for IDLE_S ends as failed (the follower probes as usual); an offer the follower
   cannot take yet (its replica not open yet, installs under way) is made again,
-  OFFER_ATTEMPTS times at most.
+  OFFER_ATTEMPTS times at most. A transfer ends at once when the core no longer holds
+  the follower (the hold timed out, leadership moved): no chunk is served past that,
+  as appends may be on their way to it again. After a refused, idle or failed transfer
+  that follower is left to replay for BACKOFF_S.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -53,8 +57,9 @@ if TYPE_CHECKING:
 ROUND_S = 0.25
 TRANSFERS_MAX = 4
 IDLE_S = 30.0
-OFFER_ATTEMPTS = 20
-OFFER_RETRY_S = 0.5
+OFFER_ATTEMPTS = 5
+OFFER_RETRY_S = 0.2
+BACKOFF_S = 10.0  # after a refused, idle or failed transfer, that follower replays for a while
 
 
 def far_target(progress: Progress, last: Index, committed: Index, start_index: Index,
@@ -85,6 +90,7 @@ class Transfer:
     upto: Index
     learner: bool
     deadline: float
+    number: int  # names it in the follower's chunks and done (catchup_wire.py)
 
 
 class CatchUpLeader:
@@ -101,6 +107,8 @@ class CatchUpLeader:
         self._acquire = acquire
         self._logger = logger
         self._active: dict[tuple[GroupId, NodeId], Transfer] = {}
+        self._backoff: dict[tuple[GroupId, NodeId], float] = {}  # -> when it may be held again
+        self._numbers = itertools.count(1)
         self.counts = {"started": 0, "installed": 0, "failed": 0, "bytes_sent": 0}
 
     def serve(self, rpc: Rpc) -> None:
@@ -130,53 +138,92 @@ class CatchUpLeader:
                 if len(self._active) >= TRANSFERS_MAX:
                     return
                 progress = core.progress(node)
-                if node == core.id or progress is None or (group_id, node) in self._active or not self._is_live(node):
+                if node == core.id or progress is None or not self._is_live(node):
+                    continue
+                if (group_id, node) in self._active:
+                    if self._holding((group_id, node), runtime):
+                        continue
+                    self._finish((group_id, node), ok=False, backoff=False)  # ended by a probe: anew
+                if self._backoff.get((group_id, node), 0.0) > time.monotonic():
                     continue
                 closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
                 upto = far_target(progress, core.log.last_index(), core.commit_index,
                                   Index(store.first_index() - 1), closed, *self._lag)
                 if upto is not None and core.hold_for_install(node, upto):
                     learner = node in core.membership.learners
-                    self._active[(group_id, node)] = Transfer(upto, learner, time.monotonic() + IDLE_S)
-                    self._start_task(self._offer(group_id, node, upto, store), "far-catchup-offer")
+                    transfer = Transfer(upto, learner, time.monotonic() + IDLE_S, next(self._numbers))
+                    self._active[(group_id, node)] = transfer
+                    self._start_task(self._offer(group_id, node, upto, store, transfer.number), "far-catchup-offer")
 
-    async def _offer(self, group_id: GroupId, node: NodeId, upto: Index, store: SegmentStore) -> None:
+    async def _offer(self, group_id: GroupId, node: NodeId, upto: Index, store: SegmentStore, number: int) -> None:
         key = (group_id, node)
+        try:
+            await self._transfer(key, upto, store, number)
+        finally:  # whatever ended it (an answer, a timeout, an error, leadership lost); the
+            transfer = self._active.get(key)  # follower's refusals set their backoff
+            if transfer is not None and transfer.number == number:
+                self._finish(key, ok=False, backoff=False)
+
+    async def _transfer(self, key: tuple[GroupId, NodeId], upto: Index, store: SegmentStore, number: int) -> None:
+        group_id, node = key
+        runtime = self._registry.leading(group_id)
+        if runtime is None:
+            return
         start = StartPoint(store.snapshot(), store.offset_after(store.snapshot().meta.index))
         segments = tuple(d for d in list_closed_segments(store) if d.last_index <= upto)
-        runtime = self._registry.leading(group_id)
-        captured = runtime.boundaries.captured.get(upto) if runtime is not None and runtime.boundaries else None
+        captured = runtime.boundaries.captured.get(upto) if runtime.boundaries else None
         checkpoint = b"" if captured is None or not isinstance(captured.data, bytes) else \
             encode_start(checkpoints.at(store, upto, captured.data, captured.membership))
-        offer = Offer(group_id, runtime.core.term if runtime else 0, upto, store.term(upto),
-                      encode_start(start), segments, checkpoint)
+        transfer = self._active.get(key)
+        if transfer is None or transfer.number != number:
+            return
+        offer = encode_offer(Offer(group_id, runtime.core.term, upto, store.term(upto), encode_start(start),
+                                   segments, checkpoint, transfer.number))
         log = self._logger.bind(group_id=group_id, follower=node, upto=upto)
         for attempt in range(OFFER_ATTEMPTS):
             # A node back from a restart is heard before it opens its replicas: asked too
-            # early it says "try again", and the hold keeps the appends from racing the files.
+            # early it says "try again" (a short while: the hold keeps its appends back).
             if attempt:
                 await asyncio.sleep(OFFER_RETRY_S)
+                if not self._holding(key, runtime, transfer.number):
+                    return
+                runtime.core.install_progressing(node)
             try:
-                reply = json.loads(await self._rpc.call(node, "catchup.offer", encode_offer(offer), RPC_TIMEOUT_S))
+                reply = json.loads(await self._rpc.call(node, "catchup.offer", offer, RPC_TIMEOUT_S))
             except (RpcError, ValueError) as error:
                 reply = {"accepted": False, "retry": True, "reason": repr(error)}
             if not isinstance(reply, dict) or reply.get("accepted") is True or reply.get("retry") is not True:
                 break
-            if key not in self._active or self._registry.leading(group_id) is not runtime:
-                return  # ended meanwhile (finished, or no longer leading)
-            runtime.core.install_progressing(node)
         if not isinstance(reply, dict) or reply.get("accepted") is not True:
             log.info("far_catchup_refused", reason=str(reply.get("reason") if isinstance(reply, dict) else reply))
-            self._finish(key, ok=False)
+            self._backoff[key] = time.monotonic() + BACKOFF_S  # replay meanwhile
             return
         self.counts["started"] += 1
         log.info("far_catchup_started", files=len(segments), bytes=sum(d.size_bytes for d in segments))
-        while (transfer := self._active.get(key)) is not None:
+        number = transfer.number
+        while (transfer := self._active.get(key)) is not None and transfer.number == number:
             if time.monotonic() > transfer.deadline:
                 log.warning("far_catchup_idle", idle_s=IDLE_S)
-                self._finish(key, ok=False)
+                self._backoff[key] = time.monotonic() + BACKOFF_S
                 return
+            if not self._holding(key, runtime, number):  # not the follower's doing: no backoff
+                log.info("far_catchup_abandoned", reason="the hold ended (leadership lost, timed out, a probe)")
+                return
+            runtime.core.install_progressing(node)  # the follower copies or checks: its hold lasts
             await asyncio.sleep(ROUND_S)
+
+    def _holding(self, key: tuple[GroupId, NodeId], runtime: Any, number: int | None = None) -> bool:
+        """Whether this node still leads the group with that runtime and its core still holds
+        the follower for the install of the transfer under way (the one numbered `number`,
+        if given): not timed out, not ended by a probe."""
+        transfer = self._active.get(key)
+        if transfer is None or self._registry.leading(key[0]) is not runtime:
+            return False
+        if number is not None and transfer.number != number:
+            return False
+        progress = runtime.core.progress(key[1])
+        return progress is not None and progress.state is ProgressState.INSTALL \
+            and progress.install_index == transfer.upto
 
     async def _chunk(self, source: NodeId, body: bytes) -> bytes:
         fields = request(body)
@@ -186,7 +233,9 @@ class CatchUpLeader:
             raise InvalidRequest(f"size: 1 to {CHUNK_BYTES_MAX}")
         transfer = self._active.get((group_id, source))
         runtime = self._registry.leading(group_id)
-        if transfer is None or runtime is None:
+        if transfer is None or transfer.number != natural(fields, "transfer") or runtime is None \
+                or not self._holding((group_id, source), runtime):
+            # Appends may be on their way to it again: files past them must not follow.
             raise NotLeader(0, "no far-horizon transfer of this group to that node here")
         transfer.deadline = time.monotonic() + IDLE_S
         if transfer.learner:
@@ -196,6 +245,8 @@ class CatchUpLeader:
             data = read_segment_chunk(store, Index(natural(fields, "first_index")), natural(fields, "position"), size)
         except (KeyError, AttributeError) as error:  # compacted meanwhile, or the group closed
             raise InvalidRequest(f"no such closed segment here: {error}") from None
+        if not self._holding((group_id, source), runtime):  # ended while the throttle waited
+            raise NotLeader(0, "no far-horizon transfer of this group to that node here")
         runtime.core.install_progressing(source)
         self.counts["bytes_sent"] += len(data)
         return data
@@ -204,15 +255,20 @@ class CatchUpLeader:
         fields = request(body)
         key = (GroupId(natural(fields, "group_id")), source)
         transfer = self._active.get(key)
-        if transfer is not None and transfer.upto == natural(fields, "upto"):
+        if transfer is not None and transfer.number == natural(fields, "transfer"):
             ok = fields.get("ok") is True
             self._logger.info("far_catchup_done", group_id=key[0], follower=source, upto=transfer.upto, ok=ok)
-            self._finish(key, ok)
+            self._finish(key, ok)  # a failure backs off: the follower could not take it
 
-    def _finish(self, key: tuple[GroupId, NodeId], ok: bool) -> None:
+    def _finish(self, key: tuple[GroupId, NodeId], ok: bool, backoff: bool = True) -> None:
         if self._active.pop(key, None) is None:
             return
         self.counts["installed" if ok else "failed"] += 1
+        if not ok and backoff:
+            self._backoff[key] = max(self._backoff.get(key, 0.0), time.monotonic() + BACKOFF_S)
+        now = time.monotonic()
+        for stale in [k for k, until in self._backoff.items() if until < now]:  # bounded by use
+            del self._backoff[stale]
         runtime = self._registry.groups.get(key[0])
         if runtime is not None:
             node = key[1]

@@ -6,9 +6,9 @@
   segments from the start point to that entry (index range, size, CRC, offsets) and,
   when the leader has it, its state machine at that entry (a checkpoint).
   Answer: {"accepted": bool, "reason": str}.
-- `catchup.chunk` (follower -> leader) {group_id, first_index, position, size}: bytes
-  of one closed segment, at most CHUNK_BYTES_MAX.
-- `catchup.done` (follower -> leader) {group_id, upto, ok}: the install ended.
+- `catchup.chunk` (follower -> leader) {group_id, transfer, first_index, position, size}:
+  bytes of one closed segment, at most CHUNK_BYTES_MAX.
+- `catchup.done` (follower -> leader) {group_id, transfer, upto, ok}: the install ended.
 
 An offer is a length-prefixed JSON head then the start point's bytes: no pickle, and
 everything bounded before it is used (a peer is trusted with the cluster secret, but a
@@ -44,6 +44,9 @@ class Offer:
     # The leader's state machine as of `upto` (a checkpoint, storage/checkpoints.py, the
     # same encoding), when it has one: the follower then replays nothing it installs.
     checkpoint: bytes = b""
+    # Names this transfer in its chunks and its done: a late answer of an earlier one
+    # (the same group, follower and end) must not end this one.
+    transfer: int = 0
 
 
 def encode_offer(offer: Offer) -> bytes:
@@ -51,7 +54,7 @@ def encode_offer(offer: Offer) -> bytes:
         "group_id": offer.group_id, "term": offer.term, "upto": offer.upto, "upto_term": offer.upto_term,
         "segments": [[d.first_index, d.last_index, d.size_bytes, d.crc, d.first_offset, d.next_offset]
                      for d in offer.segments],
-        "start_bytes": len(offer.start),
+        "start_bytes": len(offer.start), "transfer": offer.transfer,
     }).encode()
     return _HEAD.pack(len(head)) + head + offer.start + offer.checkpoint
 
@@ -82,7 +85,7 @@ def decode_offer(body: bytes) -> Offer:
         raise InvalidRequest("an offer's start point runs past its body")
     offer = Offer(GroupId(natural(head, "group_id")), Term(natural(head, "term")), Index(natural(head, "upto")),
                   Term(natural(head, "upto_term")), bytes(rest[:start_bytes]), tuple(segments),
-                  bytes(rest[start_bytes:]))
+                  bytes(rest[start_bytes:]), natural(head, "transfer"))
     if segments[-1].last_index != offer.upto:
         raise InvalidRequest("an offer's segments end at its upto")
     return offer

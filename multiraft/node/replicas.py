@@ -214,14 +214,16 @@ class Replicas:
         return self.open_group(METADATA_GROUP, sorted(self._config.initial_cluster), CatalogMachine(self._catalog),
                                METADATA_LOG_CONFIG)
 
-    async def close_group(self, group_id: GroupId, delete: bool) -> None:
+    async def close_group(self, group_id: GroupId, delete: bool,
+                          before_close: Callable[[SegmentStore], None] | None = None) -> None:
+        """`before_close(store)`: runs once the group stopped and synced, its store still open."""
         self._closing.add(group_id)
         try:
-            await self._close_group(group_id, delete)
+            await self._close_group(group_id, delete, before_close)
         finally:
             self._closing.discard(group_id)
 
-    async def _close_group(self, group_id: GroupId, delete: bool) -> None:
+    async def _close_group(self, group_id: GroupId, delete: bool, before_close: Any = None) -> None:
         runtime, store, machine = self._registry.remove(group_id)
         await runtime.stop()
         if machine is not None:
@@ -231,6 +233,8 @@ class Replicas:
                 store.sync()
             except (OSError, StorageError) as error:
                 self._logger.error("group_sync_failed_at_close", group_id=group_id, error=repr(error))
+        if before_close is not None:
+            before_close(store)
         store.close()
         if delete:
             self._remove_group_directory(group_id)

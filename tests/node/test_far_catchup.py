@@ -14,7 +14,6 @@ import pytest
 
 from multiraft.node import catchup_leader
 from multiraft.node.node import Node
-from raftlog.messages import Message, MessageType
 from tests.node.test_node_cluster import (
     batch,
     leader_of,
@@ -68,17 +67,9 @@ async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.
             shutil.rmtree(away.config.data_dir / "groups" / str(group))
         values += await _write(leader, 20, 600)  # 1.2 MB, about 75 segments of 16 KiB: more than one append
         nodes[position] = back = Node(away.config)
-        # Until its install, appends with entries for the partition do not reach it: it can
-        # only catch up by files (else, with this little data, replay may win the race).
-        deliver = back.inbox._deliver
-
-        def appends_held(source: int, group_id: int, message: Message) -> None:
-            if group_id == group and message.type is MessageType.APPEND and message.entries \
-                    and not back.catchup_follower.counts["installed"]:
-                return
-            deliver(source, group_id, message)
-
-        back.inbox._deliver = appends_held  # type: ignore[method-assign]
+        # No hook holds its appends back: the leader's core finds it far behind when its
+        # probe succeeds and waits for the far-horizon round (Config.far_wait_lag_entries),
+        # which holds it for files before replay starts.
         await back.start()
         await until(lambda: _holds(back, values), "the follower caught up", 60)
         counts = leader.catchup_leader.counts
