@@ -11,9 +11,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+import structlog
 
 from multiraft.node import catchup_leader
+from multiraft.node.catchup_wire import Offer
 from multiraft.node.node import Node
+from raftlog.types import Term
+from storage.node_state import StartPoint, encode_start
+from storage.transfer import list_closed_segments
 from tests.node.test_node_cluster import (
     batch,
     leader_of,
@@ -102,3 +107,33 @@ async def test_a_follower_back_from_a_long_outage_catches_up_by_files(tmp_path: 
 async def test_a_follower_whose_log_was_wiped_catches_up_by_files(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     await _far_behind_then_back(tmp_path, True, monkeypatch)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_no_install_where_the_follower_holds_the_installs_end(tmp_path: Path) -> None:
+    # Review regression: the "it holds that entry already" check ran on the closed store
+    # (which holds nothing), so an install went ahead over a follower that had caught up by
+    # appends meanwhile, and cut entries it had acknowledged past the install's end. The
+    # check runs on the stopped group's open store: the install is not made, nothing changes.
+    async with running_cluster(tmp_path) as nodes:
+        await nodes[0].create_topic(TOPIC, 1, 3, {"segment_bytes": 16384})
+        for node in nodes:
+            await node.wait_for_topic(TOPIC)
+        await until(lambda: leader_of(nodes, TOPIC, 0) is not None, "a leader")
+        values = await _write(nodes[0], 0, 60)
+        leader = leader_of(nodes, TOPIC, 0)
+        follower = next(n for n in nodes if n is not leader)
+        await until(lambda: _holds(follower, values), "the follower holds every record")
+        group = follower.partition_group(TOPIC, 0)
+        store = follower.stores[group]
+        upto = max(s.last_index for s in store.segments if s.closed)
+        start = StartPoint(store.snapshot(), store.offset_after(store.snapshot().meta.index))
+        offer = Offer(group, Term(store.initial_state().hard_state.term), upto, store.term(upto),
+                      encode_start(start), tuple(d for d in list_closed_segments(store) if d.last_index <= upto))
+        last = store.last_index()
+        assert not await follower.catchup_follower._install(offer, [], structlog.get_logger())
+        await until(lambda: group in follower.groups, "the group opened again")
+        assert follower.stores[group].last_index() >= last
+        values += await _write(leader, 60, 3)
+        await until(lambda: _holds(follower, values), "it goes on replicating")
