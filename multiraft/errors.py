@@ -308,6 +308,14 @@ class NotAMirror(ClientError):
     http_status = 409
 
 
+class MirrorPartitionsFixed(ClientError):
+    """Partitions added to a mirror topic not promoted: it keeps its source's count (a new
+    partition would copy a source partition that does not exist). Promote it first."""
+
+    code = "MIRROR_PARTITIONS_FIXED"
+    http_status = 409
+
+
 class MirrorReadOnly(ClientError):
     """A produce to a mirror topic: it copies its source and takes no writes until promoted."""
 

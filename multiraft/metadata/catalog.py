@@ -29,6 +29,7 @@ from multiraft.errors import (
     InvalidRequest,
     MirrorLinkExists,
     MirrorLinkInUse,
+    MirrorPartitionsFixed,
     NotAMirror,
     ResourceExhausted,
     TooManyMirrorLinks,
@@ -221,6 +222,7 @@ class Catalog:
 
     def _validate_partitions(self, command: CreatePartitions) -> None:
         topic = self.topic(command.name)
+        check_growable(topic)
         current = len(topic.partitions)
         if command.count <= current:
             raise InvalidPartitions(f"topic {command.name!r} has {current} partitions; partitions can only be "
@@ -326,7 +328,8 @@ class Catalog:
         topic = self._create(_as_create(command))
         partitions = tuple(replace(p, start_offset=start) for p, start in zip(topic.partitions,
                                                                               command.start_offsets, strict=True))
-        self.topics[command.name] = topic = replace(topic, partitions=partitions, mirror_link=command.link)
+        self.topics[command.name] = topic = replace(topic, partitions=partitions, mirror_link=command.link,
+                                                    mirror_partitions=len(partitions))
         return topic
 
     def _create(self, command: CreateTopic) -> TopicInfo:
@@ -427,6 +430,14 @@ def _altered(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | No
         else:
             altered[key] = value
     return altered
+
+
+def check_growable(topic: TopicInfo) -> None:
+    """Refuse new partitions for a mirror topic not promoted: it has its source's count,
+    and a partition added would pull a source partition that does not exist."""
+    if topic.is_mirror:
+        raise MirrorPartitionsFixed(f"topic {topic.name!r} is a mirror of link {topic.mirror_link!r}: it keeps its "
+                                    "source's partition count; promote it before adding partitions")
 
 
 def _as_create(command: CreateMirrorTopic) -> CreateTopic:

@@ -109,6 +109,8 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
         row["mirror_link"] = topic.mirror_link
         if topic.mirror_promoted:
             row["mirror_promoted"] = True
+        if topic.mirror_partitions != len(topic.partitions):  # grown after its promotion only
+            row["mirror_partitions"] = topic.mirror_partitions
     if any(p.start_offset for p in topic.partitions):
         row["start_offsets"] = [p.start_offset for p in topic.partitions]
     return row
@@ -229,4 +231,10 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
     promoted = row.get("mirror_promoted", False)
     if not isinstance(promoted, bool) or (promoted and link is None):
         raise ValueError(f"mirror_promoted of {command.name!r} is malformed")
-    return TopicInfo(command.name, command.replication_factor, dict(command.config), partitions, link, promoted)
+    mirrored = row.get("mirror_partitions", len(partitions) if link is not None else 0)
+    if link is not None and (type(mirrored) is not int or not 1 <= mirrored <= len(partitions)):
+        raise ValueError(f"mirror_partitions of {command.name!r} is malformed")
+    if link is None and mirrored != 0:
+        raise ValueError(f"mirror_partitions of {command.name!r} without a mirror link")
+    return TopicInfo(command.name, command.replication_factor, dict(command.config), partitions, link, promoted,
+                     mirrored)

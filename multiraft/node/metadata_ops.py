@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
-from multiraft.metadata.catalog import ProducerIdBlock
+from multiraft.metadata.catalog import ProducerIdBlock, check_growable
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
@@ -152,8 +152,10 @@ class MetadataOps:
         """Grow a topic to `count` partitions (increase only, as Kafka's CreatePartitions):
         the controller places the new ones as it would a new topic's, counting the topic's
         current replicas, and every host opens them through its reconciler; each new
-        partition's first replica campaigns at once, as at creation."""
-        self._catalog.catalog.topic(name)  # a clear UNKNOWN_TOPIC before going to the controller
+        partition's first replica campaigns at once, as at creation. Refused for a mirror
+        topic not promoted (MIRROR_PARTITIONS_FIXED)."""
+        # A clear UNKNOWN_TOPIC or MIRROR_PARTITIONS_FIXED before going to the controller.
+        check_growable(self._catalog.catalog.topic(name))
         request = {"name": name, "count": count}
         if self._runtime.core.role is Role.LEADER:
             await self._create_partitions_as_controller(request)
@@ -163,6 +165,7 @@ class MetadataOps:
     async def _create_partitions_as_controller(self, request: dict[str, Any]) -> None:
         catalog = self._catalog.catalog
         topic = catalog.topic(request["name"])
+        check_growable(topic)
         current = len(topic.partitions)
         if not isinstance(request["count"], int) or request["count"] <= current:
             raise InvalidPartitions(f"topic {topic.name!r} has {current} partitions; partitions can only be "

@@ -31,7 +31,9 @@ def bootstrap_mirror(store: object, voters: list[NodeId], topic: str, partition:
 
 
 def mirror_start(topic: TopicInfo | None, partition: int) -> tuple[str, int, int] | None:
-    """(topic, partition, start offset) when the partition began as a mirror, else None."""
-    if topic is None or topic.mirror_link is None or partition >= len(topic.partitions):
+    """(topic, partition, start offset) when the partition began as a mirror, else None:
+    one the mirror was made with, promoted since or not (a replica created late must
+    start as the others did); never one added after the promotion (a plain partition)."""
+    if topic is None or topic.mirror_link is None or partition >= topic.mirror_partitions:
         return None
     return topic.name, partition, topic.partitions[partition].start_offset

@@ -8,7 +8,11 @@
   the replication factor the sink can hold (the source's, at most its live nodes),
   each partition starting at the source's log start offset now. A sink topic of that
   name that is not this link's mirror is left alone and named in `conflicts`. A link
-  whose source fails is retried after a jittered backoff.
+  whose source fails is retried after a jittered backoff. The source's answers are
+  checked before they are used: a topic name outside the topic-name pattern (it would
+  go into URL paths) is refused without a call, a partition count above
+  `PARTITIONS_MAX` before any read of its partitions (one read each), the reason
+  shown in the discovery's `refused`.
 - Status (any node): the link, what the metadata leader's discovery last saw, and
   each mirror partition's pull, asked of every live node (`mirror.status`), since
   each partition's leader runs its own pull (multiraft/node/mirror_pull.py).
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import NotAMirror, UnknownMirrorLink
-from multiraft.metadata.commands import TOPIC_CONFIG_KEYS
+from multiraft.metadata.commands import PARTITIONS_MAX, TOPIC_CONFIG_KEYS
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
     CreateMirrorTopic,
@@ -35,6 +39,7 @@ from multiraft.metadata.mirror_commands import (
     SetMirrorLinkState,
     pattern_matches,
 )
+from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
 from multiraft.metadata.placement import PlacementNode, place_replicas
 from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s
 from multiraft.node.routing import call_peer
@@ -64,13 +69,15 @@ class Discovery:
     source_topics: int = 0
     mirrored: int = 0
     conflicts: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)  # source topic -> why it is not mirrored
     failures: int = 0
     last_error: str | None = None
     retry_at: float = 0.0
 
     def view(self) -> dict[str, Any]:
+        refused = [f"{name}: {why}" for name, why in sorted(self.refused.items())[:CONFLICTS_SHOWN_MAX]]
         return {"last_run_ms": self.last_run_ms, "source_topics": self.source_topics, "conflicts": self.conflicts,
-                "failures": self.failures, "last_error": self.last_error}
+                "refused": refused, "failures": self.failures, "last_error": self.last_error}
 
 
 class MirrorLinks:
@@ -207,23 +214,40 @@ class MirrorLinks:
             listed = await client.get_json("/v1/topics")
             names = sorted(t["name"] for t in listed["topics"] if isinstance(t, dict) and isinstance(t.get("name"), str)
                            and pattern_matches(link.pattern, t["name"]))[:TOPICS_PER_LINK_MAX]
+            invalid = {n: "not a valid topic name" for n in names if not TOPIC_NAME_PATTERN.fullmatch(n)}
+            names = [n for n in names if n not in invalid]
             catalog = self._catalog.catalog
+            refused = invalid | {n: why for n, why in discovery.refused.items() if n in names and n not in catalog.topics}
             conflicts = [n for n in names if n in catalog.topics and catalog.topics[n].mirror_link != link.name]
-            missing = [n for n in names if n not in catalog.topics][:CREATES_PER_ROUND_MAX]
+            # Those refused last round go last: a refusal repeated never starves the others.
+            missing = sorted((n for n in names if n not in catalog.topics),
+                             key=lambda n: n in discovery.refused)[:CREATES_PER_ROUND_MAX]
             for name in missing:
-                await self._create_mirror(client, link, name)
+                why = await self._create_mirror(client, link, name)
+                if why is None:
+                    refused.pop(name, None)
+                else:
+                    refused[name] = why
         except (SourceError, ClientError, KeyError, TypeError, ValueError) as error:
             discovery.failures += 1
-            discovery.last_error = str(error)
+            discovery.last_error = client.scrub(str(error))
             discovery.retry_at = time.monotonic() + backoff_s(discovery.failures, self._rng)
             return
-        discovery.failures, discovery.last_error = 0, None
+        discovery.failures, discovery.last_error, discovery.refused = 0, None, refused
         discovery.source_topics, discovery.conflicts = len(names), conflicts[:CONFLICTS_SHOWN_MAX]
         discovery.last_run_ms = int(time.time() * 1000)
 
-    async def _create_mirror(self, client: SourceClient, link: MirrorLink, name: str) -> None:
+    async def _create_mirror(self, client: SourceClient, link: MirrorLink, name: str) -> str | None:
+        """Make `name` a mirror topic of `link`; or why the source's description is refused."""
+        assert TOPIC_NAME_PATTERN.fullmatch(name)  # checked by the caller: it goes into URL paths
         described = await client.get_json(f"/v1/topics/{name}")
+        if not isinstance(described, dict) or not isinstance(described.get("partitions"), list):
+            return "the source's description has no partition list"
         count = len(described["partitions"])
+        if not 1 <= count <= PARTITIONS_MAX:  # before `count` source reads, one each
+            return f"the source says {count} partitions; a topic has 1..{PARTITIONS_MAX}"
+        if not isinstance(described.get("config"), dict):
+            return "the source's description has no config"
         config = {k: v for k, v in described["config"].items() if k in TOPIC_CONFIG_KEYS}
         starts = []
         for partition in range(count):
@@ -239,3 +263,4 @@ class MirrorLinks:
             assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts)))
         self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
                           start_offsets=starts[:8])
+        return None

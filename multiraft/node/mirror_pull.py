@@ -16,12 +16,18 @@ Exactly once, across leader changes, by three rules:
 - one proposal in flight per partition (a chunk of whole batches, at most
   `CHUNK_BYTES` and never refused in part): a failed proposal cannot leave a later
   one appended after a hole;
-- before proposing, the leader checks it still leads in the same term and its state
-  still ends at the chunk's first offset.
+- before each proposal (the skips' META entry, then the data), the leader checks it
+  still leads in the same term and its state still ends at the chunk's first offset.
 
-Bounds: at most `CHUNK_BYTES` in flight per partition; at most `PULLS_MAX` partitions
-pulled at once per node, high priority links first (then normal, then low); a source
-that fails is retried after `backoff_s` (jittered, up to 30 s); a long poll at the
+Bounds: at most `CHUNK_BYTES` in flight per partition; at most `PULLS_MAX` source
+reads in flight per node (`ReadSlots`): every mirror partition this node leads has
+its pull, and a pull holds a slot only for one read, so all of them are copied in
+turn, a freed slot going to high priority links first (then normal, then low); a
+source that fails is retried after `backoff_s` (jittered, up to 30 s); an answer
+with nothing to copy that came back before its long poll ended (a source that
+ignores `wait_ms`, or sends only batches before the position) and a resync (a
+proposal refused, leadership moved) are followed by jittered pauses growing to
+`IDLE_PAUSE_MAX_S` and `RESYNC_PAUSE_MAX_S`, so no loop spins; a long poll at the
 source waits at most `LONG_POLL_MS`, and the source holds nothing for a sink between
 calls, so a stalled sink costs the source nothing.
 """
@@ -29,7 +35,11 @@ calls, so a stalled sink costs the source nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
 import random
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +58,21 @@ if TYPE_CHECKING:
     from multiraft.node.registry import GroupRegistry
     from multiraft.runtime.group import GroupRuntime
 
-PULLS_MAX = 32  # partitions one node pulls at once
+PULLS_MAX = 32  # source reads one node has in flight at once (its partitions take turns)
 CHUNK_BYTES = 1024 * 1024  # bytes in flight per partition (one proposal)
 LONG_POLL_MS = 500
 SCAN_INTERVAL_S = 0.2
 SETTLE_POLL_S = 0.05
 TRUNCATED_RETRY_S = 5.0
+# Pauses (equal jitter, doubling from the first to the max) after an early answer with
+# nothing to copy, and after a resync: a source that ignores the long poll, or a
+# proposal refused again and again (ProposalDropped while the group is full), would
+# otherwise make the loop ask the source as fast as it answers. The idle pause's first
+# steps are below the long poll, so a source that answers early now and then costs
+# little latency; its max is two long polls.
+IDLE_PAUSE_FIRST_S = 0.05
+IDLE_PAUSE_MAX_S = 1.0
+RESYNC_PAUSE_MAX_S = 2.0
 
 
 @dataclass(slots=True)
@@ -72,6 +91,8 @@ class PullStatus:
     batches_copied: int = 0
     failures: int = 0
     last_error: str | None = None
+    resyncs: int = 0  # resyncs since a chunk was last appended (the pause grows with them)
+    empty_reads: int = 0  # early answers with nothing to copy in a row (the pause grows with them)
 
     @property
     def lag_records(self) -> int | None:
@@ -95,6 +116,47 @@ class _Resync(Exception):
     """The leader's view moved (leadership, state): settle again before the next chunk."""
 
 
+class ReadSlots:
+    """At most `count` source reads in flight on this node. A freed slot goes to the
+    waiter of the best rank (lower first: high priority links), first come first served
+    within one rank, so partitions of one priority take turns."""
+
+    def __init__(self, count: int) -> None:
+        assert count >= 1
+        self._free = count
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []  # heap; cancelled ones skipped
+        self._arrivals = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def held(self, rank: int) -> AsyncIterator[None]:
+        await self._acquire(rank)
+        try:
+            yield
+        finally:
+            self._release()
+
+    async def _acquire(self, rank: int) -> None:
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (rank, next(self._arrivals), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # granted, then cancelled: pass it on
+                self._release()
+            raise
+
+    def _release(self) -> None:
+        while self._waiting:
+            _, _, future = heapq.heappop(self._waiting)
+            if not future.done():
+                future.set_result(None)  # the slot passes to it (the free count stays)
+                return
+        self._free += 1
+
+
 class MirrorPulls:
     """The pulls of the mirror partitions this node leads (one supervised loop owns them all)."""
 
@@ -107,6 +169,7 @@ class MirrorPulls:
         self._tasks: dict[GroupId, asyncio.Task[None]] = {}
         self._promotions: dict[GroupId, asyncio.Task[None]] = {}
         self._clients: dict[str, tuple[MirrorLink, SourceClient]] = {}
+        self._slots = ReadSlots(PULLS_MAX)
         self.status: dict[GroupId, PullStatus] = {}
 
     async def run(self) -> None:
@@ -147,17 +210,19 @@ class MirrorPulls:
                     wanted.append((link.priority.rank, p.group_id, link, topic.name, p.partition))
                 elif link is not None:
                     self._status(p.group_id, link.name, topic.name, p.partition).state = "paused"
+        # Every wanted partition is pulled (a pull holds a read slot only while it reads:
+        # ReadSlots); a bound here would leave the partitions past it never copied.
         wanted.sort(key=lambda w: (w[0], w[1]))
-        keep = {w[1]: w for w in wanted[:PULLS_MAX]}
+        keep = {w[1]: w for w in wanted}
         stopping = [task for group_id, task in self._tasks.items() if group_id not in keep]
         for task in stopping:
             task.cancel()
         await asyncio.gather(*stopping, return_exceptions=True)
         self._tasks = {g: t for g, t in self._tasks.items() if g in keep and not t.done()}
-        for group_id, (_, _, link, topic_name, partition) in keep.items():
+        for group_id, (rank, _, link, topic_name, partition) in keep.items():
             if group_id not in self._tasks:
                 client = self._client(link)
-                task = asyncio.create_task(self._pull(group_id, link.name, client, topic_name, partition))
+                task = asyncio.create_task(self._pull(group_id, link.name, client, topic_name, partition, rank))
                 self._tasks[group_id] = watch(task, f"mirror-pull-{group_id}", self._logger)
         for group_id in promoting:
             if group_id not in self._tasks and group_id not in self._promotions:
@@ -201,7 +266,8 @@ class MirrorPulls:
             return None
         return int(machine.state.next_offset)
 
-    async def _pull(self, group_id: GroupId, link: str, client: SourceClient, topic: str, partition: int) -> None:
+    async def _pull(self, group_id: GroupId, link: str, client: SourceClient, topic: str, partition: int,
+                    rank: int = 1) -> None:
         status = self._status(group_id, link, topic, partition)
         while True:
             runtime = self._registry.leading(group_id)
@@ -214,24 +280,30 @@ class MirrorPulls:
                 continue
             status.position = position
             try:
-                await self._copy(runtime, group_id, client, status)
+                await self._copy(runtime, group_id, client, status, rank)
             except SourceError as error:
                 status.failures += 1
                 status.state = "diverged" if isinstance(error, Diverged) else "backing_off"
-                status.last_error = str(error)
+                status.last_error = client.scrub(str(error))
                 await asyncio.sleep(backoff_s(status.failures, self._rng))
             except (_Resync, ClientError) as error:  # leadership moved, a proposal dropped: settle again
                 status.state = "resyncing"
                 if isinstance(error, ClientError):
-                    status.last_error = f"{error.code}: {error.message}"
-                await asyncio.sleep(SETTLE_POLL_S)
+                    status.last_error = client.scrub(f"{error.code}: {error.message}")
+                status.resyncs += 1
+                await asyncio.sleep(backoff_s(status.resyncs, self._rng, SETTLE_POLL_S, RESYNC_PAUSE_MAX_S))
 
-    async def _copy(self, runtime: GroupRuntime, group_id: GroupId, client: SourceClient, status: PullStatus) -> None:
+    async def _copy(self, runtime: GroupRuntime, group_id: GroupId, client: SourceClient, status: PullStatus,
+                    rank: int) -> None:
         """Copy chunks from `status.position` on, one proposal at a time, until a failure."""
         term = runtime.core.term
+        clock = asyncio.get_running_loop().time
         while True:
-            chunk = await client.read_log(status.topic, status.partition, status.position, CHUNK_BYTES,
-                                          LONG_POLL_MS)
+            async with self._slots.held(rank):
+                asked = clock()
+                chunk = await client.read_log(status.topic, status.partition, status.position, CHUNK_BYTES,
+                                              LONG_POLL_MS)
+                answered_early = clock() - asked < LONG_POLL_MS / 2000
             status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
                                                                             chunk.log_start_offset)
             if chunk.log_start_offset > status.position:
@@ -241,22 +313,34 @@ class MirrorPulls:
                 await asyncio.sleep(TRUNCATED_RETRY_S)
                 continue
             payloads, end = self._contiguous(chunk.batches, status)
-            if runtime.core.term != term or self._settled(runtime, group_id) != status.position:
-                raise _Resync()
+            self._check_still(runtime, group_id, term, status.position)
             status.state, status.failures = "running", 0
             if not payloads:
+                if answered_early:  # a source ignoring the long poll, or only batches before the position
+                    status.empty_reads += 1
+                    await asyncio.sleep(backoff_s(status.empty_reads, self._rng, IDLE_PAUSE_FIRST_S,
+                                                  IDLE_PAUSE_MAX_S))
                 continue
+            status.empty_reads = 0
             skips = tuple(r for r in chunk.skipped if status.position <= r[0] < end)
             if skips:
                 await runtime.propose([encode_mirror_meta(MirrorSkips(skips))], EntryKind.META)
+                self._check_still(runtime, group_id, term, status.position)  # the META's wait let things move
             await runtime.propose(payloads)
             machine = self._registry.partitions.get(group_id)
             if machine is None or int(machine.state.next_offset) != end:
                 raise _Resync()
+            status.resyncs = 0
             status.bytes_copied += sum(len(p) for p in payloads)
             status.records_copied += end - status.position
             status.batches_copied += len(payloads)
             status.position = end
+
+    def _check_still(self, runtime: GroupRuntime, group_id: GroupId, term: int, position: int) -> None:
+        """Raise `_Resync` unless this node still leads in `term`, applied its whole log,
+        and its state ends at `position` (checked right before each proposal)."""
+        if runtime.core.term != term or self._settled(runtime, group_id) != position:
+            raise _Resync()
 
     @staticmethod
     def _contiguous(batches: list[tuple[int, bytes]], status: PullStatus) -> tuple[list[bytes], int]:

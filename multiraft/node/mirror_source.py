@@ -10,6 +10,14 @@ addresses when one fails. Every call is bounded in time and bytes.
 Backoff (`backoff_s`) is a pure function of the failure count and a random draw:
 exponential from 0.2 s to 30 s, with "equal jitter" (half fixed, half random), so
 sinks retrying a source that came back do not all arrive at once.
+
+The source's token never reaches a message. aiohttp's `ClientResponseError` (and
+`TooManyRedirects`, one of them) puts the request's headers, `Authorization`
+included, in its repr, so an error is described by its type and its own message,
+never its repr; redirects are not followed (a redirect could take the token to
+another host); and every message the client raises is scrubbed of the token
+anyway (a source may echo it in a body, or a header), since messages end up in
+status answers and logs (`PullStatus.last_error`, `Discovery.last_error`).
 """
 
 from __future__ import annotations
@@ -32,12 +40,30 @@ LOG_CONTENT_TYPE = "application/vnd.raftlog.batch"
 _FRAME = struct.Struct(">qI")  # as the binary consume answer: base offset, batch bytes
 
 
-def backoff_s(failures: int, rng: random.Random) -> float:
-    """The pause after `failures` (>= 1) consecutive failures: 0.2 s doubling to 30 s,
-    half of it drawn at random."""
+def backoff_s(failures: int, rng: random.Random, base_s: float = BACKOFF_BASE_S,
+              max_s: float = BACKOFF_MAX_S) -> float:
+    """The pause after `failures` (>= 1) consecutive failures: `base_s` (0.2 s) doubling
+    to `max_s` (30 s), half of it drawn at random."""
     assert failures >= 1
-    ceiling = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** min(failures - 1, 16))
+    assert 0 < base_s <= max_s
+    ceiling = min(max_s, base_s * 2 ** min(failures - 1, 16))
     return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+REDACTED = "<redacted>"
+
+
+def redact(text: str, token: str | None) -> str:
+    """`text` without `token` (the source's bearer token) anywhere in it."""
+    return text.replace(token, REDACTED) if token else text
+
+
+def describe_error(error: BaseException) -> str:
+    """An exception as a status may show it: its type and its own message, never its repr
+    (aiohttp's `ClientResponseError` repr holds the request's headers, the token's too)."""
+    if isinstance(error, aiohttp.ClientResponseError):  # str() would show the URL; status and message suffice
+        return f"{type(error).__name__}: {error.status} {error.message}"
+    return f"{type(error).__name__}: {error}"
 
 
 class SourceError(Exception):
@@ -88,8 +114,13 @@ class SourceClient:
         assert sources
         self._sources = list(sources)
         self._next = (rng or random.Random()).randrange(len(sources))
+        self._token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
+
+    def scrub(self, text: str) -> str:
+        """`text` as it may be shown or logged: without this link's token."""
+        return redact(text, self._token)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -98,11 +129,19 @@ class SourceClient:
 
     async def _get(self, path: str, params: dict[str, str], accept: str, wait_s: float,
                    bytes_max: int) -> tuple[int, bytes, Any]:
+        try:
+            return await self._get_once(path, params, accept, wait_s, bytes_max)
+        except SourceError as error:
+            raise SourceError(self.scrub(str(error))) from None
+
+    async def _get_once(self, path: str, params: dict[str, str], accept: str, wait_s: float,
+                        bytes_max: int) -> tuple[int, bytes, Any]:
         if self._session is None:
             self._session = aiohttp.ClientSession(headers=self._headers)
         source = self._sources[self._next % len(self._sources)]
         try:
             async with self._session.get(f"http://{source}{path}", params=params, headers={"Accept": accept},
+                                         allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S + wait_s)) as answer:
                 if (answer.content_length or 0) > bytes_max:
                     raise SourceError(f"the source's answer to {path} exceeds {bytes_max} bytes")
@@ -115,13 +154,13 @@ class SourceClient:
                 return answer.status, b"".join(parts), answer.headers
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             self._next += 1  # the next call tries the next address
-            raise SourceError(f"source {source} did not answer {path}: {error!r}") from None
+            raise SourceError(f"source {source} did not answer {path}: {describe_error(error)}") from None
 
     async def get_json(self, path: str) -> Any:
         status, body, _ = await self._get(path, {}, "application/json", 0.0, JSON_BYTES_MAX)
         if status != 200:
             self._next += status >= 500
-            raise SourceError(f"the source answered {path} with {status}: {body[:200]!r}")
+            raise SourceError(self.scrub(f"the source answered {path} with {status}: {body[:200]!r}"))
         try:
             return json.loads(body)
         except ValueError:
@@ -138,5 +177,9 @@ class SourceClient:
                                                 LOG_CONTENT_TYPE, wait_ms / 1000, max_bytes + 17 * 1024 * 1024)
         if status != 200:
             self._next += status >= 500 or status == 421
-            raise SourceError(f"the source answered a read of {topic}/{partition} with {status}: {body[:200]!r}")
-        return parse_log_answer(body, headers)
+            raise SourceError(self.scrub(f"the source answered a read of {topic}/{partition} with {status}: "
+                                         f"{body[:200]!r}"))
+        try:
+            return parse_log_answer(body, headers)
+        except SourceError as error:  # a malformed header's value is quoted: scrubbed too
+            raise SourceError(self.scrub(str(error))) from None

@@ -192,13 +192,13 @@ class PartitionOps:
             self._report_damage(group_id)
             raise NotLeader(runtime.core.leader, "this replica's log is damaged at that offset; "
                             "read from another replica") from None
-        skipped = set(machine.state.skipped_between(Offset(offset), Offset(end)))
         last = result.batches[-1] if result.batches else None
         next_offset = last.base_offset + last.record_count if last is not None else offset
+        skipped = skipped_batches(machine.state.skipped_between(Offset(offset), Offset(next_offset)),
+                                  result.batches)
         if keep_skipped:
-            named = tuple((int(b), n) for b, n in skipped if any(b == s.base_offset for s in result.batches))
             return ConsumeResult([_batch(b) for b in result.batches], int(next_offset), machine.state.high_watermark,
-                                 int(result.log_start_offset), tuple(sorted(named)))
+                                 int(result.log_start_offset), tuple(sorted(skipped)))
         batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in skipped]
         return ConsumeResult(batches, int(next_offset), machine.state.high_watermark, int(result.log_start_offset))
 
@@ -386,6 +386,16 @@ class PartitionOps:
             return await self._delete_local(group, group_ids)
 
         return await answer(work(), lambda removed: json.dumps({"removed": removed}).encode())
+
+
+def skipped_batches(ranges: list[tuple[Offset, int]], batches: list[StoredBatch]) -> set[tuple[int, int]]:
+    """The batches of an answer that are skipped ranges, as (base offset, count). `ranges`
+    are the skipped ranges within the answer's span (not all those up to the high
+    watermark): one pass over each list, so a read costs what it answers (a scan of
+    every range per batch was quadratic, and stalled the event loop of a source with
+    many skips)."""
+    answered = {(int(b.base_offset), b.record_count) for b in batches}
+    return {(int(b), n) for b, n in ranges if (int(b), n) in answered}
 
 
 def _batch(stored: StoredBatch) -> tuple[int, int, bytes]:

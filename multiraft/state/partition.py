@@ -27,6 +27,7 @@ time of their commit.
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -349,8 +350,13 @@ class PartitionState:
         return tuple(found)
 
     def skipped_between(self, start: Offset, end: Offset) -> list[tuple[Offset, int]]:
-        """Skipped ranges overlapping [start, end): the read path leaves them out."""
-        return [(b, n) for b, n in self.skipped_ranges if b < end and b + n > start]
+        """Skipped ranges overlapping [start, end): the read path leaves them out. The ranges
+        are in offset order and disjoint (`_skip`), so their ends are in order too: two
+        bisections find the span, whatever the number of ranges before or after it."""
+        ranges = self.skipped_ranges
+        first = bisect.bisect_right(ranges, start, key=lambda r: r[0] + r[1])
+        last = bisect.bisect_left(ranges, end, lo=first, key=lambda r: r[0])
+        return ranges[first:last]
 
     def trim_skipped(self, log_start_offset: Offset) -> None:
         """Forget skipped ranges wholly below the log start (retention removed them)."""

@@ -120,9 +120,10 @@ COVERED_BY_TESTS = {"NOT_LEADER": 421, "NOT_ENOUGH_REPLICAS": 503, "INVALID_PROD
                     # tests/node/test_metadata_voters.py and the fuzz pass.
                     "PROMOTION_REFUSED": 409,
                     # Mirror links (docs/mirror.md): tests/node/test_mirror.py (MIRROR_READ_ONLY over
-                    # HTTP) and tests/unit/test_mirror_catalog.py (the catalog's refusals).
+                    # HTTP), tests/node/test_mirror_sources.py (MIRROR_PARTITIONS_FIXED over HTTP)
+                    # and tests/unit/test_mirror_catalog.py (the catalog's refusals).
                     "MIRROR_READ_ONLY": 403, "MIRROR_LINK_EXISTS": 409, "MIRROR_LINK_IN_USE": 409,
-                    "TOO_MANY_MIRROR_LINKS": 409, "NOT_A_MIRROR": 409}
+                    "TOO_MANY_MIRROR_LINKS": 409, "NOT_A_MIRROR": 409, "MIRROR_PARTITIONS_FIXED": 409}
 
 
 def _corrupt(data: bytes) -> bytes:
