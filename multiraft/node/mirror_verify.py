@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from multiraft.errors import InvalidRequest, NotAMirror, OffsetOutOfRange, UnknownMirrorLink
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirrorPartition
 from multiraft.node.mirror_source import SourceClient, SourceError
-from multiraft.node.mirror_trees import POSITIONS_MAX
+from multiraft.node.mirror_trees import POSITIONS_MAX, served_span
 from multiraft.node.routing import call_peer
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import ClientError, NotLeader
@@ -238,7 +238,14 @@ class MirrorVerifier:
         """Compare span after span (the source cuts each to what it holds, and to its leaf bound)
         until the end both hold; the verdict's status."""
         for _ in range(SPANS_MAX):
-            summary = await client.tree(topic, partition, lo, high_watermark)
+            # Both sides read their span at once: the source's answer is almost always the span
+            # asked for, so this leader's tree over it is ready when the answer comes.
+            guess = served_span(lo, high_watermark, lo, high_watermark)  # the source's cut, if it holds as much
+            ahead = asyncio.create_task(self._trees.build(group_id, *guess, fresh=True))
+            try:
+                summary = await client.tree(topic, partition, lo, high_watermark)
+            finally:
+                speculative = await asyncio.gather(ahead, return_exceptions=True)
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
             walk.source_high_watermark = int(summary["high_watermark"])
             walk.source_log_start = int(summary["log_start_offset"])
@@ -249,7 +256,9 @@ class MirrorVerifier:
                 break  # nothing more in common (the source's log starts past the mirror's end)
             walk.lo = their_lo if walk.lo is None else walk.lo
             walk.hi = their_hi
-            mine = await self._trees.build(group_id, their_lo, their_hi, fresh=True)
+            mine = speculative[0]
+            if isinstance(mine, BaseException) or (mine.tree.lo, mine.tree.hi) != (their_lo, their_hi):
+                mine = await self._trees.build(group_id, their_lo, their_hi, fresh=True)
             walk.spans += 1
             walk.bytes_hashed += mine.bytes_hashed
             if mine.damaged:

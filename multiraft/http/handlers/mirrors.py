@@ -112,7 +112,7 @@ async def verify(request: web.Request) -> web.Response:
     repair = body.get("repair", True)
     if not isinstance(repair, bool):
         raise InvalidRequest("repair is true or false")
-    start = int_field(body, "start", 0, low=0)
+    start = int_field(body, "start", 0, low=0, high=2**53)
     report = await bounded(node.mirrors.verify(name, topic, start, repair=repair), "mirror verify", VERIFY_TIMEOUT_S)
     return web.json_response(report.to_json())
 
