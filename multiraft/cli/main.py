@@ -19,7 +19,8 @@
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority P] | list | status NAME
-                   | pause NAME | resume NAME | delete NAME | promote NAME --topic T   (docs/mirror.md)
+                   | pause NAME | resume NAME | delete NAME | promote NAME --topic T
+                   | verify NAME [--topic T] [--no-repair]   (docs/mirror.md)
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]
 
 `--server` (or RAFTLOG_SERVER) picks the HTTP address, several separated by

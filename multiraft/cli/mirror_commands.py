@@ -1,9 +1,10 @@
 """`raftlog mirror ...`: mirror links of a sink cluster (docs/mirror.md).
 
     raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority high|normal|low]
-                          [--source-token-file FILE]
+                          [--source-token-file FILE] [--verify-interval-s SECONDS]
     raftlog mirror list | status NAME | pause NAME | resume NAME | delete NAME
     raftlog mirror promote NAME --topic TOPIC
+    raftlog mirror verify NAME [--topic TOPIC] [--no-repair]
 
 The source's token comes from a file (mode 0600), never the command line, as the
 cluster's own token does; it is stored in the sink's catalog and never shown back.
@@ -27,7 +28,7 @@ ClientCommand = Callable[[argparse.ArgumentParser, Callable[..., int]], None]
 def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: ClientCommand) -> None:  # type: ignore[type-arg]
     mirror = subcommands.add_parser("mirror", help="mirror topics of a source cluster here (links; admin)")
     mirrors = mirror.add_subparsers(dest="mirror_command", required=True,
-                                    metavar="{create,list,status,pause,resume,delete,promote}")
+                                    metavar="{create,list,status,pause,resume,delete,promote,verify}")
     create = mirrors.add_parser("create", help="link a source cluster: its topics matching --topics are mirrored")
     create.add_argument("name")
     create.add_argument("--source", required=True, help="the source's HTTP addresses, HOST:PORT[,HOST:PORT..]")
@@ -35,6 +36,8 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
     create.add_argument("--priority", choices=("high", "normal", "low"), default="normal")
     create.add_argument("--source-token-file", type=Path, default=None, metavar="FILE",
                         help="file holding a bearer token of the source (read rights on the topics)")
+    create.add_argument("--verify-interval-s", type=int, default=None, metavar="SECONDS",
+                        help="a full sync of each mirror partition this often, with repair (default: on demand)")
     client_command(create, mirror_create)
     client_command(mirrors.add_parser("list", help="links: sources, pattern, state"), mirror_list)
     for action, func, text in (("status", mirror_status, "per mirror partition: state, position, lag, bytes"),
@@ -48,6 +51,13 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
     promote.add_argument("name")
     promote.add_argument("--topic", required=True)
     client_command(promote, mirror_promote)
+    verify = mirrors.add_parser("verify", help="the full sync: compare each mirror partition with the source "
+                                                "(tictac trees, root first); resync the different ones")
+    verify.add_argument("name")
+    verify.add_argument("--topic", default=None)
+    verify.add_argument("--no-repair", dest="repair", action="store_false",
+                        help="report only: no resync of a different partition")
+    client_command(verify, mirror_verify)
 
 
 def _link_row(link: dict[str, Any]) -> list[Any]:
@@ -63,7 +73,7 @@ def mirror_create(client: Client, args: argparse.Namespace) -> int:
 
     token = read_token_file(args.source_token_file, "source_token_file") if args.source_token_file else None
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
-    link = client.create_mirror(args.name, sources, args.topics, args.priority, token)
+    link = client.create_mirror(args.name, sources, args.topics, args.priority, token, args.verify_interval_s)
     print(_table([_link_row(link)], _LINK_HEADER))
     return EXIT_OK
 
@@ -112,3 +122,21 @@ def mirror_promote(client: Client, args: argparse.Namespace) -> int:
     print(f"promoted {args.topic}: it takes producers once each partition's leader applied the promotion "
           "(MIRROR_READ_ONLY until then, a moment)")
     return EXIT_OK
+
+
+def mirror_verify(client: Client, args: argparse.Namespace) -> int:
+    """Every mirror partition of the link (or of --topic) against the source, call after call
+    until done; exits 1 unless every one is identical (behind counts: it was not compared whole)."""
+    rows, start, clean = [], 0, True
+    while start is not None:
+        body: dict[str, Any] = {"start": start, "repair": args.repair, **({"topic": args.topic} if args.topic else {})}
+        answer = client.mirror_action(args.name, "verify", body=body)
+        for p in answer["partitions"]:
+            clean = clean and p["status"] == "identical"
+            ranges = " ".join(f"[{lo},{hi})" for lo, hi in p["ranges"]) or "-"
+            rows.append([p["topic"], p["partition"], p["status"], p["leader"], f"[{p['lo']},{p['hi']})",
+                         p["source_high_watermark"], p["nodes_compared"], ranges, p["repair"] or "-"])
+        start = answer["next_start"]
+    print(_table(rows, ["TOPIC", "PARTITION", "STATUS", "LEADER", "COMPARED", "SOURCE HW", "NODES", "RANGES",
+                        "REPAIR"]))
+    return EXIT_OK if clean else EXIT_FAILED

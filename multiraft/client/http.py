@@ -318,9 +318,10 @@ class AsyncClient:
     # ---- mirror links (docs/mirror.md) -------------------------------------------
 
     async def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
-                            token: str | None = None) -> dict[str, Any]:
+                            token: str | None = None, verify_interval_s: int | None = None) -> dict[str, Any]:
         body = {"name": name, "sources": sources, "topics": topics, "priority": priority,
-                **({"token": token} if token is not None else {})}
+                **({"token": token} if token is not None else {}),
+                **({"verify_interval_s": verify_interval_s} if verify_interval_s is not None else {})}
         return await self._json("POST", "/v1/admin/mirrors", json_body=body)
 
     async def list_mirrors(self) -> list[dict[str, Any]]:
@@ -329,11 +330,12 @@ class AsyncClient:
     async def mirror_status(self, name: str) -> dict[str, Any]:
         return await self._json("GET", f"/v1/admin/mirrors/{name}")
 
-    async def mirror_action(self, name: str, action: str, topic: str | None = None) -> dict[str, Any]:
-        """`pause`, `resume` or `promote` (of `topic`) a link."""
-        assert action in ("pause", "resume", "promote")
+    async def mirror_action(self, name: str, action: str, topic: str | None = None,
+                            body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`pause`, `resume`, `promote` (of `topic`) or `verify` (`body`: topic, start, repair) a link."""
+        assert action in ("pause", "resume", "promote", "verify")
         return await self._json("POST", f"/v1/admin/mirrors/{name}/{action}",
-                                json_body={"topic": topic} if action == "promote" else None)
+                                json_body={"topic": topic} if action == "promote" else body)
 
     async def delete_mirror(self, name: str) -> None:
         await self.request("DELETE", f"/v1/admin/mirrors/{name}")

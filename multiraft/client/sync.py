@@ -125,8 +125,8 @@ class Client:
         self.run(self.aio.delete_token(name))
 
     def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
-                      token: str | None = None) -> dict[str, Any]:
-        return self.run(self.aio.create_mirror(name, sources, topics, priority, token))
+                      token: str | None = None, verify_interval_s: int | None = None) -> dict[str, Any]:
+        return self.run(self.aio.create_mirror(name, sources, topics, priority, token, verify_interval_s))
 
     def list_mirrors(self) -> list[dict[str, Any]]:
         return self.run(self.aio.list_mirrors())
@@ -134,8 +134,9 @@ class Client:
     def mirror_status(self, name: str) -> dict[str, Any]:
         return self.run(self.aio.mirror_status(name))
 
-    def mirror_action(self, name: str, action: str, topic: str | None = None) -> dict[str, Any]:
-        return self.run(self.aio.mirror_action(name, action, topic))
+    def mirror_action(self, name: str, action: str, topic: str | None = None,
+                      body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.run(self.aio.mirror_action(name, action, topic, body))
 
     def delete_mirror(self, name: str) -> None:
         self.run(self.aio.delete_mirror(name))

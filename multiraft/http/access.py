@@ -49,6 +49,8 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/v1/topics/{topic}/partitions/{partition}/records"): WRITE_PATH,
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): READ_PATH,
     ("GET", "/v1/topics/{topic}/partitions/{partition}/log"): READ_PATH,  # a mirror's read (docs/mirror.md)
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/tree"): READ_PATH,  # a mirror's full sync
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/tree/nodes"): READ_PATH,
     ("POST", "/v1/producers"): WRITE_SOME,
     ("GET", "/v1/groups/{group}/offsets"): READ_QUERY,
     ("POST", "/v1/groups/{group}/offsets"): IN_HANDLER,

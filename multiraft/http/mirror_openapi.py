@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiraft.metadata.mirror_commands import SOURCES_MAX
-from multiraft.node.api import MAX_BYTES_MAX, WAIT_MS_MAX
+from multiraft.metadata.mirror_commands import (
+    SOURCES_MAX,
+    VERIFY_INTERVAL_MAX_S,
+    VERIFY_INTERVAL_MIN_S,
+)
+from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
 _ERROR = {"$ref": "#/components/responses/Error"}
 _TOPIC_PATTERN = "^[a-zA-Z0-9._-]{1,249}$"
@@ -33,7 +37,15 @@ _LINK = {"type": "object", "required": ["name", "sources", "topics", "priority",
          "properties": {"name": {"type": "string"}, "sources": {"type": "array", "items": {"type": "string"}},
                         "topics": {"type": "string"}, "priority": {"enum": ["high", "normal", "low"]},
                         "state": {"enum": ["running", "paused"]}, "credentials": {"type": "boolean"},
+                        "verify_interval_s": {"type": ["integer", "null"]},
                         "mirror_topics": {"type": "array", "items": {"type": "string"}}}}
+_OFFSET = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+_PARTITION = {"name": "partition", "in": "path", "required": True,
+              "schema": {"type": "integer", "minimum": 0, "maximum": 9999}}
+_VERDICT = {"type": "object", "required": ["topic", "partition", "status", "ranges", "nodes_compared", "repair"],
+            "properties": {"status": {"enum": ["identical", "behind", "different", "source_damaged", "sink_damaged",
+                                               "unreachable"]},
+                           "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}}}
 
 PATHS: dict[str, Any] = {
     "/v1/admin/mirrors": {
@@ -49,7 +61,11 @@ PATHS: dict[str, Any] = {
                                     "description": "a glob over topic names: * any run, ? one character"},
                          "priority": {"type": "string", "enum": ["high", "normal", "low"]},
                          "token": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,512}$",
-                                   "description": "a bearer token of the source (never shown back)"}}}}}},
+                                   "description": "a bearer token of the source (never shown back)"},
+                         "verify_interval_s": {"type": "integer", "minimum": VERIFY_INTERVAL_MIN_S,
+                                               "maximum": VERIFY_INTERVAL_MAX_S,
+                                               "description": "a full sync of each mirror partition this often, "
+                                                              "with repair (absent: on demand only)"}}}}}},
                  "responses": {"201": _json("the link", _LINK), **_errors(409, 415, 503, 504)}},
         "get": {"summary": "the mirror links (admin; tokens never shown)",
                 "responses": {"200": _json("links", {"type": "object", "required": ["mirrors"], "properties": {
@@ -78,9 +94,39 @@ PATHS: dict[str, Any] = {
             "properties": {"topic": {"type": "string", "pattern": _TOPIC_PATTERN}}}}}},
         "responses": {"200": _json("promoted", {"type": "object", "required": ["link", "topic", "promoted"]}),
                       **_errors(404, 409, 415, 503, 504)}}},
-    "/v1/topics/{topic}/partitions/{partition}/log": {"parameters": [
-        _TOPIC, {"name": "partition", "in": "path", "required": True,
-                 "schema": {"type": "integer", "minimum": 0, "maximum": 9999}}], "get": {
+    "/v1/admin/mirrors/{name}/verify": {"parameters": [_NAME], "post": {
+        "summary": "the full sync: up to 16 of the link's mirror partitions (of `topic`, or all) compared with the "
+                   "source by tictac trees, root first; a different one is resynced unless `repair` is false; call "
+                   "again with `start` = `next_start` until it is null",
+        "requestBody": {"required": False, "content": {"application/json": {"schema": {
+            "type": "object", "additionalProperties": False,
+            "properties": {"topic": {"type": "string", "pattern": _TOPIC_PATTERN},
+                           "start": {"type": "integer", "minimum": 0, "maximum": 2**53},
+                           "repair": {"type": "boolean"}}}}}},
+        "responses": {"200": _json("verdicts", {"type": "object", "required": [
+            "link", "partitions", "total", "verified", "next_start", "all_identical"], "properties": {
+            "partitions": {"type": "array", "items": _VERDICT}}}), **_errors(404, 409, 415, 416, 503, 504)}}},
+    "/v1/topics/{topic}/partitions/{partition}/tree": {"parameters": [_TOPIC, _PARTITION], "get": {
+        "summary": "a mirror's full sync (read right): the partition's tictac tree over [lo, hi) cut to what the "
+                   "answering replica holds (and to 65,536 leaves): its span, depth, root",
+        "parameters": [{"name": "lo", "in": "query", "schema": _OFFSET},
+                       {"name": "hi", "in": "query", "schema": _OFFSET}],
+        "responses": {"200": _json("the tree", {"type": "object", "required": [
+            "lo", "hi", "depth", "root", "damaged", "log_start_offset", "high_watermark"]}),
+            **_errors(404, 416, 421, 503, 504)}}},
+    "/v1/topics/{topic}/partitions/{partition}/tree/nodes": {"parameters": [_TOPIC, _PARTITION], "get": {
+        "summary": "digests of the tree the tree call built over exactly [lo, hi): `level` counted from the leaves "
+                   "(levels above the root read as the root at position 0), `positions` comma-separated",
+        "parameters": [
+            {"name": "lo", "in": "query", "required": True, "schema": _OFFSET},
+            {"name": "hi", "in": "query", "required": True, "schema": _OFFSET},
+            {"name": "level", "in": "query", "required": True,
+             "schema": {"type": "integer", "minimum": 0, "maximum": TREE_LEVEL_MAX}},
+            {"name": "positions", "in": "query", "required": True, "schema": {
+                "type": "string", "pattern": f"^[0-9]{{1,18}}(,[0-9]{{1,18}}){{0,{TREE_POSITIONS_MAX - 1}}}$"}}],
+        "responses": {"200": _json("digests", {"type": "object", "required": ["digests"], "properties": {
+            "digests": {"type": "array", "items": {"type": "string"}}}}), **_errors(404, 416, 421, 503, 504)}}},
+    "/v1/topics/{topic}/partitions/{partition}/log": {"parameters": [_TOPIC, _PARTITION], "get": {
         "summary": "a mirror's read (read right): committed batches as stored from `offset`, skipped ones "
                    "included and named in Raftlog-Skipped; below the log start: none, and the log start",
         "parameters": [

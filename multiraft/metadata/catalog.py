@@ -71,6 +71,7 @@ from multiraft.metadata.commands import (
     RegisterNode,
     ReplaceReplica,
     ReplicaLeft,
+    ResyncMirrorPartition,
     SetClusterConfig,
     SetMirrorLinkState,
     SetNodeDecommissioning,
@@ -83,7 +84,7 @@ from multiraft.metadata.mirror_commands import (
     MirrorCommand,
     MirrorLink,
 )
-from raftlog.errors import ClientError
+from raftlog.errors import ClientError, MembershipChangeInProgress
 from raftlog.types import GroupId, Index, NodeId
 
 __all__ = [
@@ -148,7 +149,7 @@ class Catalog:
             if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
                 raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
         if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic):
+                      | PromoteMirrorTopic | ResyncMirrorPartition):
             self._validate_mirror(command)
         if isinstance(command, ReplicaLeft):
             partition = self.partition_info(command.topic, command.partition)
@@ -162,9 +163,12 @@ class Catalog:
                 raise MirrorLinkExists(f"mirror link {command.name!r} already exists")
             if len(self.mirror_links) >= MIRROR_LINKS_MAX:
                 raise TooManyMirrorLinks(f"a cluster has at most {MIRROR_LINKS_MAX} mirror links")
-        elif isinstance(command, PromoteMirrorTopic):
+        elif isinstance(command, PromoteMirrorTopic | ResyncMirrorPartition):
             if not self.topic(command.name).is_mirror:
                 raise NotAMirror(f"topic {command.name!r} is not a mirror (or was promoted already)")
+            if isinstance(command, ResyncMirrorPartition) and self.partition_info(
+                    command.name, command.partition).leaving:
+                raise MembershipChangeInProgress(f"{command.name}/{command.partition} is moving; resync it after")
         else:
             name = command.link if isinstance(command, CreateMirrorTopic) else command.name
             if name not in self.mirror_links:
@@ -278,7 +282,7 @@ class Catalog:
         if isinstance(command, CreateTopic):
             return self._create(command)
         if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic):
+                      | PromoteMirrorTopic | ResyncMirrorPartition):
             return self._mirror(command)
         if isinstance(command, DeleteTopic):
             return self.topics.pop(command.name)
@@ -325,11 +329,27 @@ class Catalog:
         if isinstance(command, PromoteMirrorTopic):
             self.topics[command.name] = topic = replace(self.topics[command.name], mirror_promoted=True)
             return topic
+        if isinstance(command, ResyncMirrorPartition):
+            return self._resync(command)
         topic = self._create(_as_create(command))
         partitions = tuple(replace(p, start_offset=start) for p, start in zip(topic.partitions,
                                                                               command.start_offsets, strict=True))
         self.topics[command.name] = topic = replace(topic, partitions=partitions, mirror_link=command.link,
                                                     mirror_partitions=len(partitions))
+        return topic
+
+    def _resync(self, command: ResyncMirrorPartition) -> TopicInfo:
+        """A new incarnation of a mirror partition (the next group id, its log starting at
+        `start_offset`): every host drops the old group and starts the new one (reconcile).
+        A resync of an incarnation already replaced changes nothing."""
+        topic = self.topics[command.name]
+        old = topic.partitions[command.partition]
+        if old.group_id != command.group_id:
+            return topic
+        fresh = replace(old, group_id=self.next_group_id, initial=(), start_offset=command.start_offset)
+        self.next_group_id = GroupId(self.next_group_id + 1)
+        partitions = tuple(fresh if p.partition == command.partition else p for p in topic.partitions)
+        self.topics[command.name] = topic = replace(topic, partitions=partitions)
         return topic
 
     def _create(self, command: CreateTopic) -> TopicInfo:

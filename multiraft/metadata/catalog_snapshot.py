@@ -87,8 +87,10 @@ def encode_catalog(catalog: CatalogFields) -> bytes:
         "tokens": [[t.name, t.digest, list(t.rights)] for _, t in sorted(catalog.tokens.items())],
     }
     if catalog.mirror_links:  # absent without links, so such a catalog snapshots as before them
+        # A scheduled full sync's interval is a seventh element, only when set (snapshots before it: six).
         document["mirror_links"] = [
             [link.name, list(link.sources), link.pattern, link.priority.value, link.state.value, link.token]
+            + ([link.verify_interval_s] if link.verify_interval_s is not None else [])
             for _, link in sorted(catalog.mirror_links.items())
         ]
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
@@ -168,9 +170,12 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
             raise ValueError(f"topic {topic.name!r} appears twice")
         seen_groups |= groups
         catalog.topics[topic.name] = topic
-    for name, sources, pattern, priority, state, token in document.get("mirror_links", []):
+    for row in document.get("mirror_links", []):
+        if len(row) not in (6, 7):
+            raise ValueError("a mirror link row has 6 or 7 elements")
+        name, sources, pattern, priority, state, token = row[:6]
         command = CreateMirrorLink(name=name, sources=tuple(sources), pattern=pattern, priority=priority,
-                                   token=token)
+                                   token=token, verify_interval_s=row[6] if len(row) == 7 else None)
         SetMirrorLinkState(name=name, state=state)
         if name in catalog.mirror_links:
             raise ValueError(f"mirror link {name!r} appears twice")

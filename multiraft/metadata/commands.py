@@ -57,6 +57,7 @@ from multiraft.metadata.mirror_commands import (
     CreateMirrorTopic,
     DeleteMirrorLink,
     PromoteMirrorTopic,
+    ResyncMirrorPartition,
     SetMirrorLinkState,
     decoded_mirror_arguments,
 )
@@ -69,7 +70,7 @@ __all__ = [
     "REPLICATION_FACTOR_MAX", "TOPIC_CONFIG_KEYS", "TYPED_CONFIG", "AllocateProducerIds", "AlterTopicConfig",
     "Command", "ConfigValue", "CreateMirrorLink", "CreateMirrorTopic", "CreatePartitions", "CreateTopic",
     "DeleteMirrorLink", "DeleteToken", "DeleteTopic", "NodeStatus", "PromoteMirrorTopic", "PutToken",
-    "RegisterNode", "ReplaceReplica", "ReplicaLeft", "SetClusterConfig", "SetMirrorLinkState",
+    "RegisterNode", "ReplaceReplica", "ReplicaLeft", "ResyncMirrorPartition", "SetClusterConfig", "SetMirrorLinkState",
     "SetNodeDecommissioning", "SetNodeDrained", "SetNodeStatus", "check_config", "check_config_entry",
     "check_known_config", "check_topic_name", "decode_command", "encode_command",
 ]
@@ -337,6 +338,7 @@ Command = (
     | DeleteMirrorLink
     | CreateMirrorTopic
     | PromoteMirrorTopic
+    | ResyncMirrorPartition
 )
 
 COMMAND_TYPES: dict[str, type] = {

@@ -38,6 +38,8 @@ SOURCES_MAX = 16
 TOKEN_PATTERN = re.compile(r"[\x21-\x7e]{1,512}")  # printable ASCII, no spaces (a bearer token)
 MIRROR_LINKS_MAX = 64
 OFFSET_MAX = 2**63 - 1
+VERIFY_INTERVAL_MIN_S = 10  # a scheduled full sync reads each mirror partition on both sides: not more often
+VERIFY_INTERVAL_MAX_S = 30 * 24 * 3600
 
 
 class Priority(enum.StrEnum):
@@ -78,6 +80,12 @@ def check_topic_pattern(pattern: object) -> None:
         raise InvalidRequest(f"topic pattern must match {TOPIC_PATTERN_PATTERN.pattern} (* and ? are globs)")
 
 
+def check_verify_interval(value: object) -> None:
+    if value is not None and (not is_int(value) or not VERIFY_INTERVAL_MIN_S <= value <= VERIFY_INTERVAL_MAX_S):
+        raise InvalidRequest(f"verify_interval_s is {VERIFY_INTERVAL_MIN_S}..{VERIFY_INTERVAL_MAX_S} seconds "
+                             "(absent: no scheduled full sync)")
+
+
 def pattern_matches(pattern: str, topic: str) -> bool:
     """Whether `topic` matches the glob `pattern` (`*` any run, `?` one character; no
     character classes: `[` is no topic character)."""
@@ -94,12 +102,13 @@ class MirrorLink:
     priority: Priority
     state: LinkState
     token: str | None = field(default=None, repr=False)
+    verify_interval_s: int | None = None  # a full sync of each mirror partition this often (None: on demand only)
 
     def describe(self) -> dict[str, object]:
         """What a client is shown: everything but the token, which is only said to be set."""
         return {"name": self.name, "sources": list(self.sources), "topics": self.pattern,
                 "priority": self.priority.value, "state": self.state.value,
-                "credentials": self.token is not None}
+                "credentials": self.token is not None, "verify_interval_s": self.verify_interval_s}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,9 +118,11 @@ class CreateMirrorLink:
     pattern: str
     priority: str = Priority.NORMAL.value
     token: str | None = field(default=None, repr=False)
+    verify_interval_s: int | None = None
 
     def __post_init__(self) -> None:
         check_link_name(self.name)
+        check_verify_interval(self.verify_interval_s)
         if not isinstance(self.sources, tuple):
             raise InvalidRequest("sources are a tuple")
         check_sources(self.sources)
@@ -123,7 +134,7 @@ class CreateMirrorLink:
 
     def link(self) -> MirrorLink:
         return MirrorLink(self.name, self.sources, self.pattern, Priority(self.priority), LinkState.RUNNING,
-                          self.token)
+                          self.token, self.verify_interval_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,7 +204,33 @@ class PromoteMirrorTopic:
         check_topic_name(self.name)
 
 
-MirrorCommand = CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResyncMirrorPartition:
+    """Start mirror partition `partition` of topic `name` again: a new Raft group (a new
+    incarnation, never a reused id) whose log starts at `start_offset` (the source's log
+    start) and which the real-time path refills from the source. The full sync's repair
+    of a committed range that differs from the source (docs/mirror.md, "Repair": a Raft
+    log cannot take back committed entries, so the copy is replaced, never the source).
+    `group_id` is the incarnation the verify found different: a resync of one already
+    replaced changes nothing, so two verifies racing replace it once."""
+
+    name: str
+    partition: int
+    group_id: int
+    start_offset: int
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+        if not is_int(self.partition) or not 0 <= self.partition < PARTITIONS_MAX:
+            raise InvalidRequest(f"partition is 0..{PARTITIONS_MAX - 1}")
+        if not is_int(self.group_id) or self.group_id < 1:
+            raise InvalidRequest("group_id is a partition group's id")
+        if not is_int(self.start_offset) or not 0 <= self.start_offset <= OFFSET_MAX:
+            raise InvalidRequest("start_offset is 0..2**63-1")
+
+
+MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
+                 | ResyncMirrorPartition)
 
 MIRROR_COMMAND_TYPES: dict[str, type] = {
     "create_mirror_link": CreateMirrorLink,
@@ -201,6 +238,7 @@ MIRROR_COMMAND_TYPES: dict[str, type] = {
     "delete_mirror_link": DeleteMirrorLink,
     "create_mirror_topic": CreateMirrorTopic,
     "promote_mirror_topic": PromoteMirrorTopic,
+    "resync_mirror_partition": ResyncMirrorPartition,
 }
 
 

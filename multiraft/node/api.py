@@ -45,6 +45,8 @@ from multiraft.node.controller import Readiness
 from multiraft.node.forwarding import PartitionBatch
 from multiraft.node.group_admin import METRICS_GROUP_PARTITIONS_MAX, GroupMetrics
 from multiraft.node.group_reads import RESETS, MemberFetch, PartitionFetch
+from multiraft.node.mirror_trees import LEVEL_MAX as TREE_LEVEL_MAX
+from multiraft.node.mirror_trees import POSITIONS_MAX as TREE_POSITIONS_MAX
 from multiraft.node.move_throttle import REPLICA_MOVE_BYTES_PER_S_MAX
 from multiraft.node.move_throttle import SETTING as MOVE_THROTTLE_SETTING
 from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS_MAX, ConsumeResult
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from multiraft.node.group_reads import GroupReads
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.mirror_links import MirrorLinks
+    from multiraft.node.mirror_trees import PartitionTrees
     from multiraft.node.move_throttle import MoveThrottle
     from multiraft.node.partition_ops import PartitionOps
     from multiraft.node.produce import Produce
@@ -97,6 +100,8 @@ __all__ = [
     "RESET_VALUE_RANGES",
     "SIGNATURE_HEADER",
     "TIMESTAMP_HEADER",
+    "TREE_LEVEL_MAX",
+    "TREE_POSITIONS_MAX",
     "WAIT_MS_MAX",
     "Acks",
     "ConsumeResult",
@@ -156,7 +161,7 @@ class NodeApi:
                  group_admin: GroupAdmin, instances: ConsumerInstances, ticker: Ticker, transport: Transport,
                  latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber,
-                 throttle: MoveThrottle, mirrors: MirrorLinks,
+                 throttle: MoveThrottle, mirrors: MirrorLinks, trees: PartitionTrees,
                  catchup_counts: Callable[[], dict[str, int]] = dict) -> None:
         self.id = config.node_id
         self.config = config
@@ -205,7 +210,9 @@ class NodeApi:
         self.wait_for_topic = metadata.wait_for_topic
         self.readiness = controller.readiness
         self.promote_node = controller.promote  # a metadata learner to voter (metadata_voters.py)
-        self.mirrors = mirrors  # mirror links: admin, status (multiraft/node/mirror_links.py, docs/mirror.md)
+        self.mirrors = mirrors  # mirror links: admin, status, verify (multiraft/node/mirror_links.py, docs/mirror.md)
+        self.partition_tree = trees.tree  # a source's tree for a mirror's full sync (multiraft/node/mirror_trees.py)
+        self.partition_tree_nodes = trees.nodes
 
     # ------------------------------------------------------------------ snapshots
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.mirror_pull import MirrorPulls
+    from multiraft.node.mirror_verify import MirrorVerifier, MirrorVerifyReport
     from multiraft.node.routing import Routing
     from multiraft.transport.rpc import Rpc
 
@@ -82,13 +83,14 @@ class Discovery:
 
 class MirrorLinks:
     def __init__(self, node_id: NodeId, catalog: CatalogHolder, metadata: MetadataOps, routing: Routing, rpc: Rpc,
-                 pulls: MirrorPulls, logger: Any, rng: random.Random | None = None) -> None:
+                 pulls: MirrorPulls, logger: Any, verifier: MirrorVerifier, rng: random.Random | None = None) -> None:
         self.id = node_id
         self._catalog = catalog
         self._metadata = metadata
         self._routing = routing
         self._rpc = rpc
         self.pulls = pulls
+        self.verifier = verifier
         self._logger = logger
         self._rng = rng or random.Random()
         self.discovery: dict[str, Discovery] = {}
@@ -122,6 +124,10 @@ class MirrorLinks:
             await self._metadata.propose(PromoteMirrorTopic(name=topic))
         return {"link": name, "topic": topic, "promoted": True}
 
+    async def verify(self, name: str, topic: str | None, start: int, *, repair: bool) -> MirrorVerifyReport:
+        """The full sync of a link's mirror partitions (multiraft/node/mirror_verify.py)."""
+        return await self.verifier.verify(name, topic, start, repair=repair)
+
     def link(self, name: str) -> MirrorLink:
         link = self._catalog.catalog.mirror_links.get(name)
         if link is None:
@@ -147,6 +153,7 @@ class MirrorLinks:
         nodes = sorted(n for n in catalog.nodes if n == self.id or self._routing.is_live(n))
         answers = await asyncio.gather(*(self._node_status(n, name) for n in nodes), return_exceptions=True)
         pulls: dict[tuple[str, int], dict[str, Any]] = {}
+        verifies: dict[tuple[str, int], dict[str, Any]] = {}
         discovery: dict[str, Any] | None = None
         unreachable = []
         for node, found in zip(nodes, answers, strict=True):
@@ -156,9 +163,14 @@ class MirrorLinks:
             discovery = found.get("discovery") or discovery
             for pull in found["pulls"]:
                 pulls[(pull["topic"], pull["partition"])] = {**pull, "node": node}
+            for verdict in found.get("verifies", []):  # the latest full sync of each partition, wherever it ran
+                key = (verdict["topic"], verdict["partition"])
+                if key not in verifies or verifies[key]["at_ms"] < verdict["at_ms"]:
+                    verifies[key] = verdict
         topics = []
         for topic in sorted((t for t in catalog.topics.values() if t.mirror_link == name), key=lambda t: t.name):
-            partitions = [pulls.get((topic.name, p.partition), {"partition": p.partition, "state": "unknown"})
+            partitions = [{**pulls.get((topic.name, p.partition), {"partition": p.partition, "state": "unknown"}),
+                           "last_verify": _verify_view(verifies.get((topic.name, p.partition)))}
                           for p in topic.partitions]
             topics.append({"topic": topic.name, "promoted": topic.mirror_promoted, "partitions": partitions})
         return {**link.describe(), "discovery": discovery, "topics": topics, "nodes_unreachable": unreachable}
@@ -172,8 +184,10 @@ class MirrorLinks:
 
     def local_status(self, name: str) -> dict[str, Any]:
         discovery = self.discovery.get(name) if self._metadata_leader() else None
+        topics = set(self._catalog.catalog.mirror_topics(name))
         return {"discovery": discovery.view() if discovery is not None else None,
-                "pulls": [s.view() for s in self.pulls.status.values() if s.link == name]}
+                "pulls": [s.view() for s in self.pulls.status.values() if s.link == name],
+                "verifies": [v.to_json() for (topic, _), v in sorted(self.verifier.last.items()) if topic in topics]}
 
     async def _serve_status(self, source: int, body: bytes) -> tuple[int, bytes]:
         async def work() -> dict[str, Any]:
@@ -264,3 +278,12 @@ class MirrorLinks:
         self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
                           start_offsets=starts[:8])
         return None
+
+
+def _verify_view(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A partition's last full sync as its status shows it: when, the verdict, what was compared
+    and repaired (the whole verdict is in the verify's own answer)."""
+    if verdict is None:
+        return None
+    return {key: verdict[key] for key in ("at_ms", "status", "lo", "hi", "ranges", "nodes_compared", "spans",
+                                          "repair", "seconds", "leader")}

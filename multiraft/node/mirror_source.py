@@ -31,12 +31,14 @@ from typing import Any
 import aiohttp
 
 from multiraft.errors import InvalidRequest
+from storage.tictac import DIGEST_BYTES
 
 BACKOFF_BASE_S = 0.2
 BACKOFF_MAX_S = 30.0
 CALL_TIMEOUT_S = 10.0  # a call's bound beyond its long-poll wait
 JSON_BYTES_MAX = 4 * 1024 * 1024  # a topic list or description from the source
 LOG_CONTENT_TYPE = "application/vnd.raftlog.batch"
+TREE_BUILD_S = 50.0  # a tree call may read the partition's whole span at the source first
 _FRAME = struct.Struct(">qI")  # as the binary consume answer: base offset, batch bytes
 
 
@@ -156,8 +158,9 @@ class SourceClient:
             self._next += 1  # the next call tries the next address
             raise SourceError(f"source {source} did not answer {path}: {describe_error(error)}") from None
 
-    async def get_json(self, path: str) -> Any:
-        status, body, _ = await self._get(path, {}, "application/json", 0.0, JSON_BYTES_MAX)
+    async def get_json(self, path: str, params: dict[str, str] | None = None, wait_s: float = 0.0) -> Any:
+        """A JSON read; `wait_s` more than the call's bound when the source must work first (a tree)."""
+        status, body, _ = await self._get(path, params or {}, "application/json", wait_s, JSON_BYTES_MAX)
         if status != 200:
             self._next += status >= 500
             raise SourceError(self.scrub(f"the source answered {path} with {status}: {body[:200]!r}"))
@@ -165,6 +168,25 @@ class SourceClient:
             return json.loads(body)
         except ValueError:
             raise SourceError(f"the source's answer to {path} is not JSON") from None
+
+    async def tree(self, topic: str, partition: int, lo: int, hi: int) -> dict[str, Any]:
+        """The source's tree of a partition over `[lo, hi)` cut to what it holds (multiraft/node/
+        mirror_trees.py): lo, hi, depth, root, damaged, log_start_offset, high_watermark."""
+        return await self.get_json(f"/v1/topics/{topic}/partitions/{partition}/tree",
+                                   {"lo": str(lo), "hi": str(hi)}, TREE_BUILD_S)
+
+    async def tree_nodes(self, topic: str, partition: int, lo: int, hi: int, level: int,
+                         positions: list[int]) -> list[bytes]:
+        answer = await self.get_json(f"/v1/topics/{topic}/partitions/{partition}/tree/nodes", {
+            "lo": str(lo), "hi": str(hi), "level": str(level), "positions": ",".join(map(str, positions))},
+            TREE_BUILD_S)
+        try:
+            digests = [bytes.fromhex(d) for d in answer["digests"]]
+        except (KeyError, TypeError, ValueError):
+            raise SourceError("the source's tree nodes are malformed") from None
+        if len(digests) != len(positions) or any(len(d) != DIGEST_BYTES for d in digests):
+            raise SourceError("the source answered other tree nodes than asked for")
+        return digests
 
     async def read_log(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int) -> LogChunk:
         """Committed batches of the source's partition from `offset` (whole batches, at most

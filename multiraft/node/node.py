@@ -50,6 +50,8 @@ from multiraft.node.messaging import Inbox, Outbox
 from multiraft.node.metadata_ops import MetadataOps
 from multiraft.node.mirror_links import MirrorLinks
 from multiraft.node.mirror_pull import MirrorPulls
+from multiraft.node.mirror_trees import PartitionTrees
+from multiraft.node.mirror_verify import MirrorVerifier
 from multiraft.node.move_throttle import MoveThrottle
 from multiraft.node.partition_ops import PartitionOps
 from multiraft.node.produce import Produce
@@ -155,8 +157,15 @@ class Node:
                                                 self.replicas.close_group, self.start_task, self.logger)
         self.catchup_follower.serve(self.rpc)
         self.mirror_pulls = MirrorPulls(self.registry, self.catalog_holder, self.logger)
+        # The full sync (docs/mirror.md): the source serves trees, the sink's leaders compare.
+        self.partition_trees = PartitionTrees(self.scrubber.trees, self.registry, self.catalog_holder, self.routing,
+                                              self.rpc)
+        self.partition_trees.serve(self.rpc)
+        self.mirror_verifier = MirrorVerifier(self.registry, self.catalog_holder, self.routing, self.rpc,
+                                              self.scrubber.trees, self.metadata, self.logger)
+        self.mirror_verifier.serve(self.rpc)
         self.mirrors = MirrorLinks(self.id, self.catalog_holder, self.metadata, self.routing, self.rpc,
-                                   self.mirror_pulls, self.logger)
+                                   self.mirror_pulls, self.logger, self.mirror_verifier)
         self.api = NodeApi(
             config=self.config, hooks=self.hooks, registry=self.registry, catalog=self.catalog_holder,
             routing=self.routing, metadata=self.metadata, controller=self.controller, produce=self.producer,
@@ -165,7 +174,7 @@ class Node:
             transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders, scrubber=self.scrubber, throttle=self.move_throttle,
             catchup_counts=self._catchup_counts,
-            mirrors=self.mirrors,
+            mirrors=self.mirrors, trees=self.partition_trees,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -198,6 +207,7 @@ class Node:
             ("far-catchup", self.catchup_leader.run),
             ("mirror-pulls", self.mirror_pulls.run),  # docs/mirror.md
             ("mirror-links", self.mirrors.run),
+            ("mirror-verify", self.mirror_verifier.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),

@@ -159,6 +159,11 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
     ("DELETE", "/v1/admin/tokens/nobody", {}, 404, "UNKNOWN_TOKEN"),
     ("DELETE", "/v1/admin/mirrors/nobody", {}, 404, "UNKNOWN_MIRROR_LINK"),
     ("POST", "/v1/admin/mirrors/nobody/promote", {"json": {"topic": "t"}}, 404, "UNKNOWN_MIRROR_LINK"),
+    ("POST", "/v1/admin/mirrors/nobody/verify", {"json": {}}, 404, "UNKNOWN_MIRROR_LINK"),
+    ("POST", "/v1/admin/mirrors/nobody/verify", {"json": {"repair": 1}}, 400, "INVALID_REQUEST"),
+    ("GET", "/v1/topics/no-such-topic/partitions/0/tree", {}, 404, "UNKNOWN_TOPIC"),
+    ("GET", f"/v1/topics/{BAD}/partitions/0/tree?lo=1000", {}, 416, "OFFSET_OUT_OF_RANGE"),
+    ("GET", f"/v1/topics/{BAD}/partitions/0/tree/nodes?lo=0&hi=0&level=0&positions=x", {}, 400, "INVALID_REQUEST"),
     ("POST", "/v1/admin/tokens", {"json": {"name": "x", "rights": ["root"]}}, 400, "INVALID_REQUEST"),
     # malformed JSON, wrong JSON, unknown fields
     ("POST", "/v1/topics", {"data": b"{not json", "headers": JSON_TYPE}, 400, "INVALID_REQUEST"),

@@ -41,3 +41,37 @@ def test_a_different_partition_is_printed_with_its_ranges_and_exits_1(capsys) ->
     assert commands.cluster_verify(client, argparse.Namespace(topic=None)) == commands.EXIT_FAILED  # type: ignore[arg-type]
     row = capsys.readouterr().out.splitlines()[2].split()
     assert row == ["t", "1", "different", "1", "12000", "3", "[4096,8192)", "yes"]
+
+
+class _MirrorClient:
+    def __init__(self, pages: list[dict[str, Any]]) -> None:
+        self.pages, self.asked = pages, []
+
+    def mirror_action(self, name: str, action: str, topic: str | None = None,
+                      body: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.asked.append((name, action, body))
+        return self.pages[len(self.asked) - 1]
+
+
+def _verdict(number: int, status: str, ranges: list[list[int]] = (), repair: str = "") -> dict[str, Any]:  # type: ignore[assignment]
+    return {"topic": "t", "partition": number, "status": status, "leader": 2, "lo": 0, "hi": 10_100,
+            "source_high_watermark": 10_100, "nodes_compared": 1 + 3 * bool(ranges), "ranges": list(ranges),
+            "repair": repair}
+
+
+def test_mirror_verify_pages_prints_and_exits_1_on_a_difference(capsys) -> None:  # type: ignore[no-untyped-def]
+    from multiraft.cli.mirror_commands import mirror_verify
+
+    client = _MirrorClient([{"partitions": [_verdict(0, "identical")], "next_start": 1},
+                            {"partitions": [_verdict(1, "different", [[8192, 10100]], "resync_started")],
+                             "next_start": None}])
+    args = argparse.Namespace(name="dr", topic="t", repair=True)
+    assert mirror_verify(client, args) == commands.EXIT_FAILED  # type: ignore[arg-type]
+    assert [a[2] for a in client.asked] == [{"start": 0, "repair": True, "topic": "t"},
+                                            {"start": 1, "repair": True, "topic": "t"}]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["TOPIC", "PARTITION", "STATUS"]
+    assert out[2].split() == ["t", "1", "different", "2", "[0,10100)", "10100", "4", "[8192,10100)", "resync_started"]
+    client = _MirrorClient([{"partitions": [_verdict(0, "identical")], "next_start": None}])
+    assert mirror_verify(client, argparse.Namespace(name="dr", topic=None, repair=False)) == commands.EXIT_OK  # type: ignore[arg-type]
+    assert client.asked[0][2] == {"start": 0, "repair": False}

@@ -5,6 +5,10 @@ mirror partition's pull), pause, resume, delete, promote one mirror topic. A lin
 token is stored for the sink to present to the source and never shown back
 (`credentials: true` says one is set).
 
+The full sync (docs/mirror.md): `POST /v1/admin/mirrors/{name}/verify` on the sink
+(admin); on the source (`read` on the topic) a partition's tictac tree,
+`GET /v1/topics/{topic}/partitions/{p}/tree` and `.../tree/nodes`.
+
 On the source (`read` on the topic): `GET /v1/topics/{topic}/partitions/{p}/log`, the
 committed batches as stored, framed as the binary consume answer (base offset i64,
 length u32, batch), the skipped ones included and named in `Raftlog-Skipped`
@@ -19,12 +23,16 @@ from aiohttp import web
 from multiraft.errors import InvalidRequest
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import BATCH_CONTENT_TYPE, REQUEST_TIMEOUT_S
-from multiraft.http.params import json_object, path_partition, query_int
+from multiraft.http.params import int_field, json_object, path_partition, query_int
 from multiraft.metadata.mirror_commands import CreateMirrorLink, LinkState, check_link_name
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
-from multiraft.node.api import MAX_BYTES_MAX, WAIT_MS_MAX
+from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
-CREATE_FIELDS = {"name", "sources", "topics", "priority", "token"}
+CREATE_FIELDS = {"name", "sources", "topics", "priority", "token", "verify_interval_s"}
+VERIFY_FIELDS = {"topic", "start", "repair"}
+VERIFY_TIMEOUT_S = 150.0  # up to 16 partitions, none started after 10 s, each two reads of its span
+TREE_TIMEOUT_S = 60.0  # a tree call reads the partition's span first
+POSITION_DIGITS_MAX = 18  # below 2**63 whatever the digits
 SKIPPED_NAMED_MAX = 256  # skipped batches named in one answer's header (the answer stops before more)
 
 
@@ -43,7 +51,7 @@ async def create(request: web.Request) -> web.Response:
     sources = body["sources"]
     command = CreateMirrorLink(name=body["name"], sources=tuple(sources) if isinstance(sources, list) else sources,
                                pattern=body["topics"], priority=body.get("priority", "normal"),
-                               token=body.get("token"))
+                               token=body.get("token"), verify_interval_s=body.get("verify_interval_s"))
     link = await bounded(node.mirrors.create(command), "mirror link creation")
     return web.json_response(link, status=201)
 
@@ -86,6 +94,54 @@ async def promote(request: web.Request) -> web.Response:
     if set(body) != {"topic"} or not isinstance(topic, str) or not TOPIC_NAME_PATTERN.fullmatch(topic):
         raise InvalidRequest('body is {"topic": TOPIC}')
     return web.json_response(await bounded(node.mirrors.promote(name, topic), "mirror promotion"))
+
+
+async def verify(request: web.Request) -> web.Response:
+    """The full sync (docs/mirror.md): up to 16 of the link's mirror partitions (of `topic`, or
+    all) from `start` on, each compared with the source by its sink leader; a different one is
+    resynced unless `repair` is false. `next_start`: where the next call goes on (null: done)."""
+    node = node_of(request)
+    name = _name(request)
+    body = await json_object(request, required=False)
+    unknown = set(body) - VERIFY_FIELDS
+    if unknown:
+        raise InvalidRequest(f"unknown fields: {', '.join(sorted(unknown))}")
+    topic = body.get("topic")
+    if topic is not None and (not isinstance(topic, str) or not TOPIC_NAME_PATTERN.fullmatch(topic)):
+        raise InvalidRequest("topic is a topic name")
+    repair = body.get("repair", True)
+    if not isinstance(repair, bool):
+        raise InvalidRequest("repair is true or false")
+    start = int_field(body, "start", 0, low=0, high=2**53)
+    report = await bounded(node.mirrors.verify(name, topic, start, repair=repair), "mirror verify", VERIFY_TIMEOUT_S)
+    return web.json_response(report.to_json())
+
+
+async def tree(request: web.Request) -> web.Response:
+    """A source's tree of one partition over `[lo, hi)` cut to what the answering replica holds."""
+    node = node_of(request)
+    topic, partition = request.match_info["topic"], path_partition(request)
+    lo = query_int(request, "lo", 0, low=0, high=2**63 - 1)
+    hi = query_int(request, "hi", 2**63 - 1, low=0, high=2**63 - 1)
+    answer = await bounded(node.partition_tree(topic, partition, lo, hi), "partition tree", TREE_TIMEOUT_S)
+    return web.json_response(answer)
+
+
+async def tree_nodes(request: web.Request) -> web.Response:
+    """Digests of the tree the tree call built: `level` (0: the leaves), `positions` (comma-separated)."""
+    node = node_of(request)
+    topic, partition = request.match_info["topic"], path_partition(request)
+    lo = query_int(request, "lo", low=0, high=2**63 - 1)
+    hi = query_int(request, "hi", low=0, high=2**63 - 1)
+    level = query_int(request, "level", low=0, high=TREE_LEVEL_MAX)
+    raw = request.query.get("positions", "")
+    parts = raw.split(",")
+    if not raw or len(parts) > TREE_POSITIONS_MAX or not all(
+            p.isascii() and p.isdigit() and len(p) <= POSITION_DIGITS_MAX for p in parts):
+        raise InvalidRequest(f"positions: 1..{TREE_POSITIONS_MAX} comma-separated node positions")
+    digests = await bounded(node.partition_tree_nodes(topic, partition, lo, hi, level, [int(p) for p in parts]),
+                            "partition tree nodes", TREE_TIMEOUT_S)
+    return web.json_response({"digests": digests})
 
 
 async def read_log(request: web.Request) -> web.StreamResponse:
