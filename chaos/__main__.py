@@ -1,6 +1,7 @@
 """`python -m chaos run ...`: one chaos run (or several), printing `chaos:` summary lines.
 
     python -m chaos run --nodes 3 --duration 60 --faults kill,pause,partition --seed 7 --out DIR [--groups]
+                        [--far-catchup]   # far-horizon catch-up driven hard (chaos/farcatchup.py)
     python -m chaos suite NAME --out DIR         # the Makefile's standard sets: smoke, standard, controls
     python -m chaos soak --hours 3 --seed S      # runs back to back, one aggregate report (chaos/soak.py)
 
@@ -41,6 +42,12 @@ FIVE_NODE_RUNS: dict[str, list[tuple[str, ...]]] = {
 GROUP_RUNS: dict[str, list[tuple[str, ...]]] = {
     "standard": [("kill", "pause", "partition")],
 }
+# Runs with far-horizon catch-up driven hard (--far-catchup, chaos/farcatchup.py), after the
+# suite's others. A node restarted after a kill is what opens its window (docs/chaos.md), so
+# kills get half the faults; power failures strike installs under way.
+FAR_CATCHUP_RUNS: dict[str, list[tuple[str, ...]]] = {
+    "standard": [("kill", "power")],
+}
 CONTROLS = {  # unsafe switch -> faults that expose it
     "ack-before-fsync": ("kill",),
     "no-dedup": ("kill", "partition"),
@@ -64,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--out", type=Path, default=Path("chaos-runs"))
     one.add_argument("--unsafe", default="", help="server negative-control switches (testing the tests)")
     one.add_argument("--groups", action="store_true", help="run the consumer-group workload too")
+    one.add_argument("--far-catchup", action="store_true",
+                     help="small far-horizon thresholds and small segments, so lagging followers get whole "
+                          "segment files (chaos/farcatchup.py); the summary counts the installs")
     suite = commands.add_parser("suite", help="a standard set of runs")
     suite.add_argument("name", choices=(*SUITES, "controls"))
     suite.add_argument("--duration", type=float, default=60.0)
@@ -76,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str],
-               groups: bool = False) -> bool:
+               groups: bool = False, far_catchup: bool = False) -> bool:
+    from chaos.farcatchup import never_taken
     from chaos.runner import RunConfig, run
 
     unknown = sorted(set(faults) - set(KNOWN_FAULTS))
@@ -90,10 +101,13 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
     if Injectors is not None and set(faults) - {"kill", "power", "pause", "move"}:
         provider = Injectors.detect(out, random.Random(seed ^ SEED_XOR))
     print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s"
-          f"{', consumer groups' if groups else ''}, out {out}", flush=True)
+          f"{', consumer groups' if groups else ''}{', far catch-up' if far_catchup else ''}, out {out}", flush=True)
     result = await run(RunConfig(out=out, seed=seed, nodes=nodes, duration_s=duration, faults=faults,
-                                 unsafe=unsafe, groups=groups), provider)
+                                 unsafe=unsafe, groups=groups, far_catchup=far_catchup), provider)
     print(result.summary, flush=True)
+    if far_catchup and never_taken(result.details["far_catchup"]):
+        print(f"chaos: WARNING: seed {seed}: --far-catchup run, but no far-horizon install happened: "
+              f"this run did not test that path", flush=True)
     return result.ok
 
 
@@ -114,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         out = args.out / f"{stamp}-seed{seed}"
         unsafe = [s for s in args.unsafe.split(",") if s]
-        ok = asyncio.run(_one(out, seed, args.nodes, args.duration, args.faults.split(","), unsafe, args.groups))
+        ok = asyncio.run(_one(out, seed, args.nodes, args.duration, args.faults.split(","), unsafe, args.groups,
+                              args.far_catchup))
         return 0 if ok else 1
     if args.name == "controls":
         caught = 0
@@ -127,12 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
         return 0 if caught == len(CONTROLS) else 1
     results = []
-    runs = [(faults, 3, False) for faults in SUITES[args.name]]
-    runs += [(faults, 5, False) for faults in FIVE_NODE_RUNS.get(args.name, [])]
-    runs += [(faults, 3, True) for faults in GROUP_RUNS.get(args.name, [])]
-    for number, (faults, nodes, groups) in enumerate(runs):
-        out = args.out / f"{stamp}-{args.name}{number}{'-groups' if groups else ''}-seed{seed + number}"
-        results.append(asyncio.run(_one(out, seed + number, nodes, args.duration, list(faults), [], groups)))
+    runs = [(faults, 3, False, False) for faults in SUITES[args.name]]
+    runs += [(faults, 5, False, False) for faults in FIVE_NODE_RUNS.get(args.name, [])]
+    runs += [(faults, 3, True, False) for faults in GROUP_RUNS.get(args.name, [])]
+    runs += [(faults, 3, False, True) for faults in FAR_CATCHUP_RUNS.get(args.name, [])]
+    for number, (faults, nodes, groups, far) in enumerate(runs):
+        suffix = ("-groups" if groups else "") + ("-far" if far else "")
+        out = args.out / f"{stamp}-{args.name}{number}{suffix}-seed{seed + number}"
+        results.append(asyncio.run(_one(out, seed + number, nodes, args.duration, list(faults), [], groups, far)))
     print(f"chaos: suite {args.name}: {sum(results)}/{len(results)} runs passed", flush=True)
     return 0 if all(results) else 1
 

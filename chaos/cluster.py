@@ -22,9 +22,11 @@ TICK_MS = 50  # election timeout 10 ticks = 500 ms: pauses of 1-6 s outlast it
 
 
 class ChaosCluster:
-    def __init__(self, directory: Path, nodes: int, node_env: Callable[[int], dict[str, str]]) -> None:
+    def __init__(self, directory: Path, nodes: int, node_env: Callable[[int], dict[str, str]],
+                 extra_args: tuple[str, ...] = ()) -> None:
+        """`extra_args`: more `raftlog serve` flags for every node (e.g. `--config FILE`)."""
         self.local = LocalCluster(directory, nodes, raft_port=RAFT_PORT, http_port=HTTP_PORT,
-                                  extra_args=("--tick-ms", str(TICK_MS)), node_env=node_env)
+                                  extra_args=("--tick-ms", str(TICK_MS), *extra_args), node_env=node_env)
         self.ids = [n.node_id for n in self.local.nodes]
         self.incarnation = dict.fromkeys(self.ids, 0)
         self.down: set[int] = set()

@@ -16,6 +16,10 @@ Phases:
    logs), then the history checker;
 6. report: history.jsonl, node logs, summary.txt, stats.json, index.html.
 The summary line begins with `chaos:`; any anomaly makes the exit code non-zero.
+
+With `far_catchup` (chaos/farcatchup.py) the nodes start with small far-horizon
+thresholds and the topics with small segments, and the summary counts the
+far-horizon installs the nodes' logs show.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ from typing import Any
 
 from chaos import checker
 from chaos.cluster import ChaosCluster, copy_logs
+from chaos.farcatchup import count_events as count_far_events
+from chaos.farcatchup import summary_part as far_summary
+from chaos.farcatchup import topic_config as far_topic_config
+from chaos.farcatchup import write_node_config as write_far_config
 from chaos.finalread import ClusterReplicas, FinalRead, FinalReader, targets_of
 from chaos.group_workload import GroupWorkload
 from chaos.history import PartitionKey
@@ -64,6 +72,7 @@ class RunConfig:
     unsafe: list[str] = field(default_factory=list)
     lose_unsynced: bool = True
     groups: bool = False  # the consumer-group workload too (chaos/group_workload.py)
+    far_catchup: bool = False  # far-horizon catch-up driven hard (chaos/farcatchup.py)
 
 
 @dataclass
@@ -90,7 +99,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             extra |= extra_faults.env_for(node)
         return extra
 
-    cluster = ChaosCluster(out / "data", config.nodes, node_env)
+    extra_args = ("--config", str(write_far_config(out))) if config.far_catchup else ()
+    cluster = ChaosCluster(out / "data", config.nodes, node_env, extra_args)
     if extra_faults is not None:
         extra_faults.prepare(cluster)
     keys = [PartitionKey(topic, p) for topic, count in TOPICS for p in range(count)]
@@ -99,7 +109,7 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
     history_path = out / "history.jsonl"
     try:
         await asyncio.to_thread(cluster.start_all, 90.0)
-        await _create_topics(cluster)
+        await _create_topics(cluster, far_topic_config() if config.far_catchup else {})
         await asyncio.sleep(TOPIC_SETTLE_S)
         kinds = [k for k in config.faults
                  if k in ("kill", "power", "pause") or (extra_faults and k in extra_faults.kinds)]
@@ -167,6 +177,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
         if extra_faults is not None:
             await extra_faults.close()
         copy_logs(cluster, out)
+    if config.far_catchup:
+        details["far_catchup"] = count_far_events(sorted(out.glob("node*.log")))
     details["windows"] = [vars(w) for w in nemesis.windows] if "nemesis" in locals() else []
     details["fault_counts"] = dict(nemesis.counts) if "nemesis" in locals() else {}
     if "nemesis" in locals() and nemesis.mover is not None:
@@ -193,12 +205,12 @@ def _replication_factor(nodes: int) -> int:
     return min(REPLICATION_FACTOR, nodes)
 
 
-async def _create_topics(cluster: ChaosCluster) -> None:
+async def _create_topics(cluster: ChaosCluster, topic_config: dict[str, Any]) -> None:
     servers = [cluster.http(n) for n in cluster.ids]
     async with AsyncClient(servers, timeout_s=30, attempts=20, local_host=CLIENT_HOST) as client:
         for topic, partitions in TOPICS:
             await client.create_topic(topic, partitions=partitions,
-                                      replication_factor=_replication_factor(len(cluster.ids)))
+                                      replication_factor=_replication_factor(len(cluster.ids)), config=topic_config)
         for topic, partitions in TOPICS:
             for partition in range(partitions):
                 await _until_writable(client, topic, partition, 60.0)
@@ -325,10 +337,12 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
     ok = not problems
     line = (
         f"chaos: seed {config.seed}, {config.nodes} nodes, {config.duration_s:.0f} s"
-        f"{', UNSAFE ' + ','.join(config.unsafe) if config.unsafe else ''}; faults: {faults}"
+        f"{', UNSAFE ' + ','.join(config.unsafe) if config.unsafe else ''}"
+        f"{', far catch-up on' if config.far_catchup else ''}; faults: {faults}"
         f"{' (skipped: ' + ','.join(details['faults_skipped']) + ')' if details.get('faults_skipped') else ''}"
         f"{_skipped_why(details)}"
-        f"{'; moves: ' + details['moves_summary'] if 'moves_summary' in details else ''}; "
+        f"{'; moves: ' + details['moves_summary'] if 'moves_summary' in details else ''}"
+        f"{'; ' + far_summary(details['far_catchup']) if 'far_catchup' in details else ''}; "
         f"ops: {stats.get('values-acknowledged', 0)} values acked, {stats.get('send-ok', 0)} sends ok, "
         f"{stats.get('send-info', 0)} info, {stats.get('send-fail', 0)} fail, {stats.get('poll-ok', 0)} polls ok, "
         f"{stats.get('commit-ok', 0)} commits ok"
