@@ -81,6 +81,15 @@ def list_closed_segments(store: SegmentStore) -> list[SegmentDescriptor]:
     return descriptors
 
 
+def file_crc(path: str) -> int:
+    """The CRC of a closed segment's file, read by its path (any thread: no store state)."""
+    crc = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(TRANSFER_CHUNK_BYTES_MAX):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
 def _file_crc(files: Files, handle) -> int:
     crc, position = 0, 0
     while position < handle.size:

@@ -48,7 +48,7 @@ from raftlog.errors import NotLeader
 from raftlog.types import GroupId, Index, NodeId
 from storage import checkpoints
 from storage.node_state import StartPoint, encode_start
-from storage.transfer import list_closed_segments, read_segment_chunk
+from storage.transfer import file_crc, list_closed_segments, read_segment_chunk
 
 if TYPE_CHECKING:
     from multiraft.node.registry import GroupRegistry
@@ -169,6 +169,17 @@ class CatchUpLeader:
         runtime = self._registry.leading(group_id)
         if runtime is None:
             return
+        # The files' CRCs are computed once, when a transfer first needs them (storage/
+        # transfer.py): on a thread, not on the loop (a gigabyte is a second of reading).
+        unknown = [s for s in store.segments if s.closed and s.crc is None and s.last_index <= upto]
+        if unknown:  # (a file not under its name yet, as the chaos double keeps some: on the loop below)
+            crcs = await asyncio.gather(*(asyncio.to_thread(file_crc, s.path) for s in unknown),
+                                        return_exceptions=True)
+            for segment, crc in zip(unknown, crcs, strict=True):
+                if isinstance(crc, int) and segment.crc is None and not store.closed:
+                    segment.crc = crc
+            if self._registry.leading(group_id) is not runtime:
+                return
         start = StartPoint(store.snapshot(), store.offset_after(store.snapshot().meta.index))
         segments = tuple(d for d in list_closed_segments(store) if d.last_index <= upto)
         captured = runtime.boundaries.captured.get(upto) if runtime.boundaries else None

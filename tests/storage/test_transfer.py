@@ -88,3 +88,16 @@ def test_segment_transfer_round_trip(tmp_path):
         install_segment(follower.files, str(tmp_path), descriptors[0], damaged)
     leader.close()
     follower.close()
+
+
+def test_file_crc_by_path_matches_the_stores(tmp_path):
+    # Goal: the CRC a far-horizon transfer computes on a thread (by path) is the one the
+    # store computes through its Files, the one a follower checks against.
+    from storage.transfer import file_crc
+
+    harness = SegmentHarness(str(tmp_path), config=StoreConfig(segment_bytes_max=4096), durable_files=False)
+    _fill(harness, 40)
+    closed = [s for s in harness.store.segments if s.closed]
+    by_path = [file_crc(s.path) for s in closed]
+    assert by_path == [d.crc for d in list_closed_segments(harness.store)]
+    harness.close()
