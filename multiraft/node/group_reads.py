@@ -97,6 +97,7 @@ class GroupReads:
         self._catalog = catalog
         self._rpc = rpc
         rpc.register("groups.partition_bounds", self._serve_bounds)
+        rpc.register("groups.partition_bounds_confirmed", self._serve_confirmed_bounds)
 
     # ------------------------------------------------------------------ fetch
 
@@ -162,6 +163,10 @@ class GroupReads:
                 try:
                     start, end = (await self.bounds([tp]))[tp]
                     if offset > end:  # past the answering replica's end: is it past the leader's too?
+                        # Asked of a leader that confirms it still leads (a ReadIndex): a deposed
+                        # leader that has not noticed yet believes it leads and its high watermark
+                        # is stale; its answer reset positions the real leader holds (chaos seed
+                        # 712994: an isolated n3, hw 240, sent a member at 262 back to 0).
                         start, end = (await self.bounds([tp], leader=True))[tp]
                 except ClientError as error:
                     return PartitionFetch(topic, partition, offset, None, error)
@@ -284,7 +289,11 @@ class GroupReads:
 
     async def bounds(self, tps: list[TopicPartition], *, leader: bool = False) -> dict[TopicPartition, tuple[int, int]]:
         """(log start offset, high watermark) of each partition, from a replica: this
-        node's when it hosts one (with `leader`, only when it leads), else the leader's."""
+        node's when it hosts one, else the leader's. With `leader`: from the leader only,
+        after it confirmed its leadership and applied that far (a ReadIndex, as
+        `fetch_offsets`), so the high watermark is at least any one a client saw before
+        the call; a leader that cannot confirm (deposed, cut off) fails the call,
+        retriable, and never answers its own stale bounds."""
         catalog = self._catalog.catalog
         local: dict[TopicPartition, tuple[int, int]] = {}
         remote: dict[int, list[tuple[TopicPartition, GroupId]]] = {}
@@ -293,7 +302,10 @@ class GroupReads:
                 raise UnknownTopic(f"partition {tp[0]}/{tp[1]} is not in this node's catalog (yet); retry")
             info = catalog.topic(tp[0]).partitions[tp[1]]
             mine = not leader or self._routing.leader_of(info.group_id) == self._routing.id
-            here = self._local_bounds(info.group_id) if mine else None
+            if leader and mine:
+                here = await self._confirmed_local_bounds(info.group_id)
+            else:
+                here = self._local_bounds(info.group_id) if mine else None
             if here is not None:
                 local[tp] = here
                 continue
@@ -303,8 +315,8 @@ class GroupReads:
             remote.setdefault(target, []).append((tp, info.group_id))
         for node, items in sorted(remote.items()):
             body = json.dumps([group_id for _, group_id in items]).encode()
-            answered = json.loads(await call_peer(self._rpc, node, "groups.partition_bounds", body, RPC_TIMEOUT_S,
-                                                  write=False))
+            method = "groups.partition_bounds_confirmed" if leader else "groups.partition_bounds"
+            answered = json.loads(await call_peer(self._rpc, node, method, body, RPC_TIMEOUT_S, write=False))
             for (tp, _), pair in zip(items, answered, strict=True):
                 if pair is None:
                     raise LeaderNotAvailable(f"partition {tp[0]}/{tp[1]} moved; retry")
@@ -316,6 +328,26 @@ class GroupReads:
         if machine is None or store is None:
             return None
         return int(store.log_start_offset), int(machine.state.high_watermark)
+
+    async def _confirmed_local_bounds(self, group_id: GroupId) -> tuple[int, int] | None:
+        """This node's bounds once it confirmed it leads the group (None: it does not)."""
+        runtime = self._registry.leading(group_id)
+        if runtime is None:
+            return None
+        try:
+            await asyncio.wait_for(runtime.read_index(), RPC_TIMEOUT_S)
+        except (ClientError, TimeoutError) as error:
+            raise LeaderNotAvailable(f"group {group_id}: leadership not confirmed ({error}); retry") from None
+        return self._local_bounds(group_id)
+
+    async def _serve_confirmed_bounds(self, source: int, body: bytes) -> tuple[int, bytes]:
+        async def work() -> list[Any]:
+            group_ids = json.loads(body)
+            if not isinstance(group_ids, list) or not all(type(g) is int for g in group_ids):
+                raise InvalidRequest("groups.partition_bounds_confirmed takes a list of group ids")
+            return [await self._confirmed_local_bounds(GroupId(g)) for g in group_ids]
+
+        return await answer(work(), lambda value: json.dumps(value).encode())
 
     async def _serve_bounds(self, source: int, body: bytes) -> tuple[int, bytes]:
         async def work() -> list[Any]:
