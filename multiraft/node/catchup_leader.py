@@ -134,6 +134,7 @@ class CatchUpLeader:
         for group_id in [g for g in registry.awake if g in registry.led and g in registry.partitions]:
             runtime, store = registry.groups[group_id], registry.stores[group_id]
             core = runtime.core
+            closed: list[tuple[Index, Index, int]] | None = None  # listed once a follower needs it
             for node in sorted(core.membership.voters | core.membership.learners):
                 if len(self._active) >= TRANSFERS_MAX:
                     return
@@ -146,7 +147,10 @@ class CatchUpLeader:
                     self._finish((group_id, node), ok=False, backoff=False)  # ended by a probe: anew
                 if self._backoff.get((group_id, node), 0.0) > time.monotonic():
                     continue
-                closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
+                if progress.state is not ProgressState.REPLICATE:
+                    continue  # far_target's first test, before the segments are listed
+                if closed is None:
+                    closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
                 upto = far_target(progress, core.log.last_index(), core.commit_index,
                                   Index(store.first_index() - 1), closed, *self._lag)
                 if upto is not None and core.hold_for_install(node, upto):
