@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.runtime.liveness import PeerLiveness
+from raftlog.core.quorum import has_quorum
 from raftlog.messages import Role
 
 if TYPE_CHECKING:
@@ -102,9 +103,10 @@ class Ticker:
 
     def _on_silence_change(self, silent: set[int]) -> None:
         """Log which peers fell silent or came back. The quiet followers of a leader on a
-        newly silent node wake (to elect); nothing else does: a held voter has its own
-        release timer, and a leader learns of a dead member when the controller declares
-        its node dead (Replicas wakes it then, for the ISR). A peer back before its
+        newly silent node wake (to elect), and the quiet leaders left without a quorum of
+        live voters (to step down); nothing else does: a held voter has its own release
+        timer, and a leader that keeps a quorum learns of a dead member when the controller
+        declares its node dead (Replicas wakes it then, for the ISR). A peer back before its
         followers here campaigned was slow, not dead: they go quiet again rather than
         disturb its leaders."""
         back = self._silent - silent
@@ -112,7 +114,7 @@ class Ticker:
         woken = 0
         if fell_silent:
             for runtime in list(self._registry.groups.values()):
-                if runtime.quiesced and _depends_on(runtime, fell_silent):
+                if runtime.quiesced and _depends_on(runtime, fell_silent, silent):
                     runtime.wake_for_silence()
                     woken += 1
         slept = sum(1 for r in self._registry.groups.values() if r.sleep_again()) if back else 0
@@ -154,8 +156,16 @@ class Ticker:
         return runtime.quiet_since == spell and self._registered_and_quiet(runtime)
 
 
-def _depends_on(runtime: GroupRuntime, silent: set[int]) -> bool:
-    """Does this quiet replica need its clock because `silent` fell silent? Only a
-    follower of a leader among them: it must elect a successor."""
+def _depends_on(runtime: GroupRuntime, fell_silent: set[int], silent: set[int]) -> bool:
+    """Does this quiet replica need its clock because `fell_silent` fell silent (`silent`:
+    every silent peer)? A follower of a leader among them: it must elect a successor. A
+    leader whose other voters are now all silent but too few to leave a quorum: only its
+    clock lets CheckQuorum step it down; quiet, it would claim to lead (and answer reads
+    from a high watermark the others moved past) until the partition healed. A leader
+    that keeps a quorum stays quiet (a node killed beside 10,000 partitions wakes none of
+    the survivors' leaders)."""
     core = runtime.core
-    return core.role is not Role.LEADER and core.leader != 0 and core.leader in silent
+    if core.role is Role.LEADER:
+        voters = core.membership.voters
+        return not fell_silent.isdisjoint(voters) and not has_quorum(voters, voters - silent)
+    return core.leader != 0 and core.leader in fell_silent

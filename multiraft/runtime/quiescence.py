@@ -6,7 +6,8 @@ whole log, everything is committed and applied, no read or transfer pending)
 tells its followers to go quiet and stops ticking itself; they stop ticking too.
 A quiet group wakes on any message, proposal or read, and a quiet follower wakes
 when the leader's *node* stops answering (node-level pings), so a dead leader is
-still replaced.
+still replaced; a quiet leader wakes when too few of its voters' nodes answer to make
+a quorum, so CheckQuorum steps a cut-off leader down.
 
 A leader may go quiet past members whose nodes are down (CockroachDB quiesces a
 range past followers on non-live nodes, and wakes it when one is live again): the

@@ -134,16 +134,23 @@ async def test_quiet_groups_are_not_ticked_and_the_leaders_list_follows_roles(tm
         assert all(p.group_id != group for p in leader.routing.led_partitions()), "the cache followed the move"
 
 
-def test_a_silence_wakes_only_a_follower_of_the_silent_leader() -> None:
-    # Goal: the ticker's rule: a quiet follower whose leader fell silent needs its clock;
-    # a leader (whatever its members) and a held voter (no leader known yet) do not.
-    def runtime(role: Role, leader: int) -> Any:
-        return SimpleNamespace(core=SimpleNamespace(role=role, leader=leader))
+def test_a_silence_wakes_only_a_follower_of_the_silent_leader_or_a_leader_without_quorum() -> None:
+    # Goal: the ticker's rule: a quiet follower whose leader fell silent needs its clock,
+    # and so does a leader left without a quorum of live voters (CheckQuorum must step it
+    # down); a leader that keeps a quorum and a held voter (no leader known yet) do not.
+    def runtime(role: Role, leader: int, voters: frozenset[int] = frozenset({1, 2, 3})) -> Any:
+        return SimpleNamespace(core=SimpleNamespace(role=role, leader=leader, membership=SimpleNamespace(voters=voters)))
 
-    assert _depends_on(runtime(Role.FOLLOWER, 2), {2})
-    assert not _depends_on(runtime(Role.FOLLOWER, 3), {2})
-    assert not _depends_on(runtime(Role.FOLLOWER, 0), {2}), "a held voter has its own release timer"
-    assert not _depends_on(runtime(Role.LEADER, 1), {2}), "a leader wakes when the node is declared dead"
+    assert _depends_on(runtime(Role.FOLLOWER, 2), {2}, {2})
+    assert not _depends_on(runtime(Role.FOLLOWER, 3), {2}, {2})
+    assert not _depends_on(runtime(Role.FOLLOWER, 0), {2}, {2}), "a held voter has its own release timer"
+    assert not _depends_on(runtime(Role.LEADER, 1), {2}, {2}), "a leader wakes when the node is declared dead"
+    assert _depends_on(runtime(Role.LEADER, 1), {3}, {2, 3}), "no quorum left: CheckQuorum needs its clock"
+    assert not _depends_on(runtime(Role.LEADER, 1), {4}, {2, 3, 4}), "woken already when its voters fell silent"
+    assert not _depends_on(runtime(Role.LEADER, 1, frozenset({1})), {2}, {2}), "a lone voter is its own quorum"
+    five = frozenset({1, 2, 3, 4, 5})
+    assert not _depends_on(runtime(Role.LEADER, 1, five), {2, 3}, {2, 3})
+    assert _depends_on(runtime(Role.LEADER, 1, five), {4}, {2, 3, 4})
 
 
 def test_boundaries_join_the_set_compaction_walks_at_their_first_capture() -> None:
@@ -179,6 +186,24 @@ async def test_a_stopped_node_wakes_only_the_followers_of_its_groups(tmp_path: P
         for group, leader in ours.items():
             runtime = leader.groups[group]
             assert runtime.quiesced and runtime.core.role is Role.LEADER, f"group {group} woke for the silence"
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_quiet_leader_cut_off_from_its_quorum_wakes_and_steps_down(tmp_path: Path) -> None:
+    # Goal: a quiet leader whose other voters' nodes all fall silent wakes, so CheckQuorum
+    # steps it down: left quiet, it kept claiming leadership (and answering reads from a
+    # high watermark the others had moved past) until the partition healed.
+    async with running_cluster(tmp_path, node_dead_after_ms=600_000) as nodes:
+        await _topic(nodes, "cutoff", 6)
+        await until(lambda: _all_quiet(nodes), "every group quiet", 30)
+        alone = nodes[0]
+        led = [nodes[0].partition_group("cutoff", p) for p in range(6) if leader_of(nodes, "cutoff", p) is alone]
+        assert led, "node 1 leads some partitions"
+        for node in nodes[1:]:
+            await node.stop()
+        await until(lambda: all(alone.groups[g].core.role is not Role.LEADER for g in led),
+                    "every leader here stepped down", 20)
 
 
 @pytest.mark.integration
