@@ -132,6 +132,14 @@ class Catalog:
             if command.old not in partition.replicas:
                 raise InvalidReplicaAssignment(f"node {command.old} holds no replica of {command.topic}/"
                                                f"{command.partition}")
+            if partition.leaving:
+                # One move per partition at a time: the controller waits for a copy to
+                # leave before it names the next, but two controllers (a metadata leader
+                # change between a proposal and its apply) could each name one; a second
+                # would change the voters while the first's learner is not yet caught up.
+                raise InvalidReplicaAssignment(
+                    f"{command.topic}/{command.partition} is still moving: node(s) "
+                    f"{', '.join(map(str, partition.leaving))} leaving")
             if command.new in partition.hosts:
                 raise InvalidReplicaAssignment(f"node {command.new} already holds a copy of {command.topic}/"
                                                f"{command.partition}")

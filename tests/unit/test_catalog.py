@@ -287,6 +287,9 @@ def test_a_replaced_replica_keeps_its_copy_until_the_group_left_it():
     assert 1 in groups_for_node(applier.catalog, 2), "the leaving node keeps its copy"
     assert isinstance(applier(ReplaceReplica(topic="a", partition=0, old=4, new=2)).error,
                       InvalidReplicaAssignment), "the leaving node still holds a copy"
+    refused = applier(ReplaceReplica(topic="a", partition=0, old=3, new=5))
+    assert isinstance(refused.error, InvalidReplicaAssignment) and "still moving" in str(refused.error), \
+        "one move per partition at a time"
     restored = Catalog.restore(applier.catalog.snapshot())
     assert restored.topics == applier.catalog.topics
 
