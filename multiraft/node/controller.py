@@ -54,6 +54,9 @@ CONTROLLER_INTERVAL_S = 0.5
 # Controller._relay_registration): the proposal reaches the leader either way.
 RELAY_TIMEOUT_S = 1.0
 REPLICA_MOVES_PER_ROUND_MAX = 100  # catalog entries per round; the copies themselves run per partition
+# A leaving voter takes two changes (a learner promoted in its place, then its removal):
+# both in one round, the second as soon as the first applied, not a round later.
+METADATA_CHANGES_PER_ROUND_MAX = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -329,19 +332,32 @@ class Controller:
         holding = {n for n in leaving if decommission.replicas_held(catalog, n)}
         allowed = decommission.moves_allowed(catalog)
         moves = await self.replace_replicas_of(holding, limit=allowed) if holding and allowed else 0
-        core = self._runtime.core
-        matches = {n: p.match for n in core.membership.members if (p := core.progress(n)) is not None}
-        change, why = decommission.metadata_step(
-            catalog, core.membership, self.id, matches, core.commit_index, leaving - holding)
+        why = ""
+        for _ in range(METADATA_CHANGES_PER_ROUND_MAX):
+            changed, why = await self._metadata_step(leaving - holding)
+            if not changed:
+                break
         self.decommission_waiting = why or decommission.moves_waiting(catalog, holding, allowed, moves)
+
+    async def _metadata_step(self, leaving: set[NodeId] | frozenset[NodeId]) -> tuple[bool, str]:
+        """Take the metadata group's next change for the nodes that hold nothing any more;
+        (whether one went through, why none can be taken)."""
+        core = self._runtime.core
+        if core.role is not Role.LEADER:
+            return False, ""
+        matches = {n: p.match for n in core.membership.members if (p := core.progress(n)) is not None}
+        change, why = decommission.metadata_step(self._catalog.catalog, core.membership, self.id, matches,
+                                                 core.commit_index, leaving)
         if change is None:
-            return
+            return False, why
         self._logger.info("decommission_metadata_change", op=change.op.name, node=change.node_id)
         try:
             async with asyncio.timeout(RPC_TIMEOUT_S):
                 await self._runtime.propose_membership(change)
         except (MembershipChangeInProgress, ClientError, TimeoutError) as error:  # the next round asks again
             self._logger.info("decommission_metadata_change_deferred", node=change.node_id, error=repr(error))
+            return False, ""
+        return True, ""
 
     async def _readmit_recommissioned(self, catalog: Any) -> None:
         """A node recommissioned after it left the metadata group joins it again as a
