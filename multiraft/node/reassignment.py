@@ -56,10 +56,10 @@ if TYPE_CHECKING:
 
 ProposeMetadata = Callable[[Command], Awaitable[Any]]
 
-# A round's own cost is two comparisons when nothing changed, so rounds can be
-# frequent: each step of a move waits for one (at 1 s, a move's add, promote, remove
-# and report took 3-4 s of rounds on top of its copy).
-MOVE_INTERVAL_S = 0.25
+# A round's own cost is two comparisons when nothing changed, and a walk of the groups
+# left unsettled otherwise, so rounds can be frequent: a move's steps wait for them (at
+# 1 s, a move's add, promote, remove and report took 3-4 s of rounds beside its copy).
+MOVE_INTERVAL_S = 0.1
 STEPS_PER_ROUND_MAX = 100
 # Idle rounds look only when the catalog or a leadership here changed, or the last
 # round left groups unsettled (a thousand partitions walked every round would be a
@@ -174,8 +174,8 @@ async def take(node: Routing, propose_metadata: ProposeMetadata, chosen: GroupSt
 async def follow_through(node: Routing, propose_metadata: ProposeMetadata, chosen: GroupStep, logger: Any) -> None:
     """Take `chosen`, then the group's next steps while each goes through."""
     for _ in range(FOLLOW_THROUGH_STEPS_MAX):
-        if not await take(node, propose_metadata, chosen, logger):
-            return
+        if not await take(node, propose_metadata, chosen, logger) or chosen.step.kind is StepKind.REPORT_LEFT:
+            return  # (the report is the last step: this node's catalog may not show it yet)
         found, _ = steps(node, only=(chosen.group_id,))
         if not found:
             return
@@ -185,9 +185,10 @@ async def follow_through(node: Routing, propose_metadata: ProposeMetadata, chose
 @dataclass(slots=True)
 class MoveScan:
     """When a move round looks, and at which groups: all of them when the catalog or a
-    leadership here changed (`seen`: the catalog index and the registry's `led_version`
-    last walked at) or the full walk is due; only the `unsettled` ones otherwise; none
-    when there are none."""
+    leadership here changed (`seen`: the index of the catalog's last command, not the
+    consumer groups' ones that share its log, and the registry's `led_version`, last
+    walked at) or the full walk is due; only the `unsettled` ones otherwise; none when
+    there are none."""
 
     seen: tuple[int, int] | None = None
     scanned: float = float("-inf")
@@ -205,7 +206,7 @@ class MoveScan:
 async def move_round(node: Routing, propose_metadata: ProposeMetadata, logger: Any, scan: MoveScan,
                      now: float) -> int:
     """One round; returns the groups it stepped."""
-    full, groups = scan.scope(now, int(node.catalog.catalog.applied_index), node.registry.led_version)
+    full, groups = scan.scope(now, node.catalog.topics_index, node.registry.led_version)
     if not full and not groups:
         return 0
     chosen_steps, unsettled = steps(node, only=None if full else groups)

@@ -117,7 +117,7 @@ class _Node:
         self.info = PartitionInfo(partition=0, group_id=GroupId(7), replicas=(NodeId(1), NodeId(4), NodeId(3)),
                                   leaving=(NodeId(2),))
         self.registry = SimpleNamespace(groups={GroupId(7): self.runtime}, led_version=1)
-        self.catalog = SimpleNamespace(catalog=SimpleNamespace(applied_index=5))
+        self.catalog = SimpleNamespace(topics_index=5)
         self.reported: list = []
 
     def led_partitions(self):
@@ -126,7 +126,7 @@ class _Node:
     async def propose_metadata(self, command):
         self.reported.append(command.node)
         self.info = replace(self.info, leaving=())
-        self.catalog.catalog.applied_index += 1
+        self.catalog.topics_index += 1
 
 
 def test_a_step_that_went_through_is_followed_by_the_groups_next_ones_in_the_same_round():
