@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 JOIN_TIMEOUT_S = 60.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
+# A decommission's own steps follow the catalog this closely (each step of a leaving
+# node waited up to a whole interval: its moves' start, its metadata changes at the end).
+DECOMMISSION_POLL_S = 0.1
 # A relayed registration waits this long for an answer that may never come back (see
 # Controller._relay_registration): the proposal reaches the leader either way.
 RELAY_TIMEOUT_S = 1.0
@@ -311,13 +314,26 @@ class Controller:
                     await self.replace_replicas_of(gone)
 
     async def run_decommissions(self) -> None:
-        """On the metadata leader, every CONTROLLER_INTERVAL_S: a decommission round. Its
-        own task, apart from `watch_liveness`: a membership change can wait seconds for
-        its commit, and marking nodes dead must not wait behind it."""
+        """On the metadata leader: a decommission round within DECOMMISSION_POLL_S of a
+        catalog command or a change of the metadata group's membership (a mark, a move
+        started or ended, a voter promoted), else every CONTROLLER_INTERVAL_S (a learner
+        catching up shows in neither). Its own task, apart from `watch_liveness`: a
+        membership change can wait seconds for its commit, and marking nodes dead must
+        not wait behind it."""
+        seen: tuple[int, Any] | None = None
+        last = float("-inf")
         while True:
-            await asyncio.sleep(CONTROLLER_INTERVAL_S)
-            if self._runtime.core.role is Role.LEADER:
-                await self.decommission_round()
+            await asyncio.sleep(DECOMMISSION_POLL_S)
+            core = self._runtime.core
+            if core.role is not Role.LEADER:
+                seen = None
+                continue
+            now = time.monotonic()
+            key = (self._catalog.topics_index, core.membership)
+            if key == seen and now - last < CONTROLLER_INTERVAL_S:
+                continue
+            seen, last = key, now
+            await self.decommission_round()
 
     async def decommission_round(self) -> None:
         """On the controller: the next steps of every decommission (decommission.py): moves
