@@ -144,16 +144,18 @@ async def _sent_bytes(session: aiohttp.ClientSession, servers: list[str]) -> dic
 
 
 def _versus_throttle(held: dict[int, int], sent: dict[str, float], rate: int, took: float, staying: int) -> None:
+    """The measured time against the throttle's (bench/decommission_timeline.py: the
+    busiest sending node's bytes over the rate)."""
     total = sum(held.values())
+    implied = spread_implied_s(list(held.values()), staying, rate)
     as_sent = max(sent.values()) / rate
-    spread = spread_implied_s(list(held.values()), staying, rate)
     print(f"node {LEAVING} held {total / 2**20:.0f} MiB in {len(held)} partitions "
           f"({', '.join(f'{b / 2**20:.0f}' for b in sorted(held.values(), reverse=True))} MiB)")
-    print(f"implied by the throttle (max over sending nodes of bytes sent / rate): {as_sent:.2f} s as sent "
-          f"(busiest sender {max(sent.values()) / 2**20:.0f} MiB at {rate / 2**20:.0f} MiB/s); "
-          f"{spread:.2f} s for the best spread over {staying} senders")
-    print(f"measured {took:.2f} s: ratio {took / as_sent:.2f} to the implied time as sent "
-          f"(goal 0.8-1.2), {took / spread:.2f} to the best spread")
+    print(f"implied by the throttle: {implied:.2f} s (copies dealt over {staying} sending nodes, "
+          f"max over senders of their bytes / {rate / 2**20:.0f} MiB/s); as the nodes' throttles "
+          f"metered them: {as_sent:.2f} s (busiest sender {max(sent.values()) / 2**20:.0f} MiB)")
+    print(f"measured {took:.2f} s: ratio {took / implied:.2f} (goal 0.8-1.2); {took / as_sent:.2f} to the "
+          "metered bytes")
 
 
 def _p99(latencies: list[float]) -> float:
