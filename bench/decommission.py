@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -250,6 +251,8 @@ def main() -> int:
         asyncio.run(run(args, cluster))
     finally:
         cluster.stop()
+        if args.keep is None:  # a run leaves gigabytes: kept only when asked (--keep)
+            shutil.rmtree(directory, ignore_errors=True)
     return 0
 
 
