@@ -145,19 +145,21 @@ class CatchUpLeader:
                     if self._holding((group_id, node), runtime):
                         continue
                     self._finish((group_id, node), ok=False, backoff=False)  # ended by a probe: anew
-                if self._backoff.get((group_id, node), 0.0) > time.monotonic():
-                    continue
                 if progress.state is not ProgressState.REPLICATE:
                     continue  # far_target's first test, before the segments are listed
-                if closed is None:
-                    closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
-                upto = far_target(progress, core.log.last_index(), core.commit_index,
-                                  Index(store.first_index() - 1), closed, *self._lag)
+                upto = None
+                if self._backoff.get((group_id, node), 0.0) <= time.monotonic():
+                    if closed is None:
+                        closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
+                    upto = far_target(progress, core.log.last_index(), core.commit_index,
+                                      Index(store.first_index() - 1), closed, *self._lag)
                 if upto is not None and core.hold_for_install(node, upto):
                     learner = node in core.membership.learners
                     transfer = Transfer(upto, learner, time.monotonic() + IDLE_S, next(self._numbers))
                     self._active[(group_id, node)] = transfer
                     self._start_task(self._offer(group_id, node, upto, store, transfer.number), "far-catchup-offer")
+                elif progress.far_wait and node in core.membership.learners:  # Config.far_wait_learners:
+                    runtime.call_core(lambda raft, node=node: raft.end_far_wait(node))  # no install, replay now
 
     async def _offer(self, group_id: GroupId, node: NodeId, upto: Index, store: SegmentStore, number: int) -> None:
         key = (group_id, node)

@@ -50,10 +50,16 @@ if TYPE_CHECKING:
 JOIN_TIMEOUT_S = 60.0
 NODE_HEARTBEAT_INTERVAL_S = 0.5
 CONTROLLER_INTERVAL_S = 0.5
+# A decommission's own steps follow the catalog this closely (each step of a leaving
+# node waited up to a whole interval: its moves' start, its metadata changes at the end).
+DECOMMISSION_POLL_S = 0.1
 # A relayed registration waits this long for an answer that may never come back (see
 # Controller._relay_registration): the proposal reaches the leader either way.
 RELAY_TIMEOUT_S = 1.0
 REPLICA_MOVES_PER_ROUND_MAX = 100  # catalog entries per round; the copies themselves run per partition
+# A leaving voter takes two changes (a learner promoted in its place, then its removal):
+# both in one round, the second as soon as the first applied, not a round later.
+METADATA_CHANGES_PER_ROUND_MAX = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -308,13 +314,26 @@ class Controller:
                     await self.replace_replicas_of(gone)
 
     async def run_decommissions(self) -> None:
-        """On the metadata leader, every CONTROLLER_INTERVAL_S: a decommission round. Its
-        own task, apart from `watch_liveness`: a membership change can wait seconds for
-        its commit, and marking nodes dead must not wait behind it."""
+        """On the metadata leader: a decommission round within DECOMMISSION_POLL_S of a
+        catalog command or a change of the metadata group's membership (a mark, a move
+        started or ended, a voter promoted), else every CONTROLLER_INTERVAL_S (a learner
+        catching up shows in neither). Its own task, apart from `watch_liveness`: a
+        membership change can wait seconds for its commit, and marking nodes dead must
+        not wait behind it."""
+        seen: tuple[int, Any] | None = None
+        last = float("-inf")
         while True:
-            await asyncio.sleep(CONTROLLER_INTERVAL_S)
-            if self._runtime.core.role is Role.LEADER:
-                await self.decommission_round()
+            await asyncio.sleep(DECOMMISSION_POLL_S)
+            core = self._runtime.core
+            if core.role is not Role.LEADER:
+                seen = None
+                continue
+            now = time.monotonic()
+            key = (self._catalog.topics_index, core.membership)
+            if key == seen and now - last < CONTROLLER_INTERVAL_S:
+                continue
+            seen, last = key, now
+            await self.decommission_round()
 
     async def decommission_round(self) -> None:
         """On the controller: the next steps of every decommission (decommission.py): moves
@@ -329,19 +348,32 @@ class Controller:
         holding = {n for n in leaving if decommission.replicas_held(catalog, n)}
         allowed = decommission.moves_allowed(catalog)
         moves = await self.replace_replicas_of(holding, limit=allowed) if holding and allowed else 0
-        core = self._runtime.core
-        matches = {n: p.match for n in core.membership.members if (p := core.progress(n)) is not None}
-        change, why = decommission.metadata_step(
-            catalog, core.membership, self.id, matches, core.commit_index, leaving - holding)
+        why = ""
+        for _ in range(METADATA_CHANGES_PER_ROUND_MAX):
+            changed, why = await self._metadata_step(leaving - holding)
+            if not changed:
+                break
         self.decommission_waiting = why or decommission.moves_waiting(catalog, holding, allowed, moves)
+
+    async def _metadata_step(self, leaving: set[NodeId] | frozenset[NodeId]) -> tuple[bool, str]:
+        """Take the metadata group's next change for the nodes that hold nothing any more;
+        (whether one went through, why none can be taken)."""
+        core = self._runtime.core
+        if core.role is not Role.LEADER:
+            return False, ""
+        matches = {n: p.match for n in core.membership.members if (p := core.progress(n)) is not None}
+        change, why = decommission.metadata_step(self._catalog.catalog, core.membership, self.id, matches,
+                                                 core.commit_index, leaving)
         if change is None:
-            return
+            return False, why
         self._logger.info("decommission_metadata_change", op=change.op.name, node=change.node_id)
         try:
             async with asyncio.timeout(RPC_TIMEOUT_S):
                 await self._runtime.propose_membership(change)
         except (MembershipChangeInProgress, ClientError, TimeoutError) as error:  # the next round asks again
             self._logger.info("decommission_metadata_change_deferred", node=change.node_id, error=repr(error))
+            return False, ""
+        return True, ""
 
     async def _readmit_recommissioned(self, catalog: Any) -> None:
         """A node recommissioned after it left the metadata group joins it again as a

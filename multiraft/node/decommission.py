@@ -4,8 +4,12 @@
 An operator takes a healthy node out of the cluster with `raftlog node decommission
 N` (`SetNodeDecommissioning` in the catalog; `recommission` cancels). From then on:
 
-1. it leads nothing: every node treats it as drained (its leaderships move first,
-   draining.py), so its partitions do not go leaderless when it finally stops;
+1. it leads nothing: every node treats it as drained (its leaderships move away,
+   draining.py), so its partitions do not go leaderless when it finally stops. Not
+   first: the moves below start at once, beside the drain, and each copy is made by
+   whichever node leads its partition (the successor takes a move up at its next
+   round, reassignment.py). Only a removal waits for the leadership: a leader never
+   removes itself, it hands the group over first;
 2. it takes no new replica (placement counts only `placeable_nodes`);
 3. the controller names a live node in place of each of its replicas, the way it
    does for a dead node's (`ReplaceReplica`, placement's `replacement_for`: racks and

@@ -93,6 +93,10 @@ TRANSFER_TIMEOUT_ELECTIONS = 2
 # follows the target's answer. A target catching up from far (a restart) is far outside.
 CAUGHT_UP_ENTRIES_MAX = 16
 MOVES_PER_ROUND_MAX = 100  # the pure choosers' default bound; the Balancer passes its own
+# A drained node that still leads rounds this often: a decommission's copies of the groups
+# it leads are made by their next leader (a copy it started is abandoned when its
+# leadership moves), so the sooner it hands them over the better; and the operator waits.
+DRAIN_ROUND_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,10 +366,26 @@ class Balancer:
         return len(moves)
 
     async def run(self, interval_s: float = OBSERVE_INTERVAL_S) -> None:
+        """A round every `interval_s`; every DRAIN_ROUND_S while this node is drained and
+        still leads a group (draining.py), as long as its rounds move something: the
+        first after the mark, then while transfers start or are in flight (one that
+        finds no ready target waits the usual interval)."""
+        last = float("-inf")
+        moving = False  # drained, and the last round started or awaited transfers
+        last_drained: bool | None = None  # whether it was at the last look (None: not looked yet)
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(min(interval_s, DRAIN_ROUND_S))
+            node = self._node
+            drained = bool(node.registry.led) and draining.is_drained(node, node.id)
+            now = self._clock()
+            if now - last < interval_s and not (drained and (moving or last_drained is False)):
+                last_drained = drained
+                continue
+            last, last_drained = now, drained
+            started = 0
             with contextlib.suppress(KeyError):  # a group closed between the choice and the move
-                self.balance_now()
+                started = self.balance_now()
+            moving = drained and bool(started or self.in_flight)
 
 
 async def balance_everywhere(balancer: Balancer, node: Routing, rpc: Rpc) -> dict[int, int]:

@@ -21,6 +21,17 @@ copy is deleted only after the group stopped counting on it. Step 3 waits for
 *every* listed node, so a leader whose catalog is stale (it has not seen a move
 yet) never removes anything the move needs.
 
+When the loop looks (`MoveScan`): a round every MOVE_INTERVAL_S does nothing unless
+the catalog changed, a leadership here changed, or a group was left unsettled, and
+then walks all the led groups only for the first two (the third re-checks just those
+groups), with a full walk at least every FULL_SCAN_INTERVAL_S. A leadership gained
+counts: a decommissioning node hands its groups over while their moves start (its
+drain and the moves run side by side), and its successor must take the move up at
+once. It once waited for the 10 s full walk, so a decommission's copies of the groups
+the node led started about 4 s after the others (docs/node.md, "Moves by files,
+throttled"). A step that went through is followed at once by its group's next one
+(a promotion by the removal, the removal by the report), not a round later.
+
 The choice (`next_step`) is pure, apart from the loop that acts on it, as in
 leadership.py.
 """
@@ -45,12 +56,18 @@ if TYPE_CHECKING:
 
 ProposeMetadata = Callable[[Command], Awaitable[Any]]
 
-MOVE_INTERVAL_S = 1.0
+# A round's own cost is two comparisons when nothing changed, and a walk of the groups
+# left unsettled otherwise, so rounds can be frequent: a move's steps wait for them (at
+# 1 s, a move's add, promote, remove and report took 3-4 s of rounds beside its copy).
+MOVE_INTERVAL_S = 0.1
 STEPS_PER_ROUND_MAX = 100
-# Idle rounds look only when the catalog changed or the last round had work (a
-# thousand partitions scanned every second would be a visible share of an idle
-# node's CPU); a leadership gained mid-move is picked up by this slower full scan.
+# Idle rounds look only when the catalog or a leadership here changed, or the last
+# round left groups unsettled (a thousand partitions walked every round would be a
+# visible share of an idle node's CPU); this slower full walk catches the rest.
 FULL_SCAN_INTERVAL_S = 10.0
+# Steps taken in a row for one group once one went through: add (when the copy is
+# caught up at once), promote, remove, report.
+FOLLOW_THROUGH_STEPS_MAX = 4
 
 
 class StepKind(enum.Enum):
@@ -101,64 +118,111 @@ class GroupStep:
     step: Step
 
 
-def steps(node: Routing, limit: int = STEPS_PER_ROUND_MAX) -> tuple[list[GroupStep], bool]:
-    """One step for each group this node leads whose membership differs from the catalog,
-    and whether any such group remains (possibly with no step yet: a copy catching up)."""
+def steps(node: Routing, limit: int = STEPS_PER_ROUND_MAX,
+          only: Collection[GroupId] | None = None) -> tuple[list[GroupStep], set[GroupId]]:
+    """One step for each group this node leads (of `only`, when given) whose membership
+    differs from the catalog, and every such group it reached (possibly with no step
+    yet: a copy catching up); at most `limit` steps."""
     found: list[GroupStep] = []
-    unsettled = False
+    unsettled: set[GroupId] = set()
     for group_id, runtime, topic, info in node.led_partitions():
         if len(found) >= limit:
             break
+        if only is not None and group_id not in only:
+            continue
         core = runtime.core
         membership = core.membership
         if not info.leaving and not membership.learners and membership.voters == set(info.replicas):
             continue  # settled: the common case, kept cheap
-        unsettled = True
+        unsettled.add(group_id)
         matches = {n: p.match for n in membership.members if (p := core.progress(n)) is not None}
         step = next_step(node.id, membership.voters, membership.learners, info.replicas, info.leaving, matches,
                          core.commit_index, core.in_sync_replicas())
         if step is not None:
             found.append(GroupStep(group_id, topic, info.partition, step))
-    return found, unsettled or len(found) >= limit
+    return found, unsettled
 
 
 _OPS = {StepKind.ADD_LEARNER: ConfChangeOp.ADD_LEARNER, StepKind.PROMOTE: ConfChangeOp.ADD_VOTER,
         StepKind.REMOVE: ConfChangeOp.REMOVE}
 
 
-async def take(node: Routing, propose_metadata: ProposeMetadata, chosen: GroupStep, logger: Any) -> None:
-    """Act on one step; a refusal (leadership moved, a change still applying) waits for
-    the next round, which chooses again from what is then true."""
+async def take(node: Routing, propose_metadata: ProposeMetadata, chosen: GroupStep, logger: Any) -> bool:
+    """Act on one step; True when it went through (applied here; a transfer is only
+    asked for, so False). A refusal (leadership moved, a change still applying) waits
+    for the next round, which chooses again from what is then true."""
     step = chosen.step
     groups = node.registry.groups
     logger.info("replica_move_step", group_id=chosen.group_id, topic=chosen.topic, partition=chosen.partition,
-                     step=step.kind.value, node=step.target)
+                step=step.kind.value, node=step.target)
     try:
         async with asyncio.timeout(RPC_TIMEOUT_S):
             if step.kind is StepKind.TRANSFER:
                 groups[chosen.group_id].request_transfer(step.target)
-            elif step.kind is StepKind.REPORT_LEFT:
+                return False
+            if step.kind is StepKind.REPORT_LEFT:
                 await propose_metadata(ReplicaLeft(topic=chosen.topic, partition=chosen.partition,
-                                                        node=step.target))
+                                                   node=step.target))
             else:
                 await groups[chosen.group_id].propose_membership(ConfChange(_OPS[step.kind], step.target))
     except (ClientError, TimeoutError, KeyError) as error:
         logger.info("replica_move_step_deferred", group_id=chosen.group_id, error=repr(error))
+        return False
+    return True
+
+
+async def follow_through(node: Routing, propose_metadata: ProposeMetadata, chosen: GroupStep, logger: Any) -> None:
+    """Take `chosen`, then the group's next steps while each goes through."""
+    for _ in range(FOLLOW_THROUGH_STEPS_MAX):
+        if not await take(node, propose_metadata, chosen, logger) or chosen.step.kind is StepKind.REPORT_LEFT:
+            return  # (the report is the last step: this node's catalog may not show it yet)
+        found, _ = steps(node, only=(chosen.group_id,))
+        if not found:
+            return
+        chosen = found[0]
+
+
+@dataclass(slots=True)
+class MoveScan:
+    """When a move round looks, and at which groups: all of them when the catalog or a
+    leadership here changed (`seen`: the index of the catalog's last command, not the
+    consumer groups' ones that share its log, and the registry's `led_version`, last
+    walked at) or the full walk is due; only the `unsettled` ones otherwise; none when
+    there are none."""
+
+    seen: tuple[int, int] | None = None
+    scanned: float = float("-inf")
+    unsettled: frozenset[GroupId] = frozenset()
+
+    def scope(self, now: float, catalog_index: int, led_version: int) -> tuple[bool, frozenset[GroupId]]:
+        """(walk everything, else these groups); records a full walk as done."""
+        key = (catalog_index, led_version)
+        if key != self.seen or now - self.scanned >= FULL_SCAN_INTERVAL_S:
+            self.seen, self.scanned = key, now
+            return True, frozenset()
+        return False, self.unsettled
+
+
+async def move_round(node: Routing, propose_metadata: ProposeMetadata, logger: Any, scan: MoveScan,
+                     now: float) -> int:
+    """One round; returns the groups it stepped."""
+    full, groups = scan.scope(now, node.catalog.topics_index, node.registry.led_version)
+    if not full and not groups:
+        return 0
+    chosen_steps, unsettled = steps(node, only=None if full else groups)
+    scan.unsettled = frozenset(unsettled)
+    if len(chosen_steps) >= STEPS_PER_ROUND_MAX:
+        scan.seen = None  # stopped at the bound: the groups it did not reach need the next walk
+    for chosen in chosen_steps:
+        with contextlib.suppress(KeyError):  # a group closed meanwhile
+            await follow_through(node, propose_metadata, chosen, logger)
+    return len(chosen_steps)
 
 
 async def move_loop(node: Routing, propose_metadata: ProposeMetadata, logger: Any,
                     interval_s: float = MOVE_INTERVAL_S) -> None:
-    seen_index = -1
-    busy = False
-    scanned = asyncio.get_running_loop().time()
+    scan = MoveScan()
+    loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(interval_s)
-        now = asyncio.get_running_loop().time()
-        applied = node.catalog.catalog.applied_index
-        if not busy and applied == seen_index and now - scanned < FULL_SCAN_INTERVAL_S:
-            continue
-        seen_index, scanned = applied, now
-        chosen_steps, busy = steps(node)
-        for chosen in chosen_steps:
-            with contextlib.suppress(KeyError):  # a group closed meanwhile
-                await take(node, propose_metadata, chosen, logger)
+        await move_round(node, propose_metadata, logger, scan, loop.time())

@@ -168,7 +168,7 @@ class Replicas:
             repair_contacts=frozenset(voters) | frozenset(replicas),
             far_wait_lag_entries=config.far_catchup_lag_entries if partition else 0,
             far_wait_ticks=max(1, math.ceil(3 * catchup_leader.ROUND_S * 1000 / config.tick_ms)),
-        )
+            far_wait_learners=partition and bool(config.far_catchup_lag_entries or config.far_catchup_lag_bytes))
         logger = self._logger.bind(group_id=group_id)
         core = RaftCore(core_config, store, random.Random(self._rng.random()), logger)
         flusher, links = self._storage.flusher, self._links

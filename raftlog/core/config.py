@@ -48,6 +48,13 @@ class Config:
     # up to `far_wait_ticks`, so the driver can hold it before replay starts; 0: never.
     far_wait_lag_entries: int = 0
     far_wait_ticks: int = 5
+    # A learner (a copy being made, from nothing) found behind at all waits the same way:
+    # the driver also installs by bytes (far_catchup_lag_bytes), which the core cannot
+    # see, and appends sent before its hold are thrown away by the install (a new copy of
+    # 1 MiB batches got about 19 MiB of them through the move throttle first). The driver
+    # ends a wait it will not turn into a hold (`end_far_wait`), so a small copy replays
+    # at once.
+    far_wait_learners: bool = False
     # Index the driver's state machine has already applied (restart point).
     applied: Index = Index(0)
     # Whom a replica in repair tells what it holds while it knows no leader, besides the

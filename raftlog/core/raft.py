@@ -361,6 +361,14 @@ class RaftCore:
         self.logger.info("far_install_started", target=target, index=index)
         return True
 
+    def end_far_wait(self, target: NodeId) -> None:
+        """The driver will not hold `target` for a far-horizon install now: replay starts
+        at once instead of when its far wait runs out (Config.far_wait_learners)."""
+        progress = self._progress.get(target)
+        if self.role is Role.LEADER and progress is not None and progress.far_wait > 0:
+            progress.far_wait = 0
+            self._send_append(target)
+
     def install_progressing(self, target: NodeId) -> None:
         """The far-horizon transfer to `target` moved on: its install has not timed out."""
         progress = self._progress.get(target)
@@ -1044,7 +1052,9 @@ class RaftCore:
             return
         if progress.state is ProgressState.PROBE:
             progress.become_replicate()
-            if 0 < self.config.far_wait_lag_entries <= self.log.last_index() - progress.match:
+            behind = self.log.last_index() - progress.match
+            if 0 < self.config.far_wait_lag_entries <= behind or (
+                    self.config.far_wait_learners and behind > 0 and message.source in self.membership.learners):
                 progress.far_wait = self.config.far_wait_ticks  # see Config.far_wait_lag_entries
         elif progress.state is ProgressState.INSTALL and progress.match >= progress.install_index:
             progress.become_probe()

@@ -3,9 +3,14 @@ hold alive while the transfer moves, and probe it at once when the install ends.
 
 from __future__ import annotations
 
+import random
+
+from raftlog.core.config import Config
 from raftlog.core.progress import ProgressState
-from raftlog.messages import MessageType, Role
+from raftlog.core.raft import RaftCore
+from raftlog.messages import ConfChange, ConfChangeOp, MessageType, Role
 from raftlog.types import Index, NodeId
+from storage.memory import MemoryStorage
 from tests.unit.test_core_api import Cluster
 
 
@@ -112,3 +117,42 @@ def test_the_driver_may_hold_a_waiting_follower_and_no_wait_without_the_setting(
     assert leader.progress(NodeId(3)).far_wait == 0
     cluster, _ = _far_follower_found()
     assert cluster.applied[3] == cluster.applied[1]
+
+
+def _learner_added(**config: object) -> tuple[Cluster, object]:
+    """Three voters hold 10 entries; node 4 (empty, a copy being made) is added as a learner.
+    Appends carry one entry each, so the probe that finds its log's end does not carry all."""
+    config = {"message_bytes_max": 1, **config}
+    cluster = Cluster(**config)
+    cluster.cores[4] = RaftCore(Config(node_id=NodeId(4), **config), MemoryStorage(), random.Random(4))  # type: ignore[arg-type]
+    cluster.applied[4] = []
+    leader = cluster.elect(1)
+    for i in range(10):
+        leader.propose([b"r%d" % i])
+    cluster.stabilize()
+    leader.propose_membership(ConfChange(ConfChangeOp.ADD_LEARNER, NodeId(4)))
+    cluster.stabilize()
+    return cluster, leader
+
+
+def test_a_learner_behind_at_all_waits_for_the_driver_which_may_end_the_wait() -> None:
+    # Goal: with far_wait_learners, a new copy gets no appends once its probe succeeds (the
+    # driver decides by bytes whether files will make it, and appends sent first are thrown
+    # away by the install); the driver ends the wait when it will not hold it, and the
+    # learner replays at once. Voters keep the entries rule only.
+    cluster, leader = _learner_added(far_wait_learners=True, far_wait_ticks=3)
+    progress = leader.progress(NodeId(4))
+    assert progress.state is ProgressState.REPLICATE and progress.far_wait == 3
+    assert cluster.applied[4] == [], "no appends stream to it meanwhile"
+    leader.end_far_wait(NodeId(4))
+    cluster.stabilize()
+    assert leader.progress(NodeId(4)).far_wait == 0
+    assert cluster.applied[4] == cluster.applied[1], "replayed at once"
+    cluster, leader = _learner_added(far_wait_learners=True, far_wait_ticks=3)
+    assert leader.hold_for_install(NodeId(4), leader.commit_index), "or the driver holds it"
+
+
+def test_without_the_setting_a_learner_replays_at_once() -> None:
+    cluster, leader = _learner_added()
+    assert leader.progress(NodeId(4)).far_wait == 0
+    assert cluster.applied[4] == cluster.applied[1]

@@ -259,3 +259,47 @@ def test_group_zero_bumps_the_subscribed_groups_as_it_applies_the_growth() -> No
     assert group.epoch == epoch + 1 and group.target["a"] == {("t", 0), ("t", 1), ("t", 2)}
     refused = log.apply(encode_metadata(CreatePartitions(name="t", count=3, assignments=((NodeId(1),),))))
     assert not refused.ok and groups.groups["g"].epoch == epoch + 1, "a refused growth bumps nothing"
+
+
+def _rounds_in(balance: Balancer, seconds: float) -> int:
+    """How many rounds `balance.run` (1 s interval) makes in `seconds` of real time."""
+    import asyncio
+    import contextlib
+
+    calls = []
+    real = balance.balance_now
+
+    def counting(explicit: bool = False) -> int:
+        calls.append(explicit)
+        return real(explicit)
+
+    balance.balance_now = counting  # type: ignore[method-assign]
+
+    async def run_for() -> None:
+        task = asyncio.create_task(balance.run(interval_s=1.0))
+        await asyncio.sleep(seconds)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run_for())
+    balance.balance_now = real  # type: ignore[method-assign]
+    return len(calls)
+
+
+def test_a_drained_node_that_still_leads_rounds_every_tenth_of_a_second_while_it_moves_something() -> None:
+    # Goal: a decommission's copies of the groups a drained node leads are made by their
+    # next leader, so it hands them over within DRAIN_ROUND_S of the mark, not at its next
+    # one-second round; and only while its rounds move something (a transfer in flight
+    # here), so a node with no ready target does not walk its groups ten times a second.
+    fake, balance, _ = _drained_balancer(1)
+    fake.registry.led = {g: 1 for g in fake.registry.groups}
+    assert _rounds_in(balance, 0.35) == 1, "not drained: the first round, then one a second (the clock stands)"
+    fake.apply(SetNodeDrained(node_id=1, drained=True))
+    assert _rounds_in(balance, 0.55) >= 3, "drained, a transfer in flight: rounds every 0.1 s"
+    assert fake.runtime(0).transfers == [2]
+    fake, balance, _ = _drained_balancer(1)
+    fake.registry.led = {g: 1 for g in fake.registry.groups}
+    fake.live = {2: False, 3: False}  # no ready target: nothing moves
+    fake.apply(SetNodeDrained(node_id=1, drained=True))
+    assert _rounds_in(balance, 0.55) == 1, "nothing to move: the usual interval"

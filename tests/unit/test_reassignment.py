@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+
+from multiraft.metadata.catalog_records import PartitionInfo
 from multiraft.metadata.placement import PlacementNode, replacement_for
-from multiraft.node.reassignment import Step, StepKind, next_step
+from multiraft.node.reassignment import (
+    FULL_SCAN_INTERVAL_S,
+    MoveScan,
+    Step,
+    StepKind,
+    move_round,
+    next_step,
+)
+from multiraft.node.routing import LedPartition
+from raftlog.messages import ConfChangeOp, Membership
+from raftlog.types import GroupId, NodeId
 
 
 def step(me=1, voters=(1, 2, 3), learners=(), listed=(1, 2, 3), leaving=(), matches=None, commit=10, in_sync=None):
@@ -53,3 +68,90 @@ def test_replacement_prefers_the_least_loaded_node_then_a_new_rack():
     assert replacement_for(nodes, [1, 2], [1, 2, 9], {3: 5, 4: 5, 5: 5}) == 4, "then a rack not used"
     assert replacement_for(nodes, [1, 2], [1, 2, 9], {}) == 4
     assert replacement_for(nodes[:2], [1, 2], [1, 2, 9], {}) is None, "every live node holds a copy"
+
+
+# ---------------------------------------------------------------- the move loop (MoveScan, move_round)
+
+def test_the_move_loop_walks_when_the_catalog_or_a_leadership_changed_else_only_the_unsettled():
+    # Goal: a leadership gained (the registry's led_version moves) is looked at the next
+    # round, not at the 10 s full walk: a decommissioning node hands its groups over while
+    # their moves start, and its successor must take each move up at once.
+    scan = MoveScan()
+    assert scan.scope(0.0, catalog_index=5, led_version=1) == (True, frozenset())
+    assert scan.scope(0.25, 5, 1) == (False, frozenset()), "nothing changed, nothing unsettled: nothing"
+    scan.unsettled = frozenset({GroupId(3)})
+    assert scan.scope(0.5, 5, 1) == (False, {GroupId(3)}), "only the group left unsettled"
+    assert scan.scope(0.75, 5, 2) == (True, frozenset()), "a leadership here changed: everything"
+    assert scan.scope(1.0, 6, 2) == (True, frozenset()), "the catalog changed: everything"
+    assert scan.scope(1.0 + FULL_SCAN_INTERVAL_S, 6, 2) == (True, frozenset()), "the full walk is due"
+
+
+@dataclass
+class _Core:
+    membership: Membership
+    commit_index: int = 10
+
+    def progress(self, node):
+        return SimpleNamespace(match=10)
+
+    def in_sync_replicas(self):
+        return set(self.membership.voters)
+
+
+@dataclass
+class _Runtime:
+    core: _Core
+    changes: list = field(default_factory=list)
+
+    async def propose_membership(self, change):
+        self.changes.append((change.op, change.node_id))
+        self.core.membership = self.core.membership.apply(change)
+
+
+class _Node:
+    """A node leading one group whose catalog moved its replica from node 2 to node 4."""
+
+    def __init__(self, voters, learners):
+        self.id = NodeId(1)
+        self.runtime = _Runtime(_Core(Membership(voters=frozenset(voters), learners=frozenset(learners))))
+        self.info = PartitionInfo(partition=0, group_id=GroupId(7), replicas=(NodeId(1), NodeId(4), NodeId(3)),
+                                  leaving=(NodeId(2),))
+        self.registry = SimpleNamespace(groups={GroupId(7): self.runtime}, led_version=1)
+        self.catalog = SimpleNamespace(topics_index=5)
+        self.reported: list = []
+
+    def led_partitions(self):
+        return [LedPartition(GroupId(7), self.runtime, "t", self.info)]
+
+    async def propose_metadata(self, command):
+        self.reported.append(command.node)
+        self.info = replace(self.info, leaving=())
+        self.catalog.topics_index += 1
+
+
+def test_a_step_that_went_through_is_followed_by_the_groups_next_ones_in_the_same_round():
+    # Goal: a caught-up learner is promoted, the old copy removed and the catalog told in
+    # one round (they took a round each, a second apart), in etcd's add-before-remove order.
+    node = _Node(voters=(1, 2, 3), learners=(4,))
+    stepped = asyncio.run(move_round(node, node.propose_metadata, _Quiet(), MoveScan(), 0.0))
+    assert stepped == 1
+    assert node.runtime.changes == [(ConfChangeOp.ADD_VOTER, 4), (ConfChangeOp.REMOVE, 2)]
+    assert node.reported == [2]
+
+
+def test_a_copy_still_catching_up_is_rechecked_each_round_without_a_full_walk():
+    # Goal: a group with a learner behind stays in the round's unsettled set (looked at each
+    # round, alone), and nothing is removed meanwhile.
+    node = _Node(voters=(1, 2, 3), learners=(4,))
+    node.runtime.core.commit_index = 20  # the learner's match (10) is behind
+    scan = MoveScan()
+    assert asyncio.run(move_round(node, node.propose_metadata, _Quiet(), scan, 0.0)) == 0
+    assert scan.unsettled == {GroupId(7)} and node.runtime.changes == []
+    node.runtime.core.commit_index = 10  # caught up
+    assert asyncio.run(move_round(node, node.propose_metadata, _Quiet(), scan, 0.25)) == 1
+    assert node.reported == [2]
+
+
+class _Quiet:
+    def info(self, *args, **kwargs):
+        pass
