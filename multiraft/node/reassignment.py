@@ -193,20 +193,35 @@ class MoveScan:
     seen: tuple[int, int] | None = None
     scanned: float = float("-inf")
     unsettled: frozenset[GroupId] = frozenset()
+    moving: tuple[int, bool] = (-1, True)  # (catalog index, whether a partition has a copy leaving then)
 
-    def scope(self, now: float, catalog_index: int, led_version: int) -> tuple[bool, frozenset[GroupId]]:
-        """(walk everything, else these groups); records a full walk as done."""
+    def scope(self, now: float, catalog_index: int, led_version: int,
+              moving: bool = True) -> tuple[bool, frozenset[GroupId]]:
+        """(walk everything, else these groups); records a full walk as done. A leadership
+        change alone walks only while some partition is `moving` (a copy leaving): with
+        none, no group has a step, and after a kill or a restart beside thousands of
+        partitions leaderships change for seconds on end, each change a walk."""
         key = (catalog_index, led_version)
+        if self.seen is not None and not moving and catalog_index == self.seen[0]:
+            self.seen = key
         if key != self.seen or now - self.scanned >= FULL_SCAN_INTERVAL_S:
             self.seen, self.scanned = key, now
             return True, frozenset()
         return False, self.unsettled
 
+    def catalog_moving(self, catalog: Any, catalog_index: int) -> bool:
+        """Whether a partition of `catalog` has a copy leaving, worked out once per catalog index."""
+        if self.moving[0] != catalog_index:
+            self.moving = (catalog_index, any(p.leaving for t in catalog.topics.values() for p in t.partitions))
+        return self.moving[1]
+
 
 async def move_round(node: Routing, propose_metadata: ProposeMetadata, logger: Any, scan: MoveScan,
                      now: float) -> int:
     """One round; returns the groups it stepped."""
-    full, groups = scan.scope(now, node.catalog.topics_index, node.registry.led_version)
+    index = node.catalog.topics_index
+    moving = scan.catalog_moving(node.catalog.catalog, index)
+    full, groups = scan.scope(now, index, node.registry.led_version, moving)
     if not full and not groups:
         return 0
     chosen_steps, unsettled = steps(node, only=None if full else groups)

@@ -84,6 +84,22 @@ def test_the_move_loop_walks_when_the_catalog_or_a_leadership_changed_else_only_
     assert scan.scope(0.75, 5, 2) == (True, frozenset()), "a leadership here changed: everything"
     assert scan.scope(1.0, 6, 2) == (True, frozenset()), "the catalog changed: everything"
     assert scan.scope(1.0 + FULL_SCAN_INTERVAL_S, 6, 2) == (True, frozenset()), "the full walk is due"
+    t = 2.0 + FULL_SCAN_INTERVAL_S
+    assert scan.scope(t, 6, 3, moving=False) == (False, {GroupId(3)}), \
+        "no copy leaving anywhere: a leadership change alone walks nothing (elections after a kill)"
+    assert scan.scope(t, 6, 3, moving=True) == (False, {GroupId(3)}), "that change counts as seen"
+    assert scan.scope(t, 6, 4, moving=True) == (True, frozenset()), "a move under way: it walks"
+    assert scan.scope(t, 7, 5, moving=False) == (True, frozenset()), "the catalog changed: everything"
+
+
+def test_the_move_loop_knows_once_per_catalog_index_whether_a_copy_is_leaving():
+    scan = MoveScan()
+    still = SimpleNamespace(leaving=())
+    catalog = SimpleNamespace(topics={"a": SimpleNamespace(partitions=(still, SimpleNamespace(leaving=(2,))))})
+    assert scan.catalog_moving(catalog, 5)
+    catalog.topics["a"].partitions = (still,)
+    assert scan.catalog_moving(catalog, 5), "same index: the answer kept"
+    assert not scan.catalog_moving(catalog, 6)
 
 
 @dataclass
@@ -117,7 +133,8 @@ class _Node:
         self.info = PartitionInfo(partition=0, group_id=GroupId(7), replicas=(NodeId(1), NodeId(4), NodeId(3)),
                                   leaving=(NodeId(2),))
         self.registry = SimpleNamespace(groups={GroupId(7): self.runtime}, led_version=1)
-        self.catalog = SimpleNamespace(topics_index=5)
+        self.catalog = SimpleNamespace(topics_index=5, catalog=SimpleNamespace(
+            topics={"t": SimpleNamespace(partitions=(self.info,))}))
         self.reported: list = []
 
     def led_partitions(self):
