@@ -161,8 +161,9 @@ class MirrorPulls:
     """The pulls of the mirror partitions this node leads (one supervised loop owns them all)."""
 
     def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, logger: Any,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, local_host: str | None = None) -> None:
         self._registry = registry
+        self.local_host = local_host  # the source is read from this address (SourceClient)
         self._catalog = catalog
         self._logger = logger
         self._rng = rng or random.Random()
@@ -243,7 +244,7 @@ class MirrorPulls:
     def _client(self, link: MirrorLink) -> SourceClient:
         held = self._clients.get(link.name)
         if held is None or held[0] != link:
-            held = (link, SourceClient(link.sources, link.token, self._rng))
+            held = (link, SourceClient(link.sources, link.token, self._rng, self.local_host))
             self._clients[link.name] = held
         return held[1]
 
