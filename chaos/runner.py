@@ -138,6 +138,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             details["faults_skipped_why"] = {"move": why_not_move}
         nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra,
                           topics=tuple(topic for topic, _ in TOPICS))
+        if mirror is not None:
+            mirror.started = nemesis.started  # samples on the fault windows' clock
         with HistoryWriter.open(history_path) as history:
             workload = Workload(cluster, history, keys, random.Random(rng.random()), stats)
             stop = asyncio.Event()
