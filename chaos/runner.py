@@ -378,6 +378,8 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append("the mirror was not checked")
     elif "FAILED" in details.get("mirror", {}).get("promote", ""):
         problems.append(f"promote {details['mirror']['promote']}")
+    if details.get("mirror", {}).get("source_unread"):  # not compared: say so, never pass quietly
+        problems.append(f"mirror: source partitions not read: {details['mirror']['source_unread']}")
     if details.get("moves_unsettled"):
         problems.append(f"decommissioned nodes not back after the heal: {details['moves_unsettled']}")
     ok = not problems
