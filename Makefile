@@ -102,16 +102,21 @@ chaos-deps:
 CHAOS_SEED ?=
 CHAOS_OUT ?= chaos-runs
 CHAOS_SEED_ARG := $(if $(CHAOS_SEED),--seed $(CHAOS_SEED),)
-.PHONY: chaos chaos-smoke chaos-controls
+.PHONY: chaos chaos-smoke chaos-controls chaos-mirror
 # The short run `make test` includes (about 70 s).
 chaos-smoke: install chaos-deps
 	$(PY) -m chaos suite smoke --duration 45 --out $(CHAOS_OUT) $(CHAOS_SEED_ARG)
 
 # The standard set: six runs of different fault mixes on 3 nodes, one with moves
 # (decommissions) on 5 nodes, one with consumer groups, one with far-horizon catch-up
-# driven hard (--far-catchup) (about 13 minutes).
+# driven hard (--far-catchup), one with a mirror (--mirror) (about 15 minutes).
 chaos: install chaos-deps
 	$(PY) -m chaos suite standard --duration 60 --out $(CHAOS_OUT) $(CHAOS_SEED_ARG)
+
+# One mirror run (docs/chaos.md, "Mirrors"): a sink cluster copies the topics under
+# sink kills and pauses, link cuts and pauses; logs compared, one topic promoted (about 2 minutes).
+chaos-mirror: install chaos-deps
+	$(PY) -m chaos suite mirror --duration 60 --out $(CHAOS_OUT) $(CHAOS_SEED_ARG)
 
 # Testing the tests: each unsafe server switch must be caught.
 chaos-controls: install chaos-deps

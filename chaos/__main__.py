@@ -2,6 +2,7 @@
 
     python -m chaos run --nodes 3 --duration 60 --faults kill,pause,partition --seed 7 --out DIR [--groups]
                         [--far-catchup]   # far-horizon catch-up driven hard (chaos/farcatchup.py)
+                        [--mirror]        # a second cluster mirrors the topics, faults on it too (chaos/mirror.py)
     python -m chaos suite NAME --out DIR         # the Makefile's standard sets: smoke, standard, controls
     python -m chaos soak --hours 3 --seed S      # runs back to back, one aggregate report (chaos/soak.py)
 
@@ -48,6 +49,12 @@ GROUP_RUNS: dict[str, list[tuple[str, ...]]] = {
 FAR_CATCHUP_RUNS: dict[str, list[tuple[str, ...]]] = {
     "standard": [("kill", "power")],
 }
+# Runs with a mirror (--mirror, chaos/mirror.py): a sink cluster of three more nodes
+# copies the topics; its own kinds (sink-kill, sink-pause, link-cut, link-pause) join these.
+MIRROR_RUNS: dict[str, list[tuple[str, ...]]] = {
+    "standard": [("kill", "pause", "partition")],
+    "mirror": [("kill", "pause", "partition")],
+}
 CONTROLS = {  # unsafe switch -> faults that expose it
     "ack-before-fsync": ("kill",),
     "no-dedup": ("kill", "partition"),
@@ -55,8 +62,10 @@ CONTROLS = {  # unsafe switch -> faults that expose it
     "skip-crc": ("corrupt",),
     "vote-without-persist": ("power", "kill"),
     "group-early-assign": ("kill", "pause"),
+    "mirror-skip-batch": ("kill", "pause"),
 }
 CONTROLS_WITH_GROUPS = frozenset({"group-early-assign"})  # need the consumer-group workload
+CONTROLS_WITH_MIRROR = frozenset({"mirror-skip-batch"})  # need a mirror (--mirror: link pauses make chunks)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,8 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     one.add_argument("--far-catchup", action="store_true",
                      help="small far-horizon thresholds and small segments, so lagging followers get whole "
                           "segment files (chaos/farcatchup.py); the summary counts the installs")
+    one.add_argument("--mirror", action="store_true",
+                     help="a sink cluster (127.0.0.11-13) mirrors the topics under sink and link faults of its "
+                          "own; the mirror's logs are checked against the source's (chaos/mirror.py)")
     suite = commands.add_parser("suite", help="a standard set of runs")
-    suite.add_argument("name", choices=(*SUITES, "controls"))
+    suite.add_argument("name", choices=(*SUITES, "mirror", "controls"))
     suite.add_argument("--duration", type=float, default=60.0)
     suite.add_argument("--seed", type=int, default=None)
     suite.add_argument("--out", type=Path, default=Path("chaos-runs"))
@@ -86,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str],
-               groups: bool = False, far_catchup: bool = False) -> bool:
+               groups: bool = False, far_catchup: bool = False, mirror: bool = False) -> bool:
     from chaos.farcatchup import never_taken
     from chaos.runner import RunConfig, run
 
@@ -98,12 +110,13 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
         from chaos.injectors import SEED_XOR, Injectors
     except ImportError:
         Injectors = None  # type: ignore[assignment,misc]
-    if Injectors is not None and set(faults) - {"kill", "power", "pause", "move"}:
+    if Injectors is not None and (mirror or set(faults) - {"kill", "power", "pause", "move"}):
         provider = Injectors.detect(out, random.Random(seed ^ SEED_XOR))
     print(f"chaos: run seed {seed}, faults {','.join(faults)}, {duration:.0f} s"
-          f"{', consumer groups' if groups else ''}{', far catch-up' if far_catchup else ''}, out {out}", flush=True)
+          f"{', consumer groups' if groups else ''}{', far catch-up' if far_catchup else ''}"
+          f"{', mirror' if mirror else ''}, out {out}", flush=True)
     result = await run(RunConfig(out=out, seed=seed, nodes=nodes, duration_s=duration, faults=faults,
-                                 unsafe=unsafe, groups=groups, far_catchup=far_catchup), provider)
+                                 unsafe=unsafe, groups=groups, far_catchup=far_catchup, mirror=mirror), provider)
     print(result.summary, flush=True)
     if far_catchup and never_taken(result.details["far_catchup"]):
         print(f"chaos: WARNING: seed {seed}: --far-catchup run, but no far-horizon install happened: "
@@ -129,27 +142,29 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out / f"{stamp}-seed{seed}"
         unsafe = [s for s in args.unsafe.split(",") if s]
         ok = asyncio.run(_one(out, seed, args.nodes, args.duration, args.faults.split(","), unsafe, args.groups,
-                              args.far_catchup))
+                              args.far_catchup, args.mirror))
         return 0 if ok else 1
     if args.name == "controls":
         caught = 0
         for number, (switch, faults) in enumerate(CONTROLS.items()):
             out = args.out / f"{stamp}-control-{switch}"
             ok = asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [switch],
-                                  switch in CONTROLS_WITH_GROUPS))
+                                  switch in CONTROLS_WITH_GROUPS, mirror=switch in CONTROLS_WITH_MIRROR))
             print(f"chaos-control: {switch}: {'CAUGHT' if not ok else 'NOT CAUGHT'}", flush=True)
             caught += not ok
         print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
         return 0 if caught == len(CONTROLS) else 1
     results = []
-    runs = [(faults, 3, False, False) for faults in SUITES[args.name]]
-    runs += [(faults, 5, False, False) for faults in FIVE_NODE_RUNS.get(args.name, [])]
-    runs += [(faults, 3, True, False) for faults in GROUP_RUNS.get(args.name, [])]
-    runs += [(faults, 3, False, True) for faults in FAR_CATCHUP_RUNS.get(args.name, [])]
-    for number, (faults, nodes, groups, far) in enumerate(runs):
-        suffix = ("-groups" if groups else "") + ("-far" if far else "")
+    runs = [(faults, 3, False, False, False) for faults in SUITES.get(args.name, [])]
+    runs += [(faults, 5, False, False, False) for faults in FIVE_NODE_RUNS.get(args.name, [])]
+    runs += [(faults, 3, True, False, False) for faults in GROUP_RUNS.get(args.name, [])]
+    runs += [(faults, 3, False, True, False) for faults in FAR_CATCHUP_RUNS.get(args.name, [])]
+    runs += [(faults, 3, False, False, True) for faults in MIRROR_RUNS.get(args.name, [])]
+    for number, (faults, nodes, groups, far, mirror) in enumerate(runs):
+        suffix = ("-groups" if groups else "") + ("-far" if far else "") + ("-mirror" if mirror else "")
         out = args.out / f"{stamp}-{args.name}{number}{suffix}-seed{seed + number}"
-        results.append(asyncio.run(_one(out, seed + number, nodes, args.duration, list(faults), [], groups, far)))
+        results.append(asyncio.run(_one(out, seed + number, nodes, args.duration, list(faults), [], groups, far,
+                                        mirror)))
     print(f"chaos: suite {args.name}: {sum(results)}/{len(results)} runs passed", flush=True)
     return 0 if all(results) else 1
 

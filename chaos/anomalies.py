@@ -37,6 +37,12 @@ ANOMALY_CLASSES = (
     "group-two-owners-epoch",
     "group-two-owners",
     "group-fetch-unowned",
+    # Mirrors, `--mirror` runs (chaos/mirror_checks.py says what each means).
+    "mirror-lost",
+    "mirror-differs",
+    "mirror-duplicate",
+    "mirror-position-backwards",
+    "mirror-incomplete",
 )
 
 # Values or ops named in one explanation; the rest are counted.

@@ -23,10 +23,14 @@ TICK_MS = 50  # election timeout 10 ticks = 500 ms: pauses of 1-6 s outlast it
 
 class ChaosCluster:
     def __init__(self, directory: Path, nodes: int, node_env: Callable[[int], dict[str, str]],
-                 extra_args: tuple[str, ...] = ()) -> None:
-        """`extra_args`: more `raftlog serve` flags for every node (e.g. `--config FILE`)."""
+                 extra_args: tuple[str, ...] = (), first_host: int = 1, name: str = "n") -> None:
+        """`extra_args`: more `raftlog serve` flags for every node (e.g. `--config FILE`);
+        `first_host`: node 1's address is 127.0.0.<first_host> (a mirror's sink cluster:
+        chaos/mirror.py); `name`: what labels start with (`n2#3`; the sink's `s2#1`)."""
         self.local = LocalCluster(directory, nodes, raft_port=RAFT_PORT, http_port=HTTP_PORT,
-                                  extra_args=("--tick-ms", str(TICK_MS), *extra_args), node_env=node_env)
+                                  extra_args=("--tick-ms", str(TICK_MS), *extra_args), node_env=node_env,
+                                  first_host=first_host)
+        self.name = name
         self.ids = [n.node_id for n in self.local.nodes]
         self.incarnation = dict.fromkeys(self.ids, 0)
         self.down: set[int] = set()
@@ -47,7 +51,7 @@ class ChaosCluster:
         return self.local.nodes[node - 1].log_file
 
     def label(self, node: int) -> str:
-        return f"n{node}#{self.incarnation[node]}"
+        return f"{self.name}{node}#{self.incarnation[node]}"
 
     def serving(self) -> list[int]:
         return [n for n in self.ids if n not in self.down and n not in self.paused]
@@ -131,9 +135,9 @@ class ChaosCluster:
         return None
 
 
-def copy_logs(cluster: ChaosCluster, out: Path) -> None:
+def copy_logs(cluster: ChaosCluster, out: Path, prefix: str = "") -> None:
     for node in cluster.ids:
         source = cluster.log_file(node)
         if source.exists():
-            (out / f"node{node}.log").write_bytes(source.read_bytes())
+            (out / f"{prefix}node{node}.log").write_bytes(source.read_bytes())
 

@@ -20,11 +20,16 @@ The summary line begins with `chaos:`; any anomaly makes the exit code non-zero.
 With `far_catchup` (chaos/farcatchup.py) the nodes start with small far-horizon
 thresholds and the topics with small segments, and the summary counts the
 far-horizon installs the nodes' logs show.
+
+With `mirror` (chaos/mirror.py) a sink cluster mirrors the topics under faults of its
+own (sink kills and pauses, link cuts and pauses); after the final reads the mirror's
+logs are compared with the source's (chaos/mirror_checks.py) and one topic promoted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import shutil
@@ -45,6 +50,8 @@ from chaos.group_workload import GroupWorkload
 from chaos.history import PartitionKey
 from chaos.history_file import read_history
 from chaos.history_writer import HistoryWriter
+from chaos.mirror import MirrorRun
+from chaos.mirror_checks import summary_part as mirror_summary
 from chaos.moves import summarize as summarize_moves
 from chaos.moves import unavailable_reason as move_unavailable
 from chaos.nemesis import Nemesis
@@ -73,6 +80,7 @@ class RunConfig:
     lose_unsynced: bool = True
     groups: bool = False  # the consumer-group workload too (chaos/group_workload.py)
     far_catchup: bool = False  # far-horizon catch-up driven hard (chaos/farcatchup.py)
+    mirror: bool = False  # a sink cluster mirrors the topics, under faults too (chaos/mirror.py)
 
 
 @dataclass
@@ -107,20 +115,31 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
     stats = Stats()
     details: dict[str, Any] = {"seed": config.seed, "nodes": config.nodes, "duration_s": config.duration_s}
     history_path = out / "history.jsonl"
+    mirror = MirrorRun(out, lambda node: dict(env), random.Random(rng.random()),
+                       getattr(extra_faults, "network", None), time.monotonic()) if config.mirror else None
     try:
         await asyncio.to_thread(cluster.start_all, 90.0)
         await _create_topics(cluster, far_topic_config() if config.far_catchup else {})
         await asyncio.sleep(TOPIC_SETTLE_S)
+        if mirror is not None:
+            await mirror.start(cluster, keys)
         kinds = [k for k in config.faults
                  if k in ("kill", "power", "pause") or (extra_faults and k in extra_faults.kinds)]
         why_not_move = move_unavailable(config.nodes, _replication_factor(config.nodes))
         if "move" in config.faults and why_not_move is None:
             kinds.append("move")
         details["faults_skipped"] = sorted(set(config.faults) - set(kinds))
+        extra = dict(extra_faults.kinds) if extra_faults else {}
+        if mirror is not None:
+            kinds += list(mirror.kinds)
+            extra |= mirror.kinds
+            details["faults_skipped"] += ["link-cut"] if "link-cut" not in mirror.kinds else []
         if "move" in details["faults_skipped"] and why_not_move is not None:
             details["faults_skipped_why"] = {"move": why_not_move}
-        nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra_faults.kinds if extra_faults else {},
+        nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra,
                           topics=tuple(topic for topic, _ in TOPICS))
+        if mirror is not None:
+            mirror.started = nemesis.started  # samples on the fault windows' clock
         with HistoryWriter.open(history_path) as history:
             workload = Workload(cluster, history, keys, random.Random(rng.random()), stats)
             stop = asyncio.Event()
@@ -129,6 +148,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 if config.groups else None
             loads = asyncio.create_task(_gather(workload.run(), *([groups.run(stop)] if groups else [])))
             faults = asyncio.create_task(nemesis.run(stop))
+            sampled = asyncio.Event()  # the mirror's positions are sampled until its check
+            sampling = asyncio.create_task(mirror.sample(sampled) if mirror else sampled.wait())
             try:
                 await asyncio.sleep(config.duration_s)
                 stop.set()
@@ -136,7 +157,7 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             except asyncio.CancelledError:
                 # Interrupted (Ctrl-C, or the soak's SIGTERM): the nemesis must not restart a
                 # node after `cluster.stop` below, nor the workload write to a closed history.
-                await _cancel(loads, faults)
+                await _cancel(loads, faults, sampling)
                 raise
             healed_at = time.monotonic()
             await asyncio.wait_for(loads, 30.0)
@@ -148,10 +169,14 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 cluster.start(node)
             try:
                 await asyncio.to_thread(cluster.wait_healthy, 90.0)
+                if mirror is not None:
+                    await mirror.heal()  # the sink's nodes back, the link resumed
             except LauncherError as error:  # a node that cannot come back is a finding, not a crash
                 details["not_healthy"] = str(error)
                 await _dump_tasks(cluster)
             details["crashed"] = cluster.exited()
+            if mirror is not None:
+                details["sink_crashed"] = mirror.sink.exited()
             if nemesis.mover is not None and "not_healthy" not in details:
                 # Every decommissioned node recommissioned and back in the metadata group
                 # before the final phase (chaos/moves.py); one that is not is a finding.
@@ -163,6 +188,12 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
                 details["final_reads"] = [final.details() for final in finals]
                 if groups is not None:
                     details["group_drain_short"] = await _group_drain(groups, history, history_path)
+                sampled.set()
+                await sampling
+                if mirror is not None:
+                    finished = await mirror.finish(cluster, {final.key: final.high_watermark for final in finals})
+            if not sampling.done():
+                await _cancel(sampling)
         if "not_healthy" not in details:
             replicas = await asyncio.to_thread(compare_replicas, DebugEndpoints(cluster))
             details["replicas"] = replicas.details()
@@ -172,8 +203,16 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
         incomplete = {final.key: final.explanation() for final in finals if not final.complete}
         result = checker.check(read_history(history_path), refused_ranges=refused, incomplete_reads=incomplete)
         details["leaders_per_term"] = leaders_per_term(cluster)
+        if "finished" in locals():
+            verdicts = finished.pop("verdicts")
+            result = dataclasses.replace(result, anomalies=result.anomalies + tuple(verdicts.anomalies))
+            details["mirror"] = finished | {"compared": verdicts.compared, "identical": verdicts.identical,
+                                            "records": verdicts.records, "summary": mirror_summary(
+                                                verdicts, finished["promote"], mirror.samples)}
     finally:
         await asyncio.to_thread(cluster.stop)
+        if mirror is not None:
+            await asyncio.to_thread(mirror.stop)
         if extra_faults is not None:
             await extra_faults.close()
         copy_logs(cluster, out)
@@ -198,6 +237,7 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
     write_report(out, details, stats)
     if ok:
         shutil.rmtree(out / "data", ignore_errors=True)  # kept only when a run failed, for forensics
+        shutil.rmtree(out / "sink-data", ignore_errors=True)
     return RunResult(summary, ok, details)
 
 
@@ -332,17 +372,26 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(f"a node did not come back after the heal: {details['not_healthy'][:160]}")
     if details.get("recovery_s") == float("inf"):
         problems.append("a partition did not recover")
+    if details.get("sink_crashed"):
+        problems.append(f"sink nodes exited on their own: {details['sink_crashed']}")
+    if config.mirror and "mirror" not in details:
+        problems.append("the mirror was not checked")
+    elif "FAILED" in details.get("mirror", {}).get("promote", ""):
+        problems.append(f"promote {details['mirror']['promote']}")
+    if details.get("mirror", {}).get("source_unread"):  # not compared: say so, never pass quietly
+        problems.append(f"mirror: source partitions not read: {details['mirror']['source_unread']}")
     if details.get("moves_unsettled"):
         problems.append(f"decommissioned nodes not back after the heal: {details['moves_unsettled']}")
     ok = not problems
     line = (
         f"chaos: seed {config.seed}, {config.nodes} nodes, {config.duration_s:.0f} s"
         f"{', UNSAFE ' + ','.join(config.unsafe) if config.unsafe else ''}"
-        f"{', far catch-up on' if config.far_catchup else ''}; faults: {faults}"
+        f"{', far catch-up on' if config.far_catchup else ''}{', mirror on' if config.mirror else ''}; faults: {faults}"
         f"{' (skipped: ' + ','.join(details['faults_skipped']) + ')' if details.get('faults_skipped') else ''}"
         f"{_skipped_why(details)}"
         f"{'; moves: ' + details['moves_summary'] if 'moves_summary' in details else ''}"
-        f"{'; ' + far_summary(details['far_catchup']) if 'far_catchup' in details else ''}; "
+        f"{'; ' + far_summary(details['far_catchup']) if 'far_catchup' in details else ''}"
+        f"{'; ' + details['mirror']['summary'] if 'mirror' in details else ''}; "
         f"ops: {stats.get('values-acknowledged', 0)} values acked, {stats.get('send-ok', 0)} sends ok, "
         f"{stats.get('send-info', 0)} info, {stats.get('send-fail', 0)} fail, {stats.get('poll-ok', 0)} polls ok, "
         f"{stats.get('commit-ok', 0)} commits ok"

@@ -115,7 +115,9 @@ class LocalCluster:
                  http_port: int = HTTP_PORT_DEFAULT, python: str = sys.executable,
                  extra_args: tuple[str, ...] = (),
                  node_env: Callable[[int], dict[str, str]] | None = None,
-                 code_root: Path | None = None, tls: bool = False) -> None:
+                 code_root: Path | None = None, tls: bool = False, first_host: int = 1) -> None:
+        """`first_host`: node i listens on 127.0.0.<first_host + i - 1> (a second cluster on
+        the same host, on addresses of its own: the chaos runner's mirror sink)."""
         self.directory = directory.resolve()
         layout = self._load_layout()
         if layout is not None:
@@ -134,7 +136,8 @@ class LocalCluster:
         self.raft_port = raft_port
         self.http_port = http_port
         self.tls = tls  # HTTPS and mutual TLS between nodes, with certificates made here
-        self.nodes = [LocalNode(i, f"127.0.0.{i}", raft_port, http_port, self.directory / f"node{i}")
+        self.first_host = first_host
+        self.nodes = [LocalNode(i, f"127.0.0.{first_host + i - 1}", raft_port, http_port, self.directory / f"node{i}")
                       for i in range(1, nodes + 1)]
 
     def _load_layout(self) -> dict | None:
@@ -164,7 +167,7 @@ class LocalCluster:
         node_id = len(self.nodes) + 1
         if node_id > NODES_MAX:
             raise LauncherError(f"at most {NODES_MAX} nodes")
-        node = LocalNode(node_id, f"127.0.0.{node_id}", self.raft_port, self.http_port,
+        node = LocalNode(node_id, f"127.0.0.{self.first_host + node_id - 1}", self.raft_port, self.http_port,
                          self.directory / f"node{node_id}", joins_via=self.nodes[0].http_addr)
         self.nodes.append(node)
         self.start_node(node_id)

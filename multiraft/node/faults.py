@@ -125,6 +125,12 @@ class GroupsStateGivingEarly(GroupsState):
         return
 
 
+def drop_first_batch(payloads: list[bytes]) -> list[bytes]:
+    """The mirror-skip-batch control: a mirror chunk of two or more batches goes to the
+    sink's Raft group without its first (chaos/mirror_checks.py must see it)."""
+    return payloads[1:] if len(payloads) >= 2 else payloads
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Faults:
     read_end: ReadEnd = committed_end
@@ -134,6 +140,7 @@ class Faults:
     ack_before_fsync: bool = False
     write_behind_files: bool = False
     new_groups_state: Callable[[], GroupsState] = GroupsState
+    mirror_chunk: Callable[[list[bytes]], list[bytes]] | None = None  # None: copied as read
 
     @classmethod
     def of(cls, hooks: ChaosHooks) -> Faults:
@@ -147,6 +154,7 @@ class Faults:
             ack_before_fsync=hooks.ack_before_fsync,
             write_behind_files=hooks.write_behind_files,
             new_groups_state=GroupsStateGivingEarly if hooks.group_early_assign else GroupsState,
+            mirror_chunk=drop_first_batch if hooks.mirror_skip_batch else None,
         )
 
     def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files,

@@ -222,7 +222,8 @@ class MirrorLinks:
     async def _discover(self, link: MirrorLink, discovery: Discovery) -> None:
         held = self._clients.get(link.name)
         if held is None or held[0] != link:
-            held = self._clients[link.name] = (link, SourceClient(link.sources, link.token, self._rng))
+            client = SourceClient(link.sources, link.token, self._rng, self.pulls.local_host)
+            held = self._clients[link.name] = (link, client)
         client = held[1]
         try:
             listed = await client.get_json("/v1/topics")

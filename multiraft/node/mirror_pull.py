@@ -39,7 +39,7 @@ import contextlib
 import heapq
 import itertools
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -161,8 +161,12 @@ class MirrorPulls:
     """The pulls of the mirror partitions this node leads (one supervised loop owns them all)."""
 
     def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, logger: Any,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, local_host: str | None = None,
+                 chunk_filter: Callable[[list[bytes]], list[bytes]] | None = None) -> None:
+        """`chunk_filter`: the chaos runner's negative control only (multiraft/node/faults.py)."""
         self._registry = registry
+        self._chunk_filter = chunk_filter
+        self.local_host = local_host  # the source is read from this address (SourceClient)
         self._catalog = catalog
         self._logger = logger
         self._rng = rng or random.Random()
@@ -243,7 +247,7 @@ class MirrorPulls:
     def _client(self, link: MirrorLink) -> SourceClient:
         held = self._clients.get(link.name)
         if held is None or held[0] != link:
-            held = (link, SourceClient(link.sources, link.token, self._rng))
+            held = (link, SourceClient(link.sources, link.token, self._rng, self.local_host))
             self._clients[link.name] = held
         return held[1]
 
@@ -313,6 +317,8 @@ class MirrorPulls:
                 await asyncio.sleep(TRUNCATED_RETRY_S)
                 continue
             payloads, end = self._contiguous(chunk.batches, status)
+            if self._chunk_filter is not None:
+                payloads = self._chunk_filter(payloads)
             self._check_still(runtime, group_id, term, status.position)
             status.state, status.failures = "running", 0
             if not payloads:

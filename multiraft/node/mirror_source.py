@@ -112,13 +112,17 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
 class SourceClient:
     """HTTP calls to one link's source addresses; `close` when done (its owner does)."""
 
-    def __init__(self, sources: tuple[str, ...], token: str | None, rng: random.Random | None = None) -> None:
+    def __init__(self, sources: tuple[str, ...], token: str | None, rng: random.Random | None = None,
+                 local_host: str | None = None) -> None:
+        """`local_host`: the address every connection to the source is made from (the node's
+        own, as its Raft links: firewall rules between clusters match it); None: the OS's pick."""
         assert sources
         self._sources = list(sources)
         self._next = (rng or random.Random()).randrange(len(sources))
         self._token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
+        self._local_host = local_host
 
     def scrub(self, text: str) -> str:
         """`text` as it may be shown or logged: without this link's token."""
@@ -139,7 +143,8 @@ class SourceClient:
     async def _get_once(self, path: str, params: dict[str, str], accept: str, wait_s: float,
                         bytes_max: int) -> tuple[int, bytes, Any]:
         if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._headers)
+            connector = aiohttp.TCPConnector(local_addr=(self._local_host, 0)) if self._local_host else None
+            self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
         source = self._sources[self._next % len(self._sources)]
         try:
             async with self._session.get(f"http://{source}{path}", params=params, headers={"Accept": accept},

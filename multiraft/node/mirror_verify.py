@@ -130,7 +130,8 @@ class MirrorVerifier:
     def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, routing: Routing, rpc: Rpc,
                  trees: ReplicaTrees, metadata: MetadataOps, logger: Any,
                  new_client: Callable[[MirrorLink], SourceClient] | None = None,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 local_host: str | None = None) -> None:
         self._registry = registry
         self._catalog = catalog
         self._routing = routing
@@ -138,7 +139,8 @@ class MirrorVerifier:
         self._trees = trees
         self._metadata = metadata
         self._logger = logger
-        self._new_client = new_client or (lambda link: SourceClient(link.sources, link.token, random.Random()))
+        self._new_client = new_client or (lambda link: SourceClient(link.sources, link.token, random.Random(),
+                                                                     local_host))
         self._clock_ms = clock_ms
         self.last: dict[tuple[str, int], MirrorVerdict] = {}  # the last verdict per partition verified here
         self._due: dict[tuple[str, int], float] = {}

@@ -156,13 +156,18 @@ class Node:
         self.catchup_follower = CatchUpFollower(self.registry, self.catalog_holder, self.storage, self.rpc,
                                                 self.replicas.close_group, self.start_task, self.logger)
         self.catchup_follower.serve(self.rpc)
-        self.mirror_pulls = MirrorPulls(self.registry, self.catalog_holder, self.logger)
+        # The sink reads its sources from this node's own address, as its Raft links do
+        # (firewall rules between two clusters on one host match it: chaos/mirror.py).
+        source_host = None if self.config.http_addr.host in ("", "0.0.0.0", "::") else self.config.http_addr.host
+        self.mirror_pulls = MirrorPulls(self.registry, self.catalog_holder, self.logger, local_host=source_host,
+                                        chunk_filter=self.faults.mirror_chunk)
         # The full sync (docs/mirror.md): the source serves trees, the sink's leaders compare.
         self.partition_trees = PartitionTrees(self.scrubber.trees, self.registry, self.catalog_holder, self.routing,
                                               self.rpc)
         self.partition_trees.serve(self.rpc)
         self.mirror_verifier = MirrorVerifier(self.registry, self.catalog_holder, self.routing, self.rpc,
-                                              self.scrubber.trees, self.metadata, self.logger)
+                                              self.scrubber.trees, self.metadata, self.logger,
+                                              local_host=source_host)
         self.mirror_verifier.serve(self.rpc)
         self.mirrors = MirrorLinks(self.id, self.catalog_holder, self.metadata, self.routing, self.rpc,
                                    self.mirror_pulls, self.logger, self.mirror_verifier)

@@ -45,6 +45,7 @@ UNSAFE_SWITCHES = {
     "skip-crc": "skip_crc",
     "vote-without-persist": "vote_without_persist",
     "group-early-assign": "group_early_assign",
+    "mirror-skip-batch": "mirror_skip_batch",
 }
 
 
@@ -71,6 +72,10 @@ class ChaosHooks:
     # faults.py GroupsStateGivingEarly (group 0's consumer group state, through the catalog
     # holder): a member gets its target partitions at once, before their old owners gave them back.
     group_early_assign: bool = False
+    # faults.py drop_first_batch, the mirror pull's chunk filter (mirror_pull.py): a sink
+    # leader copying two or more batches at once leaves the first out (its records lost,
+    # the rest at other offsets than the source's).
+    mirror_skip_batch: bool = False
 
     @property
     def unsafe(self) -> tuple[str, ...]:

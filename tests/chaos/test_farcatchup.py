@@ -79,21 +79,24 @@ def test_a_run_that_never_took_the_path_says_so(tmp_path: Path) -> None:
 
 
 def test_the_standard_suite_runs_the_far_run_last_with_its_own_seed(tmp_path: Path, monkeypatch) -> None:
-    # Goal: `python -m chaos suite standard --seed 100` ends with the far run, seed 108, on
-    # three nodes, and no other run of the suite has the option.
+    # Goal: `python -m chaos suite standard --seed 100` runs the far run, seed 108, on three
+    # nodes after every run it had before (the mirror run, added later, follows it with
+    # 109, so the seeds of the earlier runs stay), and no other run of the suite has the option.
     import chaos.__main__ as entry
 
     calls = []
 
     async def one(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str],
-                  groups: bool = False, far_catchup: bool = False) -> bool:
-        calls.append((out.name, seed, nodes, tuple(faults), far_catchup))
+                  groups: bool = False, far_catchup: bool = False, mirror: bool = False) -> bool:
+        calls.append((out.name, seed, nodes, tuple(faults), far_catchup, mirror))
         return True
 
     monkeypatch.setenv("RAFTLOG_CHAOS_NO_NS", "1")
     monkeypatch.setattr(entry, "_one", one)
     assert entry.main(["suite", "standard", "--seed", "100", "--out", str(tmp_path)]) == 0
+    assert [call[5] for call in calls] == [False] * (len(calls) - 1) + [True]  # the mirror run last
+    calls = calls[:-1]
     assert [call[4] for call in calls] == [False] * (len(calls) - 1) + [True]
-    name, seed, nodes, faults, _ = calls[-1]
-    assert (seed, nodes, faults) == (100 + len(calls) - 1, 3, FAR_CATCHUP_RUNS["standard"][0])
+    name, seed, nodes, faults, _, _ = calls[-1]
+    assert (seed, nodes, faults) == (108, 3, FAR_CATCHUP_RUNS["standard"][0])
     assert name.endswith(f"-far-seed{seed}")

@@ -1,0 +1,317 @@
+"""`--mirror`: a second cluster mirrors the workload's topics, under faults of its own.
+
+Mirrors (docs/mirror.md) copy a *source* cluster's topic into a *sink* cluster with the
+same offsets and bytes; each mirror partition's pull position is replicated state of
+the sink. With this option the runner:
+
+- starts a sink cluster of SINK_NODES nodes on 127.0.0.<SINK_FIRST_HOST..> inside its
+  own network namespace (the source keeps 127.0.0.1..N), node labels `s1#1`, logs
+  `sink-node<i>.log`;
+- creates the link LINK on the sink for every workload topic (PATTERN) once the topics
+  exist, and waits until the mirror topics are discovered and have leaders;
+- adds fault kinds to the nemesis (`MIRROR_KINDS`): `sink-kill` and `sink-pause` (one
+  sink node, or the sink leader of a mirror partition; restarted / resumed at the heal),
+  `link-cut` (firewall rules between the two clusters' address sets: both ways, one way,
+  or one sink node cut from the source; needs the `partition` mechanism) and
+  `link-pause` (`POST .../pause`, `.../resume` at the heal);
+- samples the link's status (`GET /v1/admin/mirrors/{name}`, every SAMPLE_INTERVAL_S
+  from a serving sink node) for every partition's position, state and pulling node;
+- after the final reads: waits (CATCH_UP_S at most) until every mirror partition reaches
+  the source's end, reads both logs whole through the `/log` route, checks them
+  (chaos/mirror_checks.py), then promotes MIRROR_PROMOTED and writes one record to its
+  partition 0, which must land at the mirror's end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from chaos.cluster import ChaosCluster, copy_logs
+from chaos.history import PartitionKey
+from chaos.mirror_checks import LogCopy, PositionSample, check_mirror
+from chaos.stopping import sleep_or_stop
+from chaos.workload import CLIENT_HOST
+from multiraft.client import BATCH_CONTENT_TYPE, AsyncClient, RaftlogError
+
+SINK_NODES = 3
+SINK_FIRST_HOST = 11  # sink node i on 127.0.0.<10 + i>: clear of the source's 1..5 and the client's 100
+LINK = "chaos-link"
+PATTERN = "chaos-*"
+MIRROR_PROMOTED = "chaos-a"
+MIRROR_KINDS = ("sink-kill", "sink-pause", "link-cut", "link-pause")
+SAMPLE_INTERVAL_S = 0.5
+CATCH_UP_S = 60.0
+DISCOVERY_S = 60.0
+PROMOTE_S = 30.0
+READ_BYTES = 1 << 20
+_FRAME = struct.Struct(">qI")
+
+Healer = Callable[[], Awaitable[None]]
+
+
+def parse_frames(body: bytes) -> list[tuple[int, bytes]]:
+    """The `/log` route's frames: (base offset i64, length u32, batch bytes)..."""
+    batches, position = [], 0
+    while position < len(body):
+        base, size = _FRAME.unpack_from(body, position)
+        position += _FRAME.size
+        batches.append((base, body[position:position + size]))
+        position += size
+    return batches
+
+
+class MirrorRun:
+    def __init__(self, out: Path, node_env: Callable[[int], dict[str, str]], rng: random.Random,
+                 network: Any, started: float) -> None:
+        """`network`: the injectors' `chaos.netfaults.Network` (None: no `link-cut`)."""
+        self.out = out
+        self.sink = ChaosCluster(out / "sink-data", SINK_NODES, node_env, first_host=SINK_FIRST_HOST, name="s")
+        self.rng = rng
+        self.network = network
+        self.started = started
+        self.samples: list[PositionSample] = []
+        self.diverged: dict[PartitionKey, str] = {}
+        self.sample_errors = 0
+        self.kinds: dict[str, Callable[[], Awaitable[tuple[str, Healer]]]] = {
+            "sink-kill": self._sink_kill, "sink-pause": self._sink_pause, "link-pause": self._link_pause}
+        if network is not None:
+            self.kinds["link-cut"] = self._link_cut
+        self.source: ChaosCluster | None = None
+        self.keys: list[PartitionKey] = []
+
+    def _client(self, attempts: int = 3, timeout_s: float = 5.0) -> AsyncClient:
+        return AsyncClient([self.sink.http(n) for n in self.sink.ids], timeout_s=timeout_s, attempts=attempts,
+                           local_host=CLIENT_HOST)
+
+    # -- set-up -----------------------------------------------------------------
+
+    async def start(self, source: ChaosCluster, keys: list[PartitionKey]) -> None:
+        """Start the sink, create the link, wait until every mirror partition has a leader."""
+        self.source, self.keys = source, keys
+        await asyncio.to_thread(self.sink.start_all, 90.0)
+        async with self._client(attempts=20, timeout_s=30) as client:
+            await client.create_mirror(LINK, [source.http(n) for n in source.ids], PATTERN, priority="high")
+            deadline = time.monotonic() + DISCOVERY_S
+            for key in keys:
+                while True:
+                    try:
+                        await client.consume(key.topic, key.partition, 0, max_records=1)
+                        break
+                    except RaftlogError:
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.2)
+
+    # -- positions ----------------------------------------------------------------
+
+    async def sample(self, stop: asyncio.Event) -> None:
+        """The link's status every SAMPLE_INTERVAL_S until `stop`: each partition's position.
+        From the client's address (127.0.0.100), so link cuts never hide the sink from it."""
+        async with self._client(attempts=1, timeout_s=4.0) as client:
+            while not stop.is_set():
+                await sleep_or_stop(stop, SAMPLE_INTERVAL_S)
+                serving = self.sink.serving()
+                if not serving:
+                    continue
+                node = self.rng.choice(serving)
+                before = dict(self.sink.incarnation)
+                try:
+                    _, body, _ = await client.request("GET", f"/v1/admin/mirrors/{LINK}", server=self.sink.http(node))
+                    status = json.loads(body)
+                except (RaftlogError, OSError, ValueError):
+                    self.sample_errors += 1
+                    continue
+                self._record(status, before, time.monotonic() - self.started)
+
+    def _record(self, status: dict[str, Any], before: dict[int, int], at_s: float) -> None:
+        for topic in status.get("topics", []):
+            for pull in topic["partitions"]:
+                puller = pull.get("node")
+                if puller is None or "position" not in pull or before.get(puller) != self.sink.incarnation[puller]:
+                    continue  # not pulled now, or its node restarted meanwhile: whose was it?
+                key = PartitionKey(topic["topic"], int(pull["partition"]))
+                self.samples.append(PositionSample(at_s, self.sink.label(puller), key, str(pull["state"]),
+                                                   int(pull["position"])))
+                if pull["state"] == "diverged":
+                    self.diverged.setdefault(key, str(pull.get("last_error")))
+
+    # -- faults -------------------------------------------------------------------
+
+    async def _sink_target(self) -> tuple[str, int]:
+        alive = self.sink.serving() or self.sink.ids
+        if self.rng.random() < 0.5:
+            key = self.rng.choice(self.keys)
+            leader = await asyncio.to_thread(self.sink.leader_of, key.topic, key.partition)
+            if leader:
+                return f"sink leader of {key}", leader
+        return "one", self.rng.choice(alive)
+
+    async def _sink_kill(self) -> tuple[str, Healer]:
+        how, node = await self._sink_target()
+        self.sink.kill(node)
+
+        async def restart() -> None:
+            if node in self.sink.down:
+                self.sink.start(node)
+        return f"{how}: s{node}", restart
+
+    async def _sink_pause(self) -> tuple[str, Healer]:
+        how, node = await self._sink_target()
+        self.sink.pause(node)
+
+        async def resume() -> None:
+            self.sink.resume(node)
+        return f"{how}: s{node}", resume
+
+    async def _link_cut(self) -> tuple[str, Healer]:
+        assert self.source is not None
+        sources = [self.source.host(n) for n in self.source.ids]
+        sinks = [self.sink.host(n) for n in self.sink.ids]
+        how = self.rng.choice(["both ways", "sink -> source", "source -> sink", "one sink node"])
+        if how == "both ways":
+            fault = self.network.split(sources, sinks)
+        elif how == "one sink node":
+            node = self.rng.choice(self.sink.ids)
+            how = f"s{node} from the source"
+            fault = self.network.split(sources, [self.sink.host(node)])
+        else:
+            pairs = [(a, b) for a in sinks for b in sources] if how == "sink -> source" else \
+                [(b, a) for a in sinks for b in sources]
+            fault = self.network.block(pairs, f"link {how} dropped")
+
+        async def undo() -> None:
+            self.network.undo(fault)
+        return how, undo
+
+    async def _link_pause(self) -> tuple[str, Healer]:
+        answer = await self._action("pause")
+
+        async def resume() -> None:
+            await self._action("resume")
+        return f"link paused ({answer})", resume
+
+    async def _action(self, action: str) -> str:
+        try:
+            async with self._client(attempts=10) as client:
+                await client.mirror_action(LINK, action)
+            return "ok"
+        except RaftlogError as error:
+            return f"{error.code}"
+
+    async def heal(self) -> None:
+        """Every sink node serving, the link running (the network is the injectors' to heal)."""
+        for node in list(self.sink.paused):
+            self.sink.resume(node)
+        for node in list(self.sink.down):
+            self.sink.start(node)
+        await asyncio.to_thread(self.sink.wait_healthy, 90.0)
+        for _ in range(10):
+            if await self._action("resume") == "ok":
+                return
+            await asyncio.sleep(1.0)
+
+    # -- the end ------------------------------------------------------------------
+
+    async def finish(self, source: ChaosCluster, source_ends: dict[PartitionKey, int]) -> dict[str, Any]:
+        """Wait for the mirror, read both sides, check, promote. `source_ends`: the source's
+        high watermark the final read confirmed per partition (its log ends there or later)."""
+        began = time.monotonic()
+        deadline = began + CATCH_UP_S
+        sources = [source.http(n) for n in source.ids]
+        async with AsyncClient(sources, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as client:
+            source_logs = {key: await _read_until(client, sources, key, source_ends.get(key, 0), deadline)
+                           for key in self.keys}
+        sinks = [self.sink.http(n) for n in self.sink.ids]
+        sink_logs: dict[PartitionKey, LogCopy | None] = {}
+        async with AsyncClient(sinks, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as client:
+            for key in self.keys:
+                want = source_logs[key].high_watermark if source_logs[key] is not None else 0
+                sink_logs[key] = await _read_until(client, sinks, key, want, deadline)
+        waited = time.monotonic() - began
+        present = {key: log for key, log in source_logs.items() if log is not None}
+        verdicts = check_mirror(present, sink_logs, self.samples, sorted(self.diverged.items()), waited)
+        promote = await self._promote(sink_logs.get(PartitionKey(MIRROR_PROMOTED, 0)))
+        with open(self.out / "mirror-positions.jsonl", "w") as positions:  # every sample, for forensics
+            for sample in self.samples:
+                positions.write(json.dumps([round(sample.at_s, 2), sample.node, str(sample.key), sample.state,
+                                            sample.position]) + "\n")
+        return {"verdicts": verdicts, "promote": promote, "waited_s": round(waited, 1),
+                "source_unread": sorted(str(k) for k, log in source_logs.items() if log is None),
+                "samples": len(self.samples), "sample_errors": self.sample_errors,
+                "ends": {str(k): [None if log is None else log.high_watermark,
+                                  None if sink_logs[k] is None else sink_logs[k].high_watermark]  # type: ignore[union-attr]
+                         for k, log in source_logs.items()}}
+
+    async def _promote(self, copy: LogCopy | None) -> str:
+        """Promote MIRROR_PROMOTED; one write to its partition 0 must land at the mirror's end."""
+        if copy is None:
+            return "not tried (the mirror of its partition 0 was not read)"
+        async with self._client(attempts=10, timeout_s=10) as client:
+            try:
+                await client.mirror_action(LINK, "promote", MIRROR_PROMOTED)
+            except RaftlogError as error:
+                return f"FAILED: promote answered {error.code}"
+            deadline = time.monotonic() + PROMOTE_S
+            last = ""
+            while time.monotonic() < deadline:
+                try:
+                    answer = await client.produce(MIRROR_PROMOTED, [{"value": "after-promote", "partition": 0}])
+                except RaftlogError as error:
+                    last = error.code
+                    await asyncio.sleep(0.2)
+                    continue
+                offset = int(answer[0]["offset"])
+                if offset != copy.high_watermark:
+                    return f"FAILED: the first write landed at {offset}, the mirror ended at {copy.high_watermark}"
+                return f"{MIRROR_PROMOTED}/0 took a write at offset {offset} (the mirror's end)"
+            return f"FAILED: no write taken in {PROMOTE_S:.0f} s (last {last})"
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sink.stop()
+        copy_logs(self.sink, self.out, "sink-")
+
+
+
+async def _read_until(client: AsyncClient, servers: list[str], key: PartitionKey, end: int,
+                      deadline: float) -> LogCopy | None:
+    """The whole log of one partition through `/log`, from a server whose answer reaches
+    `end` (asked again, rotating servers, until then or `deadline`); the last read that
+    got through when none did (None: nothing got through)."""
+    best: LogCopy | None = None
+    turn = 0
+    while True:
+        server = servers[turn % len(servers)]
+        turn += 1
+        with contextlib.suppress(RaftlogError, OSError, ValueError, KeyError):
+            copy = await _read_log(client, server, key)
+            if best is None or copy.high_watermark > best.high_watermark:
+                best = copy
+            if copy.high_watermark >= end:
+                return copy
+        if time.monotonic() > deadline:
+            return best
+        await asyncio.sleep(0.2 if turn % len(servers) == 0 else 0.0)
+
+
+async def _read_log(client: AsyncClient, server: str, key: PartitionKey) -> LogCopy:
+    path = f"/v1/topics/{key.topic}/partitions/{key.partition}/log"
+    offset, batches, end, start = 0, [], None, None
+    while True:
+        _, body, headers = await client.request("GET", path, params={"offset": offset, "max_bytes": READ_BYTES},
+                                                headers={"Accept": BATCH_CONTENT_TYPE}, server=server)
+        high, next_offset = int(headers["Raftlog-High-Watermark"]), int(headers["Raftlog-Next-Offset"])
+        start = int(headers["Raftlog-Log-Start-Offset"]) if start is None else start
+        end = high if end is None else end
+        batches += [(base, data) for base, data in parse_frames(body) if base >= offset]
+        if next_offset >= end or (next_offset <= offset and offset >= start):  # done, or no progress
+            return LogCopy(start, min(end, next_offset), tuple(batches))
+        offset = max(next_offset, start)

@@ -1,0 +1,166 @@
+"""The mirror checks of `--mirror` runs (chaos/mirror_checks.py) on hand-built logs and
+position samples: each anomaly class caught where it should be, nothing flagged where
+the mirror is right, and the cases a comparison of ends (the status's lag, high
+watermarks) would pass."""
+
+from __future__ import annotations
+
+import struct
+
+from chaos.anomalies import ANOMALY_CLASSES
+from chaos.history import PartitionKey
+from chaos.mirror import parse_frames
+from chaos.mirror_checks import (
+    LogCopy,
+    PositionSample,
+    check_mirror,
+    compare_logs,
+    positions_backwards,
+    summary_part,
+)
+from storage.batch import Record, decode_columns, encode_batch
+
+KEY = PartitionKey("chaos-a", 0)
+
+
+def _batch(*values: int, stamp: int = 1) -> bytes:
+    return encode_batch([Record(None, str(v).encode()) for v in values], first_timestamp_ms=stamp)
+
+
+def _log(*batches: bytes, start: int = 0) -> LogCopy:
+    """Batches laid end to end from `start`, as storage gives them offsets."""
+    placed, offset = [], start
+    for data in batches:
+        placed.append((offset, data))
+        offset += len(_values(data))
+    return LogCopy(start, offset, tuple(placed))
+
+
+def _values(data: bytes) -> list[bytes | None]:
+    return decode_columns(data).values
+
+
+B1, B2, B3, B4 = _batch(1, 2, 3), _batch(4, 5), _batch(6, 7), _batch(8, 9, 10)
+SOURCE = _log(B1, B2, B3, B4)
+
+
+def _names(found: list) -> list[str]:
+    return sorted(a.name for a in found)
+
+
+def test_the_classes_are_known() -> None:
+    for name in ("mirror-lost", "mirror-differs", "mirror-duplicate", "mirror-position-backwards",
+                 "mirror-incomplete"):
+        assert name in ANOMALY_CLASSES
+
+
+def test_an_identical_copy_passes() -> None:
+    verdicts = check_mirror({KEY: SOURCE}, {KEY: _log(B1, B2, B3, B4)})
+    assert verdicts.anomalies == [] and (verdicts.compared, verdicts.identical, verdicts.records) == (1, 1, 10)
+
+
+def test_a_skipped_batch_and_a_double_append_with_equal_ends_are_caught() -> None:
+    # The sink skipped B2 and appended B3 twice (B2 and B3 hold two records each): its high
+    # watermark equals the source's, so lag 0 and equal ends (all a status shows) pass.
+    sink = _log(B1, B3, B3, B4)
+    assert sink.high_watermark == SOURCE.high_watermark
+    found = compare_logs(KEY, SOURCE, sink)
+    assert _names(found) == ["mirror-differs", "mirror-duplicate", "mirror-lost"]
+    lost = next(a for a in found if a.name == "mirror-lost")
+    assert "2 records" in lost.explanation and "source offsets 3-4" in lost.explanation
+
+
+def test_a_skipped_batch_leaves_records_lost_and_offsets_shifted() -> None:
+    sink = _log(B1, B3, B4)  # caught up as far as it goes, three offsets short
+    found = compare_logs(KEY, SOURCE, sink)
+    assert _names(found) == ["mirror-differs", "mirror-differs", "mirror-incomplete", "mirror-lost"]
+
+
+def test_a_batch_appended_twice_is_a_duplicate_and_offsets_past_the_source() -> None:
+    sink = _log(B1, B2, B2, B3, B4)
+    found = compare_logs(KEY, SOURCE, sink)
+    assert "mirror-duplicate" in _names(found) and "mirror-lost" not in _names(found)
+    assert any("past the source's end" in a.explanation for a in found)
+
+
+def test_other_bytes_at_the_same_offsets_differ_even_with_the_same_values() -> None:
+    sink = _log(B1, _batch(4, 5, stamp=99), B3, B4)  # same values, another timestamp
+    found = compare_logs(KEY, SOURCE, sink)
+    assert _names(found) == ["mirror-differs"] and "other bytes at base offsets 3" in found[0].explanation
+
+
+def test_a_sink_behind_is_incomplete_never_lost() -> None:
+    sink = _log(B1, B2)
+    found = compare_logs(KEY, SOURCE, sink, waited_s=60)
+    assert _names(found) == ["mirror-incomplete"]
+    assert "reached 5 of the source's 10 in 60 s" in found[0].explanation
+    assert _names(check_mirror({KEY: SOURCE}, {KEY: None}).anomalies) == ["mirror-incomplete"]
+
+
+def test_a_sink_log_starting_late_lost_the_records_before() -> None:
+    sink = LogCopy(3, 10, tuple((base, data) for base, data in SOURCE.batches if base >= 3))
+    found = compare_logs(KEY, SOURCE, sink)
+    assert _names(found) == ["mirror-lost"] and "3 records" in found[0].explanation
+
+
+def _sample(at: float, node: str, position: int, state: str = "running") -> PositionSample:
+    return PositionSample(at, node, KEY, state, position)
+
+
+def test_positions_going_back_within_one_incarnation_are_caught() -> None:
+    found = positions_backwards([_sample(1, "s1#1", 5), _sample(2, "s1#1", 7), _sample(3, "s1#1", 6)], {})
+    assert _names(found) == ["mirror-position-backwards"]
+    assert "s1#1 reported position 7 at 2.0 s (running), then 6 at 3.0 s" in found[0].explanation
+
+
+def test_positions_of_other_nodes_incarnations_and_unsettled_states_are_not_compared() -> None:
+    samples = [_sample(1, "s1#1", 9), _sample(2, "s2#1", 4),  # a deposed leader's view, then the new one's
+               _sample(3, "s1#2", 3),  # restarted: a new incarnation
+               _sample(4, "s2#1", 0, "starting"), _sample(5, "s2#1", 0, "resyncing"), _sample(6, "s2#1", 0, "paused"),
+               _sample(7, "s2#1", 4, "backing_off"), _sample(8, "s2#1", 10)]
+    assert positions_backwards(samples, {KEY: 10}) == []
+
+
+def test_a_position_past_the_caught_up_sink_end_is_caught_but_not_past_an_incomplete_one() -> None:
+    samples = [_sample(1, "s1#1", 12)]
+    assert _names(positions_backwards(samples, {KEY: 10})) == ["mirror-position-backwards"]
+    assert _names(check_mirror({KEY: SOURCE}, {KEY: _log(B1, B2, B3, B4)}, samples).anomalies) == \
+        ["mirror-position-backwards"]
+    # The sink did not catch up: its end is no bound for what was reported (only incomplete).
+    assert _names(check_mirror({KEY: SOURCE}, {KEY: _log(B1)}, samples).anomalies) == ["mirror-incomplete"]
+
+
+def test_a_diverged_pull_differs() -> None:
+    verdicts = check_mirror({KEY: SOURCE}, {KEY: _log(B1, B2, B3, B4)}, diverged=[(KEY, "not the log")])
+    assert _names(verdicts.anomalies) == ["mirror-differs"] and verdicts.identical == 1
+
+
+def test_frames_of_the_log_route_parse() -> None:
+    body = b"".join(struct.pack(">qI", base, len(data)) + data for base, data in SOURCE.batches)
+    assert parse_frames(body) == list(SOURCE.batches)
+
+
+def test_the_summary_part() -> None:
+    verdicts = check_mirror({KEY: SOURCE}, {KEY: _log(B1, B2, B3, B4)})
+    assert summary_part(verdicts, "ok", [_sample(1, "s1#1", 5)]) == \
+        "mirror: 1/1 partitions identical (10 records), 1 positions sampled, promote: ok"
+
+
+def test_the_mirror_suite_and_the_control_run_with_a_mirror(tmp_path, monkeypatch) -> None:
+    # Goal: `make chaos-mirror` (`suite mirror`) is one mirror run; the mirror-skip-batch
+    # control runs with a mirror, the others without.
+    import chaos.__main__ as entry
+
+    calls = []
+
+    async def one(out, seed, nodes, duration, faults, unsafe, groups=False, far_catchup=False, mirror=False):
+        calls.append((seed, tuple(faults), tuple(unsafe), mirror))
+        return not unsafe  # every control caught
+
+    monkeypatch.setenv("RAFTLOG_CHAOS_NO_NS", "1")
+    monkeypatch.setattr(entry, "_one", one)
+    assert entry.main(["suite", "mirror", "--seed", "7", "--out", str(tmp_path)]) == 0
+    assert calls == [(7, ("kill", "pause", "partition"), (), True)]
+    calls.clear()
+    assert entry.main(["suite", "controls", "--seed", "7", "--out", str(tmp_path)]) == 0
+    assert [call[2:] for call in calls if call[3]] == [(("mirror-skip-batch",), True)]
