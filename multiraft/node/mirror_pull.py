@@ -13,16 +13,18 @@ Exactly once, across leader changes, by three rules:
   applied its whole log, its own term's NOOP included: nothing of an earlier leader
   or of an earlier attempt of its own is still in flight, so the applied next
   offset is the log's end;
-- one proposal in flight per partition (a chunk of whole batches, at most
-  `CHUNK_BYTES` and never refused in part): a failed proposal cannot leave a later
-  one appended after a hole;
-- before each proposal (the skips' META entry, then the data), the leader checks it
-  still leads in the same term and its state still ends at the chunk's first offset.
+- each proposal (a chunk of whole batches, never refused in part, and the META entry
+  of its skips) carries the offset it starts at and is appended only in the pull's
+  term where the log ends at that offset, a compare-and-append decided on the group's
+  task (mirror_append.py): so several may be in flight (mirror_window.py), and a
+  failed one makes every later one fail instead of leaving it after a hole;
+- before each proposal the leader checks it still leads in the same term.
 
-Bounds: at most `CHUNK_BYTES` in flight per partition; at most `PULLS_MAX` source
-reads in flight per node (`ReadSlots`): every mirror partition this node leads has
-its pull, and a pull holds a slot only for one read, so all of them are copied in
-turn, a freed slot going to high priority links first (then normal, then low); a
+Bounds: per partition at most `PROPOSALS_IN_FLIGHT_MAX` proposals and
+`BYTES_IN_FLIGHT_MAX` bytes in flight, chunks of `CHUNK_BYTES` (mirror_window.py);
+at most `PULLS_MAX` source reads in flight per node (`ReadSlots`): every mirror
+partition this node leads has its pull, and a pull holds a slot only for one read, so
+all of them are copied in turn, a freed slot going to high priority links first (then normal, then low); a
 source that fails is retried after `backoff_s` (jittered, up to 30 s); an answer
 with nothing to copy that came back before its long poll ended (a source that
 ignores `wait_ms`, or sends only batches before the position) and a resync (a
@@ -39,12 +41,15 @@ import contextlib
 import heapq
 import itertools
 import random
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
+from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
 from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s
+from multiraft.node.mirror_window import InFlight, PipelineBounds, Window
 from multiraft.runtime.supervision import watch
 from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, encode_mirror_meta
 from raftlog.errors import ClientError
@@ -59,7 +64,7 @@ if TYPE_CHECKING:
     from multiraft.runtime.group import GroupRuntime
 
 PULLS_MAX = 32  # source reads one node has in flight at once (its partitions take turns)
-CHUNK_BYTES = 1024 * 1024  # bytes in flight per partition (one proposal)
+PIPELINE = PipelineBounds()  # every pull's window on this node (mirror_window.py)
 LONG_POLL_MS = 500
 SCAN_INTERVAL_S = 0.2
 SETTLE_POLL_S = 0.05
@@ -161,10 +166,12 @@ class MirrorPulls:
     """The pulls of the mirror partitions this node leads (one supervised loop owns them all)."""
 
     def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, logger: Any,
-                 rng: random.Random | None = None, local_host: str | None = None,
+                 rng: random.Random | None = None, bounds: PipelineBounds | None = None,
+                 local_host: str | None = None,
                  chunk_filter: Callable[[list[bytes]], list[bytes]] | None = None) -> None:
         """`chunk_filter`: the chaos runner's negative control only (multiraft/node/faults.py)."""
         self._registry = registry
+        self.bounds = bounds or PIPELINE
         self._chunk_filter = chunk_filter
         self.local_host = local_host  # the source is read from this address (SourceClient)
         self._catalog = catalog
@@ -299,62 +306,103 @@ class MirrorPulls:
 
     async def _copy(self, runtime: GroupRuntime, group_id: GroupId, client: SourceClient, status: PullStatus,
                     rank: int) -> None:
-        """Copy chunks from `status.position` on, one proposal at a time, until a failure."""
+        """Copy chunks from `status.position` on, up to the window's bounds in flight (the next
+        read overlapping the earlier chunks' commits), until a failure."""
         term = runtime.core.term
+        window = self.bounds.window(status.position)
+        tail = LogTail()
+        proposals: deque[asyncio.Future[Any]] = deque()
         clock = asyncio.get_running_loop().time
-        while True:
-            async with self._slots.held(rank):
-                asked = clock()
-                chunk = await client.read_log(status.topic, status.partition, status.position, CHUNK_BYTES,
-                                              LONG_POLL_MS)
-                answered_early = clock() - asked < LONG_POLL_MS / 2000
-            status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
-                                                                            chunk.log_start_offset)
-            if chunk.log_start_offset > status.position:
-                status.state = "source_truncated"
-                status.last_error = (f"the source deleted offsets {status.position}..{chunk.log_start_offset - 1} "
-                                     "(retention) before they were copied")
-                await asyncio.sleep(TRUNCATED_RETRY_S)
-                continue
-            payloads, end = self._contiguous(chunk.batches, status)
-            if self._chunk_filter is not None:
-                payloads = self._chunk_filter(payloads)
-            self._check_still(runtime, group_id, term, status.position)
-            status.state, status.failures = "running", 0
-            if not payloads:
-                if answered_early:  # a source ignoring the long poll, or only batches before the position
-                    status.empty_reads += 1
-                    await asyncio.sleep(backoff_s(status.empty_reads, self._rng, IDLE_PAUSE_FIRST_S,
-                                                  IDLE_PAUSE_MAX_S))
-                continue
-            status.empty_reads = 0
-            skips = tuple(r for r in chunk.skipped if status.position <= r[0] < end)
-            if skips:
-                await runtime.propose([encode_mirror_meta(MirrorSkips(skips))], EntryKind.META)
-                self._check_still(runtime, group_id, term, status.position)  # the META's wait let things move
-            await runtime.propose(payloads)
-            machine = self._registry.partitions.get(group_id)
-            if machine is None or int(machine.state.next_offset) != end:
-                raise _Resync()
-            status.resyncs = 0
-            status.bytes_copied += sum(len(p) for p in payloads)
-            status.records_copied += end - status.position
-            status.batches_copied += len(payloads)
-            status.position = end
+        try:
+            while True:
+                await self._take_applied(window, proposals, status, everything=False)
+                if proposals and window.read_position >= (status.source_high_watermark or 0):
+                    # Caught up with the source as last seen: let what is in flight apply
+                    # (and the position show it) before a long poll holds this loop.
+                    await self._take_applied(window, proposals, status, everything=True)
+                position = window.read_position
+                async with self._slots.held(rank):
+                    asked = clock()
+                    chunk = await client.read_log(status.topic, status.partition, position, window.chunk_bytes_max,
+                                                  LONG_POLL_MS)
+                    answered_early = clock() - asked < LONG_POLL_MS / 2000
+                status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
+                                                                                chunk.log_start_offset)
+                if chunk.log_start_offset > position:
+                    status.state = "source_truncated"
+                    status.last_error = (f"the source deleted offsets {position}..{chunk.log_start_offset - 1} "
+                                         "(retention) before they were copied")
+                    await asyncio.sleep(TRUNCATED_RETRY_S)
+                    continue
+                payloads, end = self._contiguous(chunk.batches, position)
+                if self._chunk_filter is not None:
+                    payloads = self._chunk_filter(payloads)
+                self._check_leading(runtime, group_id, term)
+                status.state, status.failures = "running", 0
+                if not payloads:
+                    if answered_early:  # a source ignoring the long poll, or only batches before the position
+                        status.empty_reads += 1
+                        await asyncio.sleep(backoff_s(status.empty_reads, self._rng, IDLE_PAUSE_FIRST_S,
+                                                      IDLE_PAUSE_MAX_S))
+                    continue
+                status.empty_reads = 0
+                skips = tuple(r for r in chunk.skipped if position <= r[0] < end)
+                proposals.append(self._propose_chunk(runtime, group_id, term, tail, position, end, payloads, skips))
+                window.add(InFlight(position, end, sum(len(p) for p in payloads), len(payloads)))
+        finally:
+            for proposal in proposals:  # their entries, if appended, still commit: the caller settles first
+                proposal.cancel()
+            await asyncio.gather(*proposals, return_exceptions=True)
 
-    def _check_still(self, runtime: GroupRuntime, group_id: GroupId, term: int, position: int) -> None:
-        """Raise `_Resync` unless this node still leads in `term`, applied its whole log,
-        and its state ends at `position` (checked right before each proposal)."""
-        if runtime.core.term != term or self._settled(runtime, group_id) != position:
+    def _propose_chunk(self, runtime: GroupRuntime, group_id: GroupId, term: int, tail: LogTail, start: int,
+                       end: int, payloads: list[bytes], skips: tuple[tuple[int, int], ...]) -> asyncio.Future[Any]:
+        """Propose a chunk (after the META entry of its skips, if any), each guarded to append
+        only in `term` where the log ends at `start`; the future of their apply results. The
+        proposals are queued to the group in the order made (tasks start first in, first
+        out); were they not, the guard would refuse the one out of place."""
+        def applied() -> LogPoint | None:
+            return applied_point(self._registry.partitions.get(group_id))
+
+        steps = []
+        if skips:
+            meta = [encode_mirror_meta(MirrorSkips(skips))]
+            steps.append(asyncio.ensure_future(runtime.propose(
+                meta, EntryKind.META, guard=MirrorAppend(applied, tail, term, start, 0))))
+        steps.append(asyncio.ensure_future(runtime.propose(
+            payloads, EntryKind.DATA, guard=MirrorAppend(applied, tail, term, start, end - start))))
+        return asyncio.gather(*steps)
+
+    async def _take_applied(self, window: Window, proposals: deque[asyncio.Future[Any]], status: PullStatus, *,
+                            everything: bool) -> None:
+        """Take the outcomes of the oldest proposals: those done, then as many as the window
+        needs for room (all, if `everything`). A failed one raises: the caller settles."""
+        while proposals and (everything or proposals[0].done() or not window.has_room()):
+            results = (await proposals[0])[-1]  # the DATA proposal's apply results
+            proposals.popleft()
+            chunk = window.applied()
+            # The guard appended the chunk where the log ended at its start: its offsets are the source's.
+            assert results[0].stored_base_offset == chunk.start, (results[0], chunk)
+            status.resyncs = 0
+            status.bytes_copied += chunk.size_bytes
+            status.records_copied += chunk.end - chunk.start
+            status.batches_copied += chunk.batches
+            status.position = window.committed
+
+    def _check_leading(self, runtime: GroupRuntime, group_id: GroupId, term: int) -> None:
+        """Raise `_Resync` unless this node still leads the mirror partition in `term`
+        (checked before each proposal; the guard checks again at the append)."""
+        machine = self._registry.partitions.get(group_id)
+        if (runtime.core.term != term or self._registry.leading(group_id) is not runtime
+                or machine is None or not machine.state.mirror):
             raise _Resync()
 
     @staticmethod
-    def _contiguous(batches: list[tuple[int, bytes]], status: PullStatus) -> tuple[list[bytes], int]:
+    def _contiguous(batches: list[tuple[int, bytes]], position: int) -> tuple[list[bytes], int]:
         """The batches from the position on, checked to follow one another without a gap;
         (payloads, the offset after them). A batch across the position or a gap means the
         source is not the log this mirror copied: the pull stops there (`diverged`)."""
         payloads: list[bytes] = []
-        expected = status.position
+        expected = position
         for base, data in batches:
             try:
                 count = read_header(data).record_count

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from multiraft.runtime import failover, persistence, quiescence
+from multiraft.runtime import failover, group_types, persistence, quiescence
 from multiraft.runtime.group_host import COMMIT_HOLD_S, GroupHost
 from multiraft.runtime.group_types import GroupDeps, GroupStatus, StateMachine, status_of
 from multiraft.runtime.pacing import campaign_backoff_skips, run_ticks, split_ticks, tick_due
@@ -229,9 +229,8 @@ class GroupRuntime:
         if tick_due(self.core, self._pending_ticks):
             self._wakeup.set()
 
-    async def propose(
-        self, payloads: Sequence[bytes], kind: EntryKind = EntryKind.DATA, acks: str = "quorum"
-    ) -> list[Any]:
+    async def propose(self, payloads: Sequence[bytes], kind: EntryKind = EntryKind.DATA, acks: str = "quorum",
+                      guard: group_types.AppendGuard | None = None) -> list[Any]:
         """Replicate `payloads` as consecutive entries and wait as `acks` says.
 
         - "quorum": until applied (committed by a majority); returns the apply results;
@@ -239,6 +238,7 @@ class GroupRuntime:
           (a leader crash before the commit can lose them: the relaxation the user
           asked for; Kafka's acks=1 answers with the leader's offsets the same way);
         - "all": until applied and held by every in-sync replica.
+        A `guard` decides on this group's task, right before the append, whether it may be.
         """
         assert acks in ("quorum", "leader", "all")
         self._check_running()
@@ -246,7 +246,7 @@ class GroupRuntime:
         loop = asyncio.get_running_loop()
         futures = [loop.create_future() for _ in payloads]
         persisted: asyncio.Future[tuple[Index, Term]] = loop.create_future()
-        if not self._enqueue("propose", (tuple(payloads), kind, futures, persisted)):
+        if not self._enqueue("propose", (tuple(payloads), kind, futures, persisted, guard)):
             raise ProposalDropped("the group's inbox is full; retry")
         self._wakeup.set()
         if acks == "leader":
@@ -263,7 +263,7 @@ class GroupRuntime:
             results = list(await asyncio.gather(*futures))
         if acks == "all":
             held: asyncio.Future[None] = loop.create_future()
-            self._waiters.in_sync.append((self._last_applied_target(results), held))
+            self._waiters.in_sync.append((self.core.applied_index, held))
             self._wakeup.set()
             await held
         return results
@@ -271,9 +271,6 @@ class GroupRuntime:
     def _check_running(self) -> None:
         if self.failed:
             raise ProposalDropped("this replica's storage failed; it is being reopened, retry")
-
-    def _last_applied_target(self, results: list[Any]) -> Index:
-        return self.core.applied_index
 
     async def propose_membership(self, change: ConfChange) -> None:
         """Add or remove one member; returns once the change is applied here."""
@@ -394,15 +391,17 @@ class GroupRuntime:
         if self._task is not None and self._enqueue(kind, item):
             self._wakeup.set()
 
-    def _propose(
-        self, payloads: tuple[bytes, ...], kind: EntryKind, futures: list[asyncio.Future[Any]],
-        persisted: asyncio.Future[tuple[Index, Term]],
-    ) -> None:
+    def _propose(self, payloads: tuple[bytes, ...], kind: EntryKind, futures: list[asyncio.Future[Any]],
+                 persisted: asyncio.Future[tuple[Index, Term]], guard: group_types.AppendGuard | None) -> None:
         try:
+            if guard is not None:
+                guard.check(self.core)
             term, first = self.core.propose(payloads, kind)
         except ClientError as error:
             self._waiters.refuse([*futures, persisted], error)
             return
+        if guard is not None:
+            guard.appended(self.core)
         self._waiters.proposed(term, first, futures, persisted, time.perf_counter())
 
     def _propose_membership(self, change: ConfChange, future: asyncio.Future[Any]) -> None:

@@ -24,6 +24,19 @@ class StateMachine(Protocol):
     def restore(self, data: object, index: Index) -> None: ...
 
 
+
+class AppendGuard(Protocol):
+    """A compare-and-append: decides on the group's task, right before the core appends
+    a proposal, whether it may be appended, seeing the log exactly as the new entries
+    would extend it (a mirror's chunk appends only where its offsets are the source's,
+    multiraft/node/mirror_append.py). Nothing else runs between `check` and the append."""
+
+    def check(self, core: RaftCore) -> None:
+        """Raise a `ClientError` to refuse: nothing is appended and the proposal fails with it."""
+
+    def appended(self, core: RaftCore) -> None:
+        """The entries are in the log (its last ones), in `core.term`."""
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupStatus:
     """A group as the edge may see it: a read-only snapshot, taken on the loop.

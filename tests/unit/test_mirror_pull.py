@@ -28,6 +28,7 @@ from multiraft.node.mirror_pull import (
     ReadSlots,
 )
 from multiraft.node.mirror_source import LogChunk
+from multiraft.node.mirror_window import PipelineBounds
 from raftlog.errors import ProposalDropped
 from raftlog.messages import EntryKind
 from raftlog.types import GroupId, NodeId
@@ -42,27 +43,76 @@ def _batch(n: int, records: int = 2) -> bytes:
     return encode_batch([Record(b"k", b"v%d-%d" % (n, i)) for i in range(records)], first_timestamp_ms=n + 1)
 
 
+class FakeLog:
+    def __init__(self, runtime: FakeRuntime) -> None:
+        self._runtime = runtime
+
+    def last_index(self) -> int:
+        return self._runtime.last
+
+    def term_or_none(self, index: int) -> int | None:
+        return self._runtime.core.term if index <= self._runtime.last else None
+
+
+class FakeCore:
+    """A leader whose log is all committed and applied (its last index)."""
+
+    def __init__(self, runtime: FakeRuntime, term: int) -> None:
+        self.term = term
+        self.log = FakeLog(runtime)
+        self._runtime = runtime
+
+    @property
+    def commit_index(self) -> int:
+        return self._runtime.last
+
+    @property
+    def applied_index(self) -> int:
+        return self._runtime.last
+
+
 class FakeRuntime:
-    """A group leader whose proposals apply at once (DATA moves the next offset)."""
+    """A group leader whose proposals apply at once (DATA moves the next offset); a
+    proposal's guard decides before it is appended, as on the group's task."""
 
     def __init__(self, machine: Any, term: int = 2) -> None:
         self.machine = machine
         self.proposals: list[tuple[EntryKind, list[bytes]]] = []
         self.refuse: Exception | None = None
         self.on_meta: Any = None
-        log = SimpleNamespace(term_or_none=lambda _index: self.core.term, last_index=lambda: 10)
-        self.core = SimpleNamespace(term=term, commit_index=10, applied_index=10, log=log)
+        self.last = 10
+        self.core = FakeCore(self, term)
+        self.gate: asyncio.Event | None = None  # DATA proposals answer once it is set (in flight until then)
+        self.waiting = 0  # DATA proposals appended, waiting on the gate
+        self.drop_once: set[int] = set()  # chunk first offsets dropped once before the append
 
-    async def propose(self, payloads: list[bytes], kind: EntryKind = EntryKind.DATA) -> list[Any]:
+    async def propose(self, payloads: list[bytes], kind: EntryKind = EntryKind.DATA,
+                      guard: Any = None) -> list[Any]:
         await _real_sleep(0)
+        if guard is not None:
+            guard.check(self.core)
+        if guard is not None and kind is EntryKind.DATA and guard.first_offset in self.drop_once:
+            self.drop_once.discard(guard.first_offset)
+            raise ProposalDropped("too many uncommitted bytes; retry after commits catch up")
         self.proposals.append((kind, payloads))
         if self.refuse is not None:
             raise self.refuse
         if kind is EntryKind.META and self.on_meta is not None:
             self.on_meta()
-        if kind is EntryKind.DATA:
-            self.machine.state.next_offset += sum(read_header(p).record_count for p in payloads)
-        return []
+        state, results = self.machine.state, []
+        for payload in payloads:
+            self.last += 1
+            if kind is EntryKind.DATA:
+                results.append(SimpleNamespace(stored_base_offset=state.next_offset))
+                state.next_offset += read_header(payload).record_count
+        state.applied_index = self.last
+        if guard is not None:
+            guard.appended(self.core)
+        if self.gate is not None and kind is EntryKind.DATA:
+            self.waiting += 1
+            await self.gate.wait()
+            self.waiting -= 1
+        return results
 
 
 class FakeRegistry:
@@ -71,7 +121,7 @@ class FakeRegistry:
         self.leaders: dict[GroupId, FakeRuntime] = {}
 
     def add(self, group_id: int, start: int = 0) -> FakeRuntime:
-        machine = SimpleNamespace(state=SimpleNamespace(mirror=True, next_offset=start))
+        machine = SimpleNamespace(state=SimpleNamespace(mirror=True, next_offset=start, applied_index=10))
         self.partitions[GroupId(group_id)] = machine
         runtime = self.leaders[GroupId(group_id)] = FakeRuntime(machine)
         return runtime
@@ -110,12 +160,12 @@ def _log(batches: int, records: int = 2, first: int = 0) -> list[tuple[int, byte
     return [(first + i * records, _batch(i, records)) for i in range(batches)]
 
 
-def _pulls(registry: FakeRegistry, partitions: int) -> MirrorPulls:
+def _pulls(registry: FakeRegistry, partitions: int, bounds: PipelineBounds | None = None) -> MirrorPulls:
     topic = TopicInfo("orders", 3, {}, tuple(PartitionInfo(p, GroupId(100 + p), (NodeId(1),))
                                              for p in range(partitions)), "dr", False, partitions)
     catalog = SimpleNamespace(catalog=SimpleNamespace(topics={"orders": topic}, mirror_links={"dr": LINK}))
     logger = SimpleNamespace(info=lambda *a, **k: None, error=lambda *a, **k: None)
-    return MirrorPulls(registry, catalog, logger, random.Random(7))  # type: ignore[arg-type]
+    return MirrorPulls(registry, catalog, logger, random.Random(7), bounds)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -245,3 +295,59 @@ async def test_leadership_is_checked_again_between_the_skips_and_the_data(pauses
         await pulls._pull(GroupId(100), "dr", source, "orders", 0)  # type: ignore[arg-type]
     assert [kind for kind, _ in runtime.proposals] == [EntryKind.META]
     assert runtime.machine.state.next_offset == 0
+
+
+def _data(runtime: FakeRuntime) -> list[bytes]:
+    return [p for kind, payloads in runtime.proposals if kind is EntryKind.DATA for p in payloads]
+
+
+@pytest.mark.parametrize("proposals_max, chunks_of_bytes, in_flight", [
+    pytest.param(4, 8, 4, id="proposals bound"),
+    pytest.param(8, 3, 3, id="bytes bound"),
+])
+async def test_chunks_are_pipelined_up_to_the_bounds(proposals_max: int, chunks_of_bytes: int,
+                                                     in_flight: int) -> None:
+    # Goal: the pull proposes the next chunks while earlier ones are not applied, up to
+    # the window's bounds and no further (the bytes bound counts a chunk to come at its
+    # largest); released, everything is copied in order.
+    registry = FakeRegistry()
+    runtime = registry.add(100)
+    runtime.gate = asyncio.Event()
+    log = _log(20)
+    chunk = 2 * max(len(data) for _, data in log)  # the fake source answers two batches a read
+    bounds = PipelineBounds(proposals_max, chunks_of_bytes * chunk, chunk)
+    source = FakeSource({0: log})
+    pulls = _pulls(registry, 1, bounds)
+    task = asyncio.create_task(pulls._pull(GroupId(100), "dr", source, "orders", 0))  # type: ignore[arg-type]
+    try:
+        await _until(lambda: runtime.waiting == in_flight, f"{in_flight} proposals in flight")
+        await _real_sleep(0.05)
+        assert runtime.waiting == in_flight and len(_data(runtime)) == 2 * in_flight
+        assert pulls.status[GroupId(100)].position == 0  # nothing applied yet
+        runtime.gate.set()
+        await _until(lambda: pulls.status[GroupId(100)].position == 40, "everything applied")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert _data(runtime) == [data for _, data in log]
+    assert pulls.status[GroupId(100)].records_copied == 40
+
+
+async def test_a_dropped_chunk_refuses_the_later_ones_and_the_pull_resumes_exactly(pauses: list[float]) -> None:
+    # Goal: chunk k dropped before its append (the group full) while k+1.. are queued:
+    # the guard refuses them (nothing appended after the hole), the pull settles and
+    # starts again from the log's end; the copy is the source's batches, each once.
+    registry = FakeRegistry()
+    runtime = registry.add(100)
+    runtime.drop_once = {8}
+    log = _log(20)
+    source = FakeSource({0: log})
+    pulls = _pulls(registry, 1, PipelineBounds(4, 4 * 1024, 1024))
+    task = asyncio.create_task(pulls._pull(GroupId(100), "dr", source, "orders", 0))  # type: ignore[arg-type]
+    try:
+        await _until(lambda: runtime.machine.state.next_offset == 40, "everything copied")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert _data(runtime) == [data for _, data in log]
+    assert pulls.status[GroupId(100)].resyncs == 0 and pauses  # it resynced once, then copied on
