@@ -103,6 +103,9 @@ async def test_a_full_sync_finds_the_damaged_range_resyncs_it_and_then_compares_
             await produce_retrying(source.nodes[n % 3], "orders", n % 2, _batch(n))
         await until(lambda: sink.nodes[0].registry.partitions[group].state.high_watermark == end + 6 * RECORDS,
                     "the mirror copying past the damage", 20)
+        other = sink.nodes[0].catalog.topic("orders").partitions[1].group_id
+        await until(lambda: all(n.registry.partitions[other].state.high_watermark == end + 6 * RECORDS
+                                for n in sink.nodes), "partition 1 caught up on every sink replica", 20)
         report = await _verify(session, sink)
         damaged = report["partitions"][0]
         assert damaged["status"] == "different" and damaged["ranges"] == [[leaf, end + 6 * RECORDS]], damaged
