@@ -24,7 +24,6 @@ class StateMachine(Protocol):
     def restore(self, data: object, index: Index) -> None: ...
 
 
-
 class AppendGuard(Protocol):
     """A compare-and-append: decides on the group's task, right before the core appends
     a proposal, whether it may be appended, seeing the log exactly as the new entries
@@ -36,6 +35,7 @@ class AppendGuard(Protocol):
 
     def appended(self, core: RaftCore) -> None:
         """The entries are in the log (its last ones), in `core.term`."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GroupStatus:
