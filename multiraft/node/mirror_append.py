@@ -86,16 +86,22 @@ class LogTail:
 class MirrorAppend:
     """The guard of one proposal of a mirror partition (`AppendGuard`): appended only in
     `term` and only where the log ends at `first_offset`; `records` is what it adds (0 for
-    a META entry)."""
+    a META entry). With `after` (the guard of the chunk's skips META entry), only right
+    after that entry: the two are separate proposals, both starting where the log ends at
+    `first_offset`, so a refused META (a membership change applying, a transfer under way,
+    both over by the next proposal) would otherwise let its chunk in without the skipped
+    ranges, and the sink would serve batches the source hides, for good."""
 
     def __init__(self, applied: Callable[[], LogPoint | None], tail: LogTail, term: int, first_offset: int,
-                 records: int) -> None:
+                 records: int, after: MirrorAppend | None = None) -> None:
         assert first_offset >= 0 and records >= 0
         self._applied = applied
         self._tail = tail
         self._term = term
         self.first_offset = first_offset
         self._records = records
+        self._after = after
+        self.landed: LogPoint | None = None  # where its entries ended, once appended
 
     def check(self, core: RaftCore) -> None:
         if core.term != self._term:
@@ -103,6 +109,11 @@ class MirrorAppend:
         applied = self._applied()
         if applied is None:
             raise ProposalDropped("the partition is no longer a mirror here")
+        if self._after is not None:
+            meta = self._after.landed
+            if meta is None or core.log.last_index() != meta.index or \
+                    core.log.term_or_none(Index(meta.index)) != meta.term:
+                raise ProposalDropped("the chunk's skipped ranges were not appended right before it")
         end = log_end_offset(core, applied, self._tail.known)
         if end != self.first_offset:
             raise ProposalDropped(f"the mirror's log ends at offset {end}, not at the chunk's first offset "
@@ -110,7 +121,7 @@ class MirrorAppend:
 
     def appended(self, core: RaftCore) -> None:
         last = core.log.last_index()
-        self._tail.known = LogPoint(int(last), int(core.term), self.first_offset + self._records)
+        self.landed = self._tail.known = LogPoint(int(last), int(core.term), self.first_offset + self._records)
 
 
 def applied_point(machine: Any) -> LogPoint | None:

@@ -364,12 +364,13 @@ class MirrorPulls:
             return applied_point(self._registry.partitions.get(group_id))
 
         steps = []
+        meta_guard = None
         if skips:
-            meta = [encode_mirror_meta(MirrorSkips(skips))]
+            meta_guard = MirrorAppend(applied, tail, term, start, 0)
             steps.append(asyncio.ensure_future(runtime.propose(
-                meta, EntryKind.META, guard=MirrorAppend(applied, tail, term, start, 0))))
+                [encode_mirror_meta(MirrorSkips(skips))], EntryKind.META, guard=meta_guard)))
         steps.append(asyncio.ensure_future(runtime.propose(
-            payloads, EntryKind.DATA, guard=MirrorAppend(applied, tail, term, start, end - start))))
+            payloads, EntryKind.DATA, guard=MirrorAppend(applied, tail, term, start, end - start, meta_guard))))
         return asyncio.gather(*steps)
 
     async def _take_applied(self, window: Window, proposals: deque[asyncio.Future[Any]], status: PullStatus, *,

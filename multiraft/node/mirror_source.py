@@ -22,6 +22,7 @@ status answers and logs (`PullStatus.last_error`, `Discovery.last_error`).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import random
 import struct
@@ -109,20 +110,40 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
     return LogChunk(batches, skipped, *positions)  # type: ignore[arg-type]
 
 
+def binds_to(local_host: str | None, sources: tuple[str, ...]) -> str | None:
+    """The address to bind the source's connections to: `local_host` when it and every
+    source host are IPv4 loopback literals (clusters sharing one host, where the OS would
+    pick 127.0.0.1 whoever holds it), else None. Bound to a loopback address, a connection
+    to a remote source would fail; bound to a name or another family, every connection."""
+    if not local_host or not _is_loopback_v4(local_host):
+        return None
+    return local_host if all(_is_loopback_v4(address.rpartition(":")[0]) for address in sources) else None
+
+
+def _is_loopback_v4(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.version == 4 and address.is_loopback
+
+
 class SourceClient:
     """HTTP calls to one link's source addresses; `close` when done (its owner does)."""
 
     def __init__(self, sources: tuple[str, ...], token: str | None, rng: random.Random | None = None,
                  local_host: str | None = None) -> None:
-        """`local_host`: the address every connection to the source is made from (the node's
-        own, as its Raft links: firewall rules between clusters match it); None: the OS's pick."""
+        """`local_host`: the address connections to the source are made from (the node's own,
+        as its Raft links: firewall rules between clusters on one host match it), used only
+        when it and every source address are loopback IP literals (`binds_to`); else the OS
+        picks, as it must for a remote source, a name, or another address family."""
         assert sources
         self._sources = list(sources)
         self._next = (rng or random.Random()).randrange(len(sources))
         self._token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
-        self._local_host = local_host
+        self._local_host = binds_to(local_host, sources)
 
     def scrub(self, text: str) -> str:
         """`text` as it may be shown or logged: without this link's token."""

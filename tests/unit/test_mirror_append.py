@@ -136,3 +136,35 @@ def test_a_new_term_refuses_the_old_pull_s_chunks() -> None:
     gone = MirrorAppend(lambda: None, tail, leader.term, START, 5)  # promoted meanwhile
     with pytest.raises(ProposalDropped, match="no longer a mirror"):
         gone.check(leader)
+
+
+def test_a_chunk_whose_skips_entry_was_refused_is_refused_too() -> None:
+    # Goal: a chunk with skipped ranges is two proposals (META, then DATA) both starting at
+    # the same offset; if the META was refused (say a membership change was applying) and
+    # the DATA's turn came after that cleared, the DATA must not enter the log without it:
+    # the sink would serve the batches the source skips. Right after its META it goes in.
+    cluster, applied = _cluster()
+    tail = LogTail()
+    leader = cluster.cores[1]
+    _append(cluster, applied, tail, 100, 5)
+    refused_meta = MirrorAppend(lambda: applied, tail, leader.term, 105, 0)  # never appended
+    data = MirrorAppend(lambda: applied, tail, leader.term, 105, 5, after=refused_meta)
+    last = leader.log.last_index()
+    with pytest.raises(ProposalDropped, match="skipped ranges"):
+        data.check(leader)
+    assert leader.log.last_index() == last
+
+    meta = MirrorAppend(lambda: applied, tail, leader.term, 105, 0)
+    meta.check(leader)
+    leader.propose([encode_meta(OffsetCommit(group="g", topic="orders", partition=0, offset=3))],
+                   EntryKind.META)  # any META entry stands for the skips entry here
+    meta.appended(leader)
+    data = MirrorAppend(lambda: applied, tail, leader.term, 105, 5, after=meta)
+    data.check(leader)
+    leader.propose([_batch(5)])
+    data.appended(leader)
+    assert log_end_offset(leader, applied, tail.known) == 110
+
+    late = MirrorAppend(lambda: applied, tail, leader.term, 110, 5, after=meta)
+    with pytest.raises(ProposalDropped, match="skipped ranges"):
+        late.check(leader)  # its META is no longer the log's last entry

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from multiraft.node.mirror_source import SourceClient
+from multiraft.node.mirror_source import SourceClient, binds_to
 from tests.node.test_node_cluster import free_port
 
 
@@ -43,3 +43,16 @@ async def test_the_source_is_read_from_the_local_host_given() -> None:
         await unbound.close()
         await runner.cleanup()
     assert seen == ["127.0.0.42", "127.0.0.1"]
+
+
+def test_only_loopback_clusters_bind_their_connections() -> None:
+    # Goal: binding is for clusters sharing one host; a node serving HTTP on loopback
+    # behind a proxy, a remote or named source, or IPv6 must connect unbound (bound, it
+    # would fail on every call and the pull would back off forever).
+    assert binds_to("127.0.0.11", ("127.0.0.1:9000", "127.0.0.2:9000")) == "127.0.0.11"
+    assert binds_to("127.0.0.1", ("10.0.0.5:9000",)) is None, "a remote source"
+    assert binds_to("127.0.0.1", ("127.0.0.2:9000", "source.example:9000")) is None, "a name"
+    assert binds_to("10.0.0.7", ("10.0.0.5:9000",)) is None, "the OS picks on a real network"
+    assert binds_to("::1", ("[::1]:9000",)) is None
+    assert binds_to("node-1", ("127.0.0.2:9000",)) is None
+    assert binds_to(None, ("127.0.0.2:9000",)) is None
