@@ -226,15 +226,22 @@ class MirrorRun:
         began = time.monotonic()
         deadline = began + CATCH_UP_S
         sources = [source.http(n) for n in source.ids]
-        async with AsyncClient(sources, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as client:
-            source_logs = {key: await _read_until(client, sources, key, source_ends.get(key, 0), deadline)
-                           for key in self.keys}
         sinks = [self.sink.http(n) for n in self.sink.ids]
         sink_logs: dict[PartitionKey, LogCopy | None] = {}
-        async with AsyncClient(sinks, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as client:
+        async with AsyncClient(sources, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as source_client, \
+                AsyncClient(sinks, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as client:
+            source_logs = {key: await _read_until(source_client, sources, key, source_ends.get(key, 0), deadline)
+                           for key in self.keys}
             for key in self.keys:
                 want = source_logs[key].high_watermark if source_logs[key] is not None else 0
                 sink_logs[key] = await _read_until(client, sinks, key, want, deadline)
+            # A write in flight at the heal can commit on the source after its read: where the
+            # sink holds more, the source is read again (its end only grows).
+            for key, copy in sink_logs.items():
+                theirs = source_logs[key]
+                if copy is not None and theirs is not None and copy.high_watermark > theirs.high_watermark:
+                    again = await _read_until(source_client, sources, key, copy.high_watermark, deadline)
+                    source_logs[key] = again if again is not None else theirs
         waited = time.monotonic() - began
         present = {key: log for key, log in source_logs.items() if log is not None}
         verdicts = check_mirror(present, sink_logs, self.samples, sorted(self.diverged.items()), waited)
@@ -305,6 +312,7 @@ async def _read_until(client: AsyncClient, servers: list[str], key: PartitionKey
 async def _read_log(client: AsyncClient, server: str, key: PartitionKey) -> LogCopy:
     path = f"/v1/topics/{key.topic}/partitions/{key.partition}/log"
     offset, batches, end, start = 0, [], None, None
+    skipped: set[tuple[int, int]] = set()
     while True:
         _, body, headers = await client.request("GET", path, params={"offset": offset, "max_bytes": READ_BYTES},
                                                 headers={"Accept": BATCH_CONTENT_TYPE}, server=server)
@@ -312,6 +320,17 @@ async def _read_log(client: AsyncClient, server: str, key: PartitionKey) -> LogC
         start = int(headers["Raftlog-Log-Start-Offset"]) if start is None else start
         end = high if end is None else end
         batches += [(base, data) for base, data in parse_frames(body) if base >= offset]
+        skipped |= {r for r in parse_skipped(headers.get("Raftlog-Skipped", "")) if r[0] >= offset}
         if next_offset >= end or (next_offset <= offset and offset >= start):  # done, or no progress
-            return LogCopy(start, min(end, next_offset), tuple(batches))
+            last = min(end, next_offset)
+            return LogCopy(start, last, tuple(batches), tuple(sorted(r for r in skipped if r[0] < last)))
         offset = max(next_offset, start)
+
+
+def parse_skipped(header: str) -> list[tuple[int, int]]:
+    """`Raftlog-Skipped: base:count,...` (docs/mirror.md) as (base, count) pairs."""
+    pairs = []
+    for item in filter(None, header.split(",")):
+        base, _, count = item.partition(":")
+        pairs.append((int(base), int(count)))
+    return pairs

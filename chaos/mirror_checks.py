@@ -47,6 +47,9 @@ class LogCopy:
     log_start: int
     high_watermark: int
     batches: tuple[tuple[int, bytes], ...]
+    # (base offset, records) of the batches the log holds but skips on reads (`Raftlog-Skipped`:
+    # a producer's retried duplicates); a mirror must skip the same ones.
+    skipped: tuple[tuple[int, int], ...] = ()
 
     def records(self, below: int) -> list[tuple[int, bytes | None]]:
         """(offset, value) of every record below `below`."""
@@ -127,6 +130,14 @@ def compare_logs(key: PartitionKey, source: LogCopy, sink: LogCopy, waited_s: fl
     if other:
         found.append(anomaly("mirror-differs", key, f"{len(other)} batches with other bytes at base offsets "
                              f"{listing(other)}", ()))
+    ours_skipped = {r for r in source.skipped if r[0] < end}
+    theirs_skipped = {r for r in sink.skipped if r[0] < end}
+    if ours_skipped != theirs_skipped:
+        parts = ([f"the source skips {listing(sorted(b for b, _ in ours_skipped - theirs_skipped))}, the sink does "
+                  "not"] if ours_skipped - theirs_skipped else []) + \
+                ([f"the sink skips {listing(sorted(b for b, _ in theirs_skipped - ours_skipped))}, the source does "
+                  "not"] if theirs_skipped - ours_skipped else [])
+        found.append(anomaly("mirror-differs", key, f"skipped batches differ: {'; '.join(parts)}", ()))
     # Values by what each side holds whole (a value shifted past the lesser end is still
     # held); only the source's records below the sink's end must be on the sink.
     everything = max(source.high_watermark, sink.high_watermark) + 1

@@ -9,7 +9,7 @@ import struct
 
 from chaos.anomalies import ANOMALY_CLASSES
 from chaos.history import PartitionKey
-from chaos.mirror import parse_frames
+from chaos.mirror import parse_frames, parse_skipped
 from chaos.mirror_checks import (
     LogCopy,
     PositionSample,
@@ -57,6 +57,22 @@ def test_the_classes_are_known() -> None:
 def test_an_identical_copy_passes() -> None:
     verdicts = check_mirror({KEY: SOURCE}, {KEY: _log(B1, B2, B3, B4)})
     assert verdicts.anomalies == [] and (verdicts.compared, verdicts.identical, verdicts.records) == (1, 1, 10)
+
+
+def test_batches_the_source_skips_and_the_sink_serves_differ() -> None:
+    # Goal: a source batch skipped on reads (a producer's retried duplicate) must be skipped
+    # on the sink too; the same offsets and bytes on both sides with the skip lost (a skips
+    # entry that never made it) passed every other check, as every value shows as often.
+    dup = _log(B1, B2, B1)
+    source = LogCopy(dup.log_start, dup.high_watermark, dup.batches, ((5, 3),))
+    assert compare_logs(KEY, source, LogCopy(dup.log_start, dup.high_watermark, dup.batches, ((5, 3),))) == []
+    found = compare_logs(KEY, source, dup)
+    assert _names(found) == ["mirror-differs"] and "the source skips 5" in found[0].explanation
+    found = compare_logs(KEY, dup, source)
+    assert _names(found) == ["mirror-differs"] and "the sink skips 5" in found[0].explanation
+    assert _names(compare_logs(KEY, source, LogCopy(0, 5, dup.batches[:2]))) == ["mirror-incomplete"], \
+        "a skip past the sink's end is not judged"
+    assert parse_skipped("") == [] and parse_skipped("5:3,12:1") == [(5, 3), (12, 1)]
 
 
 def test_a_skipped_batch_and_a_double_append_with_equal_ends_are_caught() -> None:
