@@ -330,8 +330,8 @@ class GroupRuntime:
         for _ in range(min(len(inbox), DRAIN_BATCH_MAX)):
             kind, item = inbox.popleft()
             if kind == "message":
-                if self.quiesced and not (self._held and item.type in quiescence.VOTE_REQUESTS):  # see deliver
-                    self.quiesced = False
+                if self.quiesced and not (self._held and quiescence.stays_held(core, item)):  # see deliver
+                    self.quiesced = self._held = False
                 if item.type is MessageType.APPEND and item.entries and check_data is not None \
                         and not self.host.batches_valid(item, check_data, self.logger):
                     continue

@@ -90,6 +90,16 @@ def ticks_until_isr_drops(core: RaftCore, absent: frozenset[NodeId]) -> int | No
 VOTE_REQUESTS = frozenset({MessageType.PRE_VOTE, MessageType.VOTE})
 
 
+def stays_held(core: RaftCore, message: Message) -> bool:
+    """Does a held replica answer `message` and stay held? Only a vote request of a
+    candidate whose log is at least as up to date as its own: the campaign it waits for.
+    A candidate behind it (its log lost unsynced entries in a power failure, say) cannot
+    win its vote, so waiting on would leave the group leaderless for the whole hold (up
+    to 60 election timeouts after a restart: 20-30 s in chaos runs); it ticks instead,
+    and the replicas with the longer log elect one of themselves."""
+    return message.type in VOTE_REQUESTS and core.log.is_up_to_date(message.index, message.log_term)
+
+
 def woken_by(core: RaftCore, message: Message, idle_ticks: int) -> tuple[int, int]:
     """A quiet replica wakes for `message`: its idle count from now on, and the leader to
     tell it woke (0: none).

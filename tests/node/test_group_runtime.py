@@ -390,6 +390,26 @@ async def test_a_held_replica_answers_vote_requests_and_stays_held() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_held_replica_wakes_for_a_candidate_whose_log_is_behind_its_own() -> None:
+    """A held replica waits for a campaign that can win; a candidate whose log is behind
+    its own (it lost unsynced entries in a power failure) cannot win its vote, so it
+    starts its own clock at once instead of waiting out the hold (20-30 s leaderless in
+    chaos runs after a restart)."""
+    cluster = Cluster()
+    held = cluster.runtimes[2]
+    held.hold_for_first_voter()
+    cluster.isolated.update({1, 3})
+    async with cluster.running():
+        core = held.core
+        held.deliver(Message(type=MessageType.PRE_VOTE, source=3, target=2, term=core.term + 1,
+                             index=core.log.last_index() - 1, log_term=core.log.last_term()))
+        async with asyncio.timeout(5):
+            while held.quiesced:
+                await asyncio.sleep(0.005)
+        assert core.vote != 3
+
+
+@pytest.mark.asyncio
 async def test_a_flushed_ready_answers_then_writes_the_states_then_applies() -> None:
     """With the node's flusher, a Ready that waited for a flush sends its answers first,
     then, if it has entries to apply, has the flush's state write done
