@@ -375,7 +375,7 @@ def _sink_part(details: dict[str, Any]) -> str:
         return ""
     two = details.get("sink_leaders_per_term", {}).get("violations", [])
     return (f"sink replicas byte-identical: {replicas.get('identical', 0)}/{replicas.get('compared', 0)} groups, "
-            f"leaders per term: {'ok' if not two else 'VIOLATED'}; ")
+            f"sink leaders per term: {'ok' if not two else 'VIOLATED'}; ")
 
 
 def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckResult) -> tuple[str, bool]:

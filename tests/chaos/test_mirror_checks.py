@@ -195,7 +195,7 @@ def test_a_mirror_run_judges_the_sink_replicas_and_terms_as_the_source() -> None
             "mirror": {"summary": "mirror: 8/8 partitions identical", "promote": "ok"}}
     line, ok = _summary(config, base | {"sink_replicas": {"compared": 9, "identical": 9},
                                         "sink_leaders_per_term": {"violations": []}}, clean)
-    assert ok and "sink replicas byte-identical: 9/9 groups, leaders per term: ok;" in line
+    assert ok and "sink replicas byte-identical: 9/9 groups, sink leaders per term: ok;" in line
     cases = {
         "sink replicas differ in 1 groups": {"sink_replicas": {"compared": 9, "identical": 8, "mismatched": [4]}},
         "sink replicas stuck behind their group's commit: 1 (s2 of group 4)":
