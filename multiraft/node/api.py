@@ -314,8 +314,8 @@ class NodeApi:
         """Every hosted group's Raft and log state (the chaos runner's debug route)."""
         return [debug_views.group_view(self._registry, g) for g in sorted(self._registry.groups)]
 
-    async def debug_digest(self, group_id: GroupId, upto: int | None) -> dict[str, Any]:
-        return await debug_views.log_digest(self._registry, self.id, group_id, upto)
+    async def debug_digest(self, group_id: GroupId, upto: int | None, start: int = 1) -> dict[str, Any]:
+        return await debug_views.log_digest(self._registry, self.id, group_id, upto, start)
 
     @property
     def scrub_counts(self) -> ScrubCounts:
