@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from multiraft.http.mirror_openapi import PATHS
 from storage.batch import Record, encode_batch
 from storage.tictac import LEAF_OFFSETS
 from tests.node.test_mirror import Side, _http, _log, _same, clusters  # noqa: F401 (the fixture)
@@ -30,6 +31,9 @@ from tests.node.test_node_cluster import produce_retrying, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
+jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's validator (the fuzz pass's)
+_STATUS_SCHEMA = jsonschema_rs.Draft202012Validator(
+    PATHS["/v1/admin/mirrors/{name}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"])
 RECORDS = 100  # per batch
 BATCHES = 100  # per partition: 10,000 offsets, three leaves
 
@@ -125,6 +129,7 @@ async def test_a_full_sync_finds_the_damaged_range_resyncs_it_and_then_compares_
 
         status, shown = await _http(session, sink.nodes[0], "GET", "/v1/admin/mirrors/dr")
         assert status == 200, shown
+        _STATUS_SCHEMA.validate(shown)  # the last verdicts in the document's shape
         last = [p["last_verify"] for p in shown["topics"][0]["partitions"]]
         assert [v["status"] for v in last] == ["identical", "identical"], shown
         assert all(v["nodes_compared"] == 1 and v["at_ms"] > 0 for v in last), shown

@@ -1,7 +1,8 @@
 """Goal: a pipelined mirror pull (several chunks in flight per partition) copies a source
 partition with identical offsets and bytes, across the sink leader's death mid-copy, and
 a chunk whose expected start is not the sink log's end is refused at the append with
-nothing appended on any replica (docs/mirror.md, "The pipeline").
+nothing appended on any replica, and the link's status shows the chunks in flight in the
+shape the OpenAPI document gives it (docs/mirror.md, "The pipeline").
 
 Two real 3-node clusters in one event loop, as tests/node/test_mirror.py; the pipeline's
 chunks are shrunk to 16 KiB (4 in flight, 64 KiB) so a 1 MB partition is 60-odd chunks.
@@ -16,6 +17,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from multiraft.http.mirror_openapi import PATHS
 from multiraft.node import mirror_pull
 from multiraft.node.mirror_append import LogTail, MirrorAppend, applied_point
 from multiraft.node.mirror_window import PipelineBounds, Window
@@ -27,6 +29,9 @@ from tests.node.test_node_cluster import produce_retrying, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 CHUNK = 16 * 1024
+jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's validator (the fuzz pass's)
+_STATUS_SCHEMA = jsonschema_rs.Draft202012Validator(
+    PATHS["/v1/admin/mirrors/{name}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"])
 
 
 @pytest_asyncio.fixture
@@ -75,8 +80,16 @@ async def test_a_pipelined_copy_is_identical_across_a_sink_leader_death_and_refu
         return max((s.position for n in sink.live() for g, s in n.mirror_pulls.status.items() if g == group),
                    default=0)
 
-    # Mid-copy (a quarter in, three quarters to go), the sink leader dies.
+    # Mid-copy (a quarter in, three quarters to go), the link's status shows the chunks in
+    # flight and the window's limits, in the OpenAPI document's shape; then the sink leader dies.
     await until(lambda: pulled() >= source_hw // 4, "a quarter copied", 30)
+    async with aiohttp.ClientSession() as session:
+        status, shown = await _http(session, sink.nodes[1], "GET", "/v1/admin/mirrors/bulk")
+    assert status == 200, shown
+    _STATUS_SCHEMA.validate(shown)
+    window = shown["topics"][0]["partitions"][0]["in_flight"]
+    assert (window["chunks_max"], window["bytes_max"]) == (4, 4 * CHUNK), window
+    assert 0 <= window["chunks"] <= 4 and 0 <= window["bytes"] <= 4 * CHUNK, window
     leader = next(n for n in sink.nodes if group in n.groups and n.groups[group].core.role is Role.LEADER)
     assert pulled() < source_hw, "the copy ended before the leader could be stopped mid-copy"
     assert most[0] >= 2, "no more than one chunk was ever in flight"
