@@ -44,6 +44,7 @@ from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirr
 from multiraft.node.mirror_source import SourceClient, SourceError
 from multiraft.node.mirror_trees import POSITIONS_MAX, served_span
 from multiraft.node.routing import call_peer
+from multiraft.node.scrub_trees import SPAN_LEAVES_MAX, bounded_end
 from multiraft.runtime.histograms import Histogram
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import ClientError, NotLeader
@@ -291,6 +292,9 @@ class MirrorVerifier:
             if summary.get("damaged"):
                 walk.damaged = f"the source's entries {summary['damaged']} fail their checks there"
                 return SOURCE_DAMAGED
+            if their_hi > bounded_end(their_lo, their_hi):  # this leader builds over the span it answered
+                raise SourceError(f"the source answered the span [{their_lo}, {their_hi}): over "
+                                  f"{SPAN_LEAVES_MAX} leaves")
             if their_hi <= their_lo or self._trees.span(group_id, their_lo, their_hi) != (their_lo, their_hi):
                 break  # nothing more in common (the source's log starts past the mirror's end)
             walk.lo = their_lo if walk.lo is None else walk.lo

@@ -19,8 +19,9 @@ from multiraft.metadata.mirror_commands import (
     PromoteMirrorTopic,
     ResyncMirrorPartition,
 )
-from multiraft.node.mirror_trees import SPAN_LEAVES_MAX, check_positions, level_nodes, served_span
+from multiraft.node.mirror_trees import check_positions, level_nodes, served_span
 from multiraft.node.mirror_verify import VERDICTS, LinkVerifyCounts, MirrorVerdict, MirrorVerifier
+from multiraft.node.scrub_trees import SPAN_LEAVES_MAX
 from raftlog.errors import MembershipChangeInProgress
 from raftlog.types import Index, NodeId
 from storage.tictac import LEAF_OFFSETS, ZERO, LeafAccumulator, element_hash
