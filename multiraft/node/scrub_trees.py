@@ -50,8 +50,9 @@ TREES_KEPT = 64  # built trees kept for follow-up calls (a few thousand 16-byte 
 TREE_KEPT_S = 120.0
 POSITIONS_MAX = 4096  # digests asked for in one call
 # Leaves one tree covers at most: 268 M offsets (1 GiB of 100-byte records is 2,622 leaves).
-# A build holds its leaves and the levels above them, 16 bytes each: about 1.1 MiB at most,
-# and 64 kept trees about 70 MiB.
+# A build holds its leaves and the levels above them as 16-byte `bytes` objects: a full tree
+# of distinct digests is about 5.4 MiB of Python objects (tracemalloc), so the kept trees
+# are bounded too (TREES_KEPT of them), if loosely.
 SPAN_LEAVES_MAX = 65_536
 
 
