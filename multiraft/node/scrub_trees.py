@@ -100,11 +100,10 @@ class ReplicaTrees:
         `fresh`: read the disk again. Each verify starts fresh, so damage since the last one
         is seen; only its own follow-up calls reuse the tree (a kept tree hides new rot)."""
         assert hi <= bounded_end(lo, hi), "every caller bounds its span (SPAN_LEAVES_MAX)"
+        kept = None if fresh else self.kept(group_id, lo, hi)
+        if kept is not None:
+            return kept
         store = self._registry.stores.get(group_id)
-        key = (int(group_id), lo, hi)
-        kept = self._kept.get(key)
-        if not fresh and kept is not None and kept[0] is store and self._clock() - kept[1] < TREE_KEPT_S:
-            return kept[2]
         if store is None:
             raise NotLeader(0, f"group {group_id} has no replica here")
         builder = ReplicaTreeBuilder(store, lo, hi)
@@ -114,10 +113,18 @@ class ReplicaTrees:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
         built = BuiltTree(builder.tree(), tuple(builder.damaged), builder.bytes_hashed)
         self.bytes_hashed += builder.bytes_hashed
-        self._kept[key] = (store, self._clock(), built)
+        self._kept[(int(group_id), lo, hi)] = (store, self._clock(), built)
         while len(self._kept) > TREES_KEPT:
             self._kept.popitem(last=False)
         return built
+
+    def kept(self, group_id: GroupId, lo: int, hi: int) -> BuiltTree | None:
+        """The tree over `[lo, hi)` built here lately from the replica's current store, if kept
+        (the log may have moved on since: retention, appends; the tree is of what it held)."""
+        kept = self._kept.get((int(group_id), lo, hi))
+        if kept is None or kept[0] is not self._registry.stores.get(group_id):
+            return None
+        return kept[2] if self._clock() - kept[1] < TREE_KEPT_S else None
 
     def report_damage(self, group_id: GroupId) -> bool:
         """Start the self-repair of this replica (a no-op when one is under way)."""

@@ -12,6 +12,12 @@ span is `behind` (compared over what it holds), and `different` when a leaf of t
 prefix differs; either ends its walk (a repair is of the whole replica), while the
 leader reads on to the end of the span, so its own damage anywhere is found first.
 
+Spans follow awaits (the followers' calls, the builds' slices), and the leader's log
+moves meanwhile: each span is cut to what the leader holds when it starts (retention
+may have moved the log start past it; the walk ends when nothing is left), a follower
+whose answered span the leader no longer holds is asked again from the new start, and
+a verify whose leader stopped leading or reopened its replica answers `NotLeader`.
+
 A different follower is repaired the way a replica whose read met a bad frame is:
 `Replicas.report_damage` there (a reopen with a full check; recovery cuts the log
 before the first frame that fails its check and marks the replica for repair; the
@@ -36,11 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest, OffsetOutOfRange
 from multiraft.node.routing import call_peer
-from multiraft.node.scrub_trees import ReplicaTrees, bounded_end
+from multiraft.node.scrub_trees import ReplicaTrees
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
 from raftlog.errors import ClientError, NotLeader
 from raftlog.types import GroupId
-from storage.tictac import Descent
+from storage.tictac import Descent, TicTacTree
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -51,6 +57,10 @@ PARTITIONS_PER_CALL = 16  # partitions verified by one POST /v1/admin/verify, at
 CALL_BUDGET_S = 10.0  # and no partition is started after this long: the answer says where to go on
 TREE_CALL_TIMEOUT_S = 10.0  # a follower's first answer builds its tree: a read of the whole span
 SPANS_MAX = 4096  # spans (each up to SPAN_LEAVES_MAX leaves) one verify walks: 1 T offsets
+# Asks of one follower for one span's tree: again when retention moved this leader's log start
+# past the span the follower answered while it built (a pass every 2 s, each asked from the new
+# start: a third move within one span's call means the log is going faster than a verify can).
+TREE_ASKS_MAX = 3
 IDENTICAL, BEHIND, DIFFERENT, UNREACHABLE, LEADER_DAMAGED = (
     "identical", "behind", "different", "unreachable", "leader_damaged")
 _WORST = (DIFFERENT, LEADER_DAMAGED, UNREACHABLE, BEHIND, IDENTICAL)
@@ -115,6 +125,16 @@ class VerifyReport:
         return {"partitions": [p.to_json() for p in self.partitions], "total": self.total,
                 "verified": len(self.partitions), "next_start": self.next_start,
                 "all_identical": all(s == IDENTICAL for s in statuses)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Lead:
+    """What a verify of one partition began on: this node leading its group (`runtime`) over
+    `store`. Another runtime (an election) or store (a reopen, which may cut the log) ends it."""
+
+    group_id: GroupId
+    runtime: object
+    store: object
 
 
 class Scrubber:
@@ -194,9 +214,11 @@ class Scrubber:
         store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
         if runtime is None or store is None or machine is None:
             raise NotLeader(self._routing.leader_of(group_id), f"node {self._routing.id} does not lead {topic}/{partition}")
+        lead = _Lead(group_id, runtime, store)
         lo, hi = int(store.log_start_offset), int(machine.state.high_watermark)
         followers = sorted(int(n) for n in runtime.core.membership.voters if int(n) != int(self._routing.id))
-        verdicts = await self._walk(group_id, followers, lo, hi)
+        verdicts = await self._walk(lead, followers, lo, hi)
+        self._check_lead(lead)  # no repair started from a verify whose leader changed under it
         if all(v.status != LEADER_DAMAGED for v in verdicts):  # the leader read its whole span clean
             repaired = [dataclasses.replace(v, repair_started=await self._repair(v.node, group_id))
                         if v.status == DIFFERENT else v for v in verdicts]
@@ -209,23 +231,38 @@ class Scrubber:
         self.repairs_started += sum(1 for v in verdicts if v.repair_started)
         return verdict
 
-    async def _walk(self, group_id: GroupId, followers: list[int], lo: int, hi: int) -> tuple[ReplicaVerdict, ...]:
+    def _leads(self, lead: _Lead) -> bool:
+        return self._registry.leading(lead.group_id) is lead.runtime and \
+            self._registry.stores.get(lead.group_id) is lead.store
+
+    def _check_lead(self, lead: _Lead) -> None:
+        if not self._leads(lead):
+            raise NotLeader(self._routing.leader_of(lead.group_id), f"node {self._routing.id} stopped leading group "
+                            f"{lead.group_id}, or reopened its replica, during the verify: verify again")
+
+    async def _walk(self, lead: _Lead, followers: list[int], lo: int, hi: int) -> tuple[ReplicaVerdict, ...]:
         """Each follower compared with this leader over `[lo, hi)`, span after span, until it is
         found not identical; or, when this leader's own read fails its checks, the leader's own
         verdict alone (its repair started). No repair of a follower here."""
         me = int(self._routing.id)
         found: dict[int, ReplicaVerdict] = {}  # each follower's verdict over the spans so far
         start = lo
-        for _ in range(SPANS_MAX):
-            end = bounded_end(start, hi)
-            own = await self.trees.build(group_id, start, end, fresh=True)
+        for number in range(SPANS_MAX):
+            # Every span but the first follows awaits: retention (compaction_loop, on this loop)
+            # may have moved this leader's log start past its start, a reopen replaced (and
+            # perhaps cut) the store, another node may lead. The span is what is held now.
+            self._check_lead(lead)
+            start, end = self.trees.span(lead.group_id, start, hi)
+            if number > 0 and start >= end:
+                break  # retention passed the rest of the span: nothing is left to compare
+            own = await self.trees.build(lead.group_id, start, end, fresh=True)
             if own.damaged:
-                started = self.trees.report_damage(group_id)
+                started = self.trees.report_damage(lead.group_id)
                 return (ReplicaVerdict(node=me, status=LEADER_DAMAGED, lo=lo, hi=hi, repair_started=started,
                                        detail=f"entries {list(own.damaged)} fail their checks"),)
             going = [n for n in followers if n not in found or found[n].status == IDENTICAL]
             # The followers build their trees at once, each on its own node.
-            answers = await asyncio.gather(*(self._verify_follower(group_id, n, start, end) for n in going))
+            answers = await asyncio.gather(*(self._verify_follower(lead, n, start, end) for n in going))
             for node, verdict in zip(going, answers, strict=True):
                 found[node] = _joined(found.get(node), verdict)
             if end >= hi:
@@ -233,22 +270,20 @@ class Scrubber:
             start = end
         return tuple(found[n] for n in followers)
 
-    async def _verify_follower(self, group_id: GroupId, node: int, lo: int, hi: int) -> ReplicaVerdict:
+    async def _verify_follower(self, lead: _Lead, node: int, lo: int, hi: int) -> ReplicaVerdict:
         """One follower compared with this leader over the span `[lo, hi)` (within the leaf bound)."""
         try:
-            summary = json.loads(await self._call(node, "scrub.tree", {"group_id": group_id, "lo": lo, "hi": hi},
-                                                  TREE_CALL_TIMEOUT_S))
+            summary, mine = await self._trees_of(lead, node, lo, hi)
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
-            if their_lo > their_hi or (their_lo < their_hi and not lo <= their_lo <= their_hi <= hi):
-                # This leader builds over the span the follower answered: never past the one asked.
-                raise ValueError(f"it answered the span [{their_lo}, {their_hi}) for [{lo}, {hi})")
-            mine = (await self.trees.build(group_id, their_lo, their_hi, fresh=False)).tree
+            if mine is None:  # nothing to compare, and nothing left to: the walk ends here
+                return ReplicaVerdict(node=node, status=BEHIND if their_hi < hi else IDENTICAL, lo=their_lo,
+                                      hi=their_hi, detail="not compared: retention passed the span on the leader")
             descent = Descent(mine)
             descent.receive([bytes.fromhex(summary["root"])])
             while (step := descent.wanted()) is not None:
                 level, positions = step
                 reply = json.loads(await self._call(node, "scrub.nodes", {
-                    "group_id": group_id, "lo": their_lo, "hi": their_hi, "level": level, "positions": positions,
+                    "group_id": lead.group_id, "lo": their_lo, "hi": their_hi, "level": level, "positions": positions,
                 }, RPC_TIMEOUT_S))
                 descent.receive([bytes.fromhex(d) for d in reply["digests"]])
         except (ClientError, ValueError, KeyError, TypeError) as error:
@@ -261,6 +296,32 @@ class Scrubber:
         detail = f"entries {summary['damaged']} fail their checks there" if summary.get("damaged") else ""
         return ReplicaVerdict(node=node, status=DIFFERENT, lo=their_lo, hi=their_hi, ranges=result.ranges,
                               truncated=result.truncated, nodes_compared=result.nodes_compared, detail=detail)
+
+    async def _trees_of(self, lead: _Lead, node: int, lo: int, hi: int) -> tuple[dict[str, Any], TicTacTree | None]:
+        """The follower's answer for `[lo, hi)` (the span cut to what it holds) and this leader's
+        tree over the span it answered (None: this leader holds nothing of `[lo, hi)` now).
+        Retention may move this leader's log start past that span during the call: unless
+        the tree is one kept from this span's own build, the follower is asked again from
+        where this leader starts now."""
+        asked = lo
+        for _ in range(TREE_ASKS_MAX):
+            summary = json.loads(await self._call(node, "scrub.tree", {"group_id": lead.group_id, "lo": asked,
+                                                                       "hi": hi}, TREE_CALL_TIMEOUT_S))
+            their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
+            if their_lo > their_hi or (their_lo < their_hi and not asked <= their_lo <= their_hi <= hi):
+                # This leader builds over the span the follower answered: never past the one asked.
+                raise ValueError(f"it answered the span [{their_lo}, {their_hi}) for [{asked}, {hi})")
+            self._check_lead(lead)  # NotLeader: this follower unreachable, the walk ends on it
+            kept = self.trees.kept(lead.group_id, their_lo, their_hi)
+            if kept is not None:
+                return summary, kept.tree
+            held = self.trees.span(lead.group_id, their_lo, their_hi)
+            if held == (their_lo, their_hi):
+                return summary, (await self.trees.build(lead.group_id, their_lo, their_hi, fresh=False)).tree
+            if held[0] >= hi:
+                return summary, None
+            asked = held[0]
+        raise ValueError(f"retention moved this leader's log start past the span answered, {TREE_ASKS_MAX} times")
 
     async def _repair(self, node: int, group_id: GroupId) -> bool:
         try:

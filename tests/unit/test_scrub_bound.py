@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +26,7 @@ from multiraft.node import scrub_trees
 from multiraft.node.scrub_trees import ReplicaTrees
 from multiraft.node.scrubber import Scrubber
 from multiraft.transport.rpc import STATUS_OK, RemoteError
+from raftlog.errors import NotLeader
 from raftlog.messages import HardState
 from raftlog.types import GroupId, Index, NodeId, Term
 from storage.config import StoreConfig
@@ -37,11 +39,13 @@ APPLIED = 39 * 300  # the high watermark: the last batch is not applied yet
 
 
 class _Rpc:
-    """Handlers by method; `call` runs the follower's, as the transport would."""
+    """Handlers by method; `call` runs the follower's, as the transport would, then `after`
+    (what happens on the leader while the call is under way)."""
 
     def __init__(self) -> None:
         self.handlers: dict[str, Any] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.after: Callable[[str, dict[str, Any]], None] = lambda method, request: None
 
     def register(self, method: str, handler: Any) -> None:
         self.handlers[method] = handler
@@ -50,6 +54,7 @@ class _Rpc:
         assert peer == FOLLOWER
         self.calls.append((method, json.loads(body)))
         status, answer = await self.handlers[method](LEADER, body)
+        self.after(method, json.loads(body))
         if status != STATUS_OK:
             raise RemoteError(answer)
         return answer
@@ -73,8 +78,12 @@ def one_leaf(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scrub_trees, "SPAN_LEAVES_MAX", 1)
 
 
-def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED,
-           odd_entry: int | None = None) -> tuple[dict[str, Any], _Rpc, list[tuple[int, int]], list[GroupId]]:
+# During a call to the follower: (method, request, the leader's store, the leader's registry).
+During = Callable[[str, dict[str, Any], Any, Any], None]
+
+
+def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: int | None = None,
+           during: During | None = None) -> tuple[dict[str, Any], _Rpc, list[tuple[int, int]], list[GroupId]]:
     """One verify of the partition on the leader: its answer, the calls made to the
     follower, every span either side built a tree over, the follower repairs started."""
     leader_store, leader_registry = _replica(tmp_path / "leader", APPLIED)
@@ -82,6 +91,8 @@ def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED,
     built: list[tuple[int, int]] = []
     repaired: list[GroupId] = []
     rpc = _Rpc()
+    if during is not None:
+        rpc.after = lambda method, request: during(method, request, leader_store.store, leader_registry)
     follower = ReplicaTrees(follower_registry, repaired.append)
     follower.serve(rpc)  # type: ignore[arg-type]
     runtime = SimpleNamespace(core=SimpleNamespace(membership=SimpleNamespace(voters={NodeId(LEADER),
@@ -138,6 +149,66 @@ def test_a_follower_behind_is_behind_over_what_it_applied(tmp_path: Path, one_le
     (replica,) = verdict["replicas"]
     assert (replica["status"], replica["lo"], replica["hi"]) == ("behind", 0, 6000), replica
     assert _spans_asked(rpc) == [(0, 4096), (4096, 8192)] and repaired == []
+
+
+@pytest.mark.parametrize(("start_index", "spans"), [
+    (20, [(0, 4096), (6000, 8192), (8192, APPLIED)]),  # log start 6000: inside the second span
+    (39, [(0, 4096)]),  # log start 11,700: past what was left of the span
+])
+def test_retention_during_a_followers_call_moves_the_next_spans_start(tmp_path: Path, one_leaf: None,
+                                                                      start_index: int,
+                                                                      spans: list[tuple[int, int]]) -> None:
+    # Retention (compaction_loop, every 2 s on the leader's loop) runs while the first span's
+    # follower builds: the next span starts where the leader's log does now, or there is none.
+    def compact(method: str, request: dict[str, Any], store: Any, registry: Any) -> None:
+        if method == "scrub.tree" and request["lo"] == 0:
+            store.compact(Index(start_index))
+
+    verdict, rpc, built, _ = _scrub(tmp_path, during=compact)
+    (replica,) = verdict["replicas"]
+    assert (verdict["status"], replica["status"]) == ("identical", "identical"), verdict
+    assert _spans_asked(rpc) == spans
+    assert (replica["lo"], replica["hi"]) == (0, spans[-1][1]), replica
+    assert all(hi - lo <= LEAF_OFFSETS for lo, hi in built), built
+
+
+@pytest.mark.parametrize(("start_index", "spans"), [
+    (20, [(0, 4096), (4096, 8192), (6000, 8192)]),  # log start 6000: asked again from there
+    (39, [(0, 4096), (4096, 8192)]),  # log start 11,700: nothing of the span is left to compare
+])
+def test_retention_past_the_span_a_follower_answered_asks_it_again(tmp_path: Path, one_leaf: None, start_index: int,
+                                                                   spans: list[tuple[int, int]]) -> None:
+    # A follower behind (applied to 6600) answers [4096, 6600) for the second span; the
+    # leader builds its own tree of that span after the answer, and by then retention has
+    # moved its log start past 4096. The follower is asked again from the new start, if
+    # the span still holds anything.
+    def compact(method: str, request: dict[str, Any], store: Any, registry: Any) -> None:
+        if method == "scrub.tree" and request["lo"] == 4096:
+            store.compact(Index(start_index))
+
+    verdict, rpc, _, repaired = _scrub(tmp_path, follower_high_watermark=6600, during=compact)
+    (replica,) = verdict["replicas"]
+    assert (replica["status"], replica["lo"], replica["hi"]) == ("behind", 0, 6600), verdict
+    assert _spans_asked(rpc) == spans and repaired == []
+    if start_index == 39:
+        assert "not compared" in replica["detail"], replica
+
+
+@pytest.mark.parametrize("change", ["leader", "store"])
+def test_a_verify_whose_leader_changed_under_it_is_not_leader(tmp_path: Path, one_leaf: None, change: str) -> None:
+    # During the first span's follower call, another node is elected (the leader's runtime
+    # goes) or the replica reopens (another store, perhaps cut below the span): the verify
+    # answers NotLeader, as a verify asked of a node that does not lead, and repairs nothing.
+    def move(method: str, request: dict[str, Any], store: Any, registry: Any) -> None:
+        if method != "scrub.tree":
+            return
+        if change == "leader":
+            registry.leading = lambda group_id: None
+        else:
+            registry.stores[GROUP] = SimpleNamespace()
+
+    with pytest.raises(NotLeader, match="during the verify"):
+        _scrub(tmp_path, during=move)
 
 
 def test_the_rpcs_keep_to_the_bound(tmp_path: Path, one_leaf: None) -> None:
