@@ -83,24 +83,29 @@ During = Callable[[str, dict[str, Any], Any, Any], None]
 
 
 def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: int | None = None,
-           during: During | None = None) -> tuple[dict[str, Any], _Rpc, list[tuple[int, int]], list[GroupId]]:
+           during: During | None = None, leader_rot: bool = False,
+           ) -> tuple[dict[str, Any], _Rpc, list[tuple[int, int]], dict[int, list[GroupId]]]:
     """One verify of the partition on the leader: its answer, the calls made to the
-    follower, every span either side built a tree over, the follower repairs started."""
+    follower, every span either side built a tree over, the repairs started on each
+    replica (by node). `leader_rot`: a byte flipped in the leader's closed segment of
+    entries 31-35 (offsets [9000, 10500), the third span)."""
     leader_store, leader_registry = _replica(tmp_path / "leader", APPLIED)
     follower_store, follower_registry = _replica(tmp_path / "follower", follower_high_watermark, odd_entry)
+    if leader_rot:
+        _flip_a_byte(leader_store.store, first_index=31)
     built: list[tuple[int, int]] = []
-    repaired: list[GroupId] = []
+    repaired: dict[int, list[GroupId]] = {LEADER: [], FOLLOWER: []}
     rpc = _Rpc()
     if during is not None:
         rpc.after = lambda method, request: during(method, request, leader_store.store, leader_registry)
-    follower = ReplicaTrees(follower_registry, repaired.append)
+    follower = ReplicaTrees(follower_registry, repaired[FOLLOWER].append)
     follower.serve(rpc)  # type: ignore[arg-type]
     runtime = SimpleNamespace(core=SimpleNamespace(membership=SimpleNamespace(voters={NodeId(LEADER),
                                                                                         NodeId(FOLLOWER)})))
     leader_registry.leading = lambda group_id: runtime
     catalog = SimpleNamespace(partition_group=lambda topic, partition: GROUP)
     routing = SimpleNamespace(id=NodeId(LEADER), leader_of=lambda group_id: LEADER)
-    scrubber = Scrubber(leader_registry, catalog, routing, rpc, ReplicaTrees(leader_registry, repaired.append))
+    scrubber = Scrubber(leader_registry, catalog, routing, rpc, ReplicaTrees(leader_registry, repaired[LEADER].append))
 
     for trees in (scrubber.trees, follower):
         build = trees.build
@@ -116,6 +121,16 @@ def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: in
         leader_store.close()
         follower_store.close()
     return verdict, rpc, built, repaired
+
+
+def _flip_a_byte(store: Any, first_index: int) -> None:
+    """Rot in the closed segment that starts at entry `first_index`: its frame there fails its check."""
+    (segment,) = [s for s in store.segments if s.closed and s.first_index == first_index]
+    with open(segment.path, "r+b") as file:
+        file.seek(segment.size // 2)
+        byte = file.read(1)
+        file.seek(segment.size // 2)
+        file.write(bytes([byte[0] ^ 0x01]))
 
 
 def _spans_asked(rpc: _Rpc) -> list[tuple[int, int]]:
@@ -138,17 +153,31 @@ def test_a_difference_in_the_second_span_is_its_leaf_and_the_walk_stops_there(tm
     (replica,) = verdict["replicas"]
     assert (verdict["status"], replica["status"]) == ("different", "different"), verdict
     assert replica["ranges"] == [[4096, 8192]] and (replica["lo"], replica["hi"]) == (0, 8192), replica
-    assert replica["repair_started"] and repaired == [GROUP]
+    assert replica["repair_started"] and repaired == {LEADER: [], FOLLOWER: [GROUP]}
     assert _spans_asked(rpc) == [(0, 4096), (4096, 8192)], "a follower found different is asked no further"
     assert (8192, APPLIED) in built, "the leader reads its whole span: its own damage would come first"
     assert all(hi - lo <= LEAF_OFFSETS for lo, hi in built), built
+
+
+def test_a_leader_damaged_after_a_follower_differs_repairs_itself_and_not_the_follower(tmp_path: Path,
+                                                                                    one_leaf: None) -> None:
+    # Repairs wait for the leader's whole read: the follower differs in the first span
+    # (entry 5, offsets [1200, 1500)), and only the third shows the leader's own rot. The
+    # leader is no reference, so the follower found different is not repaired from it.
+    verdict, rpc, built, repaired = _scrub(tmp_path, odd_entry=5, leader_rot=True)
+    (replica,) = verdict["replicas"]
+    assert (verdict["status"], replica["node"], replica["status"]) == ("leader_damaged", LEADER, "leader_damaged")
+    assert replica["repair_started"] and repaired == {LEADER: [GROUP], FOLLOWER: []}, repaired
+    assert [method for method, _ in rpc.calls if method == "scrub.repair"] == []
+    assert _spans_asked(rpc) == [(0, 4096)], "the follower was found different in the first span"
+    assert (8192, APPLIED) in built, "the leader read on to its third span"
 
 
 def test_a_follower_behind_is_behind_over_what_it_applied(tmp_path: Path, one_leaf: None) -> None:
     verdict, rpc, _, repaired = _scrub(tmp_path, follower_high_watermark=6000)
     (replica,) = verdict["replicas"]
     assert (replica["status"], replica["lo"], replica["hi"]) == ("behind", 0, 6000), replica
-    assert _spans_asked(rpc) == [(0, 4096), (4096, 8192)] and repaired == []
+    assert _spans_asked(rpc) == [(0, 4096), (4096, 8192)] and repaired == {LEADER: [], FOLLOWER: []}
 
 
 @pytest.mark.parametrize(("start_index", "spans"), [
@@ -189,7 +218,7 @@ def test_retention_past_the_span_a_follower_answered_asks_it_again(tmp_path: Pat
     verdict, rpc, _, repaired = _scrub(tmp_path, follower_high_watermark=6600, during=compact)
     (replica,) = verdict["replicas"]
     assert (replica["status"], replica["lo"], replica["hi"]) == ("behind", 0, 6600), verdict
-    assert _spans_asked(rpc) == spans and repaired == []
+    assert _spans_asked(rpc) == spans and repaired == {LEADER: [], FOLLOWER: []}
     if start_index == 39:
         assert "not compared" in replica["detail"], replica
 
