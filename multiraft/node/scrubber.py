@@ -289,6 +289,9 @@ class Scrubber:
         except (ClientError, ValueError, KeyError, TypeError) as error:
             return ReplicaVerdict(node=node, status=UNREACHABLE, lo=lo, hi=hi, detail=str(error))
         result = descent.result()
+        if result.identical and their_lo >= hi:  # nothing to differ: the span is gone there, as retention does
+            return ReplicaVerdict(node=node, status=IDENTICAL, lo=hi, hi=hi, nodes_compared=result.nodes_compared,
+                                  detail=f"it holds nothing of the span: its log starts at {their_lo}")
         if result.identical:
             status = BEHIND if their_hi < hi else IDENTICAL
             return ReplicaVerdict(node=node, status=status, lo=their_lo, hi=their_hi,
@@ -308,10 +311,13 @@ class Scrubber:
             summary = json.loads(await self._call(node, "scrub.tree", {"group_id": lead.group_id, "lo": asked,
                                                                        "hi": hi}, TREE_CALL_TIMEOUT_S))
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
-            if their_lo > their_hi or (their_lo < their_hi and not asked <= their_lo <= their_hi <= hi):
+            if not asked <= their_lo <= their_hi or (their_lo < their_hi and their_hi > hi):
                 # This leader builds over the span the follower answered: never past the one asked.
+                # An empty one too starts there or later (the follower's log start, when greater).
                 raise ValueError(f"it answered the span [{their_lo}, {their_hi}) for [{asked}, {hi})")
             self._check_lead(lead)  # NotLeader: this follower unreachable, the walk ends on it
+            if their_lo >= hi:  # it holds nothing of the span: compared with the empty tree, no build
+                return summary, TicTacTree.from_leaves(their_lo, their_hi, ())
             kept = self.trees.kept(lead.group_id, their_lo, their_hi)
             if kept is not None:
                 return summary, kept.tree

@@ -46,6 +46,7 @@ class _Rpc:
         self.handlers: dict[str, Any] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.after: Callable[[str, dict[str, Any]], None] = lambda method, request: None
+        self.rewrite: Callable[[str, dict[str, Any], bytes], bytes] = lambda method, request, answer: answer
 
     def register(self, method: str, handler: Any) -> None:
         self.handlers[method] = handler
@@ -55,6 +56,7 @@ class _Rpc:
         self.calls.append((method, json.loads(body)))
         status, answer = await self.handlers[method](LEADER, body)
         self.after(method, json.loads(body))
+        answer = self.rewrite(method, json.loads(body), answer)
         if status != STATUS_OK:
             raise RemoteError(answer)
         return answer
@@ -83,7 +85,7 @@ During = Callable[[str, dict[str, Any], Any, Any], None]
 
 
 def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: int | None = None,
-           during: During | None = None, leader_rot: bool = False,
+           during: During | None = None, leader_rot: bool = False, rewrite: Any = None,
            ) -> tuple[dict[str, Any], _Rpc, list[tuple[int, int]], dict[int, list[GroupId]]]:
     """One verify of the partition on the leader: its answer, the calls made to the
     follower, every span either side built a tree over, the repairs started on each
@@ -98,6 +100,8 @@ def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: in
     rpc = _Rpc()
     if during is not None:
         rpc.after = lambda method, request: during(method, request, leader_store.store, leader_registry)
+    if rewrite is not None:
+        rpc.rewrite = rewrite
     follower = ReplicaTrees(follower_registry, repaired[FOLLOWER].append)
     follower.serve(rpc)  # type: ignore[arg-type]
     runtime = SimpleNamespace(core=SimpleNamespace(membership=SimpleNamespace(voters={NodeId(LEADER),
@@ -238,6 +242,31 @@ def test_a_verify_whose_leader_changed_under_it_is_not_leader(tmp_path: Path, on
 
     with pytest.raises(NotLeader, match="during the verify"):
         _scrub(tmp_path, during=move)
+
+
+@pytest.mark.parametrize(("answered", "asked_lo", "status", "detail"), [
+    # Below the span asked: a span this leader never asked for, whatever its length.
+    ((100, 100), 4096, "unreachable", "answered the span [100, 100) for [4096, 8192)"),
+    # Past the span (its log starts at 20,000): nothing of it to differ, no tree built.
+    ((20_000, 20_000), None, "identical", "it holds nothing of the span: its log starts at 20000"),
+])
+def test_an_empty_span_answered_is_taken_only_from_the_span_asked_on(tmp_path: Path, one_leaf: None,
+                                                                     answered: tuple[int, int], asked_lo: int | None,
+                                                                     status: str, detail: str) -> None:
+    # A follower's empty answer `[x, x)` is checked as a longer one is: it starts where the
+    # span asked does or later. One past the span is compared with the empty tree: the
+    # leader never builds over offsets it does not hold (its build would assert).
+    def skewed(method: str, request: dict[str, Any], answer: bytes) -> bytes:
+        if method != "scrub.tree" or asked_lo not in (None, request["lo"]):
+            return answer
+        return json.dumps({"lo": answered[0], "hi": answered[1], "depth": 1, "root": "00" * 16,
+                           "damaged": []}).encode()
+
+    verdict, _, built, repaired = _scrub(tmp_path, rewrite=skewed)
+    (replica,) = verdict["replicas"]
+    assert (verdict["status"], replica["status"]) == (status, status), verdict
+    assert detail in replica["detail"], replica
+    assert all(lo <= APPLIED for lo, _ in built) and repaired == {LEADER: [], FOLLOWER: []}, built  # none past
 
 
 def test_the_rpcs_keep_to_the_bound(tmp_path: Path, one_leaf: None) -> None:
