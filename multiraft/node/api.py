@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.mirror_links import MirrorLinks
     from multiraft.node.mirror_trees import PartitionTrees
+    from multiraft.node.mirror_verify import LinkVerifyCounts
     from multiraft.node.move_throttle import MoveThrottle
     from multiraft.node.partition_ops import PartitionOps
     from multiraft.node.produce import Produce
@@ -306,6 +307,10 @@ class NodeApi:
     def mirror_pulls(self) -> list[dict[str, Any]]:
         """The mirror partitions this node pulls (it leads them): their state, lag, bytes."""
         return [status.view() for status in self.mirrors.pulls.status.values()]
+
+    def mirror_verify_counts(self) -> dict[str, LinkVerifyCounts]:
+        """What the full syncs this node ran (as sink leader) found, by link (docs/mirror.md)."""
+        return self.mirrors.verifier.counts()
 
     def transport_stats(self) -> TransportStats:
         return self._transport.stats()

@@ -25,7 +25,8 @@ from any node, each on its leader (`mirror.verify` when that is another node), a
 `PARTITIONS_PER_CALL` a call and none started after `CALL_BUDGET_S`. A link with
 `verify_interval_s` is verified on a schedule by each partition's leader (`run`), with
 repair. Each leader keeps the last verdict of each partition it verified (the link's
-status shows it).
+status shows it), and counts what its verifies found per link (`LinkVerifyCounts`, on
+/metrics: by link and verdict, never by partition).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirr
 from multiraft.node.mirror_source import SourceClient, SourceError
 from multiraft.node.mirror_trees import POSITIONS_MAX, served_span
 from multiraft.node.routing import call_peer
+from multiraft.node.scrub_trees import SPAN_LEAVES_MAX, bounded_end
+from multiraft.runtime.histograms import Histogram
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import ClientError, NotLeader
 from raftlog.types import GroupId
@@ -60,8 +63,11 @@ CALL_BUDGET_S = 10.0
 VERIFY_CALL_TIMEOUT_S = 120.0  # one partition on another node: two reads of its span, and the descent
 SPANS_MAX = 4096  # spans (each up to SPAN_LEAVES_MAX leaves) one verify walks: 1 T offsets
 SCHEDULE_SCAN_S = 1.0
-IDENTICAL, BEHIND, DIFFERENT, SOURCE_DAMAGED, SINK_DAMAGED, UNREACHABLE = (
+IDENTICAL, BEHIND, DIFFERENT, SOURCE_DAMAGED, SINK_DAMAGED, UNREACHABLE = VERDICTS = (
     "identical", "behind", "different", "source_damaged", "sink_damaged", "unreachable")
+# A verify reads its span on both sides, about 1.4 s per GiB on this box (docs/mirror.md
+# "Figures"): from a small partition's milliseconds to a large one's minutes.
+VERIFY_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +115,29 @@ class MirrorVerifyReport:
 
 
 @dataclasses.dataclass(slots=True)
+class LinkVerifyCounts:
+    """What the verifies this node ran for one link found, since it started (for /metrics)."""
+
+    verifies: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(VERDICTS, 0))
+    differing_ranges: int = 0
+    digests_fetched: int = 0  # nodes_compared: 1 per span of identical copies
+    spans: int = 0  # trees compared
+    bytes_hashed: int = 0  # by this node, into its own trees
+    resyncs_started: int = 0
+    seconds: Histogram = dataclasses.field(default_factory=lambda: Histogram(VERIFY_SECONDS_BUCKETS))
+
+    def record(self, verdict: MirrorVerdict) -> None:
+        assert verdict.status in self.verifies, verdict.status
+        self.verifies[verdict.status] += 1
+        self.differing_ranges += len(verdict.ranges)
+        self.digests_fetched += verdict.nodes_compared
+        self.spans += verdict.spans
+        self.bytes_hashed += verdict.bytes_hashed
+        self.resyncs_started += verdict.repair == "resync_started"
+        self.seconds.observe(verdict.seconds)
+
+
+@dataclasses.dataclass(slots=True)
 class _Walk:
     """What one verify found over its spans so far."""
 
@@ -146,6 +175,7 @@ class MirrorVerifier:
         self._due: dict[tuple[str, int], float] = {}
         self.verified = 0
         self.resyncs_started = 0
+        self._counts: dict[str, LinkVerifyCounts] = {}  # by link: the verifies run here
 
     def serve(self, rpc: Rpc) -> None:
         async def verify(source: int, body: bytes) -> tuple[int, bytes]:
@@ -159,6 +189,13 @@ class MirrorVerifier:
             return await answer(work(), lambda v: json.dumps(v.to_json()).encode())
 
         rpc.register("mirror.verify", verify)
+
+    def counts(self) -> dict[str, LinkVerifyCounts]:
+        """What this node's verifies found, by link; a link no longer in the catalog is
+        forgotten (so the series stay bounded by the links there are)."""
+        links = self._catalog.catalog.mirror_links
+        self._counts = {name: counts for name, counts in self._counts.items() if name in links}
+        return dict(sorted(self._counts.items()))
 
     # -- a link's partitions, from any node ----------------------------------------------
 
@@ -231,6 +268,7 @@ class MirrorVerifier:
                                                                               walk.source_log_start))
         self.last[(topic, partition)] = verdict
         self.verified += 1
+        self._counts.setdefault(link.name, LinkVerifyCounts()).record(verdict)
         self._logger.info("mirror_verified", topic=topic, partition=partition, status=status,
                           ranges=len(verdict.ranges), nodes_compared=verdict.nodes_compared, repair=verdict.repair)
         return verdict
@@ -254,6 +292,9 @@ class MirrorVerifier:
             if summary.get("damaged"):
                 walk.damaged = f"the source's entries {summary['damaged']} fail their checks there"
                 return SOURCE_DAMAGED
+            if their_hi > bounded_end(their_lo, their_hi):  # this leader builds over the span it answered
+                raise SourceError(f"the source answered the span [{their_lo}, {their_hi}): over "
+                                  f"{SPAN_LEAVES_MAX} leaves")
             if their_hi <= their_lo or self._trees.span(group_id, their_lo, their_hi) != (their_lo, their_hi):
                 break  # nothing more in common (the source's log starts past the mirror's end)
             walk.lo = their_lo if walk.lo is None else walk.lo

@@ -11,7 +11,7 @@ says `different` with exactly the damaged leaf's range for partition 0 and `behi
 partition 1; after the link resumes, a verify with repair resyncs partition 0 (a new
 incarnation, refilled from the source); the mirror then holds the source's exact log
 again and a second verify is identical, one root each. The link's status shows the last
-full sync per partition.
+full sync per partition, and /metrics counts the verifies by verdict where they ran.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import time
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from multiraft.http.mirror_openapi import PATHS
 from storage.batch import Record, encode_batch
 from storage.tictac import LEAF_OFFSETS
 from tests.node.test_mirror import Side, _http, _log, _same, clusters  # noqa: F401 (the fixture)
@@ -29,6 +31,9 @@ from tests.node.test_node_cluster import produce_retrying, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
+jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's validator (the fuzz pass's)
+_STATUS_SCHEMA = jsonschema_rs.Draft202012Validator(
+    PATHS["/v1/admin/mirrors/{name}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"])
 RECORDS = 100  # per batch
 BATCHES = 100  # per partition: 10,000 offsets, three leaves
 
@@ -124,8 +129,34 @@ async def test_a_full_sync_finds_the_damaged_range_resyncs_it_and_then_compares_
 
         status, shown = await _http(session, sink.nodes[0], "GET", "/v1/admin/mirrors/dr")
         assert status == 200, shown
+        _STATUS_SCHEMA.validate(shown)  # the last verdicts in the document's shape
         last = [p["last_verify"] for p in shown["topics"][0]["partitions"]]
         assert [v["status"] for v in last] == ["identical", "identical"], shown
         assert all(v["nodes_compared"] == 1 and v["at_ms"] > 0 for v in last), shown
+
+        # /metrics counts the verifies where they ran (each partition's sink leader): summed over
+        # the sink's nodes, the four verifies of two partitions above, by verdict.
+        figures: dict[str, float] = {}
+        for node in sink.nodes:
+            status, text = await _http(session, node, "GET", "/metrics")
+            assert status == 200
+            for family in text_string_to_metric_families(text.decode()):
+                for sample in family.samples:
+                    if sample.name.startswith("raftlog_mirror_") and sample.labels.get("link") == "dr":
+                        key = sample.name + "".join(f",{k}={v}" for k, v in sorted(sample.labels.items())
+                                                    if k not in ("link", "le"))
+                        if "le" not in sample.labels:
+                            figures[key] = figures.get(key, 0.0) + sample.value
+        verifies = {verdict: figures[f"raftlog_mirror_verifies_total,verdict={verdict}"]
+                    for verdict in ("identical", "behind", "different", "source_damaged", "sink_damaged",
+                                    "unreachable")}
+        assert verifies == {"identical": 5, "behind": 1, "different": 2, "source_damaged": 0,
+                            "sink_damaged": 0, "unreachable": 0}, figures
+        assert figures["raftlog_mirror_verify_differing_ranges_total"] == 2, figures
+        assert figures["raftlog_mirror_resyncs_started_total"] == 1, figures
+        assert figures["raftlog_mirror_verify_spans_total"] == 8, figures
+        assert figures["raftlog_mirror_verify_digests_fetched_total"] >= 8 + 3, figures  # a root each, 3 leaves
+        assert figures["raftlog_mirror_verify_bytes_hashed_total"] > 0, figures
+        assert figures["raftlog_mirror_verify_seconds_count"] == 8, figures
     finally:
         await session.close()
