@@ -212,12 +212,21 @@ class ResyncMirrorPartition:
     of a committed range that differs from the source (docs/mirror.md, "Repair": a Raft
     log cannot take back committed entries, so the copy is replaced, never the source).
     `group_id` is the incarnation the verify found different: a resync of one already
-    replaced changes nothing, so two verifies racing replace it once."""
+    replaced changes nothing, so two verifies racing replace it once.
+
+    `prefix_index` > 0: keep the identical prefix. The new incarnation's log starts as the
+    old one's up to its entry `prefix_index` (of `prefix_term`, after which the next offset
+    is `prefix_offset`), which each host builds from its own copy (multiraft/node/
+    mirror_prefix.py); its first start point stays the old one's (`start_offset` unused)
+    and the real-time path refills from `prefix_offset`."""
 
     name: str
     partition: int
     group_id: int
     start_offset: int
+    prefix_index: int = 0
+    prefix_term: int = 0
+    prefix_offset: int = 0
 
     def __post_init__(self) -> None:
         check_topic_name(self.name)
@@ -227,6 +236,11 @@ class ResyncMirrorPartition:
             raise InvalidRequest("group_id is a partition group's id")
         if not is_int(self.start_offset) or not 0 <= self.start_offset <= OFFSET_MAX:
             raise InvalidRequest("start_offset is 0..2**63-1")
+        for value in (self.prefix_index, self.prefix_term, self.prefix_offset):
+            if not is_int(value) or not 0 <= value <= OFFSET_MAX:
+                raise InvalidRequest("prefix_index, prefix_term and prefix_offset are 0..2**63-1")
+        if self.prefix_index and not self.prefix_term:
+            raise InvalidRequest("a kept prefix names the term of its last entry")
 
 
 MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic

@@ -24,6 +24,7 @@ from multiraft.node import catchup_leader, draining
 from multiraft.node.compaction import Boundaries, restore_state
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
+from multiraft.node.mirror_prefix import PrefixBuilder
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.node.reopening import Reopening
 from multiraft.runtime import failover, heap
@@ -118,6 +119,7 @@ class Replicas:
             slot_timeout_s=failover.SLOT_TIMEOUTS * timeout_s, others_hold_s=failover.OTHERS_HOLD_TIMEOUTS * timeout_s)
         self._reopening = Reopening(self.id, registry, links.leader_of, links.is_live, self._campaign_pacer,
                                     timeout_s, self._rng)
+        self.prefixes = PrefixBuilder(registry, storage, self.close_group, logger)  # mirror resyncs' kept prefixes
 
     def open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
                    topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
@@ -241,8 +243,7 @@ class Replicas:
         self._logger.info("group_closed", group_id=group_id, deleted=delete)
 
     def _remove_group_directory(self, group_id: GroupId) -> None:
-        """Through the store's `Files` (storage/files.py `remove_tree`), so the chaos
-        write-behind double forgets the names it kept for the deleted copy."""
+        """Through `Files.remove_tree`: the chaos write-behind double forgets its names too."""
         files = self._storage.files
         assert files is not None
         files.remove_tree(str(self._storage.groups_directory / str(group_id)))
@@ -305,8 +306,7 @@ class Replicas:
         self._catalog.changed()  # the reconciler reopens partition groups
 
     async def reconcile_loop(self) -> None:
-        """Open the partition groups the catalog assigns here; close and delete the others.
-        At start the metadata group is given the chance to elect first."""
+        """Open the groups the catalog assigns here, close and delete the others (group 0 elects first)."""
         await self._wait_for_metadata_leader(METADATA_FIRST_WAIT_TIMEOUTS * self._election_timeout_s)
         while True:
             await self._catalog.wait_changed()
@@ -348,6 +348,7 @@ class Replicas:
                     self.apply_topic_config(group_id, topic.config)
             elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
                 missing.append((group_id, local))
+        await self.prefixes.prepare(catalog, missing)  # before a new mirror incarnation first opens
         closed = 0
         chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
         pauses: list[float] = []
@@ -439,8 +440,7 @@ class Replicas:
             self._logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
         return opened
 
-    def _open_failed(self, group_id: GroupId, error: BaseException) -> None:
-        """E.g. the disk is full (DiskFullError): try again shortly."""
+    def _open_failed(self, group_id: GroupId, error: BaseException) -> None:  # e.g. DiskFullError: again shortly
         self._logger.error("group_open_failed", group_id=group_id, error=repr(error))
         asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, self._catalog.changed)
 

@@ -1,0 +1,229 @@
+"""A resync that keeps the identical prefix (docs/mirror.md, "Repair").
+
+A mirror partition whose committed batches differ from its source's from offset X on is
+replaced by a new incarnation, a new Raft group (a committed entry cannot be taken back,
+storage gives offsets in log order). Its entries whose records all lie below X were
+identical; the new incarnation keeps them instead of copying them again:
+
+- **The cut** (`choose_cut`, on the sink leader that found the difference): the last DATA
+  entry of its log whose records all lie below X, its term and the offset after it. No
+  cut (a resync without a prefix) when that keeps nothing, when the source's log now
+  starts past the cut (the refill could not follow on), or when a CONFIG entry follows
+  it (the new group would start with a membership the catalog no longer names). The
+  cut travels in `ResyncMirrorPartition`; the catalog names it on the new partition.
+- **The build** (`PrefixBuilder.prepare`, on every host, before the reconciler opens the
+  new group for the first time): the old group is stopped and synced; if this replica's
+  log holds the cut entry with the cut's term and offset (storage/prefix.py
+  `plan_prefix`), its files up to it are linked or copied into the new group's
+  directory, checked, and installed with the old start point and a commit at that start
+  point (`far_install.replace_log`). Otherwise this host starts the new group as a new
+  replica would (the old incarnation's first start point: the catalog keeps its initial
+  voters and start offset), and the new group's leader catches it up by the usual paths.
+  Either way the old group's directory goes, as a resync's always did.
+
+Why every replica of the new group holds one log: each holds a prefix of the old group's
+committed log (the kept entries: Raft's log matching from the cut entry's term; a host
+that kept nothing: the old incarnation's first start point), under a commit no higher
+than its own start point; a leader of the new group commits them with an entry of its
+own term, and its log decides for the rest, as in any Raft group. storage/prefix.py
+says why the commit stays at the start point and what a crash mid-build leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from raftlog.messages import EntryKind
+from raftlog.storage import StorageError, UnavailableError
+from raftlog.types import GroupId, Index, Offset, Term
+from storage.errors import CorruptionError
+from storage.far_install import StagedSegment, replace_log, staged_name
+from storage.offsets import lookup
+from storage.prefix import (
+    PREFIX_MARKER,
+    KeptFile,
+    PrefixPlan,
+    check_kept,
+    forget_group_state,
+    plan_prefix,
+)
+from storage.segment import PARTIAL_SUFFIX
+
+if TYPE_CHECKING:
+    from multiraft.metadata.catalog import Catalog, LocalGroup
+    from multiraft.node.local_storage import LocalStorage
+    from multiraft.node.registry import GroupRegistry
+    from storage.segments import SegmentStore
+
+CONFIG_SCAN_ENTRIES = 16  # entries read per loop turn when looking for a CONFIG after the cut
+COPY_CHUNK_BYTES = 4 * 1024 * 1024  # of the cut file, a loop turn
+
+
+def cut_point(store: SegmentStore, differs_at: int) -> tuple[Index, Term, Offset] | None:
+    """(index, term, next offset) of the last DATA entry of `store` whose records all lie
+    below `differs_at`; None when none does past the log's start."""
+    if not store.log_start_offset < differs_at <= store.log_end_offset:
+        return None
+    index, _ = lookup(store, Offset(differs_at - 1))
+    if store.offset_after(index) > differs_at:  # this entry reaches `differs_at`: not kept
+        if index - 1 <= store.snapshot().meta.index:
+            return None
+        base = store.offset_after(Index(index - 1))
+        if base <= store.log_start_offset:
+            return None
+        index, _ = lookup(store, Offset(base - 1))
+    assert store.offset_after(index) <= differs_at
+    return index, store.term(index), store.offset_after(index)
+
+
+async def config_after(store: SegmentStore, after: Index) -> bool:
+    """Whether a CONFIG entry follows entry `after` in `store`'s log, read a slice a loop turn."""
+    at = Index(after + 1)
+    while at <= store.last_index():
+        hi = Index(min(store.last_index() + 1, at + CONFIG_SCAN_ENTRIES))
+        if any(info.kind is EntryKind.CONFIG for info, _ in store.frames(at, hi)):
+            return True
+        at = hi
+        await asyncio.sleep(0)
+        if store.closed:
+            raise UnavailableError("the log closed while it was read")
+    return False
+
+
+async def choose_cut(store: SegmentStore, differs_at: int, source_log_start: int) -> tuple[int, int, int] | None:
+    """The cut a resync keeps, or None: a resync without a prefix (see the module's docstring)."""
+    try:
+        cut = cut_point(store, differs_at)
+        if cut is None or source_log_start > cut[2] or await config_after(store, cut[0]):
+            return None
+    except StorageError:
+        return None  # the log moved under the reads (retention), or a read failed its check
+    return int(cut[0]), int(cut[1]), int(cut[2])
+
+
+class PrefixBuilder:
+    """Builds new mirror incarnations' first logs from the old ones' files, on one host."""
+
+    def __init__(self, registry: GroupRegistry, storage: LocalStorage,
+                 close_group: Callable[[GroupId, bool, Callable[[SegmentStore], None]], Awaitable[None]],
+                 logger: Any) -> None:
+        self._registry = registry
+        self._storage = storage
+        self._close_group = close_group
+        self._logger = logger
+        self.counts = {"built": 0, "fallbacks": 0, "bytes_linked": 0, "bytes_copied": 0}
+
+    async def prepare(self, catalog: Catalog, missing: list[tuple[GroupId, LocalGroup]]) -> None:
+        """Before the reconciler opens `missing`: build the kept prefix of each new incarnation
+        that names one and was never opened here."""
+        for group_id, local in missing:
+            topic = catalog.topics.get(local.topic)
+            if topic is None or local.partition >= len(topic.partitions):
+                continue
+            info = topic.partitions[local.partition]
+            if info.group_id == group_id and info.prefix:
+                old, upto, term, next_offset = info.prefix
+                await self._prepare(group_id, GroupId(old), Index(upto), Term(term), Offset(next_offset))
+
+    def _directory(self, group_id: GroupId) -> str:
+        return str(self._storage.groups_directory / str(group_id))
+
+    async def _prepare(self, group_id: GroupId, old: GroupId, upto: Index, term: Term, next_offset: Offset) -> None:
+        files = self._storage.files
+        assert files is not None
+        directory = self._directory(group_id)
+        marker = os.path.join(directory, PREFIX_MARKER)
+        if files.exists(directory) and not files.exists(marker):
+            return  # opened here before: it is what it is
+        if files.exists(marker):
+            self._forget(group_id)  # a build a crash interrupted
+        log = self._logger.bind(group_id=group_id, old_group=old, upto=upto)
+        plans: list[PrefixPlan | str] = []
+
+        def plan_stopped(store: SegmentStore) -> None:  # the old group stopped and synced, its store open
+            try:
+                plans.append(plan_prefix(store, upto, term, next_offset))
+            except (OSError, StorageError) as error:
+                plans.append(f"its log could not be read: {error!r}")
+
+        if old in self._registry.stores and not self._registry.groups[old].failed:
+            await self._close_group(old, False, plan_stopped)
+        plan = plans[0] if plans else "the old incarnation is not open here"
+        try:
+            if isinstance(plan, str):
+                self.counts["fallbacks"] += 1
+                log.warning("mirror_prefix_not_kept", reason=plan)
+                return
+            await self._build(group_id, directory, marker, plan, log)
+        finally:
+            if plans:  # closed here, so the reconciler no longer sees it: its files go now
+                files.remove_tree(self._directory(old))
+
+    async def _build(self, group_id: GroupId, directory: str, marker: str, plan: PrefixPlan, log: Any) -> None:
+        files, db = self._storage.files, self._storage.db
+        assert files is not None and db is not None
+        began = time.monotonic()
+        try:
+            files.make_dirs(directory)
+            files.close(files.create(marker))
+            files.sync_dir(directory)
+            staged = await self._stage(directory, plan)
+            replace_log(group_id, directory, db, files, staged, plan.start, plan.term, int(time.time() * 1000),
+                        commit=plan.start.snapshot.meta.index)
+            files.unlink(marker)
+            files.sync_dir(directory)
+        except (OSError, CorruptionError, StorageError) as error:
+            self._forget(group_id)
+            self.counts["fallbacks"] += 1
+            log.warning("mirror_prefix_not_kept", reason=repr(error))
+            return
+        self.counts["built"] += 1
+        linked = sum(f.size_bytes for f in plan.files if f.whole)
+        self.counts["bytes_linked"] += linked
+        self.counts["bytes_copied"] += plan.kept_bytes - linked
+        log.info("mirror_prefix_kept", next_offset=plan.next_offset, files=len(plan.files), bytes=plan.kept_bytes,
+                 seconds=round(time.monotonic() - began, 3))
+
+    async def _stage(self, directory: str, plan: PrefixPlan) -> list[StagedSegment]:
+        """Each kept file as `<segment>.incoming` in `directory`, durable, then checked whole on threads."""
+        files = self._storage.files
+        assert files is not None
+        paths = []
+        for kept in plan.files:
+            path = os.path.join(directory, staged_name(kept.first_index))
+            if kept.whole:
+                files.link(kept.source, path)
+            else:
+                await self._copy(kept, path)
+            paths.append(path)
+        files.sync_dir(directory)
+        return list(await asyncio.gather(*(asyncio.to_thread(check_kept, path, kept)
+                                           for path, kept in zip(paths, plan.files, strict=True))))
+
+    async def _copy(self, kept: KeptFile, path: str) -> None:
+        """The cut file's bytes up to the cut entry's end, a chunk a loop turn, fsynced, named."""
+        files = self._storage.files
+        assert files is not None
+        partial = path + PARTIAL_SUFFIX
+        source, target = files.open(kept.source), files.create(partial)
+        try:
+            for position in range(0, kept.size_bytes, COPY_CHUNK_BYTES):
+                files.append(target, [files.read(source, position, min(COPY_CHUNK_BYTES, kept.size_bytes - position))])
+                await asyncio.sleep(0)
+            files.to_os(target)
+            await asyncio.to_thread(files.detached_fsync(target))
+        finally:
+            files.close(source)
+            files.close(target)
+        files.rename(partial, path)
+
+    def _forget(self, group_id: GroupId) -> None:
+        """Whatever an unfinished build left of `group_id`: its files and its records."""
+        files, db = self._storage.files, self._storage.db
+        assert files is not None and db is not None
+        files.remove_tree(self._directory(group_id))
+        forget_group_state(db, group_id)

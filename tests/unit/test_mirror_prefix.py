@@ -1,0 +1,265 @@
+"""Goal: the parts of a resync that keeps the identical prefix (docs/mirror.md, "Repair"),
+each on its own: where the sink leader cuts (the last DATA entry wholly below the first
+differing offset; none past a CONFIG entry), the catalog's new incarnation naming the
+cut and keeping the old first start point, what a replica of the old group can keep
+(storage/prefix.py), and one host's build over real segment files: the new group's log
+is the old one's up to the cut, committed only to its start point, the old group's files
+gone; a replica that cannot keep it, a build that fails half way and one a crash
+interrupted all leave nothing of the new group behind (it starts as a new replica would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from multiraft.errors import InvalidRequest
+from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.catalog_records import LocalGroup, PartitionInfo
+from multiraft.metadata.commands import decode_command, encode_command
+from multiraft.metadata.mirror_commands import ResyncMirrorPartition
+from multiraft.node import mirror_prefix
+from multiraft.node.mirror_prefix import PrefixBuilder, choose_cut, config_after, cut_point
+from raftlog.messages import Entry, EntryKind, HardState
+from raftlog.types import GroupId, Index, NodeId, Offset, Term
+from storage.config import StoreConfig
+from storage.errors import CorruptionError
+from storage.prefix import PREFIX_MARKER, check_kept, plan_prefix
+from storage.recovery import load_state
+from storage.segments import SegmentStore
+from storage.state_db import CHECK_ALL, StateDatabase, group_key
+from storage.write_behind import WriteBehindFiles
+from tests.storage.helpers import data_entry
+from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
+
+CONFIG = StoreConfig(segment_bytes_max=4096)
+OLD, NEW = GroupId(5), GroupId(9)
+LAST = 60  # entries in the old log; every fifth a META entry, the rest DATA of 3 records
+
+
+def _entries(lo: int, hi: int, term: int = 1) -> list[Entry]:
+    return [Entry(Index(i), Term(term), EntryKind.META, b"meta-%d" % i) if i % 5 == 0
+            else data_entry(i, term, count=3, value_bytes=60) for i in range(lo, hi)]
+
+
+class _Host:
+    """One host's storage: the database, the write-behind double (as chaos runs it), and an
+    old group's store, with the narrow collaborators `PrefixBuilder` takes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.db = StateDatabase(str(root / "state"))
+        self.files = WriteBehindFiles(str(root))
+        self.groups = root / "groups"
+        self.store = self.open(OLD)
+        for first in range(1, LAST + 1, 6):  # several appends: the store rolls segments between them
+            self.store.append([e for e in _entries(1, 31) + _entries(31, LAST + 1, term=2)
+                               if first <= e.index < first + 6])
+        self.store.set_hard_state(HardState(term=Term(2), commit=Index(LAST)))
+        self.store.sync()
+        self.registry = SimpleNamespace(stores={OLD: self.store}, groups={OLD: SimpleNamespace(failed=False)})
+        self.storage = SimpleNamespace(files=self.files, db=self.db, groups_directory=self.groups)
+        self.closed: list[GroupId] = []
+        self.builder = PrefixBuilder(self.registry, self.storage, self.close, _Logger())  # type: ignore[arg-type]
+
+    def open(self, group: GroupId) -> SegmentStore:
+        return SegmentStore(group, str(self.groups / str(group)), self.db, self.files, CONFIG)
+
+    async def close(self, group: GroupId, delete: bool, before_close: Any) -> None:
+        store = self.registry.stores.pop(group)
+        del self.registry.groups[group]
+        store.sync()
+        before_close(store)
+        store.close()
+        self.closed.append(group)
+
+    async def prepare(self, upto: Index, term: Term, next_offset: Offset) -> None:
+        info = PartitionInfo(0, NEW, (NodeId(1), NodeId(2), NodeId(3)), prefix=(OLD, upto, term, next_offset))
+        catalog = SimpleNamespace(topics={"orders": SimpleNamespace(partitions=(info,))})
+        async with asyncio.timeout(30):
+            await self.builder.prepare(catalog, [(NEW, LocalGroup("orders", 0, info.replicas))])  # type: ignore[arg-type]
+
+
+class _Logger:
+    def bind(self, **_: object) -> _Logger:
+        return self
+
+    def info(self, *_: object, **__: object) -> None: ...
+
+    warning = info
+
+
+def _cut(store: SegmentStore, index: int) -> tuple[Index, Term, Offset]:
+    return Index(index), store.term(Index(index)), store.offset_after(Index(index))
+
+
+# -- where the sink leader cuts ---------------------------------------------------------
+
+
+def test_the_cut_is_the_last_data_entry_wholly_below_the_first_differing_offset(tmp_path: Path) -> None:
+    store = _Host(tmp_path).store
+    end_of_12 = store.offset_after(Index(12))
+    assert cut_point(store, end_of_12) == _cut(store, 12)  # a batch ending right there is kept
+    assert cut_point(store, end_of_12 + 1) == _cut(store, 12)  # entry 13 reaches past it: not kept
+    # Entry 16 follows the META entry 15: a difference inside 16 keeps up to 14, not the META.
+    assert cut_point(store, store.offset_after(Index(15)) + 1) == _cut(store, 14)
+    assert cut_point(store, store.log_end_offset) == _cut(store, LAST - 1)  # 60 is META
+    # Nothing below the first batch's end to keep; offsets outside the log.
+    assert cut_point(store, 1) is None and cut_point(store, 0) is None
+    assert cut_point(store, store.log_end_offset + 1) is None
+
+
+@pytest.mark.asyncio
+async def test_no_cut_when_a_config_entry_follows_or_the_source_starts_past_it(tmp_path: Path) -> None:
+    store = _Host(tmp_path).store
+    at = store.offset_after(Index(40))
+    async with asyncio.timeout(10):
+        assert not await config_after(store, Index(39))
+        # Entry 40 is a META entry: the cut is the DATA entry before it.
+        assert await choose_cut(store, at, source_log_start=0) == tuple(map(int, _cut(store, 39)))
+        assert await choose_cut(store, at, source_log_start=at + 1) is None  # the refill could not follow on
+        store.append([Entry(Index(LAST + 1), Term(2), EntryKind.CONFIG, b"conf")])
+        assert await config_after(store, Index(39)) and not await config_after(store, Index(LAST + 1))
+        assert await choose_cut(store, at, source_log_start=0) is None  # the membership would go back
+
+
+# -- the catalog --------------------------------------------------------------------------
+
+
+def test_a_prefix_resync_names_the_cut_and_keeps_the_first_start_point() -> None:
+    catalog = _catalog(LINK, MIRROR)
+    old = catalog.topic("orders").partitions[1]
+    command = ResyncMirrorPartition(name="orders", partition=1, group_id=old.group_id, start_offset=77,
+                                    prefix_index=40, prefix_term=2, prefix_offset=1234)
+    assert decode_command(encode_command(command)) == command
+    assert catalog.apply(Index(10), command).ok
+    fresh = catalog.topic("orders").partitions[1]
+    assert fresh.group_id == catalog.next_group_id - 1 and fresh.prefix == (old.group_id, 40, 2, 1234)
+    # A host that keeps nothing starts as the old incarnation did: same voters, same start offset.
+    assert (fresh.initial, fresh.start_offset, fresh.replicas) == (old.initial, old.start_offset, old.replicas)
+    restored = Catalog.restore(catalog.snapshot())
+    assert restored.topics == catalog.topics
+    # A later resync without a prefix forgets it.
+    assert catalog.apply(Index(11), ResyncMirrorPartition(name="orders", partition=1, group_id=fresh.group_id,
+                                                          start_offset=77)).ok
+    assert catalog.topic("orders").partitions[1].prefix == ()
+
+
+@pytest.mark.parametrize("bad", [{"prefix_index": 3}, {"prefix_index": -1, "prefix_term": 1},
+                                 {"prefix_offset": 2**63}, {"prefix_term": True}])
+def test_prefix_shapes_are_bounded(bad: dict[str, object]) -> None:
+    with pytest.raises(InvalidRequest):
+        ResyncMirrorPartition(**{"name": "t", "partition": 0, "group_id": 5, "start_offset": 0, **bad})  # type: ignore[arg-type]
+
+
+# -- what a replica of the old group keeps -------------------------------------------------
+
+
+def test_a_replica_keeps_whole_closed_files_and_cuts_the_one_holding_the_cut(tmp_path: Path) -> None:
+    store = _Host(tmp_path).store
+    plan = plan_prefix(store, *_cut(store, 40))
+    assert not isinstance(plan, str)
+    assert [f.whole for f in plan.files] == [True] * (len(plan.files) - 1) + [False]
+    assert plan.files[0].first_index == 1 and plan.files[-1].last_index == 40
+    for before, after in zip(plan.files, plan.files[1:], strict=False):
+        assert after.first_index == before.last_index + 1 and after.first_offset == before.next_offset
+    assert len(plan.files) > 2
+    cut = plan.files[-1]
+    copy = tmp_path / "cut.seg"
+    copy.write_bytes(Path(cut.source).read_bytes()[:cut.size_bytes])
+    assert check_kept(str(copy), cut).frames[-1].index == 40  # the bytes up to the cut are whole frames
+    with pytest.raises(CorruptionError):  # the whole file holds more than what is kept
+        check_kept(cut.source, cut)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"upto": Index(LAST + 5)}, "ends at"), ({"term": Term(7)}, "has term"),
+    ({"next_offset": Offset(3)}, "ends at offset")])
+def test_a_replica_whose_log_does_not_match_the_cut_keeps_nothing(tmp_path: Path, change: dict[str, Any],
+                                                                  reason: str) -> None:
+    store = _Host(tmp_path).store
+    upto, term, next_offset = _cut(store, 40)
+    arguments = {"upto": upto, "term": term, "next_offset": next_offset, **change}
+    plan = plan_prefix(store, **arguments)
+    assert isinstance(plan, str) and reason in plan, plan
+
+
+# -- one host's build ------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_host_builds_the_new_log_from_its_own_copy(tmp_path: Path) -> None:
+    host = _Host(tmp_path)
+    old = host.store
+    upto, term, next_offset = _cut(old, 40)
+    want = old.entries(Index(1), Index(41), 1 << 30)
+    await host.prepare(upto, term, next_offset)
+    assert host.closed == [OLD] and not (host.groups / str(OLD)).exists()
+    assert host.builder.counts["built"] == 1 and host.builder.counts["bytes_linked"] > 0
+    assert host.builder.counts["bytes_copied"] > 0
+    new = host.open(NEW)
+    assert (new.first_index(), new.last_index(), new.log_start_offset) == (1, 40, 0)
+    assert new.entries(Index(1), Index(41), 1 << 30) == want and new.offset_after(Index(40)) == next_offset
+    # Committed only to its start point; the term of its last entry, no vote.
+    assert new.initial_state().hard_state == HardState(term=term, vote=NodeId(0), commit=Index(0))
+    assert not new.initial_state().needs_repair
+    assert not (host.groups / str(NEW) / PREFIX_MARKER).exists()
+    new.append([data_entry(41, 3)])  # a log like any other
+    new.sync()
+    assert new.last_index() == 41
+
+
+@pytest.mark.asyncio
+async def test_a_replica_that_cannot_keep_the_prefix_starts_as_a_new_one(tmp_path: Path) -> None:
+    host = _Host(tmp_path)
+    upto, _, next_offset = _cut(host.store, 40)
+    await host.prepare(upto, Term(9), next_offset)  # not this replica's term at the cut
+    assert host.builder.counts == {"built": 0, "fallbacks": 1, "bytes_linked": 0, "bytes_copied": 0}
+    assert not (host.groups / str(NEW)).exists() and not (host.groups / str(OLD)).exists()
+    assert load_state(host.db, NEW)[1] == HardState()
+    # The old incarnation not open here: nothing to close, nothing built.
+    other = _Host(tmp_path / "other")
+    other.registry.stores.clear()
+    await other.prepare(upto, Term(2), next_offset)
+    assert other.closed == [] and other.builder.counts["fallbacks"] == 1 and not (other.groups / str(NEW)).exists()
+
+
+@pytest.mark.asyncio
+async def test_a_build_that_fails_half_way_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    host = _Host(tmp_path)
+
+    def rotten(path: str, kept: Any) -> Any:
+        raise CorruptionError("a frame fails its check")
+
+    monkeypatch.setattr(mirror_prefix, "check_kept", rotten)
+    await host.prepare(*_cut(host.store, 40))
+    assert host.builder.counts["fallbacks"] == 1 and host.builder.counts["built"] == 0
+    assert not (host.groups / str(NEW)).exists() and load_state(host.db, NEW)[1] == HardState()
+
+
+@pytest.mark.asyncio
+async def test_a_build_a_crash_interrupted_is_forgotten_then_done_again(tmp_path: Path) -> None:
+    host = _Host(tmp_path)
+    upto, term, next_offset = _cut(host.store, 40)
+    # What a crash in the middle of an install can leave: the marker, files, half the records.
+    directory = host.groups / str(NEW)
+    os.makedirs(directory)
+    (directory / PREFIX_MARKER).write_bytes(b"")
+    (directory / "00000000000000000001.seg").write_bytes(b"half")
+    batch = host.db.batch()
+    batch.put(group_key(CHECK_ALL, NEW), b"1")
+    host.db.write(batch, sync=True)
+    await host.prepare(upto, term, next_offset)
+    assert host.builder.counts["built"] == 1
+    new = host.open(NEW)
+    assert new.last_index() == 40 and new.recovery.corruption == ()
+    # Opened before (no marker): left as it is, whatever the catalog says.
+    new.close()
+    host.registry.stores[OLD] = host.store  # (a stand-in: it must not be touched)
+    await host.prepare(upto, term, next_offset)
+    assert host.builder.counts["built"] == 1 and host.closed == [OLD]
