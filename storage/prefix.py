@@ -21,9 +21,17 @@ Here, the disk side, pure reads and checks (multiraft/node/mirror_prefix.py runs
   installs a leader's files, with one difference: the commit stays at the start point.
   These entries are committed in the old group, not yet in this one; a leader of the new
   group commits them with its first entry. So a host that could not keep them (and
-  started as a new replica) can never find entries it lacks already counted committed,
-  and may even lead: then the kept entries go as any uncommitted ones, and the refill is
-  a full copy, as a resync without a prefix.
+  started as a new replica would: at the old group's first start point, or empty) can
+  never find entries it lacks already counted committed, and may even lead: then the
+  kept entries go as any uncommitted ones, and the refill is a full copy, as a resync
+  without a prefix.
+- Only a log that still starts at the old group's **first start point** keeps its
+  prefix (none compacted by retention yet). A start point is committed state: a replica
+  starting later would count committed entries that a replica which kept nothing (and
+  starts at the first start point) does not hold, and if that one led, Raft's
+  invariants would not hold. So every replica of the new group holds a prefix of one
+  log, the first start point followed by the old group's committed entries, with its
+  commit at that first start point.
 
 Crash safety: a marker file (`PREFIX_MARKER`) sits in the new group's directory from
 before the first file until the install's last write; a directory with the marker is an
@@ -90,12 +98,18 @@ class PrefixPlan:
         return sum(f.size_bytes for f in self.files)
 
 
-def plan_prefix(store: SegmentStore, upto: Index, term: Term, next_offset: Offset) -> PrefixPlan | str:
+def plan_prefix(store: SegmentStore, upto: Index, term: Term, next_offset: Offset,
+                first_start: tuple[Index, Term]) -> PrefixPlan | str:
     """What `store` (a replica of the old group, stopped) keeps up to entry `upto`; or why
-    it keeps nothing. Reads only the store's tables and the cut entry's position."""
-    start = store.snapshot().meta.index
+    it keeps nothing. Reads only the store's tables and the cut entry's position.
+    `first_start`: (index, term) of the old group's first start point, the one its log
+    must still start at (module docstring: every replica's commit stays there)."""
+    meta = store.snapshot().meta
+    start = meta.index
     if store.repair_reason is not None:
         return f"this replica is in repair ({store.repair_reason})"
+    if (meta.index, meta.term) != first_start:
+        return f"its log starts at {start + 1} (term {meta.term}), not at its first start point {first_start}"
     if upto <= start:
         return f"its log starts at {start + 1}, past the cut {upto}"
     if upto > store.last_index():

@@ -12,17 +12,24 @@ on, and a replica added later learns it from the leader as any compacted log's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from multiraft.metadata.catalog import TopicInfo
 from multiraft.state.partition import PartitionState
 from raftlog.bootstrap import BOOTSTRAP_TERM
 from raftlog.messages import HardState, Membership, Snapshot, SnapshotMeta
-from raftlog.types import Index, NodeId, Offset
+from raftlog.types import Index, NodeId, Offset, Term
+
+
+def first_start(voters: Sequence[NodeId]) -> tuple[Index, Term]:
+    """Index and term of a mirror replica's start point: where the bootstrap entries would have ended."""
+    return Index(len(set(voters))), BOOTSTRAP_TERM
 
 
 def bootstrap_mirror(store: object, voters: list[NodeId], topic: str, partition: int, start_offset: int) -> None:
     """Write a new mirror replica's start point into its empty `store` (a SegmentStore)."""
     assert voters and start_offset >= 0
-    index = Index(len(set(voters)))  # where the bootstrap entries would have ended
+    index, _ = first_start(voters)
     state = PartitionState(topic=topic, partition=partition, applied_index=index,
                            next_offset=Offset(start_offset), mirror=True)
     meta = SnapshotMeta(index=index, term=BOOTSTRAP_TERM, membership=Membership(voters=frozenset(voters)))

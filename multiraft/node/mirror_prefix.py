@@ -11,22 +11,26 @@ identical; the new incarnation keeps them instead of copying them again:
   starts past the cut (the refill could not follow on), or when a CONFIG entry follows
   it (the new group would start with a membership the catalog no longer names). The
   cut travels in `ResyncMirrorPartition`; the catalog names it on the new partition.
+  None either when this leader's own log no longer starts at the partition's first start
+  point (retention compacted it): no replica would keep anything (below).
 - **The build** (`PrefixBuilder.prepare`, on every host, before the reconciler opens the
   new group for the first time): the old group is stopped and synced; if this replica's
-  log holds the cut entry with the cut's term and offset (storage/prefix.py
-  `plan_prefix`), its files up to it are linked or copied into the new group's
+  log still starts at the old group's first start point and holds the cut entry with the
+  cut's term and offset (storage/prefix.py `plan_prefix`), its files up to it are linked or copied into the new group's
   directory, checked, and installed with the old start point and a commit at that start
   point (`far_install.replace_log`). Otherwise this host starts the new group as a new
   replica would (the old incarnation's first start point: the catalog keeps its initial
   voters and start offset), and the new group's leader catches it up by the usual paths.
   Either way the old group's directory goes, as a resync's always did.
 
-Why every replica of the new group holds one log: each holds a prefix of the old group's
-committed log (the kept entries: Raft's log matching from the cut entry's term; a host
-that kept nothing: the old incarnation's first start point), under a commit no higher
-than its own start point; a leader of the new group commits them with an entry of its
-own term, and its log decides for the rest, as in any Raft group. storage/prefix.py
-says why the commit stays at the start point and what a crash mid-build leaves.
+Why every replica of the new group holds one log: each holds a prefix of one log, the old
+group's first start point followed by its committed entries up to the cut (a host that
+kept them: Raft's log matching from the cut entry's term; one that kept nothing: that
+start point alone, or nothing if it was not among the first voters), with its commit at
+that start point. A leader of the new group commits the kept entries with an entry of its
+own term, and its log decides for the rest, as in any Raft group whose followers hold
+more or less of an uncommitted tail. storage/prefix.py says why the commit stays at the
+first start point and what a crash mid-build leaves.
 """
 
 from __future__ import annotations
@@ -34,12 +38,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from multiraft.node.mirror_bootstrap import first_start
 from raftlog.messages import EntryKind
 from raftlog.storage import StorageError, UnavailableError
-from raftlog.types import GroupId, Index, Offset, Term
+from raftlog.types import GroupId, Index, NodeId, Offset, Term
 from storage.errors import CorruptionError
 from storage.far_install import StagedSegment, replace_log, staged_name
 from storage.offsets import lookup
@@ -94,8 +99,13 @@ async def config_after(store: SegmentStore, after: Index) -> bool:
     return False
 
 
-async def choose_cut(store: SegmentStore, differs_at: int, source_log_start: int) -> tuple[int, int, int] | None:
-    """The cut a resync keeps, or None: a resync without a prefix (see the module's docstring)."""
+async def choose_cut(store: SegmentStore, differs_at: int, source_log_start: int,
+                     voters: Sequence[NodeId]) -> tuple[int, int, int] | None:
+    """The cut a resync keeps, or None: a resync without a prefix (see the module's docstring).
+    `voters`: the partition's bootstrap voters, which say where its first start point is."""
+    meta = store.snapshot().meta
+    if (meta.index, meta.term) != first_start(voters):
+        return None  # compacted: no replica's log likely starts at its first start point any more
     try:
         cut = cut_point(store, differs_at)
         if cut is None or source_log_start > cut[2] or await config_after(store, cut[0]):
@@ -127,12 +137,15 @@ class PrefixBuilder:
             info = topic.partitions[local.partition]
             if info.group_id == group_id and info.prefix:
                 old, upto, term, next_offset = info.prefix
-                await self._prepare(group_id, GroupId(old), Index(upto), Term(term), Offset(next_offset))
+                await self._prepare(group_id, GroupId(old), (Index(upto), Term(term), Offset(next_offset)),
+                                    first_start(info.bootstrap_voters))
 
     def _directory(self, group_id: GroupId) -> str:
         return str(self._storage.groups_directory / str(group_id))
 
-    async def _prepare(self, group_id: GroupId, old: GroupId, upto: Index, term: Term, next_offset: Offset) -> None:
+    async def _prepare(self, group_id: GroupId, old: GroupId, cut: tuple[Index, Term, Offset],
+                       start: tuple[Index, Term]) -> None:
+        upto = cut[0]
         files = self._storage.files
         assert files is not None
         directory = self._directory(group_id)
@@ -146,7 +159,7 @@ class PrefixBuilder:
 
         def plan_stopped(store: SegmentStore) -> None:  # the old group stopped and synced, its store open
             try:
-                plans.append(plan_prefix(store, upto, term, next_offset))
+                plans.append(plan_prefix(store, *cut, start))
             except (OSError, StorageError) as error:
                 plans.append(f"its log could not be read: {error!r}")
 

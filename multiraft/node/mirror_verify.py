@@ -299,7 +299,8 @@ class MirrorVerifier:
         the old one's entries below `differs_at` when it can (mirror_prefix.py); the outcome,
         and the offset below which the old batches are kept (0: none)."""
         store = self._registry.stores.get(group_id)
-        cut = await choose_cut(store, differs_at, start_offset) if store is not None else None
+        voters = self._catalog.catalog.topic(topic).partitions[partition].bootstrap_voters
+        cut = await choose_cut(store, differs_at, start_offset, voters) if store is not None else None
         index, term, kept = cut or (0, 0, 0)
         command = ResyncMirrorPartition(name=topic, partition=partition, group_id=int(group_id),
                                         start_offset=start_offset, prefix_index=index, prefix_term=term,

@@ -12,6 +12,15 @@ partition 1; after the link resumes, a verify with repair resyncs partition 0 (a
 incarnation, refilled from the source); the mirror then holds the source's exact log
 again and a second verify is identical, one root each. The link's status shows the last
 full sync per partition.
+
+The resync keeps the identical prefix (multiraft/node/mirror_prefix.py): the source topic
+has 16 KiB segments (the mirror takes them), and the mirror copies it live, so its log
+holds many entries in several files below the damage. Every sink replica builds the new
+incarnation from its own copy up to the cut (each node's counter says so), the new
+incarnation pulls only the records from the cut on from the source, and every replica
+ends with the source's log. A second test rots a closed segment below the cut on one sink
+follower: that replica keeps nothing (its check fails), starts as a new replica and is
+caught up by the new leader; the others keep the prefix; all end with the source's log.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 RECORDS = 100  # per batch
 BATCHES = 100  # per partition: 10,000 offsets, three leaves
+SEGMENT_BYTES = 16384  # the source topic's (the mirror takes it): several closed files below the damage
 
 
 def _batch(n: int, value: bytes = b"value") -> bytes:
@@ -45,87 +55,145 @@ async def _verify(session: aiohttp.ClientSession, sink: Side, **body: object) ->
     return report
 
 
-async def test_a_full_sync_finds_the_damaged_range_resyncs_it_and_then_compares_one_root(
+async def _damaged_mirror(source: Side, sink: Side, session: aiohttp.ClientSession) -> tuple[int, int, int]:
+    """Two mirror partitions copied live, in sync and identical; then partition 0's mirror holds a
+    batch that differs from the source's at `end` and both copied on past it. (group, end, leaf)."""
+    await source.nodes[0].api.create_topic("orders", 2, 3, {"segment_bytes": SEGMENT_BYTES})
+    await source.nodes[0].api.wait_for_topic("orders")
+    sources = [f"{n.config.http_addr.host}:{n.config.http_addr.port}" for n in source.nodes]
+    status, link = await _http(session, sink.nodes[1], "POST", "/v1/admin/mirrors", json={
+        "name": "dr", "sources": sources, "topics": "orders", "verify_interval_s": 3600})
+    assert status == 201 and link["verify_interval_s"] == 3600, link
+    await until(lambda: "orders" in sink.nodes[0].catalog.topics, "the mirror topic on the sink", 20)
+    for n in range(2 * BATCHES):  # copied live: a few batches an entry, many entries
+        await produce_retrying(source.nodes[n % 3], "orders", n % 2, _batch(n))
+    groups = [p.group_id for p in source.nodes[0].catalog.topic("orders").partitions]
+    await until(lambda: all(n.registry.partitions[g].state.high_watermark == BATCHES * RECORDS
+                            for n in source.nodes for g in groups), "every source replica at its end", 10)
+    assert await _same(source, sink, "orders", 2) == [BATCHES * RECORDS] * 2
+
+    # In sync: identical, one root per partition.
+    began = time.monotonic()
+    report = await _verify(session, sink)
+    took = time.monotonic() - began
+    assert report["all_identical"] and report["verified"] == 2, report
+    for verdict in report["partitions"]:
+        assert (verdict["status"], verdict["nodes_compared"], verdict["spans"]) == ("identical", 1, 1), verdict
+        assert (verdict["lo"], verdict["hi"]) == (0, BATCHES * RECORDS), verdict
+    print(f"\nfull sync of 2 identical partitions of {BATCHES * RECORDS} offsets: {took:.3f} s, "
+          f"{sum(v['nodes_compared'] for v in report['partitions'])} digests fetched")
+
+    # Paused; partition 0's mirror commits a batch the source holds otherwise; partition 1 falls behind.
+    status, _ = await _http(session, sink.nodes[0], "POST", "/v1/admin/mirrors/dr/pause")
+    assert status == 200
+    await asyncio.sleep(0.5)  # running pulls see the pause within a scan
+    end = BATCHES * RECORDS
+    assert (await produce_retrying(source.nodes[0], "orders", 0, _batch(1000))).base_offset == end
+    await produce_retrying(source.nodes[0], "orders", 1, _batch(1001))
+    group = sink.nodes[0].catalog.topic("orders").partitions[0].group_id
+    leader = next(n for n in sink.nodes if n.registry.leading(group) is not None)
+    await leader.registry.leading(group).propose([_batch(1000, b"tampered")])  # the test hook
+    await until(lambda: all(n.registry.partitions[group].state.high_watermark == end + RECORDS
+                            for n in sink.nodes), "the differing batch on every sink replica", 10)
+
+    report = await _verify(session, sink, repair=False)
+    damaged, behind = report["partitions"]
+    leaf = end // LEAF_OFFSETS * LEAF_OFFSETS
+    # The damaged batch's leaf, clipped to the span compared (the leaf is not full yet).
+    assert damaged["status"] == "different" and damaged["ranges"] == [[leaf, end + RECORDS]], damaged
+    assert leaf <= end < leaf + LEAF_OFFSETS
+    assert damaged["repair"] == "" and damaged["hi"] == end + RECORDS, damaged
+    assert damaged["nodes_compared"] == 1 + 3, damaged  # the root, then its three leaves
+    assert behind["status"] == "behind" and behind["nodes_compared"] == 1, behind
+    assert behind["source_high_watermark"] == end + RECORDS, behind
+
+    # Resumed: the real-time path goes on past the damage.
+    status, _ = await _http(session, sink.nodes[0], "POST", "/v1/admin/mirrors/dr/resume")
+    assert status == 200
+    for n in range(2000, 2010):
+        await produce_retrying(source.nodes[n % 3], "orders", n % 2, _batch(n))
+    await until(lambda: sink.nodes[0].registry.partitions[group].state.high_watermark == end + 6 * RECORDS,
+                "the mirror copying past the damage", 20)
+    other = sink.nodes[0].catalog.topic("orders").partitions[1].group_id
+    await until(lambda: all(n.registry.partitions[other].state.high_watermark == end + 6 * RECORDS
+                            for n in sink.nodes), "partition 1 caught up on every sink replica", 20)
+    await until(lambda: all(n.registry.partitions[group].state.high_watermark == end + 6 * RECORDS
+                            for n in sink.nodes), "partition 0 caught up on every sink replica", 20)
+    return group, end, leaf
+
+
+async def _repaired(source: Side, sink: Side, session: aiohttp.ClientSession, group: int, end: int,
+                    leaf: int) -> tuple[int, int]:
+    """A verify with repair resyncs partition 0 keeping its prefix; the new incarnation refilled, every
+    sink replica holds the source's log. (the new group, the offset below which the old batches were kept)."""
+    report = await _verify(session, sink)
+    damaged = report["partitions"][0]
+    assert damaged["status"] == "different" and damaged["ranges"] == [[leaf, end + 6 * RECORDS]], damaged
+    assert damaged["repair"] == "resync_started" and report["resyncs_started"] == 1, report
+    assert report["partitions"][1]["status"] == "identical", report
+    kept = damaged["kept_below"]
+    assert 0 < kept <= leaf and kept % RECORDS == 0, damaged  # whole batches below the differing leaf
+
+    # The new incarnation is refilled from the source: the same offsets and bytes again.
+    await until(lambda: all(n.catalog.topic("orders").partitions[0].group_id != group for n in sink.nodes),
+                "the new incarnation in every catalog", 10)
+    fresh = sink.nodes[0].catalog.topic("orders").partitions[0].group_id
+    assert await _same(source, sink, "orders", 2) == [end + 6 * RECORDS] * 2
+    for node in sink.nodes:  # every replica holds the source's log, not only the one read above
+        await until(lambda node=node: fresh in node.registry.partitions and
+                    node.registry.partitions[fresh].state.high_watermark == end + 6 * RECORDS,
+                    f"node {node.id} refilled", 20)
+        assert await _log(node, "orders", 0) == await _log(source.nodes[0], "orders", 0)
+        assert not (node.config.data_dir / "groups" / str(group)).exists()  # the old incarnation's files gone
+    # Only the records from the cut on came from the source again.
+    pulled = sum(s.records_copied for n in sink.nodes if (s := n.mirror_pulls.status.get(fresh)) is not None)
+    assert pulled == end + 6 * RECORDS - kept, (pulled, kept)
+    report = await _verify(session, sink)
+    assert report["all_identical"], report
+    assert [v["nodes_compared"] for v in report["partitions"]] == [1, 1], report
+    return fresh, kept
+
+
+async def test_a_full_sync_finds_the_damaged_range_resyncs_it_keeping_the_prefix_and_compares_one_root(
         clusters: tuple[Side, Side]) -> None:  # noqa: F811 (the fixture imported above)
     source, sink = clusters
-    await source.nodes[0].api.create_topic("orders", 2, 3, {})
-    await source.nodes[0].api.wait_for_topic("orders")
-    for n in range(2 * BATCHES):
-        await produce_retrying(source.nodes[n % 3], "orders", n % 2, _batch(n))
     session = aiohttp.ClientSession()
     try:
-        sources = [f"{n.config.http_addr.host}:{n.config.http_addr.port}" for n in source.nodes]
-        status, link = await _http(session, sink.nodes[1], "POST", "/v1/admin/mirrors", json={
-            "name": "dr", "sources": sources, "topics": "orders", "verify_interval_s": 3600})
-        assert status == 201 and link["verify_interval_s"] == 3600, link
-        await until(lambda: "orders" in sink.nodes[0].catalog.topics, "the mirror topic on the sink", 20)
-        assert await _same(source, sink, "orders", 2) == [BATCHES * RECORDS] * 2
-
-        # In sync: identical, one root per partition.
-        began = time.monotonic()
-        report = await _verify(session, sink)
-        took = time.monotonic() - began
-        assert report["all_identical"] and report["verified"] == 2, report
-        for verdict in report["partitions"]:
-            assert (verdict["status"], verdict["nodes_compared"], verdict["spans"]) == ("identical", 1, 1), verdict
-            assert (verdict["lo"], verdict["hi"]) == (0, BATCHES * RECORDS), verdict
-        print(f"\nfull sync of 2 identical partitions of {BATCHES * RECORDS} offsets: {took:.3f} s, "
-              f"{sum(v['nodes_compared'] for v in report['partitions'])} digests fetched")
-
-        # Paused; partition 0's mirror commits a batch the source holds otherwise; partition 1 falls behind.
-        status, _ = await _http(session, sink.nodes[0], "POST", "/v1/admin/mirrors/dr/pause")
-        assert status == 200
-        await asyncio.sleep(0.5)  # running pulls see the pause within a scan
-        end = BATCHES * RECORDS
-        assert (await produce_retrying(source.nodes[0], "orders", 0, _batch(1000))).base_offset == end
-        await produce_retrying(source.nodes[0], "orders", 1, _batch(1001))
-        group = sink.nodes[0].catalog.topic("orders").partitions[0].group_id
-        leader = next(n for n in sink.nodes if n.registry.leading(group) is not None)
-        await leader.registry.leading(group).propose([_batch(1000, b"tampered")])  # the test hook
-        await until(lambda: all(n.registry.partitions[group].state.high_watermark == end + RECORDS
-                                for n in sink.nodes), "the differing batch on every sink replica", 10)
-
-        report = await _verify(session, sink, repair=False)
-        damaged, behind = report["partitions"]
-        leaf = end // LEAF_OFFSETS * LEAF_OFFSETS
-        # The damaged batch's leaf, clipped to the span compared (the leaf is not full yet).
-        assert damaged["status"] == "different" and damaged["ranges"] == [[leaf, end + RECORDS]], damaged
-        assert leaf <= end < leaf + LEAF_OFFSETS
-        assert damaged["repair"] == "" and damaged["hi"] == end + RECORDS, damaged
-        assert damaged["nodes_compared"] == 1 + 3, damaged  # the root, then its three leaves
-        assert behind["status"] == "behind" and behind["nodes_compared"] == 1, behind
-        assert behind["source_high_watermark"] == end + RECORDS, behind
-
-        # Resumed: the real-time path goes on past the damage; a verify with repair resyncs it.
-        status, _ = await _http(session, sink.nodes[0], "POST", "/v1/admin/mirrors/dr/resume")
-        assert status == 200
-        for n in range(2000, 2010):
-            await produce_retrying(source.nodes[n % 3], "orders", n % 2, _batch(n))
-        await until(lambda: sink.nodes[0].registry.partitions[group].state.high_watermark == end + 6 * RECORDS,
-                    "the mirror copying past the damage", 20)
-        other = sink.nodes[0].catalog.topic("orders").partitions[1].group_id
-        await until(lambda: all(n.registry.partitions[other].state.high_watermark == end + 6 * RECORDS
-                                for n in sink.nodes), "partition 1 caught up on every sink replica", 20)
-        report = await _verify(session, sink)
-        damaged = report["partitions"][0]
-        assert damaged["status"] == "different" and damaged["ranges"] == [[leaf, end + 6 * RECORDS]], damaged
-        assert damaged["repair"] == "resync_started" and report["resyncs_started"] == 1, report
-        assert report["partitions"][1]["status"] == "identical", report
-
-        # The new incarnation is refilled from the source: the same offsets and bytes again.
-        await until(lambda: sink.nodes[0].catalog.topic("orders").partitions[0].group_id != group,
-                    "the new incarnation in the catalog", 10)
-        assert await _same(source, sink, "orders", 2) == [end + 6 * RECORDS] * 2
-        for node in sink.nodes:  # every replica holds the source's log, not only the one read above
-            assert await _log(node, "orders", 0) == await _log(source.nodes[0], "orders", 0)
-        report = await _verify(session, sink)
-        assert report["all_identical"], report
-        assert [v["nodes_compared"] for v in report["partitions"]] == [1, 1], report
+        group, end, leaf = await _damaged_mirror(source, sink, session)
+        _, kept = await _repaired(source, sink, session, group, end, leaf)
+        counts = [n.replicas.prefixes.counts for n in sink.nodes]
+        assert [c["built"] for c in counts] == [1, 1, 1] and not any(c["fallbacks"] for c in counts), counts
+        assert all(c["bytes_linked"] > 0 for c in counts), counts  # closed files kept whole, by a link
+        print(f"prefix kept below offset {kept} of {end + 6 * RECORDS}: {counts}")
 
         status, shown = await _http(session, sink.nodes[0], "GET", "/v1/admin/mirrors/dr")
         assert status == 200, shown
         last = [p["last_verify"] for p in shown["topics"][0]["partitions"]]
         assert [v["status"] for v in last] == ["identical", "identical"], shown
         assert all(v["nodes_compared"] == 1 and v["at_ms"] > 0 for v in last), shown
+    finally:
+        await session.close()
+
+
+async def test_a_sink_replica_whose_copy_fails_its_check_starts_afresh_and_is_caught_up(
+        clusters: tuple[Side, Side]) -> None:  # noqa: F811 (the fixture imported above)
+    source, sink = clusters
+    session = aiohttp.ClientSession()
+    try:
+        group, end, leaf = await _damaged_mirror(source, sink, session)
+        # Rot in the first closed segment of one follower's copy (below any cut): the leader's tree
+        # does not see it, this replica's check of what it would keep does.
+        follower = next(n for n in sink.nodes if n.registry.leading(group) is None)
+        first = next(s for s in follower.registry.stores[group].segments if s.closed)
+        with open(first.path, "r+b") as file:
+            file.seek(first.size // 2)
+            byte = file.read(1)
+            file.seek(first.size // 2)
+            file.write(bytes([byte[0] ^ 0xFF]))
+        await _repaired(source, sink, session, group, end, leaf)
+        for node in sink.nodes:
+            counts = node.replicas.prefixes.counts
+            want = (0, 1) if node is follower else (1, 0)
+            assert (counts["built"], counts["fallbacks"]) == want, (node.id, counts)
     finally:
         await session.close()

@@ -24,6 +24,7 @@ from multiraft.metadata.catalog_records import LocalGroup, PartitionInfo
 from multiraft.metadata.commands import decode_command, encode_command
 from multiraft.metadata.mirror_commands import ResyncMirrorPartition
 from multiraft.node import mirror_prefix
+from multiraft.node.mirror_bootstrap import bootstrap_mirror
 from multiraft.node.mirror_prefix import PrefixBuilder, choose_cut, config_after, cut_point
 from raftlog.messages import Entry, EntryKind, HardState
 from raftlog.types import GroupId, Index, NodeId, Offset, Term
@@ -39,7 +40,9 @@ from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
 
 CONFIG = StoreConfig(segment_bytes_max=4096)
 OLD, NEW = GroupId(5), GroupId(9)
-LAST = 60  # entries in the old log; every fifth a META entry, the rest DATA of 3 records
+LAST = 60  # entries in the old log, from 4 on; every fifth a META entry, the rest DATA of 3 records
+VOTERS = (NodeId(1), NodeId(2), NodeId(3))
+FIRST = (Index(3), Term(1))  # the first start point of a mirror partition with three voters
 
 
 def _entries(lo: int, hi: int, term: int = 1) -> list[Entry]:
@@ -57,8 +60,9 @@ class _Host:
         self.files = WriteBehindFiles(str(root))
         self.groups = root / "groups"
         self.store = self.open(OLD)
-        for first in range(1, LAST + 1, 6):  # several appends: the store rolls segments between them
-            self.store.append([e for e in _entries(1, 31) + _entries(31, LAST + 1, term=2)
+        bootstrap_mirror(self.store, list(VOTERS), "orders", 0, 0)  # a mirror's first start point: entry 3
+        for first in range(4, LAST + 1, 6):  # several appends: the store rolls segments between them
+            self.store.append([e for e in _entries(4, 31) + _entries(31, LAST + 1, term=2)
                                if first <= e.index < first + 6])
         self.store.set_hard_state(HardState(term=Term(2), commit=Index(LAST)))
         self.store.sync()
@@ -79,7 +83,7 @@ class _Host:
         self.closed.append(group)
 
     async def prepare(self, upto: Index, term: Term, next_offset: Offset) -> None:
-        info = PartitionInfo(0, NEW, (NodeId(1), NodeId(2), NodeId(3)), prefix=(OLD, upto, term, next_offset))
+        info = PartitionInfo(0, NEW, VOTERS, prefix=(OLD, upto, term, next_offset))
         catalog = SimpleNamespace(topics={"orders": SimpleNamespace(partitions=(info,))})
         async with asyncio.timeout(30):
             await self.builder.prepare(catalog, [(NEW, LocalGroup("orders", 0, info.replicas))])  # type: ignore[arg-type]
@@ -110,7 +114,7 @@ def test_the_cut_is_the_last_data_entry_wholly_below_the_first_differing_offset(
     assert cut_point(store, store.offset_after(Index(15)) + 1) == _cut(store, 14)
     assert cut_point(store, store.log_end_offset) == _cut(store, LAST - 1)  # 60 is META
     # Nothing below the first batch's end to keep; offsets outside the log.
-    assert cut_point(store, 1) is None and cut_point(store, 0) is None
+    assert cut_point(store, 1) is None and cut_point(store, 0) is None  # entry 4 holds offsets 0-2
     assert cut_point(store, store.log_end_offset + 1) is None
 
 
@@ -121,11 +125,12 @@ async def test_no_cut_when_a_config_entry_follows_or_the_source_starts_past_it(t
     async with asyncio.timeout(10):
         assert not await config_after(store, Index(39))
         # Entry 40 is a META entry: the cut is the DATA entry before it.
-        assert await choose_cut(store, at, source_log_start=0) == tuple(map(int, _cut(store, 39)))
-        assert await choose_cut(store, at, source_log_start=at + 1) is None  # the refill could not follow on
+        assert await choose_cut(store, at, 0, VOTERS) == tuple(map(int, _cut(store, 39)))
+        assert await choose_cut(store, at, at + 1, VOTERS) is None  # the refill could not follow on
+        assert await choose_cut(store, at, 0, VOTERS[:2]) is None  # a log not at its first start point
         store.append([Entry(Index(LAST + 1), Term(2), EntryKind.CONFIG, b"conf")])
         assert await config_after(store, Index(39)) and not await config_after(store, Index(LAST + 1))
-        assert await choose_cut(store, at, source_log_start=0) is None  # the membership would go back
+        assert await choose_cut(store, at, 0, VOTERS) is None  # the membership would go back
 
 
 # -- the catalog --------------------------------------------------------------------------
@@ -162,10 +167,10 @@ def test_prefix_shapes_are_bounded(bad: dict[str, object]) -> None:
 
 def test_a_replica_keeps_whole_closed_files_and_cuts_the_one_holding_the_cut(tmp_path: Path) -> None:
     store = _Host(tmp_path).store
-    plan = plan_prefix(store, *_cut(store, 40))
+    plan = plan_prefix(store, *_cut(store, 40), FIRST)
     assert not isinstance(plan, str)
     assert [f.whole for f in plan.files] == [True] * (len(plan.files) - 1) + [False]
-    assert plan.files[0].first_index == 1 and plan.files[-1].last_index == 40
+    assert plan.files[0].first_index == 4 and plan.files[-1].last_index == 40
     for before, after in zip(plan.files, plan.files[1:], strict=False):
         assert after.first_index == before.last_index + 1 and after.first_offset == before.next_offset
     assert len(plan.files) > 2
@@ -179,12 +184,12 @@ def test_a_replica_keeps_whole_closed_files_and_cuts_the_one_holding_the_cut(tmp
 
 @pytest.mark.parametrize(("change", "reason"), [
     ({"upto": Index(LAST + 5)}, "ends at"), ({"term": Term(7)}, "has term"),
-    ({"next_offset": Offset(3)}, "ends at offset")])
+    ({"next_offset": Offset(3)}, "ends at offset"), ({"first_start": (Index(2), Term(1))}, "first start point")])
 def test_a_replica_whose_log_does_not_match_the_cut_keeps_nothing(tmp_path: Path, change: dict[str, Any],
                                                                   reason: str) -> None:
     store = _Host(tmp_path).store
     upto, term, next_offset = _cut(store, 40)
-    arguments = {"upto": upto, "term": term, "next_offset": next_offset, **change}
+    arguments = {"upto": upto, "term": term, "next_offset": next_offset, "first_start": FIRST, **change}
     plan = plan_prefix(store, **arguments)
     assert isinstance(plan, str) and reason in plan, plan
 
@@ -197,16 +202,17 @@ async def test_a_host_builds_the_new_log_from_its_own_copy(tmp_path: Path) -> No
     host = _Host(tmp_path)
     old = host.store
     upto, term, next_offset = _cut(old, 40)
-    want = old.entries(Index(1), Index(41), 1 << 30)
+    want = old.entries(Index(4), Index(41), 1 << 30)
     await host.prepare(upto, term, next_offset)
     assert host.closed == [OLD] and not (host.groups / str(OLD)).exists()
     assert host.builder.counts["built"] == 1 and host.builder.counts["bytes_linked"] > 0
     assert host.builder.counts["bytes_copied"] > 0
     new = host.open(NEW)
-    assert (new.first_index(), new.last_index(), new.log_start_offset) == (1, 40, 0)
-    assert new.entries(Index(1), Index(41), 1 << 30) == want and new.offset_after(Index(40)) == next_offset
+    assert (new.first_index(), new.last_index(), new.log_start_offset) == (4, 40, 0)
+    assert new.snapshot() == old.snapshot()  # the first start point, as the old group's (and a new replica's)
+    assert new.entries(Index(4), Index(41), 1 << 30) == want and new.offset_after(Index(40)) == next_offset
     # Committed only to its start point; the term of its last entry, no vote.
-    assert new.initial_state().hard_state == HardState(term=term, vote=NodeId(0), commit=Index(0))
+    assert new.initial_state().hard_state == HardState(term=term, vote=NodeId(0), commit=Index(3))
     assert not new.initial_state().needs_repair
     assert not (host.groups / str(NEW) / PREFIX_MARKER).exists()
     new.append([data_entry(41, 3)])  # a log like any other
@@ -250,7 +256,7 @@ async def test_a_build_a_crash_interrupted_is_forgotten_then_done_again(tmp_path
     directory = host.groups / str(NEW)
     os.makedirs(directory)
     (directory / PREFIX_MARKER).write_bytes(b"")
-    (directory / "00000000000000000001.seg").write_bytes(b"half")
+    (directory / "00000000000000000004.seg").write_bytes(b"half")
     batch = host.db.batch()
     batch.put(group_key(CHECK_ALL, NEW), b"1")
     host.db.write(batch, sync=True)
