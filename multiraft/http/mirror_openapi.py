@@ -45,7 +45,9 @@ _PARTITION = {"name": "partition", "in": "path", "required": True,
 _VERDICT = {"type": "object", "required": ["topic", "partition", "status", "ranges", "nodes_compared", "repair"],
             "properties": {"status": {"enum": ["identical", "behind", "different", "source_damaged", "sink_damaged",
                                                "unreachable"]},
-                           "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}}}
+                           "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                           "kept_below": {"type": "integer", "description": "a resync keeps the old batches below "
+                                                                            "this offset (0: none)"}}}
 
 PATHS: dict[str, Any] = {
     "/v1/admin/mirrors": {

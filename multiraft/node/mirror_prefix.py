@@ -8,8 +8,9 @@ identical; the new incarnation keeps them instead of copying them again:
 - **The cut** (`choose_cut`, on the sink leader that found the difference): the last DATA
   entry of its log whose records all lie below X, its term and the offset after it. No
   cut (a resync without a prefix) when that keeps nothing, when the source's log now
-  starts past the cut (the refill could not follow on), or when a CONFIG entry follows
-  it (the new group would start with a membership the catalog no longer names). The
+  starts past the mirror's (a replica that kept nothing could not be refilled from its
+  first offset), or when a CONFIG entry follows it (the new group would start with a
+  membership the catalog no longer names). The
   cut travels in `ResyncMirrorPartition`; the catalog names it on the new partition.
   None either when this leader's own log no longer starts at the partition's first start
   point (retention compacted it): no replica would keep anything (below).
@@ -108,7 +109,9 @@ async def choose_cut(store: SegmentStore, differs_at: int, source_log_start: int
         return None  # compacted: no replica's log likely starts at its first start point any more
     try:
         cut = cut_point(store, differs_at)
-        if cut is None or source_log_start > cut[2] or await config_after(store, cut[0]):
+        # The source must still hold this partition from its first offset on: if the new
+        # group's leader turns out to be a replica that kept nothing, it refills from there.
+        if cut is None or source_log_start > store.log_start_offset or await config_after(store, cut[0]):
             return None
     except StorageError:
         return None  # the log moved under the reads (retention), or a read failed its check

@@ -126,7 +126,7 @@ async def test_no_cut_when_a_config_entry_follows_or_the_source_starts_past_it(t
         assert not await config_after(store, Index(39))
         # Entry 40 is a META entry: the cut is the DATA entry before it.
         assert await choose_cut(store, at, 0, VOTERS) == tuple(map(int, _cut(store, 39)))
-        assert await choose_cut(store, at, at + 1, VOTERS) is None  # the refill could not follow on
+        assert await choose_cut(store, at, 1, VOTERS) is None  # the source no longer holds the mirror's first offset
         assert await choose_cut(store, at, 0, VOTERS[:2]) is None  # a log not at its first start point
         store.append([Entry(Index(LAST + 1), Term(2), EntryKind.CONFIG, b"conf")])
         assert await config_after(store, Index(39)) and not await config_after(store, Index(LAST + 1))
