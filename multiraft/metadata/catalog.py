@@ -355,10 +355,11 @@ class Catalog:
         old = topic.partitions[command.partition]
         if old.group_id != command.group_id:
             return topic
+        keep = command.prefix_index and sorted(command.prefix_voters) == sorted(old.replicas)
         fresh = replace(old, group_id=self.next_group_id, prefix=(old.group_id, command.prefix_index,
                                                                  command.prefix_term, command.prefix_offset)) \
-            if command.prefix_index else replace(old, group_id=self.next_group_id, initial=(),
-                                                 start_offset=command.start_offset, prefix=())
+            if keep else replace(old, group_id=self.next_group_id, initial=(), start_offset=command.start_offset,
+                                 prefix=())
         self.next_group_id = GroupId(self.next_group_id + 1)
         partitions = tuple(fresh if p.partition == command.partition else p for p in topic.partitions)
         self.topics[command.name] = topic = replace(topic, partitions=partitions)

@@ -218,7 +218,10 @@ class ResyncMirrorPartition:
     old one's up to its entry `prefix_index` (of `prefix_term`, after which the next offset
     is `prefix_offset`), which each host builds from its own copy (multiraft/node/
     mirror_prefix.py); its first start point stays the old one's (`start_offset` unused)
-    and the real-time path refills from `prefix_offset`."""
+    and the real-time path refills from `prefix_offset`. `prefix_voters`: the old group's
+    voters as the leader saw them, its membership at the cut; the catalog keeps the prefix
+    only if they are still the partition's replicas when the resync applies (a move that
+    ended meanwhile would leave the kept log naming other voters), else resyncs whole."""
 
     name: str
     partition: int
@@ -227,6 +230,7 @@ class ResyncMirrorPartition:
     prefix_index: int = 0
     prefix_term: int = 0
     prefix_offset: int = 0
+    prefix_voters: tuple[NodeId, ...] = ()
 
     def __post_init__(self) -> None:
         check_topic_name(self.name)
@@ -241,6 +245,11 @@ class ResyncMirrorPartition:
                 raise InvalidRequest("prefix_index, prefix_term and prefix_offset are 0..2**63-1")
         if self.prefix_index and not self.prefix_term:
             raise InvalidRequest("a kept prefix names the term of its last entry")
+        if not isinstance(self.prefix_voters, tuple) or len(self.prefix_voters) > REPLICATION_FACTOR_MAX or bool(
+                self.prefix_index) != bool(self.prefix_voters):
+            raise InvalidRequest(f"a kept prefix names its 1..{REPLICATION_FACTOR_MAX} voters (and only a kept prefix)")
+        for node_id in self.prefix_voters:
+            check_node_id(node_id)
 
 
 MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
@@ -260,6 +269,8 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
     """JSON lists back into the tuples the commands hold."""
     if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
+    if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
+        arguments["prefix_voters"] = tuple(arguments["prefix_voters"])  # type: ignore[arg-type]
     if cls is CreateMirrorTopic:
         if isinstance(arguments.get("assignments"), list):
             arguments["assignments"] = tuple(tuple(r) if isinstance(r, list) else r

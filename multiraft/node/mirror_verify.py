@@ -299,12 +299,17 @@ class MirrorVerifier:
         the old one's entries below `differs_at` when it can (mirror_prefix.py); the outcome,
         and the offset below which the old batches are kept (0: none)."""
         store = self._registry.stores.get(group_id)
-        voters = self._catalog.catalog.topic(topic).partitions[partition].bootstrap_voters
-        cut = await choose_cut(store, differs_at, start_offset, voters) if store is not None else None
+        first_voters = self._catalog.catalog.topic(topic).partitions[partition].bootstrap_voters
+        cut = await choose_cut(store, differs_at, start_offset, first_voters) if store is not None else None
+        runtime = self._registry.groups.get(group_id)
+        membership = runtime.core.membership if runtime is not None else None
+        if membership is None or membership.learners:  # a move under way: no prefix
+            cut = None
         index, term, kept = cut or (0, 0, 0)
+        voters = tuple(sorted(membership.voters)) if cut is not None and membership is not None else ()
         command = ResyncMirrorPartition(name=topic, partition=partition, group_id=int(group_id),
                                         start_offset=start_offset, prefix_index=index, prefix_term=term,
-                                        prefix_offset=kept)
+                                        prefix_offset=kept, prefix_voters=voters)
         try:
             await self._metadata.propose(command)
         except ClientError as error:

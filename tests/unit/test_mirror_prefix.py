@@ -11,6 +11,7 @@ interrupted all leave nothing of the new group behind (it starts as a new replic
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -140,8 +141,15 @@ def test_a_prefix_resync_names_the_cut_and_keeps_the_first_start_point() -> None
     catalog = _catalog(LINK, MIRROR)
     old = catalog.topic("orders").partitions[1]
     command = ResyncMirrorPartition(name="orders", partition=1, group_id=old.group_id, start_offset=77,
-                                    prefix_index=40, prefix_term=2, prefix_offset=1234)
+                                    prefix_index=40, prefix_term=2, prefix_offset=1234, prefix_voters=old.replicas)
     assert decode_command(encode_command(command)) == command
+    # The leader saw other voters than the partition's replicas now (a move ended meanwhile):
+    # the kept log would name them, so the catalog resyncs whole instead.
+    elsewhere = _catalog(LINK, MIRROR)
+    other = dataclasses.replace(command, prefix_voters=(NodeId(9),))
+    assert elsewhere.apply(Index(10), other).ok
+    whole = elsewhere.topic("orders").partitions[1]
+    assert whole.prefix == () and whole.start_offset == 77 and whole.group_id != old.group_id
     assert catalog.apply(Index(10), command).ok
     fresh = catalog.topic("orders").partitions[1]
     assert fresh.group_id == catalog.next_group_id - 1 and fresh.prefix == (old.group_id, 40, 2, 1234)
@@ -155,8 +163,12 @@ def test_a_prefix_resync_names_the_cut_and_keeps_the_first_start_point() -> None
     assert catalog.topic("orders").partitions[1].prefix == ()
 
 
-@pytest.mark.parametrize("bad", [{"prefix_index": 3}, {"prefix_index": -1, "prefix_term": 1},
-                                 {"prefix_offset": 2**63}, {"prefix_term": True}])
+@pytest.mark.parametrize("bad", [{"prefix_index": 3, "prefix_voters": (1,)}, {"prefix_index": -1, "prefix_term": 1},
+                                 {"prefix_offset": 2**63}, {"prefix_term": True},
+                                 {"prefix_index": 3, "prefix_term": 1}, {"prefix_voters": (1,)},
+                                 {"prefix_index": 3, "prefix_term": 1, "prefix_voters": [1]},
+                                 {"prefix_index": 3, "prefix_term": 1, "prefix_voters": (0,)},
+                                 {"prefix_index": 3, "prefix_term": 1, "prefix_voters": tuple(range(1, 9))}])
 def test_prefix_shapes_are_bounded(bad: dict[str, object]) -> None:
     with pytest.raises(InvalidRequest):
         ResyncMirrorPartition(**{"name": "t", "partition": 0, "group_id": 5, "start_offset": 0, **bad})  # type: ignore[arg-type]
