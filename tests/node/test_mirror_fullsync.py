@@ -21,6 +21,8 @@ incarnation pulls only the records from the cut on from the source, and every re
 ends with the source's log. A second test rots a closed segment below the cut on one sink
 follower: that replica keeps nothing (its check fails), starts as a new replica and is
 caught up by the new leader; the others keep the prefix; all end with the source's log.
+A third stops a sink follower before the resync and starts it again after: its old
+incarnation is no longer open there, so it keeps nothing, starts afresh and is caught up.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ import time
 import aiohttp
 import pytest
 
+from multiraft.http import HttpServer
+from multiraft.node.node import Node
+from multiraft.node.registry import METADATA_GROUP
 from storage.batch import Record, encode_batch
 from storage.tictac import LEAF_OFFSETS
 from tests.node.test_mirror import Side, _http, _log, _same, clusters  # noqa: F401 (the fixture)
@@ -49,7 +54,7 @@ def _batch(n: int, value: bytes = b"value") -> bytes:
 
 
 async def _verify(session: aiohttp.ClientSession, sink: Side, **body: object) -> dict[str, object]:
-    status, report = await _http(session, sink.nodes[2], "POST", "/v1/admin/mirrors/dr/verify", json=body)
+    status, report = await _http(session, sink.live()[-1], "POST", "/v1/admin/mirrors/dr/verify", json=body)
     assert status == 200, report
     assert report["next_start"] is None, report
     return report
@@ -122,10 +127,9 @@ async def _damaged_mirror(source: Side, sink: Side, session: aiohttp.ClientSessi
     return group, end, leaf
 
 
-async def _repaired(source: Side, sink: Side, session: aiohttp.ClientSession, group: int, end: int,
-                    leaf: int) -> tuple[int, int]:
-    """A verify with repair resyncs partition 0 keeping its prefix; the new incarnation refilled, every
-    sink replica holds the source's log. (the new group, the offset below which the old batches were kept)."""
+async def _resync_started(sink: Side, session: aiohttp.ClientSession, group: int, end: int, leaf: int) -> int:
+    """A verify with repair resyncs partition 0 asking to keep its prefix, and the new incarnation is in
+    every live catalog; the offset below which the old batches are kept."""
     report = await _verify(session, sink)
     damaged = report["partitions"][0]
     assert damaged["status"] == "different" and damaged["ranges"] == [[leaf, end + 6 * RECORDS]], damaged
@@ -133,10 +137,17 @@ async def _repaired(source: Side, sink: Side, session: aiohttp.ClientSession, gr
     assert report["partitions"][1]["status"] == "identical", report
     kept = damaged["kept_below"]
     assert 0 < kept <= leaf and kept % RECORDS == 0, damaged  # whole batches below the differing leaf
-
-    # The new incarnation is refilled from the source: the same offsets and bytes again.
-    await until(lambda: all(n.catalog.topic("orders").partitions[0].group_id != group for n in sink.nodes),
+    await until(lambda: all(n.catalog.topic("orders").partitions[0].group_id != group for n in sink.live()),
                 "the new incarnation in every catalog", 10)
+    assert sink.live()[0].catalog.topic("orders").partitions[0].prefix[:1] == (group,)
+    return int(kept)
+
+
+async def _refilled(source: Side, sink: Side, session: aiohttp.ClientSession, group: int, end: int,
+                    kept: int, restarted: frozenset[int] = frozenset()) -> None:
+    """The new incarnation refilled from the source, only from the cut on: every sink replica holds the
+    source's log, the old incarnation's files are gone (`restarted`: nodes down during the resync, which
+    may keep them until a later restart), and a second verify is identical with one root each."""
     fresh = sink.nodes[0].catalog.topic("orders").partitions[0].group_id
     assert await _same(source, sink, "orders", 2) == [end + 6 * RECORDS] * 2
     for node in sink.nodes:  # every replica holds the source's log, not only the one read above
@@ -144,14 +155,14 @@ async def _repaired(source: Side, sink: Side, session: aiohttp.ClientSession, gr
                     node.registry.partitions[fresh].state.high_watermark == end + 6 * RECORDS,
                     f"node {node.id} refilled", 20)
         assert await _log(node, "orders", 0) == await _log(source.nodes[0], "orders", 0)
-        assert not (node.config.data_dir / "groups" / str(group)).exists()  # the old incarnation's files gone
+        if node.id not in restarted:
+            assert not (node.config.data_dir / "groups" / str(group)).exists()  # the old incarnation's files
     # Only the records from the cut on came from the source again.
     pulled = sum(s.records_copied for n in sink.nodes if (s := n.mirror_pulls.status.get(fresh)) is not None)
     assert pulled == end + 6 * RECORDS - kept, (pulled, kept)
     report = await _verify(session, sink)
     assert report["all_identical"], report
     assert [v["nodes_compared"] for v in report["partitions"]] == [1, 1], report
-    return fresh, kept
 
 
 async def test_a_full_sync_finds_the_damaged_range_resyncs_it_keeping_the_prefix_and_compares_one_root(
@@ -160,7 +171,8 @@ async def test_a_full_sync_finds_the_damaged_range_resyncs_it_keeping_the_prefix
     session = aiohttp.ClientSession()
     try:
         group, end, leaf = await _damaged_mirror(source, sink, session)
-        _, kept = await _repaired(source, sink, session, group, end, leaf)
+        kept = await _resync_started(sink, session, group, end, leaf)
+        await _refilled(source, sink, session, group, end, kept)
         counts = [n.replicas.prefixes.counts for n in sink.nodes]
         assert [c["built"] for c in counts] == [1, 1, 1] and not any(c["fallbacks"] for c in counts), counts
         assert all(c["bytes_linked"] > 0 for c in counts), counts  # closed files kept whole, by a link
@@ -190,10 +202,43 @@ async def test_a_sink_replica_whose_copy_fails_its_check_starts_afresh_and_is_ca
             byte = file.read(1)
             file.seek(first.size // 2)
             file.write(bytes([byte[0] ^ 0xFF]))
-        await _repaired(source, sink, session, group, end, leaf)
+        kept = await _resync_started(sink, session, group, end, leaf)
+        await _refilled(source, sink, session, group, end, kept)
         for node in sink.nodes:
             counts = node.replicas.prefixes.counts
             want = (0, 1) if node is follower else (1, 0)
             assert (counts["built"], counts["fallbacks"]) == want, (node.id, counts)
+    finally:
+        await session.close()
+
+
+async def test_a_sink_replica_down_during_the_resync_starts_afresh_when_back_and_is_caught_up(
+        clusters: tuple[Side, Side]) -> None:  # noqa: F811 (the fixture imported above)
+    source, sink = clusters
+    session = aiohttp.ClientSession()
+    try:
+        group, end, leaf = await _damaged_mirror(source, sink, session)
+        # A follower of partition 0 (not the metadata leader) is down when the resync applies.
+        position = next(i for i, n in enumerate(sink.nodes)
+                        if n.registry.leading(group) is None and n.registry.leading(METADATA_GROUP) is None)
+        away = sink.nodes[position]
+        await sink.servers[position].stop()
+        await away.stop()
+        sink.stopped.add(away.id)
+        kept = await _resync_started(sink, session, group, end, leaf)
+        fresh = sink.live()[0].catalog.topic("orders").partitions[0].group_id
+        await until(lambda: any(n.registry.leading(fresh) is not None for n in sink.live()),
+                    "a leader of the new incarnation among the two that kept the prefix", 20)
+        # Back: the old incarnation is not open there (its reconciler never opened it again), so it keeps
+        # nothing, starts at the first start point and is caught up by the new leader.
+        back = Node(away.config)
+        server = HttpServer(back.api, back.config.http_addr.host, back.config.http_addr.port)
+        await back.start()
+        await server.start()
+        sink.nodes[position], sink.servers[position] = back, server
+        sink.stopped.discard(away.id)
+        await _refilled(source, sink, session, group, end, kept, restarted=frozenset({back.id}))
+        assert (back.replicas.prefixes.counts["built"], back.replicas.prefixes.counts["fallbacks"]) == (0, 1)
+        assert all(n.replicas.prefixes.counts["built"] == 1 for n in sink.nodes if n is not back)
     finally:
         await session.close()
