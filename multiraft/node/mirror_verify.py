@@ -301,9 +301,11 @@ class MirrorVerifier:
         store = self._registry.stores.get(group_id)
         first_voters = self._catalog.catalog.topic(topic).partitions[partition].bootstrap_voters
         cut = await choose_cut(store, differs_at, start_offset, first_voters) if store is not None else None
-        runtime = self._registry.groups.get(group_id)
+        runtime = self._registry.leading(group_id)
         membership = runtime.core.membership if runtime is not None else None
-        if membership is None or membership.learners:  # a move under way: no prefix
+        # Kept entries must be committed ones: this node still leads and has applied the cut
+        # (a follower's log past its commit may differ); and no move under way (learners).
+        if membership is None or membership.learners or (cut and cut[0] > runtime.core.applied_index):
             cut = None
         index, term, kept = cut or (0, 0, 0)
         voters = tuple(sorted(membership.voters)) if cut is not None and membership is not None else ()
