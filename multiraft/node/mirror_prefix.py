@@ -6,23 +6,23 @@ storage gives offsets in log order). Its entries whose records all lie below X w
 identical; the new incarnation keeps them instead of copying them again:
 
 - **The cut** (`choose_cut`, on the sink leader that found the difference): the last DATA
-  entry of its log whose records all lie below X, its term and the offset after it. No
-  cut (a resync without a prefix) when that keeps nothing, when the source's log now
-  starts past the mirror's (a replica that kept nothing could not be refilled from its
-  first offset), or when a CONFIG entry follows it (the new group would start with a
-  membership the catalog no longer names). The
-  cut travels in `ResyncMirrorPartition`; the catalog names it on the new partition.
-  None either when this leader's own log no longer starts at the partition's first start
-  point (retention compacted it): no replica would keep anything (below).
+  entry of its log whose records all lie below X, its term and the offset after it. It
+  travels in `ResyncMirrorPartition`; the catalog names it on the new partition. No cut
+  (a resync without a prefix) when that keeps nothing; when this leader's log no longer
+  starts at the partition's first start point (retention compacted it: no replica would
+  keep anything, below); when the source's log now starts past the mirror's (a replica
+  that kept nothing could not be refilled from its first offset); or when a CONFIG entry
+  follows it (the new group would start with a membership the catalog no longer names).
 - **The build** (`PrefixBuilder.prepare`, on every host, before the reconciler opens the
   new group for the first time): the old group is stopped and synced; if this replica's
   log still starts at the old group's first start point and holds the cut entry with the
-  cut's term and offset (storage/prefix.py `plan_prefix`), its files up to it are linked or copied into the new group's
-  directory, checked, and installed with the old start point and a commit at that start
-  point (`far_install.replace_log`). Otherwise this host starts the new group as a new
-  replica would (the old incarnation's first start point: the catalog keeps its initial
-  voters and start offset), and the new group's leader catches it up by the usual paths.
-  Either way the old group's directory goes, as a resync's always did.
+  cut's term and offset (storage/prefix.py `plan_prefix`), its files up to it are linked
+  (closed ones) or copied (the one holding the cut, up to it) into the new group's
+  directory, checked, and installed with that start point and a commit there
+  (`far_install.replace_log`). Otherwise this host starts the new group as a new replica
+  would (at the old incarnation's first start point: the catalog keeps its initial voters
+  and start offset), and the new group's leader catches it up by the usual paths. Either
+  way the old group's directory goes, as a resync's always did.
 
 Why every replica of the new group holds one log: each holds a prefix of one log, the old
 group's first start point followed by its committed entries up to the cut (a host that
@@ -225,16 +225,20 @@ class PrefixBuilder:
         files = self._storage.files
         assert files is not None
         partial = path + PARTIAL_SUFFIX
-        source, target = files.open(kept.source), files.create(partial)
+        source = files.open(kept.source)
         try:
-            for position in range(0, kept.size_bytes, COPY_CHUNK_BYTES):
-                files.append(target, [files.read(source, position, min(COPY_CHUNK_BYTES, kept.size_bytes - position))])
-                await asyncio.sleep(0)
-            files.to_os(target)
-            await asyncio.to_thread(files.detached_fsync(target))
+            target = files.create(partial)
+            try:
+                for position in range(0, kept.size_bytes, COPY_CHUNK_BYTES):
+                    size = min(COPY_CHUNK_BYTES, kept.size_bytes - position)
+                    files.append(target, [files.read(source, position, size)])
+                    await asyncio.sleep(0)
+                files.to_os(target)
+                await asyncio.to_thread(files.detached_fsync(target))
+            finally:
+                files.close(target)
         finally:
             files.close(source)
-            files.close(target)
         files.rename(partial, path)
 
     def _forget(self, group_id: GroupId) -> None:

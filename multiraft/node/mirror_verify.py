@@ -302,13 +302,13 @@ class MirrorVerifier:
         first_voters = self._catalog.catalog.topic(topic).partitions[partition].bootstrap_voters
         cut = await choose_cut(store, differs_at, start_offset, first_voters) if store is not None else None
         runtime = self._registry.leading(group_id)
-        membership = runtime.core.membership if runtime is not None else None
         # Kept entries must be committed ones: this node still leads and has applied the cut
         # (a follower's log past its commit may differ); and no move under way (learners).
-        if membership is None or membership.learners or (cut and cut[0] > runtime.core.applied_index):
+        if runtime is None or runtime.core.membership.learners or (
+                cut is not None and cut[0] > runtime.core.applied_index):
             cut = None
         index, term, kept = cut or (0, 0, 0)
-        voters = tuple(sorted(membership.voters)) if cut is not None and membership is not None else ()
+        voters = tuple(sorted(runtime.core.membership.voters)) if cut is not None and runtime is not None else ()
         command = ResyncMirrorPartition(name=topic, partition=partition, group_id=int(group_id),
                                         start_offset=start_offset, prefix_index=index, prefix_term=term,
                                         prefix_offset=kept, prefix_voters=voters)
