@@ -24,7 +24,9 @@ Here, the disk side, pure reads and checks (multiraft/node/mirror_prefix.py runs
   started as a new replica would: at the old group's first start point, or empty) can
   never find entries it lacks already counted committed, and may even lead: then the
   kept entries go as any uncommitted ones, and the refill is a full copy, as a resync
-  without a prefix.
+  without a prefix. For that, such a host starts at the cut's term, not the bootstrap
+  term (multiraft/node/mirror_bootstrap.py): a leader's entries then conflict with kept
+  ones at the same index, never pass for them.
 - Only a log that still starts at the old group's **first start point** keeps its
   prefix (none compacted by retention yet). A start point is committed state: a replica
   starting later would count committed entries that a replica which kept nothing (and

@@ -21,8 +21,9 @@ identical; the new incarnation keeps them instead of copying them again:
   directory, checked, and installed with that start point and a commit there
   (`far_install.replace_log`). Otherwise this host starts the new group as a new replica
   would (at the old incarnation's first start point: the catalog keeps its initial voters
-  and start offset), and the new group's leader catches it up by the usual paths. Either
-  way the old group's directory goes, as a resync's always did.
+  and start offset), but at the cut's term (mirror_bootstrap.py says why), and the new
+  group's leader catches it up by the usual paths. Either way the old group's directory
+  goes, as a resync's always did.
 
 Why every replica of the new group holds one log: each holds a prefix of one log, the old
 group's first start point followed by its committed entries up to the cut (a host that
@@ -30,7 +31,9 @@ kept them: Raft's log matching from the cut entry's term; one that kept nothing:
 start point alone, or nothing if it was not among the first voters), with its commit at
 that start point. A leader of the new group commits the kept entries with an entry of its
 own term, and its log decides for the rest, as in any Raft group whose followers hold
-more or less of an uncommitted tail. storage/prefix.py says why the commit stays at the
+more or less of an uncommitted tail: every voter starts at the cut's term at least, so
+that own term is above every kept entry's, and its entries conflict with kept ones at
+their indexes (never pass for them). storage/prefix.py says why the commit stays at the
 first start point and what a crash mid-build leaves.
 """
 

@@ -136,7 +136,7 @@ class Replicas:
         return self.start_group(group_id, store, created, voters, machine, replicas)
 
     def open_store(self, group_id: GroupId, voters: list[NodeId], topic_config: Mapping[str, Any] | None,
-                   mirror: tuple[str, int, int] | None = None) -> tuple[SegmentStore, bool]:
+                   mirror: tuple[str, int, int, int] | None = None) -> tuple[SegmentStore, bool]:
         """A group's store, and whether it was created now: then it holds the bootstrap entries (a mirror's
         start point: mirror_bootstrap.py), not yet durable (the caller syncs them before the group runs)."""
         storage = self._storage

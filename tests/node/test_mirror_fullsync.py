@@ -19,8 +19,9 @@ holds many entries in several files below the damage. Every sink replica builds 
 incarnation from its own copy up to the cut (each node's counter says so), the new
 incarnation pulls only the records from the cut on from the source, and every replica
 ends with the source's log. A second test rots a closed segment below the cut on one sink
-follower: that replica keeps nothing (its check fails), starts as a new replica and is
-caught up by the new leader; the others keep the prefix; all end with the source's log.
+follower, then on two: those replicas keep nothing (their check fails), start as new
+replicas (at the kept prefix's term) and are caught up by the new leader; the others keep
+the prefix; all end with the source's log.
 A third stops a sink follower before the resync and starts it again after: its old
 incarnation is no longer open there, so it keeps nothing, starts afresh and is caught up.
 """
@@ -29,14 +30,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import aiohttp
 import pytest
 
 from multiraft.http import HttpServer
+from multiraft.node import replicas
+from multiraft.node.mirror_bootstrap import bootstrap_mirror
 from multiraft.node.node import Node
 from multiraft.node.registry import METADATA_GROUP
 from storage.batch import Record, encode_batch
+from storage.segments import SegmentStore
 from storage.tictac import LEAF_OFFSETS
 from tests.node.test_mirror import Side, _http, _log, _same, clusters  # noqa: F401 (the fixture)
 from tests.node.test_node_cluster import produce_retrying, until
@@ -187,27 +192,42 @@ async def test_a_full_sync_finds_the_damaged_range_resyncs_it_keeping_the_prefix
         await session.close()
 
 
-async def test_a_sink_replica_whose_copy_fails_its_check_starts_afresh_and_is_caught_up(
-        clusters: tuple[Side, Side]) -> None:  # noqa: F811 (the fixture imported above)
+@pytest.mark.parametrize("rotten", [1, 2])
+async def test_sink_replicas_whose_copy_fails_its_check_start_afresh_and_are_caught_up(
+        clusters: tuple[Side, Side], rotten: int, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     source, sink = clusters
     session = aiohttp.ClientSession()
+    started: dict[object, int] = {}  # store -> the term a new mirror replica was created at
+
+    def bootstrap(store: SegmentStore, *arguments: Any) -> None:
+        bootstrap_mirror(store, *arguments)
+        started[store] = int(store.initial_state().hard_state.term)
+
+    monkeypatch.setattr(replicas, "bootstrap_mirror", bootstrap)
     try:
         group, end, leaf = await _damaged_mirror(source, sink, session)
-        # Rot in the first closed segment of one follower's copy (below any cut): the leader's tree
-        # does not see it, this replica's check of what it would keep does.
-        follower = next(n for n in sink.nodes if n.registry.leading(group) is None)
-        first = next(s for s in follower.registry.stores[group].segments if s.closed)
-        with open(first.path, "r+b") as file:
-            file.seek(first.size // 2)
-            byte = file.read(1)
-            file.seek(first.size // 2)
-            file.write(bytes([byte[0] ^ 0xFF]))
+        # Rot in the first closed segment of `rotten` followers' copies (below any cut): the leader's
+        # tree does not see it, each replica's check of what it would keep does. With two, the
+        # replicas that keep nothing are a majority: they start at the kept prefix's term, so
+        # whichever leads, the kept entries are replaced or committed, never taken for new ones.
+        followers = [n for n in sink.nodes if n.registry.leading(group) is None][:rotten]
+        for follower in followers:
+            first = next(s for s in follower.registry.stores[group].segments if s.closed)
+            with open(first.path, "r+b") as file:
+                file.seek(first.size // 2)
+                byte = file.read(1)
+                file.seek(first.size // 2)
+                file.write(bytes([byte[0] ^ 0xFF]))
         kept = await _resync_started(sink, session, group, end, leaf)
         await _refilled(source, sink, session, group, end, kept)
         for node in sink.nodes:
             counts = node.replicas.prefixes.counts
-            want = (0, 1) if node is follower else (1, 0)
+            want = (0, 1) if node in followers else (1, 0)
             assert (counts["built"], counts["fallbacks"]) == want, (node.id, counts)
+        # Those that kept nothing were created at the kept prefix's term, not the bootstrap term.
+        info = sink.nodes[0].catalog.topic("orders").partitions[0]
+        created = [started[f.registry.stores[info.group_id]] for f in followers]
+        assert created == [info.prefix[2]] * rotten and info.prefix[2] > 1, (created, info.prefix)
     finally:
         await session.close()
 
