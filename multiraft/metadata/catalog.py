@@ -355,7 +355,10 @@ class Catalog:
         old = topic.partitions[command.partition]
         if old.group_id != command.group_id:
             return topic
-        keep = command.prefix_index and sorted(command.prefix_voters) == sorted(old.replicas)
+        # Kept only while the partition has not moved since the old incarnation began (see
+        # mirror_prefix.may_keep_prefix: its first voters are its replicas) and the voters the
+        # leader saw are still its replicas (a move that ended meanwhile).
+        keep = command.prefix_index and not old.initial and sorted(command.prefix_voters) == sorted(old.replicas)
         fresh = replace(old, group_id=self.next_group_id, prefix=(old.group_id, command.prefix_index,
                                                                  command.prefix_term, command.prefix_offset)) \
             if keep else replace(old, group_id=self.next_group_id, initial=(), start_offset=command.start_offset,

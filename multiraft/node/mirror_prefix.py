@@ -11,8 +11,11 @@ identical; the new incarnation keeps them instead of copying them again:
   (a resync without a prefix) when that keeps nothing; when this leader's log no longer
   starts at the partition's first start point (retention compacted it: no replica would
   keep anything, below); when the source's log now starts past the mirror's (a replica
-  that kept nothing could not be refilled from its first offset); or when a CONFIG entry
-  follows it (the new group would start with a membership the catalog no longer names).
+  that kept nothing could not be refilled from its first offset); when a CONFIG entry
+  follows it (the new group would start with a membership the catalog no longer names);
+  or when the partition moved since this incarnation began (`PartitionInfo.initial` set:
+  the new group's start point names the first voters, which are no longer all its hosts,
+  and the kept log holds the move's CONFIG entries).
 - **The build** (`PrefixBuilder.prepare`, on every host, before the reconciler opens the
   new group for the first time): the old group is stopped and synced; if this replica's
   log still starts at the old group's first start point and holds the cut entry with the
@@ -42,13 +45,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.node.mirror_bootstrap import first_start
 from raftlog.messages import EntryKind
 from raftlog.storage import StorageError, UnavailableError
-from raftlog.types import GroupId, Index, NodeId, Offset, Term
+from raftlog.types import GroupId, Index, Offset, Term
 from storage.errors import CorruptionError
 from storage.far_install import StagedSegment, replace_log, staged_name
 from storage.offsets import lookup
@@ -64,6 +67,7 @@ from storage.segment import PARTIAL_SUFFIX
 
 if TYPE_CHECKING:
     from multiraft.metadata.catalog import Catalog, LocalGroup
+    from multiraft.metadata.catalog_records import PartitionInfo
     from multiraft.node.local_storage import LocalStorage
     from multiraft.node.registry import GroupRegistry
     from storage.segments import SegmentStore
@@ -103,12 +107,27 @@ async def config_after(store: SegmentStore, after: Index) -> bool:
     return False
 
 
+def may_keep_prefix(info: PartitionInfo) -> bool:
+    """Whether a resync of this incarnation may keep a prefix: not if the partition moved
+    since it began. The new incarnation starts at the old one's first start point, whose
+    membership is its first voters (`bootstrap_voters`): after a move some of them no
+    longer host it and some hosts are not among them (a partition made on {1,2,3} and moved
+    to {1,4,5} would start with one voter of three hosting it: no election could win), and
+    the kept log would hold the move's CONFIG entries. Only a move sets `initial` (until a
+    whole resync), so an incarnation without it never changed its membership: its log holds
+    no CONFIG entry past its first start point, and its first voters are its replicas."""
+    return not info.initial
+
+
 async def choose_cut(store: SegmentStore, differs_at: int, source_log_start: int,
-                     voters: Sequence[NodeId]) -> tuple[int, int, int] | None:
+                     info: PartitionInfo) -> tuple[int, int, int] | None:
     """The cut a resync keeps, or None: a resync without a prefix (see the module's docstring).
-    `voters`: the partition's bootstrap voters, which say where its first start point is."""
+    `info`: the partition as the catalog names it now (its first voters say where its first
+    start point is)."""
+    if not may_keep_prefix(info):
+        return None
     meta = store.snapshot().meta
-    if (meta.index, meta.term) != first_start(voters):
+    if (meta.index, meta.term) != first_start(info.bootstrap_voters):
         return None  # compacted: no replica's log likely starts at its first start point any more
     try:
         cut = cut_point(store, differs_at)

@@ -299,8 +299,8 @@ class MirrorVerifier:
         the old one's entries below `differs_at` when it can (mirror_prefix.py); the outcome,
         and the offset below which the old batches are kept (0: none)."""
         store = self._registry.stores.get(group_id)
-        first_voters = self._catalog.catalog.topic(topic).partitions[partition].bootstrap_voters
-        cut = await choose_cut(store, differs_at, start_offset, first_voters) if store is not None else None
+        info = self._catalog.catalog.topic(topic).partitions[partition]
+        cut = await choose_cut(store, differs_at, start_offset, info) if store is not None else None
         runtime = self._registry.leading(group_id)
         # Kept entries must be committed ones: this node still leads and has applied the cut
         # (a follower's log past its commit may differ); and no move under way (learners).

@@ -22,7 +22,13 @@ import pytest
 from multiraft.errors import InvalidRequest
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.catalog_records import LocalGroup, PartitionInfo
-from multiraft.metadata.commands import decode_command, encode_command
+from multiraft.metadata.commands import (
+    RegisterNode,
+    ReplaceReplica,
+    ReplicaLeft,
+    decode_command,
+    encode_command,
+)
 from multiraft.metadata.mirror_commands import ResyncMirrorPartition
 from multiraft.node import mirror_prefix
 from multiraft.node.mirror_bootstrap import bootstrap_mirror
@@ -44,6 +50,7 @@ OLD, NEW = GroupId(5), GroupId(9)
 LAST = 60  # entries in the old log, from 4 on; every fifth a META entry, the rest DATA of 3 records
 VOTERS = (NodeId(1), NodeId(2), NodeId(3))
 FIRST = (Index(3), Term(1))  # the first start point of a mirror partition with three voters
+INFO = PartitionInfo(0, OLD, VOTERS)  # the old incarnation in the catalog: never moved
 
 
 def _entries(lo: int, hi: int, term: int = 1) -> list[Entry]:
@@ -126,12 +133,27 @@ async def test_no_cut_when_a_config_entry_follows_or_the_source_starts_past_it(t
     async with asyncio.timeout(10):
         assert not await config_after(store, Index(39))
         # Entry 40 is a META entry: the cut is the DATA entry before it.
-        assert await choose_cut(store, at, 0, VOTERS) == tuple(map(int, _cut(store, 39)))
-        assert await choose_cut(store, at, 1, VOTERS) is None  # the source no longer holds the mirror's first offset
-        assert await choose_cut(store, at, 0, VOTERS[:2]) is None  # a log not at its first start point
+        assert await choose_cut(store, at, 0, INFO) == tuple(map(int, _cut(store, 39)))
+        assert await choose_cut(store, at, 1, INFO) is None  # the source no longer holds the mirror's first offset
+        two = PartitionInfo(0, OLD, VOTERS[:2])
+        assert await choose_cut(store, at, 0, two) is None  # a log not at its first start point
         store.append([Entry(Index(LAST + 1), Term(2), EntryKind.CONFIG, b"conf")])
         assert await config_after(store, Index(39)) and not await config_after(store, Index(LAST + 1))
-        assert await choose_cut(store, at, 0, VOTERS) is None  # the membership would go back
+        assert await choose_cut(store, at, 0, INFO) is None  # the membership would go back
+
+
+@pytest.mark.asyncio
+async def test_no_cut_once_the_partition_moved(tmp_path: Path) -> None:
+    store = _Host(tmp_path).store
+    at = store.offset_after(Index(40))
+    async with asyncio.timeout(10):
+        # Made on {1,2,3}, moved to {1,4,5}: a new incarnation at the first start point would
+        # name {1,2,3}, of which only node 1 hosts it.
+        moved = PartitionInfo(0, OLD, (NodeId(1), NodeId(4), NodeId(5)), initial=VOTERS)
+        assert await choose_cut(store, at, 0, moved) is None
+        # Moved away and back: the voters are the first ones again, but the log holds the moves.
+        assert await choose_cut(store, at, 0, dataclasses.replace(moved, replicas=VOTERS)) is None
+        assert await choose_cut(store, at, 0, INFO) is not None
 
 
 # -- the catalog --------------------------------------------------------------------------
@@ -161,6 +183,28 @@ def test_a_prefix_resync_names_the_cut_and_keeps_the_first_start_point() -> None
     assert catalog.apply(Index(11), ResyncMirrorPartition(name="orders", partition=1, group_id=fresh.group_id,
                                                           start_offset=77)).ok
     assert catalog.topic("orders").partitions[1].prefix == ()
+
+
+@pytest.mark.parametrize("back", [False, True])
+def test_a_partition_moved_since_its_incarnation_began_resyncs_whole(back: bool) -> None:
+    # Made on node 1, moved to node 2 (and back to 1): the new incarnation would start at the
+    # first start point naming node 1 alone, which no longer hosts it (or a kept log holding
+    # the moves' CONFIG entries), so no prefix, even when the leader's voters are the replicas.
+    moves = [RegisterNode(node_id=NodeId(2), raft_addr="b:1", http_addr="b:2"),
+             ReplaceReplica(topic="orders", partition=1, old=NodeId(1), new=NodeId(2)),
+             ReplicaLeft(topic="orders", partition=1, node=NodeId(1))]
+    if back:
+        moves += [ReplaceReplica(topic="orders", partition=1, old=NodeId(2), new=NodeId(1)),
+                  ReplicaLeft(topic="orders", partition=1, node=NodeId(2))]
+    catalog = _catalog(LINK, MIRROR, *moves)
+    old = catalog.topic("orders").partitions[1]
+    assert old.initial == (NodeId(1),) and old.replicas == ((NodeId(1),) if back else (NodeId(2),))
+    command = ResyncMirrorPartition(name="orders", partition=1, group_id=old.group_id, start_offset=77,
+                                    prefix_index=40, prefix_term=2, prefix_offset=1234, prefix_voters=old.replicas)
+    assert catalog.apply(Index(20), command).ok
+    fresh = catalog.topic("orders").partitions[1]
+    assert fresh.group_id != old.group_id and fresh.prefix == ()
+    assert (fresh.initial, fresh.start_offset) == ((), 77)  # bootstrapped by its replicas, at the source's start
 
 
 @pytest.mark.parametrize("bad", [{"prefix_index": 3, "prefix_voters": (1,)}, {"prefix_index": -1, "prefix_term": 1},
