@@ -6,7 +6,8 @@ storage gives offsets in log order). Its entries whose records all lie below X w
 identical; the new incarnation keeps them instead of copying them again:
 
 - **The cut** (`choose_cut`, on the sink leader that found the difference): the last DATA
-  entry of its log whose records all lie below X, its term and the offset after it. It
+  entry of its log whose records all lie below X and after which no mirror skip is
+  pending (`settled_cut`), its term and the offset after it. It
   travels in `ResyncMirrorPartition`; the catalog names it on the new partition. No cut
   (a resync without a prefix) when that keeps nothing; when this leader's log no longer
   starts at the partition's first start point (retention compacted it: no replica would
@@ -48,7 +49,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from multiraft.errors import ClientError
 from multiraft.node.mirror_bootstrap import first_start
+from multiraft.state.mirror_meta import (
+    MIRROR_META_PREFIX,
+    SKIPS_PENDING_MAX,
+    MirrorPromote,
+    decode_mirror_meta,
+    is_mirror_meta,
+)
 from raftlog.messages import EntryKind
 from raftlog.storage import StorageError, UnavailableError
 from raftlog.types import GroupId, Index, Offset, Term
@@ -73,6 +82,7 @@ if TYPE_CHECKING:
     from storage.segments import SegmentStore
 
 CONFIG_SCAN_ENTRIES = 16  # entries read per loop turn when looking for a CONFIG after the cut
+CUT_SCAN_ENTRIES = 16  # entries read per loop turn when looking for pending skips up to the cut
 COPY_CHUNK_BYTES = 4 * 1024 * 1024  # of the cut file, a loop turn
 
 
@@ -91,6 +101,45 @@ def cut_point(store: SegmentStore, differs_at: int) -> tuple[Index, Term, Offset
         index, _ = lookup(store, Offset(base - 1))
     assert store.offset_after(index) <= differs_at
     return index, store.term(index), store.offset_after(index)
+
+
+async def settled_cut(store: SegmentStore, upto: Index) -> tuple[Index, Term, Offset] | None:
+    """The last DATA entry at or before `upto` after which no mirror skip is pending, as
+    (index, term, next offset); None when none is. Read from the log's start, a slice a
+    loop turn, with the partition's own rules (multiraft/state/partition.py: a META entry's
+    skips from its offset on become pending, a DATA entry drops those below its end).
+
+    Why: a chunk is a META entry naming the source's skipped batches in its whole range,
+    then one DATA entry per batch, so a cut can fall inside a chunk with some of its skips
+    past the cut's offset. Applied again in the new incarnation, they would stay pending,
+    and mark skipped a batch the source serves again at the same (base, count) and no
+    longer skips (the source changed: that is why it resyncs), hiding its records."""
+    pending: set[tuple[int, int]] = set()
+    settled = None
+    at = Index(store.snapshot().meta.index + 1)
+    while at <= upto:
+        hi = Index(min(upto + 1, at + CUT_SCAN_ENTRIES))
+        for info, payload in store.frames(at, hi):
+            if info.kind is EntryKind.DATA:
+                pending = {s for s in pending if s[0] >= info.next_offset}
+                if not pending:
+                    settled = (info.index, info.term, info.next_offset)
+            elif info.kind is EntryKind.META and is_mirror_meta(bytes(payload[:len(MIRROR_META_PREFIX)])):
+                try:
+                    command = decode_mirror_meta(bytes(payload))
+                except ClientError:
+                    continue  # the apply refuses it too: nothing pending
+                if isinstance(command, MirrorPromote):
+                    pending = set()
+                    continue
+                fresh = {r for r in command.ranges if r[0] >= info.base_offset}
+                if len(pending | fresh) <= SKIPS_PENDING_MAX:
+                    pending |= fresh
+        at = hi
+        await asyncio.sleep(0)
+        if store.closed:
+            raise UnavailableError("the log closed while it was read")
+    return settled
 
 
 async def config_after(store: SegmentStore, after: Index) -> bool:
@@ -133,7 +182,10 @@ async def choose_cut(store: SegmentStore, differs_at: int, source_log_start: int
         cut = cut_point(store, differs_at)
         # The source must still hold this partition from its first offset on: if the new
         # group's leader turns out to be a replica that kept nothing, it refills from there.
-        if cut is None or source_log_start > store.log_start_offset or await config_after(store, cut[0]):
+        if cut is None or source_log_start > store.log_start_offset:
+            return None
+        cut = await settled_cut(store, cut[0])  # no mirror skip pending past the cut
+        if cut is None or await config_after(store, cut[0]):
             return None
     except StorageError:
         return None  # the log moved under the reads (retention), or a read failed its check

@@ -32,7 +32,15 @@ from multiraft.metadata.commands import (
 from multiraft.metadata.mirror_commands import ResyncMirrorPartition
 from multiraft.node import mirror_prefix
 from multiraft.node.mirror_bootstrap import bootstrap_mirror
-from multiraft.node.mirror_prefix import PrefixBuilder, choose_cut, config_after, cut_point
+from multiraft.node.mirror_prefix import (
+    PrefixBuilder,
+    choose_cut,
+    config_after,
+    cut_point,
+    settled_cut,
+)
+from multiraft.state.mirror_meta import MirrorSkips, encode_mirror_meta
+from multiraft.state.partition import PartitionState
 from raftlog.messages import Entry, EntryKind, HardState
 from raftlog.types import GroupId, Index, NodeId, Offset, Term
 from storage.config import StoreConfig
@@ -154,6 +162,48 @@ async def test_no_cut_once_the_partition_moved(tmp_path: Path) -> None:
         # Moved away and back: the voters are the first ones again, but the log holds the moves.
         assert await choose_cut(store, at, 0, dataclasses.replace(moved, replicas=VOTERS)) is None
         assert await choose_cut(store, at, 0, INFO) is not None
+
+
+def _skips(index: int, *ranges: tuple[int, int]) -> Entry:
+    return Entry(Index(index), Term(1), EntryKind.META, encode_mirror_meta(MirrorSkips(tuple(ranges))))
+
+
+@pytest.mark.asyncio
+async def test_no_cut_inside_a_chunk_whose_skips_reach_past_it(tmp_path: Path) -> None:
+    # A chunk is a META entry naming the source's skipped batches over its whole range, then
+    # one DATA entry per batch. Entries 4, 5: offsets 0-5. Chunk at 6: its META names the
+    # batch at 9 (entry 8) skipped; 7, 8, 9: offsets 6-14. Chunk at 10: its META names 18
+    # (entry 12) skipped; 11, 12: offsets 15-20. Entry 13: 21-23.
+    host = _Host(tmp_path)
+    store = host.open(NEW)
+    bootstrap_mirror(store, list(VOTERS), "orders", 0, 0)
+    store.append([data_entry(4, 1, count=3), data_entry(5, 1, count=3), _skips(6, (9, 3)),
+                  *[data_entry(i, 1, count=3) for i in (7, 8, 9)], _skips(10, (18, 3)),
+                  data_entry(11, 1, count=3), data_entry(12, 1, count=3), data_entry(13, 1, count=3)])
+    store.sync()
+    assert store.offset_after(Index(13)) == 24
+
+    def pending_after(upto: int) -> set[tuple[int, int]]:  # the partition's own rules, applied again
+        state = PartitionState(topic="orders", partition=0, applied_index=Index(3), next_offset=Offset(0),
+                               mirror=True)
+        for entry in store.entries(Index(4), Index(upto + 1), 1 << 30):
+            state.apply(entry)
+        return state.mirror_skips
+
+    async with asyncio.timeout(10):
+        # A difference at 9: entry 7 (6-8) is wholly below it, but the chunk's skip of the
+        # batch at 9 would stay pending past it; the cut goes back before the chunk, to 5.
+        assert cut_point(store, 9) == _cut(store, 7) and pending_after(7) == {(9, 3)}
+        assert await choose_cut(store, 9, 0, INFO) == tuple(map(int, _cut(store, 5)))
+        assert pending_after(5) == set()
+        # At 12: entry 8 (9-11) ends the skip; nothing pends after it.
+        assert await choose_cut(store, 12, 0, INFO) == tuple(map(int, _cut(store, 8))) and pending_after(8) == set()
+        # At 18 and 21: inside the second chunk, whose skip of 18 pends after 11; back to 9.
+        assert pending_after(11) == {(18, 3)}
+        assert await choose_cut(store, 18, 0, INFO) == tuple(map(int, _cut(store, 9)))
+        assert await choose_cut(store, 21, 0, INFO) == tuple(map(int, _cut(store, 12)))  # 12 ends the skip
+        assert await settled_cut(store, Index(13)) == _cut(store, 13)
+        assert await settled_cut(store, Index(4)) == _cut(store, 4)
 
 
 # -- the catalog --------------------------------------------------------------------------
