@@ -265,8 +265,27 @@ MIRROR_COMMAND_TYPES: dict[str, type] = {
 }
 
 
+# The fields `ResyncMirrorPartition` gained with the kept prefix, and their values when
+# none is kept. A resync keeping none is written without them (`omitted_mirror_fields`),
+# byte for byte as before they existed, so an older node still applies it; a command
+# without them (one an older node wrote, in group 0's log) decodes as keeping none.
+RESYNC_PREFIX_DEFAULTS: dict[str, object] = {"prefix_index": 0, "prefix_term": 0, "prefix_offset": 0,
+                                             "prefix_voters": ()}
+
+
+def omitted_mirror_fields(command: object) -> frozenset[str]:
+    """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it keeps none."""
+    if isinstance(command, ResyncMirrorPartition) and not command.prefix_index:
+        return frozenset(RESYNC_PREFIX_DEFAULTS)
+    return frozenset()
+
+
 def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[str, object]:
-    """JSON lists back into the tuples the commands hold."""
+    """JSON lists back into the tuples the commands hold; a resync's absent prefix fields
+    (an older node's, or one keeping none) filled with their defaults. Runs before the
+    decoder compares the fields with the command's."""
+    if cls is ResyncMirrorPartition:
+        arguments = {**RESYNC_PREFIX_DEFAULTS, **arguments}
     if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -255,6 +256,46 @@ def test_a_partition_moved_since_its_incarnation_began_resyncs_whole(back: bool)
     fresh = catalog.topic("orders").partitions[1]
     assert fresh.group_id != old.group_id and fresh.prefix == ()
     assert (fresh.initial, fresh.start_offset) == ((), 77)  # bootstrapped by its replicas, at the source's start
+
+
+# What 536c881, before the kept prefix, wrote for a resync (encode_command: sorted keys, no spaces).
+OLD_RESYNC = b'{"group_id":7,"name":"orders","partition":1,"start_offset":77,"type":"resync_mirror_partition","v":1}'
+
+
+def test_a_resync_keeping_nothing_reads_and_writes_as_before_the_prefix() -> None:
+    # An upgraded node replays group 0's log, which holds resyncs an older node wrote: they
+    # decode as keeping nothing (else the replay fails on every upgraded node, forever).
+    whole = ResyncMirrorPartition(name="orders", partition=1, group_id=7, start_offset=77)
+    assert decode_command(OLD_RESYNC) == whole
+    # One keeping nothing is written byte for byte as before, so an older node applies it.
+    assert encode_command(whole) == OLD_RESYNC
+    # One keeping a prefix names it (an older node cannot apply it: docs/mirror.md, "Upgrading").
+    kept = dataclasses.replace(whole, prefix_index=40, prefix_term=2, prefix_offset=1234, prefix_voters=(NodeId(1),))
+    document = json.loads(encode_command(kept))
+    assert {key: document[key] for key in ("prefix_index", "prefix_term", "prefix_offset", "prefix_voters")} == {
+        "prefix_index": 40, "prefix_term": 2, "prefix_offset": 1234, "prefix_voters": [1]}
+    assert decode_command(encode_command(kept)) == kept
+    # Absent fields take their defaults, so one present alone is still checked.
+    with pytest.raises(InvalidRequest):
+        decode_command(OLD_RESYNC.replace(b'"v":1', b'"prefix_index":40,"v":1'))
+    with pytest.raises(InvalidRequest):  # an unknown field is still refused
+        decode_command(OLD_RESYNC.replace(b'"v":1', b'"prefix_kept":40,"v":1'))
+
+
+def test_a_catalog_snapshot_from_before_the_prefix_restores() -> None:
+    catalog = _catalog(LINK, MIRROR)
+    old = catalog.topic("orders").partitions[1]
+    assert catalog.apply(Index(10), ResyncMirrorPartition(
+        name="orders", partition=1, group_id=old.group_id, start_offset=77, prefix_index=40, prefix_term=2,
+        prefix_offset=1234, prefix_voters=old.replicas)).ok
+    document = json.loads(catalog.snapshot())
+    rows = [row for row in document["topics"] if "prefixes" in row]
+    assert len(rows) == 1
+    del rows[0]["prefixes"]  # as a snapshot written before the prefix is
+    restored = Catalog.restore(json.dumps(document).encode())
+    assert restored.topic("orders").partitions[1] == dataclasses.replace(catalog.topic("orders").partitions[1],
+                                                                         prefix=())
+    assert all(p.prefix == () for p in restored.topic("orders").partitions)
 
 
 @pytest.mark.parametrize("bad", [{"prefix_index": 3, "prefix_voters": (1,)}, {"prefix_index": -1, "prefix_term": 1},
