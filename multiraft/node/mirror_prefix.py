@@ -143,10 +143,13 @@ async def settled_cut(store: SegmentStore, upto: Index) -> tuple[Index, Term, Of
 
 
 async def config_after(store: SegmentStore, after: Index) -> bool:
-    """Whether a CONFIG entry follows entry `after` in `store`'s log, read a slice a loop turn."""
-    at = Index(after + 1)
-    while at <= store.last_index():
-        hi = Index(min(store.last_index() + 1, at + CONFIG_SCAN_ENTRIES))
+    """Whether a CONFIG entry follows entry `after` in `store`'s log up to its last entry
+    when called, read a slice a loop turn. The end is read once: the pipeline keeps
+    appending meanwhile, and a scan that chased the tail under steady ingest would not end.
+    A move begun later sets `initial`, which the catalog checks when the resync applies."""
+    at, end = Index(after + 1), store.last_index()
+    while at <= end:
+        hi = Index(min(end + 1, at + CONFIG_SCAN_ENTRIES))
         if any(info.kind is EntryKind.CONFIG for info, _ in store.frames(at, hi)):
             return True
         at = hi

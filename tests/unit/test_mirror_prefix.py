@@ -151,6 +151,34 @@ async def test_no_cut_when_a_config_entry_follows_or_the_source_starts_past_it(t
         assert await choose_cut(store, at, 0, INFO) is None  # the membership would go back
 
 
+class _Growing:
+    """A store the pipeline appends to while it is read: each read of a slice is followed by
+    more entries than a slice holds."""
+
+    def __init__(self, store: SegmentStore) -> None:
+        self.store, self.reads = store, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def frames(self, lo: Index, hi: Index) -> Any:
+        self.reads += 1
+        assert self.reads <= 20, "the scan chases the tail"
+        frames = list(self.store.frames(lo, hi))
+        last = self.store.last_index()
+        self.store.append([data_entry(i, 2) for i in range(last + 1, last + 2 * mirror_prefix.CONFIG_SCAN_ENTRIES)])
+        return frames
+
+
+@pytest.mark.asyncio
+async def test_the_config_scan_ends_at_the_log_end_it_began_with(tmp_path: Path) -> None:
+    growing = _Growing(_Host(tmp_path).store)
+    async with asyncio.timeout(10):
+        assert not await config_after(growing, Index(9))  # type: ignore[arg-type]
+    # Entries 10..60, 16 a slice: four reads, whatever was appended meanwhile.
+    assert growing.reads == 4 and growing.store.last_index() > LAST + 60
+
+
 @pytest.mark.asyncio
 async def test_no_cut_once_the_partition_moved(tmp_path: Path) -> None:
     store = _Host(tmp_path).store
