@@ -18,7 +18,8 @@ identical; the new incarnation keeps them instead of copying them again:
   the new group's start point names the first voters, which are no longer all its hosts,
   and the kept log holds the move's CONFIG entries).
 - **The build** (`PrefixBuilder.prepare`, on every host, before the reconciler opens the
-  new group for the first time): the old group is stopped and synced; if this replica's
+  new group for the first time): the old group is stopped and synced (a failed sync:
+  this host keeps nothing, its files may not be durable); if this replica's
   log still starts at the old group's first start point and holds the cut entry with the
   cut's term and offset (storage/prefix.py `plan_prefix`), its files up to it are linked
   (closed ones) or copied (the one holding the cut, up to it) into the new group's
@@ -26,7 +27,8 @@ identical; the new incarnation keeps them instead of copying them again:
   (`far_install.replace_log`). Otherwise this host starts the new group as a new replica
   would (at the old incarnation's first start point: the catalog keeps its initial voters
   and start offset), but at the cut's term (mirror_bootstrap.py says why), and the new
-  group's leader catches it up by the usual paths. Either way the old group's directory
+  group's leader catches it up by the usual paths, as after a build that fails for any
+  reason (an unexpected one is logged as an error). Either way the old group's directory
   goes, as a resync's always did.
 
 Why every replica of the new group holds one log: each holds a prefix of one log, the old
@@ -199,7 +201,7 @@ class PrefixBuilder:
     """Builds new mirror incarnations' first logs from the old ones' files, on one host."""
 
     def __init__(self, registry: GroupRegistry, storage: LocalStorage,
-                 close_group: Callable[[GroupId, bool, Callable[[SegmentStore], None]], Awaitable[None]],
+                 close_group: Callable[[GroupId, bool, Callable[[SegmentStore, bool], None]], Awaitable[None]],
                  logger: Any) -> None:
         self._registry = registry
         self._storage = storage
@@ -237,11 +239,17 @@ class PrefixBuilder:
         log = self._logger.bind(group_id=group_id, old_group=old, upto=upto)
         plans: list[PrefixPlan | str] = []
 
-        def plan_stopped(store: SegmentStore) -> None:  # the old group stopped and synced, its store open
+        def plan_stopped(store: SegmentStore, synced: bool) -> None:  # the old group stopped, its store open
+            if not synced:  # its files may not be durable: a link would keep what a crash loses
+                plans.append("its log could not be synced at its close")
+                return
             try:
                 plans.append(plan_prefix(store, *cut, start))
             except (OSError, StorageError) as error:
                 plans.append(f"its log could not be read: {error!r}")
+            except Exception as error:  # a bug: keep nothing rather than fail the close (and the pass)
+                log.error("mirror_prefix_plan_failed", error=repr(error))
+                plans.append(f"planning failed: {error!r}")
 
         if old in self._registry.stores and not self._registry.groups[old].failed:
             await self._close_group(old, False, plan_stopped)
@@ -269,7 +277,13 @@ class PrefixBuilder:
                         commit=plan.start.snapshot.meta.index)
             files.unlink(marker)
             files.sync_dir(directory)
-        except (OSError, CorruptionError, StorageError) as error:
+        except Exception as error:  # whatever failed, this host keeps nothing
+            # OSError, CorruptionError, StorageError are expected (a full disk, a rotten file);
+            # anything else (an AssertionError of the write-behind double's link check, a
+            # bug) is logged as an error and falls back too, rather than fail the
+            # reconciler's pass and with it the opening of every other group.
+            if not isinstance(error, OSError | CorruptionError | StorageError):
+                log.error("mirror_prefix_build_failed", error=repr(error))
             self._forget(group_id)
             self.counts["fallbacks"] += 1
             log.warning("mirror_prefix_not_kept", reason=repr(error))

@@ -27,6 +27,7 @@ from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
 from multiraft.node.mirror_prefix import PrefixBuilder
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.node.reopening import Reopening
+from multiraft.node.store_settings import retention_settings
 from multiraft.runtime import failover, heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
@@ -37,7 +38,7 @@ from raftlog.messages import Message, Role
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
 from storage.batch import check_stored_batch
-from storage.config import FlushPolicy, StoreConfig
+from storage.config import StoreConfig
 from storage.errors import CorruptionError
 from storage.files import make_private_dirs
 
@@ -217,8 +218,9 @@ class Replicas:
                                METADATA_LOG_CONFIG)
 
     async def close_group(self, group_id: GroupId, delete: bool,
-                          before_close: Callable[[SegmentStore], None] | None = None) -> None:
-        """`before_close(store)`: runs once the group stopped and synced, its store still open."""
+                          before_close: Callable[[SegmentStore, bool], None] | None = None) -> None:
+        """`before_close(store, synced)`: runs once the group stopped, its store still open;
+        `synced`: whether its files were made durable (not when the sync failed, or the group had)."""
         self._closing.add(group_id)
         try:
             await self._close_group(group_id, delete, before_close)
@@ -230,13 +232,15 @@ class Replicas:
         await runtime.stop()
         if machine is not None:
             machine.close()
-        if not runtime.failed:  # a failed store may not sync (disk full): what it lost, a crash loses
+        synced = not runtime.failed  # a failed store may not sync (disk full): what it lost, a crash loses
+        if synced:
             try:
                 store.sync()
             except (OSError, StorageError) as error:
+                synced = False
                 self._logger.error("group_sync_failed_at_close", group_id=group_id, error=repr(error))
         if before_close is not None:
-            before_close(store)
+            before_close(store, synced)
         store.close()
         if delete:
             self._remove_group_directory(group_id)
@@ -481,20 +485,3 @@ class Replicas:
                               segment_ms_max=wanted.segment_ms_max, retention_ms=wanted.retention_ms,
                               retention_bytes=wanted.retention_bytes, flush=wanted.flush.mode.value)
 
-
-def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """StoreConfig fields from a topic's config (Kafka's segment.bytes, segment.ms,
-    retention.ms, retention.bytes, spelled with underscores, and the flush policy);
-    absent keys keep the defaults."""
-    settings: dict[str, Any] = {}
-    if "segment_bytes" in config:
-        settings["segment_bytes_max"] = int(config["segment_bytes"])
-    if "segment_ms" in config:
-        settings["segment_ms_max"] = int(config["segment_ms"])
-    if "flush" in config:
-        settings["flush"] = FlushPolicy.parse(str(config["flush"]))
-    for key in ("retention_ms", "retention_bytes"):
-        if key in config:
-            value = int(config[key])
-            settings[key] = None if value < 0 else value  # -1: unlimited, as in Kafka
-    return settings

@@ -40,6 +40,7 @@ from multiraft.node.mirror_prefix import (
     cut_point,
     settled_cut,
 )
+from multiraft.node.replicas import Replicas
 from multiraft.state.mirror_meta import MirrorSkips, encode_mirror_meta
 from multiraft.state.partition import PartitionState
 from raftlog.messages import Entry, EntryKind, HardState
@@ -86,6 +87,7 @@ class _Host:
         self.registry = SimpleNamespace(stores={OLD: self.store}, groups={OLD: SimpleNamespace(failed=False)})
         self.storage = SimpleNamespace(files=self.files, db=self.db, groups_directory=self.groups)
         self.closed: list[GroupId] = []
+        self.synced = True  # what the close reports of its sync
         self.builder = PrefixBuilder(self.registry, self.storage, self.close, _Logger())  # type: ignore[arg-type]
 
     def open(self, group: GroupId) -> SegmentStore:
@@ -95,7 +97,7 @@ class _Host:
         store = self.registry.stores.pop(group)
         del self.registry.groups[group]
         store.sync()
-        before_close(store)
+        before_close(store, self.synced)
         store.close()
         self.closed.append(group)
 
@@ -112,7 +114,7 @@ class _Logger:
 
     def info(self, *_: object, **__: object) -> None: ...
 
-    warning = info
+    warning = error = info
 
 
 def _cut(store: SegmentStore, index: int) -> tuple[Index, Term, Offset]:
@@ -411,16 +413,59 @@ async def test_a_replica_that_cannot_keep_the_prefix_starts_as_a_new_one(tmp_pat
 
 
 @pytest.mark.asyncio
-async def test_a_build_that_fails_half_way_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_replica_whose_close_could_not_sync_keeps_nothing(tmp_path: Path) -> None:
+    # Its files may not be durable: linked, they would keep what a crash loses.
+    host = _Host(tmp_path)
+    host.synced = False
+    await host.prepare(*_cut(host.store, 40))
+    assert host.closed == [OLD] and host.builder.counts["fallbacks"] == 1 and host.builder.counts["built"] == 0
+    assert not (host.groups / str(NEW)).exists() and not (host.groups / str(OLD)).exists()
+
+
+@pytest.mark.asyncio
+async def test_a_close_whose_sync_fails_says_so() -> None:
+    class Store:
+        closed = False
+
+        def sync(self) -> None:
+            raise OSError(28, "No space left on device")
+
+        def close(self) -> None:
+            self.closed = True
+
+    async def stop() -> None: ...
+
+    store, seen = Store(), []
+    runtime = SimpleNamespace(stop=stop, failed=False)
+    replicas = SimpleNamespace(_registry=SimpleNamespace(remove=lambda _: (runtime, store, None)), _logger=_Logger())
+    await Replicas._close_group(replicas, OLD, False, lambda s, synced: seen.append(synced))  # type: ignore[arg-type]
+    assert seen == [False] and store.closed
+    runtime.failed = True  # a failed group is not synced at all
+    await Replicas._close_group(replicas, OLD, False, lambda s, synced: seen.append(synced))  # type: ignore[arg-type]
+    assert seen == [False, False]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("failure", [CorruptionError("a frame fails its check"),
+                                     AssertionError("linked before its directory synced")])
+async def test_a_build_that_fails_half_way_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          failure: Exception) -> None:
+    # Whatever fails (an unexpected error too: the reconciler's pass goes on), this host keeps nothing.
     host = _Host(tmp_path)
 
     def rotten(path: str, kept: Any) -> Any:
-        raise CorruptionError("a frame fails its check")
+        raise failure
 
     monkeypatch.setattr(mirror_prefix, "check_kept", rotten)
     await host.prepare(*_cut(host.store, 40))
     assert host.builder.counts["fallbacks"] == 1 and host.builder.counts["built"] == 0
     assert not (host.groups / str(NEW)).exists() and load_state(host.db, NEW)[1] == HardState()
+    # A plan that fails unexpectedly: the old group still closes, nothing kept.
+    other = _Host(tmp_path / "other")
+    monkeypatch.setattr(mirror_prefix, "plan_prefix", rotten)
+    await other.prepare(*_cut(other.store, 40))
+    assert other.closed == [OLD] and other.store.closed and other.builder.counts["fallbacks"] == 1
+    assert not (other.groups / str(NEW)).exists() and not (other.groups / str(OLD)).exists()
 
 
 @pytest.mark.asyncio
