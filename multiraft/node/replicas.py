@@ -114,7 +114,7 @@ class Replicas:
         self.repairing: set[GroupId] = set()  # groups reopening because a read met corruption
         self._closing: set[GroupId] = set()  # being closed: not opened again until that is done
         self._dead_seen: set[int] = set()  # nodes the catalog said were dead, at the last look
-        self._seen_at_start: set[GroupId] = set()  # see reconcile_loop
+        self._seen_at_start: set[GroupId] = set()  # once assigned here; unless wanted, deleted next pass
         self._election_timeout_s = timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
         self._campaign_pacer = failover.CampaignPacer(  # campaigns, paced node-wide (failover.py)
             slot_timeout_s=failover.SLOT_TIMEOUTS * timeout_s, others_hold_s=failover.OTHERS_HOLD_TIMEOUTS * timeout_s)
@@ -412,12 +412,18 @@ class Replicas:
             if group_id in self._registry.groups or group_id in self._closing:
                 continue  # opened or being closed meanwhile (the chunks before yielded)
             topic = catalog.topics.get(local.topic)
+            if topic is None or local.partition >= len(topic.partitions) or (
+                    topic.partitions[local.partition].group_id != group_id):
+                # The catalog changed in place while the pass awaited (a resync replaced the
+                # incarnation, the topic went): created now it would take the newer one's start
+                # offset and term. Not opened; the next pass deletes its files unless wanted again.
+                self._seen_at_start.add(group_id)
+                continue
             # A copy on a node the partition moved to (not among the voters it was
             # created with) starts empty and learns its log from the leader.
             voters = list(local.bootstrap_voters or local.replicas)
             try:
-                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None,
-                                                 mirror_start(topic, local.partition))
+                store, created = self.open_store(group_id, voters, topic.config, mirror_start(topic, local.partition))
             except (OSError, StorageError) as error:
                 self._open_failed(group_id, error)
                 continue

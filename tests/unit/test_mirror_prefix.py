@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from multiraft.errors import InvalidRequest
-from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.catalog import Catalog, groups_for_node
 from multiraft.metadata.catalog_records import LocalGroup, PartitionInfo
 from multiraft.metadata.commands import (
     RegisterNode,
@@ -337,6 +337,31 @@ def test_a_catalog_snapshot_from_before_the_prefix_restores() -> None:
 def test_prefix_shapes_are_bounded(bad: dict[str, object]) -> None:
     with pytest.raises(InvalidRequest):
         ResyncMirrorPartition(**{"name": "t", "partition": 0, "group_id": 5, "start_offset": 0, **bad})  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_a_pass_does_not_open_an_incarnation_replaced_while_it_awaited() -> None:
+    # The reconciler's pass lists the groups to open, then awaits the builds (PrefixBuilder
+    # .prepare) while group 0 applies a resync to the same Catalog object. Opened after that,
+    # the old incarnation would be created with the new one's start offset and term.
+    catalog = _catalog(LINK, MIRROR)
+    missing = sorted(groups_for_node(catalog, NodeId(1)).items())
+    kept, old = catalog.topic("orders").partitions
+    assert catalog.apply(Index(10), ResyncMirrorPartition(
+        name="orders", partition=1, group_id=old.group_id, start_offset=77, prefix_index=40, prefix_term=5,
+        prefix_offset=1234, prefix_voters=old.replicas)).ok
+    opened: list[tuple[GroupId, object]] = []
+
+    def open_store(group_id: GroupId, voters: list[NodeId], config: object, mirror: object) -> tuple[object, bool]:
+        opened.append((group_id, mirror))
+        return SimpleNamespace(), False
+
+    replicas = SimpleNamespace(_registry=SimpleNamespace(groups={}), _closing=set(), _seen_at_start=set(),
+                               open_store=open_store, _storage=SimpleNamespace(flusher=object()))
+    chunk = Replicas._prepare_chunk(replicas, catalog, missing)  # type: ignore[arg-type]
+    await chunk.flush
+    assert opened == [(kept.group_id, ("orders", 0, 0, 1))]  # the unchanged partition, as it began
+    assert replicas._seen_at_start == {old.group_id}  # the next pass deletes what it has on disk
 
 
 # -- what a replica of the old group keeps -------------------------------------------------
