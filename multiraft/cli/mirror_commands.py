@@ -140,7 +140,8 @@ def mirror_verify(client: Client, args: argparse.Namespace) -> int:
             clean = clean and p["status"] == "identical"
             ranges = " ".join(f"[{lo},{hi})" for lo, hi in p["ranges"]) or "-"
             rows.append([p["topic"], p["partition"], p["status"], p["leader"], f"[{p['lo']},{p['hi']})",
-                         p["source_high_watermark"], p["nodes_compared"], ranges, p["repair"] or "-"])
+                         p["source_high_watermark"], p["nodes_compared"], ranges,
+                         (p["repair"] or "-") + (f", kept below {p['kept_below']}" if p.get("kept_below") else "")])
         start = answer["next_start"]
     print(_table(rows, ["TOPIC", "PARTITION", "STATUS", "LEADER", "COMPARED", "SOURCE HW", "NODES", "RANGES",
                         "REPAIR"]))

@@ -70,7 +70,9 @@ _STATUS = {"type": "object", "required": ["name", "sources", "topics", "priority
                                   "partitions": {"type": "array", "items": _PULL}}}}}}
 _VERDICT = {"type": "object", "required": ["topic", "partition", "status", "ranges", "nodes_compared", "repair"],
             "properties": {"status": {"enum": _VERDICTS},
-                           "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}}}
+                           "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                           "kept_below": {"type": "integer", "description": "a resync keeps the old batches below "
+                                                                            "this offset (0: none)"}}}
 
 PATHS: dict[str, Any] = {
     "/v1/admin/mirrors": {

@@ -15,10 +15,12 @@ partition runs on its sink leader:
    repair); `sink_damaged` (the leader's read failed its checks: the in-cluster self-repair
    is started, docs/mirror.md "The scrubber"); `unreachable` (the source, or the leader).
 4. A different partition is repaired by a **resync** (`ResyncMirrorPartition`): a new
-   incarnation of the mirror partition, a new Raft group starting at the source's log
-   start, which the real-time path refills. Committed entries of a Raft log cannot be
-   taken back, and storage gives offsets in log order, so a copy whose committed batches
-   differ is replaced, never patched; docs/mirror.md says what that costs and why.
+   incarnation of the mirror partition, a new Raft group, which keeps the old one's
+   entries below the first differing offset when it can (mirror_prefix.py) and otherwise
+   starts at the source's log start; the real-time path refills the rest. Committed
+   entries of a Raft log cannot be taken back, and storage gives offsets in log order, so
+   a copy whose committed batches differ is replaced, never patched; docs/mirror.md says
+   what that costs and why.
 
 `POST /v1/admin/mirrors/{name}/verify` walks a link's mirror partitions in catalog order
 from any node, each on its leader (`mirror.verify` when that is another node), at most
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest, NotAMirror, OffsetOutOfRange, UnknownMirrorLink
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirrorPartition
+from multiraft.node.mirror_prefix import choose_cut
 from multiraft.node.mirror_source import SourceClient, SourceError
 from multiraft.node.mirror_trees import POSITIONS_MAX, served_span
 from multiraft.node.routing import call_peer
@@ -88,6 +91,7 @@ class MirrorVerdict:
     spans: int = 0  # trees compared (a partition beyond SPAN_LEAVES_MAX leaves takes several)
     bytes_hashed: int = 0  # by the sink leader
     repair: str = ""  # "resync_started", or why none was ("refused: ...")
+    kept_below: int = 0  # a resync's new incarnation keeps the old one's batches below this offset (0: none)
     at_ms: int = 0  # wall clock at the start
     seconds: float = 0.0
     detail: str = ""
@@ -264,8 +268,9 @@ class MirrorVerifier:
             nodes_compared=walk.nodes, spans=walk.spans, bytes_hashed=walk.bytes_hashed, at_ms=at_ms,
             seconds=round(time.monotonic() - began, 3), detail=detail)
         if status == DIFFERENT and repair:
-            verdict = dataclasses.replace(verdict, repair=await self._resync(topic, partition, group_id,
-                                                                              walk.source_log_start))
+            outcome, kept = await self._resync(topic, partition, group_id, walk.source_log_start,
+                                               min(lo for lo, _ in walk.ranges))
+            verdict = dataclasses.replace(verdict, repair=outcome, kept_below=kept)
         self.last[(topic, partition)] = verdict
         self.verified += 1
         self._counts.setdefault(link.name, LinkVerifyCounts()).record(verdict)
@@ -329,18 +334,33 @@ class MirrorVerifier:
             return DIFFERENT
         return BEHIND if high_watermark < walk.source_high_watermark else IDENTICAL
 
-    async def _resync(self, topic: str, partition: int, group_id: GroupId, start_offset: int) -> str:
-        """Replace the mirror partition by a new incarnation the real-time path refills."""
+    async def _resync(self, topic: str, partition: int, group_id: GroupId, start_offset: int,
+                      differs_at: int) -> tuple[str, int]:
+        """Replace the mirror partition by a new incarnation the real-time path refills, keeping
+        the old one's entries below `differs_at` when it can (mirror_prefix.py); the outcome,
+        and the offset below which the old batches are kept (0: none)."""
+        store = self._registry.stores.get(group_id)
+        info = self._catalog.catalog.topic(topic).partitions[partition]
+        cut = await choose_cut(store, differs_at, start_offset, info) if store is not None else None
+        runtime = self._registry.leading(group_id)
+        # Kept entries must be committed ones: this node still leads and has applied the cut
+        # (a follower's log past its commit may differ); and no move under way (learners).
+        if runtime is None or runtime.core.membership.learners or (
+                cut is not None and cut[0] > runtime.core.applied_index):
+            cut = None
+        index, term, kept = cut or (0, 0, 0)
+        voters = tuple(sorted(runtime.core.membership.voters)) if cut is not None and runtime is not None else ()
         command = ResyncMirrorPartition(name=topic, partition=partition, group_id=int(group_id),
-                                        start_offset=start_offset)
+                                        start_offset=start_offset, prefix_index=index, prefix_term=term,
+                                        prefix_offset=kept, prefix_voters=voters)
         try:
             await self._metadata.propose(command)
         except ClientError as error:
-            return f"refused: {error.code}: {error.message}"
+            return f"refused: {error.code}: {error.message}", 0
         self.resyncs_started += 1
         self._logger.warning("mirror_resync_started", topic=topic, partition=partition, old_group=group_id,
-                             start_offset=start_offset)
-        return "resync_started"
+                             start_offset=start_offset, kept_below=kept, kept_index=index)
+        return "resync_started", kept
 
     # -- the schedule ---------------------------------------------------------------------
 
