@@ -274,11 +274,13 @@ async def test_a_proposal_refused_again_and_again_backs_off(pauses: list[float])
     pulls = _pulls(registry, 1)
     task = asyncio.create_task(pulls._pull(GroupId(100), "dr", source, "orders", 0))  # type: ignore[arg-type]
     try:
-        await _until(lambda: len(runtime.proposals) >= 10, "10 proposals")
+        # The state is `running` while a retry's proposal is in flight and `resyncing` in
+        # the pause after its refusal: wait for the pause (reading it at once flaked under load).
+        await _until(lambda: len(runtime.proposals) >= 10 and pulls.status[GroupId(100)].state == "resyncing",
+                     "10 proposals, then a pause after a refusal")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    assert pulls.status[GroupId(100)].state == "resyncing"
     assert max(pauses) > 4 * SETTLE_POLL_S and max(pauses) <= RESYNC_PAUSE_MAX_S
     assert min(pauses[-3:]) >= RESYNC_PAUSE_MAX_S / 2  # at the bound, half of it fixed
 
