@@ -39,7 +39,7 @@ from multiraft.node import open_files
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.routing import call_peer
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer, error_answer
-from raftlog.errors import LeaderNotAvailable, NotLeader, OutcomeUnknown
+from raftlog.errors import ClientError, LeadershipTransferInProgress, NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind, Role
 from raftlog.types import NodeId
 
@@ -208,8 +208,8 @@ class MetadataOps:
             try:
                 await self.propose(command)
                 return
-            except (OutcomeUnknown, LeaderNotAvailable, NotLeader):
-                if attempt == SET_DRAINED_ATTEMPTS:
+            except ClientError as error:
+                if not _worth_again(error) or attempt == SET_DRAINED_ATTEMPTS:
                     raise
                 await asyncio.sleep(SET_DRAINED_RETRY_S * attempt)  # a new leader is elected meanwhile
 
@@ -266,3 +266,12 @@ def _catalog_value(value: Any) -> dict[str, Any]:
     if isinstance(value, ProducerIdBlock):
         return {"first": value.first, "count": value.count}
     return {}
+
+
+def _worth_again(error: ClientError) -> bool:
+    """A node mark's proposal that may be made again: its outcome unknown, no leader known,
+    or dropped while the metadata leader hands its leadership over (a drain of the node
+    leading it moves that first; the fuzz pass met the 503). Forwarded from the leader,
+    the transfer comes back by its code, not its class."""
+    return (isinstance(error, OutcomeUnknown | NotLeader | LeadershipTransferInProgress)
+            or getattr(error, "code", None) == LeadershipTransferInProgress.code)
