@@ -18,11 +18,14 @@ pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 
 def _ops(answers: list[ClientError | None]) -> tuple[MetadataOps, list[object]]:
-    ops = MetadataOps.__new__(MetadataOps)  # only `propose` is used by the marks
+    ops = MetadataOps.__new__(MetadataOps)  # only `propose` and the clock are used by the marks
     proposed: list[object] = []
+    now = [0.0]
+    ops._clock = lambda: now[0]  # type: ignore[assignment]
 
     async def propose(command: object) -> None:
         proposed.append(command)
+        now[0] += 1.0  # each proposal takes a second
         answer = answers.pop(0)
         if answer is not None:
             raise answer
@@ -46,10 +49,12 @@ async def test_a_mark_dropped_during_a_leadership_transfer_is_proposed_again() -
 
 
 async def test_a_transfer_that_outlasts_the_attempts_is_answered() -> None:
-    ops, proposed = _ops([LeadershipTransferInProgress("moving")] * metadata_ops.SET_DRAINED_ATTEMPTS)
+    # Goal: bounded by SET_DRAINED_WAIT_S (8 s: eight proposals of a second each), well
+    # inside the HTTP answer's 15 s, then the last refusal is the answer.
+    ops, proposed = _ops([LeadershipTransferInProgress("moving")] * 100)
     with pytest.raises(LeadershipTransferInProgress):
         await ops.set_drained(NodeId(2), True)
-    assert len(proposed) == metadata_ops.SET_DRAINED_ATTEMPTS
+    assert len(proposed) == 8
 
 
 async def test_other_refusals_are_answered_at_once() -> None:
