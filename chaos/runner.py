@@ -355,17 +355,22 @@ def _sink_problems(details: dict[str, Any]) -> list[str]:
     replicas = details.get("sink_replicas")
     if replicas is None:
         return []
-    problems = []
-    if replicas.get("error"):
-        problems.append(f"sink replicas not compared: {replicas['error']}")
-    if replicas.get("mismatched"):
-        problems.append(f"sink replicas differ in {len(replicas['mismatched'])} groups")
-    if replicas.get("stuck"):
-        problems.append(f"sink replicas stuck behind their group's commit: {len(replicas['stuck'])} "
-                        f"({'; '.join(replicas['stuck'][:LISTED_PROBLEMS])})")
+    problems = [f"sink replicas not compared: {replicas['error']}"] if replicas.get("error") else []
+    problems += _replica_problems(replicas, "sink replicas")
     violations = details.get("sink_leaders_per_term", {}).get("violations", [])
     if violations:
         problems.append(f"sink: two leaders in one term: {len(violations)}")
+    return problems
+
+
+def _replica_problems(replicas: dict[str, Any], what: str) -> list[str]:
+    """A replica comparison's findings (chaos/serverchecks.py), for the source or the sink."""
+    problems = []
+    if replicas.get("mismatched"):
+        problems.append(f"{what} differ in {len(replicas['mismatched'])} groups")
+    if replicas.get("stuck"):
+        problems.append(f"{what} stuck behind their group's commit: {len(replicas['stuck'])} "
+                        f"({'; '.join(replicas['stuck'][:LISTED_PROBLEMS])})")
     return problems
 
 
@@ -393,11 +398,7 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(f"unchecked {len(result.unchecked)}")
     for final in result.of_class("final-read-incomplete")[:LISTED_PROBLEMS]:
         problems.append(f"{final.key}: {final.explanation}")
-    if replicas.get("mismatched"):
-        problems.append(f"replicas differ in {len(replicas['mismatched'])} groups")
-    if replicas.get("stuck"):
-        problems.append(f"replicas stuck behind their group's commit: {len(replicas['stuck'])} "
-                        f"({'; '.join(replicas['stuck'][:LISTED_PROBLEMS])})")
+    problems += _replica_problems(replicas, "replicas")
     if two_leaders:
         problems.append(f"two leaders in one term: {len(two_leaders)}")
     if crashed:
