@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import json
 import random
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,7 +38,7 @@ from chaos.history import PartitionKey
 from chaos.mirror_checks import LogCopy, PositionSample, check_mirror
 from chaos.stopping import sleep_or_stop
 from chaos.workload import CLIENT_HOST
-from multiraft.client import BATCH_CONTENT_TYPE, AsyncClient, RaftlogError
+from multiraft.client import BATCH_CONTENT_TYPE, AsyncClient, RaftlogError, parse_frames
 
 SINK_NODES = 3
 SINK_FIRST_HOST = 11  # sink node i on 127.0.0.<10 + i>: clear of the source's 1..5 and the client's 100
@@ -52,20 +51,8 @@ CATCH_UP_S = 60.0
 DISCOVERY_S = 60.0
 PROMOTE_S = 30.0
 READ_BYTES = 1 << 20
-_FRAME = struct.Struct(">qI")
 
 Healer = Callable[[], Awaitable[None]]
-
-
-def parse_frames(body: bytes) -> list[tuple[int, bytes]]:
-    """The `/log` route's frames: (base offset i64, length u32, batch bytes)..."""
-    batches, position = [], 0
-    while position < len(body):
-        base, size = _FRAME.unpack_from(body, position)
-        position += _FRAME.size
-        batches.append((base, body[position:position + size]))
-        position += size
-    return batches
 
 
 class MirrorRun:

@@ -197,6 +197,10 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
         if "not_healthy" not in details:
             replicas = await asyncio.to_thread(compare_replicas, DebugEndpoints(cluster))
             details["replicas"] = replicas.details()
+            if mirror is not None:  # the sink takes the harshest faults: its replicas and terms too
+                sink = await asyncio.to_thread(compare_replicas, DebugEndpoints(mirror.sink))
+                details["sink_replicas"] = sink.details()
+                details["sink_leaders_per_term"] = leaders_per_term(mirror.sink)
             refused = await asyncio.to_thread(skipped_ranges, cluster, keys)
         else:
             refused = {}  # the final phase did not run: the history checks what it saw
@@ -344,6 +348,41 @@ def _skipped_why(details: dict[str, Any]) -> str:
     return "".join(f" ({kind} unavailable: {reason})" for kind, reason in sorted(why.items()))
 
 
+def _sink_problems(details: dict[str, Any]) -> list[str]:
+    """A mirror run's sink cluster judged as the source is: every replica of every group
+    identical up to the group's commit, one leader per term. The end read compares only
+    the first sink copy that caught up, so a different second copy shows only here."""
+    replicas = details.get("sink_replicas")
+    if replicas is None:
+        return []
+    problems = [f"sink replicas not compared: {replicas['error']}"] if replicas.get("error") else []
+    problems += _replica_problems(replicas, "sink replicas")
+    violations = details.get("sink_leaders_per_term", {}).get("violations", [])
+    if violations:
+        problems.append(f"sink: two leaders in one term: {len(violations)}")
+    return problems
+
+
+def _replica_problems(replicas: dict[str, Any], what: str) -> list[str]:
+    """A replica comparison's findings (chaos/serverchecks.py), for the source or the sink."""
+    problems = []
+    if replicas.get("mismatched"):
+        problems.append(f"{what} differ in {len(replicas['mismatched'])} groups")
+    if replicas.get("stuck"):
+        problems.append(f"{what} stuck behind their group's commit: {len(replicas['stuck'])} "
+                        f"({'; '.join(replicas['stuck'][:LISTED_PROBLEMS])})")
+    return problems
+
+
+def _sink_part(details: dict[str, Any]) -> str:
+    replicas = details.get("sink_replicas")
+    if replicas is None:
+        return ""
+    two = details.get("sink_leaders_per_term", {}).get("violations", [])
+    return (f"sink replicas byte-identical: {replicas.get('identical', 0)}/{replicas.get('compared', 0)} groups, "
+            f"sink leaders per term: {'ok' if not two else 'VIOLATED'}; ")
+
+
 def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckResult) -> tuple[str, bool]:
     faults = ", ".join(f"{k} {v}" for k, v in sorted(details["fault_counts"].items())) or "none"
     stats = result.stats
@@ -359,11 +398,7 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(f"unchecked {len(result.unchecked)}")
     for final in result.of_class("final-read-incomplete")[:LISTED_PROBLEMS]:
         problems.append(f"{final.key}: {final.explanation}")
-    if replicas.get("mismatched"):
-        problems.append(f"replicas differ in {len(replicas['mismatched'])} groups")
-    if replicas.get("stuck"):
-        problems.append(f"replicas stuck behind their group's commit: {len(replicas['stuck'])} "
-                        f"({'; '.join(replicas['stuck'][:LISTED_PROBLEMS])})")
+    problems += _replica_problems(replicas, "replicas")
     if two_leaders:
         problems.append(f"two leaders in one term: {len(two_leaders)}")
     if crashed:
@@ -374,6 +409,7 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append("a partition did not recover")
     if details.get("sink_crashed"):
         problems.append(f"sink nodes exited on their own: {details['sink_crashed']}")
+    problems += _sink_problems(details)
     if config.mirror and "mirror" not in details:
         problems.append("the mirror was not checked")
     elif "FAILED" in details.get("mirror", {}).get("promote", ""):
@@ -397,6 +433,7 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         f"{stats.get('commit-ok', 0)} commits ok"
         f"{_group_ops(stats) if config.groups else ''}; {result.summary()}; "
         f"replicas byte-identical: {identical}/{compared} groups; "
+        f"{_sink_part(details)}"
         f"leaders per term: {'ok' if not two_leaders else 'VIOLATED'}; "
         f"worst recovery after heal: {details.get('recovery_s', float('nan')):.1f} s; "
         f"{'PASS' if ok else 'FAIL: ' + '; '.join(problems)}"

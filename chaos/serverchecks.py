@@ -43,8 +43,8 @@ class ReplicaSource(Protocol):
         """Node -> its view of every group it hosts (`GET /v1/debug/groups`); a node that
         does not answer is left out. Raises `DebugOff` when the endpoints are not served."""
 
-    def digest(self, node: int, group: int, upto: int) -> str | None:
-        """SHA-256 of entries 1..upto on `node`, or None if it cannot give it now."""
+    def digest(self, node: int, group: int, upto: int, start: int = 1) -> str | None:
+        """SHA-256 of entries start..upto on `node`, or None if it cannot give it now."""
 
 
 class DebugOff(Exception):
@@ -102,9 +102,10 @@ class DebugEndpoints:
                 continue  # down or not answering this time: it may next time
         return found
 
-    def digest(self, node: int, group: int, upto: int) -> str | None:
+    def digest(self, node: int, group: int, upto: int, start: int = 1) -> str | None:
         try:
-            answer = self.cluster.get_json(node, f"/v1/debug/groups/{group}/digest?upto={upto}", timeout_s=30.0)
+            answer = self.cluster.get_json(node, f"/v1/debug/groups/{group}/digest?upto={upto}&from={start}",
+                                           timeout_s=30.0)
         except (OSError, ValueError):
             return None
         return str(answer["sha256"])  # type: ignore[index]
@@ -186,14 +187,15 @@ def _compare_group(source: ReplicaSource, group: int, by_node: Mapping[int, dict
     """None when the caught-up replicas hash the same up to `upto`; otherwise why not
     (`digests` present: they differ, or some could not answer)."""
     nodes = sorted(n for n, v in by_node.items() if int(v["commit_index"]) >= upto)
-    compacted = {n: int(by_node[n].get("log_start_index", 1)) for n in nodes}
-    compacted = {n: start for n, start in compacted.items() if start > 1}
-    if compacted and upto > 0:  # the digest starts at index 1, which these no longer hold
-        return {"group": group, "reason": f"compacted below index {max(compacted.values())} on {sorted(compacted)}"}
+    # A log that begins at a start point (a mirror partition's, at the bootstrap's last
+    # index) or was compacted holds no entry 1: compare from the first index all hold.
+    start = max((int(by_node[n].get("log_start_index", 1)) for n in nodes), default=1)
+    if start > upto > 0:
+        return {"group": group, "reason": f"compacted below index {start}, past the commit {upto}"}
     digests: dict[int, str | None] = dict.fromkeys(nodes)
     for attempt in range(DIGEST_ATTEMPTS):
         for node in [n for n, d in digests.items() if d is None]:
-            digests[node] = source.digest(node, group, upto)
+            digests[node] = source.digest(node, group, upto, start)
         if all(d is not None for d in digests.values()):
             break
         if attempt + 1 < DIGEST_ATTEMPTS:
@@ -201,7 +203,7 @@ def _compare_group(source: ReplicaSource, group: int, by_node: Mapping[int, dict
     if len(set(digests.values())) <= 1 and None not in digests.values():
         return None
     shown = {n: d if d is not None else "unavailable" for n, d in digests.items()}
-    return {"group": group, "upto": upto, "digests": shown}
+    return {"group": group, "from": start, "upto": upto, "digests": shown}
 
 
 def skipped_ranges(cluster: ChaosCluster, keys: list[PartitionKey]) -> dict[PartitionKey, list[tuple[int, int]]]:

@@ -106,12 +106,15 @@ def check_staged(path: str, descriptor: SegmentDescriptor) -> StagedSegment:
 def replace_log(
     group: GroupId, directory: str, db: StateDatabase, files: Files, staged: list[StagedSegment],
     start: StartPoint, leader_term: Term, now_ms: int, checkpoint: StartPoint | None = None,
+    commit: Index | None = None,
 ) -> HardState:
     """Put `staged` (contiguous, from the entry after `start`) in place of the group's log,
-    the group closed; returns the hard state written (commit: the last staged entry, or
-    the follower's own if higher).
+    the group closed; returns the hard state written (commit: `commit`, by default the
+    last staged entry, or the follower's own if higher).
     `checkpoint`: the leader's state machine at the last staged entry (storage/
-    checkpoints.py), so the reopen replays nothing; without one, the group's own goes."""
+    checkpoints.py), so the reopen replays nothing; without one, the group's own goes.
+    `commit`: a log installed without a leader's word that its entries are committed in
+    this group (a mirror's kept prefix, storage/prefix.py) claims only its start point."""
     assert staged, "an install brings at least one segment"
     expected = Index(start.snapshot.meta.index + 1)
     for segment in staged:
@@ -123,7 +126,7 @@ def replace_log(
     # A replica in repair recorded a commit past the install's end: kept, the reopen finds
     # the log ending below it and keeps the replica in repair (no vote, no lead) until
     # its leader gave those entries back (storage/recovery.py, SegmentStore.repair_until).
-    commit = Index(max(own.commit, upto))
+    commit = Index(max(own.commit, upto if commit is None else commit))
     hard_state = HardState(term=term, vote=own.vote if term == own.term else NodeId(0), commit=commit)
 
     batch = db.batch()  # (1)

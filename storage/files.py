@@ -75,6 +75,11 @@ class Files(Protocol):
 
     def rename(self, source: str, target: str) -> None: ...
 
+    def link(self, source: str, target: str) -> None:
+        """A second name for an existing file whose bytes are durable and will not change
+        (a closed segment); durable after `sync_dir` of the target's directory."""
+        ...
+
     def unlink(self, path: str) -> None: ...
 
     def sync_dir(self, directory: str) -> None: ...
@@ -175,6 +180,9 @@ class OsFiles:
 
     def rename(self, source: str, target: str) -> None:
         os.rename(source, target)
+
+    def link(self, source: str, target: str) -> None:
+        os.link(source, target)
 
     def unlink(self, path: str) -> None:
         os.unlink(path)

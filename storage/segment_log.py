@@ -172,3 +172,9 @@ class SegmentLog:
     def segment_of(self, index: Index) -> Segment:
         return self._segment_of(index)
 
+    def frame_end(self, index: Index) -> tuple[Segment, int]:
+        """The segment holding entry `index` and where its frame ends in that file."""
+        self._check_range(index, Index(index + 1))
+        segment = self._segment_of(index)
+        return segment, self._position(segment, Index(index + 1))
+

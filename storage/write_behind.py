@@ -210,6 +210,21 @@ class WriteBehindFiles:
         self._names[target] = node
         self._record(target, _DirOp("rename", node, target))
 
+    def link(self, source: str, target: str) -> None:
+        """The OS link is made at once under a hidden name, renamed to `target` at `sync_dir`
+        (as a create is). `source` must be durable: a link shares its OS bytes only."""
+        node = self._lookup(source)
+        if node is None or node.os_path is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", source)
+        assert not node.tail and node.cut == node.os_size, "only a durable file is linked"
+        assert self._lookup(target) is None, f"{target} exists"
+        directory, name = os.path.split(target)
+        temporary = os.path.join(directory, f"{PENDING_PREFIX}{next(self._temporary_names)}-{name}")
+        os.link(node.os_path, temporary)
+        linked = _Node(os_path=temporary, os_size=node.os_size, cut=node.os_size)
+        self._names[target] = linked
+        self._record(target, _DirOp("link", linked, target))
+
     def unlink(self, path: str) -> None:
         node = self._lookup(path)
         if node is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from multiraft.cli.group_commands import consume_as_member
+from multiraft.cli.interrupt import StopOnInterrupt
 from multiraft.client import Client, RaftlogError
 from multiraft.net.secret_files import create_private_file
 
@@ -289,16 +290,16 @@ def consume(client: Client, args: argparse.Namespace) -> int:
                                partitions=None if args.partition is None else [args.partition],
                                wait_ms=args.wait_ms if args.follow else min(args.wait_ms, 1000))
     printed = 0
-    try:
-        while args.max_records is None or printed < args.max_records:
-            records = consumer.poll()
+    with StopOnInterrupt(consumer.wakeup) as interrupt:
+        while (args.max_records is None or printed < args.max_records) and not interrupt.requested:
+            records = consumer.poll()  # Ctrl-C ends its long poll early, without moving a position
             if not records and not args.follow:
                 break
             if args.max_records is not None and printed + len(records) > args.max_records:
                 records, rest = records[: args.max_records - printed], records[args.max_records - printed :]
                 for record in reversed(rest):  # give back what is not printed, so a group does not skip it
                     consumer.seek(record.partition, record.offset)
-            for record in records:
+            for record in records:  # printed even after a Ctrl-C: their positions have moved
                 value = (record.value or b"").decode("utf-8", "replace")
                 if args.show_offsets:
                     key = (record.key or b"").decode("utf-8", "replace")
@@ -309,10 +310,8 @@ def consume(client: Client, args: argparse.Namespace) -> int:
             sys.stdout.flush()
             if args.group and records:
                 consumer.commit()
-    except KeyboardInterrupt:
-        pass
-    if args.group:
-        consumer.commit()
+        if args.group:
+            consumer.commit()
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
+from multiraft.cli.interrupt import StopOnInterrupt
 from multiraft.client import Client
 
 EXIT_OK = 0
@@ -66,24 +67,22 @@ def consume_as_member(client: Client, args: argparse.Namespace) -> int:
                                    else "latest", session_timeout_ms=args.session_timeout_ms,
                                    on_assigned=_note("assigned"), on_revoked=_note("revoked"), on_lost=_note("lost"))
     printed = 0
-    try:
-        while args.max_records is None or printed < args.max_records:
-            records = member.poll()
+    with StopOnInterrupt(member.wakeup) as interrupt:
+        while (args.max_records is None or printed < args.max_records) and not interrupt.requested:
+            records = member.poll()  # Ctrl-C ends its long poll early, without moving a position
             if not records and not args.follow and member.aio.view.get("state") == "stable":
                 break
             if args.max_records is not None and printed + len(records) > args.max_records:
                 records, rest = records[: args.max_records - printed], records[args.max_records - printed :]
                 for record in reversed(rest):  # give back what is not printed, so the group does not skip it
                     member.seek(record.topic, record.partition, record.offset)
-            for record in records:
+            for record in records:  # printed even after a Ctrl-C: their positions have moved
                 _print(record, args.show_offsets)
                 printed += 1
             sys.stdout.flush()
             if records:
                 member.commit()
-    except KeyboardInterrupt:
-        pass
-    member.close()  # commits what it read, and leaves: the others take its partitions at once
+        member.close()  # commits what it read, and leaves: the others take its partitions at once
     return EXIT_OK
 
 

@@ -48,6 +48,7 @@ from multiraft.cli.mirror_commands import add_mirror_parsers
 from multiraft.cli.serve import add_cluster_up, add_serve_parsers
 
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
 
 
 class _NoTokenOnTheCommandLine(argparse.Action):
@@ -244,6 +245,8 @@ def _run_client_command(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"raftlog: {error}", file=sys.stderr)
         return commands.EXIT_USAGE
+    except KeyboardInterrupt:  # a second Ctrl-C (the first asks a consumer to stop cleanly: interrupt.py)
+        return EXIT_INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,9 +95,14 @@ def mirror_status(client: Client, args: argparse.Namespace) -> int:
         for p in topic["partitions"]:
             state = "promoted" if topic["promoted"] else p["state"]
             healthy &= state in ("running", "paused", "promoted")
+            window = p.get("in_flight")  # absent for a partition whose pull did not answer
+            chunks = f"{window['chunks']}/{window['chunks_max']}" if window else None
+            window_bytes = f"{window['bytes']}/{window['bytes_max']}" if window else None
             rows.append([topic["topic"], p["partition"], state, p.get("position"), p.get("lag_records"),
-                         p.get("bytes_copied"), p.get("node"), p.get("last_error") if state != "running" else None])
-    print(_table(rows, ["TOPIC", "PARTITION", "STATE", "POSITION", "LAG", "BYTES", "NODE", "LAST ERROR"]))
+                         p.get("bytes_copied"), chunks, window_bytes, p.get("node"),
+                         p.get("last_error") if state != "running" else None])
+    print(_table(rows, ["TOPIC", "PARTITION", "STATE", "POSITION", "LAG", "BYTES", "IN FLIGHT", "IN FLIGHT BYTES",
+                        "NODE", "LAST ERROR"]))
     return EXIT_OK if healthy else EXIT_FAILED
 
 
@@ -135,7 +140,8 @@ def mirror_verify(client: Client, args: argparse.Namespace) -> int:
             clean = clean and p["status"] == "identical"
             ranges = " ".join(f"[{lo},{hi})" for lo, hi in p["ranges"]) or "-"
             rows.append([p["topic"], p["partition"], p["status"], p["leader"], f"[{p['lo']},{p['hi']})",
-                         p["source_high_watermark"], p["nodes_compared"], ranges, p["repair"] or "-"])
+                         p["source_high_watermark"], p["nodes_compared"], ranges,
+                         (p["repair"] or "-") + (f", kept below {p['kept_below']}" if p.get("kept_below") else "")])
         start = answer["next_start"]
     print(_table(rows, ["TOPIC", "PARTITION", "STATUS", "LEADER", "COMPARED", "SOURCE HW", "NODES", "RANGES",
                         "REPAIR"]))

@@ -33,6 +33,7 @@ from multiraft.client.http import (
     RaftlogError,
     UnavailableError,
     normalize,
+    parse_frames,
 )
 from multiraft.client.member import AsyncGroupConsumer
 from multiraft.client.producer import AsyncProducer
@@ -42,5 +43,5 @@ __all__ = [
     "BATCH_CONTENT_TYPE", "DEFAULT_SERVER", "AsyncClient", "AsyncConsumer", "AsyncGroupConsumer", "AsyncProducer",
     "BatchRead", "Client", "ConsumedRecord", "Consumer", "CredentialsError", "GroupConsumer",
     "OutcomeUnknownError", "Producer",
-    "RaftlogError", "UnavailableError", "normalize", "read_token_file",
+    "RaftlogError", "UnavailableError", "normalize", "parse_frames", "read_token_file",
 ]

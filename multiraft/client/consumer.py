@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from multiraft.client.http import AsyncClient, RaftlogError
+from multiraft.client.wakeup import Wakeup
 from storage.batch import decode_batch
 
 
@@ -42,6 +43,7 @@ class AsyncConsumer:
         self._requested = partitions
         self.positions: dict[int, int] = {}
         self._turn = 0
+        self._wakeup = Wakeup()
 
     async def __aenter__(self) -> AsyncConsumer:
         await self.start()
@@ -81,8 +83,11 @@ class AsyncConsumer:
     async def _read(self, partition: int, wait_ms: int) -> list[ConsumedRecord]:
         position = self.positions[partition]
         try:
-            read = await self.client.consume_batches(self.topic, partition, position,
-                                                     max_records=self.max_records, wait_ms=wait_ms)
+            call = self.client.consume_batches(self.topic, partition, position, max_records=self.max_records,
+                                               wait_ms=wait_ms)
+            read = await (self._wakeup.wait_for(call) if wait_ms else call)
+            if read is None:
+                return []  # woken during the long poll: nothing read, nothing moved
         except RaftlogError as error:
             if error.code != "OFFSET_OUT_OF_RANGE":
                 raise
@@ -101,6 +106,11 @@ class AsyncConsumer:
                                           record.key, record.value, record.headers))
         self.positions[partition] = out[-1].offset + 1 if out else max(position, read.next_offset)
         return out
+
+    def wakeup(self) -> None:
+        """End the long poll in progress (or the next one) early: that poll returns no
+        records and moves no position (wakeup.py). Call on the client's loop."""
+        self._wakeup.set()
 
     def seek(self, partition: int, offset: int) -> None:
         """Read `partition` from `offset` next (e.g. to give back records not processed)."""

@@ -39,6 +39,7 @@ from typing import Any
 
 from multiraft.client.consumer import ConsumedRecord
 from multiraft.client.http import AsyncClient, RaftlogError
+from multiraft.client.wakeup import Wakeup
 from storage.batch import decode_batch
 
 TopicPartition = tuple[str, int]
@@ -104,6 +105,7 @@ class AsyncGroupConsumer:
         self._sent = 0  # requests sent; an answer applies only if sent after the one applied last
         self._applied = 0
         self._fenced = False
+        self._wakeup = Wakeup()
         self._failure: BaseException | None = None
         self._heartbeats: asyncio.Task[None] | None = None
 
@@ -270,12 +272,15 @@ class AsyncGroupConsumer:
                 "max_records": self.max_records, "wait_ms": self.wait_ms}
         ticket = self._ticket()
         try:
-            header, batches = await self.client.group_fetch_batches(self.group, self.member_id, body)
+            got = await self._wakeup.wait_for(self.client.group_fetch_batches(self.group, self.member_id, body))
         except RaftlogError as error:
             if error.code in FENCED_CODES:
                 self._fenced = True
                 return []
             raise
+        if got is None:
+            return []  # woken during the long poll: nothing read, nothing moved
+        header, batches = got
         self._apply(ticket, header["member"])
         starts = {(p["topic"], p["partition"]): p["offset"] for p in header["positions"]}
         for position in header["positions"]:
@@ -292,6 +297,11 @@ class AsyncGroupConsumer:
                                           + record.timestamp_delta_ms, record.key, record.value, record.headers)
                            for i, record in enumerate(decoded) if base + i >= start)
         return records
+
+    def wakeup(self) -> None:
+        """End the long poll in progress (or the next one) early: that poll returns no
+        records and moves no position (wakeup.py). Call on the client's loop."""
+        self._wakeup.set()
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `partition` from `offset` next (e.g. to give back records not processed)."""

@@ -33,6 +33,10 @@ class _Loop:
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
 
+    def call_soon(self, function: Callable[[], Any]) -> None:
+        """Run a plain function on the loop, from any thread or a signal handler."""
+        self.loop.call_soon_threadsafe(function)
+
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
@@ -55,6 +59,10 @@ class Client:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coroutine, self._deadline_s)
+
+    def call_soon(self, function: Callable[[], Any]) -> None:
+        """Run a plain function on the client's loop, from any thread or a signal handler."""
+        self._loop.call_soon(function)
 
     def close(self) -> None:
         self.run(self.aio.close())
@@ -255,6 +263,11 @@ class Consumer:
     def seek(self, partition: int, offset: int) -> None:
         self.aio.seek(partition, offset)
 
+    def wakeup(self) -> None:
+        """Kafka's wakeup(): from another thread or a signal handler, end the long poll in
+        progress (or the next one) early; it returns no records and moves no position."""
+        self._client.call_soon(self.aio.wakeup)
+
     @property
     def positions(self) -> dict[int, int]:
         return dict(self.aio.positions)
@@ -299,6 +312,11 @@ class GroupConsumer:
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         self._client.run(_now(self.aio.seek, topic, partition, offset))
+
+    def wakeup(self) -> None:
+        """Kafka's wakeup(): from another thread or a signal handler, end the long poll in
+        progress (or the next one) early; it returns no records and moves no position."""
+        self._client.call_soon(self.aio.wakeup)
 
     def close(self, commit: bool = True) -> None:
         self._client.run(self.aio.close(commit))

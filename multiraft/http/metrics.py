@@ -67,6 +67,36 @@ class NodeCollector(Collector):
         for state, count in sorted(states.items()):
             pulls.add_metric([state], count)
         yield from (lag, copied, records, pulls)
+        yield from self._mirror_verifies()
+
+    def _mirror_verifies(self) -> Iterator[Metric]:
+        """The full syncs this node ran as a mirror partition's sink leader (docs/mirror.md
+        "Full sync"), by link (and verdict): bounded by the links, never per partition."""
+        verifies = CounterMetricFamily("raftlog_mirror_verifies", "mirror partitions this node compared with "
+                                       "their source, by verdict", labels=["link", "verdict"])
+        labels = ["link"]
+        ranges = CounterMetricFamily("raftlog_mirror_verify_differing_ranges", "differing offset ranges "
+                                     "(leaves) the full syncs found", labels=labels)
+        digests = CounterMetricFamily("raftlog_mirror_verify_digests_fetched", "tree digests fetched from the "
+                                      "source (one root per span of identical copies)", labels=labels)
+        spans = CounterMetricFamily("raftlog_mirror_verify_spans", "trees compared (each a span of at most "
+                                    "65,536 leaves)", labels=labels)
+        hashed = CounterMetricFamily("raftlog_mirror_verify_bytes_hashed", "stored batch bytes this node hashed "
+                                     "into its own trees for full syncs", labels=labels)
+        resyncs = CounterMetricFamily("raftlog_mirror_resyncs_started", "mirror partitions the full syncs "
+                                      "replaced by a new incarnation (a resync)", labels=labels)
+        seconds = HistogramMetricFamily("raftlog_mirror_verify_seconds", "one mirror partition's verify, "
+                                        "from its start to its verdict", labels=labels)
+        for link, counts in self.node.mirror_verify_counts().items():
+            for verdict, count in counts.verifies.items():
+                verifies.add_metric([link, verdict], count)
+            ranges.add_metric([link], counts.differing_ranges)
+            digests.add_metric([link], counts.digests_fetched)
+            spans.add_metric([link], counts.spans)
+            hashed.add_metric([link], counts.bytes_hashed)
+            resyncs.add_metric([link], counts.resyncs_started)
+            seconds.add_metric([link], counts.seconds.cumulative(), counts.seconds.total)
+        yield from (verifies, ranges, digests, spans, hashed, resyncs, seconds)
 
     def _groups(self) -> Iterator[Metric]:
         node = self.node

@@ -42,10 +42,37 @@ _LINK = {"type": "object", "required": ["name", "sources", "topics", "priority",
 _OFFSET = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _PARTITION = {"name": "partition", "in": "path", "required": True,
               "schema": {"type": "integer", "minimum": 0, "maximum": 9999}}
+_COUNT = {"type": "integer", "minimum": 0}
+_OFFSET_OR_NULL = {"type": ["integer", "null"], "minimum": 0}
+_VERDICTS = ["identical", "behind", "different", "source_damaged", "sink_damaged", "unreachable"]
+# One mirror partition in a link's status: its pull, from the node leading it (absent
+# fields: no node answered for it, `state` "unknown"), and its last full sync.
+_PULL = {"type": "object", "required": ["partition", "state", "last_verify"], "properties": {
+    "partition": _COUNT,
+    "state": {"enum": ["starting", "running", "backing_off", "paused", "source_truncated", "diverged", "resyncing",
+                       "unknown"]},
+    "position": _COUNT, "source_high_watermark": _OFFSET_OR_NULL, "source_log_start_offset": _OFFSET_OR_NULL,
+    "lag_records": _OFFSET_OR_NULL, "bytes_copied": _COUNT, "records_copied": _COUNT, "failures": _COUNT,
+    "last_error": {"type": ["string", "null"]}, "node": _COUNT,
+    "in_flight": {"type": "object", "required": ["chunks", "bytes", "chunks_max", "bytes_max"],
+                  "description": "chunks proposed to the mirror partition's group and not yet applied, their "
+                                 "bytes, and the pipeline's limits",
+                  "properties": {"chunks": _COUNT, "bytes": _COUNT, "chunks_max": _COUNT, "bytes_max": _COUNT}},
+    "last_verify": {"type": ["object", "null"], "properties": {"status": {"enum": _VERDICTS}}}}}
+_STATUS = {"type": "object", "required": ["name", "sources", "topics", "priority", "state", "credentials",
+                                          "discovery", "nodes_unreachable"],
+           "properties": {**_LINK["properties"],  # type: ignore[dict-item]
+                          "discovery": {"type": ["object", "null"]},
+                          "nodes_unreachable": {"type": "array", "items": _COUNT},
+                          "topics": {"type": "array", "items": {
+                              "type": "object", "required": ["topic", "promoted", "partitions"], "properties": {
+                                  "topic": {"type": "string"}, "promoted": {"type": "boolean"},
+                                  "partitions": {"type": "array", "items": _PULL}}}}}}
 _VERDICT = {"type": "object", "required": ["topic", "partition", "status", "ranges", "nodes_compared", "repair"],
-            "properties": {"status": {"enum": ["identical", "behind", "different", "source_damaged", "sink_damaged",
-                                               "unreachable"]},
-                           "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}}}
+            "properties": {"status": {"enum": _VERDICTS},
+                           "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                           "kept_below": {"type": "integer", "description": "a resync keeps the old batches below "
+                                                                            "this offset (0: none)"}}}
 
 PATHS: dict[str, Any] = {
     "/v1/admin/mirrors": {
@@ -74,9 +101,8 @@ PATHS: dict[str, Any] = {
     "/v1/admin/mirrors/{name}": {
         "parameters": [_NAME],
         "get": {"summary": "a link's status: discovery, and per mirror partition its pull (state, position, "
-                           "lag in records, bytes copied)",
-                "responses": {"200": _json("status", {"type": "object", "required": ["name", "topics"]}),
-                              **_errors(404, 504)}},
+                           "lag in records, bytes copied, chunks and bytes in flight) and its last full sync",
+                "responses": {"200": _json("status", _STATUS), **_errors(404, 504)}},
         "delete": {"summary": "delete a link (refused while it has mirror topics not promoted)",
                    "responses": {"204": {"description": "deleted"}, **_errors(404, 409, 503, 504)}},
     },

@@ -348,13 +348,21 @@ class Catalog:
 
     def _resync(self, command: ResyncMirrorPartition) -> TopicInfo:
         """A new incarnation of a mirror partition (the next group id, its log starting at
-        `start_offset`): every host drops the old group and starts the new one (reconcile).
-        A resync of an incarnation already replaced changes nothing."""
+        `start_offset`, or keeping the old one's first start point and prefix): every host
+        drops the old group and starts the new one (reconcile). A resync of an incarnation
+        already replaced changes nothing."""
         topic = self.topics[command.name]
         old = topic.partitions[command.partition]
         if old.group_id != command.group_id:
             return topic
-        fresh = replace(old, group_id=self.next_group_id, initial=(), start_offset=command.start_offset)
+        # Kept only while the partition has not moved since the old incarnation began (see
+        # mirror_prefix.may_keep_prefix: its first voters are its replicas) and the voters the
+        # leader saw are still its replicas (a move that ended meanwhile).
+        keep = command.prefix_index and not old.initial and sorted(command.prefix_voters) == sorted(old.replicas)
+        fresh = replace(old, group_id=self.next_group_id, prefix=(old.group_id, command.prefix_index,
+                                                                 command.prefix_term, command.prefix_offset)) \
+            if keep else replace(old, group_id=self.next_group_id, initial=(), start_offset=command.start_offset,
+                                 prefix=())
         self.next_group_id = GroupId(self.next_group_id + 1)
         partitions = tuple(fresh if p.partition == command.partition else p for p in topic.partitions)
         self.topics[command.name] = topic = replace(topic, partitions=partitions)

@@ -55,6 +55,11 @@ class PartitionInfo:
     # Where a new replica's log starts (a mirror partition starts at its source's log
     # start offset, docs/mirror.md); 0 for every other partition.
     start_offset: int = 0
+    # A mirror partition resynced keeping its identical prefix (docs/mirror.md "Repair"):
+    # (the incarnation replaced, the index, term and next offset of its last entry kept);
+    # each host builds this incarnation's first log from its own copy of that one, or starts
+    # as a new replica would. Empty: none kept.
+    prefix: tuple[int, int, int, int] = ()
 
     @property
     def bootstrap_voters(self) -> tuple[NodeId, ...]:

@@ -115,6 +115,8 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
             row["mirror_partitions"] = topic.mirror_partitions
     if any(p.start_offset for p in topic.partitions):
         row["start_offsets"] = [p.start_offset for p in topic.partitions]
+    if any(p.prefix for p in topic.partitions):  # absent before prefix resyncs: none kept
+        row["prefixes"] = [list(p.prefix) for p in topic.partitions]
     return row
 
 
@@ -226,8 +228,13 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
     starts = row.get("start_offsets", [0] * len(group_ids))
     if not isinstance(starts, list) or len(starts) != len(group_ids):
         raise ValueError(f"start offsets of {command.name!r} do not match its partitions")
+    prefixes = row.get("prefixes", [[]] * len(group_ids))
+    if not isinstance(prefixes, list) or len(prefixes) != len(group_ids) or not all(
+            isinstance(k, list) and len(k) in (0, 4) for k in prefixes):
+        raise ValueError(f"prefixes of {command.name!r} do not match its partitions")
     partitions = tuple(
-        PartitionInfo(p, group_ids[p], replicas, initial[p], leaving[p], _int(starts[p]))
+        PartitionInfo(p, group_ids[p], replicas, initial[p], leaving[p], _int(starts[p]),
+                      tuple(_int(v) for v in prefixes[p]))  # type: ignore[arg-type]
         for p, replicas in enumerate(assignments)
     )
     link = row.get("mirror_link")

@@ -8,7 +8,11 @@ catalog state (does the topic exist, are the nodes registered) live in
 
 Encoding: one JSON object with a version `v` and a `type` tag, then exactly the
 command's fields. Decoding refuses unknown versions, unknown types, missing or
-extra fields, and wrong types. JSON because catalog commands are rare and small,
+extra fields, and wrong types. One exception keeps group 0's log readable across an
+upgrade: a field added to a command later is left out while it holds its default, and
+filled with it when absent (`ResyncMirrorPartition`'s prefix fields:
+mirror_commands.py `RESYNC_PREFIX_DEFAULTS`), so each version decodes what the other
+wrote as long as the new field is not used. JSON because catalog commands are rare and small,
 and a log that a person can read is worth the bytes. Never pickle.
 
 Placement is decided by the controller before proposing and carried in
@@ -60,6 +64,7 @@ from multiraft.metadata.mirror_commands import (
     ResyncMirrorPartition,
     SetMirrorLinkState,
     decoded_mirror_arguments,
+    omitted_mirror_fields,
 )
 from multiraft.metadata.patterns import check_rights, check_token_name
 from raftlog.types import NodeId
@@ -363,7 +368,10 @@ _TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
 
 def encode_command(command: Command) -> bytes:
     document: dict[str, Any] = {"v": COMMAND_VERSION, "type": _TAGS[type(command)]}
+    omitted = omitted_mirror_fields(command)
     for field in fields(command):
+        if field.name in omitted:
+            continue
         value = getattr(command, field.name)
         if isinstance(value, NodeStatus):
             value = value.value
@@ -384,6 +392,8 @@ def decode_command(payload: bytes) -> Command:
         raise InvalidRequest(f"unknown metadata command {document.get('type')!r}")
     names = {field.name for field in fields(cls)}
     arguments = {key: value for key, value in document.items() if key not in ("v", "type")}
+    if cls in MIRROR_COMMAND_TYPES.values():
+        arguments = decoded_mirror_arguments(cls, arguments)
     if set(arguments) != names:
         raise InvalidRequest(f"{document['type']} has fields {sorted(names)}")
     if cls is SetNodeStatus:
@@ -397,6 +407,4 @@ def decode_command(payload: bytes) -> Command:
         arguments["assignments"] = tuple(
             tuple(r) if isinstance(r, list) else r for r in arguments["assignments"]
         )
-    if cls in MIRROR_COMMAND_TYPES.values():
-        arguments = decoded_mirror_arguments(cls, arguments)
     return cls(**arguments)

@@ -212,12 +212,25 @@ class ResyncMirrorPartition:
     of a committed range that differs from the source (docs/mirror.md, "Repair": a Raft
     log cannot take back committed entries, so the copy is replaced, never the source).
     `group_id` is the incarnation the verify found different: a resync of one already
-    replaced changes nothing, so two verifies racing replace it once."""
+    replaced changes nothing, so two verifies racing replace it once.
+
+    `prefix_index` > 0: keep the identical prefix. The new incarnation's log starts as the
+    old one's up to its entry `prefix_index` (of `prefix_term`, after which the next offset
+    is `prefix_offset`), which each host builds from its own copy (multiraft/node/
+    mirror_prefix.py); its first start point stays the old one's (`start_offset` unused)
+    and the real-time path refills from `prefix_offset`. `prefix_voters`: the old group's
+    voters as the leader saw them, its membership at the cut; the catalog keeps the prefix
+    only if they are still the partition's replicas when the resync applies (a move that
+    ended meanwhile would leave the kept log naming other voters), else resyncs whole."""
 
     name: str
     partition: int
     group_id: int
     start_offset: int
+    prefix_index: int = 0
+    prefix_term: int = 0
+    prefix_offset: int = 0
+    prefix_voters: tuple[NodeId, ...] = ()
 
     def __post_init__(self) -> None:
         check_topic_name(self.name)
@@ -227,6 +240,16 @@ class ResyncMirrorPartition:
             raise InvalidRequest("group_id is a partition group's id")
         if not is_int(self.start_offset) or not 0 <= self.start_offset <= OFFSET_MAX:
             raise InvalidRequest("start_offset is 0..2**63-1")
+        for value in (self.prefix_index, self.prefix_term, self.prefix_offset):
+            if not is_int(value) or not 0 <= value <= OFFSET_MAX:
+                raise InvalidRequest("prefix_index, prefix_term and prefix_offset are 0..2**63-1")
+        if self.prefix_index and not self.prefix_term:
+            raise InvalidRequest("a kept prefix names the term of its last entry")
+        if not isinstance(self.prefix_voters, tuple) or len(self.prefix_voters) > REPLICATION_FACTOR_MAX or bool(
+                self.prefix_index) != bool(self.prefix_voters):
+            raise InvalidRequest(f"a kept prefix names its 1..{REPLICATION_FACTOR_MAX} voters (and only a kept prefix)")
+        for node_id in self.prefix_voters:
+            check_node_id(node_id)
 
 
 MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
@@ -242,10 +265,31 @@ MIRROR_COMMAND_TYPES: dict[str, type] = {
 }
 
 
+# The fields `ResyncMirrorPartition` gained with the kept prefix, and their values when
+# none is kept. A resync keeping none is written without them (`omitted_mirror_fields`),
+# byte for byte as before they existed, so an older node still applies it; a command
+# without them (one an older node wrote, in group 0's log) decodes as keeping none.
+RESYNC_PREFIX_DEFAULTS: dict[str, object] = {"prefix_index": 0, "prefix_term": 0, "prefix_offset": 0,
+                                             "prefix_voters": ()}
+
+
+def omitted_mirror_fields(command: object) -> frozenset[str]:
+    """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it keeps none."""
+    if isinstance(command, ResyncMirrorPartition) and not command.prefix_index:
+        return frozenset(RESYNC_PREFIX_DEFAULTS)
+    return frozenset()
+
+
 def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[str, object]:
-    """JSON lists back into the tuples the commands hold."""
+    """JSON lists back into the tuples the commands hold; a resync's absent prefix fields
+    (an older node's, or one keeping none) filled with their defaults. Runs before the
+    decoder compares the fields with the command's."""
+    if cls is ResyncMirrorPartition:
+        arguments = {**RESYNC_PREFIX_DEFAULTS, **arguments}
     if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
+    if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
+        arguments["prefix_voters"] = tuple(arguments["prefix_voters"])  # type: ignore[arg-type]
     if cls is CreateMirrorTopic:
         if isinstance(arguments.get("assignments"), list):
             arguments["assignments"] = tuple(tuple(r) if isinstance(r, list) else r

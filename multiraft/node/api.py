@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.mirror_links import MirrorLinks
     from multiraft.node.mirror_trees import PartitionTrees
+    from multiraft.node.mirror_verify import LinkVerifyCounts
     from multiraft.node.move_throttle import MoveThrottle
     from multiraft.node.partition_ops import PartitionOps
     from multiraft.node.produce import Produce
@@ -307,6 +308,10 @@ class NodeApi:
         """The mirror partitions this node pulls (it leads them): their state, lag, bytes."""
         return [status.view() for status in self.mirrors.pulls.status.values()]
 
+    def mirror_verify_counts(self) -> dict[str, LinkVerifyCounts]:
+        """What the full syncs this node ran (as sink leader) found, by link (docs/mirror.md)."""
+        return self.mirrors.verifier.counts()
+
     def transport_stats(self) -> TransportStats:
         return self._transport.stats()
 
@@ -314,8 +319,8 @@ class NodeApi:
         """Every hosted group's Raft and log state (the chaos runner's debug route)."""
         return [debug_views.group_view(self._registry, g) for g in sorted(self._registry.groups)]
 
-    async def debug_digest(self, group_id: GroupId, upto: int | None) -> dict[str, Any]:
-        return await debug_views.log_digest(self._registry, self.id, group_id, upto)
+    async def debug_digest(self, group_id: GroupId, upto: int | None, start: int = 1) -> dict[str, Any]:
+        return await debug_views.log_digest(self._registry, self.id, group_id, upto, start)
 
     @property
     def scrub_counts(self) -> ScrubCounts:

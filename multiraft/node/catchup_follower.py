@@ -273,7 +273,7 @@ class CatchUpFollower:
             return False
         verdict: list[str] = []
 
-        def check(store: SegmentStore) -> None:  # the group stopped, its store still open
+        def check(store: SegmentStore, _synced: bool) -> None:  # the group stopped, its store still open
             if holds(store, offer.upto, offer.upto_term):
                 verdict.append("caught up by appends meanwhile")
 

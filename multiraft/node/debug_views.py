@@ -47,8 +47,11 @@ def group_view(registry: GroupRegistry, group_id: GroupId) -> dict[str, Any]:
     return view
 
 
-async def log_digest(registry: GroupRegistry, node_id: int, group_id: GroupId, upto: int | None) -> dict[str, Any]:
-    """The SHA-256 of a replica's entries 1..`upto` (default: its commit index)."""
+async def log_digest(registry: GroupRegistry, node_id: int, group_id: GroupId, upto: int | None,
+                     start: int = 1) -> dict[str, Any]:
+    """The SHA-256 of a replica's entries `start`..`upto` (default: 1 to its commit index).
+    A log that begins at a start point (a mirror partition's, a compacted log) holds no
+    entry 1: its replicas are compared from the first index they all hold."""
     runtime, store = registry.groups.get(group_id), registry.stores.get(group_id)
     if runtime is None or store is None:
         raise RouteNotFound(f"group {group_id} has no replica on node {node_id}")
@@ -57,11 +60,11 @@ async def log_digest(registry: GroupRegistry, node_id: int, group_id: GroupId, u
     last = store.last_index()
     if upto > last:
         raise InvalidRequest(f"upto {upto} is beyond this replica's last index {last}")
-    if upto > 0 and store.first_index() > 1:
+    if upto >= start and store.first_index() > start:
         raise InvalidRequest(f"entries below index {store.first_index()} were compacted away here: "
-                             "no digest from index 1")
+                             f"no digest from index {start}")
     hashed = hashlib.sha256()
-    for low in range(1, upto + 1, DIGEST_CHUNK_ENTRIES):
+    for low in range(start, upto + 1, DIGEST_CHUNK_ENTRIES):
         if registry.stores.get(group_id) is not store:
             raise RouteNotFound(f"group {group_id} was closed on node {node_id} while hashing")
         high = min(low + DIGEST_CHUNK_ENTRIES, upto + 1)
@@ -74,6 +77,6 @@ async def log_digest(registry: GroupRegistry, node_id: int, group_id: GroupId, u
             raise InvalidRequest(f"the log changed while hashing ({error}); ask again") from None
         await asyncio.sleep(0)  # a long log must not stall the node's groups
     return {
-        "node_id": node_id, "group_id": group_id, "upto": upto, "commit_index": commit,
+        "node_id": node_id, "group_id": group_id, "from": start, "upto": upto, "commit_index": commit,
         "last_index": last, "committed": upto <= commit, "sha256": hashed.hexdigest(),
     }

@@ -98,6 +98,8 @@ class PullStatus:
     last_error: str | None = None
     resyncs: int = 0  # resyncs since a chunk was last appended (the pause grows with them)
     empty_reads: int = 0  # early answers with nothing to copy in a row (the pause grows with them)
+    bounds: PipelineBounds = PIPELINE  # the window's limits on this node
+    window: Window | None = None  # the copy's chunks proposed and not yet applied (None between copies)
 
     @property
     def lag_records(self) -> int | None:
@@ -110,7 +112,14 @@ class PullStatus:
                 "position": self.position, "source_high_watermark": self.source_high_watermark,
                 "source_log_start_offset": self.source_log_start_offset, "lag_records": self.lag_records,
                 "bytes_copied": self.bytes_copied, "records_copied": self.records_copied,
-                "failures": self.failures, "last_error": self.last_error}
+                "failures": self.failures, "last_error": self.last_error, "in_flight": self.in_flight()}
+
+    def in_flight(self) -> dict[str, int]:
+        """Chunks (and their bytes) proposed and not yet applied, and the window's limits."""
+        window = self.window
+        return {"chunks": len(window.chunks) if window is not None else 0,
+                "bytes": window.bytes_in_flight if window is not None else 0,
+                "chunks_max": self.bounds.proposals_max, "bytes_max": self.bounds.bytes_max}
 
 
 class Diverged(SourceError):
@@ -261,7 +270,7 @@ class MirrorPulls:
     def _status(self, group_id: GroupId, link: str, topic: str, partition: int) -> PullStatus:
         status = self.status.get(group_id)
         if status is None or (status.link, status.topic) != (link, topic):
-            status = self.status[group_id] = PullStatus(link, topic, partition)
+            status = self.status[group_id] = PullStatus(link, topic, partition, bounds=self.bounds)
         return status
 
     # ---- one partition ------------------------------------------------------------
@@ -309,7 +318,7 @@ class MirrorPulls:
         """Copy chunks from `status.position` on, up to the window's bounds in flight (the next
         read overlapping the earlier chunks' commits), until a failure."""
         term = runtime.core.term
-        window = self.bounds.window(status.position)
+        window = status.window = self.bounds.window(status.position)
         tail = LogTail()
         proposals: deque[asyncio.Future[Any]] = deque()
         clock = asyncio.get_running_loop().time
@@ -350,7 +359,8 @@ class MirrorPulls:
                 proposals.append(self._propose_chunk(runtime, group_id, term, tail, position, end, payloads, skips))
                 window.add(InFlight(position, end, sum(len(p) for p in payloads), len(payloads)))
         finally:
-            for proposal in proposals:  # their entries, if appended, still commit: the caller settles first
+            status.window = None  # what it held is no longer this pull's: the caller settles first
+            for proposal in proposals:  # their entries, if appended, still commit
                 proposal.cancel()
             await asyncio.gather(*proposals, return_exceptions=True)
 

@@ -16,10 +16,10 @@ partition's leader, over `mirror.tree` / `mirror.nodes`. A sink's client sticks 
 one source address while it answers, so its calls meet the tree they built.
 
 Bounds, against a costly or hostile caller: a span covers at most `SPAN_LEAVES_MAX`
-leaves (the answer says where it stopped; the sink goes on from there), a call asks
-for at most `POSITIONS_MAX` digests, at most `BUILDS_MAX` trees are built at once on
-a node (each a read of its span, on the loop in slices), and built trees are kept
-64 at most, for 120 s.
+leaves (scrub_trees.py; the scrubber's trees have the same bound; the answer says where
+it stopped and the sink goes on from there), a call asks for at most `POSITIONS_MAX`
+digests, at most `BUILDS_MAX` trees are built at once on a node (each a read of its
+span, on the loop in slices), and built trees are kept 64 at most, for 120 s.
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest, OffsetOutOfRange
 from multiraft.node.routing import call_peer
+from multiraft.node.scrub_trees import bounded_end
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import NotLeader
 from raftlog.types import GroupId
-from storage.tictac import LEAF_OFFSETS, ZERO, TicTacTree, leaf_of
+from storage.tictac import ZERO, TicTacTree
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from multiraft.node.routing import Routing
     from multiraft.node.scrub_trees import ReplicaTrees
 
-SPAN_LEAVES_MAX = 65_536  # 268 M offsets a tree (1 GiB of 100-byte records is 2,622 leaves); 1 MiB of leaves
 POSITIONS_MAX = 256  # digests a call asks for: 16 differing nodes' children; fits a URL
 LEVEL_MAX = 63
 DAMAGED_SHOWN_MAX = 16
@@ -57,7 +57,7 @@ def served_span(lo: int, hi: int, log_start: int, high_watermark: int) -> tuple[
     if lo > high_watermark:
         raise OffsetOutOfRange(f"lo {lo} is past the high watermark {high_watermark}", log_start, high_watermark)
     lo = max(lo, log_start)
-    hi = min(max(hi, lo), high_watermark, (leaf_of(lo) + SPAN_LEAVES_MAX) * LEAF_OFFSETS)
+    hi = min(bounded_end(lo, max(hi, lo)), high_watermark)
     return lo, hi
 
 

@@ -15,17 +15,20 @@ partition runs on its sink leader:
    repair); `sink_damaged` (the leader's read failed its checks: the in-cluster self-repair
    is started, docs/mirror.md "The scrubber"); `unreachable` (the source, or the leader).
 4. A different partition is repaired by a **resync** (`ResyncMirrorPartition`): a new
-   incarnation of the mirror partition, a new Raft group starting at the source's log
-   start, which the real-time path refills. Committed entries of a Raft log cannot be
-   taken back, and storage gives offsets in log order, so a copy whose committed batches
-   differ is replaced, never patched; docs/mirror.md says what that costs and why.
+   incarnation of the mirror partition, a new Raft group, which keeps the old one's
+   entries below the first differing offset when it can (mirror_prefix.py) and otherwise
+   starts at the source's log start; the real-time path refills the rest. Committed
+   entries of a Raft log cannot be taken back, and storage gives offsets in log order, so
+   a copy whose committed batches differ is replaced, never patched; docs/mirror.md says
+   what that costs and why.
 
 `POST /v1/admin/mirrors/{name}/verify` walks a link's mirror partitions in catalog order
 from any node, each on its leader (`mirror.verify` when that is another node), at most
 `PARTITIONS_PER_CALL` a call and none started after `CALL_BUDGET_S`. A link with
 `verify_interval_s` is verified on a schedule by each partition's leader (`run`), with
 repair. Each leader keeps the last verdict of each partition it verified (the link's
-status shows it).
+status shows it), and counts what its verifies found per link (`LinkVerifyCounts`, on
+/metrics: by link and verdict, never by partition).
 """
 
 from __future__ import annotations
@@ -40,9 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest, NotAMirror, OffsetOutOfRange, UnknownMirrorLink
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirrorPartition
+from multiraft.node.mirror_prefix import choose_cut
 from multiraft.node.mirror_source import SourceClient, SourceError
 from multiraft.node.mirror_trees import POSITIONS_MAX, served_span
 from multiraft.node.routing import call_peer
+from multiraft.node.scrub_trees import SPAN_LEAVES_MAX, bounded_end
+from multiraft.runtime.histograms import Histogram
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import ClientError, NotLeader
 from raftlog.types import GroupId
@@ -60,8 +66,11 @@ CALL_BUDGET_S = 10.0
 VERIFY_CALL_TIMEOUT_S = 120.0  # one partition on another node: two reads of its span, and the descent
 SPANS_MAX = 4096  # spans (each up to SPAN_LEAVES_MAX leaves) one verify walks: 1 T offsets
 SCHEDULE_SCAN_S = 1.0
-IDENTICAL, BEHIND, DIFFERENT, SOURCE_DAMAGED, SINK_DAMAGED, UNREACHABLE = (
+IDENTICAL, BEHIND, DIFFERENT, SOURCE_DAMAGED, SINK_DAMAGED, UNREACHABLE = VERDICTS = (
     "identical", "behind", "different", "source_damaged", "sink_damaged", "unreachable")
+# A verify reads its span on both sides, about 1.4 s per GiB on this box (docs/mirror.md
+# "Figures"): from a small partition's milliseconds to a large one's minutes.
+VERIFY_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +91,7 @@ class MirrorVerdict:
     spans: int = 0  # trees compared (a partition beyond SPAN_LEAVES_MAX leaves takes several)
     bytes_hashed: int = 0  # by the sink leader
     repair: str = ""  # "resync_started", or why none was ("refused: ...")
+    kept_below: int = 0  # a resync's new incarnation keeps the old one's batches below this offset (0: none)
     at_ms: int = 0  # wall clock at the start
     seconds: float = 0.0
     detail: str = ""
@@ -106,6 +116,29 @@ class MirrorVerifyReport:
                 "verified": len(self.partitions), "next_start": self.next_start,
                 "all_identical": all(p.status == IDENTICAL for p in self.partitions),
                 "resyncs_started": sum(p.repair == "resync_started" for p in self.partitions)}
+
+
+@dataclasses.dataclass(slots=True)
+class LinkVerifyCounts:
+    """What the verifies this node ran for one link found, since it started (for /metrics)."""
+
+    verifies: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(VERDICTS, 0))
+    differing_ranges: int = 0
+    digests_fetched: int = 0  # nodes_compared: 1 per span of identical copies
+    spans: int = 0  # trees compared
+    bytes_hashed: int = 0  # by this node, into its own trees
+    resyncs_started: int = 0
+    seconds: Histogram = dataclasses.field(default_factory=lambda: Histogram(VERIFY_SECONDS_BUCKETS))
+
+    def record(self, verdict: MirrorVerdict) -> None:
+        assert verdict.status in self.verifies, verdict.status
+        self.verifies[verdict.status] += 1
+        self.differing_ranges += len(verdict.ranges)
+        self.digests_fetched += verdict.nodes_compared
+        self.spans += verdict.spans
+        self.bytes_hashed += verdict.bytes_hashed
+        self.resyncs_started += verdict.repair == "resync_started"
+        self.seconds.observe(verdict.seconds)
 
 
 @dataclasses.dataclass(slots=True)
@@ -146,6 +179,7 @@ class MirrorVerifier:
         self._due: dict[tuple[str, int], float] = {}
         self.verified = 0
         self.resyncs_started = 0
+        self._counts: dict[str, LinkVerifyCounts] = {}  # by link: the verifies run here
 
     def serve(self, rpc: Rpc) -> None:
         async def verify(source: int, body: bytes) -> tuple[int, bytes]:
@@ -159,6 +193,13 @@ class MirrorVerifier:
             return await answer(work(), lambda v: json.dumps(v.to_json()).encode())
 
         rpc.register("mirror.verify", verify)
+
+    def counts(self) -> dict[str, LinkVerifyCounts]:
+        """What this node's verifies found, by link; a link no longer in the catalog is
+        forgotten (so the series stay bounded by the links there are)."""
+        links = self._catalog.catalog.mirror_links
+        self._counts = {name: counts for name, counts in self._counts.items() if name in links}
+        return dict(sorted(self._counts.items()))
 
     # -- a link's partitions, from any node ----------------------------------------------
 
@@ -227,10 +268,12 @@ class MirrorVerifier:
             nodes_compared=walk.nodes, spans=walk.spans, bytes_hashed=walk.bytes_hashed, at_ms=at_ms,
             seconds=round(time.monotonic() - began, 3), detail=detail)
         if status == DIFFERENT and repair:
-            verdict = dataclasses.replace(verdict, repair=await self._resync(topic, partition, group_id,
-                                                                              walk.source_log_start))
+            outcome, kept = await self._resync(topic, partition, group_id, walk.source_log_start,
+                                               min(lo for lo, _ in walk.ranges))
+            verdict = dataclasses.replace(verdict, repair=outcome, kept_below=kept)
         self.last[(topic, partition)] = verdict
         self.verified += 1
+        self._counts.setdefault(link.name, LinkVerifyCounts()).record(verdict)
         self._logger.info("mirror_verified", topic=topic, partition=partition, status=status,
                           ranges=len(verdict.ranges), nodes_compared=verdict.nodes_compared, repair=verdict.repair)
         return verdict
@@ -254,6 +297,9 @@ class MirrorVerifier:
             if summary.get("damaged"):
                 walk.damaged = f"the source's entries {summary['damaged']} fail their checks there"
                 return SOURCE_DAMAGED
+            if their_hi > bounded_end(their_lo, their_hi):  # this leader builds over the span it answered
+                raise SourceError(f"the source answered the span [{their_lo}, {their_hi}): over "
+                                  f"{SPAN_LEAVES_MAX} leaves")
             if their_hi <= their_lo or self._trees.span(group_id, their_lo, their_hi) != (their_lo, their_hi):
                 break  # nothing more in common (the source's log starts past the mirror's end)
             walk.lo = their_lo if walk.lo is None else walk.lo
@@ -288,18 +334,33 @@ class MirrorVerifier:
             return DIFFERENT
         return BEHIND if high_watermark < walk.source_high_watermark else IDENTICAL
 
-    async def _resync(self, topic: str, partition: int, group_id: GroupId, start_offset: int) -> str:
-        """Replace the mirror partition by a new incarnation the real-time path refills."""
+    async def _resync(self, topic: str, partition: int, group_id: GroupId, start_offset: int,
+                      differs_at: int) -> tuple[str, int]:
+        """Replace the mirror partition by a new incarnation the real-time path refills, keeping
+        the old one's entries below `differs_at` when it can (mirror_prefix.py); the outcome,
+        and the offset below which the old batches are kept (0: none)."""
+        store = self._registry.stores.get(group_id)
+        info = self._catalog.catalog.topic(topic).partitions[partition]
+        cut = await choose_cut(store, differs_at, start_offset, info) if store is not None else None
+        runtime = self._registry.leading(group_id)
+        # Kept entries must be committed ones: this node still leads and has applied the cut
+        # (a follower's log past its commit may differ); and no move under way (learners).
+        if runtime is None or runtime.core.membership.learners or (
+                cut is not None and cut[0] > runtime.core.applied_index):
+            cut = None
+        index, term, kept = cut or (0, 0, 0)
+        voters = tuple(sorted(runtime.core.membership.voters)) if cut is not None and runtime is not None else ()
         command = ResyncMirrorPartition(name=topic, partition=partition, group_id=int(group_id),
-                                        start_offset=start_offset)
+                                        start_offset=start_offset, prefix_index=index, prefix_term=term,
+                                        prefix_offset=kept, prefix_voters=voters)
         try:
             await self._metadata.propose(command)
         except ClientError as error:
-            return f"refused: {error.code}: {error.message}"
+            return f"refused: {error.code}: {error.message}", 0
         self.resyncs_started += 1
         self._logger.warning("mirror_resync_started", topic=topic, partition=partition, old_group=group_id,
-                             start_offset=start_offset)
-        return "resync_started"
+                             start_offset=start_offset, kept_below=kept, kept_index=index)
+        return "resync_started", kept
 
     # -- the schedule ---------------------------------------------------------------------
 

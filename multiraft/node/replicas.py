@@ -24,8 +24,10 @@ from multiraft.node import catchup_leader, draining
 from multiraft.node.compaction import Boundaries, restore_state
 from multiraft.node.machines import CatalogMachine, PartitionMachine
 from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
+from multiraft.node.mirror_prefix import PrefixBuilder
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.node.reopening import Reopening
+from multiraft.node.store_settings import retention_settings
 from multiraft.runtime import failover, heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
@@ -36,7 +38,7 @@ from raftlog.messages import Message, Role
 from raftlog.storage import StorageError
 from raftlog.types import GroupId, Index, NodeId
 from storage.batch import check_stored_batch
-from storage.config import FlushPolicy, StoreConfig
+from storage.config import StoreConfig
 from storage.errors import CorruptionError
 from storage.files import make_private_dirs
 
@@ -112,12 +114,13 @@ class Replicas:
         self.repairing: set[GroupId] = set()  # groups reopening because a read met corruption
         self._closing: set[GroupId] = set()  # being closed: not opened again until that is done
         self._dead_seen: set[int] = set()  # nodes the catalog said were dead, at the last look
-        self._seen_at_start: set[GroupId] = set()  # see reconcile_loop
+        self._seen_at_start: set[GroupId] = set()  # once assigned here; unless wanted, deleted next pass
         self._election_timeout_s = timeout_s = config.election_timeout_ticks * config.tick_ms / 1000
         self._campaign_pacer = failover.CampaignPacer(  # campaigns, paced node-wide (failover.py)
             slot_timeout_s=failover.SLOT_TIMEOUTS * timeout_s, others_hold_s=failover.OTHERS_HOLD_TIMEOUTS * timeout_s)
         self._reopening = Reopening(self.id, registry, links.leader_of, links.is_live, self._campaign_pacer,
                                     timeout_s, self._rng)
+        self.prefixes = PrefixBuilder(registry, storage, self.close_group, logger)  # mirror resyncs' kept prefixes
 
     def open_group(self, group_id: GroupId, voters: list[NodeId], machine: Any,
                    topic_config: Mapping[str, Any] | None = None, replicas: Sequence[NodeId] = ()) -> GroupRuntime:
@@ -134,7 +137,7 @@ class Replicas:
         return self.start_group(group_id, store, created, voters, machine, replicas)
 
     def open_store(self, group_id: GroupId, voters: list[NodeId], topic_config: Mapping[str, Any] | None,
-                   mirror: tuple[str, int, int] | None = None) -> tuple[SegmentStore, bool]:
+                   mirror: tuple[str, int, int, int] | None = None) -> tuple[SegmentStore, bool]:
         """A group's store, and whether it was created now: then it holds the bootstrap entries (a mirror's
         start point: mirror_bootstrap.py), not yet durable (the caller syncs them before the group runs)."""
         storage = self._storage
@@ -215,8 +218,9 @@ class Replicas:
                                METADATA_LOG_CONFIG)
 
     async def close_group(self, group_id: GroupId, delete: bool,
-                          before_close: Callable[[SegmentStore], None] | None = None) -> None:
-        """`before_close(store)`: runs once the group stopped and synced, its store still open."""
+                          before_close: Callable[[SegmentStore, bool], None] | None = None) -> None:
+        """`before_close(store, synced)`: runs once the group stopped, its store still open;
+        `synced`: whether its files were made durable (not when the sync failed, or the group had)."""
         self._closing.add(group_id)
         try:
             await self._close_group(group_id, delete, before_close)
@@ -228,21 +232,22 @@ class Replicas:
         await runtime.stop()
         if machine is not None:
             machine.close()
-        if not runtime.failed:  # a failed store may not sync (disk full): what it lost, a crash loses
+        synced = not runtime.failed  # a failed store may not sync (disk full): what it lost, a crash loses
+        if synced:
             try:
                 store.sync()
             except (OSError, StorageError) as error:
+                synced = False
                 self._logger.error("group_sync_failed_at_close", group_id=group_id, error=repr(error))
         if before_close is not None:
-            before_close(store)
+            before_close(store, synced)
         store.close()
         if delete:
             self._remove_group_directory(group_id)
         self._logger.info("group_closed", group_id=group_id, deleted=delete)
 
     def _remove_group_directory(self, group_id: GroupId) -> None:
-        """Through the store's `Files` (storage/files.py `remove_tree`), so the chaos
-        write-behind double forgets the names it kept for the deleted copy."""
+        """Through `Files.remove_tree`: the chaos write-behind double forgets its names too."""
         files = self._storage.files
         assert files is not None
         files.remove_tree(str(self._storage.groups_directory / str(group_id)))
@@ -305,8 +310,7 @@ class Replicas:
         self._catalog.changed()  # the reconciler reopens partition groups
 
     async def reconcile_loop(self) -> None:
-        """Open the partition groups the catalog assigns here; close and delete the others.
-        At start the metadata group is given the chance to elect first."""
+        """Open the groups the catalog assigns here, close and delete the others (group 0 elects first)."""
         await self._wait_for_metadata_leader(METADATA_FIRST_WAIT_TIMEOUTS * self._election_timeout_s)
         while True:
             await self._catalog.wait_changed()
@@ -348,6 +352,7 @@ class Replicas:
                     self.apply_topic_config(group_id, topic.config)
             elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
                 missing.append((group_id, local))
+        await self.prefixes.prepare(catalog, missing)  # before a new mirror incarnation first opens
         closed = 0
         chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
         pauses: list[float] = []
@@ -407,12 +412,18 @@ class Replicas:
             if group_id in self._registry.groups or group_id in self._closing:
                 continue  # opened or being closed meanwhile (the chunks before yielded)
             topic = catalog.topics.get(local.topic)
+            if topic is None or local.partition >= len(topic.partitions) or (
+                    topic.partitions[local.partition].group_id != group_id):
+                # The catalog changed in place while the pass awaited (a resync replaced the
+                # incarnation, the topic went): created now it would take the newer one's start
+                # offset and term. Not opened; the next pass deletes its files unless wanted again.
+                self._seen_at_start.add(group_id)
+                continue
             # A copy on a node the partition moved to (not among the voters it was
             # created with) starts empty and learns its log from the leader.
             voters = list(local.bootstrap_voters or local.replicas)
             try:
-                store, created = self.open_store(group_id, voters, topic.config if topic is not None else None,
-                                                 mirror_start(topic, local.partition))
+                store, created = self.open_store(group_id, voters, topic.config, mirror_start(topic, local.partition))
             except (OSError, StorageError) as error:
                 self._open_failed(group_id, error)
                 continue
@@ -439,8 +450,7 @@ class Replicas:
             self._logger.info("group_opened", group_id=group_id, topic=local.topic, partition=local.partition)
         return opened
 
-    def _open_failed(self, group_id: GroupId, error: BaseException) -> None:
-        """E.g. the disk is full (DiskFullError): try again shortly."""
+    def _open_failed(self, group_id: GroupId, error: BaseException) -> None:  # e.g. DiskFullError: again shortly
         self._logger.error("group_open_failed", group_id=group_id, error=repr(error))
         asyncio.get_running_loop().call_later(GROUP_REOPEN_DELAY_S, self._catalog.changed)
 
@@ -481,20 +491,3 @@ class Replicas:
                               segment_ms_max=wanted.segment_ms_max, retention_ms=wanted.retention_ms,
                               retention_bytes=wanted.retention_bytes, flush=wanted.flush.mode.value)
 
-
-def retention_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """StoreConfig fields from a topic's config (Kafka's segment.bytes, segment.ms,
-    retention.ms, retention.bytes, spelled with underscores, and the flush policy);
-    absent keys keep the defaults."""
-    settings: dict[str, Any] = {}
-    if "segment_bytes" in config:
-        settings["segment_bytes_max"] = int(config["segment_bytes"])
-    if "segment_ms" in config:
-        settings["segment_ms_max"] = int(config["segment_ms"])
-    if "flush" in config:
-        settings["flush"] = FlushPolicy.parse(str(config["flush"]))
-    for key in ("retention_ms", "retention_bytes"):
-        if key in config:
-            value = int(config[key])
-            settings[key] = None if value < 0 else value  # -1: unlimited, as in Kafka
-    return settings

@@ -8,11 +8,18 @@ a short while so the peer's follow-up calls (the children of differing nodes, le
 by level) are served without a second read. Only what this replica has applied (its
 high watermark) is hashed: entries above it may still be overwritten.
 
+No tree covers more than `SPAN_LEAVES_MAX` leaves (`bounded_end`): a build holds its
+leaves in memory, so a partition longer than that is compared span after span, by the
+scrubber as by a mirror's full sync (multiraft/node/mirror_trees.py serves the source's
+side with the same bound).
+
 RPCs (JSON bodies, digests in hex):
 - `scrub.tree` {group_id, lo, hi} -> {lo, hi, depth, root, damaged}: the span is cut
   to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
-  watermark (a replica behind answers a shorter span: "behind", not "different");
-- `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree;
+  watermark (a replica behind answers a shorter span: "behind", not "different"), and
+  to `SPAN_LEAVES_MAX` leaves from `lo`'s;
+- `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree (a
+  span over the leaf bound is refused);
 - `scrub.repair` {group_id} -> {started}: the repair a damaged read starts
   (`Replicas.report_damage`: a full check at reopen, a cut before a bad frame, the
   leader's refill).
@@ -33,7 +40,7 @@ from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import NotLeader
 from raftlog.types import GroupId
 from storage.scrub import ReplicaTreeBuilder
-from storage.tictac import TicTacTree
+from storage.tictac import LEAF_OFFSETS, TicTacTree, leaf_of
 
 if TYPE_CHECKING:
     from multiraft.node.registry import GroupRegistry
@@ -42,6 +49,17 @@ if TYPE_CHECKING:
 TREES_KEPT = 64  # built trees kept for follow-up calls (a few thousand 16-byte leaves each)
 TREE_KEPT_S = 120.0
 POSITIONS_MAX = 4096  # digests asked for in one call
+# Leaves one tree covers at most: 268 M offsets (1 GiB of 100-byte records is 2,622 leaves).
+# A build holds its leaves and the levels above them as 16-byte `bytes` objects: a full tree
+# of distinct digests is about 5.4 MiB of Python objects (tracemalloc), so the kept trees
+# are bounded too (TREES_KEPT of them), if loosely.
+SPAN_LEAVES_MAX = 65_536
+
+
+def bounded_end(lo: int, hi: int) -> int:
+    """`hi`, lowered so that `[lo, hi)` covers at most `SPAN_LEAVES_MAX` leaves from `lo`'s
+    leaf on (a span starting inside a leaf covers one offset range less than a whole one)."""
+    return min(hi, (leaf_of(lo) + SPAN_LEAVES_MAX) * LEAF_OFFSETS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,23 +87,23 @@ class ReplicaTrees:
         self.bytes_hashed = 0
 
     def span(self, group_id: GroupId, lo: int, hi: int) -> tuple[int, int]:
-        """`[lo, hi)` cut to what this replica holds and has applied."""
+        """`[lo, hi)` cut to what this replica holds and has applied, and to the leaf bound."""
         store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
         if store is None or machine is None:
             raise NotLeader(0, f"group {group_id} has no replica here")
         lo = max(lo, int(store.log_start_offset))
-        hi = min(hi, int(machine.state.high_watermark), int(store.log_end_offset))
+        hi = min(bounded_end(lo, hi), int(machine.state.high_watermark), int(store.log_end_offset))
         return lo, max(lo, hi)
 
     async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool) -> BuiltTree:
         """This replica's tree over exactly `[lo, hi)` (within its span), kept for a while.
         `fresh`: read the disk again. Each verify starts fresh, so damage since the last one
         is seen; only its own follow-up calls reuse the tree (a kept tree hides new rot)."""
+        assert hi <= bounded_end(lo, hi), "every caller bounds its span (SPAN_LEAVES_MAX)"
+        kept = None if fresh else self.kept(group_id, lo, hi)
+        if kept is not None:
+            return kept
         store = self._registry.stores.get(group_id)
-        key = (int(group_id), lo, hi)
-        kept = self._kept.get(key)
-        if not fresh and kept is not None and kept[0] is store and self._clock() - kept[1] < TREE_KEPT_S:
-            return kept[2]
         if store is None:
             raise NotLeader(0, f"group {group_id} has no replica here")
         builder = ReplicaTreeBuilder(store, lo, hi)
@@ -95,10 +113,18 @@ class ReplicaTrees:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
         built = BuiltTree(builder.tree(), tuple(builder.damaged), builder.bytes_hashed)
         self.bytes_hashed += builder.bytes_hashed
-        self._kept[key] = (store, self._clock(), built)
+        self._kept[(int(group_id), lo, hi)] = (store, self._clock(), built)
         while len(self._kept) > TREES_KEPT:
             self._kept.popitem(last=False)
         return built
+
+    def kept(self, group_id: GroupId, lo: int, hi: int) -> BuiltTree | None:
+        """The tree over `[lo, hi)` built here lately from the replica's current store, if kept
+        (the log may have moved on since: retention, appends; the tree is of what it held)."""
+        kept = self._kept.get((int(group_id), lo, hi))
+        if kept is None or kept[0] is not self._registry.stores.get(group_id):
+            return None
+        return kept[2] if self._clock() - kept[1] < TREE_KEPT_S else None
 
     def report_damage(self, group_id: GroupId) -> bool:
         """Start the self-repair of this replica (a no-op when one is under way)."""
@@ -136,7 +162,10 @@ class ReplicaTrees:
         if not isinstance(positions, list) or len(positions) > POSITIONS_MAX or \
                 not all(isinstance(p, int) and p >= 0 for p in positions):
             raise InvalidRequest(f"positions: a list of at most {POSITIONS_MAX} indexes")
-        built = await self.build(group_id, _int(request, "lo"), _int(request, "hi"), fresh=False)
+        lo, hi = _int(request, "lo"), _int(request, "hi")
+        if hi > bounded_end(lo, hi):
+            raise InvalidRequest(f"[{lo}, {hi}) covers more than {SPAN_LEAVES_MAX} leaves")
+        built = await self.build(group_id, lo, hi, fresh=False)
         level = _int(request, "level")
         if level >= built.tree.depth:
             raise InvalidRequest(f"level {level}: the tree has {built.tree.depth}")

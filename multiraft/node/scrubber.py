@@ -1,13 +1,22 @@
 """The in-cluster scrubber: a partition's replicas compared by tictac trees (issue 24, phase 1).
 
 A verify of one partition runs on its leader. It names the span once, at the start:
-from the leader's log start to its high watermark. Each follower builds its tree
-over that span cut to what it has applied (multiraft/node/scrub_trees.py); the
-leader builds its own over the same span, and the two are compared root first
+from the leader's log start to its high watermark, and walks it in spans of at most
+`SPAN_LEAVES_MAX` leaves (a tree's leaves are held in memory: a huge partition must
+not build one unbounded tree, here or on a follower). For each span the leader builds
+its tree, each follower builds its own over the span cut to what it has applied
+(multiraft/node/scrub_trees.py), and the two are compared root first
 (storage/tictac.py `Descent`), the follower sending only the children of nodes that
-differ. Identical replicas cost one root each. A follower that answered a shorter
+differ. Identical replicas cost one root a span. A follower that answered a shorter
 span is `behind` (compared over what it holds), and `different` when a leaf of that
-prefix differs.
+prefix differs; either ends its walk (a repair is of the whole replica), while the
+leader reads on to the end of the span, so its own damage anywhere is found first.
+
+Spans follow awaits (the followers' calls, the builds' slices), and the leader's log
+moves meanwhile: each span is cut to what the leader holds when it starts (retention
+may have moved the log start past it; the walk ends when nothing is left), a follower
+whose answered span the leader no longer holds is asked again from the new start, and
+a verify whose leader stopped leading or reopened its replica answers `NotLeader`.
 
 A different follower is repaired the way a replica whose read met a bad frame is:
 `Replicas.report_damage` there (a reopen with a full check; recovery cuts the log
@@ -37,7 +46,7 @@ from multiraft.node.scrub_trees import ReplicaTrees
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer
 from raftlog.errors import ClientError, NotLeader
 from raftlog.types import GroupId
-from storage.tictac import Descent
+from storage.tictac import Descent, TicTacTree
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -47,6 +56,11 @@ if TYPE_CHECKING:
 PARTITIONS_PER_CALL = 16  # partitions verified by one POST /v1/admin/verify, at most
 CALL_BUDGET_S = 10.0  # and no partition is started after this long: the answer says where to go on
 TREE_CALL_TIMEOUT_S = 10.0  # a follower's first answer builds its tree: a read of the whole span
+SPANS_MAX = 4096  # spans (each up to SPAN_LEAVES_MAX leaves) one verify walks: 1 T offsets
+# Asks of one follower for one span's tree: again when retention moved this leader's log start
+# past the span the follower answered while it built (a pass every 2 s, each asked from the new
+# start: a third move within one span's call means the log is going faster than a verify can).
+TREE_ASKS_MAX = 3
 IDENTICAL, BEHIND, DIFFERENT, UNREACHABLE, LEADER_DAMAGED = (
     "identical", "behind", "different", "unreachable", "leader_damaged")
 _WORST = (DIFFERENT, LEADER_DAMAGED, UNREACHABLE, BEHIND, IDENTICAL)
@@ -111,6 +125,16 @@ class VerifyReport:
         return {"partitions": [p.to_json() for p in self.partitions], "total": self.total,
                 "verified": len(self.partitions), "next_start": self.next_start,
                 "all_identical": all(s == IDENTICAL for s in statuses)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Lead:
+    """What a verify of one partition began on: this node leading its group (`runtime`) over
+    `store`. Another runtime (an election) or store (a reopen, which may cut the log) ends it."""
+
+    group_id: GroupId
+    runtime: object
+    store: object
 
 
 class Scrubber:
@@ -190,52 +214,120 @@ class Scrubber:
         store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
         if runtime is None or store is None or machine is None:
             raise NotLeader(self._routing.leader_of(group_id), f"node {self._routing.id} does not lead {topic}/{partition}")
-        me = int(self._routing.id)
+        lead = _Lead(group_id, runtime, store)
         lo, hi = int(store.log_start_offset), int(machine.state.high_watermark)
-        own = await self.trees.build(group_id, lo, hi, fresh=True)
-        followers = sorted(int(n) for n in runtime.core.membership.voters if int(n) != me)
-        if own.damaged:
-            started = self.trees.report_damage(group_id)
-            verdicts = (ReplicaVerdict(node=me, status=LEADER_DAMAGED, lo=lo, hi=hi, repair_started=started,
-                                       detail=f"entries {list(own.damaged)} fail their checks"),)
-        else:
-            # The followers build their trees at once, each on its own node.
-            verdicts = tuple(await asyncio.gather(*(self._verify_follower(group_id, node, lo, hi)
-                                                    for node in followers)))
+        followers = sorted(int(n) for n in runtime.core.membership.voters if int(n) != int(self._routing.id))
+        verdicts = await self._walk(lead, followers, lo, hi)
+        self._check_lead(lead)  # no repair started from a verify whose leader changed under it
+        if all(v.status != LEADER_DAMAGED for v in verdicts):  # the leader read its whole span clean
+            repaired = [dataclasses.replace(v, repair_started=await self._repair(v.node, group_id))
+                        if v.status == DIFFERENT else v for v in verdicts]
+            verdicts = tuple(repaired)
         status = min((v.status for v in verdicts), key=_WORST.index, default=IDENTICAL)
-        verdict = PartitionVerdict(topic=topic, partition=partition, status=status, leader=me, lo=lo,
-                                   high_watermark=hi, replicas=verdicts)
+        verdict = PartitionVerdict(topic=topic, partition=partition, status=status, leader=int(self._routing.id),
+                                   lo=lo, high_watermark=hi, replicas=verdicts)
         self.partitions_verified += 1
         self.ranges_found += len(verdict.ranges)
         self.repairs_started += sum(1 for v in verdicts if v.repair_started)
         return verdict
 
-    async def _verify_follower(self, group_id: GroupId, node: int, lo: int, hi: int) -> ReplicaVerdict:
+    def _leads(self, lead: _Lead) -> bool:
+        return self._registry.leading(lead.group_id) is lead.runtime and \
+            self._registry.stores.get(lead.group_id) is lead.store
+
+    def _check_lead(self, lead: _Lead) -> None:
+        if not self._leads(lead):
+            raise NotLeader(self._routing.leader_of(lead.group_id), f"node {self._routing.id} stopped leading group "
+                            f"{lead.group_id}, or reopened its replica, during the verify: verify again")
+
+    async def _walk(self, lead: _Lead, followers: list[int], lo: int, hi: int) -> tuple[ReplicaVerdict, ...]:
+        """Each follower compared with this leader over `[lo, hi)`, span after span, until it is
+        found not identical; or, when this leader's own read fails its checks, the leader's own
+        verdict alone (its repair started). No repair of a follower here."""
+        me = int(self._routing.id)
+        found: dict[int, ReplicaVerdict] = {}  # each follower's verdict over the spans so far
+        start = lo
+        for number in range(SPANS_MAX):
+            # Every span but the first follows awaits: retention (compaction_loop, on this loop)
+            # may have moved this leader's log start past its start, a reopen replaced (and
+            # perhaps cut) the store, another node may lead. The span is what is held now.
+            self._check_lead(lead)
+            start, end = self.trees.span(lead.group_id, start, hi)
+            if number > 0 and start >= end:
+                break  # retention passed the rest of the span: nothing is left to compare
+            own = await self.trees.build(lead.group_id, start, end, fresh=True)
+            if own.damaged:
+                started = self.trees.report_damage(lead.group_id)
+                return (ReplicaVerdict(node=me, status=LEADER_DAMAGED, lo=lo, hi=hi, repair_started=started,
+                                       detail=f"entries {list(own.damaged)} fail their checks"),)
+            going = [n for n in followers if n not in found or found[n].status == IDENTICAL]
+            # The followers build their trees at once, each on its own node.
+            answers = await asyncio.gather(*(self._verify_follower(lead, n, start, end) for n in going))
+            for node, verdict in zip(going, answers, strict=True):
+                found[node] = _joined(found.get(node), verdict)
+            if end >= hi:
+                break
+            start = end
+        return tuple(found[n] for n in followers)
+
+    async def _verify_follower(self, lead: _Lead, node: int, lo: int, hi: int) -> ReplicaVerdict:
+        """One follower compared with this leader over the span `[lo, hi)` (within the leaf bound)."""
         try:
-            summary = json.loads(await self._call(node, "scrub.tree", {"group_id": group_id, "lo": lo, "hi": hi},
-                                                  TREE_CALL_TIMEOUT_S))
+            summary, mine = await self._trees_of(lead, node, lo, hi)
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
-            mine = (await self.trees.build(group_id, their_lo, their_hi, fresh=False)).tree
+            if mine is None:  # nothing to compare, and nothing left to: the walk ends here
+                return ReplicaVerdict(node=node, status=BEHIND if their_hi < hi else IDENTICAL, lo=their_lo,
+                                      hi=their_hi, detail="not compared: retention passed the span on the leader")
             descent = Descent(mine)
             descent.receive([bytes.fromhex(summary["root"])])
             while (step := descent.wanted()) is not None:
                 level, positions = step
                 reply = json.loads(await self._call(node, "scrub.nodes", {
-                    "group_id": group_id, "lo": their_lo, "hi": their_hi, "level": level, "positions": positions,
+                    "group_id": lead.group_id, "lo": their_lo, "hi": their_hi, "level": level, "positions": positions,
                 }, RPC_TIMEOUT_S))
                 descent.receive([bytes.fromhex(d) for d in reply["digests"]])
         except (ClientError, ValueError, KeyError, TypeError) as error:
             return ReplicaVerdict(node=node, status=UNREACHABLE, lo=lo, hi=hi, detail=str(error))
         result = descent.result()
+        if result.identical and their_lo >= hi:  # nothing to differ: the span is gone there, as retention does
+            return ReplicaVerdict(node=node, status=IDENTICAL, lo=hi, hi=hi, nodes_compared=result.nodes_compared,
+                                  detail=f"it holds nothing of the span: its log starts at {their_lo}")
         if result.identical:
             status = BEHIND if their_hi < hi else IDENTICAL
             return ReplicaVerdict(node=node, status=status, lo=their_lo, hi=their_hi,
                                   nodes_compared=result.nodes_compared)
-        started = await self._repair(node, group_id)
         detail = f"entries {summary['damaged']} fail their checks there" if summary.get("damaged") else ""
         return ReplicaVerdict(node=node, status=DIFFERENT, lo=their_lo, hi=their_hi, ranges=result.ranges,
-                              truncated=result.truncated, nodes_compared=result.nodes_compared,
-                              repair_started=started, detail=detail)
+                              truncated=result.truncated, nodes_compared=result.nodes_compared, detail=detail)
+
+    async def _trees_of(self, lead: _Lead, node: int, lo: int, hi: int) -> tuple[dict[str, Any], TicTacTree | None]:
+        """The follower's answer for `[lo, hi)` (the span cut to what it holds) and this leader's
+        tree over the span it answered (None: this leader holds nothing of `[lo, hi)` now).
+        Retention may move this leader's log start past that span during the call: unless
+        the tree is one kept from this span's own build, the follower is asked again from
+        where this leader starts now."""
+        asked = lo
+        for _ in range(TREE_ASKS_MAX):
+            summary = json.loads(await self._call(node, "scrub.tree", {"group_id": lead.group_id, "lo": asked,
+                                                                       "hi": hi}, TREE_CALL_TIMEOUT_S))
+            their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
+            if not asked <= their_lo <= their_hi or (their_lo < their_hi and their_hi > hi):
+                # This leader builds over the span the follower answered: never past the one asked.
+                # An empty one too starts there or later (the follower's log start, when greater).
+                raise ValueError(f"it answered the span [{their_lo}, {their_hi}) for [{asked}, {hi})")
+            self._check_lead(lead)  # NotLeader: this follower unreachable, the walk ends on it
+            if their_lo >= hi:  # it holds nothing of the span: compared with the empty tree, no build
+                return summary, TicTacTree.from_leaves(their_lo, their_hi, ())
+            kept = self.trees.kept(lead.group_id, their_lo, their_hi)
+            if kept is not None:
+                return summary, kept.tree
+            held = self.trees.span(lead.group_id, their_lo, their_hi)
+            if held == (their_lo, their_hi):
+                return summary, (await self.trees.build(lead.group_id, their_lo, their_hi, fresh=False)).tree
+            if held[0] >= hi:
+                return summary, None
+            asked = held[0]
+        raise ValueError(f"retention moved this leader's log start past the span answered, {TREE_ASKS_MAX} times")
 
     async def _repair(self, node: int, group_id: GroupId) -> bool:
         try:
@@ -246,3 +338,11 @@ class Scrubber:
 
     async def _call(self, node: int, method: str, request: dict[str, Any], timeout_s: float) -> bytes:
         return await call_peer(self._rpc, node, method, json.dumps(request).encode(), timeout_s, write=False)
+
+
+def _joined(before: ReplicaVerdict | None, span: ReplicaVerdict) -> ReplicaVerdict:
+    """A follower's verdict over the spans so far (identical over those `before`) and the next."""
+    if before is None:
+        return span
+    assert before.status == IDENTICAL, before
+    return dataclasses.replace(span, lo=before.lo, nodes_compared=before.nodes_compared + span.nodes_compared)

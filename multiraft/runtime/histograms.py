@@ -20,12 +20,19 @@ BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.0
 
 @dataclass
 class Histogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))  # the last: above every bound
+    bounds: tuple[float, ...] = BUCKETS  # upper bounds, increasing (longer tasks than a produce take their own)
+    counts: list[int] = field(default_factory=list)  # one per bound, and the last: above every bound
     total: float = 0.0
+
+    def __post_init__(self) -> None:
+        assert self.bounds and all(a < b for a, b in zip(self.bounds, self.bounds[1:], strict=False))
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+        assert len(self.counts) == len(self.bounds) + 1
 
     def observe(self, seconds: float) -> None:
         assert seconds >= 0
-        self.counts[bisect_left(BUCKETS, seconds)] += 1
+        self.counts[bisect_left(self.bounds, seconds)] += 1
         self.total += seconds
 
     @property
@@ -35,7 +42,7 @@ class Histogram:
     def cumulative(self) -> list[tuple[str, int]]:
         """Prometheus buckets: (upper bound, observations at or below it), +Inf last."""
         running, out = 0, []
-        for bound, count in zip(BUCKETS, self.counts, strict=False):
+        for bound, count in zip(self.bounds, self.counts, strict=False):
             running += count
             out.append((repr(bound), running))
         out.append(("+Inf", running + self.counts[-1]))

@@ -6,6 +6,7 @@ watermarks) would pass."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 from chaos.anomalies import ANOMALY_CLASSES
 from chaos.history import PartitionKey
@@ -180,3 +181,30 @@ def test_the_mirror_suite_and_the_control_run_with_a_mirror(tmp_path, monkeypatc
     calls.clear()
     assert entry.main(["suite", "controls", "--seed", "7", "--out", str(tmp_path)]) == 0
     assert [call[2:] for call in calls if call[3]] == [(("mirror-skip-batch",), True)]
+
+
+def test_a_mirror_run_judges_the_sink_replicas_and_terms_as_the_source() -> None:
+    # Goal: the end read compares one sink copy per partition; a second sink copy that
+    # differs, one stuck behind, or two sink leaders in one term fail the run on their own.
+    from chaos.checker import CheckResult
+    from chaos.runner import RunConfig, _summary
+
+    config = RunConfig(out=Path("unused"), seed=1, mirror=True)
+    clean = CheckResult(anomalies=(), unchecked=(), stats={})
+    base = {"fault_counts": {}, "replicas": {"compared": 9, "identical": 9},
+            "mirror": {"summary": "mirror: 8/8 partitions identical", "promote": "ok"}}
+    line, ok = _summary(config, base | {"sink_replicas": {"compared": 9, "identical": 9},
+                                        "sink_leaders_per_term": {"violations": []}}, clean)
+    assert ok and "sink replicas byte-identical: 9/9 groups, sink leaders per term: ok;" in line
+    cases = {
+        "sink replicas differ in 1 groups": {"sink_replicas": {"compared": 9, "identical": 8, "mismatched": [4]}},
+        "sink replicas stuck behind their group's commit: 1 (s2 of group 4)":
+            {"sink_replicas": {"compared": 9, "identical": 8, "stuck": ["s2 of group 4"]}},
+        "sink: two leaders in one term: 1": {"sink_replicas": {"compared": 9, "identical": 9},
+                                              "sink_leaders_per_term": {"violations": [{"group": 4}]}},
+        "sink replicas not compared: debug off": {"sink_replicas": {"compared": 0, "identical": 0,
+                                                                    "error": "debug off"}},
+    }
+    for problem, extra in cases.items():
+        line, ok = _summary(config, base | extra, clean)
+        assert not ok and problem in line, line

@@ -30,21 +30,26 @@ class FakeSource:
     node's log is a list of entry payloads (the digest hashes a prefix of it)."""
 
     def __init__(self, clock: FakeClock, commits: Callable[[float], dict[int, int]],
-                 logs: dict[int, list[str]], *, silent: frozenset[int] = frozenset()) -> None:
+                 logs: dict[int, list[str]], *, silent: frozenset[int] = frozenset(),
+                 starts: dict[int, int] | None = None) -> None:
         self.clock, self.commits, self.logs, self.silent = clock, commits, logs, silent
+        self.starts = starts or {}  # a node's first index held (1 unless given)
         self.digests_asked: list[tuple[int, int]] = []  # (node, upto)
+        self.digests_from: list[int] = []
 
     def views(self) -> dict[int, list[dict[str, Any]]]:
         commits = self.commits(self.clock.now)
-        return {node: [{"group_id": GROUP, "commit_index": commit, "log_start_index": 1, "voters": list(VOTERS)}]
+        return {node: [{"group_id": GROUP, "commit_index": commit, "log_start_index": self.starts.get(node, 1),
+                        "voters": list(VOTERS)}]
                 for node, commit in commits.items() if node not in self.silent}
 
-    def digest(self, node: int, group: int, upto: int) -> str | None:
+    def digest(self, node: int, group: int, upto: int, start: int = 1) -> str | None:
         self.digests_asked.append((node, upto))
+        self.digests_from.append(start)
         log = self.logs[node]
-        if upto > len(log):
-            return None
-        return hashlib.sha256("|".join(log[:upto]).encode()).hexdigest()
+        if upto > len(log) or start < self.starts.get(node, 1):
+            return None  # the real route refuses a start below the first index held
+        return hashlib.sha256("|".join(log[start - 1:upto]).encode()).hexdigest()
 
 
 def entries(count: int, *, diverge_from: int | None = None) -> list[str]:
@@ -122,3 +127,21 @@ def test_debug_endpoints_off_is_an_error_not_a_pass():
     clock = FakeClock()
     result = compare_replicas(Off(clock, lambda now: {}, {}), clock=clock, sleep=clock.sleep)
     assert (result.compared, result.identical, result.error) == (0, 0, "debug endpoints: 404")
+
+
+def test_logs_that_begin_at_a_start_point_are_compared_from_the_first_index_all_hold():
+    # Goal: a mirror partition's replicas all begin at a start point (index 4): they are
+    # compared from there, not reported "incomparable" (which passed a sink whose
+    # second copy differed); a replica that took a snapshot further on moves the
+    # comparison to its first index; a start past the commit is no comparison at all.
+    clock = FakeClock()
+    same = compare_replicas(FakeSource(clock, lambda now: {1: 10, 2: 10, 3: 10}, {n: entries(10) for n in VOTERS},
+                                       starts={1: 4, 2: 4, 3: 4}), catch_up_s=5.0, clock=clock, sleep=clock.sleep)
+    assert (same.compared, same.identical, same.incomparable, same.mismatched) == (1, 1, [], [])
+    logs = {1: entries(10), 2: entries(10, diverge_from=8), 3: entries(10)}
+    source = FakeSource(clock, lambda now: {1: 10, 2: 10, 3: 10}, logs, starts={1: 4, 2: 4, 3: 6})
+    differ = compare_replicas(source, catch_up_s=5.0, clock=clock, sleep=clock.sleep)
+    assert differ.identical == 0 and differ.mismatched[0]["from"] == 6 and set(source.digests_from) == {6}
+    past = compare_replicas(FakeSource(clock, lambda now: {1: 3, 2: 3, 3: 3}, {n: entries(3) for n in VOTERS},
+                                       starts={1: 4, 2: 4, 3: 4}), catch_up_s=5.0, clock=clock, sleep=clock.sleep)
+    assert past.identical == 0 and "past the commit 3" in past.incomparable[0]["reason"]

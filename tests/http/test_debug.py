@@ -92,11 +92,11 @@ async def test_groups_view(cluster: Cluster) -> None:
             assert partition["leader"] in (1, 2, 3) and partition["vote"] in (None, 1, 2, 3)
 
 
-def _reference_digest(cluster: Cluster, group_id: int, upto: int) -> str:
+def _reference_digest(cluster: Cluster, group_id: int, upto: int, start: int = 1) -> str:
     # The encoding docs/http.md documents, computed here from node 1's store.
     hashed = hashlib.sha256()
     store = cluster.nodes[0].stores[group_id]
-    for info, payload in store.frames(Index(1), Index(upto + 1)):
+    for info, payload in store.frames(Index(start), Index(upto + 1)):
         hashed.update(struct.pack(">QQBQII", info.index, info.term, info.kind, info.base_offset,
                                   info.record_count, len(payload)))
         hashed.update(payload)
@@ -122,12 +122,15 @@ async def test_digest_agrees_across_replicas(cluster: Cluster) -> None:
         assert earlier["sha256"] != answers[0]["sha256"]
         _, empty = await get(session, urls[1] + f"/v1/debug/groups/{group_id}/digest", upto=0)
         assert empty["sha256"] == hashlib.sha256().hexdigest()
+        _, since = await get(session, urls[1] + f"/v1/debug/groups/{group_id}/digest", upto=upto, **{"from": 2})
+        assert (since["from"], since["sha256"]) == (2, _reference_digest(cluster, group_id, upto, 2))
         _, metadata = await get(session, urls[2] + "/v1/debug/groups/0/digest")
         assert metadata["group_id"] == 0 and len(metadata["sha256"]) == 64
 
         for path, params, status_expected, code in (
             (f"/v1/debug/groups/{group_id}/digest", {"upto": 10**9}, 400, "INVALID_REQUEST"),
             (f"/v1/debug/groups/{group_id}/digest", {"upto": "-1"}, 400, "INVALID_REQUEST"),
+            (f"/v1/debug/groups/{group_id}/digest", {"from": "x"}, 400, "INVALID_REQUEST"),
             ("/v1/debug/groups/x/digest", {}, 400, "INVALID_REQUEST"),
             ("/v1/debug/groups/999999/digest", {}, 404, "NOT_FOUND"),
         ):

@@ -14,6 +14,7 @@ Its own ports (17950/18950), so it never meets the other integration modules.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,14 +57,14 @@ class Consumer:
     """One `raftlog consume TOPIC --group G --follow --show-offsets` process; its lines are
     collected by two threads (stdout: records read; stderr: partitions assigned/revoked)."""
 
-    def __init__(self, cluster: LocalCluster, name: str) -> None:
+    def __init__(self, cluster: LocalCluster, name: str, *options: str) -> None:
         self.name = name
         self.read: list[tuple[int, int]] = []  # (partition, offset)
         self.notes: list[str] = []
+        options = options or ("--group", GROUP, "--wait-ms", "300", "--session-timeout-ms", str(SESSION_TIMEOUT_MS))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "multiraft.cli", "consume", TOPIC, "--group", GROUP, "--follow",
-             "--show-offsets", "--from-beginning", "--wait-ms", "300", "--session-timeout-ms",
-             str(SESSION_TIMEOUT_MS), "--server", ",".join(cluster.http_addresses)],
+            [sys.executable, "-m", "multiraft.cli", "consume", TOPIC, *options, "--follow", "--show-offsets",
+             "--from-beginning", "--server", ",".join(cluster.http_addresses)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         self._threads = [threading.Thread(target=self._collect, args=(stream, into), daemon=True)
                          for stream, into in ((self.process.stdout, self.read), (self.process.stderr, self.notes))]
@@ -79,15 +80,22 @@ class Consumer:
                 into.append(line.rstrip("\n"))
 
     def stop(self, signum: int) -> int:
+        """Send `signum` and wait for the exit code; a process that outlives 30 s is killed
+        (and its pipes closed) before the test fails, so nothing of it outlives the test."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signum)
-        code = self.process.wait(30)
-        for thread in self._threads:
-            thread.join(10)
-        for stream in (self.process.stdout, self.process.stderr):
-            assert stream is not None
-            stream.close()
-        return code
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+            raise AssertionError(f"{self.name} did not exit within 30 s of signal {signum}: {self.notes}") from None
+        finally:
+            for thread in self._threads:
+                thread.join(10)
+            for stream in (self.process.stdout, self.process.stderr):
+                assert stream is not None
+                stream.close()
 
 
 def _until(probe: Any, what: str, timeout_s: float = WAIT_S) -> Any:
@@ -137,11 +145,13 @@ def _caught_up(client: Client) -> bool:
 
 def test_cli_members_split_move_take_over_and_the_group_is_reset_and_deleted(cli_cluster: LocalCluster) -> None:
     consumers: list[Consumer] = []
+    spawned: list[Consumer] = []  # every process, for the finally: `consumers` loses the stopped ones
     with Client(cli_cluster.http_addresses, attempts=6) as client:
         done = _cli(cli_cluster, "topic", "create", TOPIC, "--partitions", str(PARTITIONS))
         assert done.returncode == 0, done.stderr
         try:
             consumers = [Consumer(cli_cluster, f"c{i}") for i in range(3)]
+            spawned += consumers
             three = _until(lambda: _settled(client, 3), "three members, stable")
             assert sorted(len(ps) for ps in three.values()) == [4, 4, 4]
             _produce(client, 0, 5)
@@ -152,6 +162,7 @@ def test_cli_members_split_move_take_over_and_the_group_is_reset_and_deleted(cli
             # A fourth joins: old members only give (sticky), nothing is read twice.
             _until(lambda: _caught_up(client), "commits of every read")
             consumers.append(Consumer(cli_cluster, "c3"))
+            spawned.append(consumers[-1])
             four = _until(lambda: _settled(client, 4), "four members, stable")
             assert sorted(len(ps) for ps in four.values()) == [3, 3, 3, 3]
             for member_id, partitions in three.items():
@@ -193,8 +204,10 @@ def test_cli_members_split_move_take_over_and_the_group_is_reset_and_deleted(cli
                 assert consumer.stop(signal.SIGINT) == 0, consumer.notes
             consumers = []
         finally:
-            for consumer in consumers:
-                consumer.stop(signal.SIGKILL)
+            for consumer in spawned:
+                if consumer.process.returncode is None:
+                    with contextlib.suppress(AssertionError):
+                        consumer.stop(signal.SIGKILL)
 
         assert client.fetch_offsets(GROUP, TOPIC) == dict.fromkeys(range(PARTITIONS), 15)
         described = _cli(cli_cluster, "group", "describe", GROUP, "--topic", TOPIC)
@@ -221,3 +234,37 @@ def test_cli_members_split_move_take_over_and_the_group_is_reset_and_deleted(cli
         deleted = _cli(cli_cluster, "group", "delete", GROUP)
         assert deleted.returncode == 0, deleted.stderr
         assert client.fetch_offsets(GROUP, TOPIC) == {}
+
+
+@pytest.mark.parametrize("mode", ["partition", "member"])
+def test_ctrl_c_ends_a_long_poll_at_once_and_what_was_printed_is_committed(cli_cluster: LocalCluster,
+                                                                          mode: str) -> None:
+    """A follower idle in a 30 s long poll (of one partition, or as a group member): Ctrl-C
+    ends it at once (Kafka's wakeup()), not after the poll; the group's commit covers
+    exactly the records printed, and a member has left (no member lingers for its session)."""
+    group = f"followers-{mode}"
+    with Client(cli_cluster.http_addresses, attempts=6) as client:
+        if TOPIC not in {t["name"] for t in client.list_topics()}:
+            client.create_topic(TOPIC, partitions=PARTITIONS)
+        client.produce(TOPIC, [{"value": f"f-{i}", "partition": 0} for i in range(7)])
+        ends = {p: end for p, (_start, end) in client.partition_offsets(TOPIC).items()}
+        if mode == "partition":
+            options = ("--partition", "0", "--group", group)
+            ends = {0: ends[0]}
+        else:
+            options = ("--group", group, "--session-timeout-ms", "30000")
+        follower = Consumer(cli_cluster, "follower", *options, "--wait-ms", "30000")
+        try:
+            _until(lambda: len(follower.read) == sum(ends.values()), f"{sum(ends.values())} records printed")
+            time.sleep(1.0)  # into its long poll
+            started = time.monotonic()
+            assert follower.stop(signal.SIGINT) == 0, follower.notes
+            assert time.monotonic() - started < 10  # not the 30 s of the poll
+        finally:
+            if follower.process.returncode is None:
+                with contextlib.suppress(AssertionError):
+                    follower.stop(signal.SIGKILL)
+        assert sorted(follower.read) == sorted((p, o) for p, end in ends.items() for o in range(end))
+        assert client.fetch_offsets(group, TOPIC) == {p: end for p, end in ends.items() if end}
+        if mode == "member":
+            assert client.describe_group(group, [TOPIC])["members"] == []  # it left: nobody waits 30 s for it

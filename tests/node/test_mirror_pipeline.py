@@ -1,7 +1,8 @@
 """Goal: a pipelined mirror pull (several chunks in flight per partition) copies a source
 partition with identical offsets and bytes, across the sink leader's death mid-copy, and
 a chunk whose expected start is not the sink log's end is refused at the append with
-nothing appended on any replica (docs/mirror.md, "The pipeline").
+nothing appended on any replica, and the link's status shows the chunks in flight in the
+shape the OpenAPI document gives it (docs/mirror.md, "The pipeline").
 
 Two real 3-node clusters in one event loop, as tests/node/test_mirror.py; the pipeline's
 chunks are shrunk to 16 KiB (4 in flight, 64 KiB) so a 1 MB partition is 60-odd chunks.
@@ -9,6 +10,7 @@ chunks are shrunk to 16 KiB (4 in flight, 64 KiB) so a 1 MB partition is 60-odd 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from multiraft.http.mirror_openapi import PATHS
 from multiraft.node import mirror_pull
 from multiraft.node.mirror_append import LogTail, MirrorAppend, applied_point
 from multiraft.node.mirror_window import PipelineBounds, Window
@@ -27,6 +30,9 @@ from tests.node.test_node_cluster import produce_retrying, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 CHUNK = 16 * 1024
+jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's validator (the fuzz pass's)
+_STATUS_SCHEMA = jsonschema_rs.Draft202012Validator(
+    PATHS["/v1/admin/mirrors/{name}"]["get"]["responses"]["200"]["content"]["application/json"]["schema"])
 
 
 @pytest_asyncio.fixture
@@ -90,6 +96,22 @@ async def test_a_pipelined_copy_is_identical_across_a_sink_leader_death_and_refu
     assert hws[0] > source_hw
     for node in sink.live():  # every live replica, not only the one _same reads
         assert await _log(node, "bulk", 0) == await _log(source.nodes[0], "bulk", 0)
+
+    # The link's status, in the OpenAPI document's shape, shows the new leader's pipeline: its
+    # chunks in flight (none left once caught up) within the window's limits. (Taken here, not
+    # mid-copy: a status call there delays the kill until the copy may have ended; the unit
+    # test, tests/unit/test_mirror_pull.py, sees chunks in flight.)
+    async with aiohttp.ClientSession() as session, asyncio.timeout(10):
+        while True:  # until the leading node reports the pull (not "unknown")
+            status, shown = await _http(session, sink.live()[0], "GET", "/v1/admin/mirrors/bulk")
+            assert status == 200, shown
+            _STATUS_SCHEMA.validate(shown)
+            if "in_flight" in shown["topics"][0]["partitions"][0]:
+                break
+            await asyncio.sleep(0.1)
+    window = shown["topics"][0]["partitions"][0]["in_flight"]
+    assert (window["chunks_max"], window["bytes_max"]) == (4, 4 * CHUNK), window
+    assert 0 <= window["chunks"] <= 4 and 0 <= window["bytes"] <= 4 * CHUNK, window
 
     # A chunk whose expected start is not the log's end is refused at the append: nothing appended.
     leader = next(n for n in sink.live() if n.groups[group].core.role is Role.LEADER)

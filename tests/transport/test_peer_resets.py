@@ -63,7 +63,8 @@ async def resets_survived() -> tuple[int, bool]:
         busy.cancel()
         link_task = link.cancel()
         if link_task is not None:
-            await asyncio.gather(link_task, busy, return_exceptions=True)
+            async with asyncio.timeout(10):  # a link that survives its stop fails here, never hangs
+                await asyncio.gather(link_task, busy, return_exceptions=True)
         server.close()
         await server.wait_closed()
 

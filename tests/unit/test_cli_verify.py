@@ -1,5 +1,6 @@
 """`raftlog cluster verify` (multiraft/cli/commands.py): pages through the scrubber's
-answers, prints one row per partition, and exits 1 when any is not identical."""
+answers, prints one row per partition, and exits 1 when any is not identical; so does
+`raftlog mirror verify`; `raftlog mirror status` shows each partition's chunks in flight."""
 
 from __future__ import annotations
 
@@ -75,3 +76,25 @@ def test_mirror_verify_pages_prints_and_exits_1_on_a_difference(capsys) -> None:
     client = _MirrorClient([{"partitions": [_verdict(0, "identical")], "next_start": None}])
     assert mirror_verify(client, argparse.Namespace(name="dr", topic=None, repair=False)) == commands.EXIT_OK  # type: ignore[arg-type]
     assert client.asked[0][2] == {"start": 0, "repair": False}
+
+
+def test_mirror_status_prints_each_partitions_chunks_in_flight(capsys) -> None:  # type: ignore[no-untyped-def]
+    # Goal: `raftlog mirror status` shows per partition its pipeline's chunks and bytes in
+    # flight against the window's limits; "-" for a partition no node reported.
+    from types import SimpleNamespace
+
+    from multiraft.cli.mirror_commands import mirror_status
+
+    running = {"partition": 0, "state": "running", "position": 300, "lag_records": 0, "bytes_copied": 9000,
+               "node": 2, "last_error": None, "in_flight": {"chunks": 2, "bytes": 1500, "chunks_max": 4,
+                                                            "bytes_max": 4194304}}
+    status = {"name": "dr", "sources": ["s:1"], "topics": [{"topic": "t", "promoted": False, "partitions": [
+        running, {"partition": 1, "state": "unknown", "last_verify": None}]}],
+        "priority": "normal", "state": "running", "credentials": False, "discovery": None}
+    client = SimpleNamespace(mirror_status=lambda name: status)
+    assert mirror_status(client, argparse.Namespace(name="dr")) == commands.EXIT_FAILED  # type: ignore[arg-type]
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].split() == ["TOPIC", "PARTITION", "STATE", "POSITION", "LAG", "BYTES", "IN", "FLIGHT", "IN",
+                              "FLIGHT", "BYTES", "NODE", "LAST", "ERROR"]
+    assert out[3].split() == ["t", "0", "running", "300", "0", "9000", "2/4", "1500/4194304", "2", "-"]
+    assert out[4].split() == ["t", "1", "unknown", "-", "-", "-", "-", "-", "-", "-"]

@@ -14,3 +14,11 @@ def test_buckets_are_cumulative_and_bounds_inclusive() -> None:
     assert cumulative[repr(0.005)] == 4
     assert cumulative[repr(BUCKETS[-1])] == 4 and cumulative["+Inf"] == 5
     assert histogram.count == 5 and abs(histogram.total - 20.0033) < 1e-9
+
+
+def test_a_histogram_takes_its_own_bounds() -> None:
+    # Goal: a histogram of longer tasks (a mirror's verify) keeps its own bounds, in order.
+    histogram = Histogram((1.0, 10.0))
+    for seconds in (0.5, 1.0, 5.0, 60.0):
+        histogram.observe(seconds)
+    assert histogram.cumulative() == [("1.0", 2), ("10.0", 3), ("+Inf", 4)]

@@ -1,11 +1,13 @@
 """Goal: the pure parts of the full sync between clusters (docs/mirror.md, "Full sync"):
 the resync command in the catalog (a new incarnation, once, never of a promoted topic or a
 moving partition), a link's verify interval through commands and snapshots, the span a
-source serves a tree over, and the nodes it answers above a tree's root."""
+source serves a tree over, the nodes it answers above a tree's root, and what a link's
+verifies add up to on /metrics."""
 
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,7 +19,9 @@ from multiraft.metadata.mirror_commands import (
     PromoteMirrorTopic,
     ResyncMirrorPartition,
 )
-from multiraft.node.mirror_trees import SPAN_LEAVES_MAX, check_positions, level_nodes, served_span
+from multiraft.node.mirror_trees import check_positions, level_nodes, served_span
+from multiraft.node.mirror_verify import VERDICTS, LinkVerifyCounts, MirrorVerdict, MirrorVerifier
+from multiraft.node.scrub_trees import SPAN_LEAVES_MAX
 from raftlog.errors import MembershipChangeInProgress
 from raftlog.types import Index, NodeId
 from storage.tictac import LEAF_OFFSETS, ZERO, LeafAccumulator, element_hash
@@ -117,3 +121,30 @@ def test_levels_above_the_root_read_as_the_root() -> None:
 def test_positions_are_bounded(bad: object) -> None:
     with pytest.raises(InvalidRequest):
         check_positions(bad)
+
+
+def test_a_links_verify_counts_add_up_its_verdicts_and_forget_a_deleted_link() -> None:
+    # Goal: what /metrics shows of the full sync (multiraft/http/metrics.py) adds up each
+    # verdict a leader reached, by link and verdict only; a link gone from the catalog is
+    # forgotten, so the series stay bounded by the links there are.
+    def verdict(status: str, **figures: object) -> MirrorVerdict:
+        return MirrorVerdict(topic="orders", partition=0, status=status, leader=1, lo=0, hi=10, high_watermark=10,
+                             **figures)  # type: ignore[arg-type]
+
+    counts = LinkVerifyCounts()
+    counts.record(verdict("identical", nodes_compared=1, spans=1, bytes_hashed=100, seconds=0.02))
+    counts.record(verdict("different", ranges=((0, 4096), (8192, 9000)), nodes_compared=5, spans=1,
+                          bytes_hashed=200, repair="resync_started", seconds=3.0))
+    counts.record(verdict("unreachable", seconds=0.0))
+    assert set(counts.verifies) == set(VERDICTS)
+    assert counts.verifies == {**dict.fromkeys(VERDICTS, 0), "identical": 1, "different": 1, "unreachable": 1}
+    assert (counts.differing_ranges, counts.digests_fetched, counts.spans, counts.bytes_hashed,
+            counts.resyncs_started) == (2, 6, 2, 300, 1)
+    buckets = dict(counts.seconds.cumulative())
+    assert (buckets["0.01"], buckets["0.05"], buckets["5.0"], buckets["+Inf"]) == (1, 2, 3, 3)
+    assert counts.seconds.total == pytest.approx(3.02)
+
+    holder = SimpleNamespace(catalog=SimpleNamespace(mirror_links={"dr": object()}))
+    verifier = MirrorVerifier(None, holder, None, None, None, None, None)  # type: ignore[arg-type]
+    verifier._counts = {"dr": counts, "gone": LinkVerifyCounts()}
+    assert list(verifier.counts()) == ["dr"]

@@ -34,8 +34,8 @@ def test_partitions_are_not_added_to_a_mirror_until_it_is_promoted() -> None:
 def test_only_the_partitions_the_mirror_was_made_with_start_in_mirror_mode() -> None:
     catalog = _catalog(LINK, MIRROR, PromoteMirrorTopic(name="orders"), GROW)
     topic = catalog.topic("orders")
-    assert mirror_start(topic, 0) == ("orders", 0, 0)
-    assert mirror_start(topic, 1) == ("orders", 1, 500)  # promoted: a late replica starts as the others did
+    assert mirror_start(topic, 0) == ("orders", 0, 0, 1)
+    assert mirror_start(topic, 1) == ("orders", 1, 500, 1)  # promoted: a late replica starts as the others did
     assert mirror_start(topic, 2) is None  # added after the promotion: a plain partition
     plain = _catalog(CreateTopic(name="plain", partitions=1, replication_factor=1, config={},
                                  assignments=((NodeId(1),),)))

@@ -6,7 +6,8 @@ not in the OpenAPI document: the runner alone reads them.
 
 The digest lets the runner compare replicas' committed prefixes byte for byte
 without moving the logs: ask every replica for `upto=min(commit_index)` and
-compare the hashes. Each entry i in 1..upto contributes, in order,
+compare the hashes (`from`, default 1: the first index hashed, for logs that begin
+at a start point, as a mirror partition's does). Each entry i in from..upto contributes, in order,
 `DIGEST_ENTRY` = (index u64, term u64, kind u8, base_offset u64, record_count
 u32, payload length u32), big-endian, then its payload. The offsets are in it
 because they are stored (in the frame header): two replicas that agree on the
@@ -40,12 +41,14 @@ async def digest(request: web.Request) -> web.Response:
     group_id = GroupId(int(text))
     if node.group_status(group_id) is None:
         raise RouteNotFound(f"group {group_id} has no replica on node {node.id}")
-    return web.json_response(await node.debug_digest(group_id, _upto(request.query.get("upto"))))
+    start = _index("from", request.query.get("from"))
+    return web.json_response(await node.debug_digest(group_id, _index("upto", request.query.get("upto")),
+                                                     1 if start is None else max(start, 1)))
 
 
-def _upto(text: str | None) -> int | None:
+def _index(name: str, text: str | None) -> int | None:
     if text is None:
         return None
     if not _INTEGER.fullmatch(text):
-        raise InvalidRequest("upto is a non-negative integer (a Raft index)")
+        raise InvalidRequest(f"{name} is a non-negative integer (a Raft index)")
     return int(text)

@@ -1,0 +1,64 @@
+"""A node mark (drain, decommission) is proposed again when the metadata leader was
+handing its leadership over: the fuzz pass met `POST /v1/admin/nodes/2/drain` answering
+503 LEADERSHIP_TRANSFER_IN_PROGRESS (a second drain of node 2 while its first moved the
+metadata group's leadership away). Other refusals are answered at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from multiraft.metadata.commands import SetNodeDrained
+from multiraft.node import metadata_ops
+from multiraft.node.metadata_ops import MetadataOps
+from multiraft.transport.remote_errors import error_from_body
+from raftlog.errors import ClientError, LeadershipTransferInProgress, NotEnoughReplicas
+from raftlog.types import NodeId
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+
+def _ops(answers: list[ClientError | None]) -> tuple[MetadataOps, list[object]]:
+    ops = MetadataOps.__new__(MetadataOps)  # only `propose` and the clock are used by the marks
+    proposed: list[object] = []
+    now = [0.0]
+    ops._clock = lambda: now[0]  # type: ignore[assignment]
+
+    async def propose(command: object) -> None:
+        proposed.append(command)
+        now[0] += 1.0  # each proposal takes a second
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    ops.propose = propose  # type: ignore[method-assign]
+    return ops, proposed
+
+
+@pytest.fixture(autouse=True)
+def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metadata_ops, "SET_DRAINED_RETRY_S", 0.0)
+
+
+async def test_a_mark_dropped_during_a_leadership_transfer_is_proposed_again() -> None:
+    forwarded = error_from_body(b'{"error_code": "LEADERSHIP_TRANSFER_IN_PROGRESS", '
+                                b'"message": "leadership is moving to node 3"}')
+    assert not isinstance(forwarded, LeadershipTransferInProgress)  # a peer's answer: by its code
+    ops, proposed = _ops([LeadershipTransferInProgress("moving to 3"), forwarded, None])
+    await ops.set_drained(NodeId(2), True)
+    assert proposed == [SetNodeDrained(node_id=NodeId(2), drained=True)] * 3
+
+
+async def test_a_transfer_that_outlasts_the_attempts_is_answered() -> None:
+    # Goal: bounded by SET_DRAINED_WAIT_S (8 s: eight proposals of a second each), well
+    # inside the HTTP answer's 15 s, then the last refusal is the answer.
+    ops, proposed = _ops([LeadershipTransferInProgress("moving")] * 100)
+    with pytest.raises(LeadershipTransferInProgress):
+        await ops.set_drained(NodeId(2), True)
+    assert len(proposed) == 8
+
+
+async def test_other_refusals_are_answered_at_once() -> None:
+    ops, proposed = _ops([NotEnoughReplicas("no")])
+    with pytest.raises(NotEnoughReplicas):
+        await ops.set_decommissioning(NodeId(2), True)
+    assert len(proposed) == 1
