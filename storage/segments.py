@@ -56,6 +56,7 @@ from storage.state_db import (
     int_key,
 )
 from storage.sync_ledger import FlushResult, PendingSync, SyncLedger
+from storage.tree_sidecar import forget_sidecar
 
 __all__ = ["FlushResult", "PendingSync", "SegmentStore"]
 
@@ -360,6 +361,7 @@ class SegmentStore(SegmentLog):
         result = scan_segment(self._files, segment.handle, segment.first_index, self.frame_check)
         if result.error is not None:
             raise CorruptionError(f"closed segment {segment.first_index}: {result.error}")
+        forget_sidecar(self._files, segment.path)  # it will hold other entries: its tree sidecar goes
         segment.closed = False
         segment.last_index = Index(segment.first_index - 1)
         segment.next_offset = segment.first_offset
@@ -370,6 +372,7 @@ class SegmentStore(SegmentLog):
     def _drop_segment_file(self, segment: Segment, batch) -> None:
         self._files.close(segment.handle)
         self._files.unlink(segment.path)
+        forget_sidecar(self._files, segment.path)
         self._ledger.forget(segment)
         batch.delete(int_key(CLOSED_SEGMENT, self.group, segment.first_index))
 

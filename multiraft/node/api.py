@@ -331,9 +331,9 @@ class NodeApi:
 
     # ------------------------------------------------------------------ entry points
 
-    async def verify(self, topics: list[str] | None, start: int) -> VerifyReport:
+    async def verify(self, topics: list[str] | None, start: int, deep: bool = False) -> VerifyReport:
         """Compare partitions' replicas with their leaders (the scrubber, multiraft/node/scrubber.py)."""
-        return await self._scrubber.verify(topics, start)
+        return await self._scrubber.verify(topics, start, deep=deep)
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,
                       header: BatchHeader | None = None) -> ProduceResult:

@@ -62,6 +62,7 @@ from multiraft.node.routing import Routing
 from multiraft.node.scrub_trees import ReplicaTrees
 from multiraft.node.scrubber import Scrubber
 from multiraft.node.ticker import Ticker
+from multiraft.node.tree_sidecars import SidecarWarmer
 from multiraft.node.unsafe import ChaosHooks
 from multiraft.runtime.group import GroupRuntime, GroupStatus
 from multiraft.runtime.histograms import NodeLatencies
@@ -146,7 +147,8 @@ class Node:
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
         leadership.serve_balance(self.balancer, self.rpc)
         self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
-                                 ReplicaTrees(self.registry, self.replicas.report_damage))
+                                 ReplicaTrees(self.registry, self.replicas.report_damage, logger=self.logger))
+        self.sidecar_warmer = SidecarWarmer(self.registry, self.logger)  # closed segments' tree sidecars
         self.scrubber.serve(self.rpc)
         self.catchup_leader = CatchUpLeader(self.registry, self.rpc, (self.config.far_catchup_lag_entries,
                                                                        self.config.far_catchup_lag_bytes),
@@ -213,6 +215,7 @@ class Node:
             ("mirror-pulls", self.mirror_pulls.run),  # docs/mirror.md
             ("mirror-links", self.mirrors.run),
             ("mirror-verify", self.mirror_verifier.run),
+            ("tree-sidecars", self.sidecar_warmer.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),

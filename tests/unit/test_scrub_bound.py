@@ -114,9 +114,10 @@ def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: in
     for trees in (scrubber.trees, follower):
         build = trees.build
 
-        async def recorded(group_id: GroupId, lo: int, hi: int, *, fresh: bool, build: Any = build) -> Any:
+        async def recorded(group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False,
+                           build: Any = build) -> Any:
             built.append((lo, hi))
-            return await build(group_id, lo, hi, fresh=fresh)
+            return await build(group_id, lo, hi, fresh=fresh, deep=deep)
 
         trees.build = recorded  # type: ignore[method-assign]
     try:
