@@ -148,7 +148,7 @@ class Node:
         leadership.serve_balance(self.balancer, self.rpc)
         self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
                                  ReplicaTrees(self.registry, self.replicas.report_damage, logger=self.logger))
-        self.sidecar_warmer = SidecarWarmer(self.registry, self.logger)  # closed segments' tree sidecars
+        self.sidecar_warmer = SidecarWarmer(self.registry, self.scrubber.trees.sidecars, self.logger)
         self.scrubber.serve(self.rpc)
         self.catchup_leader = CatchUpLeader(self.registry, self.rpc, (self.config.far_catchup_lag_entries,
                                                                        self.config.far_catchup_lag_bytes),

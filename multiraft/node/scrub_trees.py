@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from multiraft.errors import InvalidRequest
-from multiraft.node.tree_sidecars import save
+from multiraft.node.tree_sidecars import SidecarWriter
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import NotLeader
 from raftlog.types import GroupId
@@ -88,6 +88,7 @@ class ReplicaTrees:
         self._report_damage = report_damage
         self._clock = clock
         self._logger = logger or structlog.get_logger("raftlog.scrub")
+        self.sidecars = SidecarWriter(self._logger)  # shared with the node's warmer
         self._kept: OrderedDict[tuple[int, int, int], tuple[SegmentStore, float, BuiltTree]] = OrderedDict()
         self.bytes_hashed = 0
         self.segments_from_sidecars = 0  # closed segments whose sidecars stood in for a read
@@ -126,7 +127,7 @@ class ReplicaTrees:
         self.segments_from_sidecars += builder.from_sidecars
         if builder.mismatched:  # bytes changed under a stamp that did not: rot (or a bug) a frame check passed
             self._logger.warning("tree_sidecar_mismatch", group_id=int(group_id), segments=builder.mismatched)
-        self.sidecars_written += await save(store, builder.made, self._logger)
+        self.sidecars_written += await self.sidecars.save(store, builder.made)
         self._kept[(int(group_id), lo, hi)] = (store, self._clock(), built)
         while len(self._kept) > TREES_KEPT:
             self._kept.popitem(last=False)

@@ -6,7 +6,7 @@ open segment and the sidecars, not the log. Sidecars come from two places:
 
 - **a build that read a closed segment whole** (a verify meeting a segment without a
   sidecar, or a deep verify, which reads them all) hands back what it computed on the
-  way; `save` writes it (`ReplicaTrees.build` calls it once the tree is answered);
+  way; `SidecarWriter.save` writes it (`ReplicaTrees.build` calls it once the tree is built);
 - **the warmer** (`SidecarWarmer.run`, one task a node): every `SCAN_S` it looks at each
   partition replica's closed segments and builds the sidecar of each that lacks a
   matching one, reading it a slice at a time on the loop (the store is the loop's), as a
@@ -40,42 +40,56 @@ SEGMENTS_PER_PASS = 16  # built per pass at most (a 64 MiB segment: about 70 ms 
 CHECKS_PER_PASS = 1024  # sidecars read and checked per pass at most (a few KiB each): a restart's first passes
 
 
-async def save(store: SegmentStore, made: list[SegmentLeaves], logger: Any) -> int:
-    """Write the sidecars a build computed of `store`'s closed segments; how many were written."""
-    written = 0
-    for sidecar in made:
-        segment = still_described(store, sidecar)
-        if segment is None:
-            continue
+class SidecarWriter:
+    """Writes sidecars, one write per segment at a time on this node (a verify's build and the
+    warmer may compute the same one: the second is skipped, as its temporary file is the first's)."""
+
+    def __init__(self, logger: Any) -> None:
+        self._logger = logger
+        self._writing: set[str] = set()  # segment paths whose sidecar is being written
+
+    async def save(self, store: SegmentStore, made: list[SegmentLeaves]) -> int:
+        """Write the sidecars a build computed of `store`'s closed segments; how many were written."""
+        written = 0
+        for sidecar in made:
+            segment = still_described(store, sidecar)
+            if segment is None or segment.path in self._writing:
+                continue
+            self._writing.add(segment.path)
+            try:
+                written += await self._save_one(store, segment.path, sidecar)
+            finally:
+                self._writing.discard(segment.path)
+        return written
+
+    async def _save_one(self, store: SegmentStore, path: str, sidecar: SegmentLeaves) -> int:
         try:
-            staged = stage_sidecar(store.files, segment.path, sidecar)
+            staged = stage_sidecar(store.files, path, sidecar)
         except OSError as error:
-            logger.warning("tree_sidecar_not_written", group_id=int(store.group), segment=int(segment.first_index),
-                           error=str(error))
-            continue
+            self._logger.warning("tree_sidecar_not_written", group_id=int(store.group), path=path, error=str(error))
+            return 0
         try:
             await asyncio.to_thread(staged.fsync)
         except OSError as error:
             staged.abandon()
-            logger.warning("tree_sidecar_not_written", group_id=int(store.group), segment=int(segment.first_index),
-                           error=str(error))
-            continue
+            self._logger.warning("tree_sidecar_not_written", group_id=int(store.group), path=path, error=str(error))
+            return 0
         except BaseException:
             staged.abandon()
             raise
-        if still_described(store, sidecar) is None:  # dropped, reopened or cut while it was synced
+        if store.closed or still_described(store, sidecar) is None:  # dropped, reopened or cut meanwhile
             staged.abandon()
-            continue
+            return 0
         staged.install(store.directory)
-        written += 1
-    return written
+        return 1
 
 
 class SidecarWarmer:
     """Builds the missing sidecars of this node's partition replicas' closed segments."""
 
-    def __init__(self, registry: GroupRegistry, logger: Any) -> None:
+    def __init__(self, registry: GroupRegistry, writer: SidecarWriter, logger: Any) -> None:
         self._registry = registry
+        self._writer = writer
         self._logger = logger
         # Per group: the store checked, and its closed segments known to have a matching
         # sidecar, as (first index, last index, size): a reopened and closed again segment differs.
@@ -128,7 +142,7 @@ class SidecarWarmer:
             # A segment that cannot have one (a frame fails its check) is not read again by every
             # pass: a verify reads it and reports the damage (the warmer starts no repair itself).
             known.add(shape)
-            if made is not None and await save(store, [made], self._logger):
+            if made is not None and await self._writer.save(store, [made]):
                 built += 1
                 self.built += 1
         return built
