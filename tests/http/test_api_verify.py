@@ -31,6 +31,9 @@ async def test_verify_reports_every_partition_and_goes_on_where_it_stopped(clust
         assert partition["ranges"] == [] and not partition["repair_started"]
         assert len(partition["replicas"]) == 2
     assert partitions[0]["high_watermark"] == 1
+    status, deep = await cluster.call("POST", 0, "/v1/admin/verify", json={"topics": ["verify-t"], "deep": True})
+    assert status == 200 and deep["verified"] == PARTITIONS_PER_CALL, deep  # every segment read: same answer
+    assert all(p["status"] in ("identical", "behind") for p in deep["partitions"])
 
 
 async def test_verify_refuses_unknown_topics_and_fields(cluster: Cluster) -> None:
@@ -39,6 +42,8 @@ async def test_verify_refuses_unknown_topics_and_fields(cluster: Cluster) -> Non
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"topic": "x"})
     assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"topics": []})
+    assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
+    status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"deep": "yes"})
     assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"start": 10_000})
     assert (status, body["error_code"]) == (416, "OFFSET_OUT_OF_RANGE")
