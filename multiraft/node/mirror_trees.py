@@ -19,7 +19,8 @@ Bounds, against a costly or hostile caller: a span covers at most `SPAN_LEAVES_M
 leaves (scrub_trees.py; the scrubber's trees have the same bound; the answer says where
 it stopped and the sink goes on from there), a call asks for at most `POSITIONS_MAX`
 digests, at most `BUILDS_MAX` trees are built at once on a node (each a read of its
-span, on the loop in slices), and built trees are kept 64 at most, for 120 s.
+span's open segment and edges, and of the closed segments without a tree sidecar, on the
+loop in slices: storage/scrub.py), and built trees are kept 64 at most, for 120 s.
 """
 
 from __future__ import annotations

@@ -68,8 +68,9 @@ SPANS_MAX = 4096  # spans (each up to SPAN_LEAVES_MAX leaves) one verify walks: 
 SCHEDULE_SCAN_S = 1.0
 IDENTICAL, BEHIND, DIFFERENT, SOURCE_DAMAGED, SINK_DAMAGED, UNREACHABLE = VERDICTS = (
     "identical", "behind", "different", "source_damaged", "sink_damaged", "unreachable")
-# A verify reads its span on both sides, about 1.4 s per GiB on this box (docs/mirror.md
-# "Figures"): from a small partition's milliseconds to a large one's minutes.
+# A verify reads the open segment on both sides and the closed ones' tree sidecars (0.1 s at
+# 1 GiB, docs/mirror.md "Figures"); a closed segment without a sidecar is read, about 1.4 s
+# per GiB on this box: from a small partition's milliseconds to a large one's minutes.
 VERIFY_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
