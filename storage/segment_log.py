@@ -92,7 +92,9 @@ class SegmentLog:
     # -- positions -------------------------------------------------------------
 
     def _segment_of(self, index: Index) -> Segment:
-        slot = bisect_right([s.first_index for s in self._segments], index) - 1
+        # Keyed, not a list of first indexes per call: a tree build asks once per segment it
+        # takes from a sidecar, and a long partition has thousands of segments.
+        slot = bisect_right(self._segments, index, key=lambda s: s.first_index) - 1
         assert slot >= 0, f"index {index} precedes every segment"
         return self._segments[slot]
 

@@ -80,7 +80,11 @@ class SidecarWriter:
         if store.closed or still_described(store, sidecar) is None:  # dropped, reopened or cut meanwhile
             staged.abandon()
             return 0
-        staged.install(store.directory)
+        try:
+            staged.install(store.directory)
+        except OSError as error:  # the rename or the directory's fsync: a sidecar found later is checked anyway
+            self._logger.warning("tree_sidecar_not_written", group_id=int(store.group), path=path, error=str(error))
+            return 0
         return 1
 
 
