@@ -54,7 +54,7 @@ from storage.state_db import (
     group_key,
     int_key,
 )
-from storage.tree_sidecar import forget_sidecar, is_sidecar, segment_of_sidecar
+from storage.tree_sidecar import discard, forget_sidecar, is_sidecar, segment_of_sidecar
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +137,10 @@ class _Walk:
             described = segment_of_sidecar(name)
             # An unfinished segment install or sidecar write, or a tree sidecar whose segment
             # is gone (a drop the crash interrupted): a sidecar is only ever a cache of its segment.
-            if name.endswith(PARTIAL_SUFFIX) or (is_sidecar(name) and (described is None or described not in present)):
+            if is_sidecar(name) and (described is None or described not in present):
+                self.directory_changed |= discard(self.files, path)  # an OSError logged: a cache
+                continue
+            if name.endswith(PARTIAL_SUFFIX):
                 self.files.unlink(path)
                 self.directory_changed = True
                 continue

@@ -33,6 +33,8 @@ as the chaos digest does (multiraft/node/debug_views.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from raftlog.messages import EntryKind
 from raftlog.types import Index, Offset
 from storage.errors import CorruptionError
@@ -45,6 +47,7 @@ from storage.tree_sidecar import (
     SegmentLeaves,
     SegmentStamp,
     read_sidecar,
+    sidecar_path,
     write_sidecar,
     xor_into,
 )
@@ -75,44 +78,77 @@ def valid_sidecar(store: SegmentStore, segment: Segment) -> SegmentLeaves | None
     return sidecar if sidecar.stamp == stamp_of(store, segment) else None
 
 
-def still_described(store: SegmentStore, sidecar: SegmentLeaves) -> Segment | None:
-    """The store's closed segment `sidecar` was computed from, if it still holds it unchanged
+@dataclass(frozen=True, slots=True, eq=False)
+class ComputedSidecar:
+    """A sidecar a build computed, with the segment object it read and that segment's
+    generation then: written only while the store still holds exactly that (`still_described`)."""
+
+    segment: Segment
+    generation: int
+    sidecar: SegmentLeaves
+
+    @property
+    def stamp(self) -> SegmentStamp:
+        return self.sidecar.stamp
+
+
+def holds(store: SegmentStore, segment: Segment, generation: int) -> bool:
+    """Does `store` still hold closed `segment`, the same object, unchanged since `generation`?
+    A name, a range and a size are not enough: a Raft truncation into an earlier segment and a
+    refill of the same shape make a new segment of the same name (or reopen and close this one)."""
+    if store.closed or segment.generation != generation or not segment.closed:
+        return False
+    if not store.segments or segment.first_index < store.segments[0].first_index:
+        return False
+    return store.segment_of(segment.first_index) is segment and store.first_index() <= segment.first_index
+
+
+def still_described(store: SegmentStore, computed: ComputedSidecar) -> Segment | None:
+    """The store's closed segment `computed` was read from, if it still holds it unchanged
     (a sidecar is written only then: retention, a reopen or a truncation may have come between)."""
-    first = Index(sidecar.stamp.first_index)
-    if store.closed or not store.segments or first < store.segments[0].first_index:
+    segment = computed.segment
+    if not holds(store, segment, computed.generation):
         return None
-    segment = store.segment_of(first)
-    if segment.first_index != first or not segment.closed:
-        return None
-    return segment if stamp_of(store, segment) == sidecar.stamp else None
+    return segment if stamp_of(store, segment) == computed.sidecar.stamp else None
 
 
 class SegmentLeavesBuilder:
     """A closed segment's partial leaves, read from its frames a slice at a time, each
-    frame checked. `result` when done: the sidecar, or None (`failed` says why)."""
+    frame checked. `result` when done: the sidecar, or None (`failed` says why).
+
+    The stamp is taken first, and every slice and the finish check that the store still
+    holds this very segment object at this generation (`holds`): frames are read through
+    the store by index, so a segment replaced between two slices would otherwise hand the
+    later slices another segment's frames, and a stamp taken at the end would describe a
+    mix of the two."""
 
     def __init__(self, store: SegmentStore, segment: Segment) -> None:
         assert segment.closed
         self.store, self.segment = store, segment
-        self._shape = (segment.last_index, segment.size)
+        self.generation = segment.generation
+        self._stamp = stamp_of(store, segment)
         self._next: Index | None = segment.first_index
         self._leaves = LeavesAccumulator()
         self.bytes_hashed = 0
         self.result: SegmentLeaves | None = None
         self.failed = ""
+        if self._stamp is None:
+            self._fail("its last frame's header does not name its last entry")
 
     @property
     def done(self) -> bool:
         return self._next is None
 
+    @property
+    def computed(self) -> ComputedSidecar | None:
+        return None if self.result is None else ComputedSidecar(self.segment, self.generation, self.result)
+
     def step(self, entries_max: int = SLICE_ENTRIES, bytes_max: int = SLICE_BYTES) -> bool:
         if self._next is None:
             return True
         segment, store = self.segment, self.store
-        if not segment.closed or (segment.last_index, segment.size) != self._shape:
-            return self._fail("the segment changed while it was read")
-        if store.closed or store.first_index() > segment.first_index:
-            return self._fail("the segment was dropped while it was read")
+        if not holds(store, segment, self.generation):
+            return self._fail("the segment was dropped, reopened or replaced while it was read")
         start = self._next
         stop = Index(min(segment.last_index + 1, start + entries_max))
         index, hashed = start, 0
@@ -135,10 +171,10 @@ class SegmentLeavesBuilder:
             self._next = index
             return False
         self._next = None
-        stamp = stamp_of(self.store, segment)
-        if stamp is None:
-            return self._fail("its last frame's header does not name its last entry")
-        self.result = self._leaves.finish(stamp)
+        if stamp_of(self.store, segment) != self._stamp:  # (`holds` was checked before this last slice)
+            return self._fail("its last frame changed while it was read")
+        assert self._stamp is not None
+        self.result = self._leaves.finish(self._stamp)
         return True
 
     def _fail(self, why: str) -> bool:
@@ -163,8 +199,9 @@ class ReplicaTreeBuilder:
         self._direct_below = Index(0)  # entries below this are read directly (a whole read failed)
         self.damaged: list[int] = []  # indexes of entries whose frames failed their check
         self.bytes_hashed = 0
-        self.made: list[SegmentLeaves] = []  # sidecars computed here, for the caller to write
+        self.made: list[ComputedSidecar] = []  # sidecars computed here, for the caller to write
         self.from_sidecars = 0  # closed segments taken from their sidecars
+        self.ignored = 0  # closed segments whose sidecar was there but did not match (read instead)
         self.mismatched: list[int] = []  # deep: segments whose matching sidecar disagreed with their bytes
 
     def _first(self, lo: int) -> Index:
@@ -173,7 +210,10 @@ class ReplicaTreeBuilder:
         a build starting there may take the segment whole)."""
         index = lookup(self.store, Offset(lo))[0]
         segment = self.store.segment_of(index)
-        return segment.first_index if segment.first_offset >= lo else index
+        if segment.first_offset < lo:
+            return index
+        # The log may start inside this segment (compacted into it): no entry below its start is read.
+        return Index(max(segment.first_index, self.store.first_index()))
 
     @property
     def done(self) -> bool:
@@ -201,6 +241,7 @@ class ReplicaTreeBuilder:
                 if sidecar is not None:
                     self.from_sidecars += 1
                     return self._take(segment, sidecar)
+                self.ignored += self.store.files.exists(sidecar_path(segment.path))
             build = self._segment_build = SegmentLeavesBuilder(self.store, segment)
         before = build.bytes_hashed
         finished = build.step(entries_max, bytes_max)
@@ -215,7 +256,7 @@ class ReplicaTreeBuilder:
         if existing is not None and existing != build.result:
             self.mismatched.append(int(segment.first_index))
         if existing != build.result:
-            self.made.append(build.result)
+            self.made.append(ComputedSidecar(segment, build.generation, build.result))
         return self._take(segment, build.result)
 
     def _take(self, segment: Segment, sidecar: SegmentLeaves) -> bool:
@@ -271,13 +312,16 @@ def build_tree(store: SegmentStore, lo: int, hi: int, *, deep: bool = False) -> 
 
 
 def write_made(store: SegmentStore, builder: ReplicaTreeBuilder | SegmentLeavesBuilder) -> int:
-    """Write the sidecars a build computed, on this thread (tests, tools; the node writes
-    them with the fsync on a thread: multiraft/node/tree_sidecars.py). Returns how many."""
-    made = builder.made if isinstance(builder, ReplicaTreeBuilder) else [builder.result] if builder.result else []
+    """Write the sidecars a build computed that still describe their segments (tests, tools;
+    the node writes them in the background: multiraft/node/tree_sidecars.py). How many."""
+    if isinstance(builder, ReplicaTreeBuilder):
+        made = builder.made
+    else:
+        made = [builder.computed] if builder.computed is not None else []
     written = 0
-    for sidecar in made:
-        segment = still_described(store, sidecar)
+    for computed in made:
+        segment = still_described(store, computed)
         if segment is not None:
-            write_sidecar(store.files, store.directory, segment.path, sidecar)
+            write_sidecar(store.files, segment.path, computed.sidecar)
             written += 1
     return written

@@ -34,9 +34,12 @@ CRC: u32); leaf count u32; per leaf (ascending) its index u64 and 16-byte digest
 of everything before it. A 64 MiB segment of 100-byte records holds about 150 leaves:
 a sidecar of about 4 KiB.
 
-**Written atomically**: a temporary file (`<segment>.leaves.tmp`), fsynced, renamed over
-the name, the directory fsynced. A crash leaves the old sidecar, the new one, or a
-temporary file (recovery removes those); any of them is checked before use.
+**Written without an fsync**: a temporary file (`<segment>.leaves.tmp`) renamed over the
+name, neither the file nor the directory fsynced. A sidecar is a cache: a crash may leave
+no sidecar, the old one, a torn or empty one under the name, or a temporary file
+(recovery removes those); a torn one fails its CRC, so every one is checked before use
+and the worst case is a segment read again. Two fsyncs per sidecar would put a disk
+flush on a verify's path for nothing the checks do not already give.
 """
 
 from __future__ import annotations
@@ -44,10 +47,12 @@ from __future__ import annotations
 import itertools
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from storage.files import FileHandle, Files
+import structlog
+
+from storage.files import Files
 from storage.tictac import DIGEST_BYTES, LEAF_OFFSETS, xor
 
 SUFFIX = ".leaves"
@@ -63,6 +68,8 @@ _CRC = struct.Struct(">I")
 # segment, so a 64 MiB segment of 1-byte records (about 2 M records, 520 leaves) stays
 # far below this. A file claiming more is not a sidecar of ours.
 SIDECAR_BYTES_MAX = 4 << 20
+
+_logger = structlog.get_logger("raftlog.storage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,58 +189,45 @@ def read_sidecar(files: Files, segment_path: str) -> SegmentLeaves | None:
 
 
 def forget_sidecar(files: Files, segment_path: str) -> None:
-    """Unlink the sidecar of a segment dropped or reopened (durable at the caller's `sync_dir`)."""
+    """Unlink the sidecar of a segment dropped or reopened (durable at the caller's `sync_dir`).
+    Never raises: a sidecar is a cache checked by its stamp, and this runs in the middle of a
+    truncation, a retention drop or recovery, which must not stop halfway for it. One left
+    behind describes a segment no longer there (its stamp says so); recovery removes it."""
     for path in (sidecar_path(segment_path), segment_path + TEMPORARY_SUFFIX):
+        discard(files, path)
+
+
+def discard(files: Files, path: str) -> bool:
+    """Unlink `path` if it is there; an OSError is logged, not raised. True: it is gone."""
+    try:
         if files.exists(path):
             files.unlink(path)
+        return True
+    except FileNotFoundError:  # removed meanwhile (recovery, an install, a drop): what was wanted
+        return True
+    except OSError as error:
+        _logger.warning("tree_sidecar_not_removed", path=path, error=str(error))
+        return False
 
 
-@dataclass(slots=True)
-class StagedSidecar:
-    """A sidecar written to its temporary file: `fsync` (any thread), then `install` or `abandon`."""
-
-    files: Files
-    handle: FileHandle
-    temporary: str
-    final: str
-    fsync: Callable[[], None]
-
-    def install(self, directory: str) -> None:
-        self.files.close(self.handle)
-        self.files.rename(self.temporary, self.final)
-        self.files.sync_dir(directory)
-
-    def abandon(self) -> None:
-        self.files.close(self.handle)
-        self.files.unlink(self.temporary)
-
-
-def stage_sidecar(files: Files, segment_path: str, sidecar: SegmentLeaves) -> StagedSidecar:
-    """Write `sidecar` to its temporary file; its fsync is to run next (on another thread if
-    the caller likes: closing nothing meanwhile, the fsync holds its own descriptor)."""
+def write_sidecar(files: Files, segment_path: str, sidecar: SegmentLeaves) -> None:
+    """Write `sidecar` beside its segment: a temporary file renamed over the name, no fsync
+    (module docstring: a cache checked by its CRC and stamp; a torn one is rebuilt). On this
+    thread and in one go, so nothing of the store's changes between the caller's check and the
+    rename. Raises OSError (a full disk); the temporary file is then removed if it can be."""
     temporary = segment_path + TEMPORARY_SUFFIX
-    if files.exists(temporary):  # a write a failure interrupted
-        files.unlink(temporary)
-    handle = files.create(temporary)
+    discard(files, temporary)  # a write a failure interrupted
     try:
-        files.append(handle, [encode(sidecar)])
-        fsync = files.detached_fsync(handle)
-    except BaseException:
-        files.close(handle)
-        files.unlink(temporary)
+        handle = files.create(temporary)
+        try:
+            files.append(handle, [encode(sidecar)])
+            files.to_os(handle)  # the write-behind double holds appends until an fsync otherwise
+        finally:
+            files.close(handle)
+        files.rename(temporary, sidecar_path(segment_path))
+    except OSError:
+        discard(files, temporary)
         raise
-    return StagedSidecar(files, handle, temporary, sidecar_path(segment_path), fsync)
-
-
-def write_sidecar(files: Files, directory: str, segment_path: str, sidecar: SegmentLeaves) -> None:
-    """The whole atomic write on this thread (tests, tools; the node fsyncs on a thread)."""
-    staged = stage_sidecar(files, segment_path, sidecar)
-    try:
-        staged.fsync()
-    except BaseException:
-        staged.abandon()
-        raise
-    staged.install(directory)
 
 
 def xor_into(leaves: list[bytes], first_leaf: int, sidecar: SegmentLeaves) -> None:

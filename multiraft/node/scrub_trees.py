@@ -88,11 +88,9 @@ class ReplicaTrees:
         self._report_damage = report_damage
         self._clock = clock
         self._logger = logger or structlog.get_logger("raftlog.scrub")
-        self.sidecars = SidecarWriter(self._logger)  # shared with the node's warmer
+        self.sidecars = SidecarWriter(self._logger)  # shared with the node's warmer; its `counts` on /metrics
         self._kept: OrderedDict[tuple[int, int, int], tuple[SegmentStore, float, BuiltTree]] = OrderedDict()
         self.bytes_hashed = 0
-        self.segments_from_sidecars = 0  # closed segments whose sidecars stood in for a read
-        self.sidecars_written = 0  # computed by a build that read a closed segment whole
 
     def span(self, group_id: GroupId, lo: int, hi: int) -> tuple[int, int]:
         """`[lo, hi)` cut to what this replica holds and has applied, and to the leaf bound."""
@@ -124,10 +122,13 @@ class ReplicaTrees:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
         built = BuiltTree(builder.tree(), tuple(builder.damaged), builder.bytes_hashed)
         self.bytes_hashed += builder.bytes_hashed
-        self.segments_from_sidecars += builder.from_sidecars
+        counts = self.sidecars.counts
+        counts.segments_from_sidecars += builder.from_sidecars
+        counts.ignored += builder.ignored
+        counts.mismatched += len(builder.mismatched)
         if builder.mismatched:  # bytes changed under a stamp that did not: rot (or a bug) a frame check passed
             self._logger.warning("tree_sidecar_mismatch", group_id=int(group_id), segments=builder.mismatched)
-        self.sidecars_written += await self.sidecars.save(store, builder.made)
+        self.sidecars.offer(store, builder.made)  # written after this answer, in the writer's task
         self._kept[(int(group_id), lo, hi)] = (store, self._clock(), built)
         while len(self._kept) > TREES_KEPT:
             self._kept.popitem(last=False)

@@ -59,4 +59,8 @@ async def test_metrics_count_what_the_scrubber_verified(cluster: Cluster) -> Non
         lines = [line for line in text.decode().splitlines() if line.startswith("raftlog_scrub_partitions_verified_total")]
         assert lines, "every node exposes the scrubber's counters"
         verified += float(lines[0].split()[-1])
+        names = {line.split()[0] for line in text.decode().splitlines() if line.startswith("raftlog_tree_sidecar_")}
+        assert {f"raftlog_tree_sidecar_{name}_total" for name in (
+            "written", "write_failures", "writes_dropped", "warmer_bytes_hashed", "segments_from_sidecars", "ignored",
+            "mismatched")} <= names, "and the tree sidecars' (docs/mirror.md \"Incremental trees\")"
     assert verified >= 1, "the partition's leader counted its verify"

@@ -41,7 +41,7 @@ async def test_warmed_replicas_verify_from_their_sidecars_and_a_deep_verify_read
         open_bytes = sum(node.stores[node.partition_group("warm", p)].segments[-1].size
                          for node in nodes for p in (0, 1))
         assert 0 < sum(t.bytes_hashed for t in trees) - hashed <= open_bytes, "only the open segments were read"
-        assert sum(t.segments_from_sidecars for t in trees) > 30
+        assert sum(t.sidecars.counts.segments_from_sidecars for t in trees) > 30
 
         deep_before = sum(t.bytes_hashed for t in trees)
         report = (await nodes[0].api.verify(["warm"], 0, deep=True)).to_json()
