@@ -335,8 +335,9 @@ class NodeApi:
 
     # ------------------------------------------------------------------ entry points
 
-    async def verify(self, topics: list[str] | None, start: int, deep: bool = False) -> VerifyReport:
-        """Compare partitions' replicas with their leaders (the scrubber, multiraft/node/scrubber.py)."""
+    async def verify(self, topics: list[str] | None, start: int, deep: bool = True) -> VerifyReport:
+        """Compare partitions' replicas with their leaders (the scrubber, multiraft/node/scrubber.py);
+        `deep` (the default) reads every segment again, false takes closed segments' tree sidecars."""
         return await self._scrubber.verify(topics, start, deep=deep)
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,

@@ -17,8 +17,9 @@ RPCs (JSON bodies, digests in hex):
 - `scrub.tree` {group_id, lo, hi, deep?} -> {lo, hi, depth, root, damaged}: the span is cut
   to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
   watermark (a replica behind answers a shorter span: "behind", not "different"), and
-  to `SPAN_LEAVES_MAX` leaves from `lo`'s; `deep` (absent: false, as an earlier version's
-  leader sends it) reads every closed segment of the span instead of its tree sidecar;
+  to `SPAN_LEAVES_MAX` leaves from `lo`'s; `deep` reads every closed segment of the span
+  instead of its tree sidecar; absent (an earlier version's leader, whose builds read
+  everything) it is true, `false` takes the sidecars;
 - `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree (a
   span over the leaf bound is refused);
 - `scrub.repair` {group_id} -> {started}: the repair a damaged read starts
@@ -169,7 +170,8 @@ class ReplicaTrees:
         request = _request(body)
         group_id = GroupId(_int(request, "group_id"))
         lo, hi = self.span(group_id, _int(request, "lo"), _int(request, "hi"))
-        deep = request.get("deep", False) is True  # absent from an earlier version's leader
+        # Absent from an earlier version's leader, whose verify read every segment: so does this.
+        deep = request.get("deep", True) is not False
         return (await self.build(group_id, lo, hi, fresh=True, deep=deep)).summary()
 
     async def _nodes_call(self, body: bytes) -> dict[str, Any]:

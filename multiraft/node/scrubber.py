@@ -18,13 +18,15 @@ may have moved the log start past it; the walk ends when nothing is left), a fol
 whose answered span the leader no longer holds is asked again from the new start, and
 a verify whose leader stopped leading or reopened its replica answers `NotLeader`.
 
-What each build reads (storage/scrub.py): by default the open segment and the span's
-edges, each closed segment wholly inside the span counted by its tree sidecar
-(storage/tree_sidecar.py), read only when it has none that matches it; so rot in a
-closed segment whose sidecar was written before it is not seen. A **deep** verify
-(`deep`, `raftlog cluster verify --deep`) has the leader and every follower read every
-segment of the span again, which is what finds rot (and rewrites a sidecar that
-disagrees with its segment's bytes). The trees are the same either way, bit for bit.
+What each build reads (storage/scrub.py): a verify is **deep** by default (finding rot
+between replicas is what it is for): the leader and every follower read every segment
+of the span again, and a sidecar that disagrees with its segment's bytes is rewritten.
+A **fast** one (`"deep": false`, `raftlog cluster verify --fast`) reads the open segment
+and the span's edges and counts each closed segment wholly inside the span by its tree
+sidecar (storage/tree_sidecar.py), read only when none matches it; so rot in a closed
+segment whose sidecar was written before it is not seen. The trees are the same either
+way, bit for bit. `deep` travels in `scrub.verify` and `scrub.tree`; absent (a node of
+an earlier version, whose builds read everything) it means deep.
 
 A different follower is repaired the way a replica whose read met a bad frame is:
 `Replicas.report_damage` there (a reopen with a full check; recovery cuts the log
@@ -171,16 +173,16 @@ class Scrubber:
         try:
             request = json.loads(body)
             topic, partition = request["topic"], int(request["partition"])
-            deep = request.get("deep", False) is True  # absent from an earlier version's call
+            deep = request.get("deep", True) is not False  # absent from an earlier version's call: deep, as it was
         except (ValueError, KeyError, TypeError, AttributeError):
             raise InvalidRequest("scrub.verify: {topic, partition, deep}") from None
         return await self.verify_partition(topic, partition, deep=deep)
 
     # -- many partitions, from any node --------------------------------------------------
 
-    async def verify(self, topics: Sequence[str] | None, start: int, *, deep: bool = False) -> VerifyReport:
+    async def verify(self, topics: Sequence[str] | None, start: int, *, deep: bool = True) -> VerifyReport:
         """Up to PARTITIONS_PER_CALL partitions from position `start` of the request's list.
-        `deep`: every replica reads its closed segments again (module docstring)."""
+        `deep`: every replica reads its closed segments again; false: their sidecars (module docstring)."""
         catalog = self._catalog.catalog
         names = sorted(catalog.topics) if topics is None else list(topics)
         for name in names:
@@ -218,7 +220,7 @@ class Scrubber:
 
     # -- one partition, on its leader ----------------------------------------------------
 
-    async def verify_partition(self, topic: str, partition: int, *, deep: bool = False) -> PartitionVerdict:
+    async def verify_partition(self, topic: str, partition: int, *, deep: bool = True) -> PartitionVerdict:
         group_id = self._catalog.partition_group(topic, partition)
         runtime = self._registry.leading(group_id)
         store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
@@ -320,7 +322,7 @@ class Scrubber:
         where this leader starts now."""
         asked = lo
         for _ in range(TREE_ASKS_MAX):
-            # `deep` is left out by an earlier version, which reads every segment anyway.
+            # An earlier version ignores `deep`: it reads every segment anyway.
             summary = json.loads(await self._call(node, "scrub.tree", {"group_id": lead.group_id, "lo": asked,
                                                                        "hi": hi, "deep": deep}, TREE_CALL_TIMEOUT_S))
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])

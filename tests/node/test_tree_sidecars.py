@@ -20,8 +20,8 @@ from tests.node.test_scrubber import _flip_a_byte_at_offset, _written
 async def test_warmed_replicas_verify_from_their_sidecars_and_a_deep_verify_reads_them(tmp_path: Path) -> None:
     # Goal: once the warmer has run, every closed segment of every replica has a matching
     # sidecar; a verify then hashes no more than each replica's open segment and counts its
-    # closed segments by their sidecars, with the same verdict a deep verify (which reads
-    # them all) gives; rot under a sidecar is found by the deep one only.
+    # closed segments by their sidecars, with the same verdict a deep verify (the default,
+    # which reads them all) gives; rot under a sidecar is found by the deep one only.
     async with running_cluster(tmp_path) as nodes:
         await _written(nodes, "warm", batches=24)  # 12,000 offsets in 4 KiB segments
         for node in nodes:
@@ -36,7 +36,7 @@ async def test_warmed_replicas_verify_from_their_sidecars_and_a_deep_verify_read
 
         trees = [node.scrubber.trees for node in nodes]
         hashed = sum(t.bytes_hashed for t in trees)
-        report = (await nodes[0].api.verify(["warm"], 0)).to_json()
+        report = (await nodes[0].api.verify(["warm"], 0, deep=False)).to_json()
         assert report["all_identical"], report
         open_bytes = sum(node.stores[node.partition_group("warm", p)].segments[-1].size
                          for node in nodes for p in (0, 1))
@@ -44,14 +44,14 @@ async def test_warmed_replicas_verify_from_their_sidecars_and_a_deep_verify_read
         assert sum(t.sidecars.counts.segments_from_sidecars for t in trees) > 30
 
         deep_before = sum(t.bytes_hashed for t in trees)
-        report = (await nodes[0].api.verify(["warm"], 0, deep=True)).to_json()
+        report = (await nodes[0].api.verify(["warm"], 0)).to_json()
         assert report["all_identical"], report
         assert sum(t.bytes_hashed for t in trees) - deep_before > 6 * 12_000 * 5, "every replica read its log"
 
         leader = leader_of(nodes, "warm", 0)
         follower = next(n for n in nodes if n is not leader)
         _flip_a_byte_at_offset(follower, "warm", 6000)
-        assert (await nodes[0].api.verify(["warm"], 0)).to_json()["all_identical"]
-        report = (await nodes[0].api.verify(["warm"], 0, deep=True)).to_json()
+        assert (await nodes[0].api.verify(["warm"], 0, deep=False)).to_json()["all_identical"]
+        report = (await nodes[0].api.verify(["warm"], 0)).to_json()
         assert report["partitions"][0]["status"] == "different"
         assert report["partitions"][0]["ranges"] == [[4096, 8192]]

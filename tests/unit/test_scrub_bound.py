@@ -304,7 +304,7 @@ def test_a_mirror_source_answering_a_span_over_the_bound_is_unreachable(tmp_path
     registry.leading = lambda group_id: object()
 
     class Source:
-        async def tree(self, topic: str, partition: int, lo: int, hi: int) -> dict[str, Any]:
+        async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
             return {"lo": 0, "hi": 2 * LEAF_OFFSETS, "depth": 1, "root": "00" * 16, "damaged": [],
                     "log_start_offset": 0, "high_watermark": APPLIED}
 

@@ -29,8 +29,9 @@ async def balance_leadership(request: web.Request) -> web.Response:
 async def verify(request: web.Request) -> web.Response:
     """Up to PARTITIONS_PER_CALL partitions (of `topics`, or every topic), from `start` on:
     each `identical`, `behind`, `different` (with the offset ranges), `leader_damaged` or
-    `unreachable`; `next_start` is where the next call goes on (null: done). `deep`: every
-    replica reads its closed segments again instead of taking them from their tree sidecars."""
+    `unreachable`; `next_start` is where the next call goes on (null: done). `deep` (the
+    default): every replica reads its closed segments again, which finds rot; false: closed
+    segments count by their tree sidecars (fast; rot under a sidecar is not seen)."""
     body = await json_object(request, required=False)
     unknown = set(body) - {"topics", "start", "deep"}
     if unknown:
@@ -40,7 +41,7 @@ async def verify(request: web.Request) -> web.Response:
                                or not all(isinstance(t, str) for t in topics)):
         raise InvalidRequest(f"topics must be a list of 1 to {VERIFY_TOPICS_MAX} topic names")
     start = int_field(body, "start", 0, low=0)
-    deep = body.get("deep", False)
+    deep = body.get("deep", True)
     if not isinstance(deep, bool):
         raise InvalidRequest("deep must be true or false")
     node = node_of(request)
