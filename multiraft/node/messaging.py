@@ -15,6 +15,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from multiraft.node.early_votes import EarlyVotes
 from multiraft.node.move_throttle import THROTTLED_TYPES, throttled
 from multiraft.transport.frames import FrameTooLarge, FrameType
 from multiraft.transport.rpc import FRAME_RPC_REQUEST, FRAME_RPC_RESPONSE
@@ -105,6 +106,7 @@ class Inbox:
         self._liveness = liveness
         self._rpc_frame = rpc_frame
         self._logger = logger
+        self.early_votes = EarlyVotes()  # for groups not open here yet (early_votes.py)
 
     def on_frame(self, source: int, frame_type: int, group_id: int, body: bytes) -> None:
         self._liveness.heard(source)
@@ -144,3 +146,12 @@ class Inbox:
         runtime = self._registry.groups.get(group_id)
         if runtime is not None:
             runtime.deliver(message)
+        else:
+            self.early_votes.keep(group_id, message)
+
+    def opened(self, group_id: GroupId) -> None:
+        """A group just opened here: the vote requests that came before it, now."""
+        runtime = self._registry.groups.get(group_id)
+        for message in self.early_votes.take(group_id):
+            if runtime is not None:
+                runtime.deliver(message)

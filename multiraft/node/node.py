@@ -107,7 +107,7 @@ class Node:
                                      is_live=self.liveness.is_live, start_task=self.start_task,
                                      update_peers=self.update_peers, leader_of=self.routing.leader_of,
                                      node_ticks=self.ticker.now, wake_after_ticks=self.ticker.wake_after,
-                                     segments_changed=self.changed_stores.note,
+                                     segments_changed=self.changed_stores.note, opened=self.inbox.opened,
                                  ), self.logger)
         self._build_services()
 

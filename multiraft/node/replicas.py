@@ -86,6 +86,7 @@ class ReplicaLinks:
     wake_after_ticks: Callable[[int, Any], None]  # the ticker's timers (GroupDeps.wake_after_ticks)
     # Told of each store whose closed segments changed (the tree sidecar warmer's list).
     segments_changed: Callable[[SegmentStore], None] | None = None
+    opened: Callable[[GroupId], None] | None = None  # a group opened here (early vote requests: messaging.py)
 
 
 @dataclasses.dataclass(slots=True)
@@ -209,6 +210,8 @@ class Replicas:
             self._reopening.reopened(runtime, first)
         self._registry.add(group_id, runtime, store, machine if partition else None)
         runtime.start()
+        if self._links.opened is not None:
+            self._links.opened(group_id)
         return runtime
 
     @staticmethod
