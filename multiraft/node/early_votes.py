@@ -28,16 +28,19 @@ EARLY_VOTE_TTL_S = 2.0
 
 
 class EarlyVotes:
-    """The latest vote request per (group, candidate) for groups not open here (pure but for the clock)."""
+    """The latest vote request per (group, candidate) for groups not open here (pure but for
+    the clock). `take` costs the group's own requests only: a node opening 5,000 new
+    groups asks once per group."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, limit: int = EARLY_VOTES_MAX,
                  ttl_s: float = EARLY_VOTE_TTL_S) -> None:
         assert limit >= 1 and ttl_s > 0
         self._clock, self._limit, self._ttl_s = clock, limit, ttl_s
-        self._kept: OrderedDict[tuple[GroupId, int], tuple[float, Message]] = OrderedDict()
+        self._order: OrderedDict[tuple[GroupId, int], float] = OrderedDict()  # oldest first
+        self._by_group: dict[GroupId, dict[int, tuple[float, Message]]] = {}
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return len(self._order)
 
     def keep(self, group_id: GroupId, message: Message) -> bool:
         """Keep `message` if it is a vote request (True); anything else is dropped, as before."""
@@ -45,20 +48,24 @@ class EarlyVotes:
             return False
         now = self._clock()
         key = (group_id, message.source)
-        self._kept.pop(key, None)
-        self._kept[key] = (now, message)
-        while self._kept and (len(self._kept) > self._limit
-                              or next(iter(self._kept.values()))[0] < now - self._ttl_s):
-            self._kept.popitem(last=False)
+        self._order.pop(key, None)
+        self._order[key] = now
+        self._by_group.setdefault(group_id, {})[message.source] = (now, message)
+        while self._order and (len(self._order) > self._limit or next(iter(self._order.values())) < now - self._ttl_s):
+            (old_group, source), _ = self._order.popitem(last=False)
+            kept = self._by_group[old_group]
+            del kept[source]
+            if not kept:
+                del self._by_group[old_group]
         return True
 
     def take(self, group_id: GroupId) -> list[Message]:
         """The requests kept for `group_id` that are still fresh, oldest first; forgotten here."""
+        kept = self._by_group.pop(group_id, None)
+        if not kept:
+            return []
         now = self._clock()
-        taken = [key for key in self._kept if key[0] == group_id]
-        fresh = []
-        for key in taken:
-            at, message = self._kept.pop(key)
-            if at >= now - self._ttl_s:
-                fresh.append(message)
-        return fresh
+        for source in kept:
+            del self._order[(group_id, source)]
+        return [message for at, message in sorted(kept.values(), key=lambda pair: pair[0])
+                if at >= now - self._ttl_s]
