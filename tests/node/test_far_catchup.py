@@ -53,7 +53,8 @@ async def _write(node: Node, first: int, count: int) -> list[bytes]:
     return values
 
 
-async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.MonkeyPatch,
+                                stream: bool = True) -> None:
     # The leader looks every 10 ms, not every second: 300 small entries replay in less.
     monkeypatch.setattr(catchup_leader, "ROUND_S", 0.01)
     async with running_cluster(tmp_path, far_catchup_lag_entries=60) as nodes:
@@ -72,6 +73,8 @@ async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.
             shutil.rmtree(away.config.data_dir / "groups" / str(group))
         values += await _write(leader, 20, 600)  # 1.2 MB, about 75 segments of 16 KiB: more than one append
         nodes[position] = back = Node(away.config)
+        if not stream:  # as with TLS between peers: no side connections, files by chunks
+            monkeypatch.setattr(leader.catchup_leader, "_side", None)
         # No hook holds its appends back: the leader's core finds it far behind when its
         # probe succeeds and waits for the far-horizon round (Config.far_wait_lag_entries),
         # which holds it for files before replay starts.
@@ -79,6 +82,8 @@ async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.
         await until(lambda: _holds(back, values), "the follower caught up", 60)
         counts = leader.catchup_leader.counts
         assert counts["installed"] >= 1 and counts["bytes_sent"] > 100_000, counts
+        # By a side connection (catchup_stream.py), or by chunks when there is none.
+        assert (counts["streams"] >= 1) is stream and counts["streams_failed"] == 0, counts
         assert back.api.catchup_counts["follower_installed"] >= 1 and leader.api.catchup_counts["installed"] >= 1
         # Back from an outage it kept the files it had (the first records'); wiped, it had none.
         assert (back.api.catchup_counts["bytes_reused"] > 0) is not wipe
@@ -107,6 +112,15 @@ async def test_a_follower_back_from_a_long_outage_catches_up_by_files(tmp_path: 
 async def test_a_follower_whose_log_was_wiped_catches_up_by_files(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     await _far_behind_then_back(tmp_path, True, monkeypatch)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_without_side_connections_the_files_go_by_chunks(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fallback: a leader without side connections (TLS between peers) offers the files
+    # by catchup.chunk calls, their CRCs in the offer, as before the stream.
+    await _far_behind_then_back(tmp_path, True, monkeypatch, stream=False)
 
 
 @pytest.mark.integration

@@ -1,0 +1,156 @@
+"""Side connections: a socket of its own between two nodes, for bulk bytes that should
+not go through the frame path (far-horizon catch-up's segment files,
+multiraft/node/catchup_stream.py).
+
+    node 2 (receives)                              node 1 (sends)
+    listen(1) -> SideListener on <raft host>:0
+       port ----------- in an RPC answer ---------->
+    accept()  <------- TCP, dialled by 1 ---------  dial(2, port)
+              <------- the cluster-secret handshake (handshake.py), both ways ------->
+    the socket is its owner's: plain bytes, any thread
+
+Why a connection of its own: the peer connection carries every group's Raft traffic
+as frames, each copied, CRC'd and handed to a callback on the event loop; a gigabyte
+of files through it took the loop and the frame code seconds on both sides. A side
+connection carries the files' own bytes (os.sendfile on one end, large reads on the
+other, on threads), and the files' own frame CRCs check them.
+
+Authentication is the transport's: the same handshake and the same secret, both node
+ids inside its MACs, so the listener accepts only the node it expects and the dialler
+reaches only the node it named. The listener is one-shot (one authenticated
+connection, then it closes) and lives at most `accept_s`; a stranger that connects
+first fails the handshake and is dropped, and the listener waits on, to its deadline.
+
+No TLS here: with TLS between peers (`Transport(tls=...)`) the transport offers no side
+channel (`Transport.side_channel()` is None) and callers keep to the frame path, which
+TLS protects. Bytes are in the clear otherwise, as the peer connection's frames are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable
+
+from multiraft.transport.frames import TransportError
+from multiraft.transport.handshake import HandshakeError, accept_handshake, connect_handshake
+
+__all__ = ["SideChannel", "SideListener"]
+
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+class _SocketIo:
+    """What the handshake reads and writes with (handshake.py's HandshakeReader and
+    HandshakeWriter), over a non-blocking socket on the event loop."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.transport = self  # the writer's `transport.is_closing()`
+
+    def is_closing(self) -> bool:
+        return self._sock.fileno() == -1
+
+    def write(self, data: bytes) -> None:
+        # A handshake message (at most 109 bytes) on a fresh connection: the send buffer
+        # takes it whole, or the connection is no good.
+        try:
+            sent = self._sock.send(data)
+        except OSError as error:
+            raise HandshakeError(f"side connection: {error!r}") from None
+        if sent != len(data):
+            raise HandshakeError("side connection: a short write during the handshake")
+
+    async def readexactly(self, size: int) -> bytes:
+        loop = asyncio.get_running_loop()
+        data = b""
+        while len(data) < size:
+            part = await loop.sock_recv(self._sock, size - len(data))
+            if not part:
+                raise asyncio.IncompleteReadError(data, size)
+            data += part
+        return data
+
+
+class SideListener:
+    """One authenticated connection from `peer`, then closed. `close` whatever happened."""
+
+    def __init__(self, sock: socket.socket, node_id: int, peer: int, secret: bytes, handshake_s: float) -> None:
+        self._sock = sock
+        self._node_id = node_id
+        self._peer = peer
+        self._secret = secret
+        self._handshake_s = handshake_s
+        self.port: int = sock.getsockname()[1]
+
+    async def accept(self, accept_s: float) -> socket.socket:
+        """The first connection that proves the secret and is `peer`, within `accept_s`
+        (TimeoutError otherwise); a non-blocking socket, its caller's to close."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(accept_s):
+            while True:
+                sock, _ = await loop.sock_accept(self._sock)
+                try:
+                    sock.setblocking(False)
+                    async with asyncio.timeout(self._handshake_s):
+                        io = _SocketIo(sock)
+                        source = await accept_handshake(io, io, secret=self._secret, node_id=self._node_id)
+                    if source != self._peer:
+                        raise HandshakeError(f"side connection from node {source}, expected node {self._peer}")
+                except (OSError, TimeoutError, TransportError, asyncio.IncompleteReadError):
+                    sock.close()
+                    continue  # a stranger, or a peer that failed: wait on, to the deadline
+                except BaseException:  # cancelled, or the deadline
+                    sock.close()
+                    raise
+                self.close()
+                return sock
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class SideChannel:
+    def __init__(self, node_id: int, secret: bytes, listen_host: str, address_of: Callable[[int], tuple[str, int] | None],
+                 handshake_s: float, connect_s: float) -> None:
+        """`address_of(peer)`: the peer's raft address (its host is dialled), None if unknown."""
+        self._node_id = node_id
+        self._secret = secret
+        self._listen_host = listen_host
+        self._source_host = None if listen_host in _WILDCARD_HOSTS else listen_host
+        self._address_of = address_of
+        self._handshake_s = handshake_s
+        self._connect_s = connect_s
+
+    def listen(self, peer: int) -> SideListener:
+        """A one-shot listener for `peer`, on this node's raft host and a port of the OS's choice."""
+        family = socket.AF_INET6 if ":" in self._listen_host else socket.AF_INET
+        sock = socket.create_server((self._listen_host, 0), family=family, backlog=4)
+        sock.setblocking(False)
+        return SideListener(sock, self._node_id, peer, self._secret, self._handshake_s)
+
+    async def dial(self, peer: int, port: int) -> socket.socket:
+        """An authenticated connection to `peer`'s side listener on `port` (OSError,
+        TimeoutError or TransportError when there is none); the caller's to close."""
+        address = self._address_of(peer)
+        if address is None:
+            raise TransportError(f"no address known for node {peer}")
+        host = address[0]
+        loop = asyncio.get_running_loop()
+        info = (await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
+        sock = socket.socket(info[0], socket.SOCK_STREAM)
+        try:
+            sock.setblocking(False)
+            if self._source_host is not None:  # our own raft host, as the peer links (chaos cuts by address)
+                sock.bind((self._source_host, 0))
+            async with asyncio.timeout(self._connect_s):
+                await loop.sock_connect(sock, info[4])
+            async with asyncio.timeout(self._handshake_s):
+                io = _SocketIo(sock)
+                await connect_handshake(io, io, secret=self._secret, node_id=self._node_id, peer_id=peer)  # type: ignore[arg-type]
+        except BaseException:
+            with contextlib.suppress(OSError):
+                sock.close()
+            raise
+        return sock
