@@ -160,6 +160,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--raft-port", type=int, default=19700)
     parser.add_argument("--http-port", type=int, default=19780)
+    parser.add_argument("--logs", help="a directory to keep the nodes' logs in")
     parser.add_argument("--profile", help="a directory for py-spy's stacks of the leader and the follower")
     args = parser.parse_args()
     results = []
@@ -175,6 +176,10 @@ def main() -> int:
             result = asyncio.run(_one(mode, args, cluster))
         finally:
             cluster.stop()
+            if args.logs is not None:  # every node's log, for a closer look
+                for local in cluster.nodes:
+                    Path(args.logs).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(local.log_file, Path(args.logs) / f"{mode}-node{local.node_id}.log")
         shutil.rmtree(directory, ignore_errors=True)
         results.append(result)
         print(f"{mode:>6}: filled {args.mib} MiB in {result['fill_s']:.1f} s; wiped follower answering after "

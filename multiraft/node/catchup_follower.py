@@ -98,7 +98,7 @@ class CatchUpFollower:
         self._logger = logger
         self._installing: set[GroupId] = set()
         self._side = side
-        self._threads = StreamThreads(INSTALLS_MAX, "far-stream-receive")
+        self._threads = StreamThreads(2 * INSTALLS_MAX, "far-stream-receive")  # a receiver and a writer each
         self.counts = {"installed": 0, "failed": 0, "bytes_received": 0, "bytes_reused": 0}
 
     def close(self) -> None:
@@ -255,15 +255,22 @@ class CatchUpFollower:
                 path = os.path.join(directory, staged_name(descriptor.first_index))
                 arriving = ArrivingSegment(descriptor)
                 handle = self._create_partial(path)
+                # Past the page cache where the files allow it (storage/files.py DirectAppender):
+                # a gigabyte of fresh pages cost more than the copy into them.
+                direct = files.direct_appender(handle)
                 began = time.monotonic()
                 try:  # received, checked and written on the stream's thread, the loop free meanwhile
-                    await receiver.file(arriving, lambda view, handle=handle: files.append(handle, [view]))
+                    await receiver.file(arriving, direct.append if direct is not None else
+                                        lambda view, handle=handle: files.append(handle, [view]))
                     times["receiving_s"] += time.monotonic() - began
                     frames = arriving.finish(await receiver.crc())
                 except BaseException:
                     await receiver.close()  # its thread ended: the handle is the loop's again
                     self._abandon(handle, path)
                     raise
+                finally:
+                    if direct is not None:
+                        direct.close()
                 self.counts["bytes_received"] += descriptor.size_bytes
                 began = time.monotonic()
                 if sealing is not None:

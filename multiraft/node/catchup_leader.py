@@ -283,10 +283,9 @@ class CatchUpLeader:
                 if isinstance(error, NotLeader):  # the hold ended: not the stream's fault
                     log.info("far_catchup_abandoned", reason="the hold ended while the files went")
                     return
-                if error is not None:  # the chunk path next time: the follower's done will not come
+                if error is not None:  # by chunks next time; no backoff (the follower's done may not come)
                     log.warning("far_stream_failed", error=repr(error))
-                    self.counts["streams_failed"] += 1
-                    self._no_stream[node] = time.monotonic() + NO_STREAM_S
+                    self._stream_failed(transfer, node)
                     return
                 sender = None  # all sent: the follower installs and says done
             if time.monotonic() > transfer.deadline:
@@ -398,7 +397,18 @@ class CatchUpLeader:
         if transfer is not None and transfer.number == natural(fields, "transfer"):
             ok = fields.get("ok") is True
             self._logger.info("far_catchup_done", group_id=key[0], follower=source, upto=transfer.upto, ok=ok)
+            if not ok and transfer.stream:  # (a damaged file, a broken stream): by chunks next, at once
+                self._stream_failed(transfer, source)
+                self._finish(key, ok, backoff=False)
+                return
             self._finish(key, ok)  # a failure backs off: the follower could not take it
+
+    def _stream_failed(self, transfer: Transfer, node: NodeId) -> None:
+        """The follower's files go by chunks for a while (the next offer: at the next round)."""
+        if transfer.stream:
+            transfer.stream = False
+            self.counts["streams_failed"] += 1
+            self._no_stream[node] = time.monotonic() + NO_STREAM_S
 
     def _finish(self, key: tuple[GroupId, NodeId], ok: bool, backoff: bool = True) -> None:
         if self._active.pop(key, None) is None:

@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import mmap
 import os
 import socket
 import struct
@@ -130,25 +131,37 @@ def _receive_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(buffer)
 
 
-def _receive_file(sock: socket.socket, arriving: ArrivingSegment, write: Callable[[memoryview], None]) -> None:
-    """A whole file, BLOCK_BYTES at a time: received, checked (`arriving`: every frame as it
-    completes), then written (`write`), all on this thread; zlib and the system calls
-    release the GIL, so the event loop is hardly touched. A block that fails its check is
-    not written."""
+def _receive_file(sock: socket.socket, arriving: ArrivingSegment, write: Callable[[memoryview], None],
+                  submit: Callable[..., concurrent.futures.Future[None]]) -> None:
+    """A whole file, BLOCK_BYTES at a time: received and checked (`arriving`: every frame
+    as it completes) on this thread, written (`write`) on another (`submit`), so the next
+    block comes while the device takes this one; two buffers, one write at a time, in
+    order. zlib and the system calls release the GIL: the event loop is hardly touched.
+    A block that fails its check is not written."""
     size = arriving.descriptor.size_bytes
-    view = memoryview(bytearray(min(BLOCK_BYTES, size)))
-    done = 0
-    while done < size:
-        block = min(len(view), size - done)
-        got = 0
-        while got < block:
-            received = sock.recv_into(view[got:block], block - got)
-            if not received:
-                raise StreamError(f"the stream ended {size - done - got} bytes before its file's end")
-            got += received
-        arriving.feed(view[:block])
-        write(view[:block])
-        done += block
+    length = min(BLOCK_BYTES, size)
+    buffers = [memoryview(mmap.mmap(-1, length)) for _ in range(2)]  # page-aligned, as O_DIRECT wants
+    writing: concurrent.futures.Future[None] | None = None  # the previous block's write
+    done, turn = 0, 0
+    try:
+        while done < size:
+            block = min(length, size - done)
+            view = buffers[turn][:block]  # its last write ended before the previous one began
+            got = 0
+            while got < block:
+                received = sock.recv_into(view[got:], block - got)
+                if not received:
+                    raise StreamError(f"the stream ended {size - done - got} bytes before its file's end")
+                got += received
+            arriving.feed(view)
+            if writing is not None:
+                writing.result()
+            writing = submit(write, view)
+            done += block
+            turn ^= 1
+    finally:
+        if writing is not None:
+            writing.result()  # (a disk write: bounded) the file is its owner's again after this
 
 
 class _Fd:
@@ -189,7 +202,7 @@ class StreamReceiver(_Stream):
         """The next file's bytes, checked and written by `write` on a thread of the stream:
         `write` must be safe there (it writes to a file no one else touches meanwhile).
         Failed or cancelled, `close` this receiver before the file is touched again."""
-        await self._run(_receive_file, self._sock, arriving, write)
+        await self._run(_receive_file, self._sock, arriving, write, self._threads.executor.submit)
 
     async def crc(self) -> int:
         return _CRC.unpack(await self._run(_receive_exactly, self._sock, _CRC.size))[0]

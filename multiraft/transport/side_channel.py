@@ -39,6 +39,7 @@ from multiraft.transport.handshake import HandshakeError, accept_handshake, conn
 __all__ = ["SideChannel", "SideListener"]
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+HANDSHAKES_MAX = 4  # side by side on one listener: a silent stranger or two hold up nobody
 
 
 class _SocketIo:
@@ -86,26 +87,51 @@ class SideListener:
 
     async def accept(self, accept_s: float) -> socket.socket:
         """The first connection that proves the secret and is `peer`, within `accept_s`
-        (TimeoutError otherwise); a non-blocking socket, its caller's to close."""
+        (TimeoutError otherwise); a non-blocking socket, its caller's to close. Handshakes
+        run side by side (HANDSHAKES_MAX), so a stranger that connects and says nothing
+        does not hold the peer up; the listener closes on return."""
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(accept_s):
-            while True:
-                sock, _ = await loop.sock_accept(self._sock)
-                try:
-                    sock.setblocking(False)
-                    async with asyncio.timeout(self._handshake_s):
-                        io = _SocketIo(sock)
-                        source = await accept_handshake(io, io, secret=self._secret, node_id=self._node_id)
-                    if source != self._peer:
-                        raise HandshakeError(f"side connection from node {source}, expected node {self._peer}")
-                except (OSError, TimeoutError, TransportError, asyncio.IncompleteReadError):
-                    sock.close()
-                    continue  # a stranger, or a peer that failed: wait on, to the deadline
-                except BaseException:  # cancelled, or the deadline
-                    sock.close()
-                    raise
-                self.close()
-                return sock
+        accepting: asyncio.Future[tuple[socket.socket, object]] = asyncio.ensure_future(loop.sock_accept(self._sock))
+        handshakes: set[asyncio.Future[socket.socket | None]] = set()
+        try:
+            async with asyncio.timeout(accept_s):
+                while True:
+                    done, _ = await asyncio.wait({accepting, *handshakes}, return_when=asyncio.FIRST_COMPLETED)
+                    finished = done & handshakes
+                    if accepting in done:
+                        sock, _ = accepting.result()
+                        if len(handshakes) < HANDSHAKES_MAX:
+                            handshakes.add(asyncio.ensure_future(self._handshake(sock)))
+                        else:
+                            sock.close()
+                        accepting = asyncio.ensure_future(loop.sock_accept(self._sock))
+                    for handshake in finished:
+                        handshakes.discard(handshake)
+                        if (sock := handshake.result()) is not None:
+                            return sock
+        finally:
+            accepting.cancel()
+            for handshake in handshakes:
+                handshake.cancel()
+            await asyncio.gather(accepting, *handshakes, return_exceptions=True)
+            self.close()
+
+    async def _handshake(self, sock: socket.socket) -> socket.socket | None:
+        """`sock` once it proved to be `peer`; None (and closed) otherwise."""
+        try:
+            sock.setblocking(False)
+            async with asyncio.timeout(self._handshake_s):
+                io = _SocketIo(sock)
+                source = await accept_handshake(io, io, secret=self._secret, node_id=self._node_id)
+            if source != self._peer:
+                raise HandshakeError(f"side connection from node {source}, expected node {self._peer}")
+        except (OSError, TimeoutError, TransportError, asyncio.IncompleteReadError):
+            sock.close()
+            return None
+        except BaseException:  # cancelled
+            sock.close()
+            raise
+        return sock
 
     def close(self) -> None:
         self._sock.close()
