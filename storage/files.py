@@ -12,6 +12,9 @@ Contract of both implementations:
 - `append` writes at the file's end. It may raise `OSError` after writing part
   of the buffers (ENOSPC); the caller truncates back to the old size.
 - Reads see every write at once, synced or not.
+- One thread at a time per handle, any thread: appends to a file no other thread
+  touches meanwhile (a received segment, multiraft/node/catchup_follower.py) may run off
+  the event loop (the double's `free_bytes` fault injection is then only approximate).
 - Data is durable only after `fsync(handle)`; a created, renamed or unlinked
   name is durable only after `sync_dir` of its directory.
 - Files are created readable by their owner only (`FILE_MODE`), directories

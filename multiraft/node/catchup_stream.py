@@ -51,7 +51,7 @@ BLOCK_BYTES = 4 * 1024 * 1024  # a receive buffer
 SEND_BYTES = 16 * 1024 * 1024
 STALL_S = 10.0  # a socket that moves nothing this long fails the transfer
 ACCEPT_S = 1.0  # the leader dials as soon as the follower answers: loopback or a LAN, milliseconds
-REQUEST_BYTES_MAX = 1024 * 1024  # SEGMENTS_MAX files' [first_index, send]: well under
+REQUEST_BYTES_MAX = 4 * 1024 * 1024  # catchup_wire.SEGMENTS_MAX files' [first_index, send]: about 2 MiB
 _LENGTH = struct.Struct(">I")
 _HEAD = struct.Struct(">QQ")
 _CRC = struct.Struct(">I")
@@ -183,6 +183,11 @@ def _send_file_part(sock: socket.socket, fd: int, position: int, size: int) -> N
         raise StreamError(f"the file ended {size - sent} bytes early")
 
 
+def _file_row(row: Any) -> bool:
+    return isinstance(row, list) and len(row) == 2 and row[1] in (0, 1) and not isinstance(row[1], bool) \
+        and isinstance(row[0], int) and not isinstance(row[0], bool) and 0 < row[0] < 2**64
+
+
 class StreamReceiver(_Stream):
     """The follower's end of an authenticated side connection (side_channel.py); `close` it."""
 
@@ -222,11 +227,9 @@ class StreamSender(_Stream):
         finally:
             self._sock.settimeout(STALL_S)
         files = fields.get("files")
-        if not isinstance(files, list) or not all(
-                isinstance(row, list) and len(row) == 2 and row[1] in (0, 1) and natural({"i": row[0]}, "i") >= 0
-                for row in files):
+        if not isinstance(files, list) or not all(_file_row(row) for row in files):
             raise InvalidRequest("files: [[first_index, 0 or 1], ...]")
-        return natural(fields, "group_id"), natural(fields, "transfer"), [(row[0], bool(row[1])) for row in files]
+        return natural(fields, "group_id"), natural(fields, "transfer"), [(row[0], row[1] == 1) for row in files]
 
     async def send(self, first_index: int, fd: int, size: int, send: bool, crc: Awaitable[int],
                    before: Callable[[int], Awaitable[int]]) -> None:
