@@ -5,15 +5,16 @@ move) used to catch up one append at a time: every entry read, framed, sent, che
 written and acknowledged through both Raft loops. Closed segments are immutable and
 byte-identical on every replica that holds them, so they can travel whole instead:
 
-- Every ROUND_S this node looks at the partitions it leads that are awake (a quiet
-  group's followers are caught up) for a follower that replicates normally and is at
+- Every ROUND_S (PROBING_ROUND_S while a follower is probed) this node looks at the
+  partitions it leads that are awake (a quiet group's followers are caught up) for a
+  follower that replicates normally and is at
   least `far_catchup_lag_entries` entries behind, or lacks at least
   `far_catchup_lag_bytes` of closed segments. `far_target` picks the end of the newest
   closed segment the leader has committed: the install's end.
 - The core holds that follower (`RaftCore.hold_for_install`: no appends meanwhile) and
   the follower is offered the start point and the closed segments up to that end
   (catchup_wire.py). It fetches the files it lacks (multiraft/node/catchup_follower.py),
-  each chunk a `catchup.chunk` call that keeps the hold alive, installs them and says
+  by the stream or by chunks (below), each part keeping the hold alive, installs them and says
   `catchup.done`; the core then probes it past the install, and what is left (the
   entries after the last closed segment) is replayed: near horizon. A follower still
   far behind then (a busy leader rolled more segments meanwhile) gets another round,
@@ -65,6 +66,11 @@ if TYPE_CHECKING:
     from storage.segments import SegmentStore
 
 ROUND_S = 0.25
+# While a follower that answers is probed (a node back from a restart: its probe may find
+# it far behind), rounds come this often: files start up to 0.25 s sooner, and replay is
+# held meanwhile by the core's far wait only (three ROUND_S). A round walks the awake
+# groups this node leads; probes are brief, so the faster rounds are too.
+PROBING_ROUND_S = 0.05
 TRANSFERS_MAX = 4
 IDLE_S = 30.0
 OFFER_ATTEMPTS = 10  # 2 s: past a failed stream's follower giving up (catchup_stream.ACCEPT_S)
@@ -143,22 +149,26 @@ class CatchUpLeader:
         rpc.register("catchup.done", done)
 
     async def run(self) -> None:
+        soon = False
         while True:
-            await asyncio.sleep(ROUND_S)
-            self.round()
+            await asyncio.sleep(min(PROBING_ROUND_S, ROUND_S) if soon else ROUND_S)
+            soon = self.round()
 
-    def round(self) -> None:
-        """Start a transfer for each follower far behind (at most TRANSFERS_MAX at once)."""
+    def round(self) -> bool:
+        """Start a transfer for each follower far behind (at most TRANSFERS_MAX at once).
+        True when a follower that answers is being probed: it may be far behind once the
+        probe succeeds (a node back from a restart), and the next round comes sooner."""
         if not any(self._lag):
-            return
+            return False
         registry = self._registry
+        soon = False
         for group_id in [g for g in registry.awake if g in registry.led and g in registry.partitions]:
             runtime, store = registry.groups[group_id], registry.stores[group_id]
             core = runtime.core
             closed: list[tuple[Index, Index, int]] | None = None  # listed once a follower needs it
             for node in sorted(core.membership.voters | core.membership.learners):
                 if len(self._active) >= TRANSFERS_MAX:
-                    return
+                    return soon
                 progress = core.progress(node)
                 if node == core.id or progress is None or not self._is_live(node):
                     continue
@@ -167,6 +177,7 @@ class CatchUpLeader:
                         continue
                     self._finish((group_id, node), ok=False, backoff=False)  # ended by a probe: anew
                 if progress.state is not ProgressState.REPLICATE:
+                    soon = soon or (progress.state is ProgressState.PROBE and progress.recent_active)
                     continue  # far_target's first test, before the segments are listed
                 upto = None
                 if self._backoff.get((group_id, node), 0.0) <= time.monotonic():
@@ -181,6 +192,7 @@ class CatchUpLeader:
                     self._start_task(self._offer(group_id, node, upto, store, transfer.number), "far-catchup-offer")
                 elif progress.far_wait and node in core.membership.learners:  # Config.far_wait_learners:
                     runtime.call_core(lambda raft, node=node: raft.end_far_wait(node))  # no install, replay now
+        return soon
 
     async def _offer(self, group_id: GroupId, node: NodeId, upto: Index, store: SegmentStore, number: int) -> None:
         key = (group_id, node)
