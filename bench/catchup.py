@@ -11,8 +11,13 @@ it is started again. Printed per mode: the time until its HTTP port answers, the
 until its copy's high watermark equals the leader's (everything replicated and
 applied), the MiB/s over the whole, and the path its log says it took
 (`far_catchup_installed`). Then the ratio files / replay (issue 25's goal: at least 2).
-The leader looks for far followers four times a second (catchup_leader.ROUND_S), so some
-replay happens before files in `files` mode: it is in the figure.
+The leader looks for far followers four times a second (catchup_leader.ROUND_S; twenty
+while one is probed), and the core holds replay back meanwhile. Printed too, per mode: the
+far-horizon events of the leader's and the follower's logs, in seconds from the restart
+(`follower_lost_entries`: when the leader learned that the follower lost its log, the
+same in both modes: before it, nothing can start; `far_stream_received`: the stream's
+time; `far_catchup_installed`: staging and install). `--profile DIR` records both nodes
+with py-spy (collapsed stacks per thread), `--logs DIR` keeps every node's log.
 
     flock /tmp/raftlog-scale.lock .venv/bin/python bench/catchup.py [--mib 1024] [--batch-kib 64]
 """
@@ -116,7 +121,7 @@ async def _one(mode: str, args: argparse.Namespace, cluster: LocalCluster) -> di
             "mib_per_s": args.mib / took, "mib_per_s_answering": args.mib / (took - answering)}
 
 
-_EVENTS = ("node_started", "group_opened", "far_catchup_started", "far_catchup_done", "far_catchup_installed",
+_EVENTS = ("node_started", "group_opened", "follower_lost_entries", "replica_repaired", "far_catchup_started", "far_catchup_done", "far_catchup_installed",
            "far_catchup_failed", "far_catchup_refused", "far_catchup_idle", "far_catchup_abandoned",
            "far_stream_fallback", "far_stream_failed", "far_stream_received", "far_install_started")
 
