@@ -123,7 +123,7 @@ async def _one(mode: str, args: argparse.Namespace, cluster: LocalCluster) -> di
 
 _EVENTS = ("node_started", "group_opened", "follower_lost_entries", "replica_repaired", "far_catchup_started", "far_catchup_done", "far_catchup_installed",
            "far_catchup_failed", "far_catchup_refused", "far_catchup_idle", "far_catchup_abandoned",
-           "far_stream_fallback", "far_stream_failed", "far_stream_received", "far_install_started")
+           "far_catchup_offer_again", "far_stream_fallback", "far_stream_failed", "far_stream_received", "far_install_started")
 
 
 def _timeline(log: str, since: float, group_id: int) -> list[tuple[float, str]]:

@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest
-from multiraft.node.catchup_stream import ACCEPT_S, StreamReceiver, StreamThreads
+from multiraft.node.catchup_stream import ACCEPT_S, StreamReceiver, StreamThreads, settle
 from multiraft.node.catchup_wire import CHUNK_BYTES_MAX, Offer, decode_offer
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, RpcError, answer
 from multiraft.transport.side_channel import SideChannel, SideListener
@@ -45,7 +45,6 @@ from raftlog.messages import Role
 from raftlog.storage import CompactedError, UnavailableError
 from raftlog.types import GroupId, Index, NodeId, Term
 from storage.errors import CorruptionError
-from storage.far_receive import ArrivingSegment
 from storage.far_install import (
     StagedSegment,
     check_staged,
@@ -53,6 +52,7 @@ from storage.far_install import (
     replace_log,
     staged_name,
 )
+from storage.far_receive import ArrivingSegment
 from storage.files import FileHandle
 from storage.node_state import decode_start
 from storage.segment import PARTIAL_SUFFIX
@@ -203,7 +203,8 @@ class CatchUpFollower:
                     checks.append(asyncio.ensure_future(asyncio.to_thread(check_staged, path, descriptor)))
             if accepting is None:
                 return sorted([*held.values(), *await asyncio.gather(*checks)], key=_first_index)
-            receiver = StreamReceiver(await accepting, self._threads)
+            sock, accepting = await accepting, None  # the receiver's from here
+            receiver = StreamReceiver(sock, self._threads)
             try:
                 return await self._received(receiver, offer, held)
             finally:
@@ -211,11 +212,10 @@ class CatchUpFollower:
         finally:
             for check in checks:
                 check.cancel()
-            if accepting is not None and not accepting.done():
+            if accepting is not None:  # this failed before the stream was used
                 accepting.cancel()
-            elif accepting is not None and "receiver" not in locals() and not accepting.cancelled() \
-                    and accepting.exception() is None:
-                accepting.result().close()  # accepted, then this failed before it was used
+                if (sock := await settle(accepting)) is not None:
+                    sock.close()  # (accepted meanwhile)
 
     async def _kept(self, path: str, descriptor: SegmentDescriptor) -> StagedSegment | None:
         """A complete staged file of an interrupted transfer, checked; None (and gone) if damaged."""
@@ -289,15 +289,13 @@ class CatchUpFollower:
         finally:
             if sealing is not None and not sealing.done():
                 sealing.cancel()
-                with contextlib.suppress(BaseException):
-                    await sealing
+                await settle(sealing)
 
     async def _copy_own(self, group_id: GroupId, descriptor: SegmentDescriptor, path: str) -> StagedSegment | None:
         """Stage this replica's own copy of a file it holds already (a follower back from
-        an outage holds most of them: same frames, same rolls); False when it has none that
-        matches. A copy, not a link: the replica runs until the install and could still cut
-        its own file (a conflict after an election); the check reads the copy. None when
-        it has no such file."""
+        an outage holds most of them: same frames, same rolls), checked; None when it has
+        none that matches. A copy, not a link: the replica runs until the install and could
+        still cut its own file (a conflict after an election); the check reads the copy."""
         store = self._registry.stores.get(group_id)
         own = None if store is None else next(
             (s for s in store.segments if s.closed and (s.first_index, s.last_index, s.size)

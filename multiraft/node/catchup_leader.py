@@ -39,7 +39,6 @@ byte-identical on every replica that holds them, so they can travel whole instea
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import time
@@ -48,18 +47,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest
-from multiraft.node.catchup_stream import StreamSender, StreamThreads
+from multiraft.node.catchup_stream import StreamSender, StreamThreads, settle
 from multiraft.node.catchup_wire import CHUNK_BYTES_MAX, Offer, encode_offer, natural, request
-from multiraft.transport.frames import TransportError
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, RpcError, answer
 from multiraft.transport.side_channel import SideChannel
 from raftlog.core.progress import Progress, ProgressState
 from raftlog.errors import NotLeader
 from raftlog.types import GroupId, Index, NodeId
 from storage import checkpoints
-from storage.node_state import StartPoint, encode_start
 from storage.far_receive import CRC_UNKNOWN
-from storage.transfer import SegmentDescriptor, descriptor_crc, file_crc, list_closed_segments, read_segment_chunk
+from storage.node_state import StartPoint, encode_start
+from storage.transfer import (
+    SegmentDescriptor,
+    descriptor_crc,
+    file_crc,
+    list_closed_segments,
+    read_segment_chunk,
+)
 
 if TYPE_CHECKING:
     from multiraft.node.registry import GroupRegistry
@@ -232,8 +236,7 @@ class CatchUpLeader:
         finally:
             if sender is not None:
                 sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await sender
+                await settle(sender)
 
     async def _make_offer(self, key: tuple[GroupId, NodeId], runtime: Any, store: SegmentStore,
                           transfer: Transfer) -> tuple[dict[str, Any] | None, tuple[SegmentDescriptor, ...]]:
@@ -270,6 +273,7 @@ class CatchUpLeader:
                 reply = {"accepted": False, "retry": True, "reason": repr(error)}
             if not isinstance(reply, dict) or reply.get("accepted") is True or reply.get("retry") is not True:
                 break
+            self._logger.info("far_catchup_offer_again", group_id=group_id, follower=node, reason=str(reply.get("reason")))
         return reply, segments
 
     async def _compute_crcs(self, group_id: GroupId, runtime: Any, store: SegmentStore, upto: Index) -> bool:

@@ -61,6 +61,20 @@ class StreamError(ConnectionError):
     """The stream broke its protocol, or ended early."""
 
 
+async def settle(future: asyncio.Future[Any]) -> Any:
+    """Wait for `future`, which its owner cancelled or gave up on, to end; its result, or
+    None whatever it raised. Our own cancellation (the task stopping meanwhile) goes on."""
+    try:
+        return await future
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except Exception:  # its failure is its owner's news, reported where it happened
+        pass
+    return None
+
+
 class StreamThreads:
     """The blocking half of every stream on this node: at most `threads` at once."""
 
@@ -112,8 +126,7 @@ class _Stream:
             self._sock.shutdown(socket.SHUT_RDWR)
         for future in list(self._running):
             if not future.cancel():  # running: returns now that the socket is shut
-                with contextlib.suppress(BaseException):
-                    await asyncio.wrap_future(future)
+                await settle(asyncio.wrap_future(future))
         self._sock.close()
         for fd in self._fds:
             os.close(fd)

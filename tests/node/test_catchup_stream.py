@@ -9,6 +9,7 @@ it closes anything (no descriptor is closed under a running call).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import zlib
@@ -43,7 +44,7 @@ async def _ticking(ticks: list[float]) -> None:
 
 
 def _largest_gap(ticks: list[float]) -> float:
-    return max((after - before for before, after in zip(ticks, ticks[1:], strict=False)), default=0.0)
+    return max((after - before for before, after in itertools.pairwise(ticks)), default=0.0)
 
 
 @pytest.mark.asyncio
