@@ -296,8 +296,8 @@ class CatchUpLeader:
         while (current := self._active.get(key)) is not None and current.number == number:
             if sender is not None and sender.done():
                 error = None if sender.cancelled() else sender.exception()
-                if isinstance(error, NotLeader):  # the hold ended: not the stream's fault
-                    log.info("far_catchup_abandoned", reason="the hold ended while the files went")
+                if isinstance(error, NotLeader):  # the hold ended, the files went: not the stream's fault
+                    log.info("far_catchup_abandoned", reason=str(error))
                     return
                 if error is not None:  # by chunks next time; no backoff (the follower's done may not come)
                     log.warning("far_stream_failed", error=repr(error))
@@ -339,7 +339,8 @@ class CatchUpLeader:
         segment = next((s for s in store.segments if s.closed and s.first_index == first_index
                         and s.last_index <= transfer.upto), None)
         if segment is None or store.closed or not self._holding(key, runtime, transfer.number):
-            raise InvalidRequest(f"no closed segment {first_index} of this transfer here")
+            # Compacted or closed here, or the hold ended: the transfer's end, not the stream's fault.
+            raise NotLeader(0, f"no closed segment {first_index} of this transfer here any more")
         fd, size = sender.open_fd(segment.handle.fd), segment.size
         crc: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if segment.crc is not None:
