@@ -5,11 +5,14 @@ In-process three-node clusters (tests/node/test_node_cluster.py's helpers)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +26,14 @@ from storage.node_state import StartPoint, encode_start
 from storage.transfer import list_closed_segments
 from tests.node.test_node_cluster import (
     batch,
+    configs,
     leader_of,
     produce_retrying,
     running_cluster,
     until,
     values_at,
 )
+from tests.tls_pki import make_pki
 
 TOPIC = "far"
 
@@ -73,11 +78,31 @@ def _corrupt_the_first_file_sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+@contextlib.asynccontextmanager
+async def _tls_cluster(tmp_path: Path, **overrides: int) -> AsyncIterator[list[Node]]:
+    """running_cluster's three nodes, speaking mutual TLS to each other (tests/tls_pki.py)."""
+    pki = make_pki(tmp_path / "pki")
+    nodes = [Node(dataclasses.replace(c, peer_tls_ca=pki.ca.cert, peer_tls_cert=pki.nodes[c.raft_addr.host].cert,
+                                      peer_tls_key=pki.nodes[c.raft_addr.host].key))
+             for c in configs(tmp_path, **overrides)]
+    try:
+        async with asyncio.timeout(90):
+            for node in nodes:
+                await node.start()
+            await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "registration")
+            yield nodes
+    finally:
+        for node in nodes:
+            if node.db is not None:
+                await node.stop()
+
+
 async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.MonkeyPatch,
-                                stream: bool = True, corrupt: bool = False) -> None:
+                                stream: bool = True, corrupt: bool = False, tls: bool = False) -> None:
     # The leader looks every 10 ms, not every second: 300 small entries replay in less.
     monkeypatch.setattr(catchup_leader, "ROUND_S", 0.01)
-    async with running_cluster(tmp_path, far_catchup_lag_entries=60) as nodes:
+    cluster = _tls_cluster if tls else running_cluster
+    async with cluster(tmp_path, far_catchup_lag_entries=60) as nodes:
         await nodes[0].create_topic(TOPIC, 1, 3, {"segment_bytes": 16384})
         for node in nodes:
             await node.wait_for_topic(TOPIC)
@@ -93,7 +118,7 @@ async def _far_behind_then_back(tmp_path: Path, wipe: bool, monkeypatch: pytest.
             shutil.rmtree(away.config.data_dir / "groups" / str(group))
         values += await _write(leader, 20, 600)  # 1.2 MB, about 75 segments of 16 KiB: more than one append
         nodes[position] = back = Node(away.config)
-        if not stream:  # as with TLS between peers: no side connections, files by chunks
+        if not stream and not tls:  # as with TLS between peers: no side connections, files by chunks
             monkeypatch.setattr(leader.catchup_leader, "_side", None)
         sent = _corrupt_the_first_file_sent(monkeypatch) if corrupt else []
         # No hook holds its appends back: the leader's core finds it far behind when its
@@ -156,6 +181,15 @@ async def test_without_side_connections_the_files_go_by_chunks(tmp_path: Path,
     # The fallback: a leader without side connections (TLS between peers) offers the files
     # by catchup.chunk calls, their CRCs in the offer, as before the stream.
     await _far_behind_then_back(tmp_path, True, monkeypatch, stream=False)
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_with_tls_between_peers_the_files_go_by_chunks_through_it(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # A side connection would bypass the peers' TLS: with TLS on there is none, and the
+    # files go by catchup.chunk calls on the TLS connections.
+    await _far_behind_then_back(tmp_path, True, monkeypatch, stream=False, tls=True)
 
 
 @pytest.mark.integration
