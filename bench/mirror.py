@@ -26,9 +26,11 @@ against the sink; everything else is the HTTP API of docs/http.md.
    around the CLI, with its time on the sink leader (the link's status, `last_verify`);
    then a second verify through the HTTP route for its report (bytes hashed). Then one committed batch is made to
    differ, from outside the processes: the link is paused, the source topic deleted and
-   filled again with the same batches except one (same record count, other values), so
-   the copies differ in exactly that batch; verified again (report only), then with repair
-   (a resync: the whole partition copied again), timed until the mirror is identical.
+   filled again with the same batches except one, in the middle (same record count, other
+   values), so the copies differ in exactly that batch; verified again (report only), then
+   with repair (a resync that keeps the identical prefix below the difference and copies
+   the rest again), timed until the mirror is identical, with the sink nodes' events of
+   the repair from their logs (resync, prefix kept, group opened, leader).
 
 For each phase: the CPU seconds of the source's and the sink's node processes
 (/proc/PID/stat), so where the time goes is visible. The box's two cores run six nodes
@@ -56,6 +58,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.decommission_timeline import read_events
 from multiraft.cli.launcher import LocalCluster
 from storage.batch import Record, encode_batch
 
@@ -383,7 +386,7 @@ async def _differ(session: aiohttp.ClientSession, source: LocalCluster, sink: Lo
         return p["group_id"] != old_group and p["high_watermark"] == target
 
     with Phase(clusters) as phase:
-        began = time.monotonic()
+        began, began_epoch = time.monotonic(), time.time()
         _, output = await asyncio.to_thread(_cli, sink, "verify", "bulk", check=False)
         verified_s = time.monotonic() - began
         await _until(refilled, "the resynced mirror at the source's high watermark", args.timeout, 0.2)
@@ -394,7 +397,23 @@ async def _differ(session: aiohttp.ClientSession, source: LocalCluster, sink: Lo
           f"{phase}", flush=True)
     for line in output.strip().splitlines():
         print(f"    {line}")
+    _repair_timeline(sink, began_epoch)
     await _verify(session, sink, clusters, "after the resync", GOALS["identical_s"])
+
+
+REPAIR_EVENTS = ("mirror_verified", "mirror_resync_started", "mirror_prefix_kept", "mirror_prefix_not_kept",
+                 "group_closed", "group_opened", "role_changed")
+
+
+def _repair_timeline(sink: LocalCluster, since: float) -> None:
+    """Where the repair's time went: the sink nodes' events after the verify began (their logs)."""
+    events = [e for e in read_events(sink.directory, since) if e.name in REPAIR_EVENTS]
+    shown = {"bytes", "seconds", "next_offset", "files", "status", "role", "group_id", "old_group", "deleted"}
+    for event in events[:40]:
+        fields = " ".join(f"{k}={v}" for k, v in event.fields.items() if k in shown)
+        print(f"    +{event.at - since:6.2f} s  node {event.node}  {event.name}  {fields}")
+    if len(events) > 40:
+        print(f"    ... {len(events) - 40} more")
 
 
 async def _legs(session: aiohttp.ClientSession, source: LocalCluster, sink: LocalCluster,

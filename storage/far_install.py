@@ -60,6 +60,7 @@ from storage.state_db import (
     int_key,
 )
 from storage.transfer import SegmentDescriptor
+from storage.tree_sidecar import is_sidecar
 
 STAGED_SUFFIX = ".incoming"  # a received segment next to the log, not part of it yet
 
@@ -141,8 +142,8 @@ def replace_log(
     staged_paths = {segment.path for segment in staged}
     for name in files.list_dir(directory):  # (2)
         path = os.path.join(directory, name)
-        if (parse_segment_name(name) is not None or name.endswith(PARTIAL_SUFFIX) or is_staged(name)) \
-                and path not in staged_paths:
+        if (parse_segment_name(name) is not None or name.endswith(PARTIAL_SUFFIX) or is_staged(name)
+                or is_sidecar(name)) and path not in staged_paths:
             files.unlink(path)
     files.sync_dir(directory)
     for segment in staged:  # (3)

@@ -54,6 +54,7 @@ from storage.state_db import (
     group_key,
     int_key,
 )
+from storage.tree_sidecar import discard, forget_sidecar, is_sidecar, segment_of_sidecar
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +123,24 @@ class _Walk:
 
     def _remove(self, path: str, first: Index) -> None:
         self.files.unlink(path)
+        forget_sidecar(self.files, path)
         self.batch.delete(int_key(CLOSED_SEGMENT, self.group, first))
         self.removed += 1
         self.directory_changed = True
 
     def segment_files(self) -> list[tuple[Index, str]]:
         found = []
-        for name in self.files.list_dir(self.directory):
+        names = self.files.list_dir(self.directory)
+        present = set(names)
+        for name in names:
             path = os.path.join(self.directory, name)
-            if name.endswith(PARTIAL_SUFFIX):  # an unfinished segment install
+            described = segment_of_sidecar(name)
+            # An unfinished segment install or sidecar write, or a tree sidecar whose segment
+            # is gone (a drop the crash interrupted): a sidecar is only ever a cache of its segment.
+            if is_sidecar(name) and (described is None or described not in present):
+                self.directory_changed |= discard(self.files, path)  # an OSError logged: a cache
+                continue
+            if name.endswith(PARTIAL_SUFFIX):
                 self.files.unlink(path)
                 self.directory_changed = True
                 continue

@@ -9,6 +9,7 @@ through the database.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import zlib
@@ -27,6 +28,13 @@ SUFFIX = ".seg"
 PARTIAL_SUFFIX = ".part"
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 CATALOG = struct.Struct(">QQIQQQ")  # last_index, size, crc, first_offset, next_offset, created_ms
+
+
+_generations = itertools.count(1)
+
+
+def next_generation() -> int:
+    return next(_generations)
 
 
 def segment_name(first_index: Index) -> str:
@@ -51,6 +59,10 @@ class Segment:
     last_index: Index = Index(0)  # first_index - 1 while empty
     next_offset: Offset = Offset(0)
     crc: int | None = None  # crc32 of the whole file once known (None: not computed yet)
+    # Unique in the process, and replaced when the store reopens or drops the segment: a
+    # read spanning several turns of the loop (a tree sidecar's build, storage/scrub.py)
+    # tells the entries it started on from others this object, or this name, holds since.
+    generation: int = field(default_factory=lambda: next_generation())
     # Open segment only: positions[i] is where entry first_index + i starts.
     positions: array = field(default_factory=lambda: array("Q"))
     # Open segment only: base offsets of DATA entries, and their raft indexes.

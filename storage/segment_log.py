@@ -10,6 +10,7 @@ memory, closed segments' index keys in the database, the newest entries in memor
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 
@@ -91,7 +92,9 @@ class SegmentLog:
     # -- positions -------------------------------------------------------------
 
     def _segment_of(self, index: Index) -> Segment:
-        slot = bisect_right([s.first_index for s in self._segments], index) - 1
+        # Keyed, not a list of first indexes per call: a tree build asks once per segment it
+        # takes from a sidecar, and a long partition has thousands of segments.
+        slot = bisect_right(self._segments, index, key=lambda s: s.first_index) - 1
         assert slot >= 0, f"index {index} precedes every segment"
         return self._segments[slot]
 
@@ -171,6 +174,18 @@ class SegmentLog:
 
     def segment_of(self, index: Index) -> Segment:
         return self._segment_of(index)
+
+    def frame_header(self, index: Index) -> tuple[int, int, int]:
+        """(index, term, stored CRC) from the header of entry `index`'s frame as the file
+        holds it now, unchecked: what a tree sidecar's stamp compares (storage/tree_sidecar.py)."""
+        self._check_range(index, Index(index + 1))
+        segment = self._segment_of(index)
+        position = self._position(segment, index)
+        header = self._files.read(segment.handle, position, FRAME_HEADER_BYTES)
+        if len(header) < FRAME_HEADER_BYTES:
+            raise CorruptionError(f"the frame of entry {index} ends inside its header")
+        _length, crc, stored_index, term = struct.unpack_from(">IIQQ", header)
+        return stored_index, term, crc
 
     def frame_end(self, index: Index) -> tuple[Segment, int]:
         """The segment holding entry `index` and where its frame ends in that file."""

@@ -36,7 +36,7 @@ from storage.files import Files
 from storage.frames import FrameCheck, FrameInfo, crc_matches, encode_frame, record_count_of
 from storage.node_state import StartPoint, encode_applied, encode_hard_state, encode_start
 from storage.recovery import RecoveryReport, recover
-from storage.segment import Segment, segment_name
+from storage.segment import Segment, next_generation, segment_name
 from storage.segment_log import SegmentLog
 from storage.state_db import (
     APPLIED,
@@ -56,6 +56,7 @@ from storage.state_db import (
     int_key,
 )
 from storage.sync_ledger import FlushResult, PendingSync, SyncLedger
+from storage.tree_sidecar import forget_sidecar
 
 __all__ = ["FlushResult", "PendingSync", "SegmentStore"]
 
@@ -78,12 +79,16 @@ class SegmentStore(SegmentLog):
         clock_ms: Callable[[], int] = wall_clock_ms,
         *,
         frame_check: FrameCheck = crc_matches,
+        on_segments_changed: Callable[[SegmentStore], None] | None = None,
     ) -> None:
         """`frame_check` judges the CRC of every frame recovery scans and reads return."""
         config = config or StoreConfig()
         recovered = recover(group, directory, db, files, clock_ms(), frame_check)
         super().__init__(group, directory, db, files, config, recovered, frame_check)
         self.closed = False  # set by close(); the flusher skips a closed store
+        # Told of each segment closed, reopened or dropped (and here, of a log holding closed ones): the
+        # tree sidecar warmer looks at the stores named, not at every store (multiraft/node/tree_sidecars.py).
+        self._on_segments_changed = on_segments_changed
         self._clock_ms = clock_ms
         self.recovery: RecoveryReport = recovered.report
         self.repair_reason: str | None = recovered.repair_reason
@@ -105,6 +110,12 @@ class SegmentStore(SegmentLog):
             if recorded_commit > self.last_index():
                 self._hard_state = self._durable_hard_state = dataclasses.replace(
                     self._hard_state, commit=self.last_index())
+        if any(segment.closed for segment in self._segments):
+            self._segments_changed()
+
+    def _segments_changed(self) -> None:
+        if self._on_segments_changed is not None:
+            self._on_segments_changed(self)
 
     def initial_state(self) -> InitialState:
         membership = self._start.snapshot.meta.membership
@@ -312,6 +323,7 @@ class SegmentStore(SegmentLog):
         batch = self._db.batch()
         catalog.stage_close(batch, self.group, segment, self._term_starts, self._terms)
         self._db.write(batch, sync=False)
+        self._segments_changed()
 
     def _create_segment(self) -> Segment:
         first = Index(self.last_index() + 1)
@@ -360,6 +372,9 @@ class SegmentStore(SegmentLog):
         result = scan_segment(self._files, segment.handle, segment.first_index, self.frame_check)
         if result.error is not None:
             raise CorruptionError(f"closed segment {segment.first_index}: {result.error}")
+        forget_sidecar(self._files, segment.path)  # it will hold other entries: its tree sidecar goes
+        segment.generation = next_generation()
+        self._segments_changed()
         segment.closed = False
         segment.last_index = Index(segment.first_index - 1)
         segment.next_offset = segment.first_offset
@@ -370,6 +385,9 @@ class SegmentStore(SegmentLog):
     def _drop_segment_file(self, segment: Segment, batch) -> None:
         self._files.close(segment.handle)
         self._files.unlink(segment.path)
+        forget_sidecar(self._files, segment.path)
+        segment.generation = next_generation()
+        self._segments_changed()
         self._ledger.forget(segment)
         batch.delete(int_key(CLOSED_SEGMENT, self.group, segment.first_index))
 

@@ -229,7 +229,7 @@ def cluster_verify(client: Client, args: argparse.Namespace) -> int:
     done; exits 1 when any partition is not identical (behind counts: it was not compared whole)."""
     rows, start, clean = [], 0, True
     while start is not None:
-        answer = client.verify(args.topic, start)
+        answer = client.verify(args.topic, start, not args.fast)
         for p in answer["partitions"]:
             clean = clean and p["status"] == "identical"
             ranges = " ".join(f"[{lo},{hi})" for lo, hi in p["ranges"]) or "-"

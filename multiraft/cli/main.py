@@ -4,7 +4,7 @@
     raftlog cluster up [--nodes 3] [--dir ./data]
     raftlog cluster status
     raftlog cluster wait [--timeout S]      until a metadata leader and every node live (exit 0), else 1
-    raftlog cluster verify [--topic T]      replicas compared by tictac trees; exit 1 if any differs
+    raftlog cluster verify [--topic T] [--fast]  replicas compared by tictac trees; exit 1 if any differs
     raftlog topic create|list|describe|delete ...
     raftlog produce TOPIC [--key K] [--partition P] [--acks A]
     raftlog consume TOPIC [--partition P] [--from-beginning|--offset N] [--group G] [--follow]
@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify = cluster_commands.add_parser("verify", help="compare every partition's replicas with its leader "
                                                         "(tictac trees); exit 1 if any is not identical (admin)")
     verify.add_argument("--topic", action="append", metavar="T", help="only this topic; repeatable")
+    verify.add_argument("--fast", action="store_true",
+                        help="closed segments count by their tree sidecars, only the open ones are read (rot "
+                             "under a sidecar is not seen); without it every replica reads its whole log")
     _client_command(verify, commands.cluster_verify)
     config = cluster_commands.add_parser("config", help="run-time cluster settings: the move throttle "
                                                         "replica_move_bytes_per_s (admin)")

@@ -57,6 +57,9 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
     verify.add_argument("--topic", default=None)
     verify.add_argument("--no-repair", dest="repair", action="store_false",
                         help="report only: no resync of a different partition")
+    verify.add_argument("--deep", action="store_true",
+                        help="the sink and the source read every segment (finds rot); without it closed "
+                             "segments count by their tree sidecars")
     client_command(verify, mirror_verify)
 
 
@@ -134,7 +137,8 @@ def mirror_verify(client: Client, args: argparse.Namespace) -> int:
     until done; exits 1 unless every one is identical (behind counts: it was not compared whole)."""
     rows, start, clean = [], 0, True
     while start is not None:
-        body: dict[str, Any] = {"start": start, "repair": args.repair, **({"topic": args.topic} if args.topic else {})}
+        body: dict[str, Any] = {"start": start, "repair": args.repair, **({"topic": args.topic} if args.topic else {}),
+                                **({"deep": True} if args.deep else {})}  # absent: a node of an earlier version
         answer = client.mirror_action(args.name, "verify", body=body)
         for p in answer["partitions"]:
             clean = clean and p["status"] == "identical"

@@ -296,9 +296,13 @@ class AsyncClient:
         """How far `node_id`'s decommission got, as the node asked sees it."""
         return await self._json("GET", f"/v1/admin/nodes/{int(node_id)}/decommission")
 
-    async def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
-        """One call of the scrubber (admin): up to 16 partitions; go on from `next_start`."""
+    async def verify(self, topics: list[str] | None = None, start: int = 0, deep: bool = True) -> dict[str, Any]:
+        """One call of the scrubber (admin): up to 16 partitions; go on from `next_start`. `deep` (the
+        default) reads every segment again (finds rot); false takes closed segments' tree sidecars (fast).
+        Sent only when false: an earlier version refuses fields it does not know, and reads everything."""
         body: dict[str, Any] = {"start": start} if topics is None else {"topics": topics, "start": start}
+        if not deep:
+            body["deep"] = False
         return await self._json("POST", "/v1/admin/verify", json_body=body)
 
     # ---- bearer tokens (admin) ----------------------------------------------------

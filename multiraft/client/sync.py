@@ -120,8 +120,8 @@ class Client:
     def decommission_status(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.decommission_status(node_id))
 
-    def verify(self, topics: list[str] | None = None, start: int = 0) -> dict[str, Any]:
-        return self.run(self.aio.verify(topics, start))
+    def verify(self, topics: list[str] | None = None, start: int = 0, deep: bool = True) -> dict[str, Any]:
+        return self.run(self.aio.verify(topics, start, deep))
 
     def create_token(self, name: str, rights: list[str]) -> dict[str, Any]:
         return self.run(self.aio.create_token(name, rights))

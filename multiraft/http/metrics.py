@@ -189,6 +189,15 @@ class NodeCollector(Collector):
                                   value=scrub.repairs_started)
         yield CounterMetricFamily("raftlog_scrub_bytes_hashed", "stored batch bytes hashed into tictac trees here",
                                   value=scrub.bytes_hashed)
+        sidecars = scrub.sidecars  # closed segments' tree sidecars (docs/mirror.md "Incremental trees")
+        for name, what in (("written", "tree sidecars written (after a build, and by the warmer)"),
+                           ("write_failures", "tree sidecar writes that failed (the segment is read instead)"),
+                           ("writes_dropped", "tree sidecars computed by builds and not written: the queue was full"),
+                           ("warmer_bytes_hashed", "closed segment bytes the sidecar warmer read and hashed"),
+                           ("segments_from_sidecars", "closed segments tree builds took from their sidecars"),
+                           ("ignored", "tree sidecars there that did not match their segment (it was read)"),
+                           ("mismatched", "deep builds: sidecars whose stamp matched and bytes did not")):
+            yield CounterMetricFamily(f"raftlog_tree_sidecar_{name}", what, value=getattr(sidecars, name))
         catchup = node.catchup_counts  # far-horizon catch-up (multiraft/node/catchup_leader.py)
         for name, what in (("started", "far-horizon transfers this node's leaders started"),
                            ("installed", "far-horizon transfers from this node its followers installed"),

@@ -128,7 +128,10 @@ PATHS: dict[str, Any] = {
             "type": "object", "additionalProperties": False,
             "properties": {"topic": {"type": "string", "pattern": _TOPIC_PATTERN},
                            "start": {"type": "integer", "minimum": 0, "maximum": 2**53},
-                           "repair": {"type": "boolean"}}}}}},
+                           "repair": {"type": "boolean"},
+                           "deep": {"type": "boolean", "description": "true: the sink and the source read every "
+                                    "segment of the span (finds rot); false (the default): closed segments count "
+                                    "by their tree sidecars, only the open segment and the span's edges are read"}}}}}},
         "responses": {"200": _json("verdicts", {"type": "object", "required": [
             "link", "partitions", "total", "verified", "next_start", "all_identical"], "properties": {
             "partitions": {"type": "array", "items": _VERDICT}}}), **_errors(404, 409, 415, 416, 503, 504)}}},
@@ -136,7 +139,10 @@ PATHS: dict[str, Any] = {
         "summary": "a mirror's full sync (read right): the partition's tictac tree over [lo, hi) cut to what the "
                    "answering replica holds (and to 65,536 leaves): its span, depth, root",
         "parameters": [{"name": "lo", "in": "query", "schema": _OFFSET},
-                       {"name": "hi", "in": "query", "schema": _OFFSET}],
+                       {"name": "hi", "in": "query", "schema": _OFFSET},
+                       {"name": "deep", "in": "query", "schema": {"type": "string", "enum": ["true", "false"]},
+                        "description": "true: the replica reads every segment of the span (absent or false: closed "
+                                       "segments count by their tree sidecars)"}],
         "responses": {"200": _json("the tree", {"type": "object", "required": [
             "lo", "hi", "depth", "root", "damaged", "log_start_offset", "high_watermark"]}),
             **_errors(404, 416, 421, 503, 504)}}},

@@ -364,7 +364,10 @@ _PATHS: dict[str, Any] = {
                                       "description": "absent or null: every topic",
                                       "items": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}},
                            "start": {"type": "integer", "minimum": 0,
-                                     "description": "past the partitions asked for: 416"}}})},
+                                     "description": "past the partitions asked for: 416"},
+                           "deep": {"type": "boolean", "description": "true (the default): every replica reads "
+                                    "its closed segments again (finds rot); false: closed segments count by their "
+                                    "tree sidecars, only the open segment and the span's edges are read (fast)"}}})},
         "responses": {"200": _ok("per partition, what its replicas' trees showed", {
             "type": "object", "required": ["partitions", "total", "verified", "next_start", "all_identical"],
             "properties": {"partitions": {"type": "array", "items": {"type": "object", "required": [

@@ -12,6 +12,7 @@ the node's services; it holds no state of its own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,7 @@ from multiraft.node.partition_ops import MAX_BYTES_MAX, MAX_RECORDS_MAX, WAIT_MS
 from multiraft.node.produce_result import NO_OFFSET, ProduceResult
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.scrubber import PARTITIONS_PER_CALL, VerifyReport
+from multiraft.node.tree_sidecars import SidecarCounts
 from multiraft.runtime.group import GroupStatus
 from multiraft.state.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
 from multiraft.state.partitioner import partition_for_key
@@ -153,6 +155,7 @@ class ScrubCounts:
     ranges_found: int
     repairs_started: int
     bytes_hashed: int
+    sidecars: SidecarCounts  # closed segments' tree sidecars (multiraft/node/tree_sidecars.py)
 
 
 class NodeApi:
@@ -327,13 +330,15 @@ class NodeApi:
         """What the scrubber verified and found here (docs/mirror.md)."""
         scrubber = self._scrubber
         return ScrubCounts(partitions_verified=scrubber.partitions_verified, ranges_found=scrubber.ranges_found,
-                           repairs_started=scrubber.repairs_started, bytes_hashed=scrubber.trees.bytes_hashed)
+                           repairs_started=scrubber.repairs_started, bytes_hashed=scrubber.trees.bytes_hashed,
+                           sidecars=dataclasses.replace(scrubber.trees.sidecars.counts))
 
     # ------------------------------------------------------------------ entry points
 
-    async def verify(self, topics: list[str] | None, start: int) -> VerifyReport:
-        """Compare partitions' replicas with their leaders (the scrubber, multiraft/node/scrubber.py)."""
-        return await self._scrubber.verify(topics, start)
+    async def verify(self, topics: list[str] | None, start: int, deep: bool = True) -> VerifyReport:
+        """Compare partitions' replicas with their leaders (the scrubber, multiraft/node/scrubber.py);
+        `deep` (the default) reads every segment again, false takes closed segments' tree sidecars."""
+        return await self._scrubber.verify(topics, start, deep=deep)
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: Acks | str = Acks.QUORUM,
                       header: BatchHeader | None = None) -> ProduceResult:

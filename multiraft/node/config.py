@@ -80,6 +80,9 @@ class NodeConfig:
     # decommissions (multiraft/node/move_throttle.py); 0: no limit. The cluster setting of
     # the same name (PATCH /v1/admin/config) wins over this one.
     replica_move_bytes_per_s: int = REPLICA_MOVE_BYTES_PER_S_DEFAULT
+    # Bytes/s the tree sidecar warmer reads and hashes of closed segments in the background
+    # (multiraft/node/tree_sidecars.py); 0: no limit.
+    tree_sidecar_bytes_per_s: int = 64 * 1024 * 1024
     # A follower this many entries behind its leader, or lacking this many bytes of its
     # closed segments, catches up by whole segment files (far horizon, multiraft/node/
     # catchup_leader.py), not by appends; 0 turns either test off (both 0: never).
@@ -135,6 +138,8 @@ class NodeConfig:
             raise ConfigError("replica_move_after_ms: -1 (never) or a duration in ms")
         if not 0 <= self.replica_move_bytes_per_s <= REPLICA_MOVE_BYTES_PER_S_MAX:
             raise ConfigError(f"replica_move_bytes_per_s: 0 (no limit) to {REPLICA_MOVE_BYTES_PER_S_MAX}")
+        if not 0 <= self.tree_sidecar_bytes_per_s <= REPLICA_MOVE_BYTES_PER_S_MAX:
+            raise ConfigError(f"tree_sidecar_bytes_per_s: 0 (no limit) to {REPLICA_MOVE_BYTES_PER_S_MAX}")
         if self.far_catchup_lag_entries < 0 or self.far_catchup_lag_bytes < 0:
             raise ConfigError("far_catchup_lag_entries, far_catchup_lag_bytes: 0 (off) or a positive number")
         if self.leader_balance_target_live_ms < 0 or self.leader_balance_settle_ms < 0:
@@ -280,8 +285,8 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
             values[name] = Path(settings[name])
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
                  "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms",
-                 "replica_move_bytes_per_s", "far_catchup_lag_entries", "far_catchup_lag_bytes",
-                 "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms",
+                 "replica_move_bytes_per_s", "tree_sidecar_bytes_per_s", "far_catchup_lag_entries",
+                 "far_catchup_lag_bytes", "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms",
                  "leader_balance_target_live_ms", "leader_balance_settle_ms", "leader_transfers_in_flight_max"):
         if name in settings:
             values[name] = settings[name] if name == "rack" else int(settings[name])

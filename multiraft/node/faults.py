@@ -92,8 +92,10 @@ class SegmentStoreForgettingVotes(SegmentStore):
 
     def __init__(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
                  config: StoreConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
-                 *, frame_check: FrameCheck = crc_matches) -> None:
-        super().__init__(group, directory, db, files, config, clock_ms, frame_check=frame_check)
+                 *, frame_check: FrameCheck = crc_matches,
+                 on_segments_changed: Callable[[SegmentStore], None] | None = None) -> None:
+        super().__init__(group, directory, db, files, config, clock_ms, frame_check=frame_check,
+                         on_segments_changed=on_segments_changed)
         self._opened_hard_state = self.initial_state().hard_state  # its term and vote are kept
 
     def hard_state_to_store(self) -> HardState:
@@ -157,10 +159,11 @@ class Faults:
             mirror_chunk=drop_first_batch if hooks.mirror_skip_batch else None,
         )
 
-    def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
-                   config: StoreConfig) -> SegmentStore:
+    def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files, config: StoreConfig,
+                   on_segments_changed: Callable[[SegmentStore], None] | None = None) -> SegmentStore:
         """Open a group's segment store: the class and frame check chosen here."""
-        return self.store_class(group, directory, db, files, config, frame_check=self.frame_check)
+        return self.store_class(group, directory, db, files, config, frame_check=self.frame_check,
+                                on_segments_changed=on_segments_changed)
 
     def files(self, groups_directory: str) -> Files:
         """Segment files: the OS's, or the write-behind layer that loses unsynced data on kill -9."""

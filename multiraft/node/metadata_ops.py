@@ -40,7 +40,13 @@ from multiraft.node import open_files
 from multiraft.node.registry import METADATA_GROUP
 from multiraft.node.routing import call_peer
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer, error_answer
-from raftlog.errors import ClientError, LeadershipTransferInProgress, NotLeader, OutcomeUnknown
+from raftlog.errors import (
+    ClientError,
+    LeadershipTransferInProgress,
+    NotLeader,
+    OutcomeUnknown,
+    ProposalDropped,
+)
 from raftlog.messages import EntryKind, Role
 from raftlog.types import NodeId
 
@@ -59,6 +65,7 @@ START_UP_POLL_S = 0.05
 SET_DRAINED_WAIT_S = 8.0
 SET_DRAINED_RETRY_S = 0.5
 SET_DRAINED_PAUSE_MAX_S = 1.0
+READ_ATTEMPT_S = 2.0  # one ReadIndex round trip, many times over
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -238,8 +245,21 @@ class MetadataOps:
         before the call: a ReadIndex on the metadata group (a follower or learner asks
         the metadata leader for its commit index, the leader confirms it still leads
         with a round of heartbeats), then a wait until this node applied that far. What
-        makes catalog reads linearizable where the API offers them."""
-        await self._runtime.read_index()
+        makes catalog reads linearizable where the API offers them.
+
+        A read forwarded to the leader is lost when that leader steps down or hands its
+        leadership over before confirming it (the core drops it with its read queue), and
+        on a lost message: each attempt is bounded by READ_ATTEMPT_S and the read is asked
+        again, of the leader known then (a drain of the node leading the metadata group
+        moves that leadership while the drain's own propagation waits on this; the fuzz
+        pass met it as a 504 after 15 s). The caller bounds the whole."""
+        for attempt in itertools.count(1):
+            try:
+                async with asyncio.timeout(READ_ATTEMPT_S):
+                    await self._runtime.read_index()
+                return
+            except (TimeoutError, NotLeader, ProposalDropped):
+                await asyncio.sleep(min(SET_DRAINED_RETRY_S * attempt, SET_DRAINED_PAUSE_MAX_S))
 
     async def wait_for_topic(self, name: str, timeout_s: float = 10.0, present: bool = True) -> None:
         """Wait until this node's catalog holds `name` (after a create elsewhere), or no

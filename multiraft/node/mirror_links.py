@@ -124,9 +124,10 @@ class MirrorLinks:
             await self._metadata.propose(PromoteMirrorTopic(name=topic))
         return {"link": name, "topic": topic, "promoted": True}
 
-    async def verify(self, name: str, topic: str | None, start: int, *, repair: bool) -> MirrorVerifyReport:
+    async def verify(self, name: str, topic: str | None, start: int, *, repair: bool,
+                     deep: bool = False) -> MirrorVerifyReport:
         """The full sync of a link's mirror partitions (multiraft/node/mirror_verify.py)."""
-        return await self.verifier.verify(name, topic, start, repair=repair)
+        return await self.verifier.verify(name, topic, start, repair=repair, deep=deep)
 
     def link(self, name: str) -> MirrorLink:
         link = self._catalog.catalog.mirror_links.get(name)

@@ -195,11 +195,13 @@ class SourceClient:
         except ValueError:
             raise SourceError(f"the source's answer to {path} is not JSON") from None
 
-    async def tree(self, topic: str, partition: int, lo: int, hi: int) -> dict[str, Any]:
+    async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
         """The source's tree of a partition over `[lo, hi)` cut to what it holds (multiraft/node/
-        mirror_trees.py): lo, hi, depth, root, damaged, log_start_offset, high_watermark."""
-        return await self.get_json(f"/v1/topics/{topic}/partitions/{partition}/tree",
-                                   {"lo": str(lo), "hi": str(hi)}, TREE_BUILD_S)
+        mirror_trees.py): lo, hi, depth, root, damaged, log_start_offset, high_watermark. `deep`:
+        the source reads every segment (a source of an earlier version ignores the parameter
+        and reads them all anyway)."""
+        query = {"lo": str(lo), "hi": str(hi), **({"deep": "true"} if deep else {})}
+        return await self.get_json(f"/v1/topics/{topic}/partitions/{partition}/tree", query, TREE_BUILD_S)
 
     async def tree_nodes(self, topic: str, partition: int, lo: int, hi: int, level: int,
                          positions: list[int]) -> list[bytes]:

@@ -19,7 +19,8 @@ Bounds, against a costly or hostile caller: a span covers at most `SPAN_LEAVES_M
 leaves (scrub_trees.py; the scrubber's trees have the same bound; the answer says where
 it stopped and the sink goes on from there), a call asks for at most `POSITIONS_MAX`
 digests, at most `BUILDS_MAX` trees are built at once on a node (each a read of its
-span, on the loop in slices), and built trees are kept 64 at most, for 120 s.
+span's open segment and edges, and of the closed segments without a tree sidecar, on the
+loop in slices: storage/scrub.py), and built trees are kept 64 at most, for 120 s.
 """
 
 from __future__ import annotations
@@ -89,11 +90,13 @@ class PartitionTrees:
         self._builds = asyncio.Semaphore(BUILDS_MAX)
         self.trees_served = 0
 
-    async def tree(self, topic: str, partition: int, lo: int, hi: int) -> dict[str, Any]:
+    async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
+        """`deep`: read every segment of the span (an earlier version forwarded to ignores it: it
+        reads them all anyway); else closed segments count by their tree sidecars."""
         group_id = self._catalog.partition_group(topic, partition)
         if self._hosted(group_id):
-            return await self._local_tree(group_id, lo, hi)
-        return await self._forward(topic, partition, group_id, "mirror.tree", {"lo": lo, "hi": hi})
+            return await self._local_tree(group_id, lo, hi, deep)
+        return await self._forward(topic, partition, group_id, "mirror.tree", {"lo": lo, "hi": hi, "deep": deep})
 
     async def nodes(self, topic: str, partition: int, lo: int, hi: int, level: int,
                     positions: list[int]) -> list[str]:
@@ -114,11 +117,11 @@ class PartitionTrees:
         start = int(store.log_start_offset)
         return start, max(start, min(int(machine.state.high_watermark), int(store.log_end_offset)))
 
-    async def _local_tree(self, group_id: GroupId, lo: int, hi: int) -> dict[str, Any]:
+    async def _local_tree(self, group_id: GroupId, lo: int, hi: int, deep: bool) -> dict[str, Any]:
         async with self._builds:  # the bounds read after the wait: retention may have moved the start
             start, high_watermark = self._bounds(group_id)
             lo, hi = served_span(lo, hi, start, high_watermark)
-            built = await self._trees.build(group_id, lo, hi, fresh=True)
+            built = await self._trees.build(group_id, lo, hi, fresh=True, deep=deep)
         self.trees_served += 1
         return {"lo": lo, "hi": hi, "depth": built.tree.depth, "root": built.tree.root.hex(),
                 "damaged": list(built.damaged[:DAMAGED_SHOWN_MAX]), "log_start_offset": start,
@@ -149,7 +152,8 @@ class PartitionTrees:
         async def tree(source: int, body: bytes) -> tuple[int, bytes]:
             async def work() -> dict[str, Any]:
                 request = _request(body, ("group_id", "lo", "hi"))
-                return await self._local_tree(GroupId(request["group_id"]), request["lo"], request["hi"])
+                deep = request.get("deep") is True  # absent from an earlier version: the mirror's default
+                return await self._local_tree(GroupId(request["group_id"]), request["lo"], request["hi"], deep)
             return await answer(work(), _encode)
 
         async def nodes(source: int, body: bytes) -> tuple[int, bytes]:

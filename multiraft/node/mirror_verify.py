@@ -68,8 +68,9 @@ SPANS_MAX = 4096  # spans (each up to SPAN_LEAVES_MAX leaves) one verify walks: 
 SCHEDULE_SCAN_S = 1.0
 IDENTICAL, BEHIND, DIFFERENT, SOURCE_DAMAGED, SINK_DAMAGED, UNREACHABLE = VERDICTS = (
     "identical", "behind", "different", "source_damaged", "sink_damaged", "unreachable")
-# A verify reads its span on both sides, about 1.4 s per GiB on this box (docs/mirror.md
-# "Figures"): from a small partition's milliseconds to a large one's minutes.
+# A verify reads the open segment on both sides and the closed ones' tree sidecars (0.1 s at
+# 1 GiB, docs/mirror.md "Figures"); a closed segment without a sidecar is read, about 1.4 s
+# per GiB on this box: from a small partition's milliseconds to a large one's minutes.
 VERIFY_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -187,9 +188,10 @@ class MirrorVerifier:
                 try:
                     request = json.loads(body)
                     topic, partition, repair = request["topic"], int(request["partition"]), bool(request["repair"])
-                except (ValueError, KeyError, TypeError):
-                    raise InvalidRequest("mirror.verify: {topic, partition, repair}") from None
-                return await self.verify_partition(topic, partition, repair=repair)
+                    deep = request.get("deep") is True  # absent from an earlier version: the mirror's default
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise InvalidRequest("mirror.verify: {topic, partition, repair, deep}") from None
+                return await self.verify_partition(topic, partition, repair=repair, deep=deep)
             return await answer(work(), lambda v: json.dumps(v.to_json()).encode())
 
         rpc.register("mirror.verify", verify)
@@ -203,7 +205,8 @@ class MirrorVerifier:
 
     # -- a link's partitions, from any node ----------------------------------------------
 
-    async def verify(self, name: str, topic: str | None, start: int, *, repair: bool = True) -> MirrorVerifyReport:
+    async def verify(self, name: str, topic: str | None, start: int, *, repair: bool = True,
+                     deep: bool = False) -> MirrorVerifyReport:
         catalog = self._catalog.catalog
         if name not in catalog.mirror_links:
             raise UnknownMirrorLink(f"mirror link {name!r} does not exist")
@@ -217,21 +220,21 @@ class MirrorVerifier:
         for topic_name, partition in every[start:start + PARTITIONS_PER_CALL]:
             if verdicts and time.monotonic() - began > CALL_BUDGET_S:
                 break
-            verdicts.append(await self._verify_anywhere(topic_name, partition, repair))
+            verdicts.append(await self._verify_anywhere(topic_name, partition, repair, deep))
         after = start + len(verdicts)
         return MirrorVerifyReport(link=name, partitions=tuple(verdicts), total=len(every),
                                   next_start=after if after < len(every) else None)
 
-    async def _verify_anywhere(self, topic: str, partition: int, repair: bool) -> MirrorVerdict:
+    async def _verify_anywhere(self, topic: str, partition: int, repair: bool, deep: bool) -> MirrorVerdict:
         group_id = self._catalog.partition_group(topic, partition)
         replicas = self._catalog.catalog.topic(topic).partitions[partition].replicas
         leader = self._routing.forward_target(group_id, replicas)
         try:
             if leader == self._routing.id:
-                return await self.verify_partition(topic, partition, repair=repair)
+                return await self.verify_partition(topic, partition, repair=repair, deep=deep)
             if leader == 0:
                 raise NotLeader(0, "no leader known")
-            body = json.dumps({"topic": topic, "partition": partition, "repair": repair}).encode()
+            body = json.dumps({"topic": topic, "partition": partition, "repair": repair, "deep": deep}).encode()
             reply = await call_peer(self._rpc, leader, "mirror.verify", body, VERIFY_CALL_TIMEOUT_S, write=False)
             return MirrorVerdict.from_json(json.loads(reply))
         except ClientError as error:
@@ -240,7 +243,9 @@ class MirrorVerifier:
 
     # -- one partition, on its sink leader -------------------------------------------------
 
-    async def verify_partition(self, topic: str, partition: int, *, repair: bool) -> MirrorVerdict:
+    async def verify_partition(self, topic: str, partition: int, *, repair: bool, deep: bool = False) -> MirrorVerdict:
+        """`deep`: this leader and the source read every segment of the span (finds rot on
+        either side); else closed segments count by their tree sidecars (docs/mirror.md)."""
         group_id = self._catalog.partition_group(topic, partition)
         info = self._catalog.catalog.topic(topic)
         link = self._catalog.catalog.mirror_links.get(info.mirror_link or "")
@@ -255,7 +260,7 @@ class MirrorVerifier:
         walk = _Walk()
         client = self._new_client(link)
         try:
-            status = await self._walk(client, group_id, topic, partition, lo, high_watermark, walk)
+            status = await self._walk(client, group_id, topic, partition, lo, high_watermark, walk, deep)
             detail = walk.damaged
         except (SourceError, ClientError, KeyError, TypeError, ValueError) as error:
             status, detail = UNREACHABLE, f"{type(error).__name__}: {error}"
@@ -279,16 +284,16 @@ class MirrorVerifier:
         return verdict
 
     async def _walk(self, client: SourceClient, group_id: GroupId, topic: str, partition: int, lo: int,
-                    high_watermark: int, walk: _Walk) -> str:
+                    high_watermark: int, walk: _Walk, deep: bool) -> str:
         """Compare span after span (the source cuts each to what it holds, and to its leaf bound)
         until the end both hold; the verdict's status."""
         for _ in range(SPANS_MAX):
             # Both sides read their span at once: the source's answer is almost always the span
             # asked for, so this leader's tree over it is ready when the answer comes.
             guess = served_span(lo, high_watermark, lo, high_watermark)  # the source's cut, if it holds as much
-            ahead = asyncio.create_task(self._trees.build(group_id, *guess, fresh=True))
+            ahead = asyncio.create_task(self._trees.build(group_id, *guess, fresh=True, deep=deep))
             try:
-                summary = await client.tree(topic, partition, lo, high_watermark)
+                summary = await client.tree(topic, partition, lo, high_watermark, deep)
             finally:
                 speculative = await asyncio.gather(ahead, return_exceptions=True)
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
@@ -306,7 +311,7 @@ class MirrorVerifier:
             walk.hi = their_hi
             mine = speculative[0]
             if isinstance(mine, BaseException) or (mine.tree.lo, mine.tree.hi) != (their_lo, their_hi):
-                mine = await self._trees.build(group_id, their_lo, their_hi, fresh=True)
+                mine = await self._trees.build(group_id, their_lo, their_hi, fresh=True, deep=deep)
             walk.spans += 1
             walk.bytes_hashed += mine.bytes_hashed
             if mine.damaged:

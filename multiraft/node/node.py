@@ -62,6 +62,7 @@ from multiraft.node.routing import Routing
 from multiraft.node.scrub_trees import ReplicaTrees
 from multiraft.node.scrubber import Scrubber
 from multiraft.node.ticker import Ticker
+from multiraft.node.tree_sidecars import ChangedStores, SidecarWarmer
 from multiraft.node.unsafe import ChaosHooks
 from multiraft.runtime.group import GroupRuntime, GroupStatus
 from multiraft.runtime.histograms import NodeLatencies
@@ -99,12 +100,14 @@ class Node:
         self.open_files_limit = 0  # the soft RLIMIT_NOFILE, raised at start (multiraft/node/open_files.py)
         self._build_network()
         self.storage = LocalStorage(config.data_dir, self.faults, self.latencies, self.logger)
+        self.changed_stores = ChangedStores()  # for the tree sidecar warmer (multiraft/node/tree_sidecars.py)
         self.replicas = Replicas(config, self.registry, self.catalog_holder, self.storage, self.faults,
                                  self.latencies, ReplicaLinks(
                                      send=self.outbox.send, on_quiesce=self.outbox.on_quiesce,
                                      is_live=self.liveness.is_live, start_task=self.start_task,
                                      update_peers=self.update_peers, leader_of=self.routing.leader_of,
                                      node_ticks=self.ticker.now, wake_after_ticks=self.ticker.wake_after,
+                                     segments_changed=self.changed_stores.note,
                                  ), self.logger)
         self._build_services()
 
@@ -146,7 +149,9 @@ class Node:
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
         leadership.serve_balance(self.balancer, self.rpc)
         self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
-                                 ReplicaTrees(self.registry, self.replicas.report_damage))
+                                 ReplicaTrees(self.registry, self.replicas.report_damage, logger=self.logger))
+        self.sidecar_warmer = SidecarWarmer(self.registry, self.scrubber.trees.sidecars, self.changed_stores,
+                                            self.logger, self.config.tree_sidecar_bytes_per_s)
         self.scrubber.serve(self.rpc)
         self.catchup_leader = CatchUpLeader(self.registry, self.rpc, (self.config.far_catchup_lag_entries,
                                                                        self.config.far_catchup_lag_bytes),
@@ -214,6 +219,7 @@ class Node:
             ("mirror-pulls", self.mirror_pulls.run),  # docs/mirror.md
             ("mirror-links", self.mirrors.run),
             ("mirror-verify", self.mirror_verifier.run),
+            ("tree-sidecars", self.sidecar_warmer.run),
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),
@@ -237,6 +243,7 @@ class Node:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         self.move_throttle.clear()
+        await self.scrubber.trees.sidecars.close()
         runtimes = list(self.registry.groups.values())
         for start in range(0, len(runtimes), STOP_CHUNK_GROUPS):  # one by one, 3,000 took over 10 s
             chunk = runtimes[start:start + STOP_CHUNK_GROUPS]

@@ -84,6 +84,8 @@ class ReplicaLinks:
     leader_of: Callable[[GroupId], int]  # what this node knows: its replica's view, or the pings'
     node_ticks: Callable[[], int]  # the ticker's count (GroupDeps.node_ticks)
     wake_after_ticks: Callable[[int, Any], None]  # the ticker's timers (GroupDeps.wake_after_ticks)
+    # Told of each store whose closed segments changed (the tree sidecar warmer's list).
+    segments_changed: Callable[[SegmentStore], None] | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -145,7 +147,8 @@ class Replicas:
         directory = storage.groups_directory / str(group_id)
         make_private_dirs(directory)
         store_config = StoreConfig(**self.topic_store_settings(topic_config or {}))
-        store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config)
+        store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config,
+                                        self._links.segments_changed)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.
         created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and self.id in voters

@@ -14,10 +14,12 @@ scrubber as by a mirror's full sync (multiraft/node/mirror_trees.py serves the s
 side with the same bound).
 
 RPCs (JSON bodies, digests in hex):
-- `scrub.tree` {group_id, lo, hi} -> {lo, hi, depth, root, damaged}: the span is cut
+- `scrub.tree` {group_id, lo, hi, deep?} -> {lo, hi, depth, root, damaged}: the span is cut
   to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
   watermark (a replica behind answers a shorter span: "behind", not "different"), and
-  to `SPAN_LEAVES_MAX` leaves from `lo`'s;
+  to `SPAN_LEAVES_MAX` leaves from `lo`'s; `deep` reads every closed segment of the span
+  instead of its tree sidecar; absent (an earlier version's leader, whose builds read
+  everything) it is true, `false` takes the sidecars;
 - `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree (a
   span over the leaf bound is refused);
 - `scrub.repair` {group_id} -> {started}: the repair a damaged read starts
@@ -35,7 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import structlog
+
 from multiraft.errors import InvalidRequest
+from multiraft.node.tree_sidecars import SidecarWriter
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import NotLeader
 from raftlog.types import GroupId
@@ -79,10 +84,12 @@ class ReplicaTrees:
     """Builds and keeps this node's replicas' trees; answers peers' scrub calls."""
 
     def __init__(self, registry: GroupRegistry, report_damage: Callable[[GroupId], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, logger: Any = None) -> None:
         self._registry = registry
         self._report_damage = report_damage
         self._clock = clock
+        self._logger = logger or structlog.get_logger("raftlog.scrub")
+        self.sidecars = SidecarWriter(self._logger)  # shared with the node's warmer; its `counts` on /metrics
         self._kept: OrderedDict[tuple[int, int, int], tuple[SegmentStore, float, BuiltTree]] = OrderedDict()
         self.bytes_hashed = 0
 
@@ -95,10 +102,13 @@ class ReplicaTrees:
         hi = min(bounded_end(lo, hi), int(machine.state.high_watermark), int(store.log_end_offset))
         return lo, max(lo, hi)
 
-    async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool) -> BuiltTree:
+    async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False) -> BuiltTree:
         """This replica's tree over exactly `[lo, hi)` (within its span), kept for a while.
-        `fresh`: read the disk again. Each verify starts fresh, so damage since the last one
-        is seen; only its own follow-up calls reuse the tree (a kept tree hides new rot)."""
+        `fresh`: build it again (each verify starts fresh; only its own follow-up calls reuse
+        the tree). A fresh build reads the open segment and the span's edges, and takes the
+        closed segments inside the span from their sidecars (storage/scrub.py); `deep`: reads
+        every segment of the span again, sidecars or not, which is what finds rot since (a
+        kept tree, or a sidecar, hides it)."""
         assert hi <= bounded_end(lo, hi), "every caller bounds its span (SPAN_LEAVES_MAX)"
         kept = None if fresh else self.kept(group_id, lo, hi)
         if kept is not None:
@@ -106,13 +116,20 @@ class ReplicaTrees:
         store = self._registry.stores.get(group_id)
         if store is None:
             raise NotLeader(0, f"group {group_id} has no replica here")
-        builder = ReplicaTreeBuilder(store, lo, hi)
+        builder = ReplicaTreeBuilder(store, lo, hi, deep=deep)
         while not builder.step():
             await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
             if self._registry.stores.get(group_id) is not store:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
         built = BuiltTree(builder.tree(), tuple(builder.damaged), builder.bytes_hashed)
         self.bytes_hashed += builder.bytes_hashed
+        counts = self.sidecars.counts
+        counts.segments_from_sidecars += builder.from_sidecars
+        counts.ignored += builder.ignored
+        counts.mismatched += len(builder.mismatched)
+        if builder.mismatched:  # bytes changed under a stamp that did not: rot (or a bug) a frame check passed
+            self._logger.warning("tree_sidecar_mismatch", group_id=int(group_id), segments=builder.mismatched)
+        self.sidecars.offer(store, builder.made)  # written after this answer, in the writer's task
         self._kept[(int(group_id), lo, hi)] = (store, self._clock(), built)
         while len(self._kept) > TREES_KEPT:
             self._kept.popitem(last=False)
@@ -153,7 +170,9 @@ class ReplicaTrees:
         request = _request(body)
         group_id = GroupId(_int(request, "group_id"))
         lo, hi = self.span(group_id, _int(request, "lo"), _int(request, "hi"))
-        return (await self.build(group_id, lo, hi, fresh=True)).summary()
+        # Absent from an earlier version's leader, whose verify read every segment: so does this.
+        deep = request.get("deep", True) is not False
+        return (await self.build(group_id, lo, hi, fresh=True, deep=deep)).summary()
 
     async def _nodes_call(self, body: bytes) -> dict[str, Any]:
         request = _request(body)

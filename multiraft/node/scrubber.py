@@ -18,6 +18,16 @@ may have moved the log start past it; the walk ends when nothing is left), a fol
 whose answered span the leader no longer holds is asked again from the new start, and
 a verify whose leader stopped leading or reopened its replica answers `NotLeader`.
 
+What each build reads (storage/scrub.py): a verify is **deep** by default (finding rot
+between replicas is what it is for): the leader and every follower read every segment
+of the span again, and a sidecar that disagrees with its segment's bytes is rewritten.
+A **fast** one (`"deep": false`, `raftlog cluster verify --fast`) reads the open segment
+and the span's edges and counts each closed segment wholly inside the span by its tree
+sidecar (storage/tree_sidecar.py), read only when none matches it; so rot in a closed
+segment whose sidecar was written before it is not seen. The trees are the same either
+way, bit for bit. `deep` travels in `scrub.verify` and `scrub.tree`; absent (a node of
+an earlier version, whose builds read everything) it means deep.
+
 A different follower is repaired the way a replica whose read met a bad frame is:
 `Replicas.report_damage` there (a reopen with a full check; recovery cuts the log
 before the first frame that fails its check and marks the replica for repair; the
@@ -163,14 +173,16 @@ class Scrubber:
         try:
             request = json.loads(body)
             topic, partition = request["topic"], int(request["partition"])
-        except (ValueError, KeyError, TypeError):
-            raise InvalidRequest("scrub.verify: {topic, partition}") from None
-        return await self.verify_partition(topic, partition)
+            deep = request.get("deep", True) is not False  # absent from an earlier version's call: deep, as it was
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise InvalidRequest("scrub.verify: {topic, partition, deep}") from None
+        return await self.verify_partition(topic, partition, deep=deep)
 
     # -- many partitions, from any node --------------------------------------------------
 
-    async def verify(self, topics: Sequence[str] | None, start: int) -> VerifyReport:
-        """Up to PARTITIONS_PER_CALL partitions from position `start` of the request's list."""
+    async def verify(self, topics: Sequence[str] | None, start: int, *, deep: bool = True) -> VerifyReport:
+        """Up to PARTITIONS_PER_CALL partitions from position `start` of the request's list.
+        `deep`: every replica reads its closed segments again; false: their sidecars (module docstring)."""
         catalog = self._catalog.catalog
         names = sorted(catalog.topics) if topics is None else list(topics)
         for name in names:
@@ -184,21 +196,21 @@ class Scrubber:
         for topic, partition in chosen:
             if verdicts and time.monotonic() - began > CALL_BUDGET_S:
                 break
-            verdicts.append(await self._verify_anywhere(topic, partition))
+            verdicts.append(await self._verify_anywhere(topic, partition, deep))
         after = start + len(verdicts)
         return VerifyReport(partitions=tuple(verdicts), total=len(every),
                             next_start=after if after < len(every) else None)
 
-    async def _verify_anywhere(self, topic: str, partition: int) -> PartitionVerdict:
+    async def _verify_anywhere(self, topic: str, partition: int, deep: bool) -> PartitionVerdict:
         group_id = self._catalog.partition_group(topic, partition)
         replicas = self._catalog.catalog.topic(topic).partitions[partition].replicas
         leader = self._routing.forward_target(group_id, replicas)
         try:
             if leader == self._routing.id:
-                return await self.verify_partition(topic, partition)
+                return await self.verify_partition(topic, partition, deep=deep)
             if leader == 0:
                 raise NotLeader(0, "no leader known")
-            body = json.dumps({"topic": topic, "partition": partition}).encode()
+            body = json.dumps({"topic": topic, "partition": partition, "deep": deep}).encode()
             reply = await call_peer(self._rpc, leader, "scrub.verify", body, 4 * TREE_CALL_TIMEOUT_S, write=False)
             return PartitionVerdict.from_json(json.loads(reply))
         except ClientError as error:
@@ -208,7 +220,7 @@ class Scrubber:
 
     # -- one partition, on its leader ----------------------------------------------------
 
-    async def verify_partition(self, topic: str, partition: int) -> PartitionVerdict:
+    async def verify_partition(self, topic: str, partition: int, *, deep: bool = True) -> PartitionVerdict:
         group_id = self._catalog.partition_group(topic, partition)
         runtime = self._registry.leading(group_id)
         store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
@@ -217,7 +229,7 @@ class Scrubber:
         lead = _Lead(group_id, runtime, store)
         lo, hi = int(store.log_start_offset), int(machine.state.high_watermark)
         followers = sorted(int(n) for n in runtime.core.membership.voters if int(n) != int(self._routing.id))
-        verdicts = await self._walk(lead, followers, lo, hi)
+        verdicts = await self._walk(lead, followers, lo, hi, deep)
         self._check_lead(lead)  # no repair started from a verify whose leader changed under it
         if all(v.status != LEADER_DAMAGED for v in verdicts):  # the leader read its whole span clean
             repaired = [dataclasses.replace(v, repair_started=await self._repair(v.node, group_id))
@@ -240,7 +252,8 @@ class Scrubber:
             raise NotLeader(self._routing.leader_of(lead.group_id), f"node {self._routing.id} stopped leading group "
                             f"{lead.group_id}, or reopened its replica, during the verify: verify again")
 
-    async def _walk(self, lead: _Lead, followers: list[int], lo: int, hi: int) -> tuple[ReplicaVerdict, ...]:
+    async def _walk(self, lead: _Lead, followers: list[int], lo: int, hi: int,
+                    deep: bool) -> tuple[ReplicaVerdict, ...]:
         """Each follower compared with this leader over `[lo, hi)`, span after span, until it is
         found not identical; or, when this leader's own read fails its checks, the leader's own
         verdict alone (its repair started). No repair of a follower here."""
@@ -255,14 +268,14 @@ class Scrubber:
             start, end = self.trees.span(lead.group_id, start, hi)
             if number > 0 and start >= end:
                 break  # retention passed the rest of the span: nothing is left to compare
-            own = await self.trees.build(lead.group_id, start, end, fresh=True)
+            own = await self.trees.build(lead.group_id, start, end, fresh=True, deep=deep)
             if own.damaged:
                 started = self.trees.report_damage(lead.group_id)
                 return (ReplicaVerdict(node=me, status=LEADER_DAMAGED, lo=lo, hi=hi, repair_started=started,
                                        detail=f"entries {list(own.damaged)} fail their checks"),)
             going = [n for n in followers if n not in found or found[n].status == IDENTICAL]
             # The followers build their trees at once, each on its own node.
-            answers = await asyncio.gather(*(self._verify_follower(lead, n, start, end) for n in going))
+            answers = await asyncio.gather(*(self._verify_follower(lead, n, start, end, deep) for n in going))
             for node, verdict in zip(going, answers, strict=True):
                 found[node] = _joined(found.get(node), verdict)
             if end >= hi:
@@ -270,10 +283,10 @@ class Scrubber:
             start = end
         return tuple(found[n] for n in followers)
 
-    async def _verify_follower(self, lead: _Lead, node: int, lo: int, hi: int) -> ReplicaVerdict:
+    async def _verify_follower(self, lead: _Lead, node: int, lo: int, hi: int, deep: bool) -> ReplicaVerdict:
         """One follower compared with this leader over the span `[lo, hi)` (within the leaf bound)."""
         try:
-            summary, mine = await self._trees_of(lead, node, lo, hi)
+            summary, mine = await self._trees_of(lead, node, lo, hi, deep)
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
             if mine is None:  # nothing to compare, and nothing left to: the walk ends here
                 return ReplicaVerdict(node=node, status=BEHIND if their_hi < hi else IDENTICAL, lo=their_lo,
@@ -300,7 +313,8 @@ class Scrubber:
         return ReplicaVerdict(node=node, status=DIFFERENT, lo=their_lo, hi=their_hi, ranges=result.ranges,
                               truncated=result.truncated, nodes_compared=result.nodes_compared, detail=detail)
 
-    async def _trees_of(self, lead: _Lead, node: int, lo: int, hi: int) -> tuple[dict[str, Any], TicTacTree | None]:
+    async def _trees_of(self, lead: _Lead, node: int, lo: int, hi: int,
+                        deep: bool) -> tuple[dict[str, Any], TicTacTree | None]:
         """The follower's answer for `[lo, hi)` (the span cut to what it holds) and this leader's
         tree over the span it answered (None: this leader holds nothing of `[lo, hi)` now).
         Retention may move this leader's log start past that span during the call: unless
@@ -308,8 +322,9 @@ class Scrubber:
         where this leader starts now."""
         asked = lo
         for _ in range(TREE_ASKS_MAX):
+            # An earlier version ignores `deep`: it reads every segment anyway.
             summary = json.loads(await self._call(node, "scrub.tree", {"group_id": lead.group_id, "lo": asked,
-                                                                       "hi": hi}, TREE_CALL_TIMEOUT_S))
+                                                                       "hi": hi, "deep": deep}, TREE_CALL_TIMEOUT_S))
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
             if not asked <= their_lo <= their_hi or (their_lo < their_hi and their_hi > hi):
                 # This leader builds over the span the follower answered: never past the one asked.

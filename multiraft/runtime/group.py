@@ -52,9 +52,8 @@ class GroupRuntime:
         self._unbound_logger = deps.logger.bind(group_id=group_id)
         self._logged_term = core.term
         self.logger = self._unbound_logger.bind(term=core.term)  # bound anew as the term moves
-        # Filled by callbacks, drained by this group's task, on one loop: a deque and a
-        # bound. (asyncio.Queue's waiter bookkeeping went unused and cost a leader about
-        # twenty Python calls per write.)
+        # Filled by callbacks, drained by this group's task, on one loop: a deque and a bound
+        # (asyncio.Queue's waiter bookkeeping went unused and cost a leader ~20 calls a write).
         self._inbox: deque[tuple[str, Any]] = deque()
         self._pending_ticks = 0
         self._wakeup = asyncio.Event()
@@ -481,6 +480,8 @@ class GroupRuntime:
             if leader:
                 self.leader_changes += 1
                 self._pacer.done(self.group_id)  # a succession campaign, if any, is over
+            if self.core.role is not Role.LEADER and self._waiters.reads:  # forwarded to the old leader:
+                self._waiters.fail_reads(NotLeader(leader))  # lost with its read queue; callers ask again
         role = self.core.role
         if role is self._role:
             return

@@ -31,6 +31,10 @@ async def test_verify_reports_every_partition_and_goes_on_where_it_stopped(clust
         assert partition["ranges"] == [] and not partition["repair_started"]
         assert len(partition["replicas"]) == 2
     assert partitions[0]["high_watermark"] == 1
+    for deep in (True, False):  # true is the default; false takes closed segments' sidecars: the same answer
+        status, again = await cluster.call("POST", 0, "/v1/admin/verify", json={"topics": ["verify-t"], "deep": deep})
+        assert status == 200 and again["verified"] == PARTITIONS_PER_CALL, again
+        assert all(p["status"] in ("identical", "behind") for p in again["partitions"])
 
 
 async def test_verify_refuses_unknown_topics_and_fields(cluster: Cluster) -> None:
@@ -39,6 +43,8 @@ async def test_verify_refuses_unknown_topics_and_fields(cluster: Cluster) -> Non
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"topic": "x"})
     assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"topics": []})
+    assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
+    status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"deep": "yes"})
     assert (status, body["error_code"]) == (400, "INVALID_REQUEST")
     status, body = await cluster.call("POST", 0, "/v1/admin/verify", json={"start": 10_000})
     assert (status, body["error_code"]) == (416, "OFFSET_OUT_OF_RANGE")
@@ -54,4 +60,8 @@ async def test_metrics_count_what_the_scrubber_verified(cluster: Cluster) -> Non
         lines = [line for line in text.decode().splitlines() if line.startswith("raftlog_scrub_partitions_verified_total")]
         assert lines, "every node exposes the scrubber's counters"
         verified += float(lines[0].split()[-1])
+        names = {line.split()[0] for line in text.decode().splitlines() if line.startswith("raftlog_tree_sidecar_")}
+        assert {f"raftlog_tree_sidecar_{name}_total" for name in (
+            "written", "write_failures", "writes_dropped", "warmer_bytes_hashed", "segments_from_sidecars", "ignored",
+            "mismatched")} <= names, "and the tree sidecars' (docs/mirror.md \"Incremental trees\")"
     assert verified >= 1, "the partition's leader counted its verify"

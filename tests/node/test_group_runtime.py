@@ -50,6 +50,7 @@ class Cluster:
         entries, hard_state = bootstrap_entries([NodeId(i) for i in range(1, n + 1)])
         self.runtimes: dict[int, GroupRuntime] = {}
         self.isolated: set[int] = set()
+        self.lost: set[MessageType] = set()  # messages of these types are lost on the way
         for node in range(1, n + 1):
             storage = MemoryStorage()
             storage.append(entries)
@@ -68,7 +69,7 @@ class Cluster:
         return node not in self.isolated and peer not in self.isolated
 
     def route(self, group: GroupId, message: Message) -> None:
-        if message.source in self.isolated or message.target in self.isolated:
+        if message.source in self.isolated or message.target in self.isolated or message.type in self.lost:
             return
         self.runtimes[message.target].deliver(message)
 
@@ -618,3 +619,29 @@ async def test_a_leader_whose_background_fsyncs_lag_too_far_waits_for_the_next(m
         store, done = background.pop()
         store.sync()
         done.set_result(None)
+
+
+@pytest.mark.asyncio
+async def test_a_followers_read_forwarded_to_a_leader_that_is_gone_fails_when_a_new_one_leads() -> None:
+    # Goal: a follower's ReadIndex lost on its way to a leader that then hands its leadership
+    # to the third node is refused as NOT_LEADER once the follower follows the new leader
+    # (it never campaigns itself, so its role never changes), not left waiting for its
+    # caller's deadline (the drain of the node leading the metadata group waited 15 s on
+    # one); asked again, it is answered by the new leader.
+    cluster = Cluster()
+    async with cluster.running():
+        leader = await cluster.leader()
+        await leader.propose([b"a"])
+        follower, third = [r for r in cluster.runtimes.values() if r is not leader]
+        cluster.lost.add(MessageType.READ_INDEX)
+        pending = asyncio.create_task(follower.read_index())
+        await asyncio.sleep(0.05)
+        assert not pending.done()
+        leader.request_transfer(third.core.id)
+        with pytest.raises(NotLeader):
+            await asyncio.wait_for(pending, 10)
+        assert follower.core.role is Role.FOLLOWER  # refused for the leader's change, not its own
+        while follower.core.leader != third.core.id:
+            await asyncio.sleep(0.005)
+        cluster.lost.clear()
+        assert await asyncio.wait_for(follower.read_index(), 10) >= 1

@@ -21,16 +21,16 @@ class _Client:
     def __init__(self, pages: list[dict[str, Any]]) -> None:
         self.pages, self.asked = pages, []
 
-    def verify(self, topics: list[str] | None, start: int) -> dict[str, Any]:
-        self.asked.append((topics, start))
+    def verify(self, topics: list[str] | None, start: int, deep: bool = True) -> dict[str, Any]:
+        self.asked.append((topics, start) if deep else (topics, start, "fast"))
         return self.pages[len(self.asked) - 1]
 
 
 def test_all_identical_exits_0_after_every_page(capsys) -> None:  # type: ignore[no-untyped-def]
     client = _Client([{"partitions": [_partition(0, "identical")], "next_start": 1},
                       {"partitions": [_partition(1, "identical")], "next_start": None}])
-    assert commands.cluster_verify(client, argparse.Namespace(topic=["t"])) == commands.EXIT_OK  # type: ignore[arg-type]
-    assert client.asked == [(["t"], 0), (["t"], 1)]
+    assert commands.cluster_verify(client, argparse.Namespace(topic=["t"], fast=False)) == commands.EXIT_OK  # type: ignore[arg-type]
+    assert client.asked == [(["t"], 0), (["t"], 1)], "deep by default: a verify is for finding rot"
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["TOPIC", "PARTITION", "STATUS", "LEADER", "HW", "REPLICAS", "RANGES", "REPAIR"]
     assert len(out) == 3
@@ -39,7 +39,8 @@ def test_all_identical_exits_0_after_every_page(capsys) -> None:  # type: ignore
 def test_a_different_partition_is_printed_with_its_ranges_and_exits_1(capsys) -> None:  # type: ignore[no-untyped-def]
     client = _Client([{"partitions": [_partition(0, "identical"), _partition(1, "different", [[4096, 8192]])],
                        "next_start": None}])
-    assert commands.cluster_verify(client, argparse.Namespace(topic=None)) == commands.EXIT_FAILED  # type: ignore[arg-type]
+    assert commands.cluster_verify(client, argparse.Namespace(topic=None, fast=True)) == commands.EXIT_FAILED  # type: ignore[arg-type]
+    assert client.asked == [(None, 0, "fast")], "--fast asks every page to take closed segments' sidecars"
     row = capsys.readouterr().out.splitlines()[2].split()
     assert row == ["t", "1", "different", "1", "12000", "3", "[4096,8192)", "yes"]
 
@@ -66,7 +67,7 @@ def test_mirror_verify_pages_prints_and_exits_1_on_a_difference(capsys) -> None:
     client = _MirrorClient([{"partitions": [_verdict(0, "identical")], "next_start": 1},
                             {"partitions": [_verdict(1, "different", [[8192, 10100]], "resync_started")],
                              "next_start": None}])
-    args = argparse.Namespace(name="dr", topic="t", repair=True)
+    args = argparse.Namespace(name="dr", topic="t", repair=True, deep=False)
     assert mirror_verify(client, args) == commands.EXIT_FAILED  # type: ignore[arg-type]
     assert [a[2] for a in client.asked] == [{"start": 0, "repair": True, "topic": "t"},
                                             {"start": 1, "repair": True, "topic": "t"}]
@@ -74,8 +75,8 @@ def test_mirror_verify_pages_prints_and_exits_1_on_a_difference(capsys) -> None:
     assert out[0].split()[:3] == ["TOPIC", "PARTITION", "STATUS"]
     assert out[2].split() == ["t", "1", "different", "2", "[0,10100)", "10100", "4", "[8192,10100)", "resync_started"]
     client = _MirrorClient([{"partitions": [_verdict(0, "identical")], "next_start": None}])
-    assert mirror_verify(client, argparse.Namespace(name="dr", topic=None, repair=False)) == commands.EXIT_OK  # type: ignore[arg-type]
-    assert client.asked[0][2] == {"start": 0, "repair": False}
+    assert mirror_verify(client, argparse.Namespace(name="dr", topic=None, repair=False, deep=True)) == commands.EXIT_OK  # type: ignore[arg-type]
+    assert client.asked[0][2] == {"start": 0, "repair": False, "deep": True}, "--deep: the sink and the source read all"
 
 
 def test_mirror_status_prints_each_partitions_chunks_in_flight(capsys) -> None:  # type: ignore[no-untyped-def]

@@ -5,13 +5,16 @@ metadata group's leadership away). Other refusals are answered at once."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from multiraft.metadata.commands import SetNodeDrained
 from multiraft.node import metadata_ops
 from multiraft.node.metadata_ops import MetadataOps
+from multiraft.node.registry import METADATA_GROUP
 from multiraft.transport.remote_errors import error_from_body
-from raftlog.errors import ClientError, LeadershipTransferInProgress, NotEnoughReplicas
+from raftlog.errors import ClientError, LeadershipTransferInProgress, NotEnoughReplicas, NotLeader
 from raftlog.types import NodeId
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
@@ -62,3 +65,29 @@ async def test_other_refusals_are_answered_at_once() -> None:
     with pytest.raises(NotEnoughReplicas):
         await ops.set_decommissioning(NodeId(2), True)
     assert len(proposed) == 1
+
+
+async def test_a_catalog_sync_whose_forwarded_read_was_lost_asks_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: the drain's propagation (sync_catalog, a ReadIndex) answered in seconds when the
+    # read it forwarded died with the metadata leader's leadership (the fuzz pass met a 504
+    # after 15 s): one lost read, one refused by a node without a leader, then an answer.
+    monkeypatch.setattr(metadata_ops, "READ_ATTEMPT_S", 0.05)
+    asked: list[str] = []
+
+    class Runtime:
+        async def read_index(self) -> int:
+            asked.append("read")
+            if len(asked) == 1:
+                await asyncio.sleep(3600)  # forwarded to a leader that stepped down: never answered
+            if len(asked) == 2:
+                raise NotLeader(NodeId(0), "no leader known to confirm a read")
+            return 7
+
+    class Registry:
+        groups = {METADATA_GROUP: Runtime()}
+
+    ops = MetadataOps.__new__(MetadataOps)
+    ops._registry = Registry()  # type: ignore[assignment]
+    async with asyncio.timeout(5):
+        await ops.sync_catalog()
+    assert asked == ["read"] * 3

@@ -114,9 +114,10 @@ def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: in
     for trees in (scrubber.trees, follower):
         build = trees.build
 
-        async def recorded(group_id: GroupId, lo: int, hi: int, *, fresh: bool, build: Any = build) -> Any:
+        async def recorded(group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False,
+                           build: Any = build) -> Any:
             built.append((lo, hi))
-            return await build(group_id, lo, hi, fresh=fresh)
+            return await build(group_id, lo, hi, fresh=fresh, deep=deep)
 
         trees.build = recorded  # type: ignore[method-assign]
     try:
@@ -303,7 +304,7 @@ def test_a_mirror_source_answering_a_span_over_the_bound_is_unreachable(tmp_path
     registry.leading = lambda group_id: object()
 
     class Source:
-        async def tree(self, topic: str, partition: int, lo: int, hi: int) -> dict[str, Any]:
+        async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
             return {"lo": 0, "hi": 2 * LEAF_OFFSETS, "depth": 1, "root": "00" * 16, "damaged": [],
                     "log_start_offset": 0, "high_watermark": APPLIED}
 

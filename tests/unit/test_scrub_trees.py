@@ -22,15 +22,24 @@ GROUP = GroupId(7)
 
 
 class _Rpc:
-    def __init__(self) -> None:
+    def __init__(self, after: Any = None) -> None:
         self.handlers: dict[str, Any] = {}
+        self.after = after  # awaited after each call: the sidecars a build offered are written
+
 
     def register(self, method: str, handler: Any) -> None:
         self.handlers[method] = handler
 
     def call(self, method: str, request: Any) -> tuple[int, dict[str, Any]]:
         body = request if isinstance(request, bytes) else json.dumps(request).encode()
-        status, answer = asyncio.run(self.handlers[method](2, body))
+
+        async def call_and_wait() -> tuple[int, bytes]:
+            answered = await self.handlers[method](2, body)
+            if self.after is not None:
+                await self.after()
+            return answered
+
+        status, answer = asyncio.run(call_and_wait())
         return status, json.loads(answer)
 
 
@@ -45,7 +54,8 @@ def served(tmp_path):
     machine = SimpleNamespace(state=SimpleNamespace(high_watermark=store.log_end_offset - 300))  # one batch unapplied
     registry = SimpleNamespace(stores={GROUP: store}, partitions={GROUP: machine}, groups={GROUP: object()})
     repaired: list[GroupId] = []
-    trees, rpc = ReplicaTrees(registry, repaired.append), _Rpc()  # type: ignore[arg-type]
+    trees = ReplicaTrees(registry, repaired.append)  # type: ignore[arg-type]
+    rpc = _Rpc(trees.sidecars.flush)
     trees.serve(rpc)  # type: ignore[arg-type]
     yield rpc, trees, repaired, int(store.log_end_offset)
     harness.close()
@@ -53,7 +63,7 @@ def served(tmp_path):
 
 def test_the_span_is_cut_to_what_the_replica_applied(served) -> None:
     rpc, trees, _, end = served
-    status, summary = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end + 10_000})
+    status, summary = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end + 10_000, "deep": False})
     assert status == STATUS_OK and (summary["lo"], summary["hi"]) == (0, end - 300)
     status, nodes = rpc.call("scrub.nodes", {"group_id": GROUP, "lo": 0, "hi": end - 300,
                                              "level": summary["depth"] - 1, "positions": [0]})
@@ -61,8 +71,15 @@ def test_the_span_is_cut_to_what_the_replica_applied(served) -> None:
     hashed = trees.bytes_hashed
     rpc.call("scrub.nodes", {"group_id": GROUP, "lo": 0, "hi": end - 300, "level": 0, "positions": [0, 1, 2]})
     assert trees.bytes_hashed == hashed, "follow-up calls reuse the tree"
-    rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end})
-    assert trees.bytes_hashed == 2 * hashed, "each verify reads afresh"
+    rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deep": False})
+    second = trees.bytes_hashed - hashed
+    assert 0 < second < hashed and trees.sidecars.counts.segments_from_sidecars > 0, \
+        "a fast build: closed segments from the sidecars the first one wrote, the edge read"
+    for deep_field in ({"deep": True}, {}):  # absent: an earlier version's leader, whose builds read everything
+        before = trees.bytes_hashed
+        status, deep = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, **deep_field})
+        assert status == STATUS_OK and deep["root"] == summary["root"]
+        assert trees.bytes_hashed - before == hashed, "a deep build reads every segment afresh"
 
 
 def test_repair_goes_through_report_damage(served) -> None:

@@ -29,9 +29,11 @@ async def balance_leadership(request: web.Request) -> web.Response:
 async def verify(request: web.Request) -> web.Response:
     """Up to PARTITIONS_PER_CALL partitions (of `topics`, or every topic), from `start` on:
     each `identical`, `behind`, `different` (with the offset ranges), `leader_damaged` or
-    `unreachable`; `next_start` is where the next call goes on (null: done)."""
+    `unreachable`; `next_start` is where the next call goes on (null: done). `deep` (the
+    default): every replica reads its closed segments again, which finds rot; false: closed
+    segments count by their tree sidecars (fast; rot under a sidecar is not seen)."""
     body = await json_object(request, required=False)
-    unknown = set(body) - {"topics", "start"}
+    unknown = set(body) - {"topics", "start", "deep"}
     if unknown:
         raise InvalidRequest(f"unknown fields: {', '.join(sorted(unknown))}")
     topics = body.get("topics")
@@ -39,6 +41,9 @@ async def verify(request: web.Request) -> web.Response:
                                or not all(isinstance(t, str) for t in topics)):
         raise InvalidRequest(f"topics must be a list of 1 to {VERIFY_TOPICS_MAX} topic names")
     start = int_field(body, "start", 0, low=0)
+    deep = body.get("deep", True)
+    if not isinstance(deep, bool):
+        raise InvalidRequest("deep must be true or false")
     node = node_of(request)
-    report = await bounded(node.verify(topics, start), "verify", VERIFY_TIMEOUT_S)
+    report = await bounded(node.verify(topics, start, deep), "verify", VERIFY_TIMEOUT_S)
     return web.json_response(report.to_json())

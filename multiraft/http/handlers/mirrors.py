@@ -23,13 +23,13 @@ from aiohttp import web
 from multiraft.errors import InvalidRequest
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import BATCH_CONTENT_TYPE, REQUEST_TIMEOUT_S
-from multiraft.http.params import int_field, json_object, path_partition, query_int
+from multiraft.http.params import int_field, json_object, path_partition, query_int, query_str
 from multiraft.metadata.mirror_commands import CreateMirrorLink, LinkState, check_link_name
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
 from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
 CREATE_FIELDS = {"name", "sources", "topics", "priority", "token", "verify_interval_s"}
-VERIFY_FIELDS = {"topic", "start", "repair"}
+VERIFY_FIELDS = {"topic", "start", "repair", "deep"}
 VERIFY_TIMEOUT_S = 150.0  # up to 16 partitions, none started after 10 s, each two reads of its span
 TREE_TIMEOUT_S = 60.0  # a tree call reads the partition's span first
 POSITION_DIGITS_MAX = 18  # below 2**63 whatever the digits
@@ -109,21 +109,24 @@ async def verify(request: web.Request) -> web.Response:
     topic = body.get("topic")
     if topic is not None and (not isinstance(topic, str) or not TOPIC_NAME_PATTERN.fullmatch(topic)):
         raise InvalidRequest("topic is a topic name")
-    repair = body.get("repair", True)
-    if not isinstance(repair, bool):
-        raise InvalidRequest("repair is true or false")
+    repair, deep = body.get("repair", True), body.get("deep", False)
+    if not isinstance(repair, bool) or not isinstance(deep, bool):
+        raise InvalidRequest("repair and deep are true or false")
     start = int_field(body, "start", 0, low=0, high=2**53)
-    report = await bounded(node.mirrors.verify(name, topic, start, repair=repair), "mirror verify", VERIFY_TIMEOUT_S)
+    report = await bounded(node.mirrors.verify(name, topic, start, repair=repair, deep=deep), "mirror verify",
+                           VERIFY_TIMEOUT_S)
     return web.json_response(report.to_json())
 
 
 async def tree(request: web.Request) -> web.Response:
-    """A source's tree of one partition over `[lo, hi)` cut to what the answering replica holds."""
+    """A source's tree of one partition over `[lo, hi)` cut to what the answering replica holds;
+    `deep=true`: read every segment of it (a deep mirror verify), not closed segments' sidecars."""
     node = node_of(request)
     topic, partition = request.match_info["topic"], path_partition(request)
     lo = query_int(request, "lo", 0, low=0, high=2**63 - 1)
     hi = query_int(request, "hi", 2**63 - 1, low=0, high=2**63 - 1)
-    answer = await bounded(node.partition_tree(topic, partition, lo, hi), "partition tree", TREE_TIMEOUT_S)
+    deep = query_str(request, "deep", "false", ("true", "false")) == "true"
+    answer = await bounded(node.partition_tree(topic, partition, lo, hi, deep), "partition tree", TREE_TIMEOUT_S)
     return web.json_response(answer)
 
 
