@@ -98,7 +98,8 @@ class CatchUpFollower:
         self._logger = logger
         self._installing: set[GroupId] = set()
         self._side = side
-        self._threads = StreamThreads(2 * INSTALLS_MAX, "far-stream-receive")  # a receiver and a writer each
+        # A receiver each (and as many for ones ending, within STALL_S), a writer each.
+        self._threads = StreamThreads(2 * INSTALLS_MAX, "far-stream-receive", writers=INSTALLS_MAX)
         self.counts = {"installed": 0, "failed": 0, "bytes_received": 0, "bytes_reused": 0}
 
     def close(self) -> None:

@@ -23,8 +23,11 @@ after the handshake:
 
 Bounds: sockets time out after STALL_S without progress (both ends: a stalled peer fails
 the transfer, never a loop); every blocking call runs on a small executor of the
-catch-up's own (`StreamThreads`), so a stall ties up none of the loop's default threads;
-BLOCK_BYTES a read or a sendfile call; REQUEST_BYTES_MAX a request.
+catch-up's own (`StreamThreads`), so a stall ties up none of the loop's default threads,
+and the receiver's disk writes on another (a receive never waits for a thread a write
+holds, nor the reverse), each waited for WRITE_S at most; BLOCK_BYTES a read (two such
+buffers per receiving stream, for all its files), SEND_BYTES a sendfile call;
+REQUEST_BYTES_MAX a request.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ import contextlib
 import json
 import mmap
 import os
+import select
 import socket
 import struct
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -50,7 +55,15 @@ BLOCK_BYTES = 4 * 1024 * 1024  # a receive buffer
 # ended, as four chunks did); 1 MiB under the move throttle, as a chunk.
 SEND_BYTES = 16 * 1024 * 1024
 STALL_S = 10.0  # a socket that moves nothing this long fails the transfer
-ACCEPT_S = 1.0  # the leader dials as soon as the follower answers: loopback or a LAN, milliseconds
+# The follower's listener waits this long for the leader's connection. The leader dials as
+# soon as the answer reaches it (milliseconds on a LAN), but a loaded node may take up to
+# the transport's own bounds for it: connect_timeout_s + handshake_timeout_s (5 s + 5 s,
+# transport_config.py). Shorter, a busy leader's stream fails and that follower's files go
+# by chunks for NO_STREAM_S (catchup_leader.py).
+ACCEPT_S = 10.0
+# A disk write of one block (BLOCK_BYTES): a device that takes longer has stalled, and the
+# transfer fails rather than hold its thread and the hold on the leader.
+WRITE_S = 30.0
 REQUEST_BYTES_MAX = 4 * 1024 * 1024  # catchup_wire.SEGMENTS_MAX files' [first_index, send]: about 2 MiB
 _LENGTH = struct.Struct(">I")
 _HEAD = struct.Struct(">QQ")
@@ -59,6 +72,10 @@ _CRC = struct.Struct(">I")
 
 class StreamError(ConnectionError):
     """The stream broke its protocol, or ended early."""
+
+
+class WriteStalled(OSError):
+    """A receiver's disk write took more than WRITE_S: the disk's trouble, not the stream's."""
 
 
 async def settle(future: asyncio.Future[Any]) -> Any:
@@ -76,14 +93,20 @@ async def settle(future: asyncio.Future[Any]) -> Any:
 
 
 class StreamThreads:
-    """The blocking half of every stream on this node: at most `threads` at once."""
+    """The blocking half of every stream on this node: at most `threads` calls at once,
+    and at most `writers` receivers' disk writes on threads of their own (a write never
+    waits behind a receive it is needed by)."""
 
-    def __init__(self, threads: int, name: str) -> None:
+    def __init__(self, threads: int, name: str, writers: int = 0) -> None:
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self.writer = ThreadPoolExecutor(max_workers=writers, thread_name_prefix=f"{name}-write") \
+            if writers else None
 
     def close(self) -> None:
         """The node stops: threads still blocked end within STALL_S (their sockets closed)."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.writer is not None:
+            self.writer.shutdown(wait=False, cancel_futures=True)
 
 
 class _Stream:
@@ -98,6 +121,7 @@ class _Stream:
         self._threads = threads
         self._running: set[concurrent.futures.Future[Any]] = set()
         self._fds: set[int] = set()
+        self._releasing = threading.Lock()  # the socket and files are closed once: by the loop or a thread
 
     def _run(self, function: Callable[..., Any], *args: Any,
              on_cancel: Callable[[], None] | None = None) -> asyncio.Future[Any]:
@@ -121,16 +145,41 @@ class _Stream:
         os.close(fd)
 
     async def close(self) -> None:
-        """(Twice is harmless.)"""
+        """(Twice is harmless.) Cancelled while it waits (its task stops meanwhile), the
+        socket and the files are closed by the last call to end, on its thread, and the
+        cancellation goes on: nothing leaks, nothing is closed under a running call."""
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        for future in list(self._running):
-            if not future.cancel():  # running: returns now that the socket is shut
-                await settle(asyncio.wrap_future(future))
-        self._sock.close()
-        for fd in self._fds:
+        running = [future for future in list(self._running) if not future.cancel()]  # returns now the socket is shut
+        if running:
+            waiting = asyncio.gather(*(asyncio.wrap_future(future) for future in running), return_exceptions=True)
+            try:
+                await asyncio.shield(waiting)
+            except asyncio.CancelledError:
+                self._release_after(running)
+                raise
+        self._release()
+
+    def _release_after(self, running: list[concurrent.futures.Future[Any]]) -> None:
+        left = [len(running)]
+        counting = threading.Lock()
+
+        def ended(_: concurrent.futures.Future[Any]) -> None:  # on the call's thread, or here if ended
+            with counting:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self._release()
+
+        for future in running:
+            future.add_done_callback(ended)
+
+    def _release(self) -> None:
+        with self._releasing:
+            self._sock.close()
+            fds, self._fds = self._fds, set()
+        for fd in fds:
             os.close(fd)
-        self._fds.clear()
 
 
 def _receive_exactly(sock: socket.socket, size: int) -> bytes:
@@ -144,16 +193,22 @@ def _receive_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(buffer)
 
 
+def _written(writing: concurrent.futures.Future[None]) -> None:
+    try:
+        writing.result(timeout=WRITE_S)
+    except TimeoutError:
+        raise WriteStalled(f"a block's write took more than {WRITE_S} s") from None
+
+
 def _receive_file(sock: socket.socket, arriving: ArrivingSegment, write: Callable[[memoryview], None],
-                  submit: Callable[..., concurrent.futures.Future[None]]) -> None:
+                  submit: Callable[..., concurrent.futures.Future[None]], buffers: list[memoryview]) -> None:
     """A whole file, BLOCK_BYTES at a time: received and checked (`arriving`: every frame
     as it completes) on this thread, written (`write`) on another (`submit`), so the next
-    block comes while the device takes this one; two buffers, one write at a time, in
-    order. zlib and the system calls release the GIL: the event loop is hardly touched.
-    A block that fails its check is not written."""
+    block comes while the device takes this one; the two `buffers` (BLOCK_BYTES each), one
+    write at a time, in order. zlib and the system calls release the GIL: the event loop
+    is hardly touched. A block that fails its check is not written."""
     size = arriving.descriptor.size_bytes
-    length = min(BLOCK_BYTES, size)
-    buffers = [memoryview(mmap.mmap(-1, length)) for _ in range(2)]  # page-aligned, as O_DIRECT wants
+    length = BLOCK_BYTES
     writing: concurrent.futures.Future[None] | None = None  # the previous block's write
     done, turn = 0, 0
     try:
@@ -168,32 +223,35 @@ def _receive_file(sock: socket.socket, arriving: ArrivingSegment, write: Callabl
                 got += received
             arriving.feed(view)
             if writing is not None:
-                writing.result()
+                _written(writing)
             writing = submit(write, view)
             done += block
             turn ^= 1
     finally:
-        if writing is not None:
-            writing.result()  # (a disk write: bounded) the file is its owner's again after this
-
-
-class _Fd:
-    """A file descriptor as `socket.sendfile` takes it (fileno; seek, which it calls after)."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def seek(self, position: int) -> None:
-        pass  # sendfile is given its offsets
+        if writing is not None:  # the file is its owner's again after this (or after close, stalled)
+            _written(writing)
 
 
 def _send_file_part(sock: socket.socket, fd: int, position: int, size: int) -> None:
-    sent = sock.sendfile(_Fd(fd), position, size)  # type: ignore[arg-type]
-    if sent != size:
-        raise StreamError(f"the file ended {size - sent} bytes early")
+    """`size` bytes of `fd` from `position`, by os.sendfile. A loop of our own, not
+    `socket.sendfile`: that one falls back to reading the file through Python when its
+    first call fails (a peer gone), which needs a file object. The socket is
+    non-blocking under its timeout: each call waits for room at most STALL_S."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLOUT)
+    sent = 0
+    while sent < size:
+        if not poller.poll(STALL_S * 1000):
+            raise TimeoutError(f"the stream took nothing for {STALL_S} s")
+        try:
+            count = os.sendfile(sock.fileno(), fd, position + sent, size - sent)
+        except BlockingIOError:
+            continue
+        except OSError as error:  # the peer gone (EPIPE, ECONNRESET), the socket shut
+            raise StreamError(f"the stream broke while a file went: {error!r}") from error
+        if count == 0:
+            raise StreamError(f"the file ended {size - sent} bytes early")
+        sent += count
 
 
 def _file_row(row: Any) -> bool:
@@ -203,6 +261,18 @@ def _file_row(row: Any) -> bool:
 
 class StreamReceiver(_Stream):
     """The follower's end of an authenticated side connection (side_channel.py); `close` it."""
+
+    def __init__(self, sock: socket.socket, threads: StreamThreads) -> None:
+        super().__init__(sock, threads)
+        self._buffers: list[memoryview] | None = None  # two blocks, for every file of this stream
+
+    def _submit_write(self, write: Callable[[memoryview], None], view: memoryview) -> concurrent.futures.Future[None]:
+        """A block's write on the writers' threads (on the receiving thread); `close` waits for it too."""
+        executor = self._threads.writer or self._threads.executor
+        future = executor.submit(write, view)
+        self._running.add(future)
+        future.add_done_callback(self._running.discard)
+        return future
 
     async def ask(self, group_id: int, transfer: int, files: list[tuple[int, bool]]) -> None:
         body = json.dumps({"group_id": group_id, "transfer": transfer,
@@ -220,7 +290,9 @@ class StreamReceiver(_Stream):
         """The next file's bytes, checked and written by `write` on a thread of the stream:
         `write` must be safe there (it writes to a file no one else touches meanwhile).
         Failed or cancelled, `close` this receiver before the file is touched again."""
-        await self._run(_receive_file, self._sock, arriving, write, self._threads.executor.submit)
+        if self._buffers is None:  # page-aligned, as O_DIRECT wants
+            self._buffers = [memoryview(mmap.mmap(-1, BLOCK_BYTES)) for _ in range(2)]
+        await self._run(_receive_file, self._sock, arriving, write, self._submit_write, self._buffers)
 
     async def crc(self) -> int:
         return _CRC.unpack(await self._run(_receive_exactly, self._sock, _CRC.size))[0]
