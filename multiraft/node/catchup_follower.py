@@ -22,7 +22,11 @@ fewer than INSTALLS_MAX installs run here. Then, in one owned task:
    and vote kept, and the leader's state at the end (its checkpoint) when it sent it.
    The reconciler opens the group again.
 3. **Say so.** `catchup.done` tells the leader, which probes past the install; on a
-   failure it probes from where it was, and the entries come by appends.
+   failure it probes from where it was, and the entries come by appends. A failed
+   stream's done says whether the stream itself broke (`stream_failed`: the side
+   connection never came, ended early, stalled): only that turns the leader's next offers
+   to this node to chunks; a replica caught up meanwhile, a full disk or a damaged file
+   of its own do not.
 """
 
 from __future__ import annotations
@@ -37,7 +41,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest
-from multiraft.node.catchup_stream import ACCEPT_S, StreamReceiver, StreamThreads, settle
+from multiraft.node.catchup_stream import (
+    ACCEPT_S,
+    StreamError,
+    StreamReceiver,
+    StreamThreads,
+    settle,
+)
 from multiraft.node.catchup_wire import CHUNK_BYTES_MAX, Offer, decode_offer
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, RpcError, answer
 from multiraft.transport.side_channel import SideChannel, SideListener
@@ -67,6 +77,10 @@ if TYPE_CHECKING:
 INSTALLS_MAX = 2
 FETCH_WINDOW = 4  # chunks asked at once: 4 MiB in flight per install
 COPY_CHUNK_BYTES = 4 * 1024 * 1024  # a replica's own file copied this much a loop turn
+
+
+def _not_connected(error: BaseException | None) -> StreamError:
+    return StreamError(f"the leader's stream did not connect (within {ACCEPT_S} s): {error!r}")
 
 
 def _first_index(staged: StagedSegment) -> Index:
@@ -154,7 +168,7 @@ class CatchUpFollower:
 
     async def _catch_up(self, source: NodeId, offer: Offer, listener: SideListener | None) -> None:
         log = self._logger.bind(group_id=offer.group_id, leader=source, upto=offer.upto)
-        began, ok = time.monotonic(), False
+        began, ok, stream_failed = time.monotonic(), False, False
         try:
             staged = await self._stage(source, offer, listener)
             staged_at = time.monotonic()
@@ -163,14 +177,17 @@ class CatchUpFollower:
                 log.info("far_catchup_installed", files=len(staged), bytes=sum(s.descriptor.size_bytes for s in staged),
                          stage_s=round(staged_at - began, 3), install_s=round(time.monotonic() - staged_at, 3))
         except (RpcError, OSError, CorruptionError, ValueError, TimeoutError) as error:
-            log.warning("far_catchup_failed", error=repr(error), stream=offer.stream)
+            # The socket's errors (ConnectionError, TimeoutError: the accept's, a stall's),
+            # not the disk's (a plain OSError, catchup_stream.WriteStalled) nor a check's.
+            stream_failed = offer.stream and isinstance(error, ConnectionError | TimeoutError)
+            log.warning("far_catchup_failed", error=repr(error), stream=offer.stream, stream_failed=stream_failed)
         finally:
             if listener is not None:
                 listener.close()
             self._installing.discard(offer.group_id)
             self.counts["installed" if ok else "failed"] += 1
             done = json.dumps({"group_id": offer.group_id, "transfer": offer.transfer, "upto": offer.upto,
-                               "ok": ok}).encode()
+                               "ok": ok, "stream_failed": stream_failed}).encode()
             with contextlib.suppress(RpcError):
                 await self._rpc.call(source, "catchup.done", done, RPC_TIMEOUT_S)
 
@@ -195,6 +212,8 @@ class CatchUpFollower:
             held: dict[Index, StagedSegment] = {}
             for descriptor in offer.segments:
                 path = os.path.join(directory, staged_name(descriptor.first_index))
+                if accepting is not None and accepting.done() and accepting.exception() is not None:
+                    raise _not_connected(accepting.exception())  # no copying on: the stream is off
                 if (kept := await self._kept(path, descriptor)) is not None:  # from an interrupted transfer
                     held[descriptor.first_index] = kept
                 elif (own := await self._copy_own(offer.group_id, descriptor, path)) is not None:
@@ -204,7 +223,10 @@ class CatchUpFollower:
                     checks.append(asyncio.ensure_future(asyncio.to_thread(check_staged, path, descriptor)))
             if accepting is None:
                 return sorted([*held.values(), *await asyncio.gather(*checks)], key=_first_index)
-            sock, accepting = await accepting, None  # the receiver's from here
+            try:
+                sock, accepting = await accepting, None  # the receiver's from here
+            except OSError as error:  # (TimeoutError: nobody came)
+                raise _not_connected(error) from error
             receiver = StreamReceiver(sock, self._threads)
             try:
                 return await self._received(receiver, offer, held)
@@ -265,6 +287,10 @@ class CatchUpFollower:
                                         lambda view, handle=handle: files.append(handle, [view]))
                     times["receiving_s"] += time.monotonic() - began
                     frames = arriving.finish(await receiver.crc())
+                except CorruptionError as error:  # what came is not the leader's file: the stream's fault
+                    await receiver.close()
+                    self._abandon(handle, path)
+                    raise StreamError(f"a damaged file came by the stream: {error}") from error
                 except BaseException:
                     await receiver.close()  # its thread ended: the handle is the loop's again
                     self._abandon(handle, path)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest
-from multiraft.node.catchup_stream import StreamSender, StreamThreads, settle
+from multiraft.node.catchup_stream import ACCEPT_S, StreamSender, StreamThreads, settle
 from multiraft.node.catchup_wire import CHUNK_BYTES_MAX, Offer, encode_offer, natural, request
 from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, RpcError, answer
 from multiraft.transport.side_channel import SideChannel
@@ -77,8 +77,10 @@ ROUND_S = 0.25
 PROBING_ROUND_S = 0.05
 TRANSFERS_MAX = 4
 IDLE_S = 30.0
-OFFER_ATTEMPTS = 10  # 2 s: past a failed stream's follower giving up (catchup_stream.ACCEPT_S)
 OFFER_RETRY_S = 0.2
+# Past a failed stream's follower giving up its listener (ACCEPT_S: "installs under way"
+# until then), with 2 s to spare: 12 s.
+OFFER_ATTEMPTS = int((ACCEPT_S + 2.0) / OFFER_RETRY_S)
 BACKOFF_S = 10.0  # after a refused, idle or failed transfer, that follower replays for a while
 NO_STREAM_S = 300.0  # after a stream to a follower failed, its files go by chunks this long
 
@@ -113,6 +115,7 @@ class Transfer:
     deadline: float
     number: int  # names it in the follower's chunks and done (catchup_wire.py)
     stream: bool = False  # its files go by a side connection (catchup_stream.py)
+    dialled: bool = False  # its stream began (counted in "streams"; only then in "streams_failed")
 
 
 class CatchUpLeader:
@@ -321,6 +324,8 @@ class CatchUpLeader:
                       port: Any) -> None:
         """Dial the follower's side listener and send the files it asks for (catchup_stream.py)."""
         group_id, node = key
+        transfer.dialled = True
+        self.counts["streams"] += 1
         if not isinstance(port, int) or not 0 < port < 65536 or self._side is None:
             raise InvalidRequest(f"a stream offer accepted without a port: {port!r}")
         sender = StreamSender(await self._side.dial(node, port), self._threads)
@@ -328,7 +333,6 @@ class CatchUpLeader:
             asked_group, asked_transfer, files = await sender.asked(IDLE_S)
             if (asked_group, asked_transfer) != (group_id, transfer.number):
                 raise InvalidRequest(f"a stream for transfer {asked_transfer} of group {asked_group}")
-            self.counts["streams"] += 1
             for first_index, send in files:
                 await self._stream_file(key, runtime, store, transfer, sender, Index(first_index), send)
         finally:
@@ -413,8 +417,12 @@ class CatchUpLeader:
         transfer = self._active.get(key)
         if transfer is not None and transfer.number == natural(fields, "transfer"):
             ok = fields.get("ok") is True
-            self._logger.info("far_catchup_done", group_id=key[0], follower=source, upto=transfer.upto, ok=ok)
-            if not ok and transfer.stream:  # (a damaged file, a broken stream): by chunks next, at once
+            # Whether the stream itself broke; a follower of an earlier version does not
+            # say: then any failure of a stream counts, as it did.
+            broke = fields.get("stream_failed", True) is True
+            self._logger.info("far_catchup_done", group_id=key[0], follower=source, upto=transfer.upto, ok=ok,
+                              stream_failed=not ok and transfer.stream and broke)
+            if not ok and transfer.stream and broke:  # by chunks next, at once
                 self._stream_failed(transfer, source)
                 self._finish(key, ok, backoff=False)
                 return
@@ -424,7 +432,8 @@ class CatchUpLeader:
         """The follower's files go by chunks for a while (the next offer: at the next round)."""
         if transfer.stream:
             transfer.stream = False
-            self.counts["streams_failed"] += 1
+            if transfer.dialled:
+                self.counts["streams_failed"] += 1
             self._no_stream[node] = time.monotonic() + NO_STREAM_S
 
     def _finish(self, key: tuple[GroupId, NodeId], ok: bool, backoff: bool = True) -> None:

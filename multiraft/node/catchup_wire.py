@@ -12,7 +12,9 @@
   stream (the leader offers again without one).
 - `catchup.chunk` (follower -> leader) {group_id, transfer, first_index, position, size}:
   bytes of one closed segment, at most CHUNK_BYTES_MAX.
-- `catchup.done` (follower -> leader) {group_id, transfer, upto, ok}: the install ended.
+- `catchup.done` (follower -> leader) {group_id, transfer, upto, ok, stream_failed}: the
+  install ended; `stream_failed` (optional, absent from earlier versions): the stream
+  itself broke (only that sends the next offers by chunks).
 
 An offer is a length-prefixed JSON head then the start point's bytes: no pickle, and
 everything bounded before it is used (a peer is trusted with the cluster secret, but a
