@@ -18,7 +18,7 @@ import pytest
 from multiraft.net.tls import PeerTls
 from multiraft.transport.frames import TransportError
 from multiraft.transport.handshake import connect_handshake
-from multiraft.transport.side_channel import SideChannel
+from multiraft.transport.side_channel import HANDSHAKES_MAX, SideChannel, numeric
 from multiraft.transport.transport import Transport
 from tests.tls_pki import make_pki
 from tests.transport.helpers import FAST, SECRET, WRONG_SECRET, Inbox
@@ -75,6 +75,34 @@ async def test_a_stranger_first_is_dropped_and_the_peer_still_gets_in(stranger: 
             for sock in (dialled, accepted, rogue):
                 if sock is not None:
                     sock.close()
+
+
+@pytest.mark.asyncio
+async def test_strangers_filling_every_handshake_do_not_keep_the_peer_out() -> None:
+    # Review L3: HANDSHAKES_MAX silent connections took every handshake slot and the
+    # peer's connection was dropped. From the peer's host, it takes the oldest's place.
+    async with asyncio.timeout(10):
+        listening = SideChannel(2, SECRET, HOST, lambda peer: (HOST, 1), handshake_s=5.0, connect_s=1.0)
+        listener = listening.listen(peer=1)
+        accepting = asyncio.ensure_future(listener.accept(5.0))
+        rogues = [socket.create_connection((HOST, listener.port)) for _ in range(HANDSHAKES_MAX)]
+        await asyncio.sleep(0.2)  # each accepted, each handshake waiting (5 s)
+        try:
+            dialled = await _side(1).dial(2, listener.port)
+            accepted = await accepting
+            assert await _exchange(accepted, dialled) == b"segment bytes"
+            dialled.close()
+            accepted.close()
+        finally:
+            for rogue in rogues:
+                rogue.close()
+
+
+def test_a_numeric_host_is_parsed_not_looked_up() -> None:
+    # Review M2: the dialler resolves a peer's host once; a numeric one is parsed.
+    assert numeric("127.0.0.1") == (socket.AF_INET, "127.0.0.1")
+    assert numeric("::1") == (socket.AF_INET6, "::1")
+    assert numeric("localhost") is None
 
 
 @pytest.mark.asyncio
