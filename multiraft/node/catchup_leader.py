@@ -72,8 +72,9 @@ if TYPE_CHECKING:
 ROUND_S = 0.25
 # While a follower that answers is probed (a node back from a restart: its probe may find
 # it far behind), rounds come this often: files start up to 0.25 s sooner, and replay is
-# held meanwhile by the core's far wait only (three ROUND_S). A round walks the awake
-# groups this node leads; probes are brief, so the faster rounds are too.
+# held meanwhile by the core's far wait only (three ROUND_S). A full round walks every
+# awake group this node leads (thousands: milliseconds); a fast round between two full
+# ones visits only the groups the last full round found probing a follower.
 PROBING_ROUND_S = 0.05
 TRANSFERS_MAX = 4
 IDLE_S = 30.0
@@ -139,6 +140,7 @@ class CatchUpLeader:
         self._side = side
         self._no_stream: dict[NodeId, float] = {}  # -> until when its files go by chunks
         self._threads = StreamThreads(2 * TRANSFERS_MAX, "far-stream-send")  # sendfile and a CRC each
+        self._probing: list[GroupId] = []  # the groups the last full round found probing a live follower
         self.counts = {"started": 0, "installed": 0, "failed": 0, "bytes_sent": 0, "streams": 0,
                        "streams_failed": 0}
 
@@ -156,49 +158,66 @@ class CatchUpLeader:
         rpc.register("catchup.done", done)
 
     async def run(self) -> None:
-        soon = False
+        soon, full_at = False, 0.0
         while True:
             await asyncio.sleep(min(PROBING_ROUND_S, ROUND_S) if soon else ROUND_S)
-            soon = self.round()
+            full = not soon or time.monotonic() - full_at >= ROUND_S
+            if full:
+                full_at = time.monotonic()
+            soon = self.round(full)
 
-    def round(self) -> bool:
+    def round(self, full: bool = True) -> bool:
         """Start a transfer for each follower far behind (at most TRANSFERS_MAX at once).
         True when a follower that answers is being probed: it may be far behind once the
-        probe succeeds (a node back from a restart), and the next round comes sooner."""
+        probe succeeds (a node back from a restart), and the next round comes sooner.
+        Not `full`: only the groups the last full round found probing."""
         if not any(self._lag):
             return False
         registry = self._registry
+        groups = registry.awake if full else self._probing
+        probing: list[GroupId] = []
+        for group_id in [g for g in groups if g in registry.led and g in registry.partitions and g in registry.awake]:
+            if self._round_group(group_id):
+                probing.append(group_id)
+            if len(self._active) >= TRANSFERS_MAX:
+                break
+        if full:
+            self._probing = probing
+        return bool(probing)
+
+    def _round_group(self, group_id: GroupId) -> bool:
+        """One group's followers (round); True when one that answers is probed."""
+        registry = self._registry
         soon = False
-        for group_id in [g for g in registry.awake if g in registry.led and g in registry.partitions]:
-            runtime, store = registry.groups[group_id], registry.stores[group_id]
-            core = runtime.core
-            closed: list[tuple[Index, Index, int]] | None = None  # listed once a follower needs it
-            for node in sorted(core.membership.voters | core.membership.learners):
-                if len(self._active) >= TRANSFERS_MAX:
-                    return soon
-                progress = core.progress(node)
-                if node == core.id or progress is None or not self._is_live(node):
+        runtime, store = registry.groups[group_id], registry.stores[group_id]
+        core = runtime.core
+        closed: list[tuple[Index, Index, int]] | None = None  # listed once a follower needs it
+        for node in sorted(core.membership.voters | core.membership.learners):
+            if len(self._active) >= TRANSFERS_MAX:
+                break
+            progress = core.progress(node)
+            if node == core.id or progress is None or not self._is_live(node):
+                continue
+            if (group_id, node) in self._active:
+                if self._holding((group_id, node), runtime):
                     continue
-                if (group_id, node) in self._active:
-                    if self._holding((group_id, node), runtime):
-                        continue
-                    self._finish((group_id, node), ok=False, backoff=False)  # ended by a probe: anew
-                if progress.state is not ProgressState.REPLICATE:
-                    soon = soon or (progress.state is ProgressState.PROBE and progress.recent_active)
-                    continue  # far_target's first test, before the segments are listed
-                upto = None
-                if self._backoff.get((group_id, node), 0.0) <= time.monotonic():
-                    if closed is None:
-                        closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
-                    upto = far_target(progress, core.log.last_index(), core.commit_index,
-                                      Index(store.first_index() - 1), closed, *self._lag)
-                if upto is not None and core.hold_for_install(node, upto):
-                    learner = node in core.membership.learners
-                    transfer = Transfer(upto, learner, time.monotonic() + IDLE_S, next(self._numbers))
-                    self._active[(group_id, node)] = transfer
-                    self._start_task(self._offer(group_id, node, upto, store, transfer.number), "far-catchup-offer")
-                elif progress.far_wait and node in core.membership.learners:  # Config.far_wait_learners:
-                    runtime.call_core(lambda raft, node=node: raft.end_far_wait(node))  # no install, replay now
+                self._finish((group_id, node), ok=False, backoff=False)  # ended by a probe: anew
+            if progress.state is not ProgressState.REPLICATE:
+                soon = soon or (progress.state is ProgressState.PROBE and progress.recent_active)
+                continue  # far_target's first test, before the segments are listed
+            upto = None
+            if self._backoff.get((group_id, node), 0.0) <= time.monotonic():
+                if closed is None:
+                    closed = [(s.first_index, s.last_index, s.size) for s in store.segments if s.closed]
+                upto = far_target(progress, core.log.last_index(), core.commit_index,
+                                  Index(store.first_index() - 1), closed, *self._lag)
+            if upto is not None and core.hold_for_install(node, upto):
+                learner = node in core.membership.learners
+                transfer = Transfer(upto, learner, time.monotonic() + IDLE_S, next(self._numbers))
+                self._active[(group_id, node)] = transfer
+                self._start_task(self._offer(group_id, node, upto, store, transfer.number), "far-catchup-offer")
+            elif progress.far_wait and node in core.membership.learners:  # Config.far_wait_learners:
+                runtime.call_core(lambda raft, node=node: raft.end_far_wait(node))  # no install, replay now
         return soon
 
     async def _offer(self, group_id: GroupId, node: NodeId, upto: Index, store: SegmentStore, number: int) -> None:
