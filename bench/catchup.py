@@ -11,8 +11,13 @@ it is started again. Printed per mode: the time until its HTTP port answers, the
 until its copy's high watermark equals the leader's (everything replicated and
 applied), the MiB/s over the whole, and the path its log says it took
 (`far_catchup_installed`). Then the ratio files / replay (issue 25's goal: at least 2).
-The leader looks for far followers four times a second (catchup_leader.ROUND_S), so some
-replay happens before files in `files` mode: it is in the figure.
+The leader looks for far followers four times a second (catchup_leader.ROUND_S; twenty
+while one is probed), and the core holds replay back meanwhile. Printed too, per mode: the
+far-horizon events of the leader's and the follower's logs, in seconds from the restart
+(`follower_lost_entries`: when the leader learned that the follower lost its log, the
+same in both modes: before it, nothing can start; `far_stream_received`: the stream's
+time; `far_catchup_installed`: staging and install). `--profile DIR` records both nodes
+with py-spy (collapsed stacks per thread), `--logs DIR` keeps every node's log.
 
     flock /tmp/raftlog-scale.lock .venv/bin/python bench/catchup.py [--mib 1024] [--batch-kib 64]
 """
@@ -21,7 +26,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
+import json
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,8 +92,9 @@ async def _one(mode: str, args: argparse.Namespace, cluster: LocalCluster) -> di
         cluster.kill_node(follower)
         shutil.rmtree(node.data_dir / "groups" / str(view["group_id"]))
         target = view["high_watermark"]
-        began = time.monotonic()
+        began, began_wall = time.monotonic(), time.time()
         cluster.start_node(follower)
+        profilers = _profile(args, mode, {"leader": cluster.nodes[leader - 1], "follower": node})
         answering = None
         while True:
             mine = await _partition(session, servers[follower - 1])
@@ -96,13 +106,56 @@ async def _one(mode: str, args: argparse.Namespace, cluster: LocalCluster) -> di
                 raise SystemExit(f"bench: {mode}: the follower did not catch up in {args.timeout} s")
             await asyncio.sleep(0.05)
         took = time.monotonic() - began
+        for profiler in profilers:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(30)
     log = node.log_file.read_text(errors="replace")
     path = "files" if "far_catchup_installed" in log else "replay"
     for line in log.splitlines():
         if "far_catchup_installed" in line or "far_catchup_failed" in line:
             print(f"  {mode}: follower: {line.split(']', 1)[-1].strip()}")
+    for role, local in (("leader", cluster.nodes[leader - 1]), ("follower", node)):
+        for at, event in _timeline(local.log_file.read_text(errors="replace"), began_wall, view["group_id"]):
+            print(f"  {mode}: {at:6.2f} s {role}: {event}")
     return {"mode": mode, "fill_s": filled_s, "answering_s": answering, "took_s": took, "path": path,
             "mib_per_s": args.mib / took, "mib_per_s_answering": args.mib / (took - answering)}
+
+
+_EVENTS = ("node_started", "group_opened", "follower_lost_entries", "replica_repaired", "far_catchup_started", "far_catchup_done", "far_catchup_installed",
+           "far_catchup_failed", "far_catchup_refused", "far_catchup_idle", "far_catchup_abandoned",
+           "far_catchup_offer_again", "far_stream_fallback", "far_stream_failed", "far_stream_received", "far_install_started")
+
+
+def _timeline(log: str, since: float, group_id: int) -> list[tuple[float, str]]:
+    """The far-horizon events of a node's log (JSON lines) from `since` (wall clock) on."""
+    events = []
+    for line in log.splitlines():
+        try:
+            fields = json.loads(line[line.index("{"):])
+        except ValueError:
+            continue
+        event = fields.get("event")
+        if event not in _EVENTS or fields.get("group_id", group_id) != group_id:
+            continue
+        at = datetime.datetime.fromisoformat(fields["timestamp"].replace("Z", "+00:00")).timestamp() - since
+        if at >= 0:
+            details = {k: v for k, v in fields.items()
+                       if k not in ("event", "level", "timestamp", "node_id", "group_id", "logger")}
+            events.append((at, f"{event} {details}" if details else event))
+    return events
+
+
+def _profile(args: argparse.Namespace, mode: str, nodes: dict) -> list[subprocess.Popen]:
+    """py-spy on the leader and the follower from the restart to the catch-up (`--profile DIR`:
+    collapsed stacks per thread, CPU samples only, the processes not paused)."""
+    if args.profile is None:
+        return []
+    Path(args.profile).mkdir(parents=True, exist_ok=True)
+    spy = str(Path(sys.executable).parent / "py-spy")
+    return [subprocess.Popen([spy, "record", "--pid", str(local.process.pid), "--nonblocking", "--threads",
+                              "--rate", "200", "--idle", "--format", "raw", "-o", f"{args.profile}/{mode}-{role}.txt"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for role, local in nodes.items()]
 
 
 def main() -> int:
@@ -112,6 +165,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--raft-port", type=int, default=19700)
     parser.add_argument("--http-port", type=int, default=19780)
+    parser.add_argument("--logs", help="a directory to keep the nodes' logs in")
+    parser.add_argument("--profile", help="a directory for py-spy's stacks of the leader and the follower")
     args = parser.parse_args()
     results = []
     for mode, settings in MODES:
@@ -126,6 +181,10 @@ def main() -> int:
             result = asyncio.run(_one(mode, args, cluster))
         finally:
             cluster.stop()
+            if args.logs is not None:  # every node's log, for a closer look
+                for local in cluster.nodes:
+                    Path(args.logs).mkdir(parents=True, exist_ok=True)
+                    shutil.copy(local.log_file, Path(args.logs) / f"{mode}-node{local.node_id}.log")
         shutil.rmtree(directory, ignore_errors=True)
         results.append(result)
         print(f"{mode:>6}: filled {args.mib} MiB in {result['fill_s']:.1f} s; wiped follower answering after "

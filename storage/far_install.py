@@ -37,6 +37,7 @@ from raftlog.messages import HardState
 from raftlog.types import GroupId, Index, NodeId, Term
 from storage.catalog import stage_close
 from storage.errors import CorruptionError
+from storage.far_receive import CRC_UNKNOWN
 from storage.files import Files, OsFiles
 from storage.frames import FrameInfo
 from storage.node_state import StartPoint, encode_hard_state, encode_start
@@ -79,10 +80,13 @@ class StagedSegment:
     descriptor: SegmentDescriptor
     path: str
     frames: tuple[FrameInfo, ...]
+    crc: int  # of the whole file, as checked (the descriptor's may be CRC_UNKNOWN)
 
 
 def check_staged(path: str, descriptor: SegmentDescriptor) -> StagedSegment:
-    """Read a received segment whole and check it against its descriptor (any thread)."""
+    """Read a received segment whole and check it against its descriptor (any thread).
+    A descriptor whose CRC is CRC_UNKNOWN (a stream's offer) leaves the CRC to its caller,
+    which compares the one returned with the leader's (sent after the file)."""
     files = OsFiles()
     handle = files.open(path)
     try:
@@ -93,7 +97,7 @@ def check_staged(path: str, descriptor: SegmentDescriptor) -> StagedSegment:
     problem = None
     if result.error is not None:
         problem = result.error
-    elif result.valid_bytes != descriptor.size_bytes or result.crc != descriptor.crc:
+    elif result.valid_bytes != descriptor.size_bytes or descriptor.crc not in (CRC_UNKNOWN, result.crc):
         problem = "its size or CRC differs from the leader's"
     elif not frames or frames[-1].index != descriptor.last_index:
         problem = f"it does not end at entry {descriptor.last_index}"
@@ -101,7 +105,7 @@ def check_staged(path: str, descriptor: SegmentDescriptor) -> StagedSegment:
         problem = "its offsets differ from the leader's"
     if problem is not None:
         raise CorruptionError(f"received segment {descriptor.first_index}: {problem}")
-    return StagedSegment(descriptor, path, tuple(frames))
+    return StagedSegment(descriptor, path, tuple(frames), result.crc)
 
 
 def replace_log(
@@ -187,7 +191,7 @@ def _as_open_segment(staged: StagedSegment, now_ms: int) -> Segment:
     segment = Segment(
         first_index=descriptor.first_index, path="", handle=_NoHandle(descriptor.size_bytes),  # type: ignore[arg-type]
         first_offset=descriptor.first_offset, created_ms=now_ms, last_index=Index(descriptor.first_index - 1),
-        next_offset=descriptor.first_offset, crc=descriptor.crc,
+        next_offset=descriptor.first_offset, crc=staged.crc,
     )  # fmt: skip
     for frame in staged.frames:
         segment.add_frame(frame)

@@ -160,7 +160,7 @@ def check_kept(path: str, kept: KeptFile) -> StagedSegment:
         raise CorruptionError(f"kept segment {kept.first_index}: {problem}")
     descriptor = SegmentDescriptor(kept.first_index, kept.last_index, kept.size_bytes, result.crc,
                                    kept.first_offset, kept.next_offset)
-    return StagedSegment(descriptor, path, tuple(frames))
+    return StagedSegment(descriptor, path, tuple(frames), result.crc)
 
 
 def forget_group_state(db: StateDatabase, group: GroupId) -> None:

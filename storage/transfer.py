@@ -90,6 +90,18 @@ def file_crc(path: str) -> int:
     return crc
 
 
+def descriptor_crc(fd: int, size: int) -> int:
+    """The CRC of the first `size` bytes of an open file (any thread: positioned reads)."""
+    crc, position = 0, 0
+    while position < size:
+        chunk = os.pread(fd, min(TRANSFER_CHUNK_BYTES_MAX, size - position), position)
+        if not chunk:
+            raise CorruptionError(f"the file ends at {position} of {size} bytes")
+        crc = zlib.crc32(chunk, crc)
+        position += len(chunk)
+    return crc
+
+
 def _file_crc(files: Files, handle) -> int:
     crc, position = 0, 0
     while position < handle.size:

@@ -157,6 +157,10 @@ class WriteBehindFiles:
         self.to_os(handle)
         return fsync_later(handle.fd)
 
+    def direct_appender(self, handle: FileHandle) -> None:
+        """None: unsynced bytes stay in memory here, so every append goes through `append`."""
+        return None
+
     def to_os(self, handle: FileHandle) -> None:
         node = handle.node
         assert isinstance(node, _Node)

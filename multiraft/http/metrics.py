@@ -203,6 +203,8 @@ class NodeCollector(Collector):
                            ("installed", "far-horizon transfers from this node its followers installed"),
                            ("failed", "far-horizon transfers from this node that failed or timed out"),
                            ("bytes_sent", "segment bytes this node's leaders sent to far followers"),
+                           ("streams", "far-horizon transfers from this node whose files went by a side connection (dialled)"),
+                           ("streams_failed", "of which the stream broke (the next offers to that follower go by chunks)"),
                            ("follower_installed", "far-horizon installs this node's replicas made"),
                            ("follower_failed", "far-horizon installs this node's replicas gave up"),
                            ("bytes_received", "segment bytes this node's replicas fetched from leaders"),

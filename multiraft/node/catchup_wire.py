@@ -4,11 +4,17 @@
   install ends at and its term, the leader's start point (storage/node_state.py's
   encoding: the snapshot point, its state and the log start offset), the closed
   segments from the start point to that entry (index range, size, CRC, offsets) and,
-  when the leader has it, its state machine at that entry (a checkpoint).
-  Answer: {"accepted": bool, "reason": str}.
+  when the leader has it, its state machine at that entry (a checkpoint); with `stream`,
+  the files come by a side connection (catchup_stream.py), and a file's CRC may be
+  CRC_UNKNOWN in the offer (sent after the file instead).
+  Answer: {"accepted": bool, "reason": str}, and with a stream accepted, "stream_port"
+  (the follower's side listener); "stream_refused": true when the follower cannot take a
+  stream (the leader offers again without one).
 - `catchup.chunk` (follower -> leader) {group_id, transfer, first_index, position, size}:
   bytes of one closed segment, at most CHUNK_BYTES_MAX.
-- `catchup.done` (follower -> leader) {group_id, transfer, upto, ok}: the install ended.
+- `catchup.done` (follower -> leader) {group_id, transfer, upto, ok, stream_failed}: the
+  install ended; `stream_failed` (optional, absent from earlier versions): the stream
+  itself broke (only that sends the next offers by chunks).
 
 An offer is a length-prefixed JSON head then the start point's bytes: no pickle, and
 everything bounded before it is used (a peer is trusted with the cluster secret, but a
@@ -25,6 +31,7 @@ from typing import Any
 
 from multiraft.errors import InvalidRequest
 from raftlog.types import GroupId, Index, Offset, Term
+from storage.far_receive import CRC_UNKNOWN
 from storage.transfer import SegmentDescriptor
 
 CHUNK_BYTES_MAX = 1024 * 1024  # one RPC answer: well under the frame limit, a short loop slice
@@ -47,6 +54,9 @@ class Offer:
     # Names this transfer in its chunks and its done: a late answer of an earlier one
     # (the same group, follower and end) must not end this one.
     transfer: int = 0
+    # The files come by a side connection the leader dials (catchup_stream.py), not by
+    # catchup.chunk calls.
+    stream: bool = False
 
 
 def encode_offer(offer: Offer) -> bytes:
@@ -54,7 +64,7 @@ def encode_offer(offer: Offer) -> bytes:
         "group_id": offer.group_id, "term": offer.term, "upto": offer.upto, "upto_term": offer.upto_term,
         "segments": [[d.first_index, d.last_index, d.size_bytes, d.crc, d.first_offset, d.next_offset]
                      for d in offer.segments],
-        "start_bytes": len(offer.start), "transfer": offer.transfer,
+        "start_bytes": len(offer.start), "transfer": offer.transfer, "stream": offer.stream,
     }).encode()
     return _HEAD.pack(len(head)) + head + offer.start + offer.checkpoint
 
@@ -85,9 +95,13 @@ def decode_offer(body: bytes) -> Offer:
         raise InvalidRequest("an offer's start point runs past its body")
     offer = Offer(GroupId(natural(head, "group_id")), Term(natural(head, "term")), Index(natural(head, "upto")),
                   Term(natural(head, "upto_term")), bytes(rest[:start_bytes]), tuple(segments),
-                  bytes(rest[start_bytes:]), natural(head, "transfer"))
+                  bytes(rest[start_bytes:]), natural(head, "transfer"), head.get("stream") is True)
     if segments[-1].last_index != offer.upto:
         raise InvalidRequest("an offer's segments end at its upto")
+    if not offer.stream and any(d.crc == CRC_UNKNOWN for d in segments):
+        raise InvalidRequest("files fetched by chunks have their CRCs in the offer")
+    if any(d.crc > CRC_UNKNOWN for d in segments):
+        raise InvalidRequest("a CRC is 32 bits")
     return offer
 
 

@@ -156,10 +156,11 @@ class Node:
         self.catchup_leader = CatchUpLeader(self.registry, self.rpc, (self.config.far_catchup_lag_entries,
                                                                        self.config.far_catchup_lag_bytes),
                                             self.move_throttle.acquire, self.liveness.is_live, self.start_task,
-                                            self.logger)
+                                            self.logger, side=self.transport.side_channel())
         self.catchup_leader.serve(self.rpc)
         self.catchup_follower = CatchUpFollower(self.registry, self.catalog_holder, self.storage, self.rpc,
-                                                self.replicas.close_group, self.start_task, self.logger)
+                                                self.replicas.close_group, self.start_task, self.logger,
+                                                side=self.transport.side_channel())
         self.catchup_follower.serve(self.rpc)
         # The sink reads its sources from this node's own address, as its Raft links do
         # (firewall rules between two clusters on one host match it: chaos/mirror.py).
@@ -251,6 +252,8 @@ class Node:
                 if isinstance(outcome, Exception):  # stopping goes on: the files still close
                     self.logger.error("group_stop_failed", group_id=runtime.group_id, error=repr(outcome))
         await self.rpc.stop()
+        self.catchup_leader.close()
+        self.catchup_follower.close()
         if self._started:
             await self.transport.stop()
         await self.storage.close(self.registry.stores)

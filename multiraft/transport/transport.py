@@ -57,6 +57,7 @@ from multiraft.transport.inbound_admission import (
     normal_address,
 )
 from multiraft.transport.peer_link import PeerLink, enable_keepalive
+from multiraft.transport.side_channel import SideChannel
 from multiraft.transport.transport_config import (
     PeerStats,
     TransportConfig,
@@ -234,6 +235,19 @@ class Transport:
             self._links[peer_id] = link
             if self._running:
                 link.start()
+
+    def side_channel(self) -> SideChannel | None:
+        """Side connections to peers for bulk bytes (side_channel.py), authenticated by
+        this transport's secret; None when peers talk TLS (a side connection would not be
+        protected: its callers keep to frames)."""
+        if self._tls is not None:
+            return None
+        return SideChannel(self.node_id, self._secret, self._listen_host, self._peer_address,
+                           self._config.handshake_timeout_s, self._config.connect_timeout_s)
+
+    def _peer_address(self, peer_id: int) -> tuple[str, int] | None:
+        link = self._links.get(peer_id)
+        return None if link is None else link.address
 
     def _peer_refused(self, peer_id: int) -> None:
         if self.on_peer_refused is not None:
