@@ -65,6 +65,16 @@ async def produce(session: aiohttp.ClientSession, url: str, topic: str, records:
         return body["offsets"]
 
 
+def _ready(nodes: list[Node], topic: str, partition: int) -> bool:
+    """A leader that has applied its own term's first entry: it takes writes (a leader
+    elected a moment ago answers PROPOSAL_DROPPED, retriable, and the test counts calls)."""
+    leader = leader_of(nodes, topic, partition)
+    if leader is None:
+        return False
+    core = leader.groups[leader.partition_group(topic, partition)].core
+    return core.applied_index >= core.commit_index and core.log.term_or_none(core.commit_index) == core.term
+
+
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_a_spread_produce_is_forwarded_once_per_leader_node(tmp_path: Path) -> None:
@@ -74,8 +84,8 @@ async def test_a_spread_produce_is_forwarded_once_per_leader_node(tmp_path: Path
         for node in nodes:
             await node.wait_for_topic("spread")
             await node.wait_for_topic("single")
-        await until(lambda: all(leader_of(nodes, t, p) for t in ("spread", "single") for p in range(PARTITIONS)),
-                    "a leader for every partition", 30)
+        await until(lambda: all(_ready(nodes, t, p) for t in ("spread", "single") for p in range(PARTITIONS)),
+                    "a leader for every partition, ready for writes", 30)
         leaders = {p: leader_of(nodes, "spread", p) for p in range(PARTITIONS)}
         assert len({n.id for n in leaders.values() if n is not None}) == 3, "the first leaders are spread"
         calls = counting_calls(nodes[0])
