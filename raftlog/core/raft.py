@@ -93,6 +93,7 @@ class RaftCore:
         self.vote: NodeId = hard.vote
         self.membership: Membership = state.membership
         self.needs_repair = state.needs_repair
+        self._repair_asked = False  # a replica opened in repair asks at its first tick (_tick_election)
         self.leader: NodeId = NO_NODE
         self.role = Role.FOLLOWER
         self.now_ticks = 0
@@ -705,8 +706,11 @@ class RaftCore:
         elif (
             self.needs_repair
             and self.role is Role.FOLLOWER
-            and self.election_elapsed % self.randomized_election_timeout == 0
+            and (not self._repair_asked or self.election_elapsed % self.randomized_election_timeout == 0)
         ):
+            # The first time at once: a node back with a lost log (a replaced disk, a cut at
+            # damage) is caught up that much sooner; its quiet leader hears nothing else.
+            self._repair_asked = True
             self._ask_for_repair()
 
     def _ask_for_repair(self) -> None:

@@ -169,6 +169,39 @@ def test_replica_needing_repair_neither_votes_nor_campaigns() -> None:
     assert not core.needs_repair
 
 
+def test_a_replica_opened_in_repair_says_so_at_its_first_tick_then_every_timeout() -> None:
+    # Goal: a node back with a lost log (a replaced disk, a cut at damage) is heard by its
+    # quiet leader at once, not after an election timeout: its first tick says where its
+    # log ends (a rejection of index 0) to every voter, as it does every timeout after.
+    from raftlog.messages import MessageType
+    from raftlog.storage import InitialState
+
+    class SuspectStorage(MemoryStorage):
+        def initial_state(self) -> InitialState:
+            state = super().initial_state()
+            return InitialState(state.hard_state, state.membership, needs_repair=True)
+
+    entries, hard_state = bootstrap_entries([NodeId(1), NodeId(2), NodeId(3)])
+    storage = SuspectStorage()
+    storage.append(entries)
+    storage.set_hard_state(hard_state)
+    storage.sync()
+    core = RaftCore(Config(node_id=NodeId(1)), storage, random.Random(1))
+    core.advance(core.ready())
+    asked_at = []
+    for tick in range(1, 3 * core.config.election_timeout_ticks):
+        core.tick()
+        ready = core.ready()
+        said = sorted(m.target for m in ready.messages
+                      if m.type is MessageType.APPEND_RESPONSE and m.reject and m.index == 0)
+        if said:
+            assert said == [2, 3]
+            asked_at.append(tick)
+        core.advance(ready)
+    assert asked_at[0] == 1, asked_at
+    assert len(asked_at) >= 2, "and again while no leader talks to it"
+
+
 @pytest.mark.parametrize("writes_after", [0, 3])
 def test_a_follower_that_lost_acknowledged_entries_gets_them_back(writes_after: int) -> None:
     # Goal: a replica whose storage lost entries it had acknowledged (recovery put it in
