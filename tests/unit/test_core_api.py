@@ -140,9 +140,8 @@ def test_config_is_validated(bad: dict[str, int]) -> None:
         Config(**bad)  # type: ignore[arg-type]
 
 
-def test_replica_needing_repair_neither_votes_nor_campaigns() -> None:
-    # Goal: a replica whose storage reported corruption never acts on its suspect log.
-    from raftlog.messages import Message, MessageType
+def _core_in_repair() -> RaftCore:
+    """Node 1 of three, opened from storage that reported damage (in repair)."""
     from raftlog.storage import InitialState
 
     class SuspectStorage(MemoryStorage):
@@ -156,8 +155,15 @@ def test_replica_needing_repair_neither_votes_nor_campaigns() -> None:
     storage.set_hard_state(hard_state)
     storage.sync()
     core = RaftCore(Config(node_id=NodeId(1)), storage, random.Random(1))
-    ready = core.ready()
-    core.advance(ready)
+    core.advance(core.ready())
+    return core
+
+
+def test_replica_needing_repair_neither_votes_nor_campaigns() -> None:
+    # Goal: a replica whose storage reported corruption never acts on its suspect log.
+    from raftlog.messages import Message, MessageType
+
+    core = _core_in_repair()
     for _ in range(100):
         core.tick()
     assert core.role is Role.FOLLOWER, "it never campaigns"
@@ -174,20 +180,8 @@ def test_a_replica_opened_in_repair_says_so_at_its_first_tick_then_every_timeout
     # quiet leader at once, not after an election timeout: its first tick says where its
     # log ends (a rejection of index 0) to every voter, as it does every timeout after.
     from raftlog.messages import MessageType
-    from raftlog.storage import InitialState
 
-    class SuspectStorage(MemoryStorage):
-        def initial_state(self) -> InitialState:
-            state = super().initial_state()
-            return InitialState(state.hard_state, state.membership, needs_repair=True)
-
-    entries, hard_state = bootstrap_entries([NodeId(1), NodeId(2), NodeId(3)])
-    storage = SuspectStorage()
-    storage.append(entries)
-    storage.set_hard_state(hard_state)
-    storage.sync()
-    core = RaftCore(Config(node_id=NodeId(1)), storage, random.Random(1))
-    core.advance(core.ready())
+    core = _core_in_repair()
     asked_at = []
     for tick in range(1, 3 * core.config.election_timeout_ticks):
         core.tick()
