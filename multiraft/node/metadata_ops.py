@@ -66,6 +66,7 @@ SET_DRAINED_WAIT_S = 8.0
 SET_DRAINED_RETRY_S = 0.5
 SET_DRAINED_PAUSE_MAX_S = 1.0
 READ_ATTEMPT_S = 2.0  # one ReadIndex round trip, many times over
+SYNC_CATALOG_WAIT_S = 12.0
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -252,14 +253,22 @@ class MetadataOps:
         on a lost message: each attempt is bounded by READ_ATTEMPT_S and the read is asked
         again, of the leader known then (a drain of the node leading the metadata group
         moves that leadership while the drain's own propagation waits on this; the fuzz
-        pass met it as a 504 after 15 s). The caller bounds the whole."""
+        pass met it as a 504 after 15 s). At most SYNC_CATALOG_WAIT_S in all (under the HTTP
+        answer's 15 s), then the last refusal (NOT_LEADER: retriable) is the answer."""
+        deadline = time.monotonic() + SYNC_CATALOG_WAIT_S
         for attempt in itertools.count(1):
             try:
-                async with asyncio.timeout(READ_ATTEMPT_S):
+                async with asyncio.timeout(min(READ_ATTEMPT_S, max(0.0, deadline - time.monotonic()))):
                     await self._runtime.read_index()
                 return
-            except (TimeoutError, NotLeader, ProposalDropped):
-                await asyncio.sleep(min(SET_DRAINED_RETRY_S * attempt, SET_DRAINED_PAUSE_MAX_S))
+            except (TimeoutError, NotLeader, ProposalDropped) as error:
+                pause = min(SET_DRAINED_RETRY_S * attempt, SET_DRAINED_PAUSE_MAX_S)
+                if time.monotonic() + pause >= deadline:
+                    if isinstance(error, ClientError):
+                        raise
+                    raise NotLeader(NodeId(0), f"no metadata leader confirmed a read within {SYNC_CATALOG_WAIT_S:.0f} s") \
+                        from None
+                await asyncio.sleep(pause)
 
     async def wait_for_topic(self, name: str, timeout_s: float = 10.0, present: bool = True) -> None:
         """Wait until this node's catalog holds `name` (after a create elsewhere), or no

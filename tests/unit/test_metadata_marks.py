@@ -91,3 +91,25 @@ async def test_a_catalog_sync_whose_forwarded_read_was_lost_asks_again(monkeypat
     async with asyncio.timeout(5):
         await ops.sync_catalog()
     assert asked == ["read"] * 3
+
+
+async def test_a_catalog_sync_that_no_leader_confirms_is_refused_within_its_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: bounded whatever the caller does (a produce with a new producer id waits on it):
+    # reads never answered end as NOT_LEADER (retriable) after SYNC_CATALOG_WAIT_S.
+    monkeypatch.setattr(metadata_ops, "READ_ATTEMPT_S", 0.05)
+    monkeypatch.setattr(metadata_ops, "SYNC_CATALOG_WAIT_S", 0.3)
+
+    class Runtime:
+        async def read_index(self) -> int:
+            await asyncio.sleep(3600)
+            return 0
+
+    class Registry:
+        groups = {METADATA_GROUP: Runtime()}
+
+    ops = MetadataOps.__new__(MetadataOps)
+    ops._registry = Registry()  # type: ignore[assignment]
+    async with asyncio.timeout(5):
+        with pytest.raises(NotLeader):
+            await ops.sync_catalog()
