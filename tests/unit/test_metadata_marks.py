@@ -37,6 +37,17 @@ def _ops(answers: list[ClientError | None]) -> tuple[MetadataOps, list[object]]:
     return ops, proposed
 
 
+def _reading_ops(runtime: object) -> MetadataOps:
+    """MetadataOps whose metadata group is `runtime` (only its read_index is used)."""
+
+    class Registry:
+        groups = {METADATA_GROUP: runtime}
+
+    ops = MetadataOps.__new__(MetadataOps)
+    ops._registry = Registry()  # type: ignore[assignment]
+    return ops
+
+
 @pytest.fixture(autouse=True)
 def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(metadata_ops, "SET_DRAINED_RETRY_S", 0.0)
@@ -83,11 +94,7 @@ async def test_a_catalog_sync_whose_forwarded_read_was_lost_asks_again(monkeypat
                 raise NotLeader(NodeId(0), "no leader known to confirm a read")
             return 7
 
-    class Registry:
-        groups = {METADATA_GROUP: Runtime()}
-
-    ops = MetadataOps.__new__(MetadataOps)
-    ops._registry = Registry()  # type: ignore[assignment]
+    ops = _reading_ops(Runtime())
     async with asyncio.timeout(5):
         await ops.sync_catalog()
     assert asked == ["read"] * 3
@@ -105,11 +112,7 @@ async def test_a_catalog_sync_that_no_leader_confirms_is_refused_within_its_boun
             await asyncio.sleep(3600)
             return 0
 
-    class Registry:
-        groups = {METADATA_GROUP: Runtime()}
-
-    ops = MetadataOps.__new__(MetadataOps)
-    ops._registry = Registry()  # type: ignore[assignment]
+    ops = _reading_ops(Runtime())
     async with asyncio.timeout(5):
         with pytest.raises(NotLeader):
             await ops.sync_catalog()
