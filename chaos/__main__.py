@@ -21,6 +21,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ALL_FAULTS = ("kill", "power", "pause", "partition", "loss", "clock", "disk-full", "corrupt")
 # Kinds that need a cluster shape, not a capability: `move` (chaos/moves.py) needs more nodes
@@ -55,19 +56,6 @@ MIRROR_RUNS: dict[str, list[tuple[str, ...]]] = {
     "standard": [("kill", "pause", "partition")],
     "mirror": [("kill", "pause", "partition")],
 }
-CONTROLS = {  # unsafe switch -> faults that expose it
-    "ack-before-fsync": ("kill",),
-    "no-dedup": ("kill", "partition"),
-    "read-uncommitted": ("kill", "partition"),
-    "skip-crc": ("corrupt",),
-    "vote-without-persist": ("power", "kill"),
-    "group-early-assign": ("kill", "pause"),
-    "mirror-skip-batch": ("kill", "pause"),
-}
-CONTROLS_WITH_GROUPS = frozenset({"group-early-assign"})  # need the consumer-group workload
-CONTROLS_WITH_MIRROR = frozenset({"mirror-skip-batch"})  # need a mirror (--mirror: link pauses make chunks)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str],
                groups: bool = False, far_catchup: bool = False, mirror: bool = False) -> bool:
+    return (await _one_run(out, seed, nodes, duration, faults, unsafe, groups, far_catchup, mirror)).ok
+
+
+async def _one_run(out: Path, seed: int, nodes: int, duration: float, faults: list[str], unsafe: list[str],
+                   groups: bool = False, far_catchup: bool = False, mirror: bool = False) -> Any:
+    """One run, printed; its RunResult (`ok`, `details`)."""
     from chaos.farcatchup import never_taken
     from chaos.runner import RunConfig, run
 
@@ -121,7 +115,7 @@ async def _one(out: Path, seed: int, nodes: int, duration: float, faults: list[s
     if far_catchup and never_taken(result.details["far_catchup"]):
         print(f"chaos: WARNING: seed {seed}: --far-catchup run, but no far-horizon install happened: "
               f"this run did not test that path", flush=True)
-    return result.ok
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,15 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                               args.far_catchup, args.mirror))
         return 0 if ok else 1
     if args.name == "controls":
-        caught = 0
-        for number, (switch, faults) in enumerate(CONTROLS.items()):
-            out = args.out / f"{stamp}-control-{switch}"
-            ok = asyncio.run(_one(out, seed + number, 3, args.duration, list(faults), [switch],
-                                  switch in CONTROLS_WITH_GROUPS, mirror=switch in CONTROLS_WITH_MIRROR))
-            print(f"chaos-control: {switch}: {'CAUGHT' if not ok else 'NOT CAUGHT'}", flush=True)
-            caught += not ok
-        print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
-        return 0 if caught == len(CONTROLS) else 1
+        return _controls(args.out, stamp, seed, args.duration)
     results = []
     runs = [(faults, 3, False, False, False) for faults in SUITES.get(args.name, [])]
     runs += [(faults, 5, False, False, False) for faults in FIVE_NODE_RUNS.get(args.name, [])]
@@ -167,6 +153,25 @@ def main(argv: list[str] | None = None) -> int:
                                         mirror)))
     print(f"chaos: suite {args.name}: {sum(results)}/{len(results)} runs passed", flush=True)
     return 0 if all(results) else 1
+
+
+def _controls(out: Path, stamp: str, seed: int, duration: float) -> int:
+    """Every control, each in its own run; one that raises is reported and the next runs."""
+    from chaos.controls import CONTROLS, verdict
+
+    caught = 0
+    for number, (switch, control) in enumerate(CONTROLS.items()):
+        directory = out / f"{stamp}-control-{switch}"
+        try:
+            result = asyncio.run(_one_run(directory, seed + number, 3, duration, list(control.faults), [switch],
+                                          control.groups, mirror=control.mirror))
+            judged = verdict(switch, result.ok, result.details)
+        except Exception as error:  # a harness failure proves nothing: not caught, and the next control runs
+            judged = verdict(switch, None, None, repr(error))
+        print(judged.line(), flush=True)
+        caught += judged.caught
+    print(f"chaos-controls: {caught}/{len(CONTROLS)} unsafe switches caught", flush=True)
+    return 0 if caught == len(CONTROLS) else 1
 
 
 if __name__ == "__main__":

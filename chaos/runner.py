@@ -249,12 +249,31 @@ def _replication_factor(nodes: int) -> int:
     return min(REPLICATION_FACTOR, nodes)
 
 
+async def create_fresh_topic(client: AsyncClient, topic: str, partitions: int, replication_factor: int,
+                             config: dict[str, Any]) -> None:
+    """Create `topic` on a cluster the run just made, where nobody else creates topics.
+
+    The client repeats a create whose answer was lost or timed out (on a loaded box the
+    first answer can be a 504 after the create committed), and the repeat meets
+    TOPIC_EXISTS: Kafka's admin clients meet the same and treat it as done. Here it is
+    done only if the topic is the one asked for, so a wrong topic still stops the run.
+    """
+    try:
+        await client.create_topic(topic, partitions=partitions, replication_factor=replication_factor, config=config)
+    except RaftlogError as error:
+        if error.code != "TOPIC_EXISTS":
+            raise
+        described = await client.describe_topic(topic)
+        if len(described["partitions"]) != partitions:
+            raise RuntimeError(f"topic {topic} exists with {len(described['partitions'])} partitions, "
+                               f"not the {partitions} this run creates") from error
+
+
 async def _create_topics(cluster: ChaosCluster, topic_config: dict[str, Any]) -> None:
     servers = [cluster.http(n) for n in cluster.ids]
     async with AsyncClient(servers, timeout_s=30, attempts=20, local_host=CLIENT_HOST) as client:
         for topic, partitions in TOPICS:
-            await client.create_topic(topic, partitions=partitions,
-                                      replication_factor=_replication_factor(len(cluster.ids)), config=topic_config)
+            await create_fresh_topic(client, topic, partitions, _replication_factor(len(cluster.ids)), topic_config)
         for topic, partitions in TOPICS:
             for partition in range(partitions):
                 await _until_writable(client, topic, partition, 60.0)

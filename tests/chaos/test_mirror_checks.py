@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 
 from chaos.anomalies import ANOMALY_CLASSES
 from chaos.history import PartitionKey
@@ -172,10 +173,11 @@ def test_the_mirror_suite_and_the_control_run_with_a_mirror(tmp_path, monkeypatc
 
     async def one(out, seed, nodes, duration, faults, unsafe, groups=False, far_catchup=False, mirror=False):
         calls.append((seed, tuple(faults), tuple(unsafe), mirror))
-        return not unsafe  # every control caught
+        caught = {"anomalies": {"duplicate": 1}, "summary": "FAIL"}  # every control caught
+        return SimpleNamespace(ok=not unsafe, details=caught if unsafe else {})
 
     monkeypatch.setenv("RAFTLOG_CHAOS_NO_NS", "1")
-    monkeypatch.setattr(entry, "_one", one)
+    monkeypatch.setattr(entry, "_one_run", one)
     assert entry.main(["suite", "mirror", "--seed", "7", "--out", str(tmp_path)]) == 0
     assert calls == [(7, ("kill", "pause", "partition"), (), True)]
     calls.clear()
