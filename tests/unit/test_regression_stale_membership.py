@@ -19,8 +19,16 @@ import random
 from raftlog.bootstrap import bootstrap_entries
 from raftlog.core.config import Config
 from raftlog.core.raft import RaftCore
-from raftlog.messages import ConfChange, ConfChangeOp, Entry, EntryKind, HardState, Message, MessageType, \
-    encode_conf_change
+from raftlog.messages import (
+    ConfChange,
+    ConfChangeOp,
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MessageType,
+    encode_conf_change,
+)
 from raftlog.types import Index, NodeId, Term
 from storage.memory import MemoryStorage
 from tests.sim.simulator import run_seed
