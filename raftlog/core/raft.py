@@ -795,10 +795,27 @@ class RaftCore:
             self._request_votes(MT.VOTE, self.term, transfer=transfer)
 
     def _has_unapplied_config(self) -> bool:
-        if self.log.committed <= self.log.applied or self.log.pending_snapshot is not None:
+        """May our membership (the applied one) be two or more changes behind the one in
+        force? Then majorities counted in it need not overlap those of the one in force.
+
+        etcd's guard is the first case only: a CONFIG entry committed but not applied.
+        It is enough where a log holding a membership change always holds, durably, a
+        commit index covering the change before it (etcd's "Append" invariant). Ours does
+        not: the commit index is stored lazily and only as far as the log was durable, so
+        a crash can leave a log holding two changes above its stored commit. The
+        simulator found it (seed 1404912, tests/unit/test_regression_stale_membership.py):
+        voters {1..5}; the leader removes 4, then 1, then commits an entry with {2, 5};
+        node 3, restarted with both removals in its log but a commit below them, counts
+        votes in {1..5}, wins them from the removed nodes 1 and 4, and leads without the
+        committed entry. So two CONFIG entries above the applied index, committed or not,
+        also defer a campaign (one is fine: the two memberships differ by one voter). Such
+        a node learns the commit from a leader, a refusal (`_learn_commit`) or another
+        candidate's request (`_learn_commit_from_candidate`), and then applies."""
+        if self.log.pending_snapshot is not None or self.log.last_index() <= self.log.applied:
             return False
-        pending = self.log.slice(Index(self.log.applied + 1), Index(self.log.committed + 1), 1 << 62)
-        return any(entry.kind is EntryKind.CONFIG for entry in pending)
+        pending = self.log.slice(Index(self.log.applied + 1), Index(self.log.last_index() + 1), 1 << 62)
+        configs = [entry.index for entry in pending if entry.kind is EntryKind.CONFIG]
+        return len(configs) >= 2 or any(index <= self.log.committed for index in configs)
 
     def _request_votes(self, kind: MessageType, term: Term, transfer: bool) -> None:
         self._votes[self.id] = True
@@ -810,6 +827,7 @@ class RaftCore:
                 Message(
                     type=kind, source=self.id, target=voter, term=term,
                     index=last_index, log_term=last_term, transfer=transfer,
+                    commit=self.log.committed,  # for voters that may not campaign yet
                 )
             )
 
@@ -866,6 +884,7 @@ class RaftCore:
             self._send(self._message(MT.VOTE_RESPONSE, message.source, reject=True))
 
     def _handle_vote_request(self, message: Message) -> None:
+        self._learn_commit_from_candidate(message)
         can_vote = (
             self.vote == message.source
             or (self.vote == NO_NODE and self.leader == NO_NODE)
@@ -904,6 +923,22 @@ class RaftCore:
             return
         if self.log.maybe_commit(refusal.commit, refusal.log_term):
             self.logger.info("commit_learned", source=refusal.source, commit=refusal.commit)
+
+    def _learn_commit_from_candidate(self, request: Message) -> None:
+        """A candidate's request names its commit index; if our log holds the candidate's
+        last entry (same index and term), our logs agree up to it (Log Matching) and so
+        does what the candidate knows committed there.
+
+        Why: a node that may not campaign (`_has_unapplied_config`: two membership changes
+        above its applied index) waits to learn the commit. When the only node that knows
+        it has the shorter log, that node's campaigns are refused by the longer logs, and
+        without this they would never learn it: no leader, ever."""
+        if self.role is Role.LEADER or request.commit <= self.log.committed:
+            return
+        if request.index > self.log.last_index() or not self.log.match_term(request.index, request.log_term):
+            return
+        self.log.commit_to(Index(min(request.commit, request.index)))
+        self.logger.info("commit_learned", source=request.source, commit=self.log.committed)
 
     def _candidate_up_to_date(self, message: Message) -> bool:
         return self.log.is_up_to_date(message.index, message.log_term)
