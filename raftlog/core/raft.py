@@ -148,8 +148,8 @@ class RaftCore:
         elif message.term < self.term:
             self._reply_to_stale(message)
             return
-        if message.type in (MT.VOTE_RESPONSE, MT.PRE_VOTE_RESPONSE) and message.reject:
-            self._learn_commit(message)
+        if message.type in (MT.VOTE_RESPONSE, MT.PRE_VOTE_RESPONSE) and message.commit:
+            self._learn_commit(message)  # refusals name the voter's commit, granted pre-votes too
         if message.type in (MT.VOTE, MT.PRE_VOTE):
             self._handle_vote_request(message)
         elif self.role is Role.LEADER:
@@ -786,6 +786,7 @@ class RaftCore:
             # Our membership may be two changes behind the one in force; the two majorities
             # need not overlap, so votes counted by the old one could elect a second leader.
             self.logger.info("campaign_deferred_unapplied_config")
+            self._probe_commit()
             return
         if self.config.pre_vote and not transfer:
             self._become_pre_candidate()
@@ -793,6 +794,23 @@ class RaftCore:
         else:
             self._become_candidate()
             self._request_votes(MT.VOTE, self.term, transfer=transfer)
+
+    def _probe_commit(self) -> None:
+        """Ask the voters we know for their commit index, by a pre-vote that cannot win.
+
+        A node deferred by two changes above a commit it lost may be the only one that
+        could lead: voters {1, 2, 3} remove 2, then 1; node 3 crashes and keeps both
+        removals above its stored commit, and the removed nodes never campaign, so no
+        request or refusal ever tells it the commit (simulator seed 1500511, with a
+        learner change as the second entry). A pre-vote changes no term or vote where it
+        lands; every answer names the voter's commit (`_learn_commit`), and the round is
+        never tallied: once the commit is learned and applied, the next timeout campaigns."""
+        last_index, last_term = self.log.last_index(), self.log.last_term()
+        for voter in sorted(self.membership.voters - {self.id}):
+            self._send(Message(
+                type=MT.PRE_VOTE, source=self.id, target=voter, term=Term(self.term + 1),
+                index=last_index, log_term=last_term, commit=self.log.committed,
+            ))
 
     def _has_unapplied_config(self) -> bool:
         """May our membership (the applied one) be two or more changes behind the one in
@@ -834,6 +852,11 @@ class RaftCore:
     def _tally_votes(self) -> bool:
         """Act on the votes so far; True when the campaign ended."""
         result = vote_result(self.membership.voters, self._votes)
+        if result is VoteResult.WON and self._has_unapplied_config():
+            # A commit learned during the round (`_learn_commit`) showed our membership may be
+            # stale: votes counted in it elect nobody.
+            self._become_follower(self.term, NO_NODE)
+            return True
         if result is VoteResult.WON:
             if self.role is Role.PRE_CANDIDATE:
                 self._become_candidate()  # the pre-vote won: now the real election
@@ -945,10 +968,14 @@ class RaftCore:
 
     def _grant_vote(self, message: Message) -> None:
         if message.type is MT.PRE_VOTE:
-            # A pre-vote promises nothing: it may leave at once, in the asked term.
-            self._send(
-                Message(type=MT.PRE_VOTE_RESPONSE, source=self.id, target=message.source, term=message.term)
-            )
+            # A pre-vote promises nothing: it may leave at once, in the asked term. It names
+            # our commit as a refusal does, for a candidate deferred until it knows the commit.
+            commit = self.log.committed
+            commit_term = self.log.term_or_none(commit)
+            self._send(Message(
+                type=MT.PRE_VOTE_RESPONSE, source=self.id, target=message.source, term=message.term,
+                commit=commit if commit_term is not None else Index(0), log_term=commit_term or Term(0),
+            ))
             return
         self.vote = message.source
         self.election_elapsed = 0

@@ -97,16 +97,22 @@ def test_the_only_voter_learns_the_commit_it_forgot_from_the_removed_node(pre_vo
         cluster.deliver()
         if stale.role is Role.LEADER:
             break
-    assert stale.role is Role.LEADER
-    send_without_writing(cluster, 1)  # the NOOP reaches node 2, not node 1's disk
-    assert any(m.type is MessageType.APPEND and m.entries for m in cluster.outbox)
-    cluster.deliver()
-    cluster.process(2)
-    cluster.outbox.clear()
-    cluster.restart(1)
-    cluster.process(1)
-    stale, removed = cluster.cores[1], cluster.cores[2]
-    assert removed.log.last_index() > stale.log.last_index(), "node 2 holds the lost NOOP"
+    if pre_vote:
+        # Since seed 1500511 a granted pre-vote names the voter's commit too: the stale
+        # node learns the removal is committed before it can win in {1, 2}, and the
+        # schedule of the seed no longer forms. It still has to end leading {1}.
+        assert stale.role is not Role.LEADER and stale.commit_index >= removal
+    else:
+        assert stale.role is Role.LEADER
+        send_without_writing(cluster, 1)  # the NOOP reaches node 2, not node 1's disk
+        assert any(m.type is MessageType.APPEND and m.entries for m in cluster.outbox)
+        cluster.deliver()
+        cluster.process(2)
+        cluster.outbox.clear()
+        cluster.restart(1)
+        cluster.process(1)
+        stale, removed = cluster.cores[1], cluster.cores[2]
+        assert removed.log.last_index() > stale.log.last_index(), "node 2 holds the lost NOOP"
 
     for _ in range(200):
         for core in cluster.cores.values():

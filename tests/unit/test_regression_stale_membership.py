@@ -27,6 +27,7 @@ from raftlog.messages import (
     HardState,
     Message,
     MessageType,
+    Role,
     encode_conf_change,
 )
 from raftlog.types import Index, NodeId, Term
@@ -69,7 +70,14 @@ def run_ticks(core: RaftCore, ticks: int) -> list[Message]:
 def test_two_changes_above_the_applied_index_defer_the_campaign() -> None:
     core = node_3_after_the_crash(4, 1)
     assert core.membership.voters == {1, 2, 3, 4, 5}
-    assert not [m for m in run_ticks(core, 100) if m.type in VOTES]  # the seed: it asked 1, 4 and 5, and won
+    sent = run_ticks(core, 100)  # the seed: it asked 1, 4 and 5, and won
+    assert not [m for m in sent if m.type is MessageType.VOTE]
+    probes = [m for m in sent if m.type is MessageType.PRE_VOTE]  # it asks for the commit only
+    assert probes and {m.target for m in probes} == {1, 2, 4, 5}
+    term = probes[-1].term
+    for voter in (1, 4):  # the removed nodes grant, knowing no newer commit
+        core.step(Message(type=MessageType.PRE_VOTE_RESPONSE, source=NodeId(voter), target=NodeId(3), term=term))
+    assert core.role is Role.FOLLOWER and core.term == Term(2)
 
 
 def test_one_change_above_the_applied_index_does_not() -> None:
