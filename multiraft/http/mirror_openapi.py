@@ -89,6 +89,8 @@ PATHS: dict[str, Any] = {
                             "become read-only mirror topics here, copied with their offsets and bytes",
                  "requestBody": {"required": True, "content": {"application/json": {"schema": {
                      "type": "object", "required": ["name", "sources", "topics"], "additionalProperties": False,
+                     "dependentSchemas": {"source_ca": {"required": ["source_tls"],
+                                                        "properties": {"source_tls": {"const": True}}}},
                      "properties": {
                          "name": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,64}$"},
                          "sources": {"type": "array", "minItems": 1, "maxItems": SOURCES_MAX, "uniqueItems": True,
