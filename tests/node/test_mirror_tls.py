@@ -1,8 +1,9 @@
 """Goal: a mirror link to a source cluster that serves HTTPS copies its topic byte for byte
 over TLS (discovery, the real-time path and the full sync all read the source with the
-link's CA), and a link whose CA is wrong, or whose source does not speak TLS, says so in
-its status, retried with the backoff, never with the token (docs/mirror.md "TLS to the
-source").
+link's CA); a source presenting another CA's certificates makes each pull back off saying
+why, and copying resumes once the right ones are back; a link whose CA is wrong, or whose
+source does not speak TLS, says so in its status, retried with the backoff; never with the
+token (docs/mirror.md "TLS to the source").
 
 Two real 3-node clusters in one event loop (tests/node/test_mirror.py's): the source on
 127.0.0.1-3 serves its HTTP API over HTTPS only, each node with a certificate naming its
@@ -21,6 +22,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
+from multiraft.http import HttpServer
 from multiraft.net.tls import http_server_context
 from tests.node.test_mirror import Side, _batch, _http, _same, _start, _stop
 from tests.node.test_node_cluster import produce_retrying
@@ -66,6 +68,30 @@ async def _discovery_error(session: aiohttp.ClientSession, sink: Side, name: str
         raise AssertionError(f"the link {name} shows no error") from None
 
 
+async def _serve(side: Side, tls: Any) -> None:
+    """Each node's HTTP API served again on its address, with `tls(host)`'s context."""
+    for index, node in enumerate(side.nodes):
+        await side.servers[index].stop()
+        side.servers[index] = HttpServer(node.api, node.config.http_addr.host, node.config.http_addr.port,
+                                         tls=tls(node.config.http_addr.host))
+        await side.servers[index].start()
+
+
+async def _until_pulls(session: aiohttp.ClientSession, sink: Side, name: str, each: Any) -> dict[str, Any]:
+    """The link's status once every mirror partition's pull satisfies `each`."""
+    report: dict[str, Any] = {}
+    try:
+        async with asyncio.timeout(20):
+            while True:
+                report = await _status(session, sink, name)
+                partitions = [p for t in report["topics"] for p in t["partitions"]]
+                if partitions and all(each(p) for p in partitions):
+                    return report
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"the pulls of {name} did not get there: {report}") from None
+
+
 async def test_a_mirror_copies_an_https_source_and_a_wrong_ca_is_shown(clusters: tuple[Side, Side, Pki]) -> None:
     source, sink, pki = clusters
     for topic in ("orders", "payments"):
@@ -97,6 +123,18 @@ async def test_a_mirror_copies_an_https_source_and_a_wrong_ca_is_shown(clusters:
         # The full sync reads the source's trees over TLS too.
         status, verified = await _http(session, sink.nodes[2], "POST", "/v1/admin/mirrors/secure/verify", json={})
         assert status == 200 and verified["all_identical"], verified
+
+        # The source's nodes now present certificates of another CA (an impostor on their
+        # addresses): each pull backs off, saying why; back to the real ones, it copies on.
+        await _serve(source, lambda host: http_server_context(pki.rogue.cert, pki.rogue.key))
+        for n in range(40, 44):
+            await produce_retrying(source.nodes[n % 3], "orders", n % 2, _batch(n))
+        report = await _until_pulls(session, sink, "secure", lambda p: p["state"] == "backing_off"
+                                    and "TLS: the source's certificate is not trusted" in (p["last_error"] or ""))
+        assert "CERTIFICATE_VERIFY_FAILED" in report["topics"][0]["partitions"][0]["last_error"], report
+        await _serve(source, lambda host: http_server_context(pki.nodes[host].cert, pki.nodes[host].key))
+        await _same(source, sink, "orders", 2)
+        await _until_pulls(session, sink, "secure", lambda p: p["state"] == "running")
 
         # A CA that did not sign the source's certificates: no mirror, the status says why.
         status, link = await _http(session, sink.nodes[0], "POST", "/v1/admin/mirrors", json={
