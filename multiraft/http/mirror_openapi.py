@@ -34,7 +34,8 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_LINK = {"type": "object", "required": ["name", "sources", "topics", "priority", "state", "credentials"],
+_LINK = {"type": "object", "required": ["name", "sources", "topics", "priority", "state", "credentials",
+                                      "scheme", "source_tls", "source_ca"],
          "properties": {"name": {"type": "string"}, "sources": {"type": "array", "items": {"type": "string"}},
                         "topics": {"type": "string"}, "priority": {"enum": ["high", "normal", "low"]},
                         "state": {"enum": ["running", "paused"]}, "credentials": {"type": "boolean"},

@@ -42,6 +42,8 @@ def parse_certificates(text: str) -> tuple[bytes, ...]:
         raise PemBundleError(f"the CA bundle is larger than {PEM_BUNDLE_BYTES_MAX} bytes")
     if not text.isascii():
         raise PemBundleError("the CA bundle is not ASCII PEM text")
+    if "PRIVATE KEY" in text:  # anywhere, indented too: the bundle sits in every catalog snapshot
+        raise PemBundleError("the CA bundle holds a private key: give only certificates")
     armour = list(_ARMOUR.finditer(text))
     if not armour:
         raise PemBundleError("the CA bundle holds no PEM certificate (-----BEGIN CERTIFICATE-----)")

@@ -92,7 +92,13 @@ async def _until_pulls(session: aiohttp.ClientSession, sink: Side, name: str, ea
         raise AssertionError(f"the pulls of {name} did not get there: {report}") from None
 
 
-async def test_a_mirror_copies_an_https_source_and_a_wrong_ca_is_shown(clusters: tuple[Side, Side, Pki]) -> None:
+async def test_a_mirror_copies_an_https_source_and_a_wrong_ca_is_shown(clusters: tuple[Side, Side, Pki],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from multiraft.node import mirror_links
+
+    # Discovery every 50 ms, so the backoff is what bounds the failed attempts below (at the
+    # usual 1 s interval a hot loop would show only 3 or 4 of them too).
+    monkeypatch.setattr(mirror_links, "DISCOVER_INTERVAL_S", 0.05)
     source, sink, pki = clusters
     for topic in ("orders", "payments"):
         await source.nodes[0].api.create_topic(topic, 2, 3, {})

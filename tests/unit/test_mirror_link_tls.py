@@ -121,6 +121,9 @@ def _refusals(pki: Pki) -> list[tuple[dict[str, object], str]]:
         ({"source_tls": True, "source_ca": "hello"}, "holds no PEM certificate"),
         ({"source_tls": True, "source_ca": ca + key}, "private key"),
         ({"source_tls": True, "source_ca": key}, "private key"),
+        # indented (pasted from YAML): OpenSSL skips it as text, but it would be stored and shown
+        ({"source_tls": True, "source_ca": ca + "".join("  " + line for line in key.splitlines(True))},
+         "private key"),
         ({"source_tls": True, "source_ca": ca.replace("-----END CERTIFICATE-----", "")}, "no END line"),
         ({"source_tls": True, "source_ca": ca.replace("END CERTIFICATE", "END X509 CRL")}, "do not pair up"),
         ({"source_tls": True, "source_ca": ca.replace("CERTIFICATE", "X509 CRL")}, "holds a X509 CRL block"),

@@ -120,7 +120,7 @@ async def test_a_link_reads_https_with_its_ca_and_each_tls_failure_says_what_to_
             assert "CERTIFICATE_VERIFY_FAILED" in wrong_ca, wrong_ca
             other_host = await _fails(clients["other_host"])
             assert ": TLS: the source's certificate is not trusted" in other_host, other_host
-            assert "127.0.0.2" in other_host, other_host  # the mismatch names the host dialled
+            assert "mismatch" in other_host, other_host  # OpenSSL's reason: the certificate names another host
             plain = await _fails(clients["plain_source"])
             assert ": TLS: the handshake with the source failed" in plain, plain
             hung_up = await _fails(clients["plain_link"])  # the HTTPS server hangs up on plain HTTP
