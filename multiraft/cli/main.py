@@ -18,7 +18,8 @@
     raftlog cluster config [--set replica_move_bytes_per_s=N]   run-time settings (the move throttle)
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
-    raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority P] | list | status NAME
+    raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority P]
+                   [--source-tls [--source-ca FILE]] | list | status NAME
                    | pause NAME | resume NAME | delete NAME | promote NAME --topic T
                    | verify NAME [--topic T] [--no-repair]   (docs/mirror.md)
     raftlog export TOPIC --to parquet:DIR [--format csv|json] [--from F] [--until U] [--group G] [--master M]

@@ -2,12 +2,16 @@
 
     raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority high|normal|low]
                           [--source-token-file FILE] [--verify-interval-s SECONDS]
+                          [--source-tls [--source-ca FILE]]
     raftlog mirror list | status NAME | pause NAME | resume NAME | delete NAME
     raftlog mirror promote NAME --topic TOPIC
     raftlog mirror verify NAME [--topic TOPIC] [--no-repair]
 
 The source's token comes from a file (mode 0600), never the command line, as the
 cluster's own token does; it is stored in the sink's catalog and never shown back.
+`--source-tls` reads the source over HTTPS; `--source-ca` gives the PEM CA certificates
+trusted for it (public: the file's mode is not checked), sent to the sink and kept in
+the link; without it the sink nodes' system trust store ($SSL_CERT_FILE, $SSL_CERT_DIR).
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
                         help="file holding a bearer token of the source (read rights on the topics)")
     create.add_argument("--verify-interval-s", type=int, default=None, metavar="SECONDS",
                         help="a full sync of each mirror partition this often, with repair (default: on demand)")
+    create.add_argument("--source-tls", action="store_true",
+                        help="the source serves HTTPS (--tls-cert): read it over TLS, its certificate verified and "
+                             "its host name checked")
+    create.add_argument("--source-ca", type=Path, default=None, metavar="FILE",
+                        help="with --source-tls: PEM CA certificates trusted for the source, and only they (kept in "
+                             "the link, at most 64 KiB; default: the sink nodes' system trust store, "
+                             "$SSL_CERT_FILE/$SSL_CERT_DIR)")
     client_command(create, mirror_create)
     client_command(mirrors.add_parser("list", help="links: sources, pattern, state"), mirror_list)
     for action, func, text in (("status", mirror_status, "per mirror partition: state, position, lag, bytes"),
@@ -64,19 +75,53 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
 
 
 def _link_row(link: dict[str, Any]) -> list[Any]:
-    return [link["name"], ",".join(link["sources"]), link["topics"], link["priority"], link["state"],
-            "yes" if link["credentials"] else "no", len(link.get("mirror_topics", []))]
+    return [link["name"], link.get("scheme", "http"), ",".join(link["sources"]), link["topics"], link["priority"],
+            link["state"], "yes" if link["credentials"] else "no", _ca_cell(link),
+            len(link.get("mirror_topics", []))]
 
 
-_LINK_HEADER = ["LINK", "SOURCES", "TOPICS", "PRIORITY", "STATE", "TOKEN", "MIRRORS"]
+def _ca_cell(link: dict[str, Any]) -> str:
+    """The CA column: `-` for plain HTTP, `system` for the trust store, else the count of
+    certificates and the first one's fingerprint, cut (never the bundle)."""
+    if link.get("scheme", "http") != "https":
+        return "-"
+    ca = link.get("source_ca")
+    if not ca:
+        return "system"
+    first = (ca.get("fingerprints_sha256") or ["?"])[0]
+    return f"{ca['certificates']} cert(s), sha256 {first[:23]}.."
+
+
+_LINK_HEADER = ["LINK", "SCHEME", "SOURCES", "TOPICS", "PRIORITY", "STATE", "TOKEN", "CA", "MIRRORS"]
+SOURCE_CA_BYTES_MAX = 64 * 1024  # the sink refuses more (multiraft/metadata/pem_bundle.py); read no further
+
+
+def _read_source_ca(path: Path) -> str:
+    """The PEM text of --source-ca (the sink checks it: shape, then its OpenSSL)."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(SOURCE_CA_BYTES_MAX + 1)
+    except OSError as error:
+        raise ValueError(f"--source-ca: cannot read {path}: {error.strerror}") from None
+    if len(data) > SOURCE_CA_BYTES_MAX:
+        raise ValueError(f"--source-ca: {path} is larger than {SOURCE_CA_BYTES_MAX} bytes")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError(f"--source-ca: {path} is not PEM text (a DER file? openssl x509 -inform der "
+                         "-in FILE -out FILE.pem)") from None
 
 
 def mirror_create(client: Client, args: argparse.Namespace) -> int:
     from multiraft.client.credentials import read_token_file
 
+    if args.source_ca is not None and not args.source_tls:
+        raise ValueError("--source-ca is for a source that serves HTTPS: add --source-tls")
+    source_ca = _read_source_ca(args.source_ca) if args.source_ca is not None else None
     token = read_token_file(args.source_token_file, "source_token_file") if args.source_token_file else None
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
-    link = client.create_mirror(args.name, sources, args.topics, args.priority, token, args.verify_interval_s)
+    link = client.create_mirror(args.name, sources, args.topics, args.priority, token, args.verify_interval_s,
+                                args.source_tls, source_ca)
     print(_table([_link_row(link)], _LINK_HEADER))
     return EXIT_OK
 

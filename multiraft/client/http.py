@@ -35,6 +35,7 @@ from multiraft.client.connection import (
     ExchangeFailed,
 )
 from multiraft.client.credentials import check_token, client_context, read_token_file
+from multiraft.client.mirrors import MirrorCalls
 from multiraft.errors import error_table
 
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
@@ -113,7 +114,7 @@ def parse_frames(payload: bytes) -> list[tuple[int, bytes]]:
     return batches
 
 
-class AsyncClient:
+class AsyncClient(MirrorCalls):
     """Talks to any node of a cluster. Use as `async with AsyncClient([...]) as client`."""
 
     def __init__(self, servers: str | Sequence[str] = DEFAULT_SERVER, *, timeout_s: float = 30.0,
@@ -318,31 +319,6 @@ class AsyncClient:
 
     async def delete_token(self, name: str) -> None:
         await self.request("DELETE", f"/v1/admin/tokens/{name}")
-
-    # ---- mirror links (docs/mirror.md) -------------------------------------------
-
-    async def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
-                            token: str | None = None, verify_interval_s: int | None = None) -> dict[str, Any]:
-        body = {"name": name, "sources": sources, "topics": topics, "priority": priority,
-                **({"token": token} if token is not None else {}),
-                **({"verify_interval_s": verify_interval_s} if verify_interval_s is not None else {})}
-        return await self._json("POST", "/v1/admin/mirrors", json_body=body)
-
-    async def list_mirrors(self) -> list[dict[str, Any]]:
-        return (await self._json("GET", "/v1/admin/mirrors"))["mirrors"]
-
-    async def mirror_status(self, name: str) -> dict[str, Any]:
-        return await self._json("GET", f"/v1/admin/mirrors/{name}")
-
-    async def mirror_action(self, name: str, action: str, topic: str | None = None,
-                            body: dict[str, Any] | None = None) -> dict[str, Any]:
-        """`pause`, `resume`, `promote` (of `topic`) or `verify` (`body`: topic, start, repair) a link."""
-        assert action in ("pause", "resume", "promote", "verify")
-        return await self._json("POST", f"/v1/admin/mirrors/{name}/{action}",
-                                json_body={"topic": topic} if action == "promote" else body)
-
-    async def delete_mirror(self, name: str) -> None:
-        await self.request("DELETE", f"/v1/admin/mirrors/{name}")
 
     # ---- produce and consume ----------------------------------------------------
 

@@ -133,8 +133,10 @@ class Client:
         self.run(self.aio.delete_token(name))
 
     def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
-                      token: str | None = None, verify_interval_s: int | None = None) -> dict[str, Any]:
-        return self.run(self.aio.create_mirror(name, sources, topics, priority, token, verify_interval_s))
+                      token: str | None = None, verify_interval_s: int | None = None,
+                      source_tls: bool = False, source_ca: str | None = None) -> dict[str, Any]:
+        return self.run(self.aio.create_mirror(name, sources, topics, priority, token, verify_interval_s,
+                                               source_tls, source_ca))
 
     def list_mirrors(self) -> list[dict[str, Any]]:
         return self.run(self.aio.list_mirrors())

@@ -14,6 +14,7 @@ from multiraft.metadata.mirror_commands import (
     VERIFY_INTERVAL_MAX_S,
     VERIFY_INTERVAL_MIN_S,
 )
+from multiraft.metadata.pem_bundle import PEM_BUNDLE_BYTES_MAX
 from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
 _ERROR = {"$ref": "#/components/responses/Error"}
@@ -33,11 +34,20 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_LINK = {"type": "object", "required": ["name", "sources", "topics", "priority", "state", "credentials"],
+_LINK = {"type": "object", "required": ["name", "sources", "topics", "priority", "state", "credentials",
+                                      "scheme", "source_tls", "source_ca"],
          "properties": {"name": {"type": "string"}, "sources": {"type": "array", "items": {"type": "string"}},
                         "topics": {"type": "string"}, "priority": {"enum": ["high", "normal", "low"]},
                         "state": {"enum": ["running", "paused"]}, "credentials": {"type": "boolean"},
                         "verify_interval_s": {"type": ["integer", "null"]},
+                        "scheme": {"enum": ["http", "https"], "description": "how the source is read"},
+                        "source_tls": {"type": "boolean"},
+                        "source_ca": {"type": ["object", "null"], "required": ["certificates", "fingerprints_sha256"],
+                                      "description": "the link's CA bundle for the source, summed up (null: none, "
+                                                     "the system's trust store for an HTTPS source)",
+                                      "properties": {"certificates": {"type": "integer", "minimum": 1},
+                                                     "fingerprints_sha256": {"type": "array",
+                                                                             "items": {"type": "string"}}}},
                         "mirror_topics": {"type": "array", "items": {"type": "string"}}}}
 _OFFSET = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _PARTITION = {"name": "partition", "in": "path", "required": True,
@@ -80,6 +90,8 @@ PATHS: dict[str, Any] = {
                             "become read-only mirror topics here, copied with their offsets and bytes",
                  "requestBody": {"required": True, "content": {"application/json": {"schema": {
                      "type": "object", "required": ["name", "sources", "topics"], "additionalProperties": False,
+                     "dependentSchemas": {"source_ca": {"required": ["source_tls"],
+                                                        "properties": {"source_tls": {"const": True}}}},
                      "properties": {
                          "name": {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,64}$"},
                          "sources": {"type": "array", "minItems": 1, "maxItems": SOURCES_MAX, "uniqueItems": True,
@@ -92,7 +104,12 @@ PATHS: dict[str, Any] = {
                          "verify_interval_s": {"type": "integer", "minimum": VERIFY_INTERVAL_MIN_S,
                                                "maximum": VERIFY_INTERVAL_MAX_S,
                                                "description": "a full sync of each mirror partition this often, "
-                                                              "with repair (absent: on demand only)"}}}}}},
+                                                              "with repair (absent: on demand only)"},
+                         "source_tls": {"type": "boolean", "description": "the source serves HTTPS: read it over TLS "
+                                        "(1.2 at least), its certificate verified and its host name checked"},
+                         "source_ca": {"type": "string", "maxLength": PEM_BUNDLE_BYTES_MAX,
+                                       "description": "PEM CA certificates trusted for the source, and only they "
+                                                      "(needs source_tls; absent: the system's trust store)"}}}}}},
                  "responses": {"201": _json("the link", _LINK), **_errors(409, 415, 503, 504)}},
         "get": {"summary": "the mirror links (admin; tokens never shown)",
                 "responses": {"200": _json("links", {"type": "object", "required": ["mirrors"], "properties": {

@@ -87,13 +87,28 @@ def encode_catalog(catalog: CatalogFields) -> bytes:
         "tokens": [[t.name, t.digest, list(t.rights)] for _, t in sorted(catalog.tokens.items())],
     }
     if catalog.mirror_links:  # absent without links, so such a catalog snapshots as before them
-        # A scheduled full sync's interval is a seventh element, only when set (snapshots before it: six).
-        document["mirror_links"] = [
-            [link.name, list(link.sources), link.pattern, link.priority.value, link.state.value, link.token]
-            + ([link.verify_interval_s] if link.verify_interval_s is not None else [])
-            for _, link in sorted(catalog.mirror_links.items())
-        ]
+        document["mirror_links"] = [_link_row(link) for _, link in sorted(catalog.mirror_links.items())]
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _link_row(link: MirrorLink) -> list[Any]:
+    """A link as six elements; a scheduled full sync's interval is a seventh, only when set or
+    when an eighth follows (snapshots before it: six); TLS to the source an eighth, an object
+    `{"tls": true, "ca": PEM}` (`ca` only when set), only for an HTTPS link (snapshots before
+    it: six or seven). So a catalog without HTTPS links snapshots as before them."""
+    row: list[Any] = [link.name, list(link.sources), link.pattern, link.priority.value, link.state.value, link.token]
+    if link.verify_interval_s is not None or link.source_tls:
+        row.append(link.verify_interval_s)
+    if link.source_tls:
+        row.append({"tls": True, **({"ca": link.source_ca} if link.source_ca is not None else {})})
+    return row
+
+
+def _link_tls(extra: Any) -> tuple[bool, str | None]:
+    """A link row's eighth element back into (source_tls, source_ca)."""
+    if not isinstance(extra, dict) or extra.get("tls") is not True or not set(extra) <= {"tls", "ca"}:
+        raise ValueError("a mirror link row's TLS element is malformed")
+    return True, extra.get("ca")
 
 
 def _topic_row(topic: TopicInfo) -> dict[str, Any]:
@@ -173,11 +188,13 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
         seen_groups |= groups
         catalog.topics[topic.name] = topic
     for row in document.get("mirror_links", []):
-        if len(row) not in (6, 7):
-            raise ValueError("a mirror link row has 6 or 7 elements")
+        if len(row) not in (6, 7, 8):
+            raise ValueError("a mirror link row has 6 to 8 elements")
         name, sources, pattern, priority, state, token = row[:6]
+        source_tls, source_ca = _link_tls(row[7]) if len(row) == 8 else (False, None)
         command = CreateMirrorLink(name=name, sources=tuple(sources), pattern=pattern, priority=priority,
-                                   token=token, verify_interval_s=row[6] if len(row) == 7 else None)
+                                   token=token, verify_interval_s=row[6] if len(row) >= 7 else None,
+                                   source_tls=source_tls, source_ca=source_ca)
         SetMirrorLinkState(name=name, state=state)
         if name in catalog.mirror_links:
             raise ValueError(f"mirror link {name!r} appears twice")

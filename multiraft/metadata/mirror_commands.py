@@ -1,7 +1,8 @@
 """Mirror links and mirror topics in the sink's catalog (issue 24, docs/mirror.md).
 
-A *link* names a source cluster (its HTTP addresses, an optional bearer token), a
-topic pattern and a priority; it is running or paused. A *mirror topic* is a topic
+A *link* names a source cluster (its HTTP addresses, whether it speaks HTTPS and the
+CA certificates trusted for it, an optional bearer token), a topic pattern and a
+priority; it is running or paused. A *mirror topic* is a topic
 of the sink created for a source topic the link's pattern matched: same partition
 count and config, each partition starting at the source's log start offset as it
 was when the mirror was made (`start_offsets`), read-only until promoted.
@@ -28,6 +29,7 @@ from multiraft.metadata.checks import (
     check_topic_name,
     is_int,
 )
+from multiraft.metadata.pem_bundle import PemBundleError, describe_bundle, parse_certificates
 from raftlog.types import NodeId
 
 LINK_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,64}")
@@ -86,6 +88,23 @@ def check_verify_interval(value: object) -> None:
                              "(absent: no scheduled full sync)")
 
 
+def check_source_tls(source_tls: object, source_ca: object) -> None:
+    """`source_tls` a bool; `source_ca` absent, or a PEM bundle of CA certificates (pem_bundle.py)
+    that only an HTTPS link may carry (a CA for a plain HTTP source would be silently unused)."""
+    if not isinstance(source_tls, bool):
+        raise InvalidRequest("source_tls is true or false")
+    if source_ca is None:
+        return
+    if not isinstance(source_ca, str):
+        raise InvalidRequest("source_ca is the PEM text of the CA certificates trusted for the source")
+    if not source_tls:
+        raise InvalidRequest("source_ca is only for a source that speaks HTTPS: set source_tls too")
+    try:
+        parse_certificates(source_ca)
+    except PemBundleError as error:
+        raise InvalidRequest(f"source_ca: {error}") from None
+
+
 def pattern_matches(pattern: str, topic: str) -> bool:
     """Whether `topic` matches the glob `pattern` (`*` any run, `?` one character; no
     character classes: `[` is no topic character)."""
@@ -103,12 +122,21 @@ class MirrorLink:
     state: LinkState
     token: str | None = field(default=None, repr=False)
     verify_interval_s: int | None = None  # a full sync of each mirror partition this often (None: on demand only)
+    source_tls: bool = False  # the source is read over HTTPS, its certificate verified and its name checked
+    source_ca: str | None = field(default=None, repr=False)  # PEM CA certificates (None: the system's store)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.source_tls else "http"
 
     def describe(self) -> dict[str, object]:
-        """What a client is shown: everything but the token, which is only said to be set."""
+        """What a client is shown: everything but the token, which is only said to be set, and
+        the CA bundle, of which the count and fingerprints of its certificates are shown."""
         return {"name": self.name, "sources": list(self.sources), "topics": self.pattern,
                 "priority": self.priority.value, "state": self.state.value,
-                "credentials": self.token is not None, "verify_interval_s": self.verify_interval_s}
+                "credentials": self.token is not None, "verify_interval_s": self.verify_interval_s,
+                "scheme": self.scheme, "source_tls": self.source_tls,
+                "source_ca": describe_bundle(self.source_ca) if self.source_ca is not None else None}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,10 +147,13 @@ class CreateMirrorLink:
     priority: str = Priority.NORMAL.value
     token: str | None = field(default=None, repr=False)
     verify_interval_s: int | None = None
+    source_tls: bool = False
+    source_ca: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_link_name(self.name)
         check_verify_interval(self.verify_interval_s)
+        check_source_tls(self.source_tls, self.source_ca)
         if not isinstance(self.sources, tuple):
             raise InvalidRequest("sources are a tuple")
         check_sources(self.sources)
@@ -134,7 +165,7 @@ class CreateMirrorLink:
 
     def link(self) -> MirrorLink:
         return MirrorLink(self.name, self.sources, self.pattern, Priority(self.priority), LinkState.RUNNING,
-                          self.token, self.verify_interval_s)
+                          self.token, self.verify_interval_s, self.source_tls, self.source_ca)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,10 +304,19 @@ RESYNC_PREFIX_DEFAULTS: dict[str, object] = {"prefix_index": 0, "prefix_term": 0
                                              "prefix_voters": ()}
 
 
+# The same for the fields `CreateMirrorLink` gained with TLS to the source: a plain HTTP
+# link is written without them, as before they existed; a command without them (an older
+# node's) decodes as a plain HTTP link.
+LINK_TLS_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None}
+
+
 def omitted_mirror_fields(command: object) -> frozenset[str]:
-    """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it keeps none."""
+    """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it
+    keeps none; a link's TLS fields when it is plain HTTP (its CA when it has none)."""
     if isinstance(command, ResyncMirrorPartition) and not command.prefix_index:
         return frozenset(RESYNC_PREFIX_DEFAULTS)
+    if isinstance(command, CreateMirrorLink):
+        return frozenset(k for k, default in LINK_TLS_DEFAULTS.items() if getattr(command, k) == default)
     return frozenset()
 
 
@@ -286,6 +326,8 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
     decoder compares the fields with the command's."""
     if cls is ResyncMirrorPartition:
         arguments = {**RESYNC_PREFIX_DEFAULTS, **arguments}
+    if cls is CreateMirrorLink:
+        arguments = {**LINK_TLS_DEFAULTS, **arguments}
     if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):

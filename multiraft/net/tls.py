@@ -11,7 +11,10 @@ default ciphers) and every file the same checks:
   peer's certificate against the same CA, and only that CA (a certificate from a
   public CA does not make a node), and checks that it names the host dialled;
 - clients: `client_context(ca)`, from `--ca` / `$RAFTLOG_CA` (only that CA), or
-  the system's trust store when there is none.
+  the system's trust store when there is none;
+- a mirror link's reads of an HTTPS source cluster: `source_context(ca_pem)`, from
+  the link's CA bundle (PEM text kept in the sink's catalog, only it), or the
+  system's trust store when the link has none (docs/mirror.md "TLS to the source").
 
 A private key is a secret: its file is refused, as the cluster secret's, when
 another user owns it or group or others have any permission on it
@@ -29,7 +32,7 @@ from pathlib import Path
 from multiraft.net.secret_files import SecretFileError, read_private_file
 
 __all__ = ["TLS_VERSION_MIN", "PeerTls", "TlsError", "client_context", "http_server_context",
-           "node_http_client_context"]
+           "node_http_client_context", "source_context"]
 
 # TLS 1.0 and 1.1 were deprecated by RFC 8996; 1.2 is what every client of the last decade speaks.
 TLS_VERSION_MIN = ssl.TLSVersion.TLSv1_2
@@ -123,4 +126,24 @@ def node_http_client_context(peer_ca: Path | None) -> ssl.SSLContext:
     context = client_context(None)
     if peer_ca is not None:
         _load_ca(context, peer_ca, "peer_tls_ca")
+    return context
+
+
+def source_context(ca_pem: str | None) -> ssl.SSLContext:
+    """A mirror link's, to its source cluster: the source's certificate must chain to the
+    link's `ca_pem` (only to it), or, without one, to the system's trust store
+    ($SSL_CERT_FILE and $SSL_CERT_DIR honoured, as OpenSSL's defaults); it must name the
+    host dialled; TLS 1.2 at least. Never CERT_NONE: a mirror carries the source's token."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname
+    context.minimum_version = TLS_VERSION_MIN
+    if ca_pem is None:
+        context.load_default_certs()
+    else:
+        try:
+            context.load_verify_locations(cadata=ca_pem)
+        except (ssl.SSLError, ValueError) as error:
+            reason = getattr(error, "reason", None) or error
+            raise TlsError(f"source_ca: OpenSSL takes no CA certificate from it: {reason}") from None
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
     return context

@@ -41,7 +41,7 @@ from multiraft.metadata.mirror_commands import (
 )
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
 from multiraft.metadata.placement import PlacementNode, place_replicas
-from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s
+from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s, source_client
 from multiraft.node.routing import call_peer
 from multiraft.transport.rpc import answer
 from raftlog.errors import ClientError
@@ -223,7 +223,7 @@ class MirrorLinks:
     async def _discover(self, link: MirrorLink, discovery: Discovery) -> None:
         held = self._clients.get(link.name)
         if held is None or held[0] != link:
-            client = SourceClient(link.sources, link.token, self._rng, self.pulls.local_host)
+            client = source_client(link, self._rng, self.pulls.local_host)
             held = self._clients[link.name] = (link, client)
         client = held[1]
         try:

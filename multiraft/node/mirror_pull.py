@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
 from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
-from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s
+from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s, source_client
 from multiraft.node.mirror_window import InFlight, PipelineBounds, Window
 from multiraft.runtime.supervision import watch
 from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, encode_mirror_meta
@@ -263,7 +263,7 @@ class MirrorPulls:
     def _client(self, link: MirrorLink) -> SourceClient:
         held = self._clients.get(link.name)
         if held is None or held[0] != link:
-            held = (link, SourceClient(link.sources, link.token, self._rng, self.local_host))
+            held = (link, source_client(link, self._rng, self.local_host))
             self._clients[link.name] = held
         return held[1]
 

@@ -18,6 +18,17 @@ never its repr; redirects are not followed (a redirect could take the token to
 another host); and every message the client raises is scrubbed of the token
 anyway (a source may echo it in a body, or a header), since messages end up in
 status answers and logs (`PullStatus.last_error`, `Discovery.last_error`).
+
+TLS (docs/mirror.md "TLS to the source"): a link with `source_tls` reads its source over
+HTTPS with `multiraft.net.tls.source_context` (the link's CA bundle, or the system's
+trust store; the certificate verified and its host checked, TLS 1.2 at least), so the
+token crosses the network encrypted. Every sink component reading a source (discovery,
+the pulls, the full sync) makes its client with `source_client(link, ...)`, which takes
+the link's TLS settings. A certificate the sink does not trust, a name that does not
+match, or a source that does not speak TLS is a `SourceError` like any other, named in
+the status (`tls_hint` says what to check) and retried after the same backoff; a CA
+bundle this node's OpenSSL refuses makes every call of the link's client fail the same
+way, without a connection.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import random
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +44,8 @@ from typing import Any
 import aiohttp
 
 from multiraft.errors import InvalidRequest
+from multiraft.metadata.mirror_commands import MirrorLink
+from multiraft.net.tls import TlsError, source_context
 from storage.tictac import DIGEST_BYTES
 
 BACKOFF_BASE_S = 0.2
@@ -63,10 +77,24 @@ def redact(text: str, token: str | None) -> str:
 
 def describe_error(error: BaseException) -> str:
     """An exception as a status may show it: its type and its own message, never its repr
-    (aiohttp's `ClientResponseError` repr holds the request's headers, the token's too)."""
+    (aiohttp's `ClientResponseError` repr holds the request's headers, the token's too);
+    a TLS failure leads with what to check (`tls_hint`)."""
     if isinstance(error, aiohttp.ClientResponseError):  # str() would show the URL; status and message suffice
         return f"{type(error).__name__}: {error.status} {error.message}"
-    return f"{type(error).__name__}: {error}"
+    hint = tls_hint(error)
+    return f"{hint}{type(error).__name__}: {error}"
+
+
+def tls_hint(error: BaseException) -> str:
+    """What a failed TLS connection to the source most likely means, as a prefix ("" for
+    anything else): the sink's trust in the source's certificate, or a source that does not
+    serve HTTPS on that port (it answers a TLS hello with plain HTTP, or hangs up)."""
+    if isinstance(error, aiohttp.ClientConnectorCertificateError):
+        return ("TLS: the source's certificate is not trusted or does not name the host dialled "
+                "(the link's source_ca, or the system's trust store): ")
+    if isinstance(error, aiohttp.ClientSSLError | ssl.SSLError):
+        return "TLS: the handshake with the source failed (does it serve HTTPS on this port?): "
+    return ""
 
 
 class SourceError(Exception):
@@ -128,16 +156,37 @@ def _is_loopback_v4(host: str) -> bool:
     return address.version == 4 and address.is_loopback
 
 
+def source_client(link: MirrorLink, rng: random.Random | None = None,
+                  local_host: str | None = None) -> SourceClient:
+    """The client of `link`'s source, with the link's TLS settings (every caller makes its
+    client here, so none reads an HTTPS source over plain HTTP). A CA bundle this node's
+    OpenSSL refuses is not raised: the client fails each call with it (the link's status)."""
+    if not link.source_tls:
+        return SourceClient(link.sources, link.token, rng, local_host)
+    try:
+        context = source_context(link.source_ca)
+    except TlsError as error:
+        return SourceClient(link.sources, link.token, rng, local_host, tls_error=f"TLS: {error}")
+    return SourceClient(link.sources, link.token, rng, local_host, tls=context)
+
+
 class SourceClient:
-    """HTTP calls to one link's source addresses; `close` when done (its owner does)."""
+    """HTTP(S) calls to one link's source addresses; `close` when done (its owner does)."""
 
     def __init__(self, sources: tuple[str, ...], token: str | None, rng: random.Random | None = None,
-                 local_host: str | None = None) -> None:
+                 local_host: str | None = None, tls: ssl.SSLContext | None = None,
+                 tls_error: str | None = None) -> None:
         """`local_host`: the address connections to the source are made from (the node's own,
         as its Raft links: firewall rules between clusters on one host match it), used only
         when it and every source address are loopback IP literals (`binds_to`); else the OS
-        picks, as it must for a remote source, a name, or another address family."""
+        picks, as it must for a remote source, a name, or another address family.
+        `tls`: HTTPS with this context (`source_context`); None: plain HTTP. `tls_error`: the
+        link wants HTTPS but its context could not be made: every call fails with this."""
         assert sources
+        assert tls is None or (tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname)
+        self._tls = tls
+        self._tls_error = tls_error
+        self.scheme = "https" if tls is not None or tls_error is not None else "http"
         self._sources = list(sources)
         self._next = (rng or random.Random()).randrange(len(sources))
         self._token = token
@@ -163,12 +212,16 @@ class SourceClient:
 
     async def _get_once(self, path: str, params: dict[str, str], accept: str, wait_s: float,
                         bytes_max: int) -> tuple[int, bytes, Any]:
+        if self._tls_error is not None:
+            raise SourceError(self._tls_error)
         if self._session is None:
-            connector = aiohttp.TCPConnector(local_addr=(self._local_host, 0)) if self._local_host else None
+            local = {"local_addr": (self._local_host, 0)} if self._local_host else {}
+            tls = {"ssl": self._tls} if self._tls is not None else {}
+            connector = aiohttp.TCPConnector(**local, **tls) if local or tls else None  # type: ignore[arg-type]
             self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
         source = self._sources[self._next % len(self._sources)]
         try:
-            async with self._session.get(f"http://{source}{path}", params=params, headers={"Accept": accept},
+            async with self._session.get(f"{self.scheme}://{source}{path}", params=params, headers={"Accept": accept},
                                          allow_redirects=False,
                                          timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S + wait_s)) as answer:
                 if (answer.content_length or 0) > bytes_max:
@@ -182,7 +235,9 @@ class SourceClient:
                 return answer.status, b"".join(parts), answer.headers
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             self._next += 1  # the next call tries the next address
-            raise SourceError(f"source {source} did not answer {path}: {describe_error(error)}") from None
+            hint = ("the source hung up (if it serves HTTPS, the link needs source_tls): "
+                    if self.scheme == "http" and isinstance(error, aiohttp.ServerDisconnectedError) else "")
+            raise SourceError(f"source {source} did not answer {path}: {hint}{describe_error(error)}") from None
 
     async def get_json(self, path: str, params: dict[str, str] | None = None, wait_s: float = 0.0) -> Any:
         """A JSON read; `wait_s` more than the call's bound when the source must work first (a tree)."""

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from multiraft.errors import InvalidRequest, NotAMirror, OffsetOutOfRange, UnknownMirrorLink
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirrorPartition
 from multiraft.node.mirror_prefix import choose_cut
-from multiraft.node.mirror_source import SourceClient, SourceError
+from multiraft.node.mirror_source import SourceClient, SourceError, source_client
 from multiraft.node.mirror_trees import POSITIONS_MAX, served_span
 from multiraft.node.routing import call_peer
 from multiraft.node.scrub_trees import SPAN_LEAVES_MAX, bounded_end
@@ -173,8 +173,7 @@ class MirrorVerifier:
         self._trees = trees
         self._metadata = metadata
         self._logger = logger
-        self._new_client = new_client or (lambda link: SourceClient(link.sources, link.token, random.Random(),
-                                                                     local_host))
+        self._new_client = new_client or (lambda link: source_client(link, random.Random(), local_host))
         self._clock_ms = clock_ms
         self.last: dict[tuple[str, int], MirrorVerdict] = {}  # the last verdict per partition verified here
         self._due: dict[tuple[str, int], float] = {}

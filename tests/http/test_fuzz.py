@@ -67,6 +67,10 @@ Nothing is left out silently; these are the deliberate limits:
   document's range but above this cluster's 3 live nodes) and, on a partition
   increase only, 400 INVALID_PARTITIONS for a count not above the topic's current one. An invalid request may
   get 413 (too large is refused before it is parsed).
+- A mirror link's `source_ca` (POST /v1/admin/mirrors) must be a PEM bundle of CA
+  certificates OpenSSL loads, and only with `source_tls`: no schema can describe a
+  certificate, so a valid request may get a 400 INVALID_REQUEST whose message names
+  `source_ca` (its refusals are tested in tests/http/test_api_mirror_tls.py).
 - Positive bodies are sent with integral floats as integers (4.0 as 4): JSON Schema
   counts 4.0 an integer, the API refuses it where it wants an integer (as Go's
   encoding/json does), and no document can tell the two apart. Their record
@@ -123,10 +127,12 @@ POSITIVE_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "416", "421", "42
 # and "" match any: a replication factor within the document's range (REPLICATION_FACTOR_MAX) but
 # above the live nodes of this 3-node cluster; a partition count within the document's range but
 # not above the topic's current count (INVALID_PARTITIONS otherwise also means a malformed count,
-# which stays a finding).
+# which stays a finding). Besides, one that the content decides and no schema can describe: a
+# mirror link's CA bundle that is not PEM certificates OpenSSL loads (module docstring).
 STATE_DEPENDENT_400: tuple[tuple[str, str | None, str], ...] = (
     ("INVALID_REPLICATION_FACTOR", None, ""),
     ("INVALID_PARTITIONS", "POST /v1/topics/{topic}/partitions", "partitions can only be added"),
+    ("INVALID_REQUEST", "POST /v1/admin/mirrors", "source_ca: "),  # its content refusals only
 )
 # schemathesis' defaults, and 413: a body beyond its bound is refused before it is parsed, so an
 # invalid body that is also too large gets 413 rather than 400.

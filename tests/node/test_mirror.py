@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +43,17 @@ class Side:
     stopped: set[int] = dataclasses.field(default_factory=set)
 
 
-async def _start(tmp: Path, first_host: int) -> Side:
+async def _start(tmp: Path, first_host: int, tls: Callable[[str], ssl.SSLContext] | None = None) -> Side:
+    """Three nodes on 127.0.0.{first_host}..+2, each serving its HTTP API (HTTPS with `tls(host)`'s
+    context when given: tests/node/test_mirror_tls.py's source)."""
     raft = {NodeId(i): Address(f"127.0.0.{i + first_host - 1}", free_port(f"127.0.0.{i + first_host - 1}"))
             for i in range(1, 4)}
     cfgs = [dataclasses.replace(c, raft_addr=raft[c.node_id], initial_cluster=raft,
                                 http_addr=Address(raft[c.node_id].host, free_port(raft[c.node_id].host)))
             for c in configs(tmp)]
     nodes = [Node(c) for c in cfgs]
-    servers = [HttpServer(n.api, n.config.http_addr.host, n.config.http_addr.port) for n in nodes]
+    servers = [HttpServer(n.api, n.config.http_addr.host, n.config.http_addr.port,
+                          tls=tls(n.config.http_addr.host) if tls is not None else None) for n in nodes]
     for node, server in zip(nodes, servers, strict=True):
         await node.start()
         await server.start()

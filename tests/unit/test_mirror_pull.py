@@ -203,7 +203,7 @@ async def test_every_mirrored_partition_is_copied_when_there_are_more_than_read_
     registry = FakeRegistry()
     runtimes = [registry.add(100 + p) for p in range(7)]
     source = FakeSource({p: _log(5) for p in range(7)})
-    monkeypatch.setattr(mirror_pull, "SourceClient", lambda *_args: source)
+    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
     pulls = _pulls(registry, 7)
     try:
         await pulls.scan()

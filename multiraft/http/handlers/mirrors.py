@@ -3,7 +3,10 @@
 On the sink (admin): create a link, list links, one link's status (discovery and every
 mirror partition's pull), pause, resume, delete, promote one mirror topic. A link's
 token is stored for the sink to present to the source and never shown back
-(`credentials: true` says one is set).
+(`credentials: true` says one is set). A link to a source serving HTTPS says
+`source_tls: true`, with `source_ca` (PEM CA certificates) or without (the system's
+trust store); the bundle is loaded with this node's OpenSSL before the link is proposed,
+so one OpenSSL refuses is a 400 here, not a link failing later.
 
 The full sync (docs/mirror.md): `POST /v1/admin/mirrors/{name}/verify` on the sink
 (admin); on the source (`read` on the topic) a partition's tictac tree,
@@ -26,9 +29,10 @@ from multiraft.http.limits import BATCH_CONTENT_TYPE, REQUEST_TIMEOUT_S
 from multiraft.http.params import int_field, json_object, path_partition, query_int, query_str
 from multiraft.metadata.mirror_commands import CreateMirrorLink, LinkState, check_link_name
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
+from multiraft.net.tls import TlsError, source_context
 from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
-CREATE_FIELDS = {"name", "sources", "topics", "priority", "token", "verify_interval_s"}
+CREATE_FIELDS = {"name", "sources", "topics", "priority", "token", "verify_interval_s", "source_tls", "source_ca"}
 VERIFY_FIELDS = {"topic", "start", "repair", "deep"}
 VERIFY_TIMEOUT_S = 150.0  # up to 16 partitions, none started after 10 s, each two reads of its span
 TREE_TIMEOUT_S = 60.0  # a tree call reads the partition's span first
@@ -47,11 +51,18 @@ async def create(request: web.Request) -> web.Response:
     body = await json_object(request)
     if not {"name", "sources", "topics"} <= set(body) <= CREATE_FIELDS:
         raise InvalidRequest('body is {"name", "sources": ["HOST:PORT", ...], "topics": PATTERN, '
-                             '"priority"?: "high"|"normal"|"low", "token"?: TOKEN}')
+                             '"priority"?: "high"|"normal"|"low", "token"?: TOKEN, "verify_interval_s"?: SECONDS, '
+                             '"source_tls"?: true|false, "source_ca"?: PEM}')
     sources = body["sources"]
     command = CreateMirrorLink(name=body["name"], sources=tuple(sources) if isinstance(sources, list) else sources,
                                pattern=body["topics"], priority=body.get("priority", "normal"),
-                               token=body.get("token"), verify_interval_s=body.get("verify_interval_s"))
+                               token=body.get("token"), verify_interval_s=body.get("verify_interval_s"),
+                               source_tls=body.get("source_tls", False), source_ca=body.get("source_ca"))
+    if command.source_ca is not None:  # its shape is checked (the command); now this node's OpenSSL
+        try:
+            source_context(command.source_ca)
+        except TlsError as error:
+            raise InvalidRequest(str(error)) from None
     link = await bounded(node.mirrors.create(command), "mirror link creation")
     return web.json_response(link, status=201)
 
