@@ -160,10 +160,12 @@ class Message:
       A rejection of index 0 (which no append draws) says the follower lost entries it
       had acknowledged; `reject_hint`/`log_term` name its last entry.
     - VOTE / PRE_VOTE: `index`/`log_term` describe the candidate's last entry; for
-      PRE_VOTE, `term` is the term the candidate would campaign in.
-    - VOTE_RESPONSE / PRE_VOTE_RESPONSE: with `reject`, `commit`/`log_term` name the
-      voter's commit index and that entry's term (a candidate holding it learns it is
-      committed: `RaftCore._learn_commit`).
+      PRE_VOTE, `term` is the term the candidate would campaign in; `commit` is the
+      candidate's commit index (a voter holding its last entry learns it:
+      `RaftCore._learn_commit_from_candidate`; 0 from older nodes).
+    - VOTE_RESPONSE / PRE_VOTE_RESPONSE: with `reject`, and on a granted PRE_VOTE too,
+      `commit`/`log_term` name the voter's commit index and that entry's term (a
+      candidate holding it learns it is committed: `RaftCore._learn_commit`).
     - HEARTBEAT: `commit` is min(follower's match, leader's commit); `context` echoes ReadIndex.
     - SNAPSHOT: `snapshot` to install.
     """

@@ -89,6 +89,7 @@ class RaftCore:
         commit = max(hard.commit, self.log.applied)
         assert commit <= self.log.last_index(), "the commit index outlived its entries"
         self.log.commit_to(commit)
+        self._commit_earlier_configs()
         self.term: Term = hard.term
         self.vote: NodeId = hard.vote
         self.membership: Membership = state.membership
@@ -794,6 +795,25 @@ class RaftCore:
         else:
             self._become_candidate()
             self._request_votes(MT.VOTE, self.term, transfer=transfer)
+
+    def _commit_earlier_configs(self) -> None:
+        """Take back a commit a crash lost, from the log alone: every CONFIG entry before
+        the last one in our log is committed.
+
+        Why it holds: a leader appends a CONFIG entry only once it applied every one before
+        it in its log (`propose_membership`: `_pending_conf_index` is its last index when it
+        was elected, then each change it proposed), and by Log Matching our log up to that
+        entry is the leader's. It restores etcd's "Append" invariant, which a lazily stored
+        commit breaks: after a whole-cluster power failure every voter could hold two
+        changes above its stored commit, and all of them would defer their campaigns for
+        ever (`_has_unapplied_config`), no leader ever again (found in review of seed
+        1404912's fix; tests/unit/test_regression_stale_membership.py)."""
+        if self.log.last_index() <= self.log.committed or self.log.pending_snapshot is not None:
+            return
+        tail = self.log.slice(Index(self.log.committed + 1), Index(self.log.last_index() + 1), 1 << 62)
+        configs = [entry.index for entry in tail if entry.kind is EntryKind.CONFIG]
+        if len(configs) >= 2:
+            self.log.commit_to(configs[-2])
 
     def _probe_commit(self) -> None:
         """Ask the voters we know for their commit index, by a pre-vote that cannot win.

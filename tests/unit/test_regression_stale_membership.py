@@ -67,17 +67,18 @@ def run_ticks(core: RaftCore, ticks: int) -> list[Message]:
     return sent
 
 
-def test_two_changes_above_the_applied_index_defer_the_campaign() -> None:
+def test_two_changes_above_the_stored_commit_leave_one_and_the_removed_cannot_elect() -> None:
     core = node_3_after_the_crash(4, 1)
-    assert core.membership.voters == {1, 2, 3, 4, 5}
-    sent = run_ticks(core, 100)  # the seed: it asked 1, 4 and 5, and won
-    assert not [m for m in sent if m.type is MessageType.VOTE]
-    probes = [m for m in sent if m.type is MessageType.PRE_VOTE]  # it asks for the commit only
-    assert probes and {m.target for m in probes} == {1, 2, 4, 5}
-    term = probes[-1].term
-    for voter in (1, 4):  # the removed nodes grant, knowing no newer commit
-        core.step(Message(type=MessageType.PRE_VOTE_RESPONSE, source=NodeId(voter), target=NodeId(3), term=term))
-    assert core.role is Role.FOLLOWER and core.term == Term(2)
+    # The log says REMOVE 4 was committed (its leader appended REMOVE 1 after applying it):
+    # node 3 applies it at its restart; only REMOVE 1 stays above the commit.
+    assert core.membership.voters == {1, 2, 3, 5}
+    sent = run_ticks(core, 100)  # the seed: it asked 1, 4 and 5 in {1..5}, and won with 1 and 4
+    asked = [m for m in sent if m.type in VOTES]
+    assert asked and {m.target for m in asked} == {1, 2, 5}
+    term = asked[-1].term
+    response = MessageType.PRE_VOTE_RESPONSE if asked[-1].type is MessageType.PRE_VOTE else MessageType.VOTE_RESPONSE
+    core.step(Message(type=response, source=NodeId(1), target=NodeId(3), term=term))
+    assert core.role is not Role.LEADER  # 2 of {1, 2, 3, 5}: 2 and 5 hold the entry and refuse
 
 
 def test_one_change_above_the_applied_index_does_not() -> None:
@@ -111,3 +112,53 @@ def test_a_candidate_whose_last_entry_we_do_not_hold_teaches_nothing() -> None:
 
 def test_the_seed() -> None:
     run_seed(1404912)  # raised InvariantViolation("leader-completeness") before the fix
+
+
+def whole_cluster_after_a_power_failure(pre_vote: bool) -> dict[int, RaftCore]:
+    """Voters {1..5}; leader 1 removed 4, then 5, in one term, and every node kept the
+    entries but lost the commit index (stored lazily): node 4 holds only its own removal."""
+    entries, hard = bootstrap_entries([NodeId(i) for i in range(1, 6)])
+    first = len(entries) + 1
+
+    def remove(index: int, node: int) -> Entry:
+        return Entry(Index(index), Term(2), EntryKind.CONFIG,
+                     encode_conf_change(ConfChange(ConfChangeOp.REMOVE, NodeId(node))))
+
+    tail = [Entry(Index(first), Term(2), EntryKind.NOOP, b""), remove(first + 1, 4),
+            Entry(Index(first + 2), Term(2), EntryKind.DATA, b"x"), remove(first + 3, 5),
+            Entry(Index(first + 4), Term(2), EntryKind.DATA, b"y")]
+    cores = {}
+    for node in range(1, 6):
+        storage = MemoryStorage()
+        storage.append(entries + (tail[:3] if node == 4 else tail))
+        storage.set_hard_state(HardState(term=Term(2), commit=hard.commit))
+        storage.sync()
+        cores[node] = RaftCore(Config(node_id=NodeId(node), pre_vote=pre_vote, check_quorum=True), storage,
+                               random.Random(node))
+    return cores
+
+
+def test_after_a_whole_cluster_power_failure_a_leader_is_elected() -> None:
+    # Goal: with every voter holding two changes above a lost commit, the rule above would
+    # defer every campaign for ever; the log itself says the first change was committed.
+    for pre_vote in (False, True):
+        for alive in ({1, 2, 3}, {1, 2, 3, 4}, {1, 2, 3, 5}):
+            cores = whole_cluster_after_a_power_failure(pre_vote)
+            outbox: list[Message] = []
+            for _ in range(300):
+                for node in sorted(alive):
+                    cores[node].tick()
+                    while cores[node].has_ready():
+                        outbox += handle_ready(cores[node], lambda entry: None)
+                messages, outbox = outbox, []
+                for message in messages:
+                    if message.target in alive:
+                        core = cores[message.target]
+                        core.step(message)
+                        while core.has_ready():
+                            outbox += handle_ready(core, lambda entry: None)
+                leaders = [node for node in alive if cores[node].role is Role.LEADER]
+                if leaders:
+                    break
+            assert leaders and leaders[0] in {1, 2, 3}, (pre_vote, alive)
+            assert cores[leaders[0]].membership.voters >= {1, 2, 3}
