@@ -110,8 +110,9 @@ def test_a_candidate_whose_last_entry_we_do_not_hold_teaches_nothing() -> None:
     assert core.log.committed < last
 
 
-def test_the_seed() -> None:
+def test_the_seeds() -> None:
     run_seed(1404912)  # raised InvariantViolation("leader-completeness") before the fix
+    run_seed(1500511)  # liveness: the fix's first version deferred the only voter for ever
 
 
 def whole_cluster_after_a_power_failure(pre_vote: bool) -> dict[int, RaftCore]:
