@@ -14,12 +14,14 @@ scrubber as by a mirror's full sync (multiraft/node/mirror_trees.py serves the s
 side with the same bound).
 
 RPCs (JSON bodies, digests in hex):
-- `scrub.tree` {group_id, lo, hi, deep?} -> {lo, hi, depth, root, damaged}: the span is cut
-  to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
+- `scrub.tree` {group_id, lo, hi, deep?, paced?} -> {lo, hi, depth, root, damaged}: the span
+  is cut to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
   watermark (a replica behind answers a shorter span: "behind", not "different"), and
   to `SPAN_LEAVES_MAX` leaves from `lo`'s; `deep` reads every closed segment of the span
   instead of its tree sidecar; absent (an earlier version's leader, whose builds read
-  everything) it is true, `false` takes the sidecars;
+  everything) it is true, `false` takes the sidecars; `paced` (a scheduled scrub's call,
+  multiraft/node/scheduled_scrubs.py) reads through this node's scrub byte rate; absent,
+  or from an earlier version's leader, at full speed as before;
 - `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree (a
   span over the leaf bound is refused);
 - `scrub.repair` {group_id} -> {started}: the repair a damaged read starts
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from multiraft.errors import InvalidRequest
+from multiraft.node.move_throttle import BytePace
 from multiraft.node.tree_sidecars import SidecarWriter
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import NotLeader
@@ -84,9 +87,16 @@ class ReplicaTrees:
     """Builds and keeps this node's replicas' trees; answers peers' scrub calls."""
 
     def __init__(self, registry: GroupRegistry, report_damage: Callable[[GroupId], None],
-                 clock: Callable[[], float] = time.monotonic, logger: Any = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, logger: Any = None,
+                 pace: BytePace | None = None,
+                 read_whole: Callable[[GroupId], None] = lambda group_id: None) -> None:
+        """`pace`: the node's scrub byte rate, for paced builds (scheduled scrubs; None: none);
+        `read_whole`: told when a verify reads a replica's span whole (a deep build for the
+        scrubber, led or served here): the scrub schedule counts it as a scrub."""
         self._registry = registry
         self._report_damage = report_damage
+        self.pace = pace if pace is not None else BytePace(0)
+        self.read_whole = read_whole
         self._clock = clock
         self._logger = logger or structlog.get_logger("raftlog.scrub")
         self.sidecars = SidecarWriter(self._logger)  # shared with the node's warmer; its `counts` on /metrics
@@ -102,13 +112,15 @@ class ReplicaTrees:
         hi = min(bounded_end(lo, hi), int(machine.state.high_watermark), int(store.log_end_offset))
         return lo, max(lo, hi)
 
-    async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False) -> BuiltTree:
+    async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False,
+                    paced: bool = False) -> BuiltTree:
         """This replica's tree over exactly `[lo, hi)` (within its span), kept for a while.
         `fresh`: build it again (each verify starts fresh; only its own follow-up calls reuse
         the tree). A fresh build reads the open segment and the span's edges, and takes the
         closed segments inside the span from their sidecars (storage/scrub.py); `deep`: reads
         every segment of the span again, sidecars or not, which is what finds rot since (a
-        kept tree, or a sidecar, hides it)."""
+        kept tree, or a sidecar, hides it). `paced`: each slice waits for the node's scrub
+        byte rate (`pace`), shared by every paced build here."""
         assert hi <= bounded_end(lo, hi), "every caller bounds its span (SPAN_LEAVES_MAX)"
         kept = None if fresh else self.kept(group_id, lo, hi)
         if kept is not None:
@@ -117,7 +129,8 @@ class ReplicaTrees:
         if store is None:
             raise NotLeader(0, f"group {group_id} has no replica here")
         builder = ReplicaTreeBuilder(store, lo, hi, deep=deep)
-        while not builder.step():
+        pace = self.pace if paced else None
+        while not await _slice(builder, pace):
             await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
             if self._registry.stores.get(group_id) is not store:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
@@ -172,7 +185,10 @@ class ReplicaTrees:
         lo, hi = self.span(group_id, _int(request, "lo"), _int(request, "hi"))
         # Absent from an earlier version's leader, whose verify read every segment: so does this.
         deep = request.get("deep", True) is not False
-        return (await self.build(group_id, lo, hi, fresh=True, deep=deep)).summary()
+        if deep:
+            self.read_whole(group_id)
+        paced = request.get("paced") is True  # a scheduled scrub's: within this node's scrub rate
+        return (await self.build(group_id, lo, hi, fresh=True, deep=deep, paced=paced)).summary()
 
     async def _nodes_call(self, body: bytes) -> dict[str, Any]:
         request = _request(body)
@@ -193,6 +209,17 @@ class ReplicaTrees:
     async def _repair_call(self, body: bytes) -> dict[str, Any]:
         request = _request(body)
         return {"started": self.report_damage(GroupId(_int(request, "group_id")))}
+
+
+async def _slice(builder: ReplicaTreeBuilder, pace: BytePace | None) -> bool:
+    """One step of `builder`, within `pace` when given; whether the build is finished."""
+    if pace is None:
+        return builder.step()
+    await pace.ready()
+    before = builder.bytes_hashed
+    finished = builder.step()
+    pace.spent(builder.bytes_hashed - before)
+    return finished
 
 
 def _request(body: bytes) -> dict[str, Any]:

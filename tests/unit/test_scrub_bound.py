@@ -115,9 +115,9 @@ def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: in
         build = trees.build
 
         async def recorded(group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False,
-                           build: Any = build) -> Any:
+                           paced: bool = False, build: Any = build) -> Any:
             built.append((lo, hi))
-            return await build(group_id, lo, hi, fresh=fresh, deep=deep)
+            return await build(group_id, lo, hi, fresh=fresh, deep=deep, paced=paced)
 
         trees.build = recorded  # type: ignore[method-assign]
     try:
