@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from multiraft.node.move_throttle import BytePace
 from multiraft.node.scrub_trees import POSITIONS_MAX, ReplicaTrees
 from multiraft.transport.rpc import STATUS_OK
 from raftlog.messages import HardState
@@ -106,3 +107,21 @@ def test_a_group_not_here_answers_a_retriable_error(served) -> None:
     # Not here (or reopening: a repair under way): the verifying leader reports it unreachable.
     status, body = served[0].call("scrub.tree", {"group_id": 99, "lo": 0, "hi": 10})
     assert status != STATUS_OK and body["error_code"] == "LEADER_NOT_AVAILABLE"
+
+
+def test_a_paced_tree_call_reads_through_the_scrub_rate(served) -> None:
+    # Goal: `paced` (a scheduled scrub's call) takes every byte it hashes from the node's scrub
+    # pace; a call without it (an on-demand verify, an earlier version's leader) reads at full
+    # speed; a deep call tells the schedule the replica was read whole, a fast one does not.
+    rpc, trees, _, end = served
+    trees.pace = BytePace(1 << 40)  # a rate no test waits for
+    told: list[GroupId] = []
+    trees.read_whole = told.append
+    before = trees.bytes_hashed
+    status, _ = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deep": True, "paced": True})
+    assert status == STATUS_OK and trees.pace.bytes == trees.bytes_hashed - before > 0 and told == [GROUP]
+    paced = trees.pace.bytes
+    for request in ({"deep": True}, {"deep": False, "paced": False}):
+        status, _ = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, **request})
+        assert status == STATUS_OK and trees.pace.bytes == paced
+    assert told == [GROUP, GROUP], "the fast call read closed segments by their sidecars: not a scrub"
