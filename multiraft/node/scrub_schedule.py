@@ -40,7 +40,7 @@ import collections
 import dataclasses
 import heapq
 import random
-from collections.abc import Collection, Container
+from collections.abc import Container, Iterable
 from typing import Any
 
 from multiraft.node.scrubber import (
@@ -75,9 +75,10 @@ class ScrubSchedule:
     def due_at(self, group_id: GroupId) -> float | None:
         return self._due.get(group_id)
 
-    def sync(self, led: Collection[GroupId], hosted: Container[GroupId], now: float) -> None:
+    def sync(self, led: Iterable[GroupId], hosted: Container[GroupId], now: float) -> None:
         """`led`: the partition groups this node leads now; `hosted`: those it has a replica of.
-        Costs one pass over them: the runner calls it only when they changed."""
+        Costs a pass over them: the runner calls it only when they changed."""
+        led = set(led)  # membership tests below: a list would make this quadratic
         for group_id in [g for g in self._due if g not in led]:
             del self._due[group_id]  # its heap entry turns stale
         for group_id in led:
@@ -125,6 +126,7 @@ class ScrubSchedule:
     def _push(self, group_id: GroupId, due: float) -> None:
         self._due[group_id] = due
         heapq.heappush(self._heap, (due, group_id))
+        self._compact()  # each reschedule leaves a stale entry behind
 
     def _compact(self) -> None:
         """Rebuild the heap once stale entries outnumber the live ones (bounded memory)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import time
 from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -218,7 +219,9 @@ def test_an_idle_runner_touches_no_group() -> None:
     assert runner.wait_s() == SYNC_S
     registry.led_version += 1
     del registry.led.items_[groups[0]]
+    began = time.perf_counter()
     runner.step()
+    assert time.perf_counter() - began < 0.2, "a sync is one pass (about 5 ms at 10,000), never quadratic"
     assert registry.led.passes == 2 and len(runner.schedule or ()) == 9_999
 
 
