@@ -130,10 +130,19 @@ class ReplicaTrees:
             raise NotLeader(0, f"group {group_id} has no replica here")
         builder = ReplicaTreeBuilder(store, lo, hi, deep=deep)
         pace = self.pace if paced else None
-        while not await _slice(builder, pace):
-            await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
+        while True:
+            if pace is not None:
+                await pace.ready()  # before every slice, the first too: many small builds keep the rate
+            # Checked after every wait, so no slice reads a store closed or replaced meanwhile.
             if self._registry.stores.get(group_id) is not store:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
+            before = builder.bytes_hashed
+            finished = builder.step()
+            if pace is not None:
+                pace.spent(builder.bytes_hashed - before)
+            if finished:
+                break
+            await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
         built = BuiltTree(builder.tree(), tuple(builder.damaged), builder.bytes_hashed)
         self.bytes_hashed += builder.bytes_hashed
         counts = self.sidecars.counts
@@ -209,17 +218,6 @@ class ReplicaTrees:
     async def _repair_call(self, body: bytes) -> dict[str, Any]:
         request = _request(body)
         return {"started": self.report_damage(GroupId(_int(request, "group_id")))}
-
-
-async def _slice(builder: ReplicaTreeBuilder, pace: BytePace | None) -> bool:
-    """One step of `builder`, within `pace` when given; whether the build is finished."""
-    if pace is None:
-        return builder.step()
-    await pace.ready()
-    before = builder.bytes_hashed
-    finished = builder.step()
-    pace.spent(builder.bytes_hashed - before)
-    return finished
 
 
 def _request(body: bytes) -> dict[str, Any]:

@@ -39,7 +39,7 @@ the reference for anyone: it starts its own repair and no follower is touched.
 A scheduled scrub (multiraft/node/scheduled_scrubs.py) is a deep verify run by the leader
 on its own, **paced**: every build of it, the leader's and each follower's (`paced` in
 `scrub.tree`), reads through its node's scrub byte rate, and a follower's call may take as
-long as its share of that rate needs (`paced_call_timeout_s`).
+long as its share of that rate needs (`_tree_call_timeout_s`).
 
 The node that takes `POST /v1/admin/verify` walks the partitions in catalog order,
 at most `PARTITIONS_PER_CALL` a call, each on its leader (over `scrub.verify` when
