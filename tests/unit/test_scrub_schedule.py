@@ -18,9 +18,6 @@ from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
-
-from multiraft.node import move_throttle
 from multiraft.node.move_throttle import BytePace
 from multiraft.node.scheduled_scrubs import SYNC_S, ScheduledScrubs
 from multiraft.node.scrub_schedule import OVERDUE_SPREAD, VERDICTS_KEPT, ScrubSchedule
@@ -267,16 +264,15 @@ def test_off_means_no_task_work() -> None:
     assert runner.status()["interval_s"] is None and runner.status()["partitions_scheduled"] == 0
 
 
-def test_the_byte_rate_holds_over_many_slices(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Goal: slices of 8 MiB through a 16 MiB/s pace take the time the rate says (fake clock),
-    # and a pace of 0 never waits.
+def test_the_byte_rate_holds_over_many_slices() -> None:
+    # Goal: slices of 8 MiB through a 16 MiB/s pace take the time the rate says (a fake clock
+    # and sleep given to the pace), and a pace of 0 never waits.
     clock = [0.0]
 
     async def fake_sleep(seconds: float) -> None:
         clock[0] += seconds
 
-    monkeypatch.setattr(move_throttle.asyncio, "sleep", fake_sleep)
-    pace = BytePace(16 << 20, clock=lambda: clock[0])
+    pace = BytePace(16 << 20, clock=lambda: clock[0], sleep=fake_sleep)
 
     async def read(slices: int) -> None:
         for _ in range(slices):
@@ -285,8 +281,9 @@ def test_the_byte_rate_holds_over_many_slices(monkeypatch: pytest.MonkeyPatch) -
 
     asyncio.run(read(41))  # 328 MiB: the first slice goes at once, the other 40 wait off their debt
     assert 19.9 <= clock[0] <= 20.1 and pace.bytes == 41 * (8 << 20)
-    unlimited = BytePace(0, clock=lambda: clock[0])
+    unlimited = BytePace(0, clock=lambda: clock[0], sleep=fake_sleep)
     before = clock[0]
     asyncio.run(unlimited.ready())
     unlimited.spent(1 << 30)
     assert clock[0] == before
+
