@@ -123,11 +123,14 @@ class ScheduledScrubs:
     async def _verdict(self, group_id: GroupId, topic: str, partition: int) -> PartitionVerdict:
         try:
             return await self._scrubber.verify_partition(topic, partition, deep=True, paced=True)
-        except ClientError as error:  # NotLeader: it stopped leading, or reopened its replica, meanwhile
+        except Exception as error:  # one partition's failure must never end the task
+            # ClientError (NotLeader): it stopped leading, reopened its replica, or retention passed
+            # a build, meanwhile; anything else is a bug, recorded with its detail, not the task's end.
+            detail = str(error) if isinstance(error, ClientError) else f"{type(error).__name__}: {error}"
             me = self._node_id
             return PartitionVerdict(topic=topic, partition=partition, status=UNREACHABLE, leader=me, lo=0,
                                     high_watermark=0, replicas=(ReplicaVerdict(
-                                        node=me, status=UNREACHABLE, lo=0, hi=0, detail=str(error)),))
+                                        node=me, status=UNREACHABLE, lo=0, hi=0, detail=detail),))
 
     def _log(self, group_id: GroupId, found: ScheduledVerdict) -> None:
         verdict = found.verdict

@@ -46,6 +46,7 @@ from multiraft.node.move_throttle import BytePace
 from multiraft.node.tree_sidecars import SidecarWriter
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import NotLeader
+from raftlog.storage import CompactedError
 from raftlog.types import GroupId
 from storage.scrub import ReplicaTreeBuilder
 from storage.tictac import LEAF_OFFSETS, TicTacTree, leaf_of
@@ -133,11 +134,19 @@ class ReplicaTrees:
         while True:
             if pace is not None:
                 await pace.ready()  # before every slice, the first too: many small builds keep the rate
-            # Checked after every wait, so no slice reads a store closed or replaced meanwhile.
+            # Checked after every wait, so no slice reads a store closed or replaced meanwhile,
+            # nor entries retention (compaction_loop, on this loop) deleted meanwhile.
             if self._registry.stores.get(group_id) is not store:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
+            position = builder.next_index
+            if position is not None and store.first_index() > position:
+                raise NotLeader(0, f"retention passed entry {position} of group {group_id} while its tree "
+                                f"was built; ask again")
             before = builder.bytes_hashed
-            finished = builder.step()
+            try:
+                finished = builder.step()
+            except CompactedError as error:  # the same, met inside a slice
+                raise NotLeader(0, f"retention passed group {group_id}'s tree build ({error}); ask again") from None
             if pace is not None:
                 pace.spent(builder.bytes_hashed - before)
             if finished:

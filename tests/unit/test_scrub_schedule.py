@@ -196,6 +196,8 @@ class _Scrubber:
         status = self.statuses.get(partition, IDENTICAL)
         if status == "not_leader":
             raise NotLeader(3, "moved")
+        if status == "bug":
+            raise AssertionError("index 1 precedes every segment")
         return _verdict(GroupId(partition), status)
 
 
@@ -287,3 +289,25 @@ def test_the_byte_rate_holds_over_many_slices() -> None:
     unlimited.spent(1 << 30)
     assert clock[0] == before
 
+
+def test_a_failed_scrub_is_recorded_and_the_task_goes_on() -> None:
+    # Goal: a scheduled scrub failing with anything but a ClientError (a bug, a read the
+    # storage refused) is recorded `unreachable` with its detail, and the runner goes on to the
+    # next partition: one partition never ends the task (the supervisor would restart it).
+    groups = _groups(3)
+    scrubber = _Scrubber({int(groups[0]): "bug"})
+    clock = [NOW]
+    runner = ScheduledScrubs(1, scrubber, _Registry(groups), ScrubSchedule(INTERVAL_S, random.Random(9)),  # type: ignore[arg-type]
+                             _Logger([]), clock=lambda: clock[0])
+
+    async def scrub_all() -> None:
+        runner.step()
+        clock[0] = NOW + INTERVAL_S
+        while (group_id := runner.step()) is not None and len(scrubber.calls) < 10:
+            await runner.scrub(group_id)
+
+    asyncio.run(asyncio.wait_for(scrub_all(), 30))
+    assert {p for _, p, _, _ in scrubber.calls} == {int(g) for g in groups}
+    assert runner.results.verdicts[UNREACHABLE] == 1 and runner.results.verdicts[IDENTICAL] == 2
+    (failed,) = runner.status()["latest_not_identical"]
+    assert failed["replicas"][0]["detail"] == "AssertionError: index 1 precedes every segment"
