@@ -231,6 +231,8 @@ def _scheduled_scrubs(scrub: ScrubCounts) -> Iterator[Metric]:
     for verdict, count in scheduled.verdicts.items():
         verdicts.add_metric([verdict], count)
     yield verdicts
+    yield CounterMetricFamily("raftlog_scrub_scheduled_skipped", "scheduled scrubs led here cut short by a leadership "
+                              "change, reopen or retention, nothing compared (not a verdict)", value=scheduled.skipped)
     yield CounterMetricFamily("raftlog_scrub_scheduled_differing_ranges",
                               "differing offset ranges scheduled scrubs led here found", value=scheduled.differing_ranges)
     yield CounterMetricFamily("raftlog_scrub_scheduled_repairs_started",

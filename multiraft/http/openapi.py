@@ -383,7 +383,7 @@ _PATHS: dict[str, Any] = {
                    "that were not identical (at most 64), node-local: ask each node",
         "responses": {"200": _ok("the schedule and what it found", {
             "type": "object", "required": ["node", "interval_s", "bytes_per_s", "partitions_scheduled", "next_due_ms",
-                                           "running", "verdicts", "differing_ranges", "repairs_started",
+                                           "running", "verdicts", "skipped", "differing_ranges", "repairs_started",
                                            "bytes_hashed", "latest_not_identical"],
             "properties": {"node": {"type": "integer", "minimum": 1},
                            "interval_s": {"type": ["integer", "null"], "description": "null: off"},
@@ -392,6 +392,8 @@ _PATHS: dict[str, Any] = {
                            "next_due_ms": {"type": ["integer", "null"]},
                            "running": {"type": ["object", "null"], "required": ["topic", "partition", "started_ms"]},
                            "verdicts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+                           "skipped": {"type": "integer", "minimum": 0,
+                                       "description": "cut short by a leadership change: not a verdict"},
                            "differing_ranges": {"type": "integer", "minimum": 0},
                            "repairs_started": {"type": "integer", "minimum": 0},
                            "bytes_hashed": {"type": "integer", "minimum": 0},

@@ -19,7 +19,8 @@ the move throttle's `TokenBucket`), so however many partitions are due, a node r
 most that rate for scheduled scrubs, its own and those it serves.
 
 **Results.** Per node, in memory (`ScrubResults`: verdicts counted by status, the ranges,
-the repairs, the latest VERDICTS_KEPT verdicts that were not identical), on /metrics
+the repairs, the latest VERDICTS_KEPT verdicts that were not identical, and apart from the
+verdicts the scrubs `skipped`: cut short by a leadership change, nothing compared), on /metrics
 (`raftlog_scrub_scheduled_*`), in `GET /v1/admin/scrub`, and a structlog line for each
 verdict that is not identical, with the partition bound.
 """
@@ -100,37 +101,44 @@ class ScheduledScrubs:
         return SYNC_S if earliest is None else max(0.0, min(SYNC_S, earliest[0] - self._clock()))
 
     async def scrub(self, group_id: GroupId) -> ScheduledVerdict | None:
-        """One scheduled scrub of `group_id` (led here); next due one interval after it ends."""
-        assert self.schedule is not None
+        """One scheduled scrub of `group_id` (led here); next due one interval after it finishes.
+        None: skipped (not led, or cut short by a leadership change), due again soon."""
+        schedule = self.schedule
+        assert schedule is not None
         machine = self._registry.partitions.get(group_id)
         if machine is None or self._registry.leading(group_id) is None:
-            self.schedule.done(group_id, self._clock())  # led no more: the next sync drops it
+            schedule.again(group_id, self._clock(), soon=True)  # led no more: the next sync drops it
             return None
         topic, partition = machine.state.topic, machine.state.partition
         began = self._clock()
         self.running = Running(group_id=group_id, topic=topic, partition=partition, started_ms=int(began * 1000))
         try:
-            verdict = await self._verdict(group_id, topic, partition)
+            verdict = await self._scrubber.verify_partition(topic, partition, deep=True, paced=True)
+        except ClientError as error:  # NotLeader: it stopped leading, reopened its replica, or retention
+            # passed a build, meanwhile: nothing compared, nothing found; tried again soon
+            schedule.again(group_id, self._clock(), soon=True)
+            self.results.skipped += 1
+            self._logger.info("scheduled_scrub_skipped", group_id=int(group_id), topic=topic, partition=partition,
+                              detail=str(error))
+            return None
+        except Exception as error:  # one partition's failure (a bug) must never end the task
+            schedule.again(group_id, self._clock(), soon=False)  # not a scrub; not retried in a loop either
+            verdict = self._failed(topic, partition, f"{type(error).__name__}: {error}")
+        else:
+            schedule.done(group_id, self._clock())
         finally:
             self.running = None
-            self.schedule.done(group_id, self._clock())
         found = ScheduledVerdict(at_ms=int(self._clock() * 1000), seconds=max(0.0, self._clock() - began),
                                  verdict=verdict)
         self.results.add(found)
         self._log(group_id, found)
         return found
 
-    async def _verdict(self, group_id: GroupId, topic: str, partition: int) -> PartitionVerdict:
-        try:
-            return await self._scrubber.verify_partition(topic, partition, deep=True, paced=True)
-        except Exception as error:  # one partition's failure must never end the task
-            # ClientError (NotLeader): it stopped leading, reopened its replica, or retention passed
-            # a build, meanwhile; anything else is a bug, recorded with its detail, not the task's end.
-            detail = str(error) if isinstance(error, ClientError) else f"{type(error).__name__}: {error}"
-            me = self._node_id
-            return PartitionVerdict(topic=topic, partition=partition, status=UNREACHABLE, leader=me, lo=0,
-                                    high_watermark=0, replicas=(ReplicaVerdict(
-                                        node=me, status=UNREACHABLE, lo=0, hi=0, detail=detail),))
+    def _failed(self, topic: str, partition: int, detail: str) -> PartitionVerdict:
+        me = self._node_id
+        return PartitionVerdict(topic=topic, partition=partition, status=UNREACHABLE, leader=me, lo=0,
+                                high_watermark=0, replicas=(ReplicaVerdict(
+                                    node=me, status=UNREACHABLE, lo=0, hi=0, detail=detail),))
 
     def _log(self, group_id: GroupId, found: ScheduledVerdict) -> None:
         verdict = found.verdict
@@ -157,6 +165,7 @@ class ScheduledScrubs:
             "running": None if running is None else {"topic": running.topic, "partition": running.partition,
                                                      "started_ms": running.started_ms},
             "verdicts": dict(results.verdicts),
+            "skipped": results.skipped,
             "differing_ranges": results.differing_ranges,
             "repairs_started": results.repairs_started,
             "bytes_hashed": self._scrubber.trees.pace.bytes,

@@ -29,9 +29,13 @@ not line up either. Due times are wall-clock seconds (`time.time`), since anothe
 record is compared with them; a clock jump moves them, which one-at-a-time and the byte
 rate keep harmless.
 
-**At most once per interval**: a scrub's partition is next due one interval after it ends
-(`done`), whatever it found (an unreachable follower is tried again the next interval; the
-verdict is in the node's status and metrics meanwhile).
+**At most once per interval**, per node: a scrub's partition is next due one interval after
+it ends (`done`), whatever it found (an unreachable follower is tried again the next
+interval; the verdict is in the node's status and metrics meanwhile). Only a scrub that
+finished counts as one: a scrub cut short (`again`) leaves the last scrub known as it was
+and is due again, soon when it was skipped (this node stopped leading, or reopened its
+replica, or retention passed a build: within RETRY_S, at random), one interval on when it
+failed (a bug, recorded `unreachable`: not retried in a loop).
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from multiraft.node.scrubber import (
 )
 from raftlog.types import GroupId
 
+RETRY_S = 300.0  # a scrub skipped (cut short by a leadership change) is due again within this, at random
+SKIPPED = "skipped"  # a scheduled scrub cut short with nothing compared: not a verdict
 OVERDUE_SPREAD = 0.25  # an overdue partition handed over is due within this part of an interval from now
 VERDICTS_KEPT = 64  # the latest verdicts that were not identical, in memory, for the status route
 STATUSES = (IDENTICAL, BEHIND, DIFFERENT, LEADER_DAMAGED, UNREACHABLE)
@@ -108,10 +114,17 @@ class ScrubSchedule:
         return earliest[1] if earliest is not None and earliest[0] <= now else None
 
     def done(self, group_id: GroupId, now: float) -> None:
-        """A scheduled scrub of `group_id` ended (whatever it found): next due one interval on."""
+        """A scheduled scrub of `group_id` finished (whatever it found): next due one interval on."""
         self._last[group_id] = now
         if group_id in self._due:
             self._push(group_id, now + self.interval_s)
+
+    def again(self, group_id: GroupId, now: float, *, soon: bool) -> None:
+        """A scheduled scrub of `group_id` was cut short: not a scrub (the last one known stays).
+        `soon`: due again within RETRY_S (at most an interval), at random; else one interval on."""
+        if group_id in self._due:
+            after = self._rng.uniform(0.5, 1.0) * min(RETRY_S, self.interval_s) if soon else self.interval_s
+            self._push(group_id, now + after)
 
     def note_scrubbed(self, group_id: GroupId, at: float) -> None:
         """This node's replica of `group_id` was read whole for a verify (led or served here):
@@ -156,6 +169,7 @@ class ScrubResults:
     verdicts: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
     differing_ranges: int = 0
     repairs_started: int = 0
+    skipped: int = 0  # cut short with nothing compared (a leadership change): not a verdict
     seconds: float = 0.0  # spent in scheduled scrubs, summed
     latest: collections.deque[ScheduledVerdict] = dataclasses.field(
         default_factory=lambda: collections.deque(maxlen=VERDICTS_KEPT))

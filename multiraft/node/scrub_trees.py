@@ -203,10 +203,11 @@ class ReplicaTrees:
         lo, hi = self.span(group_id, _int(request, "lo"), _int(request, "hi"))
         # Absent from an earlier version's leader, whose verify read every segment: so does this.
         deep = request.get("deep", True) is not False
-        if deep:
-            self.read_whole(group_id)
         paced = request.get("paced") is True  # a scheduled scrub's: within this node's scrub rate
-        return (await self.build(group_id, lo, hi, fresh=True, deep=deep, paced=paced)).summary()
+        built = await self.build(group_id, lo, hi, fresh=True, deep=deep, paced=paced)
+        if deep:
+            self.read_whole(group_id)  # once read: a build cut short (reopen, retention) is no scrub
+        return built.summary()
 
     async def _nodes_call(self, body: bytes) -> dict[str, Any]:
         request = _request(body)

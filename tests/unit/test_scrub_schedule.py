@@ -20,7 +20,7 @@ from typing import Any
 
 from multiraft.node.move_throttle import BytePace
 from multiraft.node.scheduled_scrubs import SYNC_S, ScheduledScrubs
-from multiraft.node.scrub_schedule import OVERDUE_SPREAD, VERDICTS_KEPT, ScrubSchedule
+from multiraft.node.scrub_schedule import OVERDUE_SPREAD, RETRY_S, VERDICTS_KEPT, ScrubSchedule
 from multiraft.node.scrubber import (
     DIFFERENT,
     IDENTICAL,
@@ -168,7 +168,7 @@ class _Logger:
     def debug(self, event: str, **fields: Any) -> None:
         self.lines.append((event, {**self.bound, **fields}))
 
-    warning = debug
+    info = warning = debug
 
 
 def _verdict(group_id: GroupId, status: str) -> PartitionVerdict:
@@ -227,7 +227,8 @@ def test_an_idle_runner_touches_no_group() -> None:
 def test_the_runner_scrubs_one_at_a_time_counts_and_logs() -> None:
     # Goal: every due partition is verified deep and paced, one at a time; verdicts are
     # counted by status, the ones not identical kept (newest first, bounded) and logged
-    # with the partition bound; a leader that lost its lead mid-scrub is `unreachable`.
+    # with the partition bound; a leader that lost its lead mid-scrub is `skipped`, not a
+    # verdict (no follower was found unreachable), due again soon, not counted as scrubbed.
     groups = _groups(VERDICTS_KEPT + 10)
     statuses = {int(g): DIFFERENT for g in groups[:VERDICTS_KEPT + 5]}
     statuses[int(groups[-1])] = "not_leader"
@@ -246,17 +247,22 @@ def test_the_runner_scrubs_one_at_a_time_counts_and_logs() -> None:
     assert len(scrubber.calls) == len(groups) and scrubber.most_at_once == 1
     assert all(deep and paced for _, _, deep, paced in scrubber.calls)
     results = runner.results
-    assert results.verdicts[DIFFERENT] == VERDICTS_KEPT + 5 and results.verdicts[UNREACHABLE] == 1
+    assert results.verdicts[DIFFERENT] == VERDICTS_KEPT + 5 and results.verdicts[UNREACHABLE] == 0
     assert results.verdicts[IDENTICAL] == 4 and results.repairs_started == VERDICTS_KEPT + 5
-    assert len(results.latest) == VERDICTS_KEPT
+    assert results.skipped == 1 and len(results.latest) == VERDICTS_KEPT
     status = runner.status()
     assert status["interval_s"] == INTERVAL_S and status["partitions_scheduled"] == len(groups)
-    last_found = [p for _, p, _, _ in scrubber.calls if statuses.get(p, IDENTICAL) != IDENTICAL][-1]
+    assert status["skipped"] == 1 and UNREACHABLE in status["verdicts"] and "skipped" not in status["verdicts"]
+    last_found = [p for _, p, _, _ in scrubber.calls if statuses.get(p, IDENTICAL) not in (IDENTICAL, "not_leader")][-1]
     assert status["latest_not_identical"][0]["partition"] == last_found, "newest first"
-    assert status["next_due_ms"] == int((NOW + 2 * INTERVAL_S) * 1000) and status["running"] is None
+    skipped_due = runner.schedule.due_at(groups[-1])  # type: ignore[union-attr]
+    assert skipped_due is not None and NOW + INTERVAL_S < skipped_due <= NOW + INTERVAL_S + RETRY_S
+    assert status["next_due_ms"] == int(skipped_due * 1000) and status["running"] is None
+    assert groups[-1] not in runner.schedule._last, "a skipped scrub is no scrub"  # type: ignore[union-attr]
     found = [fields for event, fields in lines if event == "scheduled_scrub_found"]
-    assert len(found) == VERDICTS_KEPT + 6
+    assert len(found) == VERDICTS_KEPT + 5
     assert {"group_id", "topic", "partition", "status", "ranges", "repair_started"} <= set(found[0])
+    assert [fields["partition"] for event, fields in lines if event == "scheduled_scrub_skipped"] == [int(groups[-1])]
     assert runner.step() is None, "each at most once per interval"
 
 
@@ -311,3 +317,34 @@ def test_a_failed_scrub_is_recorded_and_the_task_goes_on() -> None:
     assert runner.results.verdicts[UNREACHABLE] == 1 and runner.results.verdicts[IDENTICAL] == 2
     (failed,) = runner.status()["latest_not_identical"]
     assert failed["replicas"][0]["detail"] == "AssertionError: index 1 precedes every segment"
+    schedule = runner.schedule
+    assert schedule is not None and groups[0] not in schedule._last, "a failed scrub is no scrub"
+    assert groups[1] in schedule._last and groups[2] in schedule._last
+    due = schedule.due_at(groups[0])
+    assert due is not None and due >= NOW + 2 * INTERVAL_S, "not retried in a loop: one interval on"
+
+
+def test_only_a_finished_scrub_counts() -> None:
+    # Goal: a scrub cut short (the group not led when its turn came, or skipped mid-walk) leaves
+    # the last scrub known as it was (a new sync of the group after a handover would start
+    # from it) and is due again within RETRY_S; a finished one is due one interval on.
+    schedule = ScrubSchedule(INTERVAL_S, random.Random(10))
+    a, b = _groups(2)
+    schedule.sync([a, b], {a, b}, NOW)
+    schedule.done(a, NOW + 1)
+    schedule.again(a, NOW + 2, soon=True)
+    due = schedule.due_at(a)
+    assert schedule._last[a] == NOW + 1 and due is not None and NOW + 2 < due <= NOW + 2 + RETRY_S
+    schedule.again(b, NOW + 3, soon=False)
+    assert b not in schedule._last and schedule.due_at(b) == NOW + 3 + INTERVAL_S
+    schedule.sync([b], {a, b}, NOW + 4)
+    schedule.again(a, NOW + 5, soon=True)  # led no more: nothing to reschedule
+    assert schedule.due_at(a) is None and schedule._last[a] == NOW + 1
+    registry = _Registry([a])
+    runner = ScheduledScrubs(1, _Scrubber({}), registry, ScrubSchedule(INTERVAL_S, random.Random(11)),  # type: ignore[arg-type]
+                             _Logger([]), clock=lambda: NOW)
+    runner.step()
+    del registry.led.items_[a]  # its turn comes, but this node no longer leads it (not synced yet)
+    assert asyncio.run(runner.scrub(a)) is None
+    assert runner.schedule is not None and a not in runner.schedule._last
+    assert NOW < (runner.schedule.due_at(a) or 0) <= NOW + RETRY_S

@@ -175,6 +175,11 @@ def test_a_store_changed_during_a_paced_wait_gives_the_retriable_error(served, c
     with pytest.raises(NotLeader, match="retention passed" if change == "retention" else "reopened"):
         asyncio.run(trees.build(GROUP, 0, end - 300, fresh=True, deep=True, paced=True))
     trees._registry.stores[GROUP] = store
+    # Served to a leader: the answer is the retriable error, and the replica does not count
+    # as read whole for the schedule (only a build that finished does).
+    told: list[GroupId] = []
+    trees.read_whole = told.append
     trees.pace, _ = _in_debt_pace(lambda: store.compact(Index(30)) if change == "retention" else None)
     status, body = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deep": True, "paced": True})
     assert (status != STATUS_OK and body["error_code"] == "LEADER_NOT_AVAILABLE") == (change == "retention")
+    assert told == ([] if change == "retention" else [GROUP])
