@@ -14,14 +14,16 @@ scrubber as by a mirror's full sync (multiraft/node/mirror_trees.py serves the s
 side with the same bound).
 
 RPCs (JSON bodies, digests in hex):
-- `scrub.tree` {group_id, lo, hi, deep?, paced?} -> {lo, hi, depth, root, damaged}: the span
+- `scrub.tree` {group_id, lo, hi, deep?, paced?, deadline_s?} -> {lo, hi, depth, root, damaged}: the span
   is cut to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
   watermark (a replica behind answers a shorter span: "behind", not "different"), and
   to `SPAN_LEAVES_MAX` leaves from `lo`'s; `deep` reads every closed segment of the span
   instead of its tree sidecar; absent (an earlier version's leader, whose builds read
   everything) it is true, `false` takes the sidecars; `paced` (a scheduled scrub's call,
   multiraft/node/scheduled_scrubs.py) reads through this node's scrub byte rate; absent,
-  or from an earlier version's leader, at full speed as before;
+  or from an earlier version's leader, at full speed as before; `deadline_s`: the leader's
+  timeout for the call, the build's bound here (past it: `Timeout`, and the build stops
+  drawing from the rate); absent (an earlier version's leader), unbounded as before;
 - `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree (a
   span over the leaf bound is refused);
 - `scrub.repair` {group_id} -> {started}: the repair a damaged read starts
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from multiraft.errors import InvalidRequest
+from multiraft.errors import InvalidRequest, Timeout
 from multiraft.node.move_throttle import BytePace
 from multiraft.node.tree_sidecars import SidecarWriter
 from multiraft.transport.rpc import Rpc, answer
@@ -204,7 +206,16 @@ class ReplicaTrees:
         # Absent from an earlier version's leader, whose verify read every segment: so does this.
         deep = request.get("deep", True) is not False
         paced = request.get("paced") is True  # a scheduled scrub's: within this node's scrub rate
-        built = await self.build(group_id, lo, hi, fresh=True, deep=deep, paced=paced)
+        # The asking leader's own timeout for this call: past it nobody reads the answer, and a
+        # paced build would go on drawing from this node's scrub rate (the RPC server cancels no
+        # handler). Absent (an earlier version's leader): no bound here, as before.
+        deadline_s = _deadline_s(request)
+        try:
+            async with asyncio.timeout(deadline_s):
+                built = await self.build(group_id, lo, hi, fresh=True, deep=deep, paced=paced)
+        except TimeoutError:
+            raise Timeout(f"group {group_id}: the tree of [{lo}, {hi}) was not built within the "
+                          f"{deadline_s} s the leader waits; ask again") from None
         if deep:
             self.read_whole(group_id)  # once read: a build cut short (reopen, retention) is no scrub
         return built.summary()
@@ -245,6 +256,15 @@ def _int(request: dict[str, Any], name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidRequest(f"{name}: a non-negative integer")
     return value
+
+
+def _deadline_s(request: dict[str, Any]) -> float | None:
+    value = request.get("deadline_s")
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e6:
+        raise InvalidRequest("deadline_s: seconds, a positive number")
+    return float(value)
 
 
 def _encode(value: dict[str, Any]) -> bytes:

@@ -39,7 +39,8 @@ the reference for anyone: it starts its own repair and no follower is touched.
 A scheduled scrub (multiraft/node/scheduled_scrubs.py) is a deep verify run by the leader
 on its own, **paced**: every build of it, the leader's and each follower's (`paced` in
 `scrub.tree`), reads through its node's scrub byte rate, and a follower's call may take as
-long as its share of that rate needs (`_tree_call_timeout_s`).
+long as its share of that rate needs (`_tree_call_timeout_s`); every tree call sends that
+timeout as `deadline_s`, where the follower's build stops (the RPC server cancels no handler).
 
 The node that takes `POST /v1/admin/verify` walks the partitions in catalog order,
 at most `PARTITIONS_PER_CALL` a call, each on its leader (over `scrub.verify` when
@@ -354,8 +355,10 @@ class Scrubber:
         where this leader starts now."""
         asked = lo
         for _ in range(TREE_ASKS_MAX):
-            # An earlier version ignores `deep` (it reads every segment anyway) and `paced`.
-            request = {"group_id": lead.group_id, "lo": asked, "hi": hi, "deep": mode.deep}
+            # An earlier version ignores `deep` (it reads every segment anyway), `paced` and
+            # `deadline_s` (this call's timeout: the follower's build stops when this leader stops waiting).
+            request = {"group_id": lead.group_id, "lo": asked, "hi": hi, "deep": mode.deep,
+                       "deadline_s": mode.timeout_s}
             if mode.paced:
                 request["paced"] = True
             summary = json.loads(await self._call(node, "scrub.tree", request, mode.timeout_s))

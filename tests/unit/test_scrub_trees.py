@@ -183,3 +183,23 @@ def test_a_store_changed_during_a_paced_wait_gives_the_retriable_error(served, c
     status, body = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deep": True, "paced": True})
     assert (status != STATUS_OK and body["error_code"] == "LEADER_NOT_AVAILABLE") == (change == "retention")
     assert told == ([] if change == "retention" else [GROUP])
+
+
+def test_a_tree_call_stops_at_the_deadline_the_leader_sent(served) -> None:
+    # Goal: a paced follower build waiting on its node's scrub rate stops at the request's
+    # `deadline_s` (the leader's timeout for the call) with the retriable Timeout, drawing no
+    # more from the rate and not counted as a read of the whole replica; the handler is not
+    # left running after the leader stopped waiting (the RPC server cancels no handler).
+    rpc, trees, _, end = served
+    trees.pace = BytePace(64 << 10)  # the real clock and sleep: the debt below is 1024 s
+    trees.pace.spent(64 << 20)
+    told: list[GroupId] = []
+    trees.read_whole = told.append
+    body = json.dumps({"group_id": GROUP, "lo": 0, "hi": end, "deep": True, "paced": True,
+                       "deadline_s": 0.05}).encode()
+    status, answer = asyncio.run(asyncio.wait_for(rpc.handlers["scrub.tree"](2, body), 10))
+    assert status != STATUS_OK and json.loads(answer)["error_code"] == "TIMEOUT"
+    assert trees.pace.bytes == 64 << 20 and told == []
+    for bad in (0, -1, "1", True):
+        status, answer = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deadline_s": bad})
+        assert status != STATUS_OK and answer["error_code"] == "INVALID_REQUEST"
