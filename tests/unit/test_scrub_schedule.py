@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import time
 from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -52,7 +51,10 @@ def test_a_restart_spreads_first_due_times_over_the_interval() -> None:
         assert due is not None
         tenths[int((due - NOW) / INTERVAL_S * 10)] += 1
     assert all(800 < count < 1200 for count in tenths), tenths
-    assert schedule.due_now(NOW) is None or sum(1 for d in dues if d is not None and d <= NOW) >= 1
+    earliest = min(d for d in dues if d is not None)
+    assert earliest > NOW and schedule.due_now(NOW) is None, "none due at the restart itself"
+    assert schedule.next_due() == (earliest, led[dues.index(earliest)])
+    assert schedule.due_now(earliest) == led[dues.index(earliest)], "the first one is due at its time"
 
 
 def test_one_at_a_time_and_at_most_once_per_interval() -> None:
@@ -218,10 +220,8 @@ def test_an_idle_runner_touches_no_group() -> None:
     assert runner.wait_s() == SYNC_S
     registry.led_version += 1
     del registry.led.items_[groups[0]]
-    began = time.perf_counter()
     runner.step()
-    assert time.perf_counter() - began < 0.2, "a sync is one pass (about 5 ms at 10,000), never quadratic"
-    assert registry.led.passes == 2 and len(runner.schedule or ()) == 9_999
+    assert registry.led.passes == 2 and len(runner.schedule or ()) == 9_999, "a change: one pass over them"
 
 
 def test_the_runner_scrubs_one_at_a_time_counts_and_logs() -> None:
