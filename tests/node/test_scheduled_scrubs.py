@@ -58,7 +58,7 @@ async def test_a_short_interval_finds_a_flipped_follower_segment_and_repairs_it(
         await until(lambda: _scheduled(nodes, "identical") >= identical + 4, "later scrubs ran", 30)
         assert _scheduled(nodes, "different") == different, "once repaired, identical"
         assert all(n.scrubber.partitions_verified <= sum(n.scheduled_scrubs.results.verdicts.values()) for n in nodes), \
-            "no verify but the scheduled ones (a scrub whose leader moved under it counts unreachable only)"
+            "no verify but the scheduled ones (a scrub whose leader moved under it is skipped, not counted)"
 
         finder = next(n for n in nodes if n.scheduled_scrubs.results.verdicts["different"])
         finds = finder.scheduled_scrubs.results.verdicts["different"]  # 2 if a scrub came before the refill
