@@ -326,7 +326,10 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
 
 
 def _integer(name: str, value: Any) -> int:
-    """A whole number from a flag (already one) or a TOML value, else a ConfigError naming it."""
+    """A whole number from a flag (already one) or a TOML value, else a ConfigError naming it.
+    A TOML float that is a whole number (`tick_ms = 50.0`) is one, as it always was."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ConfigError(f"{name}: a whole number, got {value!r}")
     try:

@@ -88,6 +88,21 @@ def test_scheduled_scrub_settings(tmp_path: Path) -> None:
             load_config(_parse([*_base(tmp_path), "--config", str(path)]))
 
 
+def test_integer_settings_take_whole_floats_and_refuse_fractions(tmp_path: Path) -> None:
+    # Goal: a TOML float that is a whole number is taken for any integer setting, as before
+    # the scheduled-scrub settings came (`tick_ms = 50.0`); a fraction, or inf, refuses the
+    # start with a ConfigError naming the setting.
+    path = tmp_path / "node.toml"
+    path.write_text("tick_ms = 50.0\nscrub_interval_s = 86400.0\n")
+    config = load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+    assert (config.tick_ms, config.scrub_interval_s) == (50, 86_400) and isinstance(config.tick_ms, int)
+    for text, setting in (("tick_ms = 1.5", "tick_ms"), ("segment_bytes_max = inf", "segment_bytes_max"),
+                          ("scrub_bytes_per_s = nan", "scrub_bytes_per_s")):
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=setting):
+            load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+
+
 @pytest.mark.parametrize(
     ("extra", "setting"),
     [
