@@ -30,7 +30,7 @@ record is compared with them; a clock jump moves them, which one-at-a-time and t
 rate keep harmless.
 
 **At most once per interval**, per node: a scrub's partition is next due one interval after
-it ends (`done`), whatever it found (an unreachable follower is tried again the next
+it finishes (`done`), whatever it found (an unreachable follower is tried again the next
 interval; the verdict is in the node's status and metrics meanwhile). Only a scrub that
 finished counts as one: a scrub cut short (`again`) leaves the last scrub known as it was
 and is due again, soon when it was skipped (this node stopped leading, or reopened its
@@ -58,7 +58,6 @@ from multiraft.node.scrubber import (
 from raftlog.types import GroupId
 
 RETRY_S = 300.0  # a scrub skipped (cut short by a leadership change) is due again within this, at random
-SKIPPED = "skipped"  # a scheduled scrub cut short with nothing compared: not a verdict
 OVERDUE_SPREAD = 0.25  # an overdue partition handed over is due within this part of an interval from now
 VERDICTS_KEPT = 64  # the latest verdicts that were not identical, in memory, for the status route
 STATUSES = (IDENTICAL, BEHIND, DIFFERENT, LEADER_DAMAGED, UNREACHABLE)
