@@ -19,6 +19,10 @@ from multiraft.cli.launcher import LocalCluster
 RAFT_PORT = 7100
 HTTP_PORT = 8080
 TICK_MS = 50  # election timeout 10 ticks = 500 ms: pauses of 1-6 s outlast it
+# Every node's (the source's and a mirror's sink cluster's): no scheduled scrubs (on by default,
+# docs/mirror.md "Scheduled scrubs"), whose random first due times and repairs would make a run,
+# a negative control above all, depend on more than its seed and its faults.
+NODE_ARGS = ("--tick-ms", str(TICK_MS), "--scrub-interval-s", "0")
 
 
 class ChaosCluster:
@@ -28,7 +32,7 @@ class ChaosCluster:
         `first_host`: node 1's address is 127.0.0.<first_host> (a mirror's sink cluster:
         chaos/mirror.py); `name`: what labels start with (`n2#3`; the sink's `s2#1`)."""
         self.local = LocalCluster(directory, nodes, raft_port=RAFT_PORT, http_port=HTTP_PORT,
-                                  extra_args=("--tick-ms", str(TICK_MS), *extra_args), node_env=node_env,
+                                  extra_args=(*NODE_ARGS, *extra_args), node_env=node_env,
                                   first_host=first_host)
         self.name = name
         self.ids = [n.node_id for n in self.local.nodes]

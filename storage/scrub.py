@@ -219,6 +219,12 @@ class ReplicaTreeBuilder:
     def done(self) -> bool:
         return self._next is None
 
+    @property
+    def next_index(self) -> Index | None:
+        """The entry the next slice reads first (None: done). Retention moving the log's first
+        index past it leaves the build nothing to read: the caller checks between slices."""
+        return self._next
+
     def step(self, entries_max: int = SLICE_ENTRIES, bytes_max: int = SLICE_BYTES) -> bool:
         """Hash up to `entries_max` entries (or `bytes_max` bytes); True when the tree is whole."""
         if self._next is None:

@@ -67,6 +67,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("DELETE", "/v1/groups/{group}/members/{member}", members.leave),
     ("POST", "/v1/admin/leadership/balance", admin.balance_leadership),
     ("POST", "/v1/admin/verify", admin.verify),
+    ("GET", "/v1/admin/scrub", admin.scrub_status),
     ("POST", "/v1/admin/nodes", nodes.add_node),
     ("POST", "/v1/admin/nodes/{node}/drain", live_ops.drain),
     ("DELETE", "/v1/admin/nodes/{node}/drain", live_ops.undrain),

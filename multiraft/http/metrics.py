@@ -28,7 +28,7 @@ from multiraft.node.api import TransportRefusal, TransportStats
 from raftlog.messages import Role
 
 if TYPE_CHECKING:
-    from multiraft.node.api import NodeApi
+    from multiraft.node.api import NodeApi, ScrubCounts
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ROLES = {Role.FOLLOWER: 0, Role.PRE_CANDIDATE: 1, Role.CANDIDATE: 2, Role.LEADER: 3}
@@ -189,6 +189,7 @@ class NodeCollector(Collector):
                                   value=scrub.repairs_started)
         yield CounterMetricFamily("raftlog_scrub_bytes_hashed", "stored batch bytes hashed into tictac trees here",
                                   value=scrub.bytes_hashed)
+        yield from _scheduled_scrubs(scrub)
         sidecars = scrub.sidecars  # closed segments' tree sidecars (docs/mirror.md "Incremental trees")
         for name, what in (("written", "tree sidecars written (after a build, and by the warmer)"),
                            ("write_failures", "tree sidecar writes that failed (the segment is read instead)"),
@@ -219,6 +220,30 @@ class NodeCollector(Collector):
             yield GaugeMetricFamily(f"raftlog_transport_{name}", f"transport {name.replace('_', ' ')}",
                                     value=getattr(stats, name))
         yield from _transport_connections(stats)
+
+
+def _scheduled_scrubs(scrub: ScrubCounts) -> Iterator[Metric]:
+    """Scheduled scrubs led here (docs/mirror.md "Scheduled scrubs"): by verdict, never by
+    partition, so the series are bounded at any partition count."""
+    scheduled = scrub.scheduled
+    verdicts = CounterMetricFamily("raftlog_scrub_scheduled_verifies", "scheduled scrubs this node led, by verdict",
+                                   labels=["verdict"])
+    for verdict, count in scheduled.verdicts.items():
+        verdicts.add_metric([verdict], count)
+    yield verdicts
+    yield CounterMetricFamily("raftlog_scrub_scheduled_skipped", "scheduled scrubs led here cut short by a leadership "
+                              "change, reopen or retention, nothing compared (not a verdict)", value=scheduled.skipped)
+    yield CounterMetricFamily("raftlog_scrub_scheduled_differing_ranges",
+                              "differing offset ranges scheduled scrubs led here found", value=scheduled.differing_ranges)
+    yield CounterMetricFamily("raftlog_scrub_scheduled_repairs_started",
+                              "replica repairs scheduled scrubs led here started", value=scheduled.repairs_started)
+    yield CounterMetricFamily("raftlog_scrub_scheduled_seconds", "time spent in scheduled scrubs led here",
+                              value=scheduled.seconds)
+    yield CounterMetricFamily("raftlog_scrub_scheduled_bytes_hashed",
+                              "bytes read within the scrub byte rate here: scheduled scrubs led and served",
+                              value=scrub.paced_bytes_hashed)
+    yield GaugeMetricFamily("raftlog_scrub_scheduled_partitions", "partitions led here with a scrub due time",
+                            value=scrub.scheduled_partitions)
 
 
 def _transport_connections(stats: TransportStats) -> Iterator[Metric]:

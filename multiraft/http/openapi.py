@@ -377,6 +377,30 @@ _PATHS: dict[str, Any] = {
                            "next_start": {"type": ["integer", "null"]},
                            "all_identical": {"type": "boolean"}}}),
                       **_errors(400, 404, 415, 416, 504)}}},
+    "/v1/admin/scrub": {"get": {
+        "summary": "this node's scheduled scrubs (admin): each partition it leads deep-verified once per "
+                   "scrub_interval_s, one at a time, within scrub_bytes_per_s; verdicts counted, the latest "
+                   "that were not identical (at most 64), node-local: ask each node",
+        "responses": {"200": _ok("the schedule and what it found", {
+            "type": "object", "required": ["node", "interval_s", "bytes_per_s", "partitions_scheduled", "next_due_ms",
+                                           "running", "verdicts", "skipped", "differing_ranges", "repairs_started",
+                                           "bytes_hashed", "latest_not_identical"],
+            "properties": {"node": {"type": "integer", "minimum": 1},
+                           "interval_s": {"type": ["integer", "null"], "description": "null: off"},
+                           "bytes_per_s": {"type": "integer", "minimum": 0},
+                           "partitions_scheduled": {"type": "integer", "minimum": 0},
+                           "next_due_ms": {"type": ["integer", "null"]},
+                           "running": {"type": ["object", "null"], "required": ["topic", "partition", "started_ms"]},
+                           "verdicts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+                           "skipped": {"type": "integer", "minimum": 0,
+                                       "description": "cut short by a leadership change: not a verdict"},
+                           "differing_ranges": {"type": "integer", "minimum": 0},
+                           "repairs_started": {"type": "integer", "minimum": 0},
+                           "bytes_hashed": {"type": "integer", "minimum": 0},
+                           "latest_not_identical": {"type": "array", "maxItems": 64, "items": {
+                               "type": "object", "required": ["at_ms", "seconds", "topic", "partition", "status",
+                                                              "ranges", "repair_started", "replicas"]}}}}),
+                      **_errors()}}},
     "/v1/admin/nodes": {"post": {
         "summary": "admit a node started with --join (registers it, adds it as a metadata learner); the body is "
                    "signed with the cluster secret (Raftlog-Timestamp, Raftlog-Signature), else 403",

@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     from multiraft.node.produce import Produce
     from multiraft.node.registry import GroupRegistry
     from multiraft.node.routing import Routing
+    from multiraft.node.scheduled_scrubs import ScheduledScrubs
+    from multiraft.node.scrub_schedule import ScrubResults
     from multiraft.node.scrubber import Scrubber
     from multiraft.node.ticker import Ticker
     from multiraft.node.unsafe import ChaosHooks
@@ -156,6 +158,9 @@ class ScrubCounts:
     repairs_started: int
     bytes_hashed: int
     sidecars: SidecarCounts  # closed segments' tree sidecars (multiraft/node/tree_sidecars.py)
+    scheduled: ScrubResults  # scheduled scrubs led here (multiraft/node/scheduled_scrubs.py)
+    scheduled_partitions: int  # partitions led here with a due time (0: scheduled scrubs off)
+    paced_bytes_hashed: int  # read within the scrub byte rate here: scheduled scrubs led and served
 
 
 class NodeApi:
@@ -166,6 +171,7 @@ class NodeApi:
                  latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber,
                  throttle: MoveThrottle, mirrors: MirrorLinks, trees: PartitionTrees,
+                 scheduled_scrubs: ScheduledScrubs,
                  catchup_counts: Callable[[], dict[str, int]] = dict) -> None:
         self.id = config.node_id
         self.config = config
@@ -182,6 +188,7 @@ class NodeApi:
         self._transport = transport
         self.balance_leaders = balance_leaders
         self._scrubber = scrubber
+        self._scheduled_scrubs = scheduled_scrubs
         self._throttle = throttle
         self._catchup_counts = catchup_counts
         # Entry points, as the services define them.
@@ -331,7 +338,15 @@ class NodeApi:
         scrubber = self._scrubber
         return ScrubCounts(partitions_verified=scrubber.partitions_verified, ranges_found=scrubber.ranges_found,
                            repairs_started=scrubber.repairs_started, bytes_hashed=scrubber.trees.bytes_hashed,
-                           sidecars=dataclasses.replace(scrubber.trees.sidecars.counts))
+                           sidecars=dataclasses.replace(scrubber.trees.sidecars.counts),
+                           scheduled=self._scheduled_scrubs.results,
+                           scheduled_partitions=len(self._scheduled_scrubs.schedule or ()),
+                           paced_bytes_hashed=scrubber.trees.pace.bytes)
+
+    def scrub_status(self) -> dict[str, Any]:
+        """This node's scheduled scrubs: the schedule, the counts, the latest verdicts that were
+        not identical (GET /v1/admin/scrub; docs/mirror.md "Scheduled scrubs")."""
+        return {"node": int(self.id), **self._scheduled_scrubs.status()}
 
     # ------------------------------------------------------------------ entry points
 

@@ -34,6 +34,18 @@ from multiraft.node.move_throttle import (
 from raftlog.types import NodeId
 from storage.config import FlushPolicy
 
+# Scheduled scrubs. A week, as Ceph's osd_deep_scrub_interval: rot in a closed segment is
+# found within a week of a replica's last read, at a cost spread thin (a seventh of a day's
+# reads at the default rate for a node holding 1 TiB). On by default, as Riak's AAE and
+# Ceph's deep scrub are: a cluster nobody verifies should still find its rot.
+SCRUB_INTERVAL_S_DEFAULT = 7 * 86_400
+SCRUB_INTERVAL_S_MIN = 1  # tests: one scrub at a time under the byte rate bounds the cost of any interval
+SCRUB_INTERVAL_S_MAX = 365 * 86_400
+# 16 MiB/s: about 2 % of a core at the ~950 MB/s a build hashes here (docs/mirror.md), a quarter
+# of the sidecar warmer's rate; 1 TiB is read in under a day.
+SCRUB_BYTES_PER_S_DEFAULT = 16 * 1024 * 1024
+SCRUB_BYTES_PER_S_MIN = 64 * 1024  # no "no limit": a scheduled scrub must never compete with produce
+
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message names it."""
@@ -83,6 +95,13 @@ class NodeConfig:
     # Bytes/s the tree sidecar warmer reads and hashes of closed segments in the background
     # (multiraft/node/tree_sidecars.py); 0: no limit.
     tree_sidecar_bytes_per_s: int = 64 * 1024 * 1024
+    # Scheduled scrubs (multiraft/node/scheduled_scrubs.py, docs/mirror.md "Scheduled scrubs"):
+    # each partition this node leads is deep-verified against its followers once per
+    # `scrub_interval_s` (0: never, on demand only), one partition at a time, every build of
+    # them (this node's, and the follower builds other leaders' scheduled scrubs ask of it)
+    # read through one token bucket of `scrub_bytes_per_s`.
+    scrub_interval_s: int = SCRUB_INTERVAL_S_DEFAULT
+    scrub_bytes_per_s: int = SCRUB_BYTES_PER_S_DEFAULT
     # A follower this many entries behind its leader, or lacking this many bytes of its
     # closed segments, catches up by whole segment files (far horizon, multiraft/node/
     # catchup_leader.py), not by appends; 0 turns either test off (both 0: never).
@@ -140,6 +159,12 @@ class NodeConfig:
             raise ConfigError(f"replica_move_bytes_per_s: 0 (no limit) to {REPLICA_MOVE_BYTES_PER_S_MAX}")
         if not 0 <= self.tree_sidecar_bytes_per_s <= REPLICA_MOVE_BYTES_PER_S_MAX:
             raise ConfigError(f"tree_sidecar_bytes_per_s: 0 (no limit) to {REPLICA_MOVE_BYTES_PER_S_MAX}")
+        if self.scrub_interval_s != 0 and not SCRUB_INTERVAL_S_MIN <= self.scrub_interval_s <= SCRUB_INTERVAL_S_MAX:
+            raise ConfigError(f"scrub_interval_s: 0 (never: on demand only) or {SCRUB_INTERVAL_S_MIN} to "
+                              f"{SCRUB_INTERVAL_S_MAX} s (default {SCRUB_INTERVAL_S_DEFAULT}, a week)")
+        if not SCRUB_BYTES_PER_S_MIN <= self.scrub_bytes_per_s <= REPLICA_MOVE_BYTES_PER_S_MAX:
+            raise ConfigError(f"scrub_bytes_per_s: {SCRUB_BYTES_PER_S_MIN} to {REPLICA_MOVE_BYTES_PER_S_MAX} "
+                              f"(default {SCRUB_BYTES_PER_S_DEFAULT}, 16 MiB/s)")
         if self.far_catchup_lag_entries < 0 or self.far_catchup_lag_bytes < 0:
             raise ConfigError("far_catchup_lag_entries, far_catchup_lag_bytes: 0 (off) or a positive number")
         if self.leader_balance_target_live_ms < 0 or self.leader_balance_settle_ms < 0:
@@ -214,6 +239,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-secret-file", type=Path)
     parser.add_argument("--tick-ms", type=int)
     parser.add_argument("--flush", help="fsync (default), interval_ms=N or none")
+    parser.add_argument("--scrub-interval-s", type=int,
+                        help="deep-verify each partition led here this often (default a week; 0: on demand only)")
+    parser.add_argument("--scrub-bytes-per-s", type=int,
+                        help="bytes/s the scheduled scrubs read on this node (default 16 MiB/s)")
     parser.add_argument("--admin-token-file", type=Path,
                         help="turns on HTTP bearer-token auth; the same file on every node")
     parser.add_argument("--http-allowed-origins",
@@ -285,14 +314,28 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
             values[name] = Path(settings[name])
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
                  "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms",
-                 "replica_move_bytes_per_s", "tree_sidecar_bytes_per_s", "far_catchup_lag_entries",
+                 "replica_move_bytes_per_s", "tree_sidecar_bytes_per_s", "scrub_interval_s", "scrub_bytes_per_s",
+                 "far_catchup_lag_entries",
                  "far_catchup_lag_bytes", "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms",
                  "leader_balance_target_live_ms", "leader_balance_settle_ms", "leader_transfers_in_flight_max"):
         if name in settings:
-            values[name] = settings[name] if name == "rack" else int(settings[name])
+            values[name] = settings[name] if name == "rack" else _integer(name, settings[name])
     config = NodeConfig(**values)
     check_tls_files(config)
     return config
+
+
+def _integer(name: str, value: Any) -> int:
+    """A whole number from a flag (already one) or a TOML value, else a ConfigError naming it.
+    A TOML float that is a whole number (`tick_ms = 50.0`) is one, as it always was."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"{name}: a whole number, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{name}: a whole number, got {value!r}") from None
 
 
 def _admin_token(path: str | Path | None) -> bytes:

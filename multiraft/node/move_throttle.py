@@ -46,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raftlog.messages import Message, MessageType, entries_size_bytes
@@ -83,6 +83,36 @@ class TokenBucket:
 
     def take(self, size: int) -> None:
         self._tokens -= size
+
+
+class BytePace:
+    """A node's byte rate for a background read (the tree sidecar warmer, scheduled scrubs):
+    a slice waits while the bucket is in debt, then takes what it read. Readers sharing one
+    `BytePace` share its rate (several may start a slice at once: the debt they leave is
+    waited off by the next ones, so the long-run rate holds)."""
+
+    def __init__(self, bytes_per_s: int, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """`clock`, `sleep`: the loop's, unless a test gives a fake pair."""
+        assert bytes_per_s >= 0, bytes_per_s
+        self.rate = bytes_per_s  # 0: no limit
+        self._clock = clock
+        self._sleep = sleep
+        self._bucket = TokenBucket(clock())
+        self.bytes = 0  # taken through this pace, ever
+
+    async def ready(self) -> None:
+        """Until the next slice may start (at once without a limit)."""
+        if self.rate <= 0:
+            return
+        while (wait_s := self._bucket.wait_s(self.rate, self._clock())) > 0:
+            await self._sleep(wait_s)
+
+    def spent(self, size: int) -> None:
+        assert size >= 0, size
+        self.bytes += size
+        if self.rate > 0:
+            self._bucket.take(size)
 
 
 THROTTLED_TYPES = frozenset({MessageType.APPEND, MessageType.HEARTBEAT})

@@ -23,6 +23,8 @@ The chaos runner's switches (`unsafe.py`) are turned into collaborators here, on
 from __future__ import annotations
 
 import asyncio
+import random
+import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -52,13 +54,15 @@ from multiraft.node.mirror_links import MirrorLinks
 from multiraft.node.mirror_pull import MirrorPulls
 from multiraft.node.mirror_trees import PartitionTrees
 from multiraft.node.mirror_verify import MirrorVerifier
-from multiraft.node.move_throttle import MoveThrottle
+from multiraft.node.move_throttle import BytePace, MoveThrottle
 from multiraft.node.partition_ops import PartitionOps
 from multiraft.node.produce import Produce
 from multiraft.node.produce_result import ProduceResult
 from multiraft.node.registry import METADATA_GROUP, GroupRegistry
 from multiraft.node.replicas import ReplicaLinks, Replicas
 from multiraft.node.routing import Routing
+from multiraft.node.scheduled_scrubs import ScheduledScrubs
+from multiraft.node.scrub_schedule import ScrubSchedule
 from multiraft.node.scrub_trees import ReplicaTrees
 from multiraft.node.scrubber import Scrubber
 from multiraft.node.ticker import Ticker
@@ -148,8 +152,16 @@ class Node:
                                                     self.catalog_holder, self.rpc, self.logger)
         self.balancer = leadership.Balancer(self.routing, leadership.BalanceSettings.of(self.config), self.logger)
         leadership.serve_balance(self.balancer, self.rpc)
-        self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc,
-                                 ReplicaTrees(self.registry, self.replicas.report_damage, logger=self.logger))
+        # Scheduled scrubs (scheduled_scrubs.py): None when off; seeded apart per node, so
+        # nodes restarted together do not draw the same first due times.
+        schedule = ScrubSchedule(self.config.scrub_interval_s, random.Random()) \
+            if self.config.scrub_interval_s > 0 else None
+        trees = ReplicaTrees(self.registry, self.replicas.report_damage, logger=self.logger,
+                             pace=BytePace(self.config.scrub_bytes_per_s),
+                             read_whole=lambda group_id: schedule.note_scrubbed(group_id, time.time())
+                             if schedule is not None else None)
+        self.scrubber = Scrubber(self.registry, self.catalog_holder, self.routing, self.rpc, trees)
+        self.scheduled_scrubs = ScheduledScrubs(self.id, self.scrubber, self.registry, schedule, self.logger)
         self.sidecar_warmer = SidecarWarmer(self.registry, self.scrubber.trees.sidecars, self.changed_stores,
                                             self.logger, self.config.tree_sidecar_bytes_per_s)
         self.scrubber.serve(self.rpc)
@@ -184,6 +196,7 @@ class Node:
             group_admin=self.group_admin, instances=self.consumer_instances, ticker=self.ticker,
             transport=self.transport, latencies=self.latencies,
             balance_leaders=self.balance_leaders, scrubber=self.scrubber, throttle=self.move_throttle,
+            scheduled_scrubs=self.scheduled_scrubs,
             catchup_counts=self._catchup_counts,
             mirrors=self.mirrors, trees=self.partition_trees,
         )
@@ -220,6 +233,7 @@ class Node:
             ("mirror-links", self.mirrors.run),
             ("mirror-verify", self.mirror_verifier.run),
             ("tree-sidecars", self.sidecar_warmer.run),
+            ("scheduled-scrubs", self.scheduled_scrubs.run),  # docs/mirror.md "Scheduled scrubs"
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),

@@ -14,12 +14,16 @@ scrubber as by a mirror's full sync (multiraft/node/mirror_trees.py serves the s
 side with the same bound).
 
 RPCs (JSON bodies, digests in hex):
-- `scrub.tree` {group_id, lo, hi, deep?} -> {lo, hi, depth, root, damaged}: the span is cut
-  to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
+- `scrub.tree` {group_id, lo, hi, deep?, paced?, deadline_s?} -> {lo, hi, depth, root, damaged}: the span
+  is cut to what this replica holds: `lo` raised to its log start, `hi` lowered to its high
   watermark (a replica behind answers a shorter span: "behind", not "different"), and
   to `SPAN_LEAVES_MAX` leaves from `lo`'s; `deep` reads every closed segment of the span
   instead of its tree sidecar; absent (an earlier version's leader, whose builds read
-  everything) it is true, `false` takes the sidecars;
+  everything) it is true, `false` takes the sidecars; `paced` (a scheduled scrub's call,
+  multiraft/node/scheduled_scrubs.py) reads through this node's scrub byte rate; absent,
+  or from an earlier version's leader, at full speed as before; `deadline_s`: the leader's
+  timeout for the call, the build's bound here (past it: `Timeout`, and the build stops
+  drawing from the rate); absent (an earlier version's leader), unbounded as before;
 - `scrub.nodes` {group_id, lo, hi, level, positions} -> {digests}: from a kept tree (a
   span over the leaf bound is refused);
 - `scrub.repair` {group_id} -> {started}: the repair a damaged read starts
@@ -39,10 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from multiraft.errors import InvalidRequest
+from multiraft.errors import InvalidRequest, Timeout
+from multiraft.node.move_throttle import BytePace
 from multiraft.node.tree_sidecars import SidecarWriter
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import NotLeader
+from raftlog.storage import CompactedError
 from raftlog.types import GroupId
 from storage.scrub import ReplicaTreeBuilder
 from storage.tictac import LEAF_OFFSETS, TicTacTree, leaf_of
@@ -84,9 +90,16 @@ class ReplicaTrees:
     """Builds and keeps this node's replicas' trees; answers peers' scrub calls."""
 
     def __init__(self, registry: GroupRegistry, report_damage: Callable[[GroupId], None],
-                 clock: Callable[[], float] = time.monotonic, logger: Any = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, logger: Any = None,
+                 pace: BytePace | None = None,
+                 read_whole: Callable[[GroupId], None] = lambda group_id: None) -> None:
+        """`pace`: the node's scrub byte rate, for paced builds (scheduled scrubs; None: none);
+        `read_whole`: told when a verify reads a replica's span whole (a deep build for the
+        scrubber, led or served here): the scrub schedule counts it as a scrub."""
         self._registry = registry
         self._report_damage = report_damage
+        self.pace = pace if pace is not None else BytePace(0)
+        self.read_whole = read_whole
         self._clock = clock
         self._logger = logger or structlog.get_logger("raftlog.scrub")
         self.sidecars = SidecarWriter(self._logger)  # shared with the node's warmer; its `counts` on /metrics
@@ -102,13 +115,15 @@ class ReplicaTrees:
         hi = min(bounded_end(lo, hi), int(machine.state.high_watermark), int(store.log_end_offset))
         return lo, max(lo, hi)
 
-    async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False) -> BuiltTree:
+    async def build(self, group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False,
+                    paced: bool = False) -> BuiltTree:
         """This replica's tree over exactly `[lo, hi)` (within its span), kept for a while.
         `fresh`: build it again (each verify starts fresh; only its own follow-up calls reuse
         the tree). A fresh build reads the open segment and the span's edges, and takes the
         closed segments inside the span from their sidecars (storage/scrub.py); `deep`: reads
         every segment of the span again, sidecars or not, which is what finds rot since (a
-        kept tree, or a sidecar, hides it)."""
+        kept tree, or a sidecar, hides it). `paced`: each slice waits for the node's scrub
+        byte rate (`pace`), shared by every paced build here."""
         assert hi <= bounded_end(lo, hi), "every caller bounds its span (SPAN_LEAVES_MAX)"
         kept = None if fresh else self.kept(group_id, lo, hi)
         if kept is not None:
@@ -117,10 +132,28 @@ class ReplicaTrees:
         if store is None:
             raise NotLeader(0, f"group {group_id} has no replica here")
         builder = ReplicaTreeBuilder(store, lo, hi, deep=deep)
-        while not builder.step():
-            await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
+        pace = self.pace if paced else None
+        while True:
+            if pace is not None:
+                await pace.ready()  # before every slice, the first too: many small builds keep the rate
+            # Checked after every wait, so no slice reads a store closed or replaced meanwhile,
+            # nor entries retention (compaction_loop, on this loop) deleted meanwhile.
             if self._registry.stores.get(group_id) is not store:
                 raise NotLeader(0, f"group {group_id} reopened while its tree was built; ask again")
+            position = builder.next_index
+            if position is not None and store.first_index() > position:
+                raise NotLeader(0, f"retention passed entry {position} of group {group_id} while its tree "
+                                f"was built; ask again")
+            before = builder.bytes_hashed
+            try:
+                finished = builder.step()
+            except CompactedError as error:  # the same, met inside a slice
+                raise NotLeader(0, f"retention passed group {group_id}'s tree build ({error}); ask again") from None
+            if pace is not None:
+                pace.spent(builder.bytes_hashed - before)
+            if finished:
+                break
+            await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
         built = BuiltTree(builder.tree(), tuple(builder.damaged), builder.bytes_hashed)
         self.bytes_hashed += builder.bytes_hashed
         counts = self.sidecars.counts
@@ -172,7 +205,20 @@ class ReplicaTrees:
         lo, hi = self.span(group_id, _int(request, "lo"), _int(request, "hi"))
         # Absent from an earlier version's leader, whose verify read every segment: so does this.
         deep = request.get("deep", True) is not False
-        return (await self.build(group_id, lo, hi, fresh=True, deep=deep)).summary()
+        paced = request.get("paced") is True  # a scheduled scrub's: within this node's scrub rate
+        # The asking leader's own timeout for this call: past it nobody reads the answer, and a
+        # paced build would go on drawing from this node's scrub rate (the RPC server cancels no
+        # handler). Absent (an earlier version's leader): no bound here, as before.
+        deadline_s = _deadline_s(request)
+        try:
+            async with asyncio.timeout(deadline_s):
+                built = await self.build(group_id, lo, hi, fresh=True, deep=deep, paced=paced)
+        except TimeoutError:
+            raise Timeout(f"group {group_id}: the tree of [{lo}, {hi}) was not built within the "
+                          f"{deadline_s} s the leader waits; ask again") from None
+        if deep:
+            self.read_whole(group_id)  # once read: a build cut short (reopen, retention) is no scrub
+        return built.summary()
 
     async def _nodes_call(self, body: bytes) -> dict[str, Any]:
         request = _request(body)
@@ -210,6 +256,15 @@ def _int(request: dict[str, Any], name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidRequest(f"{name}: a non-negative integer")
     return value
+
+
+def _deadline_s(request: dict[str, Any]) -> float | None:
+    value = request.get("deadline_s")
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 1e6:
+        raise InvalidRequest("deadline_s: seconds, a positive number")
+    return float(value)
 
 
 def _encode(value: dict[str, Any]) -> bytes:

@@ -36,6 +36,12 @@ frames all pass their checks is reported, and the repair started finds nothing t
 cut (docs/mirror.md, "What is not built yet"). A leader whose own read failed is not
 the reference for anyone: it starts its own repair and no follower is touched.
 
+A scheduled scrub (multiraft/node/scheduled_scrubs.py) is a deep verify run by the leader
+on its own, **paced**: every build of it, the leader's and each follower's (`paced` in
+`scrub.tree`), reads through its node's scrub byte rate, and a follower's call may take as
+long as its share of that rate needs (`_tree_call_timeout_s`); every tree call sends that
+timeout as `deadline_s`, where the follower's build stops (the RPC server cancels no handler).
+
 The node that takes `POST /v1/admin/verify` walks the partitions in catalog order,
 at most `PARTITIONS_PER_CALL` a call, each on its leader (over `scrub.verify` when
 that is another node), and says where to go on.
@@ -71,6 +77,10 @@ SPANS_MAX = 4096  # spans (each up to SPAN_LEAVES_MAX leaves) one verify walks: 
 # past the span the follower answered while it built (a pass every 2 s, each asked from the new
 # start: a third move within one span's call means the log is going faster than a verify can).
 TREE_ASKS_MAX = 3
+# A paced follower build shares its node's scrub rate with that node's own scheduled scrub and
+# the other leaders' asking it at once (RF 3: about three builds a node): its call may take this
+# many times what the leader's own build of the span would take alone at that rate.
+PACED_BUILDS_SHARING = 4
 IDENTICAL, BEHIND, DIFFERENT, UNREACHABLE, LEADER_DAMAGED = (
     "identical", "behind", "different", "unreachable", "leader_damaged")
 _WORST = (DIFFERENT, LEADER_DAMAGED, UNREACHABLE, BEHIND, IDENTICAL)
@@ -147,6 +157,16 @@ class _Lead:
     store: object
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Mode:
+    """How a verify reads: `deep` (every segment again), `paced` (within the scrub byte rate, a
+    scheduled scrub), and how long a follower's tree call may take."""
+
+    deep: bool
+    paced: bool
+    timeout_s: float = TREE_CALL_TIMEOUT_S
+
+
 class Scrubber:
     """Verifies partitions' replicas against their leaders; counts what it found."""
 
@@ -220,7 +240,9 @@ class Scrubber:
 
     # -- one partition, on its leader ----------------------------------------------------
 
-    async def verify_partition(self, topic: str, partition: int, *, deep: bool = True) -> PartitionVerdict:
+    async def verify_partition(self, topic: str, partition: int, *, deep: bool = True,
+                               paced: bool = False) -> PartitionVerdict:
+        """`paced`: a scheduled scrub's, every build within its node's scrub byte rate."""
         group_id = self._catalog.partition_group(topic, partition)
         runtime = self._registry.leading(group_id)
         store, machine = self._registry.stores.get(group_id), self._registry.partitions.get(group_id)
@@ -229,8 +251,10 @@ class Scrubber:
         lead = _Lead(group_id, runtime, store)
         lo, hi = int(store.log_start_offset), int(machine.state.high_watermark)
         followers = sorted(int(n) for n in runtime.core.membership.voters if int(n) != int(self._routing.id))
-        verdicts = await self._walk(lead, followers, lo, hi, deep)
+        verdicts = await self._walk(lead, followers, lo, hi, _Mode(deep, paced))
         self._check_lead(lead)  # no repair started from a verify whose leader changed under it
+        if deep:
+            self.trees.read_whole(group_id)  # the schedule counts it: the replicas were read whole
         if all(v.status != LEADER_DAMAGED for v in verdicts):  # the leader read its whole span clean
             repaired = [dataclasses.replace(v, repair_started=await self._repair(v.node, group_id))
                         if v.status == DIFFERENT else v for v in verdicts]
@@ -253,7 +277,7 @@ class Scrubber:
                             f"{lead.group_id}, or reopened its replica, during the verify: verify again")
 
     async def _walk(self, lead: _Lead, followers: list[int], lo: int, hi: int,
-                    deep: bool) -> tuple[ReplicaVerdict, ...]:
+                    mode: _Mode) -> tuple[ReplicaVerdict, ...]:
         """Each follower compared with this leader over `[lo, hi)`, span after span, until it is
         found not identical; or, when this leader's own read fails its checks, the leader's own
         verdict alone (its repair started). No repair of a follower here."""
@@ -268,14 +292,15 @@ class Scrubber:
             start, end = self.trees.span(lead.group_id, start, hi)
             if number > 0 and start >= end:
                 break  # retention passed the rest of the span: nothing is left to compare
-            own = await self.trees.build(lead.group_id, start, end, fresh=True, deep=deep)
+            own = await self.trees.build(lead.group_id, start, end, fresh=True, deep=mode.deep, paced=mode.paced)
             if own.damaged:
                 started = self.trees.report_damage(lead.group_id)
                 return (ReplicaVerdict(node=me, status=LEADER_DAMAGED, lo=lo, hi=hi, repair_started=started,
                                        detail=f"entries {list(own.damaged)} fail their checks"),)
             going = [n for n in followers if n not in found or found[n].status == IDENTICAL]
             # The followers build their trees at once, each on its own node.
-            answers = await asyncio.gather(*(self._verify_follower(lead, n, start, end, deep) for n in going))
+            call = dataclasses.replace(mode, timeout_s=self._tree_call_timeout_s(mode, own.bytes_hashed))
+            answers = await asyncio.gather(*(self._verify_follower(lead, n, start, end, call) for n in going))
             for node, verdict in zip(going, answers, strict=True):
                 found[node] = _joined(found.get(node), verdict)
             if end >= hi:
@@ -283,10 +308,18 @@ class Scrubber:
             start = end
         return tuple(found[n] for n in followers)
 
-    async def _verify_follower(self, lead: _Lead, node: int, lo: int, hi: int, deep: bool) -> ReplicaVerdict:
+    def _tree_call_timeout_s(self, mode: _Mode, own_bytes: int) -> float:
+        """How long a follower may take to answer for a span this leader hashed `own_bytes` of:
+        unpaced, TREE_CALL_TIMEOUT_S; paced, also its share of its node's scrub rate for them."""
+        rate = self.trees.pace.rate
+        if not mode.paced or rate <= 0:
+            return TREE_CALL_TIMEOUT_S
+        return TREE_CALL_TIMEOUT_S + PACED_BUILDS_SHARING * own_bytes / rate
+
+    async def _verify_follower(self, lead: _Lead, node: int, lo: int, hi: int, mode: _Mode) -> ReplicaVerdict:
         """One follower compared with this leader over the span `[lo, hi)` (within the leaf bound)."""
         try:
-            summary, mine = await self._trees_of(lead, node, lo, hi, deep)
+            summary, mine = await self._trees_of(lead, node, lo, hi, mode)
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
             if mine is None:  # nothing to compare, and nothing left to: the walk ends here
                 return ReplicaVerdict(node=node, status=BEHIND if their_hi < hi else IDENTICAL, lo=their_lo,
@@ -314,7 +347,7 @@ class Scrubber:
                               truncated=result.truncated, nodes_compared=result.nodes_compared, detail=detail)
 
     async def _trees_of(self, lead: _Lead, node: int, lo: int, hi: int,
-                        deep: bool) -> tuple[dict[str, Any], TicTacTree | None]:
+                        mode: _Mode) -> tuple[dict[str, Any], TicTacTree | None]:
         """The follower's answer for `[lo, hi)` (the span cut to what it holds) and this leader's
         tree over the span it answered (None: this leader holds nothing of `[lo, hi)` now).
         Retention may move this leader's log start past that span during the call: unless
@@ -322,9 +355,13 @@ class Scrubber:
         where this leader starts now."""
         asked = lo
         for _ in range(TREE_ASKS_MAX):
-            # An earlier version ignores `deep`: it reads every segment anyway.
-            summary = json.loads(await self._call(node, "scrub.tree", {"group_id": lead.group_id, "lo": asked,
-                                                                       "hi": hi, "deep": deep}, TREE_CALL_TIMEOUT_S))
+            # An earlier version ignores `deep` (it reads every segment anyway), `paced` and
+            # `deadline_s` (this call's timeout: the follower's build stops when this leader stops waiting).
+            request = {"group_id": lead.group_id, "lo": asked, "hi": hi, "deep": mode.deep,
+                       "deadline_s": mode.timeout_s}
+            if mode.paced:
+                request["paced"] = True
+            summary = json.loads(await self._call(node, "scrub.tree", request, mode.timeout_s))
             their_lo, their_hi = int(summary["lo"]), int(summary["hi"])
             if not asked <= their_lo <= their_hi or (their_lo < their_hi and their_hi > hi):
                 # This leader builds over the span the follower answered: never past the one asked.
@@ -338,7 +375,8 @@ class Scrubber:
                 return summary, kept.tree
             held = self.trees.span(lead.group_id, their_lo, their_hi)
             if held == (their_lo, their_hi):
-                return summary, (await self.trees.build(lead.group_id, their_lo, their_hi, fresh=False)).tree
+                return summary, (await self.trees.build(lead.group_id, their_lo, their_hi, fresh=False,
+                                                        paced=mode.paced)).tree
             if held[0] >= hi:
                 return summary, None
             asked = held[0]

@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from multiraft.node.move_throttle import TokenBucket
+from multiraft.node.move_throttle import BytePace
 from multiraft.runtime.supervision import watch
 from raftlog.storage import StorageError
 from raftlog.types import GroupId
@@ -177,9 +177,7 @@ class SidecarWarmer:
         self._writer = writer
         self._changed = changed
         self._logger = logger
-        self._rate = bytes_per_s
-        self._clock = clock
-        self._bucket = TokenBucket(clock())
+        self._pace = BytePace(bytes_per_s, clock)
         self._pending: dict[GroupId, SegmentStore] = {}  # noted, not finished yet
         # Per group: the closed segments checked (first index, generation), with a sidecar
         # that matches or none possible (a frame fails its check: a verify reports that).
@@ -258,19 +256,12 @@ class SidecarWarmer:
     async def _build(self, store: SegmentStore, segment: Segment) -> ComputedSidecar | None:
         builder = SegmentLeavesBuilder(store, segment)
         while True:
-            await self._within_rate()
+            await self._pace.ready()  # the token bucket allows the next slice (in debt after a big one)
             before = builder.bytes_hashed
             finished = builder.step()
             hashed = builder.bytes_hashed - before
-            self._bucket.take(hashed)
+            self._pace.spent(hashed)
             self._writer.counts.warmer_bytes_hashed += hashed
             if finished:
                 return builder.computed
             await asyncio.sleep(0)  # a slice at a time: the loop serves the groups between
-
-    async def _within_rate(self) -> None:
-        """Wait until the token bucket allows the next slice (in debt after a big one)."""
-        if self._rate <= 0:
-            return
-        while (wait_s := self._bucket.wait_s(self._rate, self._clock())) > 0:
-            await asyncio.sleep(wait_s)

@@ -3,6 +3,8 @@ work and progress, and refuses what it cannot mean (the scrubber itself: tests/n
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from multiraft.node.scrubber import PARTITIONS_PER_CALL
@@ -65,3 +67,30 @@ async def test_metrics_count_what_the_scrubber_verified(cluster: Cluster) -> Non
             "written", "write_failures", "writes_dropped", "warmer_bytes_hashed", "segments_from_sidecars", "ignored",
             "mismatched")} <= names, "and the tree sidecars' (docs/mirror.md \"Incremental trees\")"
     assert verified >= 1, "the partition's leader counted its verify"
+
+
+async def test_scrub_status_shows_each_nodes_schedule(cluster: Cluster) -> None:
+    # Goal: GET /v1/admin/scrub answers each node's own scheduled scrubs (the default: a week,
+    # 16 MiB/s) and its verdicts counted by status; within a sync period (5 s) the partitions
+    # each node leads are on its schedule; another method is 405 (the fuzz pass does the rest).
+    await cluster.create_topic("scrub-status-t", partitions=3, replication_factor=3)
+    await cluster.create_topic_wait("scrub-status-t")
+    async with asyncio.timeout(30):
+        while True:
+            bodies = []
+            for node_index in range(3):
+                status, body = await cluster.call("GET", node_index, "/v1/admin/scrub")
+                assert status == 200, body
+                bodies.append(body)
+            if sum(b["partitions_scheduled"] for b in bodies) >= 3:
+                break
+            await asyncio.sleep(0.5)
+    for node_index, body in enumerate(bodies):
+        assert body["node"] == node_index + 1 and body["interval_s"] == 7 * 86_400
+        assert body["bytes_per_s"] == 16 * 1024 * 1024
+        assert set(body["verdicts"]) == {"identical", "behind", "different", "leader_damaged", "unreachable"}
+        assert isinstance(body["latest_not_identical"], list)
+        if body["partitions_scheduled"]:
+            assert body["next_due_ms"] is not None
+    status, body = await cluster.call("POST", 0, "/v1/admin/scrub")
+    assert status == 405, body

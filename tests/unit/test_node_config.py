@@ -66,6 +66,43 @@ def test_consumer_offsets_retention_settings(tmp_path: Path) -> None:
             load_config(_parse([*_base(tmp_path), "--config", str(path)]))
 
 
+def test_scheduled_scrub_settings(tmp_path: Path) -> None:
+    # Goal: on by default, a week at 16 MiB/s; flags and TOML keys of the same names; 0 turns
+    # the schedule off; out of bounds, or not a whole number, refuses the start naming it.
+    default = load_config(_parse(_base(tmp_path)))
+    assert (default.scrub_interval_s, default.scrub_bytes_per_s) == (7 * 86_400, 16 * 1024 * 1024)
+    config = load_config(_parse([*_base(tmp_path), "--scrub-interval-s", "0", "--scrub-bytes-per-s", "1048576"]))
+    assert (config.scrub_interval_s, config.scrub_bytes_per_s) == (0, 1 << 20)
+    path = tmp_path / "node.toml"
+    path.write_text("scrub_interval_s = 86400\nscrub_bytes_per_s = 65536\n")
+    config = load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+    assert (config.scrub_interval_s, config.scrub_bytes_per_s) == (86_400, 65_536)
+    for text, setting in (("scrub_interval_s = -1", "scrub_interval_s"),
+                          ("scrub_interval_s = 31536001", "scrub_interval_s"),
+                          ('scrub_interval_s = "a week"', "scrub_interval_s"),
+                          ("scrub_interval_s = 1.5", "scrub_interval_s"),
+                          ("scrub_bytes_per_s = 0", "scrub_bytes_per_s"),
+                          ("scrub_bytes_per_s = 1099511627777", "scrub_bytes_per_s")):
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=setting):
+            load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+
+
+def test_integer_settings_take_whole_floats_and_refuse_fractions(tmp_path: Path) -> None:
+    # Goal: a TOML float that is a whole number is taken for any integer setting, as before
+    # the scheduled-scrub settings came (`tick_ms = 50.0`); a fraction, or inf, refuses the
+    # start with a ConfigError naming the setting.
+    path = tmp_path / "node.toml"
+    path.write_text("tick_ms = 50.0\nscrub_interval_s = 86400.0\n")
+    config = load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+    assert (config.tick_ms, config.scrub_interval_s) == (50, 86_400) and isinstance(config.tick_ms, int)
+    for text, setting in (("tick_ms = 1.5", "tick_ms"), ("segment_bytes_max = inf", "segment_bytes_max"),
+                          ("scrub_bytes_per_s = nan", "scrub_bytes_per_s")):
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError, match=setting):
+            load_config(_parse([*_base(tmp_path), "--config", str(path)]))
+
+
 @pytest.mark.parametrize(
     ("extra", "setting"),
     [

@@ -45,6 +45,7 @@ class _Rpc:
     def __init__(self) -> None:
         self.handlers: dict[str, Any] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.timeouts: list[float] = []  # each call's, beside `calls`
         self.after: Callable[[str, dict[str, Any]], None] = lambda method, request: None
         self.rewrite: Callable[[str, dict[str, Any], bytes], bytes] = lambda method, request, answer: answer
 
@@ -54,6 +55,7 @@ class _Rpc:
     async def call(self, peer: int, method: str, body: bytes, timeout_s: float) -> bytes:
         assert peer == FOLLOWER
         self.calls.append((method, json.loads(body)))
+        self.timeouts.append(timeout_s)
         status, answer = await self.handlers[method](LEADER, body)
         self.after(method, json.loads(body))
         answer = self.rewrite(method, json.loads(body), answer)
@@ -115,9 +117,9 @@ def _scrub(tmp_path: Path, follower_high_watermark: int = APPLIED, odd_entry: in
         build = trees.build
 
         async def recorded(group_id: GroupId, lo: int, hi: int, *, fresh: bool, deep: bool = False,
-                           build: Any = build) -> Any:
+                           paced: bool = False, build: Any = build) -> Any:
             built.append((lo, hi))
-            return await build(group_id, lo, hi, fresh=fresh, deep=deep)
+            return await build(group_id, lo, hi, fresh=fresh, deep=deep, paced=paced)
 
         trees.build = recorded  # type: ignore[method-assign]
     try:
@@ -140,6 +142,15 @@ def _flip_a_byte(store: Any, first_index: int) -> None:
 
 def _spans_asked(rpc: _Rpc) -> list[tuple[int, int]]:
     return [(request["lo"], request["hi"]) for method, request in rpc.calls if method == "scrub.tree"]
+
+
+def test_each_tree_call_bounds_the_followers_build_by_its_timeout(tmp_path: Path, one_leaf: None) -> None:
+    # Goal: every `scrub.tree` call tells the follower how long this leader waits for it
+    # (`deadline_s`), so the follower's build stops when nobody waits for it any more.
+    _, rpc, _, _ = _scrub(tmp_path)
+    asked = [(request.get("deadline_s"), timeout_s)
+             for (method, request), timeout_s in zip(rpc.calls, rpc.timeouts, strict=True) if method == "scrub.tree"]
+    assert len(asked) == 3 and all(deadline == timeout_s > 0 for deadline, timeout_s in asked), asked
 
 
 def test_identical_replicas_compare_span_after_span_one_root_each(tmp_path: Path, one_leaf: None) -> None:

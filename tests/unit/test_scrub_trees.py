@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from multiraft.node.move_throttle import BytePace
 from multiraft.node.scrub_trees import POSITIONS_MAX, ReplicaTrees
 from multiraft.transport.rpc import STATUS_OK
+from raftlog.errors import NotLeader
 from raftlog.messages import HardState
 from raftlog.types import GroupId, Index, Term
 from storage.config import StoreConfig
@@ -106,3 +108,98 @@ def test_a_group_not_here_answers_a_retriable_error(served) -> None:
     # Not here (or reopening: a repair under way): the verifying leader reports it unreachable.
     status, body = served[0].call("scrub.tree", {"group_id": 99, "lo": 0, "hi": 10})
     assert status != STATUS_OK and body["error_code"] == "LEADER_NOT_AVAILABLE"
+
+
+def test_a_paced_tree_call_reads_through_the_scrub_rate(served) -> None:
+    # Goal: `paced` (a scheduled scrub's call) takes every byte it hashes from the node's scrub
+    # pace; a call without it (an on-demand verify, an earlier version's leader) reads at full
+    # speed; a deep call tells the schedule the replica was read whole, a fast one does not.
+    rpc, trees, _, end = served
+    trees.pace = BytePace(1 << 40)  # a rate no test waits for
+    told: list[GroupId] = []
+    trees.read_whole = told.append
+    before = trees.bytes_hashed
+    status, _ = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deep": True, "paced": True})
+    assert status == STATUS_OK and trees.pace.bytes == trees.bytes_hashed - before > 0 and told == [GROUP]
+    paced = trees.pace.bytes
+    for request in ({"deep": True}, {"deep": False, "paced": False}):
+        status, _ = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, **request})
+        assert status == STATUS_OK and trees.pace.bytes == paced
+    assert told == [GROUP, GROUP], "the fast call read closed segments by their sidecars: not a scrub"
+
+
+def _in_debt_pace(during_wait: Any) -> tuple[BytePace, list[float]]:
+    """A pace already in debt (another build spent through it), with a fake clock and a sleep
+    that runs `during_wait` once, as other work on the loop would while a build waits."""
+    clock, waits = [0.0], []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock[0] += seconds
+        if len(waits) == 1:
+            during_wait()
+
+    pace = BytePace(1 << 20, clock=lambda: clock[0], sleep=sleep)
+    pace.spent(4 << 20)
+    return pace, waits
+
+
+def test_a_paced_build_waits_before_its_first_slice(served) -> None:
+    # Goal: a paced build asks the pace before it reads anything: a build that starts while the
+    # node's scrub rate is in debt reads nothing until the debt is waited off.
+    _, trees, _, end = served
+    read_at_first_wait: list[int] = []
+    trees.pace, waits = _in_debt_pace(lambda: read_at_first_wait.append(trees.pace.bytes))
+    built = asyncio.run(trees.build(GROUP, 0, end - 300, fresh=True, deep=True, paced=True))
+    assert waits and abs(waits[0] - 4.0) < 1e-6 and read_at_first_wait == [4 << 20]
+    assert trees.pace.bytes == (4 << 20) + built.bytes_hashed > 4 << 20
+
+
+@pytest.mark.parametrize("change", ["retention", "reopen"])
+def test_a_store_changed_during_a_paced_wait_gives_the_retriable_error(served, change) -> None:
+    # Goal: retention passing a paced build's position (or a reopen replacing the store) while
+    # it waits for the rate ends the build with NotLeader ("ask again": the verifying leader
+    # reports it, a scheduled scrub is tried again), never a read of deleted entries (an
+    # AssertionError or CompactedError that would end the scheduled-scrubs task).
+    rpc, trees, _, end = served
+    store = trees._registry.stores[GROUP]
+
+    def during_wait() -> None:
+        if change == "retention":
+            store.compact(Index(20))
+            assert store.first_index() == 21 and store.segments[0].first_index > 1
+        else:
+            trees._registry.stores[GROUP] = object()
+
+    trees.pace, _ = _in_debt_pace(during_wait)
+    with pytest.raises(NotLeader, match="retention passed" if change == "retention" else "reopened"):
+        asyncio.run(trees.build(GROUP, 0, end - 300, fresh=True, deep=True, paced=True))
+    trees._registry.stores[GROUP] = store
+    # Served to a leader: the answer is the retriable error, and the replica does not count
+    # as read whole for the schedule (only a build that finished does).
+    told: list[GroupId] = []
+    trees.read_whole = told.append
+    trees.pace, _ = _in_debt_pace(lambda: store.compact(Index(30)) if change == "retention" else None)
+    status, body = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deep": True, "paced": True})
+    assert (status != STATUS_OK and body["error_code"] == "LEADER_NOT_AVAILABLE") == (change == "retention")
+    assert told == ([] if change == "retention" else [GROUP])
+
+
+def test_a_tree_call_stops_at_the_deadline_the_leader_sent(served) -> None:
+    # Goal: a paced follower build waiting on its node's scrub rate stops at the request's
+    # `deadline_s` (the leader's timeout for the call) with the retriable Timeout, drawing no
+    # more from the rate and not counted as a read of the whole replica; the handler is not
+    # left running after the leader stopped waiting (the RPC server cancels no handler).
+    rpc, trees, _, end = served
+    trees.pace = BytePace(64 << 10)  # the real clock and sleep: the debt below is 1024 s
+    trees.pace.spent(64 << 20)
+    told: list[GroupId] = []
+    trees.read_whole = told.append
+    body = json.dumps({"group_id": GROUP, "lo": 0, "hi": end, "deep": True, "paced": True,
+                       "deadline_s": 0.05}).encode()
+    status, answer = asyncio.run(asyncio.wait_for(rpc.handlers["scrub.tree"](2, body), 10))
+    assert status != STATUS_OK and json.loads(answer)["error_code"] == "TIMEOUT"
+    assert trees.pace.bytes == 64 << 20 and told == []
+    for bad in (0, -1, "1", True):
+        status, answer = rpc.call("scrub.tree", {"group_id": GROUP, "lo": 0, "hi": end, "deadline_s": bad})
+        assert status != STATUS_OK and answer["error_code"] == "INVALID_REQUEST"

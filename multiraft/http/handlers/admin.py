@@ -1,5 +1,6 @@
 """POST /v1/admin/leadership/balance: one preferred-leader round on every node now.
 POST /v1/admin/verify: the scrubber compares partitions' replicas (docs/mirror.md).
+GET /v1/admin/scrub: this node's scheduled scrubs (docs/mirror.md "Scheduled scrubs").
 
 Nodes balance on their own every few seconds (multiraft/node/leadership.py); this is
 the operator's "now" (Kafka's kafka-leader-election --election-type preferred).
@@ -47,3 +48,9 @@ async def verify(request: web.Request) -> web.Response:
     node = node_of(request)
     report = await bounded(node.verify(topics, start, deep), "verify", VERIFY_TIMEOUT_S)
     return web.json_response(report.to_json())
+
+
+async def scrub_status(request: web.Request) -> web.Response:
+    """The node's own scheduled scrubs: its schedule, what they found, the latest verdicts that
+    were not identical. Node-local (each node scrubs the partitions it leads): ask each node."""
+    return web.json_response(node_of(request).scrub_status())
