@@ -19,19 +19,19 @@ pytestmark = pytest.mark.asyncio
 
 
 async def test_a_repeated_create_of_the_same_topic_is_done(tmp_path: Path) -> None:
-    async with running_cluster_with_http(tmp_path) as (_, servers):
-        async with AsyncClient([s.url for s in servers], timeout_s=30, attempts=20) as client:
-            await create_fresh_topic(client, "t", 3, 3, {})
-            await create_fresh_topic(client, "t", 3, 3, {})  # what the client's retry meets
-            assert len((await client.describe_topic("t"))["partitions"]) == 3
+    async with running_cluster_with_http(tmp_path) as (_, servers), \
+            AsyncClient([s.url for s in servers], timeout_s=30, attempts=20) as client:
+        await create_fresh_topic(client, "t", 3, 3, {})
+        await create_fresh_topic(client, "t", 3, 3, {})  # what the client's retry meets
+        assert len((await client.describe_topic("t"))["partitions"]) == 3
 
 
 async def test_an_existing_topic_of_another_shape_still_stops_the_run(tmp_path: Path) -> None:
-    async with running_cluster_with_http(tmp_path) as (_, servers):
-        async with AsyncClient([s.url for s in servers], timeout_s=30, attempts=20) as client:
-            await create_fresh_topic(client, "t", 2, 3, {})
-            with pytest.raises(RuntimeError, match="2 partitions, not the 3"):
-                await create_fresh_topic(client, "t", 3, 3, {})
-            with pytest.raises(RaftlogError) as refused:
-                await create_fresh_topic(client, "bad name!", 1, 3, {})
-            assert refused.value.code != "TOPIC_EXISTS"
+    async with running_cluster_with_http(tmp_path) as (_, servers), \
+            AsyncClient([s.url for s in servers], timeout_s=30, attempts=20) as client:
+        await create_fresh_topic(client, "t", 2, 3, {})
+        with pytest.raises(RuntimeError, match="2 partitions, not the 3"):
+            await create_fresh_topic(client, "t", 3, 3, {})
+        with pytest.raises(RaftlogError) as refused:
+            await create_fresh_topic(client, "bad name!", 1, 3, {})
+        assert refused.value.code != "TOPIC_EXISTS"
