@@ -13,7 +13,7 @@ import pytest
 
 from multiraft.errors import InvalidRequest, SnapshotFormatError
 from multiraft.metadata.catalog import Catalog
-from multiraft.metadata.commands import RegisterNode, decode_command, encode_command
+from multiraft.metadata.commands import decode_command, encode_command
 from multiraft.metadata.mirror_commands import CreateMirrorLink
 from multiraft.metadata.pem_bundle import (
     CERTIFICATES_MAX,
@@ -23,8 +23,8 @@ from multiraft.metadata.pem_bundle import (
     fingerprint_sha256,
     parse_certificates,
 )
-from raftlog.types import Index, NodeId
 from tests.tls_pki import Pki, make_pki
+from tests.unit.test_mirror_catalog import _catalog
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +42,6 @@ def _link(**fields: object) -> CreateMirrorLink:
     return CreateMirrorLink(**{"name": "dr", "sources": ("h:1",), "pattern": "t", **fields})  # type: ignore[arg-type]
 
 
-def _catalog(*commands: object) -> Catalog:
-    catalog = Catalog()
-    for index, command in enumerate([RegisterNode(node_id=NodeId(1), raft_addr="a:1", http_addr="a:2"),
-                                     *commands], start=1):
-        result = catalog.apply(Index(index), decode_command(encode_command(command)))  # type: ignore[arg-type]
-        assert result.ok, result.error
-    return catalog
 
 
 # Goal: a link's TLS fields survive the command's encoding; a plain link is written exactly
