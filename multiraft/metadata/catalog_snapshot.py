@@ -126,7 +126,9 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
         row["mirror_link"] = topic.mirror_link
         if topic.mirror_promoted:
             row["mirror_promoted"] = True
-        if topic.mirror_partitions != len(topic.partitions):  # grown after its promotion only
+        # Only a mirror grown after its promotion has other partitions than mirror ones (one grown
+        # following its source has only mirror ones): absent, it is the partition count, as before.
+        if topic.mirror_partitions != len(topic.partitions):
             row["mirror_partitions"] = topic.mirror_partitions
     if any(p.start_offset for p in topic.partitions):
         row["start_offsets"] = [p.start_offset for p in topic.partitions]

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
-from multiraft.metadata.catalog import ProducerIdBlock, check_growable
+from multiraft.metadata.catalog import ProducerIdBlock
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
@@ -35,6 +35,7 @@ from multiraft.metadata.commands import (
     decode_command,
     encode_command,
 )
+from multiraft.metadata.mirror_growth import check_growable
 from multiraft.metadata.placement import PlacementNode, place_replicas
 from multiraft.node import open_files
 from multiraft.node.registry import METADATA_GROUP
