@@ -13,6 +13,14 @@
   go into URL paths) is refused without a call, a partition count above
   `PARTITIONS_MAX` before any read of its partitions (one read each), the reason
   shown in the discovery's `refused`.
+- Growth (the same loop): each of the link's mirror topics not promoted follows its
+  source topic's partition increase. When the source's listing says more partitions
+  than the mirror has, the new ones are read for their log start offsets (one read
+  each) and `GrowMirrorTopic` adds them in mirror mode, placed as a mirror topic's are.
+  Within the same bounds as creation: at most `CREATES_PER_ROUND_MAX` creations and
+  growths a round, a count above `PARTITIONS_MAX` refused before any read; a count
+  below the mirror's is refused (a partition count never shrinks: the source topic was
+  deleted and made again), and the mirror keeps pulling the partitions it has.
 - Status (any node): the link, what the metadata leader's discovery last saw, and
   each mirror partition's pull, asked of every live node (`mirror.status`), since
   each partition's leader runs its own pull (multiraft/node/mirror_pull.py).
@@ -27,12 +35,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from multiraft.errors import NotAMirror, UnknownMirrorLink
+from multiraft.errors import InvalidReplicationFactor, NotAMirror, UnknownMirrorLink
 from multiraft.metadata.commands import PARTITIONS_MAX, TOPIC_CONFIG_KEYS
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
     CreateMirrorTopic,
     DeleteMirrorLink,
+    GrowMirrorTopic,
     LinkState,
     MirrorLink,
     PromoteMirrorTopic,
@@ -48,6 +57,7 @@ from raftlog.errors import ClientError
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:
+    from multiraft.metadata.catalog import Catalog
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.mirror_pull import MirrorPulls
@@ -57,7 +67,7 @@ if TYPE_CHECKING:
 
 DISCOVER_INTERVAL_S = 1.0
 TOPICS_PER_LINK_MAX = 1000  # source topics one link mirrors
-CREATES_PER_ROUND_MAX = 16
+CREATES_PER_ROUND_MAX = 16  # mirror topics created or grown by one link's round (each reads its new partitions)
 STATUS_CALL_TIMEOUT_S = 2.0
 CONFLICTS_SHOWN_MAX = 20
 
@@ -228,18 +238,22 @@ class MirrorLinks:
         client = held[1]
         try:
             listed = await client.get_json("/v1/topics")
-            names = sorted(t["name"] for t in listed["topics"] if isinstance(t, dict) and isinstance(t.get("name"), str)
-                           and pattern_matches(link.pattern, t["name"]))[:TOPICS_PER_LINK_MAX]
+            counts = {t["name"]: t.get("partitions") for t in listed["topics"]
+                      if isinstance(t, dict) and isinstance(t.get("name"), str)}
+            names = sorted(n for n in counts if pattern_matches(link.pattern, n))[:TOPICS_PER_LINK_MAX]
             invalid = {n: "not a valid topic name" for n in names if not TOPIC_NAME_PATTERN.fullmatch(n)}
             names = [n for n in names if n not in invalid]
             catalog = self._catalog.catalog
-            refused = invalid | {n: why for n, why in discovery.refused.items() if n in names and n not in catalog.topics}
+            growing, not_grown = listed_growth(catalog, link.name, {n: counts[n] for n in names})
+            refused = invalid | not_grown | {n: why for n, why in discovery.refused.items()
+                                             if n in names and (n not in catalog.topics or n in growing)}
             conflicts = [n for n in names if n in catalog.topics and catalog.topics[n].mirror_link != link.name]
             # Those refused last round go last: a refusal repeated never starves the others.
-            missing = sorted((n for n in names if n not in catalog.topics),
-                             key=lambda n: n in discovery.refused)[:CREATES_PER_ROUND_MAX]
-            for name in missing:
-                why = await self._create_mirror(client, link, name)
+            work = sorted([n for n in names if n not in catalog.topics] + sorted(growing),
+                          key=lambda n: n in discovery.refused)[:CREATES_PER_ROUND_MAX]
+            for name in work:
+                why = await (self._grow_mirror(client, link, name, growing[name]) if name in growing
+                             else self._create_mirror(client, link, name))
                 if why is None:
                     refused.pop(name, None)
                 else:
@@ -280,6 +294,60 @@ class MirrorLinks:
         self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
                           start_offsets=starts[:8])
         return None
+
+    async def _grow_mirror(self, client: SourceClient, link: MirrorLink, name: str, count: int) -> str | None:
+        """Grow mirror `name` to the source's `count` partitions (checked by `listed_growth`),
+        each new one starting at its source partition's log start offset now; or why not."""
+        assert TOPIC_NAME_PATTERN.fullmatch(name) and count <= PARTITIONS_MAX  # checked by the caller
+        current = _mirror_size(self._catalog.catalog, name, link.name)
+        if current is None or current >= count:
+            return None  # promoted, deleted or grown since the listing: the next round looks again
+        starts = [(await client.read_log(name, p, 0, 1, 0)).log_start_offset for p in range(current, count)]
+        catalog = self._catalog.catalog
+        if _mirror_size(catalog, name, link.name) != current:  # changed during the reads
+            return None
+        topic = catalog.topics[name]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        try:
+            assignments = place_replicas(nodes, count - current, topic.replication_factor,
+                                         start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
+                                         drained=catalog.drained_nodes())
+        except InvalidReplicationFactor as error:
+            return f"the source has {count} partitions; the new ones cannot be placed here: {error}"
+        await self._metadata.propose(GrowMirrorTopic(
+            name=name, link=link.name, count=count, assignments=tuple(tuple(r) for r in assignments),
+            start_offsets=tuple(starts)))
+        self._logger.info("mirror_topic_grown", link=link.name, topic=name, partitions=count, before=current,
+                          start_offsets=starts[:8])
+        return None
+
+
+def _mirror_size(catalog: Catalog, name: str, link: str) -> int | None:
+    """The partition count of `name` if it is `link`'s mirror not promoted, else None."""
+    topic = catalog.topics.get(name)
+    return len(topic.partitions) if topic is not None and topic.mirror_link == link and topic.is_mirror else None
+
+
+def listed_growth(catalog: Catalog, link: str, counts: dict[str, object]) -> tuple[dict[str, int], dict[str, str]]:
+    """Which of `link`'s mirror topics not promoted the source's listing (`counts`: topic ->
+    partition count as the source says it, untrusted) asks to grow, and to what count; and
+    which counts are refused, with why (never applied: the mirror keeps pulling what it has)."""
+    growing: dict[str, int] = {}
+    refused: dict[str, str] = {}
+    for name, said in counts.items():
+        current = _mirror_size(catalog, name, link)
+        if current is None:
+            continue
+        if not isinstance(said, int) or isinstance(said, bool):
+            refused[name] = "the source's listing gives no partition count"
+        elif said < current:
+            refused[name] = (f"the source says {said} partitions, fewer than the mirror's {current}: a partition "
+                             f"count never shrinks (was the source topic made again?); the mirror keeps its {current}")
+        elif said > PARTITIONS_MAX:
+            refused[name] = f"the source says {said} partitions; a topic has 1..{PARTITIONS_MAX}"
+        elif said > current:
+            growing[name] = said
+    return growing, refused
 
 
 def _verify_view(verdict: dict[str, Any] | None) -> dict[str, Any] | None:

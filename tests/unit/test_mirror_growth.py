@@ -4,7 +4,7 @@ does not exist), and `GrowMirrorTopic`, which discovery proposes when the source
 grows, adds partitions in mirror mode, checked the same on every replica and refused
 whole otherwise. Only the partitions a mirror was made or grown with start in mirror mode:
 one added after the promotion is plain, while one of the mirror ones, created late on a
-node, still starts as the others did.
+node, still starts as the others did. Discovery trusts no count the source lists.
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from multiraft.metadata.commands import (
 )
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
+    CreateMirrorTopic,
     GrowMirrorTopic,
     PromoteMirrorTopic,
 )
 from multiraft.node.mirror_bootstrap import mirror_start
+from multiraft.node.mirror_links import listed_growth
 from raftlog.types import GroupId, Index, NodeId
 from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
 
@@ -187,3 +189,24 @@ def test_a_grown_mirror_survives_a_snapshot_written_as_an_older_node_reads_it() 
     assert set(row) == {"assignments", "config", "group_ids", "initial", "leaving", "mirror_link", "name",
                         "replication_factor", "start_offsets"}
     assert row["start_offsets"] == [0, 500, 40, 0]
+
+
+@pytest.mark.parametrize(("said", "growing", "why"), [
+    (4, {"orders": 4}, None), (PARTITIONS_MAX, {"orders": PARTITIONS_MAX}, None), (2, {}, None),
+    (1, {}, "fewer than the mirror's 2"), (0, {}, "fewer than the mirror's 2"),
+    (PARTITIONS_MAX + 1, {}, f"a topic has 1..{PARTITIONS_MAX}"),
+    ("4", {}, "no partition count"), (None, {}, "no partition count"), (True, {}, "no partition count"),
+    (4.0, {}, "no partition count"),
+])
+def test_discovery_grows_a_mirror_only_to_a_larger_bounded_count(said: object, growing: dict[str, int],
+                                                                  why: str | None) -> None:
+    # The source lists every topic with its count; only this link's mirrors not promoted are looked at.
+    others = CreateMirrorTopic(name="theirs", link="dr2", replication_factor=1, config={},
+                               assignments=((NodeId(1),),), start_offsets=(0,))
+    promoted = CreateMirrorTopic(name="orders-old", link="dr", replication_factor=1, config={},
+                                 assignments=((NodeId(1),),), start_offsets=(0,))
+    catalog = _catalog(LINK, OTHER_LINK, MIRROR, others, promoted, PromoteMirrorTopic(name="orders-old"), PLAIN)
+    listed = {"orders": said, "theirs": said, "orders-old": said, "plain": said, "absent": said}
+    found, refused = listed_growth(catalog, "dr", listed)
+    assert found == growing
+    assert set(refused) == ({"orders"} if why else set()) and (why is None or why in refused["orders"])
