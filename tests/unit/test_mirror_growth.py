@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from multiraft.consumer_groups import JoinGroup, Subscription, encode_group_command
 from multiraft.errors import (
     InvalidPartitions,
     InvalidReplicaAssignment,
@@ -28,6 +29,7 @@ from multiraft.metadata.commands import (
     PARTITIONS_MAX,
     CreatePartitions,
     CreateTopic,
+    RegisterNode,
     decode_command,
     encode_command,
 )
@@ -40,6 +42,7 @@ from multiraft.metadata.mirror_commands import (
 from multiraft.node.mirror_bootstrap import mirror_start
 from multiraft.node.mirror_links import listed_growth
 from raftlog.types import GroupId, Index, NodeId
+from tests.unit.test_group_machine import Log
 from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
 
 GROW = CreatePartitions(name="orders", count=3, assignments=((NodeId(1),),))
@@ -210,3 +213,18 @@ def test_discovery_grows_a_mirror_only_to_a_larger_bounded_count(said: object, g
     found, refused = listed_growth(catalog, "dr", listed)
     assert found == growing
     assert set(refused) == ({"orders"} if why else set()) and (why is None or why in refused["orders"])
+
+
+def test_group_zero_gives_a_subscribed_group_the_partitions_its_mirror_grew() -> None:
+    # The wiring in node/machines.py: the growth and the group's new target at the same entry, as
+    # after a partition increase by hand (tests/unit/test_live_ops.py).
+    log = Log()
+    for command in (RegisterNode(node_id=NodeId(1), raft_addr="a:1", http_addr="a:2"), LINK, MIRROR):
+        assert log.apply(encode_command(command)).ok
+    assert log.apply(encode_group_command(JoinGroup(group="g", member_id="a", rebalance_timeout_ms=1000,
+                                                    subscription=Subscription(topics=("orders",))))).error is None
+    group = log.machine.holder.groups.groups["g"]
+    epoch = group.epoch
+    assert log.apply(encode_command(FOLLOW)).ok
+    assert group.epoch == epoch + 1 and group.target["a"] == {("orders", p) for p in range(4)}
+    assert not log.apply(encode_command(FOLLOW)).ok and group.epoch == epoch + 1, "a refused growth bumps nothing"
