@@ -20,7 +20,9 @@
   Within the same bounds as creation: at most `CREATES_PER_ROUND_MAX` creations and
   growths a round, a count above `PARTITIONS_MAX` refused before any read; a count
   below the mirror's is refused (a partition count never shrinks: the source topic was
-  deleted and made again), and the mirror keeps pulling the partitions it has.
+  deleted and made again), and the mirror keeps pulling the partitions it has. A new
+  partition whose log start cannot be read is named in `refused` too (tried again the
+  next round) rather than failing the link's round.
 - Status (any node): the link, what the metadata leader's discovery last saw, and
   each mirror partition's pull, asked of every live node (`mirror.status`), since
   each partition's leader runs its own pull (multiraft/node/mirror_pull.py).
@@ -302,7 +304,10 @@ class MirrorLinks:
         current = _mirror_size(self._catalog.catalog, name, link.name)
         if current is None or current >= count:
             return None  # promoted, deleted or grown since the listing: the next round looks again
-        starts = [(await client.read_log(name, p, 0, 1, 0)).log_start_offset for p in range(current, count)]
+        try:
+            starts = [(await client.read_log(name, p, 0, 1, 0)).log_start_offset for p in range(current, count)]
+        except SourceError as error:  # this topic's (a new partition not led yet, say): the others go on
+            return f"the source has {count} partitions; a new one's log start was not read: {client.scrub(str(error))}"
         catalog = self._catalog.catalog
         if _mirror_size(catalog, name, link.name) != current:  # changed during the reads
             return None

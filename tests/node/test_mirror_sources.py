@@ -54,9 +54,11 @@ async def _garbage_server() -> tuple[asyncio.Server, str]:
     return server, f"127.0.0.1:{port}"
 
 
-async def _redirecting_source(requests: list[str], topics: dict[str, int]) -> tuple[web.AppRunner, str]:
+async def _redirecting_source(requests: list[str], topics: dict[str, int],
+                              unreadable: set[str]) -> tuple[web.AppRunner, str]:
     """`topics` (name: partition count, as listed and described; the test changes them); an
-    immediate read answers an empty log, a long poll is redirected to itself."""
+    immediate read answers an empty log (503 for a `TOPIC/PARTITION` in `unreadable`), a long
+    poll is redirected to itself."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         requests.append(request.path)
@@ -70,6 +72,8 @@ async def _redirecting_source(requests: list[str], topics: dict[str, int]) -> tu
         if len(parts) == 6 and parts[5] == "log":
             if request.query.get("wait_ms", "0") != "0":
                 raise web.HTTPFound(location=str(request.rel_url))
+            if f"{parts[2]}/{parts[4]}" in unreadable:
+                raise web.HTTPServiceUnavailable()
             return web.Response(body=b"", content_type=LOG_CONTENT_TYPE, headers={
                 "Raftlog-Next-Offset": "0", "Raftlog-High-Watermark": "0", "Raftlog-Log-Start-Offset": "0"})
         raise web.HTTPNotFound()
@@ -111,7 +115,8 @@ async def test_status_answers_never_show_the_token_and_the_source_is_not_trusted
     garbage, garbage_address = await _garbage_server()
     # `huge`: one more partition than a topic may have; `bad name`: no valid topic name.
     topics = {"orders": 2, "huge": PARTITIONS_MAX + 1, "bad name": 1}
-    runner, source_address = await _redirecting_source(requests, topics)
+    unreadable: set[str] = set()
+    runner, source_address = await _redirecting_source(requests, topics, unreadable)
     session = aiohttp.ClientSession()
     try:
         for name, address in (("garbage", garbage_address), ("redirect", source_address)):
@@ -146,9 +151,10 @@ async def test_status_answers_never_show_the_token_and_the_source_is_not_trusted
 
         # The source's count for it: fewer (a topic made again), then past the bound, refused and
         # named, never applied, and none of the partitions past the mirror's read; then a real
-        # increase, followed: the new partition pulled as the others (backing off on this source).
+        # increase whose new partition cannot be read yet, named; once it can, followed: the new
+        # partition pulled as the others (backing off on this source).
         def refusal(count: int, why: str) -> Any:
-            return lambda r: any(f.startswith(f"orders: the source says {count} partitions") and why in f
+            return lambda r: any(f.startswith("orders: ") and f" {count} partitions" in f and why in f
                                  for f in r["discovery"]["refused"])
 
         for count, why in ((1, "fewer than the mirror's 2"), (PARTITIONS_MAX + 1, f"1..{PARTITIONS_MAX}")):
@@ -157,7 +163,11 @@ async def test_status_answers_never_show_the_token_and_the_source_is_not_trusted
             assert [len(t["partitions"]) for t in report["topics"]] == [2], report
             assert all(len(n.catalog.topic("orders").partitions) == 2 for n in sink.nodes)
         assert not [p for p in requests if p.startswith("/v1/topics/orders/partitions/2/")], requests
+        unreadable.add("orders/2")  # grown, but its new partition not readable yet (no leader at the source)
         topics["orders"] = 3
+        await _until_status(session, sink, "redirect", refusal(3, "a new one's log start was not read"))
+        assert all(len(n.catalog.topic("orders").partitions) == 2 for n in sink.nodes)
+        unreadable.clear()
         report = await _until_status(session, sink, "redirect", lambda r: [len(t["partitions"]) for t in r["topics"]] == [3] and pulls_failed(r, 3) and not any(
             f.startswith("orders: ") for f in r["discovery"]["refused"]))
         assert {p["state"] for p in report["topics"][0]["partitions"]} == {"backing_off"}, report
