@@ -12,7 +12,11 @@
   checked before they are used: a topic name outside the topic-name pattern (it would
   go into URL paths) is refused without a call, a partition count above
   `PARTITIONS_MAX` before any read of its partitions (one read each), the reason
-  shown in the discovery's `refused`.
+  shown in the discovery's `refused`. So is a topic whose partitions' log starts
+  cannot be read (a partition not led yet) or are no offsets (the reader refuses
+  those: mirror_source.parse_log_answer), or whose description the sink's command
+  refuses (a config value out of bounds): each is that topic's refusal, never a
+  failed round, so the link's other topics go on.
 - Growth (the same loop): each of the link's mirror topics not promoted follows its
   source topic's partition increase. When the source's listing says more partitions
   than the mirror has, the new ones are read for their log start offsets (one read
@@ -37,7 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from multiraft.errors import InvalidReplicationFactor, NotAMirror, UnknownMirrorLink
+from multiraft.errors import InvalidReplicationFactor, InvalidRequest, NotAMirror, UnknownMirrorLink
+from multiraft.metadata.checks import is_int
 from multiraft.metadata.commands import PARTITIONS_MAX, TOPIC_CONFIG_KEYS
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
@@ -280,19 +285,25 @@ class MirrorLinks:
             return f"the source says {count} partitions; a topic has 1..{PARTITIONS_MAX}"
         if not isinstance(described.get("config"), dict):
             return "the source's description has no config"
+        said_factor = described.get("replication_factor")
+        if not is_int(said_factor):
+            return "the source's description has no replication factor"
         config = {k: v for k, v in described["config"].items() if k in TOPIC_CONFIG_KEYS}
-        starts = []
-        for partition in range(count):
-            chunk = await client.read_log(name, partition, 0, 1, 0)
-            starts.append(chunk.log_start_offset)
+        try:
+            starts = [(await client.read_log(name, p, 0, 1, 0)).log_start_offset for p in range(count)]
+        except SourceError as error:  # this topic's (a partition not led yet, a bad answer): the others go on
+            return f"a partition's log start was not read: {client.scrub(str(error))}"
         catalog = self._catalog.catalog
         nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
-        factor = max(1, min(int(described["replication_factor"]), len(nodes)))
+        factor = max(1, min(said_factor, len(nodes)))
         assignments = place_replicas(nodes, count, factor, start=catalog.next_group_id,
                                      drained=catalog.drained_nodes())
-        await self._metadata.propose(CreateMirrorTopic(
-            name=name, link=link.name, replication_factor=factor, config=config,
-            assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts)))
+        try:  # the source's answers are in it (config, start offsets): a bad one refuses this topic only
+            command = CreateMirrorTopic(name=name, link=link.name, replication_factor=factor, config=config,
+                                        assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
+        except InvalidRequest as error:
+            return f"the source's description is refused: {client.scrub(str(error))}"
+        await self._metadata.propose(command)
         self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
                           start_offsets=starts[:8])
         return None
@@ -319,9 +330,12 @@ class MirrorLinks:
                                          drained=catalog.drained_nodes())
         except InvalidReplicationFactor as error:
             return f"the source has {count} partitions; the new ones cannot be placed here: {error}"
-        await self._metadata.propose(GrowMirrorTopic(
-            name=name, link=link.name, count=count, assignments=tuple(tuple(r) for r in assignments),
-            start_offsets=tuple(starts)))
+        try:  # the source's start offsets are in it: a bad one refuses this topic only
+            command = GrowMirrorTopic(name=name, link=link.name, count=count,
+                                      assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
+        except InvalidRequest as error:
+            return f"the source has {count} partitions; their log starts are refused: {error}"
+        await self._metadata.propose(command)
         self._logger.info("mirror_topic_grown", link=link.name, topic=name, partitions=count, before=current,
                           start_offsets=starts[:8])
         return None

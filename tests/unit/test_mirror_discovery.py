@@ -1,0 +1,134 @@
+"""Goal: one link's discovery round (the metadata leader's `MirrorLinks._discover`) trusts
+nothing a source answers and lets no topic stall the others: a bad answer about one topic
+(a log start no log has) is that topic's refusal, named in `refused`, never a failed round,
+and the link's other topics are created or grown in the same round.
+
+The round runs as the node runs it, against a fake source client (its log answers go
+through the real header parser) and a fake metadata leader that checks and applies each
+proposal on a real catalog, through the codec, as group 0's replicas would.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.commands import Command, decode_command, encode_command
+from multiraft.node.mirror_links import Discovery, MirrorLinks
+from multiraft.node.mirror_source import LogChunk, SourceError, parse_log_answer
+from raftlog.types import Index, NodeId
+from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
+
+
+class Source:
+    """A source cluster as discovery reads it: each topic's partition count, its description
+    (`described` overrides fields), and each partition's log start as its read answers it
+    (header text: the real parser reads it)."""
+
+    def __init__(self, topics: dict[str, int], starts: dict[tuple[str, int], str] | None = None,
+                 described: dict[str, dict[str, Any]] | None = None) -> None:
+        self.topics = topics
+        self.starts = starts or {}
+        self.described = described or {}
+        self.reads: list[tuple[str, int]] = []
+
+    async def get_json(self, path: str, params: dict[str, str] | None = None, wait_s: float = 0.0) -> Any:
+        if path == "/v1/topics":
+            return {"topics": [{"name": n, "partitions": c} for n, c in self.topics.items()]}
+        name = path.removeprefix("/v1/topics/")
+        return {"name": name, "partitions": [{"partition": p} for p in range(self.topics[name])], "config": {},
+                "replication_factor": 1, **self.described.get(name, {})}
+
+    async def read_log(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int) -> LogChunk:
+        self.reads.append((topic, partition))
+        start = self.starts.get((topic, partition), "0")
+        return parse_log_answer(b"", {"Raftlog-Next-Offset": start, "Raftlog-High-Watermark": start,
+                                      "Raftlog-Log-Start-Offset": start})
+
+    def scrub(self, text: str) -> str:
+        return text
+
+    async def close(self) -> None:
+        pass
+
+
+class Metadata:
+    """The metadata leader's proposals: checked, then applied to `catalog` through the codec
+    after `racing` (commands another leader's entries put first), the refusal raised."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.racing: list[Command] = []
+        self.proposed: list[Command] = []
+        self._index = 1000
+
+    async def propose(self, command: Command) -> None:
+        self.catalog.validate(command)
+        for earlier in [*self.racing, command]:
+            self._index += 1
+            result = self.catalog.apply(Index(self._index), decode_command(encode_command(earlier)))
+            if result.error is not None:
+                raise result.error
+        self.racing = []
+        self.proposed.append(command)
+
+
+def _discovery(catalog: Catalog, source: Source) -> tuple[MirrorLinks, Metadata]:
+    metadata = Metadata(catalog)
+    logger = SimpleNamespace(info=lambda *a, **k: None)
+    links = MirrorLinks(NodeId(1), SimpleNamespace(catalog=catalog), metadata, None, SimpleNamespace(  # type: ignore[arg-type]
+        register=lambda *a: None), None, logger, None)  # type: ignore[arg-type]
+    links._clients[LINK.name] = (catalog.mirror_links[LINK.name], source)  # type: ignore[assignment]
+    return links, metadata
+
+
+async def _round(links: MirrorLinks, discovery: Discovery) -> Discovery:
+    await links._discover(links._catalog.catalog.mirror_links[LINK.name], discovery)
+    return discovery
+
+
+@pytest.mark.parametrize("headers", [
+    {"Raftlog-Log-Start-Offset": "-1"}, {"Raftlog-Log-Start-Offset": str(2**64), "Raftlog-High-Watermark": str(2**64)},
+    {"Raftlog-Log-Start-Offset": str(2**63)}, {"Raftlog-High-Watermark": "-5"}, {"Raftlog-Next-Offset": str(2**63)},
+    {"Raftlog-Log-Start-Offset": "11"},  # above the high watermark (10)
+])
+def test_a_log_answer_with_an_offset_no_log_has_is_a_source_error(headers: dict[str, str]) -> None:
+    good = {"Raftlog-Next-Offset": "10", "Raftlog-High-Watermark": "10", "Raftlog-Log-Start-Offset": "3"}
+    assert parse_log_answer(b"", good).log_start_offset == 3
+    assert parse_log_answer(b"", {**good, "Raftlog-Log-Start-Offset": "10"}).log_start_offset == 10  # empty
+    edge = str(2**63 - 1)
+    assert parse_log_answer(b"", {**good, "Raftlog-High-Watermark": edge, "Raftlog-Next-Offset": edge}).high_watermark \
+        == 2**63 - 1
+    with pytest.raises(SourceError):
+        parse_log_answer(b"", {**good, **headers})
+
+
+@pytest.mark.asyncio
+async def test_a_hostile_log_start_refuses_its_topic_and_the_round_goes_on() -> None:
+    # `orders` grew to 3 at the source, whose partition 2 says its log starts at -1; the new
+    # `orders-a` says 2**64. Each is refused by name, and so are new topics whose description
+    # the sink cannot take (a config value out of bounds, no replication factor); `orders-b`,
+    # after them, is created.
+    catalog = _catalog(LINK, MIRROR)
+    source = Source({"orders": 3, "orders-a": 1, "orders-a2": 1, "orders-a3": 1, "orders-b": 2},
+                    {("orders", 2): "-1", ("orders-a", 0): str(2**64), ("orders-b", 0): "5", ("orders-b", 1): "7"},
+                    {"orders-a2": {"config": {"retention_ms": -5}}, "orders-a3": {"replication_factor": None}})
+    links, _ = _discovery(catalog, source)
+    discovery = await _round(links, Discovery())
+    assert (discovery.failures, discovery.last_error) == (0, None)
+    assert sorted(discovery.refused) == ["orders", "orders-a", "orders-a2", "orders-a3"]
+    assert all("log start was not read" in discovery.refused[n] and "outside 0..2**63-1" in discovery.refused[n]
+               for n in ("orders", "orders-a"))
+    assert "retention_ms" in discovery.refused["orders-a2"]
+    assert "no replication factor" in discovery.refused["orders-a3"]
+    assert len(catalog.topic("orders").partitions) == 2
+    assert not {"orders-a", "orders-a2", "orders-a3"} & set(catalog.topics)
+    assert [p.start_offset for p in catalog.topic("orders-b").partitions] == [5, 7]
+    # The next round tries them again, and goes on refusing them, still without failing.
+    source.reads.clear()
+    await _round(links, discovery)
+    assert (discovery.failures, sorted(discovery.refused)) == (0, ["orders", "orders-a", "orders-a2", "orders-a3"])
+    assert sorted(source.reads) == [("orders", 2), ("orders-a", 0), ("orders-a2", 0)]
