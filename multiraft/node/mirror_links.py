@@ -26,7 +26,11 @@
   below the mirror's is refused (a partition count never shrinks: the source topic was
   deleted and made again), and the mirror keeps pulling the partitions it has. A new
   partition whose log start cannot be read is named in `refused` too (tried again the
-  next round) rather than failing the link's round.
+  next round) rather than failing the link's round. A creation or growth that another
+  change overtook before its entry applied (a promotion, a delete, the same one proposed
+  by the previous metadata leader around a leader change) changes nothing and is no
+  failure: the next round looks again; one the catalog refuses on its own (group ids
+  exhausted) is named in `refused` (`CATALOG_REFUSALS`).
 - Status (any node): the link, what the metadata leader's discovery last saw, and
   each mirror partition's pull, asked of every live node (`mirror.status`), since
   each partition's leader runs its own pull (multiraft/node/mirror_pull.py).
@@ -41,7 +45,17 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from multiraft.errors import InvalidReplicationFactor, InvalidRequest, NotAMirror, UnknownMirrorLink
+from multiraft.errors import (
+    InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    NotAMirror,
+    ResourceExhausted,
+    TopicExists,
+    UnknownMirrorLink,
+    UnknownTopic,
+)
 from multiraft.metadata.checks import is_int
 from multiraft.metadata.commands import PARTITIONS_MAX, TOPIC_CONFIG_KEYS
 from multiraft.metadata.mirror_commands import (
@@ -76,6 +90,12 @@ DISCOVER_INTERVAL_S = 1.0
 TOPICS_PER_LINK_MAX = 1000  # source topics one link mirrors
 CREATES_PER_ROUND_MAX = 16  # mirror topics created or grown by one link's round (each reads its new partitions)
 STATUS_CALL_TIMEOUT_S = 2.0
+# What group 0 answers a mirror's creation or growth that another change overtook between
+# discovery's look and the entry's apply (a promotion, a delete, the same creation or growth
+# proposed by the previous metadata leader), or that it refuses on its own (group ids
+# exhausted): by code, which a refusal forwarded from another node keeps.
+CATALOG_REFUSALS = frozenset(error.code for error in (NotAMirror, UnknownTopic, UnknownMirrorLink, TopicExists,
+                                                      InvalidPartitions, InvalidReplicaAssignment, ResourceExhausted))
 CONFLICTS_SHOWN_MAX = 20
 
 
@@ -303,7 +323,14 @@ class MirrorLinks:
                                         assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
         except InvalidRequest as error:
             return f"the source's description is refused: {client.scrub(str(error))}"
-        await self._metadata.propose(command)
+        try:
+            await self._metadata.propose(command)
+        except ClientError as error:
+            if error.code not in CATALOG_REFUSALS:
+                raise
+            if name in self._catalog.catalog.topics:
+                return None  # made meanwhile (by the previous metadata leader, or by hand): the next round looks
+            return f"the catalog refused the mirror: {error}"
         self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
                           start_offsets=starts[:8])
         return None
@@ -335,7 +362,14 @@ class MirrorLinks:
                                       assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
         except InvalidRequest as error:
             return f"the source has {count} partitions; their log starts are refused: {error}"
-        await self._metadata.propose(command)
+        try:
+            await self._metadata.propose(command)
+        except ClientError as error:
+            if error.code not in CATALOG_REFUSALS:
+                raise
+            if _mirror_size(self._catalog.catalog, name, link.name) != current:
+                return None  # promoted, deleted or grown meanwhile (the previous leader's growth): the next round looks
+            return f"the source has {count} partitions; the catalog refused the growth: {error}"
         self._logger.info("mirror_topic_grown", link=link.name, topic=name, partitions=count, before=current,
                           start_offsets=starts[:8])
         return None

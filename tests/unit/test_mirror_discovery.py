@@ -15,11 +15,16 @@ from typing import Any
 
 import pytest
 
-from multiraft.metadata.catalog import Catalog
-from multiraft.metadata.commands import Command, decode_command, encode_command
+from multiraft.metadata.catalog import ID_MAX, Catalog
+from multiraft.metadata.commands import Command, DeleteTopic, decode_command, encode_command
+from multiraft.metadata.mirror_commands import (
+    CreateMirrorTopic,
+    GrowMirrorTopic,
+    PromoteMirrorTopic,
+)
 from multiraft.node.mirror_links import Discovery, MirrorLinks
 from multiraft.node.mirror_source import LogChunk, SourceError, parse_log_answer
-from raftlog.types import Index, NodeId
+from raftlog.types import GroupId, Index, NodeId
 from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
 
 
@@ -57,22 +62,22 @@ class Source:
 
 class Metadata:
     """The metadata leader's proposals: checked, then applied to `catalog` through the codec
-    after `racing` (commands another leader's entries put first), the refusal raised."""
+    after `racing[name]` (entries another leader, or an operator, put before the proposal
+    about topic `name`), the refusal raised."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self.racing: list[Command] = []
+        self.racing: dict[str, list[Command]] = {}
         self.proposed: list[Command] = []
         self._index = 1000
 
     async def propose(self, command: Command) -> None:
         self.catalog.validate(command)
-        for earlier in [*self.racing, command]:
+        for entry in [*self.racing.pop(getattr(command, "name", ""), []), command]:
             self._index += 1
-            result = self.catalog.apply(Index(self._index), decode_command(encode_command(earlier)))
+            result = self.catalog.apply(Index(self._index), decode_command(encode_command(entry)))
             if result.error is not None:
                 raise result.error
-        self.racing = []
         self.proposed.append(command)
 
 
@@ -132,3 +137,53 @@ async def test_a_hostile_log_start_refuses_its_topic_and_the_round_goes_on() -> 
     await _round(links, discovery)
     assert (discovery.failures, sorted(discovery.refused)) == (0, ["orders", "orders-a", "orders-a2", "orders-a3"])
     assert sorted(source.reads) == [("orders", 2), ("orders-a", 0), ("orders-a2", 0)]
+
+
+# What another metadata leader's entries (or an operator) put in group 0's log between the
+# round's look at the catalog and its proposal's apply.
+PROMOTED = PromoteMirrorTopic(name="orders")
+DELETED = DeleteTopic(name="orders")
+GROWN_TO_3 = GrowMirrorTopic(name="orders", link="dr", count=3, assignments=((NodeId(1),),), start_offsets=(9,))
+GROWN_TO_4 = GrowMirrorTopic(name="orders", link="dr", count=4, assignments=((NodeId(1),),) * 2,
+                             start_offsets=(9, 9))
+SECOND = CreateMirrorTopic(name="orders2", link="dr", replication_factor=1, config={}, assignments=((NodeId(1),),),
+                           start_offsets=(0,))
+
+
+@pytest.mark.parametrize(("said", "racing", "after"), [
+    (3, PROMOTED, 2), (3, DELETED, None),
+    (3, GROWN_TO_3, 3),  # the same growth, proposed by the previous metadata leader
+    (3, GROWN_TO_4, 4), (4, GROWN_TO_3, 3),  # the source grew twice, each leader saw one count
+])
+@pytest.mark.asyncio
+async def test_a_growth_overtaken_before_its_apply_is_no_failure(said: int, racing: Command, after: int | None) -> None:
+    catalog = _catalog(LINK, MIRROR, SECOND)
+    links, metadata = _discovery(catalog, Source({"orders": said, "orders2": 2}))
+    metadata.racing["orders"] = [racing]
+    discovery = await _round(links, Discovery())
+    assert (discovery.failures, discovery.last_error, discovery.refused) == (0, None, {})
+    assert len(catalog.topic("orders2").partitions) == 2  # the round went on after it
+    topic = catalog.topics.get("orders")
+    assert (len(topic.partitions) if topic is not None else None) == after
+    if after is not None and topic is not None and topic.is_mirror and after < said:
+        await _round(links, discovery)  # the next round looks again: grown to the source's count
+        assert len(catalog.topic("orders").partitions) == said and discovery.refused == {}
+
+
+@pytest.mark.asyncio
+async def test_a_creation_overtaken_by_the_same_creation_is_no_failure() -> None:
+    catalog = _catalog(LINK)
+    links, metadata = _discovery(catalog, Source({"orders": 2}))
+    metadata.racing["orders"] = [MIRROR]  # the previous metadata leader made it
+    discovery = await _round(links, Discovery())
+    assert (discovery.failures, discovery.refused) == (0, {})
+    assert catalog.topic("orders").partitions[1].start_offset == 500  # the previous leader's
+
+
+@pytest.mark.asyncio
+async def test_a_growth_the_catalog_refuses_on_its_own_is_named() -> None:
+    catalog = _catalog(LINK, MIRROR)
+    catalog.next_group_id = GroupId(ID_MAX)
+    links, _ = _discovery(catalog, Source({"orders": 4}))  # two new partitions, one group id left
+    discovery = await _round(links, Discovery())
+    assert discovery.failures == 0 and "group ids are exhausted" in discovery.refused["orders"]
