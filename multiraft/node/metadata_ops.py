@@ -150,7 +150,7 @@ class MetadataOps:
             nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id,
             drained=catalog.drained_nodes(),
         )
-        self._check_files(assignments)
+        self.check_files(assignments)
         command = CreateTopic(
             name=request["name"],
             partitions=request["partitions"],
@@ -186,17 +186,14 @@ class MetadataOps:
         assignments = place_replicas(nodes, request["count"] - current, topic.replication_factor,
                                      start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
                                      drained=catalog.drained_nodes())
-        self._check_files(assignments)
+        self.check_files(assignments)
         await self.propose(CreatePartitions(name=topic.name, count=request["count"],
                                             assignments=tuple(tuple(r) for r in assignments)))
 
-    def _check_files(self, assignments: list[list[NodeId]]) -> None:
-        """Refuse new replicas a host has no file descriptors left for (open_files.py)."""
-        per_node: dict[int, int] = {}
-        for replicas_of_partition in assignments:
-            for host in replicas_of_partition:
-                per_node[host] = per_node.get(host, 0) + 1
-        open_files.check_room(per_node, self._open_files_limit(), open_files.open_now())
+    def check_files(self, assignments: list[list[NodeId]]) -> None:
+        """Refuse new replicas a host has no file descriptors left for (InvalidPartitions,
+        open_files.py): topics and partitions added here, mirrors made or grown by discovery."""
+        open_files.check_new_replicas(assignments, self._open_files_limit())
 
     async def set_drained(self, node_id: NodeId, drained: bool) -> None:
         """Mark a node drained (its leaderships leave it, multiraft/node/draining.py) or clear it.

@@ -15,8 +15,10 @@
   shown in the discovery's `refused`. So is a topic whose partitions' log starts
   cannot be read (a partition not led yet) or are no offsets (the reader refuses
   those: mirror_source.parse_log_answer), or whose description the sink's command
-  refuses (a config value out of bounds): each is that topic's refusal, never a
-  failed round, so the link's other topics go on.
+  refuses (a config value out of bounds), or that the sink cannot place (no live
+  node, or more new replicas than a node's open-files limit leaves room for: the check
+  a topic made by hand meets, `MetadataOps.check_files`): each is that topic's
+  refusal, never a failed round, so the link's other topics go on.
 - Growth (the same loop): each of the link's mirror topics not promoted follows its
   source topic's partition increase. When the source's listing says more partitions
   than the mirror has, the new ones are read for their log start offsets (one read
@@ -25,8 +27,9 @@
   growths a round, a count above `PARTITIONS_MAX` refused before any read; a count
   below the mirror's is refused (a partition count never shrinks: the source topic was
   deleted and made again), and the mirror keeps pulling the partitions it has. A new
-  partition whose log start cannot be read is named in `refused` too (tried again the
-  next round) rather than failing the link's round. A creation or growth that another
+  partition whose log start cannot be read, or new partitions the sink cannot place
+  (too few live nodes, the open-files check), are named in `refused` too (tried again
+  the next round) rather than failing the link's round. A creation or growth that another
   change overtook before its entry applied (a promotion, a delete, the same one proposed
   by the previous metadata leader around a leader change) changes nothing and is no
   failure: the next round looks again; one the catalog refuses on its own (group ids
@@ -48,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 from multiraft.errors import (
     InvalidPartitions,
     InvalidReplicaAssignment,
-    InvalidReplicationFactor,
     InvalidRequest,
     NotAMirror,
     ResourceExhausted,
@@ -316,8 +318,12 @@ class MirrorLinks:
         catalog = self._catalog.catalog
         nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
         factor = max(1, min(said_factor, len(nodes)))
-        assignments = place_replicas(nodes, count, factor, start=catalog.next_group_id,
-                                     drained=catalog.drained_nodes())
+        try:
+            assignments = place_replicas(nodes, count, factor, start=catalog.next_group_id,
+                                         drained=catalog.drained_nodes())
+            self._metadata.check_files(assignments)  # as a topic made by hand
+        except InvalidRequest as error:  # no live node, or no descriptors left for the new replicas
+            return f"the sink cannot place its {count} partitions: {error}"
         try:  # the source's answers are in it (config, start offsets): a bad one refuses this topic only
             command = CreateMirrorTopic(name=name, link=link.name, replication_factor=factor, config=config,
                                         assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
@@ -355,7 +361,8 @@ class MirrorLinks:
             assignments = place_replicas(nodes, count - current, topic.replication_factor,
                                          start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
                                          drained=catalog.drained_nodes())
-        except InvalidReplicationFactor as error:
+            self._metadata.check_files(assignments)  # as partitions added by hand
+        except InvalidRequest as error:  # too few live nodes, or no descriptors left for the new replicas
             return f"the source has {count} partitions; the new ones cannot be placed here: {error}"
         try:  # the source's start offsets are in it: a bad one refuses this topic only
             command = GrowMirrorTopic(name=name, link=link.name, count=count,

@@ -22,6 +22,7 @@ from multiraft.metadata.mirror_commands import (
     GrowMirrorTopic,
     PromoteMirrorTopic,
 )
+from multiraft.node import open_files
 from multiraft.node.mirror_links import Discovery, MirrorLinks
 from multiraft.node.mirror_source import LogChunk, SourceError, parse_log_answer
 from raftlog.types import GroupId, Index, NodeId
@@ -69,7 +70,11 @@ class Metadata:
         self.catalog = catalog
         self.racing: dict[str, list[Command]] = {}
         self.proposed: list[Command] = []
+        self.files_limit = 1 << 20  # this node's open-files limit
         self._index = 1000
+
+    def check_files(self, assignments: list[list[NodeId]]) -> None:
+        open_files.check_new_replicas(assignments, self.files_limit)
 
     async def propose(self, command: Command) -> None:
         self.catalog.validate(command)
@@ -187,3 +192,18 @@ async def test_a_growth_the_catalog_refuses_on_its_own_is_named() -> None:
     links, _ = _discovery(catalog, Source({"orders": 4}))  # two new partitions, one group id left
     discovery = await _round(links, Discovery())
     assert discovery.failures == 0 and "group ids are exhausted" in discovery.refused["orders"]
+
+
+@pytest.mark.asyncio
+async def test_a_mirror_made_or_grown_past_the_open_files_limit_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Room for 2 new replicas on the one node: growing `orders` by 3 and making `orders-a` with
+    # 3 partitions are refused by name, as a topic made by hand would be; `orders-b` (2) fits.
+    catalog = _catalog(LINK, MIRROR)
+    links, metadata = _discovery(catalog, Source({"orders": 5, "orders-a": 3, "orders-b": 2}))
+    monkeypatch.setattr(open_files, "open_now", lambda: 0)
+    metadata.files_limit = open_files.RESERVED_FDS + 2
+    discovery = await _round(links, Discovery())
+    assert discovery.failures == 0 and sorted(discovery.refused) == ["orders", "orders-a"]
+    assert all("open-files limit" in why for why in discovery.refused.values())
+    assert len(catalog.topic("orders").partitions) == 2 and "orders-a" not in catalog.topics
+    assert len(catalog.topic("orders-b").partitions) == 2
