@@ -21,6 +21,7 @@ from multiraft.errors import (
     MirrorPartitionsFixed,
     NotAMirror,
     ResourceExhausted,
+    SnapshotFormatError,
     UnknownMirrorLink,
     UnknownTopic,
 )
@@ -78,6 +79,21 @@ def test_the_count_a_mirror_was_made_with_survives_a_snapshot() -> None:
     made = _catalog(LINK, MIRROR)
     assert b"mirror_partitions" not in made.snapshot()  # written only when it differs from the count
     assert Catalog.restore(made.snapshot()).topic("orders").mirror_partitions == 2
+
+
+@pytest.mark.parametrize("commands", [(), (PromoteMirrorTopic(name="orders"),)])
+def test_a_snapshot_row_of_a_mirror_not_promoted_with_plain_partitions_is_refused(commands: tuple[object, ...]) -> None:
+    # No command writes one (partitions come by hand only after the promotion), and applying a
+    # growth to one would stop every replica of group 0: refused as it is read, not applied later.
+    document = json.loads(_catalog(LINK, MIRROR, *commands).snapshot())
+    (row,) = document["topics"]
+    row["mirror_partitions"] = 1  # of 2
+    restored = json.dumps(document).encode()
+    if commands:  # promoted: the shape a growth after the promotion writes
+        assert Catalog.restore(restored).topic("orders").mirror_partitions == 1
+    else:
+        with pytest.raises(SnapshotFormatError, match="not promoted"):
+            Catalog.restore(restored)
 
 
 # The source's `orders` grew from 2 to 4 partitions; partition 2's log starts at 40 (retention).
