@@ -24,7 +24,10 @@
   than the mirror has, the new ones are read for their log start offsets (one read
   each) and `GrowMirrorTopic` adds them in mirror mode, placed as a mirror topic's are.
   Within the same bounds as creation: at most `CREATES_PER_ROUND_MAX` creations and
-  growths a round, a count above `PARTITIONS_MAX` refused before any read; a count
+  growths a round, and `READS_PER_ROUND_MAX` log-start reads for them all (a mirror
+  with more new partitions than reads are left is made or grown by those read, and
+  grown further in the next rounds: a partition count only grows, and the source has
+  at least as many), a count above `PARTITIONS_MAX` refused before any read; a count
   below the mirror's is refused (a partition count never shrinks: the source topic was
   deleted and made again), and the mirror keeps pulling the partitions it has. A new
   partition whose log start cannot be read, or new partitions the sink cannot place
@@ -91,6 +94,11 @@ if TYPE_CHECKING:
 DISCOVER_INTERVAL_S = 1.0
 TOPICS_PER_LINK_MAX = 1000  # source topics one link mirrors
 CREATES_PER_ROUND_MAX = 16  # mirror topics created or grown by one link's round (each reads its new partitions)
+# Log-start reads of one link's round, its creations and growths together (one per new
+# partition, each up to the source client's call bound): links are discovered one after
+# another, so this bounds how long one slow source holds up the others. A mirror with more
+# new partitions than are left is made or grown by those read, and grown further next round.
+READS_PER_ROUND_MAX = 64
 STATUS_CALL_TIMEOUT_S = 2.0
 # What group 0 answers a mirror's creation or growth that another change overtook between
 # discovery's look and the entry's apply (a promotion, a delete, the same creation or growth
@@ -99,6 +107,23 @@ STATUS_CALL_TIMEOUT_S = 2.0
 CATALOG_REFUSALS = frozenset(error.code for error in (NotAMirror, UnknownTopic, UnknownMirrorLink, TopicExists,
                                                       InvalidPartitions, InvalidReplicaAssignment, ResourceExhausted))
 CONFLICTS_SHOWN_MAX = 20
+
+
+@dataclass(slots=True)
+class ReadBudget:
+    """The log-start reads one link's round may still make (`READS_PER_ROUND_MAX`)."""
+
+    left: int = READS_PER_ROUND_MAX
+
+    async def log_starts(self, client: SourceClient, topic: str, partitions: range) -> list[int]:
+        """The source's log start offset of each of `partitions` of `topic`, one read each,
+        every read taken from the budget (a failed one too)."""
+        assert len(partitions) <= self.left
+        starts = []
+        for partition in partitions:
+            self.left -= 1
+            starts.append((await client.read_log(topic, partition, 0, 1, 0)).log_start_offset)
+        return starts
 
 
 @dataclass(slots=True)
@@ -280,9 +305,12 @@ class MirrorLinks:
             # Those refused last round go last: a refusal repeated never starves the others.
             work = sorted([n for n in names if n not in catalog.topics] + sorted(growing),
                           key=lambda n: n in discovery.refused)[:CREATES_PER_ROUND_MAX]
+            budget = ReadBudget()
             for name in work:
-                why = await (self._grow_mirror(client, link, name, growing[name]) if name in growing
-                             else self._create_mirror(client, link, name))
+                if budget.left == 0:
+                    break  # the others wait for the next round (what was refused of them still shown)
+                why = await (self._grow_mirror(client, link, name, growing[name], budget) if name in growing
+                             else self._create_mirror(client, link, name, budget))
                 if why is None:
                     refused.pop(name, None)
                 else:
@@ -296,8 +324,11 @@ class MirrorLinks:
         discovery.source_topics, discovery.conflicts = len(names), conflicts[:CONFLICTS_SHOWN_MAX]
         discovery.last_run_ms = int(time.time() * 1000)
 
-    async def _create_mirror(self, client: SourceClient, link: MirrorLink, name: str) -> str | None:
-        """Make `name` a mirror topic of `link`; or why the source's description is refused."""
+    async def _create_mirror(self, client: SourceClient, link: MirrorLink, name: str,
+                             budget: ReadBudget) -> str | None:
+        """Make `name` a mirror topic of `link`, with as many of its source's partitions as
+        `budget` has reads left (the others follow as growths); or why the source's
+        description is refused."""
         assert TOPIC_NAME_PATTERN.fullmatch(name)  # checked by the caller: it goes into URL paths
         described = await client.get_json(f"/v1/topics/{name}")
         if not isinstance(described, dict) or not isinstance(described.get("partitions"), list):
@@ -311,19 +342,20 @@ class MirrorLinks:
         if not is_int(said_factor):
             return "the source's description has no replication factor"
         config = {k: v for k, v in described["config"].items() if k in TOPIC_CONFIG_KEYS}
+        made = min(count, budget.left)  # the others in the next rounds, as a growth
         try:
-            starts = [(await client.read_log(name, p, 0, 1, 0)).log_start_offset for p in range(count)]
+            starts = await budget.log_starts(client, name, range(made))
         except SourceError as error:  # this topic's (a partition not led yet, a bad answer): the others go on
             return f"a partition's log start was not read: {client.scrub(str(error))}"
         catalog = self._catalog.catalog
         nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
         factor = max(1, min(said_factor, len(nodes)))
         try:
-            assignments = place_replicas(nodes, count, factor, start=catalog.next_group_id,
+            assignments = place_replicas(nodes, made, factor, start=catalog.next_group_id,
                                          drained=catalog.drained_nodes())
             self._metadata.check_files(assignments)  # as a topic made by hand
         except InvalidRequest as error:  # no live node, or no descriptors left for the new replicas
-            return f"the sink cannot place its {count} partitions: {error}"
+            return f"the sink cannot place its {made} partitions: {error}"
         try:  # the source's answers are in it (config, start offsets): a bad one refuses this topic only
             command = CreateMirrorTopic(name=name, link=link.name, replication_factor=factor, config=config,
                                         assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
@@ -337,21 +369,24 @@ class MirrorLinks:
             if name in self._catalog.catalog.topics:
                 return None  # made meanwhile (by the previous metadata leader, or by hand): the next round looks
             return f"the catalog refused the mirror: {error}"
-        self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
-                          start_offsets=starts[:8])
+        self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=made,
+                          source_partitions=count, start_offsets=starts[:8])
         return None
 
-    async def _grow_mirror(self, client: SourceClient, link: MirrorLink, name: str, count: int) -> str | None:
-        """Grow mirror `name` to the source's `count` partitions (checked by `listed_growth`),
-        each new one starting at its source partition's log start offset now; or why not."""
-        assert TOPIC_NAME_PATTERN.fullmatch(name) and count <= PARTITIONS_MAX  # checked by the caller
+    async def _grow_mirror(self, client: SourceClient, link: MirrorLink, name: str, said: int,
+                           budget: ReadBudget) -> str | None:
+        """Grow mirror `name` toward the source's `said` partitions (checked by `listed_growth`),
+        by as many as `budget` has reads left (the others next round), each new one starting
+        at its source partition's log start offset now; or why not."""
+        assert TOPIC_NAME_PATTERN.fullmatch(name) and said <= PARTITIONS_MAX  # checked by the caller
         current = _mirror_size(self._catalog.catalog, name, link.name)
-        if current is None or current >= count:
+        if current is None or current >= said:
             return None  # promoted, deleted or grown since the listing: the next round looks again
+        count = min(said, current + budget.left)  # the source has at least this many: a partial growth is one
         try:
-            starts = [(await client.read_log(name, p, 0, 1, 0)).log_start_offset for p in range(current, count)]
+            starts = await budget.log_starts(client, name, range(current, count))
         except SourceError as error:  # this topic's (a new partition not led yet, say): the others go on
-            return f"the source has {count} partitions; a new one's log start was not read: {client.scrub(str(error))}"
+            return f"the source has {said} partitions; a new one's log start was not read: {client.scrub(str(error))}"
         catalog = self._catalog.catalog
         if _mirror_size(catalog, name, link.name) != current:  # changed during the reads
             return None
@@ -363,12 +398,12 @@ class MirrorLinks:
                                          drained=catalog.drained_nodes())
             self._metadata.check_files(assignments)  # as partitions added by hand
         except InvalidRequest as error:  # too few live nodes, or no descriptors left for the new replicas
-            return f"the source has {count} partitions; the new ones cannot be placed here: {error}"
+            return f"the source has {said} partitions; the new ones cannot be placed here: {error}"
         try:  # the source's start offsets are in it: a bad one refuses this topic only
             command = GrowMirrorTopic(name=name, link=link.name, count=count,
                                       assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
         except InvalidRequest as error:
-            return f"the source has {count} partitions; their log starts are refused: {error}"
+            return f"the source has {said} partitions; their log starts are refused: {error}"
         try:
             await self._metadata.propose(command)
         except ClientError as error:
@@ -376,9 +411,9 @@ class MirrorLinks:
                 raise
             if _mirror_size(self._catalog.catalog, name, link.name) != current:
                 return None  # promoted, deleted or grown meanwhile (the previous leader's growth): the next round looks
-            return f"the source has {count} partitions; the catalog refused the growth: {error}"
+            return f"the source has {said} partitions; the catalog refused the growth: {error}"
         self._logger.info("mirror_topic_grown", link=link.name, topic=name, partitions=count, before=current,
-                          start_offsets=starts[:8])
+                          source_partitions=said, start_offsets=starts[:8])
         return None
 
 

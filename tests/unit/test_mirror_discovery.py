@@ -22,7 +22,7 @@ from multiraft.metadata.mirror_commands import (
     GrowMirrorTopic,
     PromoteMirrorTopic,
 )
-from multiraft.node import open_files
+from multiraft.node import mirror_links, open_files
 from multiraft.node.mirror_links import Discovery, MirrorLinks
 from multiraft.node.mirror_source import LogChunk, SourceError, parse_log_answer
 from raftlog.types import GroupId, Index, NodeId
@@ -207,3 +207,31 @@ async def test_a_mirror_made_or_grown_past_the_open_files_limit_is_named(monkeyp
     assert all("open-files limit" in why for why in discovery.refused.values())
     assert len(catalog.topic("orders").partitions) == 2 and "orders-a" not in catalog.topics
     assert len(catalog.topic("orders-b").partitions) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_round_reads_at_most_its_budget_and_the_next_rounds_go_on() -> None:
+    # One link's round makes at most READS_PER_ROUND_MAX log-start reads, its creations and
+    # growths together, so a slow source holds the other links up for that many at most. A
+    # mirror with more partitions than are left is made, or grown, by those read; the next
+    # rounds grow it to the source's count, each new partition at its own source log start.
+    budget = mirror_links.READS_PER_ROUND_MAX
+    said = {"orders-big": budget + 10, "orders": 2 + budget // 2}
+    source = Source(said, {(t, p): str(p * 10 + 1) for t, count in said.items() for p in range(count)})
+    catalog = _catalog(LINK, MIRROR)
+    links, _ = _discovery(catalog, source)
+    discovery = Discovery()
+    sizes, reads = [], []
+    for _ in range(3):
+        source.reads.clear()
+        await _round(links, discovery)
+        assert (discovery.failures, discovery.refused) == (0, {})
+        sizes.append((len(catalog.topic("orders").partitions), len(catalog.topic("orders-big").partitions)))
+        reads.append(len(source.reads))
+    # Round 1: the new topic takes the whole budget; `orders` waits. Round 2: both grow to the
+    # source's counts. Round 3: nothing left to read.
+    assert sizes == [(2, budget), (2 + budget // 2, budget + 10), (2 + budget // 2, budget + 10)]
+    assert reads == [budget, budget // 2 + 10, 0]
+    assert [p.start_offset for p in catalog.topic("orders-big").partitions] == [p * 10 + 1 for p in range(budget + 10)]
+    assert [p.start_offset for p in catalog.topic("orders").partitions][2:] == [
+        p * 10 + 1 for p in range(2, 2 + budget // 2)]
