@@ -235,3 +235,42 @@ async def test_a_round_reads_at_most_its_budget_and_the_next_rounds_go_on() -> N
     assert [p.start_offset for p in catalog.topic("orders-big").partitions] == [p * 10 + 1 for p in range(budget + 10)]
     assert [p.start_offset for p in catalog.topic("orders").partitions][2:] == [
         p * 10 + 1 for p in range(2, 2 + budget // 2)]
+
+
+def _mirrors(count: int) -> list[CreateMirrorTopic]:
+    """`count` one-partition mirrors of the link, `orders-g00` on."""
+    return [CreateMirrorTopic(name=f"orders-g{i:02}", link="dr", replication_factor=1, config={},
+                              assignments=((NodeId(1),),), start_offsets=(0,)) for i in range(count)]
+
+
+@pytest.mark.asyncio
+async def test_creations_and_growths_share_the_bound_on_topics_a_round() -> None:
+    # 10 new topics and 10 mirrors grown at the source: 16 of them a round (CREATES_PER_ROUND_MAX),
+    # the creations first, then the growths by name; the other 4 growths the next round.
+    catalog = _catalog(LINK, *_mirrors(10))
+    source = Source({**{f"orders-n{i:02}": 1 for i in range(10)}, **{f"orders-g{i:02}": 2 for i in range(10)}})
+    links, _ = _discovery(catalog, source)
+    discovery = await _round(links, Discovery())
+    assert mirror_links.CREATES_PER_ROUND_MAX == 16 == len(source.reads)
+    assert [t for t, _ in source.reads] == [f"orders-n{i:02}" for i in range(10)] + [f"orders-g{i:02}" for i in range(6)]
+    assert [len(catalog.topic(f"orders-g{i:02}").partitions) for i in range(10)] == [2] * 6 + [1] * 4
+    source.reads.clear()
+    await _round(links, discovery)
+    assert source.reads == [(f"orders-g{i:02}", 1) for i in range(6, 10)] and discovery.refused == {}
+
+
+@pytest.mark.asyncio
+async def test_a_growth_refused_last_round_goes_last() -> None:
+    # 17 mirrors grew at the source; `orders-g00`'s new partition says no offset. Round 1 takes
+    # the first 16 by name: g00 refused, g01..g15 grown. Round 2 takes g16 before g00, so a
+    # refusal repeated every round never holds the others back.
+    catalog = _catalog(LINK, *_mirrors(17))
+    source = Source({f"orders-g{i:02}": 2 for i in range(17)}, {("orders-g00", 1): "-1"})
+    links, _ = _discovery(catalog, source)
+    discovery = await _round(links, Discovery())
+    assert list(discovery.refused) == ["orders-g00"] and discovery.failures == 0
+    assert len(catalog.topic("orders-g16").partitions) == 1
+    source.reads.clear()
+    await _round(links, discovery)
+    assert source.reads == [("orders-g16", 1), ("orders-g00", 1)]
+    assert list(discovery.refused) == ["orders-g00"] and len(catalog.topic("orders-g16").partitions) == 2

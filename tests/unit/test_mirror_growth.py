@@ -39,6 +39,7 @@ from multiraft.metadata.mirror_commands import (
     CreateMirrorTopic,
     GrowMirrorTopic,
     PromoteMirrorTopic,
+    ResyncMirrorPartition,
 )
 from multiraft.node.mirror_bootstrap import mirror_start
 from multiraft.node.mirror_links import listed_growth
@@ -159,9 +160,52 @@ def test_a_growth_the_catalog_refuses_changes_nothing_on_any_replica(
 
 def test_a_growth_needs_a_group_id_for_each_new_partition() -> None:
     catalog = _catalog(LINK, MIRROR)
-    catalog.next_group_id = GroupId(ID_MAX)
+    catalog.next_group_id = GroupId(ID_MAX)  # one left, two wanted
     assert isinstance(catalog.apply(Index(50), FOLLOW).error, ResourceExhausted)
-    assert len(catalog.topic("orders").partitions) == 2
+    assert len(catalog.topic("orders").partitions) == 2 and catalog.next_group_id == ID_MAX
+
+
+# The source grew twice (2 -> 3 -> 4) around a metadata leader change: each leader saw one
+# count and proposed its growth from 2.
+TO_3 = GrowMirrorTopic(name="orders", link="dr", count=3, assignments=((NodeId(1),),), start_offsets=(40,))
+
+
+@pytest.mark.parametrize(("first", "second", "error"), [(TO_3, FOLLOW, InvalidReplicaAssignment),
+                                                        (FOLLOW, TO_3, InvalidPartitions)])
+def test_two_growths_to_different_counts_grow_the_mirror_once(first: GrowMirrorTopic, second: GrowMirrorTopic,
+                                                               error: type[Exception]) -> None:
+    # The one applied first wins; the other, made for 2 partitions, is refused whole on every
+    # replica (its replica lists and start offsets are for partitions the mirror no longer lacks).
+    catalog = _catalog(LINK, MIRROR, first)
+    before, next_group_id = catalog.topic("orders"), catalog.next_group_id
+    assert isinstance(catalog.apply(Index(50), second).error, error)
+    assert catalog.topic("orders") == before and catalog.next_group_id == next_group_id
+    assert len(before.partitions) == before.mirror_partitions == first.count
+    assert [p.group_id for p in before.partitions] == list(range(1, first.count + 1))
+
+
+def test_a_grown_partition_resyncs_as_one_the_mirror_was_made_with() -> None:
+    # Partition 2 came with the growth (group 3, from 40). Resynced keeping its prefix, then
+    # whole: each time a new incarnation on the next group id, the others untouched, and a
+    # replica created late starts from the incarnation's start point (mirror_start).
+    catalog = _catalog(LINK, MIRROR, FOLLOW)
+    grown = catalog.topic("orders").partitions[2]
+    others = [p for p in catalog.topic("orders").partitions if p.partition != 2]
+    kept = ResyncMirrorPartition(name="orders", partition=2, group_id=grown.group_id, start_offset=77, prefix_index=40,
+                                 prefix_term=2, prefix_offset=1234, prefix_voters=grown.replicas)
+    assert catalog.apply(Index(50), kept).ok
+    fresh = catalog.topic("orders").partitions[2]
+    assert (fresh.group_id, fresh.start_offset, fresh.prefix) == (5, 40, (grown.group_id, 40, 2, 1234))
+    assert mirror_start(catalog.topic("orders"), 2) == ("orders", 2, 40, 2)  # the kept prefix's term
+    assert catalog.apply(Index(51), ResyncMirrorPartition(name="orders", partition=2, group_id=fresh.group_id,
+                                                          start_offset=77)).ok
+    whole = catalog.topic("orders").partitions[2]
+    assert (whole.group_id, whole.start_offset, whole.prefix, whole.replicas) == (6, 77, (), grown.replicas)
+    assert catalog.next_group_id == 7
+    topic = catalog.topic("orders")
+    assert mirror_start(topic, 2) == ("orders", 2, 77, 1) and topic.mirror_partitions == 4
+    assert [p for p in topic.partitions if p.partition != 2] == others
+    assert Catalog.restore(catalog.snapshot()).topic("orders") == topic
 
 
 @pytest.mark.parametrize("bad", [
