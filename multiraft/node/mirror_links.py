@@ -12,8 +12,8 @@
   checked before they are used: a topic name outside the topic-name pattern (it would
   go into URL paths) is refused without a call, a partition count above
   `PARTITIONS_MAX` before any read of its partitions (one read each), the reason
-  shown in the discovery's `refused`. So is a topic whose partitions' log starts
-  cannot be read (a partition not led yet) or are no offsets (the reader refuses
+  shown in the discovery's `refused`. So is a topic whose description or partitions'
+  log starts cannot be read (a partition not led yet) or are no offsets (the reader refuses
   those: mirror_source.parse_log_answer), or whose description the sink's command
   refuses (a config value out of bounds), or that the sink cannot place (no live
   node, or more new replicas than a node's open-files limit leaves room for: the check
@@ -330,7 +330,10 @@ class MirrorLinks:
         `budget` has reads left (the others follow as growths); or why the source's
         description is refused."""
         assert TOPIC_NAME_PATTERN.fullmatch(name)  # checked by the caller: it goes into URL paths
-        described = await client.get_json(f"/v1/topics/{name}")
+        try:
+            described = await client.get_json(f"/v1/topics/{name}")
+        except SourceError as error:  # this topic's (deleted since the listing, an error of its own): the others go on
+            return f"the source's description was not read: {client.scrub(str(error))}"
         if not isinstance(described, dict) or not isinstance(described.get("partitions"), list):
             return "the source's description has no partition list"
         count = len(described["partitions"])

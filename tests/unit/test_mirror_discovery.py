@@ -32,10 +32,11 @@ from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
 class Source:
     """A source cluster as discovery reads it: each topic's partition count, its description
     (`described` overrides fields), and each partition's log start as its read answers it
-    (header text: the real parser reads it)."""
+    (header text: the real parser reads it). A description given as a `SourceError` is
+    raised, as a source answering that topic with an error."""
 
     def __init__(self, topics: dict[str, int], starts: dict[tuple[str, int], str] | None = None,
-                 described: dict[str, dict[str, Any]] | None = None) -> None:
+                 described: dict[str, Any] | None = None) -> None:
         self.topics = topics
         self.starts = starts or {}
         self.described = described or {}
@@ -45,6 +46,8 @@ class Source:
         if path == "/v1/topics":
             return {"topics": [{"name": n, "partitions": c} for n, c in self.topics.items()]}
         name = path.removeprefix("/v1/topics/")
+        if isinstance(self.described.get(name), SourceError):
+            raise self.described[name]
         return {"name": name, "partitions": [{"partition": p} for p in range(self.topics[name])], "config": {},
                 "replication_factor": 1, **self.described.get(name, {})}
 
@@ -120,27 +123,30 @@ def test_a_log_answer_with_an_offset_no_log_has_is_a_source_error(headers: dict[
 async def test_a_hostile_log_start_refuses_its_topic_and_the_round_goes_on() -> None:
     # `orders` grew to 3 at the source, whose partition 2 says its log starts at -1; the new
     # `orders-a` says 2**64. Each is refused by name, and so are new topics whose description
-    # the sink cannot take (a config value out of bounds, no replication factor); `orders-b`,
-    # after them, is created.
+    # the sink cannot take (a config value out of bounds, no replication factor) or read (the
+    # source answers it with an error); `orders-b`, after them, is created.
     catalog = _catalog(LINK, MIRROR)
-    source = Source({"orders": 3, "orders-a": 1, "orders-a2": 1, "orders-a3": 1, "orders-b": 2},
+    source = Source({"orders": 3, "orders-a": 1, "orders-a2": 1, "orders-a3": 1, "orders-a4": 1, "orders-b": 2},
                     {("orders", 2): "-1", ("orders-a", 0): str(2**64), ("orders-b", 0): "5", ("orders-b", 1): "7"},
-                    {"orders-a2": {"config": {"retention_ms": -5}}, "orders-a3": {"replication_factor": None}})
+                    {"orders-a2": {"config": {"retention_ms": -5}}, "orders-a3": {"replication_factor": None},
+                     "orders-a4": SourceError("the source answered /v1/topics/orders-a4 with 500")})
     links, _ = _discovery(catalog, source)
     discovery = await _round(links, Discovery())
     assert (discovery.failures, discovery.last_error) == (0, None)
-    assert sorted(discovery.refused) == ["orders", "orders-a", "orders-a2", "orders-a3"]
+    assert sorted(discovery.refused) == ["orders", "orders-a", "orders-a2", "orders-a3", "orders-a4"]
     assert all("log start was not read" in discovery.refused[n] and "outside 0..2**63-1" in discovery.refused[n]
                for n in ("orders", "orders-a"))
     assert "retention_ms" in discovery.refused["orders-a2"]
     assert "no replication factor" in discovery.refused["orders-a3"]
+    assert "description was not read" in discovery.refused["orders-a4"] and "500" in discovery.refused["orders-a4"]
     assert len(catalog.topic("orders").partitions) == 2
-    assert not {"orders-a", "orders-a2", "orders-a3"} & set(catalog.topics)
+    assert not {"orders-a", "orders-a2", "orders-a3", "orders-a4"} & set(catalog.topics)
     assert [p.start_offset for p in catalog.topic("orders-b").partitions] == [5, 7]
     # The next round tries them again, and goes on refusing them, still without failing.
     source.reads.clear()
     await _round(links, discovery)
-    assert (discovery.failures, sorted(discovery.refused)) == (0, ["orders", "orders-a", "orders-a2", "orders-a3"])
+    assert (discovery.failures, sorted(discovery.refused)) == (0, ["orders", "orders-a", "orders-a2", "orders-a3",
+                                                                   "orders-a4"])
     assert sorted(source.reads) == [("orders", 2), ("orders-a", 0), ("orders-a2", 0)]
 
 
