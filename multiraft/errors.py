@@ -302,15 +302,17 @@ class TooManyMirrorLinks(ClientError):
 
 
 class NotAMirror(ClientError):
-    """A mirror operation (promote) on a topic that is not a mirror (or no longer is)."""
+    """A mirror operation (promote, resync, a growth following the source) on a topic that is
+    not a mirror of that link (or no longer is: promoted)."""
 
     code = "NOT_A_MIRROR"
     http_status = 409
 
 
 class MirrorPartitionsFixed(ClientError):
-    """Partitions added to a mirror topic not promoted: it keeps its source's count (a new
-    partition would copy a source partition that does not exist). Promote it first."""
+    """Partitions added by hand to a mirror topic not promoted: it follows its source's count
+    (discovery grows it when the source grows; a partition added here would copy a source
+    partition that does not exist). Promote it first."""
 
     code = "MIRROR_PARTITIONS_FIXED"
     http_status = 409

@@ -29,7 +29,6 @@ from multiraft.errors import (
     InvalidRequest,
     MirrorLinkExists,
     MirrorLinkInUse,
-    MirrorPartitionsFixed,
     NotAMirror,
     ResourceExhausted,
     TooManyMirrorLinks,
@@ -80,10 +79,12 @@ from multiraft.metadata.commands import (
 )
 from multiraft.metadata.mirror_commands import (
     MIRROR_LINKS_MAX,
+    GrowMirrorTopic,
     LinkState,
     MirrorCommand,
     MirrorLink,
 )
+from multiraft.metadata.mirror_growth import check_growable, check_mirror_growth, grown_mirror
 from raftlog.errors import ClientError, MembershipChangeInProgress
 from raftlog.types import GroupId, Index, NodeId
 
@@ -156,8 +157,7 @@ class Catalog:
         if isinstance(command, AlterTopicConfig):
             if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
                 raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
-        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic | ResyncMirrorPartition):
+        if isinstance(command, MirrorCommand):
             self._validate_mirror(command)
         if isinstance(command, ReplicaLeft):
             partition = self.partition_info(command.topic, command.partition)
@@ -178,7 +178,7 @@ class Catalog:
                     command.name, command.partition).leaving:
                 raise MembershipChangeInProgress(f"{command.name}/{command.partition} is moving; resync it after")
         else:
-            name = command.link if isinstance(command, CreateMirrorTopic) else command.name
+            name = command.link if isinstance(command, CreateMirrorTopic | GrowMirrorTopic) else command.name
             if name not in self.mirror_links:
                 raise UnknownMirrorLink(f"mirror link {name!r} does not exist")
         if isinstance(command, DeleteMirrorLink):
@@ -188,6 +188,9 @@ class Catalog:
                                       f"({', '.join(mirrors[:5])}); promote or delete them first")
         if isinstance(command, CreateMirrorTopic):
             self._validate_create(_as_create(command))
+        if isinstance(command, GrowMirrorTopic):
+            check_mirror_growth(self.topic(command.name), command)
+            self._validate_new_replicas(command.assignments)
 
     def mirror_topics(self, link: str) -> list[str]:
         """The mirror topics of `link`, by name."""
@@ -201,11 +204,15 @@ class Catalog:
                 f"replication factor {command.replication_factor} exceeds the "
                 f"{len(self.nodes)} registered nodes"
             )
-        for replicas in command.assignments:
+        self._validate_new_replicas(command.assignments)
+
+    def _validate_new_replicas(self, assignments: tuple[tuple[NodeId, ...], ...]) -> None:
+        """New partitions' replicas: on registered nodes, and a group id left for each."""
+        for replicas in assignments:
             for node_id in replicas:
                 if node_id not in self.nodes:
                     raise InvalidReplicaAssignment(f"node {node_id} is not registered")
-        if self.next_group_id + command.partitions - 1 > ID_MAX:
+        if self.next_group_id + len(assignments) - 1 > ID_MAX:
             raise ResourceExhausted("group ids are exhausted")
 
     def _validate_decommission(self, node_id: NodeId) -> None:
@@ -246,12 +253,7 @@ class Catalog:
         if len(command.assignments[0]) != topic.replication_factor:
             raise InvalidReplicaAssignment(f"topic {command.name!r} has replication factor "
                                            f"{topic.replication_factor}")
-        for replicas in command.assignments:
-            for node_id in replicas:
-                if node_id not in self.nodes:
-                    raise InvalidReplicaAssignment(f"node {node_id} is not registered")
-        if self.next_group_id + len(command.assignments) - 1 > ID_MAX:
-            raise ResourceExhausted("group ids are exhausted")
+        self._validate_new_replicas(command.assignments)
 
     # ---- apply ----------------------------------------------------------------
 
@@ -289,8 +291,7 @@ class Catalog:
             return self._grow(command)
         if isinstance(command, CreateTopic):
             return self._create(command)
-        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic | ResyncMirrorPartition):
+        if isinstance(command, MirrorCommand):
             return self._mirror(command)
         if isinstance(command, DeleteTopic):
             return self.topics.pop(command.name)
@@ -339,6 +340,10 @@ class Catalog:
             return topic
         if isinstance(command, ResyncMirrorPartition):
             return self._resync(command)
+        if isinstance(command, GrowMirrorTopic):
+            self.topics[command.name] = topic = grown_mirror(self.topics[command.name], command, self.next_group_id)
+            self.next_group_id = GroupId(self.next_group_id + len(command.assignments))
+            return topic
         topic = self._create(_as_create(command))
         partitions = tuple(replace(p, start_offset=start) for p, start in zip(topic.partitions,
                                                                               command.start_offsets, strict=True))
@@ -466,14 +471,6 @@ def _altered(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | No
         else:
             altered[key] = value
     return altered
-
-
-def check_growable(topic: TopicInfo) -> None:
-    """Refuse new partitions for a mirror topic not promoted: it has its source's count,
-    and a partition added would pull a source partition that does not exist."""
-    if topic.is_mirror:
-        raise MirrorPartitionsFixed(f"topic {topic.name!r} is a mirror of link {topic.mirror_link!r}: it keeps its "
-                                    "source's partition count; promote it before adding partitions")
 
 
 def _as_create(command: CreateMirrorTopic) -> CreateTopic:

@@ -91,8 +91,9 @@ class TopicInfo:
     # created late must know to replay them as the others did).
     mirror_link: str | None = None
     mirror_promoted: bool = False
-    # The partitions the mirror was made with (0 for a plain topic): only those began as
-    # mirrors (mirror_bootstrap.py); partitions added after the promotion are plain.
+    # The partitions the mirror was made or grown with (0 for a plain topic; GrowMirrorTopic
+    # raises it as the source grows, before any promotion): only those began as mirrors
+    # (mirror_bootstrap.py); partitions added after the promotion are plain.
     mirror_partitions: int = 0
 
     @property

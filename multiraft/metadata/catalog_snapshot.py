@@ -126,7 +126,9 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
         row["mirror_link"] = topic.mirror_link
         if topic.mirror_promoted:
             row["mirror_promoted"] = True
-        if topic.mirror_partitions != len(topic.partitions):  # grown after its promotion only
+        # Only a mirror grown after its promotion has other partitions than mirror ones (one grown
+        # following its source has only mirror ones): absent, it is the partition count, as before.
+        if topic.mirror_partitions != len(topic.partitions):
             row["mirror_partitions"] = topic.mirror_partitions
     if any(p.start_offset for p in topic.partitions):
         row["start_offsets"] = [p.start_offset for p in topic.partitions]
@@ -265,5 +267,11 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
         raise ValueError(f"mirror_partitions of {command.name!r} is malformed")
     if link is None and mirrored != 0:
         raise ValueError(f"mirror_partitions of {command.name!r} without a mirror link")
+    # A mirror not promoted has only mirror partitions (made or grown with its source's count;
+    # partitions by hand come only after the promotion): no command writes another row, and
+    # applying a growth to one would stop every replica of group 0 (mirror_growth.py).
+    if link is not None and not promoted and mirrored != len(partitions):
+        raise ValueError(f"mirror {command.name!r} is not promoted, yet {mirrored} of its {len(partitions)} "
+                         "partitions are mirror partitions")
     return TopicInfo(command.name, command.replication_factor, dict(command.config), partitions, link, promoted,
                      mirrored)

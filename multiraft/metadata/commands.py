@@ -60,6 +60,7 @@ from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
     CreateMirrorTopic,
     DeleteMirrorLink,
+    GrowMirrorTopic,
     PromoteMirrorTopic,
     ResyncMirrorPartition,
     SetMirrorLinkState,
@@ -74,7 +75,7 @@ __all__ = [
     "CONFIG_STRING_CHARS_MAX", "PARTITIONS_MAX", "PRODUCER_ID_BLOCK_MAX", "RACK_CHARS_MAX",
     "REPLICATION_FACTOR_MAX", "TOPIC_CONFIG_KEYS", "TYPED_CONFIG", "AllocateProducerIds", "AlterTopicConfig",
     "Command", "ConfigValue", "CreateMirrorLink", "CreateMirrorTopic", "CreatePartitions", "CreateTopic",
-    "DeleteMirrorLink", "DeleteToken", "DeleteTopic", "NodeStatus", "PromoteMirrorTopic", "PutToken",
+    "DeleteMirrorLink", "DeleteToken", "DeleteTopic", "GrowMirrorTopic", "NodeStatus", "PromoteMirrorTopic", "PutToken",
     "RegisterNode", "ReplaceReplica", "ReplicaLeft", "ResyncMirrorPartition", "SetClusterConfig", "SetMirrorLinkState",
     "SetNodeDecommissioning", "SetNodeDrained", "SetNodeStatus", "check_config", "check_config_entry",
     "check_known_config", "check_topic_name", "decode_command", "encode_command",
@@ -344,6 +345,7 @@ Command = (
     | CreateMirrorTopic
     | PromoteMirrorTopic
     | ResyncMirrorPartition
+    | GrowMirrorTopic
 )
 
 COMMAND_TYPES: dict[str, type] = {

@@ -19,7 +19,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
-from multiraft.errors import InvalidPartitions, InvalidRequest
+from multiraft.errors import InvalidPartitions, InvalidReplicaAssignment, InvalidRequest
 from multiraft.metadata.checks import (
     PARTITIONS_MAX,
     REPLICATION_FACTOR_MAX,
@@ -223,6 +223,44 @@ class CreateMirrorTopic:
             raise InvalidRequest("start offsets are 0..2**63-1")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrowMirrorTopic:
+    """Follow a source topic's partition increase: mirror topic `name` of `link` grows to
+    `count` partitions. `assignments` lists the new partitions' replicas only (partition
+    `count - len(assignments)` first), placed by the metadata leader as a mirror topic's
+    are; partition p's log starts at `start_offsets[p - (count - len(assignments))]`, the
+    source partition's log start when its growth was seen. The new partitions start in
+    mirror mode, as the first ones did, and `mirror_partitions` becomes `count`. The total
+    rides along (as `CreatePartitions`'s) so a second proposal of the same growth, racing
+    the first across a metadata leader change, is refused on apply instead of growing the
+    mirror twice. Checks against the catalog: mirror_growth.check_mirror_growth."""
+
+    name: str
+    link: str
+    count: int
+    assignments: tuple[tuple[NodeId, ...], ...]
+    start_offsets: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+        check_link_name(self.link)
+        if not is_int(self.count) or not 2 <= self.count <= PARTITIONS_MAX:
+            raise InvalidPartitions(f"a grown mirror has 2..{PARTITIONS_MAX} partitions")
+        if not isinstance(self.assignments, tuple) or not 1 <= len(self.assignments) < self.count:
+            raise InvalidReplicaAssignment("one replica list per new partition, at least one")
+        sizes = {len(r) if isinstance(r, tuple) else -1 for r in self.assignments}
+        if len(sizes) != 1 or not 1 <= min(sizes) <= REPLICATION_FACTOR_MAX:
+            raise InvalidReplicaAssignment(f"every new partition has the same number of replicas, 1..{REPLICATION_FACTOR_MAX}")
+        for replicas in self.assignments:
+            for node_id in replicas:
+                check_node_id(node_id)
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignment("a node holds at most one replica of a partition")
+        if not isinstance(self.start_offsets, tuple) or len(self.start_offsets) != len(self.assignments):
+            raise InvalidRequest("one start offset per new partition")
+        if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
+            raise InvalidRequest("start offsets are 0..2**63-1")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PromoteMirrorTopic:
@@ -284,7 +322,7 @@ class ResyncMirrorPartition:
 
 
 MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
-                 | ResyncMirrorPartition)
+                 | ResyncMirrorPartition | GrowMirrorTopic)
 
 MIRROR_COMMAND_TYPES: dict[str, type] = {
     "create_mirror_link": CreateMirrorLink,
@@ -293,6 +331,7 @@ MIRROR_COMMAND_TYPES: dict[str, type] = {
     "create_mirror_topic": CreateMirrorTopic,
     "promote_mirror_topic": PromoteMirrorTopic,
     "resync_mirror_partition": ResyncMirrorPartition,
+    "grow_mirror_topic": GrowMirrorTopic,
 }
 
 
@@ -332,7 +371,7 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
         arguments["prefix_voters"] = tuple(arguments["prefix_voters"])  # type: ignore[arg-type]
-    if cls is CreateMirrorTopic:
+    if cls in (CreateMirrorTopic, GrowMirrorTopic):
         if isinstance(arguments.get("assignments"), list):
             arguments["assignments"] = tuple(tuple(r) if isinstance(r, list) else r
                                              for r in arguments["assignments"])  # type: ignore[union-attr]

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
-from multiraft.metadata.catalog import ProducerIdBlock, check_growable
+from multiraft.metadata.catalog import ProducerIdBlock
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
@@ -35,6 +35,7 @@ from multiraft.metadata.commands import (
     decode_command,
     encode_command,
 )
+from multiraft.metadata.mirror_growth import check_growable
 from multiraft.metadata.placement import PlacementNode, place_replicas
 from multiraft.node import open_files
 from multiraft.node.registry import METADATA_GROUP
@@ -149,7 +150,7 @@ class MetadataOps:
             nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id,
             drained=catalog.drained_nodes(),
         )
-        self._check_files(assignments)
+        self.check_files(assignments)
         command = CreateTopic(
             name=request["name"],
             partitions=request["partitions"],
@@ -185,17 +186,14 @@ class MetadataOps:
         assignments = place_replicas(nodes, request["count"] - current, topic.replication_factor,
                                      start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
                                      drained=catalog.drained_nodes())
-        self._check_files(assignments)
+        self.check_files(assignments)
         await self.propose(CreatePartitions(name=topic.name, count=request["count"],
                                             assignments=tuple(tuple(r) for r in assignments)))
 
-    def _check_files(self, assignments: list[list[NodeId]]) -> None:
-        """Refuse new replicas a host has no file descriptors left for (open_files.py)."""
-        per_node: dict[int, int] = {}
-        for replicas_of_partition in assignments:
-            for host in replicas_of_partition:
-                per_node[host] = per_node.get(host, 0) + 1
-        open_files.check_room(per_node, self._open_files_limit(), open_files.open_now())
+    def check_files(self, assignments: list[list[NodeId]]) -> None:
+        """Refuse new replicas a host has no file descriptors left for (InvalidPartitions,
+        open_files.py): topics and partitions added here, mirrors made or grown by discovery."""
+        open_files.check_new_replicas(assignments, self._open_files_limit())
 
     async def set_drained(self, node_id: NodeId, drained: bool) -> None:
         """Mark a node drained (its leaderships leave it, multiraft/node/draining.py) or clear it.

@@ -12,7 +12,31 @@
   checked before they are used: a topic name outside the topic-name pattern (it would
   go into URL paths) is refused without a call, a partition count above
   `PARTITIONS_MAX` before any read of its partitions (one read each), the reason
-  shown in the discovery's `refused`.
+  shown in the discovery's `refused`. So is a topic whose description or partitions'
+  log starts cannot be read (a partition not led yet) or are no offsets (the reader refuses
+  those: mirror_source.parse_log_answer), or whose description the sink's command
+  refuses (a config value out of bounds), or that the sink cannot place (no live
+  node, or more new replicas than a node's open-files limit leaves room for: the check
+  a topic made by hand meets, `MetadataOps.check_files`): each is that topic's
+  refusal, never a failed round, so the link's other topics go on.
+- Growth (the same loop): each of the link's mirror topics not promoted follows its
+  source topic's partition increase. When the source's listing says more partitions
+  than the mirror has, the new ones are read for their log start offsets (one read
+  each) and `GrowMirrorTopic` adds them in mirror mode, placed as a mirror topic's are.
+  Within the same bounds as creation: at most `CREATES_PER_ROUND_MAX` creations and
+  growths a round, and `READS_PER_ROUND_MAX` log-start reads for them all (a mirror
+  with more new partitions than reads are left is made or grown by those read, and
+  grown further in the next rounds: a partition count only grows, and the source has
+  at least as many), a count above `PARTITIONS_MAX` refused before any read; a count
+  below the mirror's is refused (a partition count never shrinks: the source topic was
+  deleted and made again), and the mirror keeps pulling the partitions it has. A new
+  partition whose log start cannot be read, or new partitions the sink cannot place
+  (too few live nodes, the open-files check), are named in `refused` too (tried again
+  the next round) rather than failing the link's round. A creation or growth that another
+  change overtook before its entry applied (a promotion, a delete, the same one proposed
+  by the previous metadata leader around a leader change) changes nothing and is no
+  failure: the next round looks again; one the catalog refuses on its own (group ids
+  exhausted) is named in `refused` (`CATALOG_REFUSALS`).
 - Status (any node): the link, what the metadata leader's discovery last saw, and
   each mirror partition's pull, asked of every live node (`mirror.status`), since
   each partition's leader runs its own pull (multiraft/node/mirror_pull.py).
@@ -27,12 +51,23 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from multiraft.errors import NotAMirror, UnknownMirrorLink
+from multiraft.errors import (
+    InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidRequest,
+    NotAMirror,
+    ResourceExhausted,
+    TopicExists,
+    UnknownMirrorLink,
+    UnknownTopic,
+)
+from multiraft.metadata.checks import is_int
 from multiraft.metadata.commands import PARTITIONS_MAX, TOPIC_CONFIG_KEYS
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
     CreateMirrorTopic,
     DeleteMirrorLink,
+    GrowMirrorTopic,
     LinkState,
     MirrorLink,
     PromoteMirrorTopic,
@@ -48,6 +83,7 @@ from raftlog.errors import ClientError
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:
+    from multiraft.metadata.catalog import Catalog
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.mirror_pull import MirrorPulls
@@ -57,9 +93,37 @@ if TYPE_CHECKING:
 
 DISCOVER_INTERVAL_S = 1.0
 TOPICS_PER_LINK_MAX = 1000  # source topics one link mirrors
-CREATES_PER_ROUND_MAX = 16
+CREATES_PER_ROUND_MAX = 16  # mirror topics created or grown by one link's round (each reads its new partitions)
+# Log-start reads of one link's round, its creations and growths together (one per new
+# partition, each up to the source client's call bound): links are discovered one after
+# another, so this bounds how long one slow source holds up the others. A mirror with more
+# new partitions than are left is made or grown by those read, and grown further next round.
+READS_PER_ROUND_MAX = 64
 STATUS_CALL_TIMEOUT_S = 2.0
+# What group 0 answers a mirror's creation or growth that another change overtook between
+# discovery's look and the entry's apply (a promotion, a delete, the same creation or growth
+# proposed by the previous metadata leader), or that it refuses on its own (group ids
+# exhausted): by code, which a refusal forwarded from another node keeps.
+CATALOG_REFUSALS = frozenset(error.code for error in (NotAMirror, UnknownTopic, UnknownMirrorLink, TopicExists,
+                                                      InvalidPartitions, InvalidReplicaAssignment, ResourceExhausted))
 CONFLICTS_SHOWN_MAX = 20
+
+
+@dataclass(slots=True)
+class ReadBudget:
+    """The log-start reads one link's round may still make (`READS_PER_ROUND_MAX`)."""
+
+    left: int = READS_PER_ROUND_MAX
+
+    async def log_starts(self, client: SourceClient, topic: str, partitions: range) -> list[int]:
+        """The source's log start offset of each of `partitions` of `topic`, one read each,
+        every read taken from the budget (a failed one too)."""
+        assert len(partitions) <= self.left
+        starts = []
+        for partition in partitions:
+            self.left -= 1
+            starts.append((await client.read_log(topic, partition, 0, 1, 0)).log_start_offset)
+        return starts
 
 
 @dataclass(slots=True)
@@ -228,18 +292,25 @@ class MirrorLinks:
         client = held[1]
         try:
             listed = await client.get_json("/v1/topics")
-            names = sorted(t["name"] for t in listed["topics"] if isinstance(t, dict) and isinstance(t.get("name"), str)
-                           and pattern_matches(link.pattern, t["name"]))[:TOPICS_PER_LINK_MAX]
+            counts = {t["name"]: t.get("partitions") for t in listed["topics"]
+                      if isinstance(t, dict) and isinstance(t.get("name"), str)}
+            names = sorted(n for n in counts if pattern_matches(link.pattern, n))[:TOPICS_PER_LINK_MAX]
             invalid = {n: "not a valid topic name" for n in names if not TOPIC_NAME_PATTERN.fullmatch(n)}
             names = [n for n in names if n not in invalid]
             catalog = self._catalog.catalog
-            refused = invalid | {n: why for n, why in discovery.refused.items() if n in names and n not in catalog.topics}
+            growing, not_grown = listed_growth(catalog, link.name, {n: counts[n] for n in names})
+            refused = invalid | not_grown | {n: why for n, why in discovery.refused.items()
+                                             if n in names and (n not in catalog.topics or n in growing)}
             conflicts = [n for n in names if n in catalog.topics and catalog.topics[n].mirror_link != link.name]
             # Those refused last round go last: a refusal repeated never starves the others.
-            missing = sorted((n for n in names if n not in catalog.topics),
-                             key=lambda n: n in discovery.refused)[:CREATES_PER_ROUND_MAX]
-            for name in missing:
-                why = await self._create_mirror(client, link, name)
+            work = sorted([n for n in names if n not in catalog.topics] + sorted(growing),
+                          key=lambda n: n in discovery.refused)[:CREATES_PER_ROUND_MAX]
+            budget = ReadBudget()
+            for name in work:
+                if budget.left == 0:
+                    break  # the others wait for the next round (what was refused of them still shown)
+                why = await (self._grow_mirror(client, link, name, growing[name], budget) if name in growing
+                             else self._create_mirror(client, link, name, budget))
                 if why is None:
                     refused.pop(name, None)
                 else:
@@ -253,10 +324,16 @@ class MirrorLinks:
         discovery.source_topics, discovery.conflicts = len(names), conflicts[:CONFLICTS_SHOWN_MAX]
         discovery.last_run_ms = int(time.time() * 1000)
 
-    async def _create_mirror(self, client: SourceClient, link: MirrorLink, name: str) -> str | None:
-        """Make `name` a mirror topic of `link`; or why the source's description is refused."""
+    async def _create_mirror(self, client: SourceClient, link: MirrorLink, name: str,
+                             budget: ReadBudget) -> str | None:
+        """Make `name` a mirror topic of `link`, with as many of its source's partitions as
+        `budget` has reads left (the others follow as growths); or why the source's
+        description is refused."""
         assert TOPIC_NAME_PATTERN.fullmatch(name)  # checked by the caller: it goes into URL paths
-        described = await client.get_json(f"/v1/topics/{name}")
+        try:
+            described = await client.get_json(f"/v1/topics/{name}")
+        except SourceError as error:  # this topic's (deleted since the listing, an error of its own): the others go on
+            return f"the source's description was not read: {client.scrub(str(error))}"
         if not isinstance(described, dict) or not isinstance(described.get("partitions"), list):
             return "the source's description has no partition list"
         count = len(described["partitions"])
@@ -264,22 +341,111 @@ class MirrorLinks:
             return f"the source says {count} partitions; a topic has 1..{PARTITIONS_MAX}"
         if not isinstance(described.get("config"), dict):
             return "the source's description has no config"
+        said_factor = described.get("replication_factor")
+        if not is_int(said_factor):
+            return "the source's description has no replication factor"
         config = {k: v for k, v in described["config"].items() if k in TOPIC_CONFIG_KEYS}
-        starts = []
-        for partition in range(count):
-            chunk = await client.read_log(name, partition, 0, 1, 0)
-            starts.append(chunk.log_start_offset)
+        made = min(count, budget.left)  # the others in the next rounds, as a growth
+        try:
+            starts = await budget.log_starts(client, name, range(made))
+        except SourceError as error:  # this topic's (a partition not led yet, a bad answer): the others go on
+            return f"a partition's log start was not read: {client.scrub(str(error))}"
         catalog = self._catalog.catalog
         nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
-        factor = max(1, min(int(described["replication_factor"]), len(nodes)))
-        assignments = place_replicas(nodes, count, factor, start=catalog.next_group_id,
-                                     drained=catalog.drained_nodes())
-        await self._metadata.propose(CreateMirrorTopic(
-            name=name, link=link.name, replication_factor=factor, config=config,
-            assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts)))
-        self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
-                          start_offsets=starts[:8])
+        factor = max(1, min(said_factor, len(nodes)))
+        try:
+            assignments = place_replicas(nodes, made, factor, start=catalog.next_group_id,
+                                         drained=catalog.drained_nodes())
+            self._metadata.check_files(assignments)  # as a topic made by hand
+        except InvalidRequest as error:  # no live node, or no descriptors left for the new replicas
+            return f"the sink cannot place its {made} partitions: {error}"
+        try:  # the source's answers are in it (config, start offsets): a bad one refuses this topic only
+            command = CreateMirrorTopic(name=name, link=link.name, replication_factor=factor, config=config,
+                                        assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
+        except InvalidRequest as error:
+            return f"the source's description is refused: {client.scrub(str(error))}"
+        try:
+            await self._metadata.propose(command)
+        except ClientError as error:
+            if error.code not in CATALOG_REFUSALS:
+                raise
+            if name in self._catalog.catalog.topics:
+                return None  # made meanwhile (by the previous metadata leader, or by hand): the next round looks
+            return f"the catalog refused the mirror: {error}"
+        self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=made,
+                          source_partitions=count, start_offsets=starts[:8])
         return None
+
+    async def _grow_mirror(self, client: SourceClient, link: MirrorLink, name: str, said: int,
+                           budget: ReadBudget) -> str | None:
+        """Grow mirror `name` toward the source's `said` partitions (checked by `listed_growth`),
+        by as many as `budget` has reads left (the others next round), each new one starting
+        at its source partition's log start offset now; or why not."""
+        assert TOPIC_NAME_PATTERN.fullmatch(name) and said <= PARTITIONS_MAX  # checked by the caller
+        current = _mirror_size(self._catalog.catalog, name, link.name)
+        if current is None or current >= said:
+            return None  # promoted, deleted or grown since the listing: the next round looks again
+        count = min(said, current + budget.left)  # the source has at least this many: a partial growth is one
+        try:
+            starts = await budget.log_starts(client, name, range(current, count))
+        except SourceError as error:  # this topic's (a new partition not led yet, say): the others go on
+            return f"the source has {said} partitions; a new one's log start was not read: {client.scrub(str(error))}"
+        catalog = self._catalog.catalog
+        if _mirror_size(catalog, name, link.name) != current:  # changed during the reads
+            return None
+        topic = catalog.topics[name]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        try:
+            assignments = place_replicas(nodes, count - current, topic.replication_factor,
+                                         start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
+                                         drained=catalog.drained_nodes())
+            self._metadata.check_files(assignments)  # as partitions added by hand
+        except InvalidRequest as error:  # too few live nodes, or no descriptors left for the new replicas
+            return f"the source has {said} partitions; the new ones cannot be placed here: {error}"
+        try:  # the source's start offsets are in it: a bad one refuses this topic only
+            command = GrowMirrorTopic(name=name, link=link.name, count=count,
+                                      assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
+        except InvalidRequest as error:
+            return f"the source has {said} partitions; their log starts are refused: {error}"
+        try:
+            await self._metadata.propose(command)
+        except ClientError as error:
+            if error.code not in CATALOG_REFUSALS:
+                raise
+            if _mirror_size(self._catalog.catalog, name, link.name) != current:
+                return None  # promoted, deleted or grown meanwhile (the previous leader's growth): the next round looks
+            return f"the source has {said} partitions; the catalog refused the growth: {error}"
+        self._logger.info("mirror_topic_grown", link=link.name, topic=name, partitions=count, before=current,
+                          source_partitions=said, start_offsets=starts[:8])
+        return None
+
+
+def _mirror_size(catalog: Catalog, name: str, link: str) -> int | None:
+    """The partition count of `name` if it is `link`'s mirror not promoted, else None."""
+    topic = catalog.topics.get(name)
+    return len(topic.partitions) if topic is not None and topic.mirror_link == link and topic.is_mirror else None
+
+
+def listed_growth(catalog: Catalog, link: str, counts: dict[str, object]) -> tuple[dict[str, int], dict[str, str]]:
+    """Which of `link`'s mirror topics not promoted the source's listing (`counts`: topic ->
+    partition count as the source says it, untrusted) asks to grow, and to what count; and
+    which counts are refused, with why (never applied: the mirror keeps pulling what it has)."""
+    growing: dict[str, int] = {}
+    refused: dict[str, str] = {}
+    for name, said in counts.items():
+        current = _mirror_size(catalog, name, link)
+        if current is None:
+            continue
+        if not isinstance(said, int) or isinstance(said, bool):
+            refused[name] = "the source's listing gives no partition count"
+        elif said < current:
+            refused[name] = (f"the source says {said} partitions, fewer than the mirror's {current}: a partition "
+                             f"count never shrinks (was the source topic made again?); the mirror keeps its {current}")
+        elif said > PARTITIONS_MAX:
+            refused[name] = f"the source says {said} partitions; a topic has 1..{PARTITIONS_MAX}"
+        elif said > current:
+            growing[name] = said
+    return growing, refused
 
 
 def _verify_view(verdict: dict[str, Any] | None) -> dict[str, Any] | None:

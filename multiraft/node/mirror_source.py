@@ -44,7 +44,7 @@ from typing import Any
 import aiohttp
 
 from multiraft.errors import InvalidRequest
-from multiraft.metadata.mirror_commands import MirrorLink
+from multiraft.metadata.mirror_commands import OFFSET_MAX, MirrorLink
 from multiraft.net.tls import TlsError, source_context
 from storage.tictac import DIGEST_BYTES
 
@@ -114,7 +114,9 @@ class LogChunk:
 
 def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
     """Decode the log route's binary answer (frames of base offset, length, batch) and
-    its position headers; anything malformed is a `SourceError`."""
+    its position headers; anything malformed is a `SourceError`: an offset outside
+    0..2**63-1 (no log has one; a mirror's start offsets and positions are bounded so) or a
+    high watermark below the log start, whichever call read it (discovery, a pull)."""
     try:
         positions = [int(headers[h]) for h in ("Raftlog-Next-Offset", "Raftlog-High-Watermark",
                                                 "Raftlog-Log-Start-Offset")]
@@ -122,6 +124,13 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
         skipped = tuple(tuple(int(v) for v in pair.split(":")) for pair in skipped_text.split(",") if pair)
     except (KeyError, ValueError) as error:
         raise SourceError(f"the source's log answer has malformed headers: {error!r}") from None
+    next_offset, high_watermark, log_start = positions
+    if not all(0 <= p <= OFFSET_MAX for p in positions):
+        raise SourceError(f"the source's log answer has an offset outside 0..2**63-1: next {next_offset}, "
+                          f"high watermark {high_watermark}, log start {log_start}")
+    if high_watermark < log_start:
+        raise SourceError(f"the source's log answer has its high watermark {high_watermark} below its log start "
+                          f"{log_start}")
     batches: list[tuple[int, bytes]] = []
     view, position = memoryview(body), 0
     while position < len(body):
