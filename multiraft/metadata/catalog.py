@@ -73,6 +73,7 @@ from multiraft.metadata.commands import (
     ReplicaLeft,
     ResyncMirrorPartition,
     SetClusterConfig,
+    SetMirrorLinkPolicy,
     SetMirrorLinkState,
     SetNodeDecommissioning,
     SetNodeDrained,
@@ -80,7 +81,6 @@ from multiraft.metadata.commands import (
 )
 from multiraft.metadata.mirror_commands import (
     MIRROR_LINKS_MAX,
-    LinkState,
     MirrorCommand,
     MirrorLink,
 )
@@ -156,8 +156,7 @@ class Catalog:
         if isinstance(command, AlterTopicConfig):
             if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
                 raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
-        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic | ResyncMirrorPartition):
+        if isinstance(command, MirrorCommand):
             self._validate_mirror(command)
         if isinstance(command, ReplicaLeft):
             partition = self.partition_info(command.topic, command.partition)
@@ -289,8 +288,7 @@ class Catalog:
             return self._grow(command)
         if isinstance(command, CreateTopic):
             return self._create(command)
-        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic | ResyncMirrorPartition):
+        if isinstance(command, MirrorCommand):
             return self._mirror(command)
         if isinstance(command, DeleteTopic):
             return self.topics.pop(command.name)
@@ -328,9 +326,8 @@ class Catalog:
         if isinstance(command, CreateMirrorLink):
             self.mirror_links[command.name] = link = command.link()
             return link
-        if isinstance(command, SetMirrorLinkState):
-            self.mirror_links[command.name] = link = replace(self.mirror_links[command.name],
-                                                             state=LinkState(command.state))
+        if isinstance(command, SetMirrorLinkState | SetMirrorLinkPolicy):
+            self.mirror_links[command.name] = link = command.applied_to(self.mirror_links[command.name])
             return link
         if isinstance(command, DeleteMirrorLink):
             return self.mirror_links.pop(command.name)

@@ -1,8 +1,9 @@
 """Mirror links and mirror topics in the sink's catalog (issue 24, docs/mirror.md).
 
 A *link* names a source cluster (its HTTP addresses, whether it speaks HTTPS and the
-CA certificates trusted for it, an optional bearer token), a topic pattern and a
-priority; it is running or paused. A *mirror topic* is a topic
+CA certificates trusted for it, an optional bearer token), a topic pattern, a
+priority, and what a mirror partition does when the source's retention deleted
+offsets it had not copied (`on_source_truncated`); it is running or paused. A *mirror topic* is a topic
 of the sink created for a source topic the link's pattern matched: same partition
 count and config, each partition starting at the source's log start offset as it
 was when the mirror was made (`start_offsets`), read-only until promoted.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import enum
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from multiraft.errors import InvalidPartitions, InvalidRequest
 from multiraft.metadata.checks import (
@@ -60,6 +61,17 @@ class LinkState(enum.StrEnum):
     PAUSED = "paused"
 
 
+class OnSourceTruncated(enum.StrEnum):
+    """What a mirror partition does when the source's retention deleted offsets it had not
+    copied (docs/mirror.md "States"): `stop` waits, keeping all it has (an operator raises the
+    source's retention or changes this); `resync` replaces the partition by a new incarnation
+    starting at the source's log start, discarding the mirror's copy (Kafka MirrorMaker 2's
+    `auto.offset.reset=earliest`, in spirit: multiraft/node/mirror_truncated.py)."""
+
+    STOP = "stop"
+    RESYNC = "resync"
+
+
 def check_link_name(name: object) -> None:
     if not isinstance(name, str) or not LINK_NAME_PATTERN.fullmatch(name):
         raise InvalidRequest(f"mirror link name must match {LINK_NAME_PATTERN.pattern}")
@@ -86,6 +98,11 @@ def check_verify_interval(value: object) -> None:
     if value is not None and (not is_int(value) or not VERIFY_INTERVAL_MIN_S <= value <= VERIFY_INTERVAL_MAX_S):
         raise InvalidRequest(f"verify_interval_s is {VERIFY_INTERVAL_MIN_S}..{VERIFY_INTERVAL_MAX_S} seconds "
                              "(absent: no scheduled full sync)")
+
+
+def check_on_source_truncated(value: object) -> None:
+    if not isinstance(value, str) or value not in OnSourceTruncated.__members__.values():
+        raise InvalidRequest("on_source_truncated is stop or resync")
 
 
 def check_source_tls(source_tls: object, source_ca: object) -> None:
@@ -124,6 +141,7 @@ class MirrorLink:
     verify_interval_s: int | None = None  # a full sync of each mirror partition this often (None: on demand only)
     source_tls: bool = False  # the source is read over HTTPS, its certificate verified and its name checked
     source_ca: str | None = field(default=None, repr=False)  # PEM CA certificates (None: the system's store)
+    on_source_truncated: OnSourceTruncated = OnSourceTruncated.STOP
 
     @property
     def scheme(self) -> str:
@@ -136,7 +154,14 @@ class MirrorLink:
                 "priority": self.priority.value, "state": self.state.value,
                 "credentials": self.token is not None, "verify_interval_s": self.verify_interval_s,
                 "scheme": self.scheme, "source_tls": self.source_tls,
-                "source_ca": describe_bundle(self.source_ca) if self.source_ca is not None else None}
+                "source_ca": describe_bundle(self.source_ca) if self.source_ca is not None else None,
+                "on_source_truncated": self.on_source_truncated.value}
+
+    def reads_like(self, other: MirrorLink) -> bool:
+        """Whether `other` reads the source as this link does (addresses, token, TLS): a
+        source client made for one serves the other (its state or policy may differ)."""
+        return (self.sources, self.token, self.source_tls, self.source_ca) == (
+            other.sources, other.token, other.source_tls, other.source_ca)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,11 +174,13 @@ class CreateMirrorLink:
     verify_interval_s: int | None = None
     source_tls: bool = False
     source_ca: str | None = field(default=None, repr=False)
+    on_source_truncated: str = OnSourceTruncated.STOP.value
 
     def __post_init__(self) -> None:
         check_link_name(self.name)
         check_verify_interval(self.verify_interval_s)
         check_source_tls(self.source_tls, self.source_ca)
+        check_on_source_truncated(self.on_source_truncated)
         if not isinstance(self.sources, tuple):
             raise InvalidRequest("sources are a tuple")
         check_sources(self.sources)
@@ -165,7 +192,8 @@ class CreateMirrorLink:
 
     def link(self) -> MirrorLink:
         return MirrorLink(self.name, self.sources, self.pattern, Priority(self.priority), LinkState.RUNNING,
-                          self.token, self.verify_interval_s, self.source_tls, self.source_ca)
+                          self.token, self.verify_interval_s, self.source_tls, self.source_ca,
+                          OnSourceTruncated(self.on_source_truncated))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -180,6 +208,26 @@ class SetMirrorLinkState:
         check_link_name(self.name)
         if self.state not in LinkState.__members__.values():
             raise InvalidRequest("a link's state is running or paused")
+
+    def applied_to(self, link: MirrorLink) -> MirrorLink:
+        return replace(link, state=LinkState(self.state))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMirrorLinkPolicy:
+    """Change what a link's mirror partitions do when the source truncated past them
+    (`on_source_truncated`); the pulls read it from the catalog when it happens, so the
+    change holds for the next truncation found, on a partition already stopped too."""
+
+    name: str
+    on_source_truncated: str
+
+    def __post_init__(self) -> None:
+        check_link_name(self.name)
+        check_on_source_truncated(self.on_source_truncated)
+
+    def applied_to(self, link: MirrorLink) -> MirrorLink:
+        return replace(link, on_source_truncated=OnSourceTruncated(self.on_source_truncated))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,12 +331,13 @@ class ResyncMirrorPartition:
             check_node_id(node_id)
 
 
-MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
-                 | ResyncMirrorPartition)
+MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | SetMirrorLinkPolicy | DeleteMirrorLink | CreateMirrorTopic
+                 | PromoteMirrorTopic | ResyncMirrorPartition)
 
 MIRROR_COMMAND_TYPES: dict[str, type] = {
     "create_mirror_link": CreateMirrorLink,
     "set_mirror_link_state": SetMirrorLinkState,
+    "set_mirror_link_policy": SetMirrorLinkPolicy,
     "delete_mirror_link": DeleteMirrorLink,
     "create_mirror_topic": CreateMirrorTopic,
     "promote_mirror_topic": PromoteMirrorTopic,
@@ -304,19 +353,22 @@ RESYNC_PREFIX_DEFAULTS: dict[str, object] = {"prefix_index": 0, "prefix_term": 0
                                              "prefix_voters": ()}
 
 
-# The same for the fields `CreateMirrorLink` gained with TLS to the source: a plain HTTP
-# link is written without them, as before they existed; a command without them (an older
-# node's) decodes as a plain HTTP link.
-LINK_TLS_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None}
+# The same for the fields `CreateMirrorLink` gained after its first version: TLS to the
+# source, and what to do when the source truncated past a mirror. A link with their
+# defaults (plain HTTP, `stop`) is written without them, as before they existed; a command
+# without them (an older node's) decodes with the defaults.
+LINK_FIELD_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None,
+                                          "on_source_truncated": OnSourceTruncated.STOP.value}
 
 
 def omitted_mirror_fields(command: object) -> frozenset[str]:
     """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it
-    keeps none; a link's TLS fields when it is plain HTTP (its CA when it has none)."""
+    keeps none; a link's later fields at their defaults (its TLS fields when it is plain
+    HTTP, its CA when it has none, `on_source_truncated` when `stop`)."""
     if isinstance(command, ResyncMirrorPartition) and not command.prefix_index:
         return frozenset(RESYNC_PREFIX_DEFAULTS)
     if isinstance(command, CreateMirrorLink):
-        return frozenset(k for k, default in LINK_TLS_DEFAULTS.items() if getattr(command, k) == default)
+        return frozenset(k for k, default in LINK_FIELD_DEFAULTS.items() if getattr(command, k) == default)
     return frozenset()
 
 
@@ -327,7 +379,7 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
     if cls is ResyncMirrorPartition:
         arguments = {**RESYNC_PREFIX_DEFAULTS, **arguments}
     if cls is CreateMirrorLink:
-        arguments = {**LINK_TLS_DEFAULTS, **arguments}
+        arguments = {**LINK_FIELD_DEFAULTS, **arguments}
     if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
