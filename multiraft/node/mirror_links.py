@@ -1,6 +1,7 @@
 """Mirror links: their admin operations, the discovery of source topics, their status.
 
-- Admin (any node): create, pause, resume and delete links, promote a mirror topic:
+- Admin (any node): create, pause, resume, alter (`on_source_truncated`) and delete links,
+  promote a mirror topic:
   catalog commands through the metadata leader (multiraft/metadata/mirror_commands.py).
 - Discovery (the metadata leader, one supervised loop): every `DISCOVER_INTERVAL_S`,
   each running link lists the source's topics; each one its pattern matches and the
@@ -36,6 +37,7 @@ from multiraft.metadata.mirror_commands import (
     LinkState,
     MirrorLink,
     PromoteMirrorTopic,
+    SetMirrorLinkPolicy,
     SetMirrorLinkState,
     pattern_matches,
 )
@@ -108,6 +110,12 @@ class MirrorLinks:
         await self._metadata.propose(SetMirrorLinkState(name=name, state=state.value))
         return await self._described(name)
 
+    async def alter(self, command: SetMirrorLinkPolicy) -> dict[str, object]:
+        """Change a link's `on_source_truncated` (its pulls read it when a truncation is found)."""
+        self.link(command.name)
+        await self._metadata.propose(command)
+        return await self._described(command.name)
+
     async def delete(self, name: str) -> None:
         self.link(name)
         await self._metadata.propose(DeleteMirrorLink(name=name))
@@ -155,6 +163,7 @@ class MirrorLinks:
         answers = await asyncio.gather(*(self._node_status(n, name) for n in nodes), return_exceptions=True)
         pulls: dict[tuple[str, int], dict[str, Any]] = {}
         verifies: dict[tuple[str, int], dict[str, Any]] = {}
+        truncated: dict[tuple[str, int], list[dict[str, Any]]] = {}  # resyncs each node proposed, by partition
         discovery: dict[str, Any] | None = None
         unreachable = []
         for node, found in zip(nodes, answers, strict=True):
@@ -168,10 +177,13 @@ class MirrorLinks:
                 key = (verdict["topic"], verdict["partition"])
                 if key not in verifies or verifies[key]["at_ms"] < verdict["at_ms"]:
                     verifies[key] = verdict
+            for resyncs in found.get("truncated_resyncs", []):  # absent from a node of an earlier version
+                truncated.setdefault((resyncs["topic"], resyncs["partition"]), []).append({**resyncs, "node": node})
         topics = []
         for topic in sorted((t for t in catalog.topics.values() if t.mirror_link == name), key=lambda t: t.name):
             partitions = [{**pulls.get((topic.name, p.partition), {"partition": p.partition, "state": "unknown"}),
-                           "last_verify": _verify_view(verifies.get((topic.name, p.partition)))}
+                           "last_verify": _verify_view(verifies.get((topic.name, p.partition))),
+                           **_truncated_view(truncated.get((topic.name, p.partition), []))}
                           for p in topic.partitions]
             topics.append({"topic": topic.name, "promoted": topic.mirror_promoted, "partitions": partitions})
         return {**link.describe(), "discovery": discovery, "topics": topics, "nodes_unreachable": unreachable}
@@ -188,7 +200,8 @@ class MirrorLinks:
         topics = set(self._catalog.catalog.mirror_topics(name))
         return {"discovery": discovery.view() if discovery is not None else None,
                 "pulls": [s.view() for s in self.pulls.status.values() if s.link == name],
-                "verifies": [v.to_json() for (topic, _), v in sorted(self.verifier.last.items()) if topic in topics]}
+                "verifies": [v.to_json() for (topic, _), v in sorted(self.verifier.last.items()) if topic in topics],
+                "truncated_resyncs": self.pulls.truncated.partitions(name)}
 
     async def _serve_status(self, source: int, body: bytes) -> tuple[int, bytes]:
         async def work() -> dict[str, Any]:
@@ -289,3 +302,12 @@ def _verify_view(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {key: verdict[key] for key in ("at_ms", "status", "lo", "hi", "ranges", "nodes_compared", "spans",
                                           "repair", "seconds", "leader")}
+
+
+def _truncated_view(resyncs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A partition's resyncs because the source truncated past it (docs/mirror.md "States"): how
+    many the sink's nodes proposed (each counts its own, in memory), and the last one."""
+    last = max(resyncs, key=lambda r: r["at_ms"], default=None)
+    return {"truncated_resyncs": sum(r["count"] for r in resyncs),
+            "last_truncated_resync": {key: last[key] for key in ("at_ms", "deleted", "start_offset", "old_group",
+                                                                  "node")} if last is not None else None}

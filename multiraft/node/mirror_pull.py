@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
 from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
 from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s, source_client
+from multiraft.node.mirror_truncated import Proposer, TruncatedResyncs, Truncation
 from multiraft.node.mirror_window import InFlight, PipelineBounds, Window
 from multiraft.runtime.supervision import watch
 from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, encode_mirror_meta
@@ -68,7 +69,6 @@ PIPELINE = PipelineBounds()  # every pull's window on this node (mirror_window.p
 LONG_POLL_MS = 500
 SCAN_INTERVAL_S = 0.2
 SETTLE_POLL_S = 0.05
-TRUNCATED_RETRY_S = 5.0
 # Pauses (equal jitter, doubling from the first to the max) after an early answer with
 # nothing to copy, and after a resync: a source that ignores the long poll, or a
 # proposal refused again and again (ProposalDropped while the group is full), would
@@ -177,8 +177,10 @@ class MirrorPulls:
     def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, logger: Any,
                  rng: random.Random | None = None, bounds: PipelineBounds | None = None,
                  local_host: str | None = None,
-                 chunk_filter: Callable[[list[bytes]], list[bytes]] | None = None) -> None:
-        """`chunk_filter`: the chaos runner's negative control only (multiraft/node/faults.py)."""
+                 chunk_filter: Callable[[list[bytes]], list[bytes]] | None = None,
+                 metadata: Proposer | None = None) -> None:
+        """`chunk_filter`: the chaos runner's negative control only (multiraft/node/faults.py).
+        `metadata`: where a resync of a partition the source truncated past is proposed."""
         self._registry = registry
         self.bounds = bounds or PIPELINE
         self._chunk_filter = chunk_filter
@@ -186,6 +188,7 @@ class MirrorPulls:
         self._catalog = catalog
         self._logger = logger
         self._rng = rng or random.Random()
+        self.truncated = TruncatedResyncs(catalog, metadata, logger, self._rng)
         self._tasks: dict[GroupId, asyncio.Task[None]] = {}
         self._promotions: dict[GroupId, asyncio.Task[None]] = {}
         self._clients: dict[str, tuple[MirrorLink, SourceClient]] = {}
@@ -253,16 +256,17 @@ class MirrorPulls:
 
     def _forget(self, links: dict[str, MirrorLink], kept: set[GroupId]) -> None:
         """Drop the status of partitions no longer pulled here (after a while: a paused one
-        stays shown) and close the clients of links gone or changed."""
+        stays shown) and close the clients of links gone or reading their source otherwise
+        (a link's state or policy changed keeps its client: its running pulls use it)."""
         for group_id in [g for g, s in self.status.items() if g not in kept and s.state != "paused"]:
             del self.status[group_id]
-        for name in [n for n, (link, _) in self._clients.items() if links.get(n) != link]:
+        for name in [n for n, (link, _) in self._clients.items() if n not in links or not links[n].reads_like(link)]:
             _, client = self._clients.pop(name)
             watch(asyncio.create_task(client.close()), "mirror-client-close", self._logger)
 
     def _client(self, link: MirrorLink) -> SourceClient:
         held = self._clients.get(link.name)
-        if held is None or held[0] != link:
+        if held is None or not held[0].reads_like(link):
             held = (link, source_client(link, self._rng, self.local_host))
             self._clients[link.name] = held
         return held[1]
@@ -337,11 +341,11 @@ class MirrorPulls:
                     answered_early = clock() - asked < LONG_POLL_MS / 2000
                 status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
                                                                                 chunk.log_start_offset)
-                if chunk.log_start_offset > position:
+                if chunk.log_start_offset > position:  # the link's on_source_truncated decides (mirror_truncated.py)
                     status.state = "source_truncated"
-                    status.last_error = (f"the source deleted offsets {position}..{chunk.log_start_offset - 1} "
-                                         "(retention) before they were copied")
-                    await asyncio.sleep(TRUNCATED_RETRY_S)
+                    pause_s, status.last_error = await self.truncated.on_truncated(Truncation(
+                        status.link, status.topic, status.partition, group_id, position, chunk.log_start_offset))
+                    await asyncio.sleep(pause_s)
                     continue
                 payloads, end = self._contiguous(chunk.batches, position)
                 if self._chunk_filter is not None:

@@ -1,0 +1,197 @@
+"""A mirror partition whose source truncated past it (issue 24, docs/mirror.md "States").
+
+The source's retention deleted offsets the mirror had not copied yet. The pull cannot go
+on: a mirror keeps the source's offsets, and a log holds no gap of offsets, so it cannot
+skip ahead. The link's `on_source_truncated` decides (Kafka's `auto.offset.reset`, in
+spirit, as MirrorMaker 2 users set it to `earliest`):
+
+- `stop` (the default): the pull waits in `source_truncated`, reading the source again
+  every `TRUNCATED_RETRY_S`; nothing of the mirror's is discarded. It goes on by itself
+  only if the source's log starts at or below its position again (it never does by
+  retention); an operator changes the policy (`raftlog mirror alter`) or deletes and
+  recreates the mirror topic.
+- `resync`: the partition's sink leader proposes `ResyncMirrorPartition`, whole (no kept
+  prefix), starting at the source's log start as just read: a new incarnation (a new
+  Raft group) that the real-time path refills from the source as any mirror partition.
+  What the mirror loses is what the source's retention already deleted, plus the mirror's
+  own copy of the older offsets it still held, and the consumer offsets committed on it.
+
+Bounded and idempotent: this node proposes at most one accepted resync per incarnation
+(`_replaced`), and the command names the group it replaces, so proposals racing from
+several nodes (a leader change) replace it once. A refused proposal (no metadata leader,
+a partition being moved) is tried again after `backoff_s`, doubling to 30 s. A promoted
+topic is never resynced (the catalog refuses it too, `NOT_A_MIRROR`). The decision is a
+pure function of the catalog (`truncated_action`); the proposal is the only I/O.
+
+Counted per link for /metrics (`raftlog_mirror_truncated_resyncs_total`), and per partition
+for the link's status (`truncated_resyncs`, `last_truncated_resync`), by the node that
+proposed; kept in memory as the full sync's verdicts are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from multiraft.metadata.mirror_commands import OnSourceTruncated, ResyncMirrorPartition
+from multiraft.node.mirror_source import backoff_s
+from raftlog.errors import ClientError
+from raftlog.types import GroupId
+
+if TYPE_CHECKING:
+    from multiraft.metadata.catalog import Catalog
+    from multiraft.node.catalog_holder import CatalogHolder
+
+TRUNCATED_RETRY_S = 5.0  # a stopped partition reads the source again this often
+
+
+class Proposer(Protocol):
+    async def propose(self, command: Any) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Truncation:
+    """The pull of `group_id` (an incarnation of `topic`/`partition`) at `position`, and the
+    source's log now starting at `log_start_offset`, past it."""
+
+    link: str
+    topic: str
+    partition: int
+    group_id: GroupId
+    position: int
+    log_start_offset: int
+
+    def __post_init__(self) -> None:
+        assert self.log_start_offset > self.position >= 0, self
+
+    def deleted(self) -> str:
+        return (f"the source deleted offsets {self.position}..{self.log_start_offset - 1} (retention) "
+                "before they were copied")
+
+
+class Action(enum.Enum):
+    STOP = "stop"  # the link says stop (or is gone): wait, keep everything
+    DONE = "done"  # this incarnation is replaced, or being replaced: wait for the catalog
+    PROMOTED = "promoted"  # the topic was promoted: never resynced
+    RESYNC = "resync"  # propose the resync
+
+
+def truncated_action(catalog: Catalog, truncation: Truncation, proposed: bool) -> Action:
+    """What the pull does about `truncation`, from the catalog alone; `proposed`: this node
+    already had a resync of this incarnation accepted."""
+    link = catalog.mirror_links.get(truncation.link)
+    if link is None or link.on_source_truncated != OnSourceTruncated.RESYNC:
+        return Action.STOP
+    topic = catalog.topics.get(truncation.topic)
+    if topic is None or not topic.is_mirror or topic.mirror_link != truncation.link:
+        return Action.PROMOTED
+    partitions = topic.partitions
+    if proposed or truncation.partition >= len(partitions) or \
+            partitions[truncation.partition].group_id != truncation.group_id:
+        return Action.DONE
+    return Action.RESYNC
+
+
+@dataclasses.dataclass(slots=True)
+class PartitionResyncs:
+    """The truncated resyncs this node proposed for one mirror partition (for its status)."""
+
+    count: int = 0
+    at_ms: int = 0
+    deleted_from: int = 0
+    deleted_to: int = 0
+    start_offset: int = 0
+    old_group: int = 0
+
+    def view(self, link: str, topic: str, partition: int) -> dict[str, Any]:
+        return {"link": link, "topic": topic, "partition": partition, "count": self.count, "at_ms": self.at_ms,
+                "deleted": [self.deleted_from, self.deleted_to], "start_offset": self.start_offset,
+                "old_group": self.old_group}
+
+
+class TruncatedResyncs:
+    """The `on_source_truncated` policy of this node's pulls (one per node, beside them)."""
+
+    def __init__(self, catalog: CatalogHolder, metadata: Proposer | None, logger: Any,
+                 rng: random.Random | None = None,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        """`metadata`: where resyncs are proposed (None: none can be; every link acts as `stop`)."""
+        self._catalog = catalog
+        self._metadata = metadata
+        self._logger = logger
+        self._rng = rng or random.Random()
+        self._clock_ms = clock_ms
+        self._replaced: set[GroupId] = set()  # incarnations whose resync this node had accepted
+        self._failures: dict[GroupId, int] = {}  # refused proposals in a row, by incarnation
+        self._counts: dict[str, int] = {}  # by link: resyncs this node had accepted (for /metrics)
+        self._partitions: dict[tuple[str, str, int], PartitionResyncs] = {}  # by (link, topic, partition)
+
+    async def on_truncated(self, truncation: Truncation) -> tuple[float, str]:
+        """Act on `truncation` as the link says; how long the pull pauses before it reads the
+        source again, and the error its status shows."""
+        self._forget()
+        action = truncated_action(self._catalog.catalog, truncation, truncation.group_id in self._replaced)
+        if action is Action.RESYNC and self._metadata is None:
+            action = Action.STOP
+        if action is Action.STOP:
+            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; on_source_truncated is stop: copying waits"
+        if action is Action.PROMOTED:
+            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; the topic is promoted: no resync"
+        resync = f"resync from offset {truncation.log_start_offset}"
+        if action is Action.DONE:
+            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {resync} proposed, waiting for the new incarnation"
+        try:
+            await self._propose(truncation)
+        except ClientError as error:
+            failures = self._failures[truncation.group_id] = self._failures.get(truncation.group_id, 0) + 1
+            self._logger.info("mirror_source_truncated_resync_refused", link=truncation.link, topic=truncation.topic,
+                              partition=truncation.partition, group_id=int(truncation.group_id), error=error.code,
+                              failures=failures)
+            return backoff_s(failures, self._rng), \
+                f"{truncation.deleted()}; {resync} refused ({error.code}: {error.message}), trying again"
+        return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {resync} proposed, waiting for the new incarnation"
+
+    async def _propose(self, truncation: Truncation) -> None:
+        assert self._metadata is not None
+        await self._metadata.propose(ResyncMirrorPartition(
+            name=truncation.topic, partition=truncation.partition, group_id=int(truncation.group_id),
+            start_offset=truncation.log_start_offset))
+        self._replaced.add(truncation.group_id)
+        self._failures.pop(truncation.group_id, None)
+        self._counts[truncation.link] = self._counts.get(truncation.link, 0) + 1
+        key = (truncation.link, truncation.topic, truncation.partition)
+        done = self._partitions.get(key) or PartitionResyncs()
+        self._partitions[key] = PartitionResyncs(done.count + 1, self._clock_ms(), truncation.position,
+                                                 truncation.log_start_offset - 1, truncation.log_start_offset,
+                                                 int(truncation.group_id))
+        self._logger.bind(link=truncation.link, topic=truncation.topic, partition=truncation.partition,
+                          group_id=int(truncation.group_id)).warning(
+            "mirror_source_truncated_resync", deleted_from=truncation.position,
+            deleted_to=truncation.log_start_offset - 1, start_offset=truncation.log_start_offset)
+
+    def counts(self) -> dict[str, int]:
+        """Resyncs this node had accepted, by link (links no longer in the catalog forgotten)."""
+        self._forget()
+        return dict(sorted(self._counts.items()))
+
+    def partitions(self, link: str) -> list[dict[str, Any]]:
+        """Per mirror partition of `link`, the resyncs this node had accepted and the last one."""
+        self._forget()
+        return [p.view(*key) for key, p in sorted(self._partitions.items()) if key[0] == link]
+
+    def _forget(self) -> None:
+        """Keep only what the catalog still names: incarnations of its mirror partitions (one
+        replaced leaves it when the resync applies here: the catalog then names another, which
+        `truncated_action` sees), links, and their mirror topics. So all stays bounded by the
+        catalog."""
+        catalog = self._catalog.catalog
+        groups = {p.group_id for t in catalog.topics.values() if t.mirror_link is not None for p in t.partitions}
+        self._replaced &= groups
+        self._failures = {g: n for g, n in self._failures.items() if g in groups}
+        self._counts = {name: n for name, n in self._counts.items() if name in catalog.mirror_links}
+        self._partitions = {key: p for key, p in self._partitions.items()
+                            if key[1] in catalog.topics and catalog.topics[key[1]].mirror_link == key[0]}

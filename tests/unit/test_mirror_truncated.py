@@ -1,0 +1,215 @@
+"""Goal: a mirror partition whose source truncated past it (multiraft/node/mirror_truncated.py)
+does what its link's `on_source_truncated` says: `stop` waits and proposes nothing; `resync`
+proposes one whole resync of that incarnation from the source's log start (a refused proposal
+tried again after a growing backoff, never a second one once accepted, none for a promoted
+topic), logs and counts it, and the new incarnation then copies from the new start.
+
+The pull runs over tests/unit/test_mirror_pull.py's fakes (a registry whose runtimes apply at
+once, a source of in-memory logs), with a real catalog: the resync is validated and applied by
+`Catalog.apply`, as group 0's replicas do, through a proposer standing in for the metadata
+group (which needs a running Raft group: tests/node/test_mirror_truncated.py runs the real one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.mirror_commands import (
+    CreateMirrorTopic,
+    OnSourceTruncated,
+    PromoteMirrorTopic,
+    ResyncMirrorPartition,
+    SetMirrorLinkPolicy,
+)
+from multiraft.node import mirror_pull
+from multiraft.node.mirror_pull import MirrorPulls
+from multiraft.node.mirror_source import BACKOFF_MAX_S
+from multiraft.node.mirror_truncated import (
+    TRUNCATED_RETRY_S,
+    Action,
+    TruncatedResyncs,
+    Truncation,
+    truncated_action,
+)
+from raftlog.errors import ClientError, NotLeader, ProposalDropped
+from raftlog.types import GroupId, Index, NodeId
+from tests.unit.test_mirror_catalog import _catalog
+from tests.unit.test_mirror_link_tls import _link
+from tests.unit.test_mirror_pull import FakeRegistry, FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
+
+asynchronous = pytest.mark.asyncio(loop_scope="function")
+MIRROR = CreateMirrorTopic(name="orders", link="dr", replication_factor=1, config={},
+                           assignments=((NodeId(1),),), start_offsets=(0,))
+
+
+class CatalogProposer:
+    """Group 0 standing in: each command validated and applied to the real catalog at the next
+    index; `refusals` are raised first, one per call, before anything is applied."""
+
+    def __init__(self, catalog: Catalog, refusals: list[ClientError] | None = None) -> None:
+        self.catalog = catalog
+        self.refusals = list(refusals or [])
+        self.proposed: list[Any] = []
+
+    async def propose(self, command: Any) -> Any:
+        self.proposed.append(command)
+        if self.refusals:
+            raise self.refusals.pop(0)
+        result = self.catalog.apply(Index(self.catalog.applied_index + 1), command)
+        if result.error is not None:
+            raise result.error
+        return result.value
+
+
+class SimpleHolder:
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+
+def _setup(policy: str, refusals: list[ClientError] | None = None, source_start: int = 100,
+           ) -> tuple[Catalog, CatalogProposer, FakeRegistry, FakeSource, MirrorPulls, GroupId]:
+    catalog = _catalog(_link(on_source_truncated=policy), MIRROR)
+    group = catalog.topic("orders").partitions[0].group_id
+    registry = FakeRegistry()
+    registry.add(group, start=0)  # the mirror copied nothing; the source deleted 0..99
+    source = FakeSource({0: _log(5, first=source_start)})
+    source.start = source_start
+    proposer = CatalogProposer(catalog, refusals)
+    holder = SimpleHolder(catalog)
+    pulls = MirrorPulls(registry, holder, structlog.get_logger(), random.Random(7), metadata=proposer)  # type: ignore[arg-type]
+    return catalog, proposer, registry, source, pulls, group
+
+
+@asynchronous
+async def test_resync_proposes_one_whole_resync_from_the_source_log_start_then_copies(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    catalog, proposer, registry, source, pulls, old = _setup("resync")
+    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
+    try:
+        with capture_logs() as logs:
+            await pulls.scan()
+            await _until(lambda: proposer.proposed, "a resync proposed")
+            await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= 5, "the old pull waiting after it")
+        assert proposer.proposed == [ResyncMirrorPartition(name="orders", partition=0, group_id=int(old),
+                                                           start_offset=100)], "one, whole (no prefix)"
+        fresh = catalog.topic("orders").partitions[0]
+        assert fresh.group_id != old and fresh.start_offset == 100 and fresh.prefix == ()
+        status = pulls.status[old]
+        assert status.state == "source_truncated" and "deleted offsets 0..99" in (status.last_error or "")
+        assert "resync from offset 100 proposed" in (status.last_error or "")
+        [event] = [e for e in logs if e["event"] == "mirror_source_truncated_resync"]
+        assert event["log_level"] == "warning"
+        assert {k: event[k] for k in ("link", "topic", "partition", "group_id", "deleted_from", "deleted_to",
+                                      "start_offset")} == {"link": "dr", "topic": "orders", "partition": 0,
+                                                           "group_id": old, "deleted_from": 0, "deleted_to": 99,
+                                                           "start_offset": 100}
+        assert pulls.truncated.counts() == {"dr": 1}
+        [shown] = pulls.truncated.partitions("dr")
+        assert (shown["count"], shown["deleted"], shown["start_offset"], shown["old_group"]) == (1, [0, 99], 100, old)
+
+        # The new incarnation (started by every host's reconcile at the catalog's start offset)
+        # is pulled as any mirror partition: from 100 to the source's end.
+        registry.leaders.pop(old)
+        runtime = registry.add(fresh.group_id, start=100)
+        await pulls.scan()
+        await _until(lambda: runtime.machine.state.next_offset == 110, "the new incarnation copied")
+        assert pulls.status[fresh.group_id].state == "running" and len(proposer.proposed) == 1
+    finally:
+        await pulls.stop()
+
+
+@asynchronous
+async def test_stop_waits_and_proposes_nothing_until_the_policy_changes(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    catalog, proposer, _, source, pulls, old = _setup("stop")
+    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
+    try:
+        await pulls.scan()
+        await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= 3, "the pull waiting")
+        assert proposer.proposed == [] and catalog.topic("orders").partitions[0].group_id == old
+        status = pulls.status[old]
+        assert status.state == "source_truncated" and status.position == 0
+        assert "deleted offsets 0..99" in (status.last_error or "") and "stop" in (status.last_error or "")
+        # Changed in place (raftlog mirror alter): the next read of the source resyncs.
+        assert catalog.apply(Index(catalog.applied_index + 1),
+                             SetMirrorLinkPolicy(name="dr", on_source_truncated="resync")).ok
+        await _until(lambda: proposer.proposed, "a resync proposed after the change")
+        assert catalog.topic("orders").partitions[0].start_offset == 100
+    finally:
+        await pulls.stop()
+
+
+@asynchronous
+async def test_a_refused_proposal_backs_off_and_is_tried_again(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    refusals: list[ClientError] = [NotLeader(0, "no metadata leader"), ProposalDropped("full"), ProposalDropped("x")]
+    catalog, proposer, _, source, pulls, old = _setup("resync", refusals)
+    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
+    try:
+        with capture_logs() as logs:
+            await pulls.scan()
+            await _until(lambda: catalog.topic("orders").partitions[0].group_id != old, "the resync accepted")
+            await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= 2, "the pull waiting after it")
+    finally:
+        await pulls.stop()
+    assert len(proposer.proposed) == 4 and len(set(proposer.proposed)) == 1, "the same command, until accepted"
+    # The pauses after the refusals: 0.2 s doubling, half random (backoff_s), below 30 s.
+    backoffs = [p for p in pauses if p != TRUNCATED_RETRY_S][:3]
+    assert [0.1 <= backoffs[0] <= 0.2, 0.2 <= backoffs[1] <= 0.4, 0.4 <= backoffs[2] <= 0.8] == [True] * 3, pauses
+    assert all(p <= BACKOFF_MAX_S for p in pauses)
+    refused = [e for e in logs if e["event"] == "mirror_source_truncated_resync_refused"]
+    assert [e["error"] for e in refused] == ["NOT_LEADER", "PROPOSAL_DROPPED", "PROPOSAL_DROPPED"]
+    assert pulls.truncated.counts() == {"dr": 1}
+
+
+def _truncation(group_id: int) -> Truncation:
+    return Truncation("dr", "orders", 0, GroupId(group_id), 0, 100)
+
+
+# Goal: the decision, from the catalog alone: stop unless the link says resync; never for a
+# promoted topic (nor for a topic of another link); once per incarnation (proposed here, or
+# replaced in the catalog by another node's proposal).
+def test_the_decision_is_a_function_of_the_catalog() -> None:
+    catalog = _catalog(_link(on_source_truncated="resync"), MIRROR)
+    group = int(catalog.topic("orders").partitions[0].group_id)
+    assert truncated_action(catalog, _truncation(group), proposed=False) is Action.RESYNC
+    assert truncated_action(catalog, _truncation(group), proposed=True) is Action.DONE
+    assert truncated_action(catalog, _truncation(group + 1), proposed=False) is Action.DONE  # replaced
+    assert truncated_action(catalog, Truncation("gone", "orders", 0, GroupId(group), 0, 100), False) is Action.STOP
+    stop = _catalog(_link(), MIRROR)
+    assert truncated_action(stop, _truncation(group), proposed=False) is Action.STOP
+    assert catalog.apply(Index(catalog.applied_index + 1), PromoteMirrorTopic(name="orders")).ok
+    assert truncated_action(catalog, _truncation(group), proposed=False) is Action.PROMOTED
+    with pytest.raises(AssertionError):
+        Truncation("dr", "orders", 0, GroupId(group), 100, 100)  # not truncated past the position
+
+
+# Goal: two nodes proposing for one incarnation (a leader change between two reads) replace it
+# once: the command names the group it replaces, so the second one applies as a no-op, and a
+# node without a proposer (metadata None) acts as stop.
+@asynchronous
+async def test_racing_proposals_replace_the_incarnation_once() -> None:
+    catalog = _catalog(_link(on_source_truncated=OnSourceTruncated.RESYNC.value), MIRROR)
+    group = int(catalog.topic("orders").partitions[0].group_id)
+    holder, proposer = SimpleHolder(catalog), CatalogProposer(catalog)
+    before = catalog.next_group_id
+    async with asyncio.timeout(5):
+        first = TruncatedResyncs(holder, proposer, structlog.get_logger())  # type: ignore[arg-type]
+        # The second node's catalog has not applied the first resync yet: it proposes too.
+        lagging = SimpleHolder(_catalog(_link(on_source_truncated="resync"), MIRROR))
+        second = TruncatedResyncs(lagging, proposer, structlog.get_logger())  # type: ignore[arg-type]
+        await first.on_truncated(_truncation(group))
+        await second.on_truncated(_truncation(group))
+        await second.on_truncated(_truncation(group))  # its catalog still lags: its own record holds it back
+        await first.on_truncated(_truncation(group))
+        assert catalog.next_group_id == before + 1 and len(proposer.proposed) == 2
+        none = TruncatedResyncs(lagging, None, structlog.get_logger())  # type: ignore[arg-type]
+        pause_s, shown = await none.on_truncated(_truncation(group))
+    assert pause_s == TRUNCATED_RETRY_S and "stop" in shown
