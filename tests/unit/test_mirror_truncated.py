@@ -73,25 +73,26 @@ class SimpleHolder:
         self.catalog = catalog
 
 
-def _setup(policy: str, refusals: list[ClientError] | None = None, source_start: int = 100,
-           ) -> tuple[Catalog, CatalogProposer, FakeRegistry, FakeSource, MirrorPulls, GroupId]:
+def _setup(monkeypatch: pytest.MonkeyPatch, policy: str, refusals: list[ClientError] | None = None,
+           source_start: int = 100) -> tuple[Catalog, CatalogProposer, FakeRegistry, MirrorPulls, GroupId]:
+    """A mirror partition led here that copied nothing, its source's log starting at `source_start`."""
     catalog = _catalog(_link(on_source_truncated=policy), MIRROR)
     group = catalog.topic("orders").partitions[0].group_id
     registry = FakeRegistry()
     registry.add(group, start=0)  # the mirror copied nothing; the source deleted 0..99
     source = FakeSource({0: _log(5, first=source_start)})
     source.start = source_start
+    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
     proposer = CatalogProposer(catalog, refusals)
     holder = SimpleHolder(catalog)
     pulls = MirrorPulls(registry, holder, structlog.get_logger(), random.Random(7), metadata=proposer)  # type: ignore[arg-type]
-    return catalog, proposer, registry, source, pulls, group
+    return catalog, proposer, registry, pulls, group
 
 
 @asynchronous
 async def test_resync_proposes_one_whole_resync_from_the_source_log_start_then_copies(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
-    catalog, proposer, registry, source, pulls, old = _setup("resync")
-    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
+    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync")
     try:
         with capture_logs() as logs:
             await pulls.scan()
@@ -128,8 +129,7 @@ async def test_resync_proposes_one_whole_resync_from_the_source_log_start_then_c
 @asynchronous
 async def test_stop_waits_and_proposes_nothing_until_the_policy_changes(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
-    catalog, proposer, _, source, pulls, old = _setup("stop")
-    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "stop")
     try:
         await pulls.scan()
         await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= 3, "the pull waiting")
@@ -150,8 +150,7 @@ async def test_stop_waits_and_proposes_nothing_until_the_policy_changes(
 async def test_a_refused_proposal_backs_off_and_is_tried_again(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
     refusals: list[ClientError] = [NotLeader(0, "no metadata leader"), ProposalDropped("full"), ProposalDropped("x")]
-    catalog, proposer, _, source, pulls, old = _setup("resync", refusals)
-    monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "resync", refusals)
     try:
         with capture_logs() as logs:
             await pulls.scan()
