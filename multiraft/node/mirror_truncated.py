@@ -16,9 +16,11 @@ spirit, as MirrorMaker 2 users set it to `earliest`):
   What the mirror loses is what the source's retention already deleted, plus the mirror's
   own copy of the older offsets it still held, and the consumer offsets committed on it.
 
-Bounded and idempotent: this node proposes at most one accepted resync per incarnation
-(`_replaced`), and the command names the group it replaces, so proposals racing from
-several nodes (a leader change) replace it once. A refused proposal (no metadata leader,
+Bounded and idempotent: the leader decides on a catalog caught up with the metadata
+leader's (`sync_catalog`, a ReadIndex: a node that just began leading the partition may not
+have applied a resync another node had accepted), proposes at most one accepted resync per
+incarnation (`_replaced`), and the command names the group it replaces, so proposals racing
+from several nodes replace it once. A refused proposal (no metadata leader,
 a partition being moved) is tried again after `backoff_s`, doubling to 30 s. A promoted
 topic is never resynced (the catalog refuses it too, `NOT_A_MIRROR`). The decision is a
 pure function of the catalog (`truncated_action`); the proposal is the only I/O.
@@ -50,6 +52,10 @@ TRUNCATED_RETRY_S = 5.0  # a stopped partition reads the source again this often
 
 
 class Proposer(Protocol):
+    """The metadata group's operations used here (multiraft/node/metadata_ops.py)."""
+
+    async def sync_catalog(self) -> None: ...
+
     async def propose(self, command: Any) -> Any: ...
 
 
@@ -96,6 +102,12 @@ def truncated_action(catalog: Catalog, truncation: Truncation, proposed: bool) -
     return Action.RESYNC
 
 
+# What the pull's status says after the deleted range, by the action taken ({} the new start).
+_SHOWN = {Action.STOP: "on_source_truncated is stop: copying waits",
+          Action.PROMOTED: "the topic is promoted: no resync",
+          Action.DONE: "resync from offset {} proposed, waiting for the new incarnation"}
+
+
 @dataclasses.dataclass(slots=True)
 class PartitionResyncs:
     """The truncated resyncs this node proposed for one mirror partition (for its status)."""
@@ -134,26 +146,31 @@ class TruncatedResyncs:
         """Act on `truncation` as the link says; how long the pull pauses before it reads the
         source again, and the error its status shows."""
         self._forget()
-        action = truncated_action(self._catalog.catalog, truncation, truncation.group_id in self._replaced)
-        if action is Action.RESYNC and self._metadata is None:
-            action = Action.STOP
-        if action is Action.STOP:
-            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; on_source_truncated is stop: copying waits"
-        if action is Action.PROMOTED:
-            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; the topic is promoted: no resync"
-        resync = f"resync from offset {truncation.log_start_offset}"
-        if action is Action.DONE:
-            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {resync} proposed, waiting for the new incarnation"
-        try:
-            await self._propose(truncation)
-        except ClientError as error:
-            failures = self._failures[truncation.group_id] = self._failures.get(truncation.group_id, 0) + 1
-            self._logger.info("mirror_source_truncated_resync_refused", link=truncation.link, topic=truncation.topic,
-                              partition=truncation.partition, group_id=int(truncation.group_id), error=error.code,
-                              failures=failures)
-            return backoff_s(failures, self._rng), \
-                f"{truncation.deleted()}; {resync} refused ({error.code}: {error.message}), trying again"
-        return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {resync} proposed, waiting for the new incarnation"
+        action = self._decide(truncation)
+        if action is Action.RESYNC:
+            try:
+                # Decided again on a catalog caught up with the metadata leader's: this node's may
+                # lag (another node that led the partition may have had it replaced already).
+                assert self._metadata is not None  # else _decide says stop
+                await self._metadata.sync_catalog()
+                action = self._decide(truncation)
+                if action is Action.RESYNC:
+                    await self._propose(truncation)
+                    action = Action.DONE
+            except ClientError as error:
+                failures = self._failures[truncation.group_id] = self._failures.get(truncation.group_id, 0) + 1
+                self._logger.info("mirror_source_truncated_resync_refused", link=truncation.link,
+                                  topic=truncation.topic, partition=truncation.partition,
+                                  group_id=int(truncation.group_id), error=error.code, failures=failures)
+                return backoff_s(failures, self._rng), (f"{truncation.deleted()}; resync from offset "
+                                                        f"{truncation.log_start_offset} refused ({error.code}: "
+                                                        f"{error.message}), trying again")
+        return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {_SHOWN[action].format(truncation.log_start_offset)}"
+
+    def _decide(self, truncation: Truncation) -> Action:
+        if self._metadata is None:
+            return Action.STOP
+        return truncated_action(self._catalog.catalog, truncation, truncation.group_id in self._replaced)
 
     async def _propose(self, truncation: Truncation) -> None:
         assert self._metadata is not None

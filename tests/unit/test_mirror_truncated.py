@@ -50,19 +50,41 @@ MIRROR = CreateMirrorTopic(name="orders", link="dr", replication_factor=1, confi
 
 
 class CatalogProposer:
-    """Group 0 standing in: each command validated and applied to the real catalog at the next
-    index; `refusals` are raised first, one per call, before anything is applied."""
+    """Group 0 standing in: each command validated and applied to the real catalog (the metadata
+    leader's) at the next index, and kept in `log`; `refusals` are raised first, one per call,
+    before anything is applied. `sync_catalog` applies what the log holds to `follower`, a node's
+    own catalog (the leader's itself when it is None), as the ReadIndex and the wait for it do;
+    `syncs=False`: a catalog that still lags after it (not a real ReadIndex: it tests the pull's own
+    record of what it proposed)."""
 
-    def __init__(self, catalog: Catalog, refusals: list[ClientError] | None = None) -> None:
+    def __init__(self, catalog: Catalog, refusals: list[ClientError] | None = None,
+                 follower: Catalog | None = None, syncs: bool = True) -> None:
         self.catalog = catalog
         self.refusals = list(refusals or [])
         self.proposed: list[Any] = []
+        self.log: list[tuple[Index, Any]] = []
+        self.follower = follower
+        self.syncs = syncs
+
+    def node(self, follower: Catalog, syncs: bool = True) -> CatalogProposer:
+        """The same group 0 as another node, holding `follower`, sees it."""
+        view = CatalogProposer(self.catalog, follower=follower, syncs=syncs)
+        view.proposed, view.log, view.refusals = self.proposed, self.log, self.refusals
+        return view
+
+    async def sync_catalog(self) -> None:
+        if self.follower is not None and self.syncs:
+            for index, command in self.log:
+                if index > self.follower.applied_index:
+                    self.follower.apply(index, command)
 
     async def propose(self, command: Any) -> Any:
         self.proposed.append(command)
         if self.refusals:
             raise self.refusals.pop(0)
-        result = self.catalog.apply(Index(self.catalog.applied_index + 1), command)
+        index = Index(self.catalog.applied_index + 1)
+        result = self.catalog.apply(index, command)
+        self.log.append((index, command))
         if result.error is not None:
             raise result.error
         return result.value
@@ -190,25 +212,32 @@ def test_the_decision_is_a_function_of_the_catalog() -> None:
         Truncation("dr", "orders", 0, GroupId(group), 100, 100)  # not truncated past the position
 
 
-# Goal: two nodes proposing for one incarnation (a leader change between two reads) replace it
-# once: the command names the group it replaces, so the second one applies as a no-op, and a
-# node without a proposer (metadata None) acts as stop.
+# Goal: two nodes finding one incarnation truncated (a leader change between two reads) replace
+# it once: the second decides on a catalog caught up with the metadata leader's and proposes
+# nothing; one whose catalog still lags (no real ReadIndex here) proposes once, the command
+# naming the group it replaces applies as a no-op, and it proposes no more; a node without a
+# proposer (metadata None) acts as stop.
 @asynchronous
-async def test_racing_proposals_replace_the_incarnation_once() -> None:
+async def test_racing_nodes_replace_the_incarnation_once() -> None:
     catalog = _catalog(_link(on_source_truncated=OnSourceTruncated.RESYNC.value), MIRROR)
     group = int(catalog.topic("orders").partitions[0].group_id)
-    holder, proposer = SimpleHolder(catalog), CatalogProposer(catalog)
+    group0 = CatalogProposer(catalog)
     before = catalog.next_group_id
     async with asyncio.timeout(5):
-        first = TruncatedResyncs(holder, proposer, structlog.get_logger())  # type: ignore[arg-type]
-        # The second node's catalog has not applied the first resync yet: it proposes too.
-        lagging = SimpleHolder(_catalog(_link(on_source_truncated="resync"), MIRROR))
-        second = TruncatedResyncs(lagging, proposer, structlog.get_logger())  # type: ignore[arg-type]
+        first = TruncatedResyncs(SimpleHolder(catalog), group0, structlog.get_logger())  # type: ignore[arg-type]
         await first.on_truncated(_truncation(group))
-        await second.on_truncated(_truncation(group))
-        await second.on_truncated(_truncation(group))  # its catalog still lags: its own record holds it back
+        assert len(group0.proposed) == 1 and catalog.next_group_id == before + 1
+        behind = _catalog(_link(on_source_truncated="resync"), MIRROR)  # has not applied the resync yet
+        second = TruncatedResyncs(SimpleHolder(behind), group0.node(behind), structlog.get_logger())  # type: ignore[arg-type]
+        pause_s, shown = await second.on_truncated(_truncation(group))
+        assert len(group0.proposed) == 1 and behind.topic("orders").partitions[0].group_id != group
+        assert pause_s == TRUNCATED_RETRY_S and "proposed, waiting for the new incarnation" in shown
+        lagging = _catalog(_link(on_source_truncated="resync"), MIRROR)
+        third = TruncatedResyncs(SimpleHolder(lagging), group0.node(lagging, syncs=False), structlog.get_logger())  # type: ignore[arg-type]
+        await third.on_truncated(_truncation(group))
+        await third.on_truncated(_truncation(group))  # its catalog still lags: its own record holds it back
         await first.on_truncated(_truncation(group))
-        assert catalog.next_group_id == before + 1 and len(proposer.proposed) == 2
-        none = TruncatedResyncs(lagging, None, structlog.get_logger())  # type: ignore[arg-type]
+        assert catalog.next_group_id == before + 1 and len(group0.proposed) == 2
+        none = TruncatedResyncs(SimpleHolder(lagging), None, structlog.get_logger())  # type: ignore[arg-type]
         pause_s, shown = await none.on_truncated(_truncation(group))
     assert pause_s == TRUNCATED_RETRY_S and "stop" in shown
