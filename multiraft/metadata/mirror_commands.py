@@ -3,10 +3,11 @@
 A *link* names a source cluster (its HTTP addresses, whether it speaks HTTPS and the
 CA certificates trusted for it, an optional bearer token), a topic pattern, a
 priority, and what a mirror partition does when the source's retention deleted
-offsets it had not copied (`on_source_truncated`); it is running or paused. A *mirror topic* is a topic
-of the sink created for a source topic the link's pattern matched: same partition
-count and config, each partition starting at the source's log start offset as it
-was when the mirror was made (`start_offsets`), read-only until promoted.
+offsets it had not copied (`on_source_truncated`); it is running or paused. A
+*mirror topic* is a topic of the sink created for a source topic the link's pattern
+matched: same partition count and config, each partition starting at the source's log
+start offset as it was when the mirror was made (`start_offsets`), read-only until
+promoted.
 
 Shape checks live here, as the other commands' do (commands.py): whatever builds a
 command gets them. The token is kept as given (the sink must present it to the
@@ -63,7 +64,7 @@ class LinkState(enum.StrEnum):
 
 class OnSourceTruncated(enum.StrEnum):
     """What a mirror partition does when the source's retention deleted offsets it had not
-    copied (docs/mirror.md "States"): `stop` waits, keeping all it has (an operator raises the
+    copied (docs/mirror.md "The source truncated past a mirror"): `stop` waits, keeping all it has (an operator raises the
     source's retention or changes this); `resync` replaces the partition by a new incarnation
     starting at the source's log start, discarding the mirror's copy (Kafka MirrorMaker 2's
     `auto.offset.reset=earliest`, in spirit: multiraft/node/mirror_truncated.py)."""

@@ -324,7 +324,7 @@ class NodeApi:
 
     def mirror_truncated_resyncs(self) -> dict[str, int]:
         """Mirror partitions this node resynced because their source truncated past them, by
-        link (docs/mirror.md "States")."""
+        link (docs/mirror.md "The source truncated past a mirror")."""
         return self.mirrors.pulls.truncated.counts()
 
     def transport_stats(self) -> TransportStats:

@@ -305,8 +305,9 @@ def _verify_view(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _truncated_view(resyncs: list[dict[str, Any]]) -> dict[str, Any]:
-    """A partition's resyncs because the source truncated past it (docs/mirror.md "States"): how
-    many the sink's nodes proposed (each counts its own, in memory), and the last one."""
+    """A partition's resyncs because the source truncated past it (docs/mirror.md, "The source
+    truncated past a mirror"): how many the sink's nodes proposed (each counts its own, in
+    memory), and the last one."""
     last = max(resyncs, key=lambda r: r["at_ms"], default=None)
     return {"truncated_resyncs": sum(r["count"] for r in resyncs),
             "last_truncated_resync": {key: last[key] for key in ("at_ms", "deleted", "start_offset", "old_group",

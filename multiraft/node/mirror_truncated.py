@@ -1,4 +1,5 @@
-"""A mirror partition whose source truncated past it (issue 24, docs/mirror.md "States").
+"""A mirror partition whose source truncated past it (issue 24; docs/mirror.md, "The source
+truncated past a mirror").
 
 The source's retention deleted offsets the mirror had not copied yet. The pull cannot go
 on: a mirror keeps the source's offsets, and a log holds no gap of offsets, so it cannot
