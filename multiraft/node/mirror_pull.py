@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import random
@@ -78,6 +79,7 @@ SETTLE_POLL_S = 0.05
 IDLE_PAUSE_FIRST_S = 0.05
 IDLE_PAUSE_MAX_S = 1.0
 RESYNC_PAUSE_MAX_S = 2.0
+READ_INDEX_WAIT_S = 5.0  # a leader confirming it still leads before a truncated resync (else it settles again)
 
 
 @dataclass(slots=True)
@@ -342,9 +344,15 @@ class MirrorPulls:
                 status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
                                                                                 chunk.log_start_offset)
                 if chunk.log_start_offset > position:  # the link's on_source_truncated decides (mirror_truncated.py)
+                    # Only while this node still leads in the pull's term: an answer that came back
+                    # after leadership moved decides nothing (another leader may have copied past
+                    # `position` meanwhile); a resync confirms it again just before it is proposed.
+                    self._check_leading(runtime, group_id, term)
                     status.state = "source_truncated"
-                    pause_s, status.last_error = await self.truncated.on_truncated(Truncation(
-                        status.link, status.topic, status.partition, group_id, position, chunk.log_start_offset))
+                    pause_s, status.last_error = await self.truncated.on_truncated(
+                        Truncation(status.link, status.topic, status.partition, group_id, position,
+                                   chunk.log_start_offset),
+                        functools.partial(self._still_behind, runtime, group_id, term))
                     await asyncio.sleep(pause_s)
                     continue
                 payloads, end = self._contiguous(chunk.batches, position)
@@ -410,6 +418,24 @@ class MirrorPulls:
         if (runtime.core.term != term or self._registry.leading(group_id) is not runtime
                 or machine is None or not machine.state.mirror):
             raise _Resync()
+
+    async def _still_behind(self, runtime: GroupRuntime, group_id: GroupId, term: int, start: int) -> int:
+        """Just before a whole resync is proposed: confirm that this node still leads the
+        partition in `term` (a ReadIndex on its group: a round of heartbeats, then its state
+        applied that far) and that the partition's applied position is still below `start`, the
+        source's log start; that position. Else `_Resync` (the pull settles again): the decision
+        was taken on a stale view, and another leader may have copied past it."""
+        self._check_leading(runtime, group_id, term)
+        try:
+            async with asyncio.timeout(READ_INDEX_WAIT_S):
+                await runtime.read_index()
+        except (TimeoutError, ClientError):
+            raise _Resync() from None
+        self._check_leading(runtime, group_id, term)
+        position = int(self._registry.partitions[group_id].state.next_offset)
+        if position >= start:
+            raise _Resync()
+        return position
 
     @staticmethod
     def _contiguous(batches: list[tuple[int, bytes]], position: int) -> tuple[list[bytes], int]:

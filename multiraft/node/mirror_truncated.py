@@ -17,6 +17,12 @@ spirit, as MirrorMaker 2 users set it to `earliest`):
   What the mirror loses is what the source's retention already deleted, plus the mirror's
   own copy of the older offsets it still held, and the consumer offsets committed on it.
 
+Only the partition's leader decides, on a fresh view: the pull acts on a truncated answer
+only while it still leads in the term it read in, and just before proposing it confirms that
+with a ReadIndex on the partition's group and reads the applied position again (`StillBehind`):
+a pull whose leadership moved while its long poll was out, or whose position another leader
+copied past meanwhile, proposes nothing and settles again.
+
 Bounded and idempotent: the leader decides on a catalog caught up with the metadata
 leader's (`sync_catalog`, a ReadIndex: a node that just began leading the partition may not
 have applied a resync another node had accepted), proposes at most one accepted resync per
@@ -37,7 +43,7 @@ import dataclasses
 import enum
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from multiraft.metadata.mirror_commands import OnSourceTruncated, ResyncMirrorPartition
@@ -50,6 +56,11 @@ if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
 
 TRUNCATED_RETRY_S = 5.0  # a stopped partition reads the source again this often
+
+
+# Confirms, just before a resync is proposed, that the pull's node still leads the partition
+# in its term and that the applied position is below the given start; that position (mirror_pull.py).
+StillBehind = Callable[[int], Awaitable[int]]
 
 
 class Proposer(Protocol):
@@ -143,9 +154,12 @@ class TruncatedResyncs:
         self._counts: dict[str, int] = {}  # by link: resyncs this node had accepted (for /metrics)
         self._partitions: dict[tuple[str, str, int], PartitionResyncs] = {}  # by (link, topic, partition)
 
-    async def on_truncated(self, truncation: Truncation) -> tuple[float, str]:
+    async def on_truncated(self, truncation: Truncation, still_behind: StillBehind) -> tuple[float, str]:
         """Act on `truncation` as the link says; how long the pull pauses before it reads the
-        source again, and the error its status shows."""
+        source again, and the error its status shows. `still_behind(start)`: called just before
+        a resync is proposed; confirms the pull's leader still leads in its term and that the
+        partition's applied position is still below `start` (that position), else raises (the
+        pull settles again, nothing proposed)."""
         self._forget()
         action = self._decide(truncation)
         if action is Action.RESYNC:
@@ -156,7 +170,8 @@ class TruncatedResyncs:
                 await self._metadata.sync_catalog()
                 action = self._decide(truncation)
                 if action is Action.RESYNC:
-                    await self._propose(truncation)
+                    position = await still_behind(truncation.log_start_offset)
+                    await self._propose(dataclasses.replace(truncation, position=position))
                     action = Action.DONE
             except ClientError as error:
                 failures = self._failures[truncation.group_id] = self._failures.get(truncation.group_id, 0) + 1

@@ -90,6 +90,16 @@ class FakeRuntime:
         self.gate: asyncio.Event | None = None  # DATA proposals answer once it is set (in flight until then)
         self.waiting = 0  # DATA proposals appended, waiting on the gate
         self.drop_once: set[int] = set()  # chunk first offsets dropped once before the append
+        self.on_read_index: Any = None  # called as a ReadIndex is confirmed (a step down, a move, say)
+        self.read_indexes = 0
+
+    async def read_index(self) -> int:
+        """A ReadIndex the group confirms at once (its log is all applied), after `on_read_index`."""
+        await _real_sleep(0)
+        self.read_indexes += 1
+        if self.on_read_index is not None:
+            self.on_read_index()
+        return self.last
 
     async def propose(self, payloads: list[bytes], kind: EntryKind = EntryKind.DATA,
                       guard: Any = None) -> list[Any]:

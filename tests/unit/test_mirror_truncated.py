@@ -96,13 +96,15 @@ class SimpleHolder:
 
 
 def _setup(monkeypatch: pytest.MonkeyPatch, policy: str, refusals: list[ClientError] | None = None,
-           source_start: int = 100) -> tuple[Catalog, CatalogProposer, FakeRegistry, MirrorPulls, GroupId]:
-    """A mirror partition led here that copied nothing, its source's log starting at `source_start`."""
+           source_start: int = 100, source: FakeSource | None = None,
+           ) -> tuple[Catalog, CatalogProposer, FakeRegistry, MirrorPulls, GroupId]:
+    """A mirror partition led here that copied nothing, its source's log starting at `source_start`
+    (`source`: that source, made by the caller to watch or steer it)."""
     catalog = _catalog(_link(on_source_truncated=policy), MIRROR)
     group = catalog.topic("orders").partitions[0].group_id
     registry = FakeRegistry()
     registry.add(group, start=0)  # the mirror copied nothing; the source deleted 0..99
-    source = FakeSource({0: _log(5, first=source_start)})
+    source = source or FakeSource({0: _log(5, first=source_start)})
     source.start = source_start
     monkeypatch.setattr(mirror_pull, "source_client", lambda *_args: source)
     proposer = CatalogProposer(catalog, refusals)
@@ -194,6 +196,12 @@ def _truncation(group_id: int) -> Truncation:
     return Truncation("dr", "orders", 0, GroupId(group_id), 0, 100)
 
 
+async def _behind(start: int) -> int:
+    """The pull's leader confirmed (`StillBehind`), its applied position 0 as `_truncation` says."""
+    assert start > 0
+    return 0
+
+
 # Goal: the decision, from the catalog alone: stop unless the link says resync; never for a
 # promoted topic (nor for a topic of another link); once per incarnation (proposed here, or
 # replaced in the catalog by another node's proposal).
@@ -225,19 +233,19 @@ async def test_racing_nodes_replace_the_incarnation_once() -> None:
     before = catalog.next_group_id
     async with asyncio.timeout(5):
         first = TruncatedResyncs(SimpleHolder(catalog), group0, structlog.get_logger())  # type: ignore[arg-type]
-        await first.on_truncated(_truncation(group))
+        await first.on_truncated(_truncation(group), _behind)
         assert len(group0.proposed) == 1 and catalog.next_group_id == before + 1
         behind = _catalog(_link(on_source_truncated="resync"), MIRROR)  # has not applied the resync yet
         second = TruncatedResyncs(SimpleHolder(behind), group0.node(behind), structlog.get_logger())  # type: ignore[arg-type]
-        pause_s, shown = await second.on_truncated(_truncation(group))
+        pause_s, shown = await second.on_truncated(_truncation(group), _behind)
         assert len(group0.proposed) == 1 and behind.topic("orders").partitions[0].group_id != group
         assert pause_s == TRUNCATED_RETRY_S and "proposed, waiting for the new incarnation" in shown
         lagging = _catalog(_link(on_source_truncated="resync"), MIRROR)
         third = TruncatedResyncs(SimpleHolder(lagging), group0.node(lagging, syncs=False), structlog.get_logger())  # type: ignore[arg-type]
-        await third.on_truncated(_truncation(group))
-        await third.on_truncated(_truncation(group))  # its catalog still lags: its own record holds it back
-        await first.on_truncated(_truncation(group))
+        await third.on_truncated(_truncation(group), _behind)
+        await third.on_truncated(_truncation(group), _behind)  # its catalog still lags: its own record holds it back
+        await first.on_truncated(_truncation(group), _behind)
         assert catalog.next_group_id == before + 1 and len(group0.proposed) == 2
         none = TruncatedResyncs(SimpleHolder(lagging), None, structlog.get_logger())  # type: ignore[arg-type]
-        pause_s, shown = await none.on_truncated(_truncation(group))
+        pause_s, shown = await none.on_truncated(_truncation(group), _behind)
     assert pause_s == TRUNCATED_RETRY_S and "stop" in shown
