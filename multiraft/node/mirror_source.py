@@ -44,7 +44,7 @@ from typing import Any
 import aiohttp
 
 from multiraft.errors import InvalidRequest
-from multiraft.metadata.mirror_commands import MirrorLink
+from multiraft.metadata.mirror_commands import OFFSET_MAX, MirrorLink
 from multiraft.net.tls import TlsError, source_context
 from storage.tictac import DIGEST_BYTES
 
@@ -114,7 +114,10 @@ class LogChunk:
 
 def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
     """Decode the log route's binary answer (frames of base offset, length, batch) and
-    its position headers; anything malformed is a `SourceError`."""
+    its position headers; anything malformed is a `SourceError`: so are offsets outside
+    0..2**63-1 and a log start past the high watermark (no replica holds such a log: its
+    retention deletes only what it applied), which a sink would otherwise take for a
+    truncation."""
     try:
         positions = [int(headers[h]) for h in ("Raftlog-Next-Offset", "Raftlog-High-Watermark",
                                                 "Raftlog-Log-Start-Offset")]
@@ -122,6 +125,11 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
         skipped = tuple(tuple(int(v) for v in pair.split(":")) for pair in skipped_text.split(",") if pair)
     except (KeyError, ValueError) as error:
         raise SourceError(f"the source's log answer has malformed headers: {error!r}") from None
+    if not all(0 <= value <= OFFSET_MAX for value in (*positions, *(v for pair in skipped for v in pair))):
+        raise SourceError("the source's log answer has offsets outside 0..2**63-1")
+    if positions[2] > positions[1]:
+        raise SourceError(f"the source's log answer starts its log at {positions[2]}, past its high watermark "
+                          f"{positions[1]}")
     batches: list[tuple[int, bytes]] = []
     view, position = memoryview(body), 0
     while position < len(body):
