@@ -352,9 +352,10 @@ class MirrorPulls:
                     pause_s, status.last_error = await self.truncated.on_truncated(
                         Truncation(status.link, status.topic, status.partition, group_id, position,
                                    chunk.log_start_offset),
-                        functools.partial(self._still_behind, runtime, group_id, term))
+                        client, functools.partial(self._still_behind, runtime, group_id, term))
                     await asyncio.sleep(pause_s)
                     continue
+                self.truncated.not_truncated(group_id)
                 payloads, end = self._contiguous(chunk.batches, position)
                 if self._chunk_filter is not None:
                     payloads = self._chunk_filter(payloads)

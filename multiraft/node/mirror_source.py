@@ -146,6 +146,37 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
     return LogChunk(batches, skipped, *positions)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A source partition as one source node describes it (`GET /v1/topics/{topic}`): its
+    group id, the partition's identity at the source (group ids are never reused there: a
+    topic deleted and made again gets new ones), and, where that node hosts a replica of it,
+    the replica's log start and high watermark (None elsewhere)."""
+
+    group_id: int
+    log_start_offset: int | None
+    high_watermark: int | None
+
+
+def _is_offset(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= OFFSET_MAX
+
+
+def parse_partition_view(described: Any, partition: int) -> PartitionView:
+    """`partition` of a source topic's description; anything malformed or impossible (a log
+    start past the high watermark) is a `SourceError`."""
+    try:
+        [view] = [v for v in described["partitions"] if isinstance(v, dict) and v.get("partition") == partition]
+        found = PartitionView(view["group_id"], view["log_start_offset"], view["high_watermark"])
+    except (KeyError, TypeError, ValueError):
+        raise SourceError(f"the source's description of partition {partition} is malformed") from None
+    start, high = found.log_start_offset, found.high_watermark
+    if not _is_offset(found.group_id) or found.group_id < 1 or (start is None) != (high is None) or (
+            start is not None and not (_is_offset(start) and _is_offset(high) and start <= high)):  # type: ignore[operator]
+        raise SourceError(f"the source's description of partition {partition} has impossible values: {found}")
+    return found
+
+
 def binds_to(local_host: str | None, sources: tuple[str, ...]) -> str | None:
     """The address to bind the source's connections to: `local_host` when it and every
     source host are IPv4 loopback literals (clusters sharing one host, where the OS would
@@ -211,15 +242,20 @@ class SourceClient:
             await self._session.close()
             self._session = None
 
+    def rotate(self) -> None:
+        """The next call goes to the next address (as after a failure)."""
+        self._next += 1
+
     async def _get(self, path: str, params: dict[str, str], accept: str, wait_s: float,
-                   bytes_max: int) -> tuple[int, bytes, Any]:
+                   bytes_max: int, source: str | None = None) -> tuple[int, bytes, Any]:
         try:
-            return await self._get_once(path, params, accept, wait_s, bytes_max)
+            return await self._get_once(path, params, accept, wait_s, bytes_max, source)
         except SourceError as error:
             raise SourceError(self.scrub(str(error))) from None
 
     async def _get_once(self, path: str, params: dict[str, str], accept: str, wait_s: float,
-                        bytes_max: int) -> tuple[int, bytes, Any]:
+                        bytes_max: int, source: str | None) -> tuple[int, bytes, Any]:
+        """`source`: the address asked (one of the link's; None: the current one)."""
         if self._tls_error is not None:
             raise SourceError(self._tls_error)
         if self._session is None:
@@ -227,7 +263,8 @@ class SourceClient:
             tls = {"ssl": self._tls} if self._tls is not None else {}
             connector = aiohttp.TCPConnector(**local, **tls) if local or tls else None  # type: ignore[arg-type]
             self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
-        source = self._sources[self._next % len(self._sources)]
+        assert source is None or source in self._sources
+        source = source or self._sources[self._next % len(self._sources)]
         try:
             async with self._session.get(f"{self.scheme}://{source}{path}", params=params, headers={"Accept": accept},
                                          allow_redirects=False,
@@ -247,9 +284,11 @@ class SourceClient:
                     if self.scheme == "http" and isinstance(error, aiohttp.ServerDisconnectedError) else "")
             raise SourceError(f"source {source} did not answer {path}: {hint}{describe_error(error)}") from None
 
-    async def get_json(self, path: str, params: dict[str, str] | None = None, wait_s: float = 0.0) -> Any:
-        """A JSON read; `wait_s` more than the call's bound when the source must work first (a tree)."""
-        status, body, _ = await self._get(path, params or {}, "application/json", wait_s, JSON_BYTES_MAX)
+    async def get_json(self, path: str, params: dict[str, str] | None = None, wait_s: float = 0.0,
+                       source: str | None = None) -> Any:
+        """A JSON read; `wait_s` more than the call's bound when the source must work first (a
+        tree); `source`: the address asked (None: the current one)."""
+        status, body, _ = await self._get(path, params or {}, "application/json", wait_s, JSON_BYTES_MAX, source)
         if status != 200:
             self._next += status >= 500
             raise SourceError(self.scrub(f"the source answered {path} with {status}: {body[:200]!r}"))
@@ -257,6 +296,22 @@ class SourceClient:
             return json.loads(body)
         except ValueError:
             raise SourceError(f"the source's answer to {path} is not JSON") from None
+
+    async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
+        """`partition` of `topic` as each of the link's addresses describes it (`GET
+        /v1/topics/{topic}` of each in turn: a source node gives its own replica's offsets),
+        those that answered; a `SourceError` when none did. Only the link's addresses are
+        asked, never others the source names (the token goes nowhere else)."""
+        views, failures = [], []
+        for source in self._sources:
+            try:
+                views.append(parse_partition_view(await self.get_json(f"/v1/topics/{topic}", source=source),
+                                                  partition))
+            except SourceError as error:
+                failures.append(self.scrub(str(error)))
+        if not views:
+            raise SourceError(failures[0])
+        return views
 
     async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
         """The source's tree of a partition over `[lo, hi)` cut to what it holds (multiraft/node/

@@ -12,10 +12,20 @@ spirit, as MirrorMaker 2 users set it to `earliest`):
   retention); an operator changes the policy (`raftlog mirror alter`) or deletes and
   recreates the mirror topic.
 - `resync`: the partition's sink leader proposes `ResyncMirrorPartition`, whole (no kept
-  prefix), starting at the source's log start as just read: a new incarnation (a new
-  Raft group) that the real-time path refills from the source as any mirror partition.
+  prefix), starting at the source's log start as confirmed (below): a new incarnation (a
+  new Raft group) that the real-time path refills from the source as any mirror partition.
   What the mirror loses is what the source's retention already deleted, plus the mirror's
   own copy of the older offsets it still held, and the consumer offsets committed on it.
+
+A resync discards the mirror's whole copy, so it needs solid evidence. One answer is none
+(a source node's bug, a lie, a replica whose retention ran a round ahead): the truncation
+must be seen again `CONFIRM_AFTER_S` after it was first seen, with no read in between finding
+the source's log at or below the position (`not_truncated` forgets it); then the source's own
+description confirms it (`SourceClient.partition_views`: each source address the link names
+describes its own replica of the partition): the resync starts at the lowest log start over
+the replicas described, and only if that is past the pull's position, so no offset a replica
+still holds is skipped. While one still holds it, nothing is proposed and the client moves to
+the next source address (its reads may reach that replica).
 
 Only the partition's leader decides, on a fresh view: the pull acts on a truncated answer
 only while it still leads in the term it read in, and just before proposing it confirms that
@@ -47,7 +57,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from multiraft.metadata.mirror_commands import OnSourceTruncated, ResyncMirrorPartition
-from multiraft.node.mirror_source import backoff_s
+from multiraft.node.mirror_source import PartitionView, SourceError, backoff_s
 from raftlog.errors import ClientError
 from raftlog.types import GroupId
 
@@ -56,11 +66,20 @@ if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
 
 TRUNCATED_RETRY_S = 5.0  # a stopped partition reads the source again this often
+CONFIRM_AFTER_S = TRUNCATED_RETRY_S  # a resync needs the truncation seen again at least this long after
 
 
 # Confirms, just before a resync is proposed, that the pull's node still leads the partition
 # in its term and that the applied position is below the given start; that position (mirror_pull.py).
 StillBehind = Callable[[int], Awaitable[int]]
+
+
+class SourceViews(Protocol):
+    """What a resync's confirmation reads of the link's source client (mirror_source.py)."""
+
+    async def partition_views(self, topic: str, partition: int) -> list[PartitionView]: ...
+
+    def rotate(self) -> None: ...
 
 
 class Proposer(Protocol):
@@ -142,8 +161,11 @@ class TruncatedResyncs:
 
     def __init__(self, catalog: CatalogHolder, metadata: Proposer | None, logger: Any,
                  rng: random.Random | None = None,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        """`metadata`: where resyncs are proposed (None: none can be; every link acts as `stop`)."""
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`metadata`: where resyncs are proposed (None: none can be; every link acts as `stop`).
+        `clock_ms`: when a resync happened (the status); `monotonic`: how long ago a truncation
+        was first seen."""
         self._catalog = catalog
         self._metadata = metadata
         self._logger = logger
@@ -153,58 +175,97 @@ class TruncatedResyncs:
         self._failures: dict[GroupId, int] = {}  # refused proposals in a row, by incarnation
         self._counts: dict[str, int] = {}  # by link: resyncs this node had accepted (for /metrics)
         self._partitions: dict[tuple[str, str, int], PartitionResyncs] = {}  # by (link, topic, partition)
+        self._seen: dict[GroupId, float] = {}  # incarnation -> when its truncation was first seen (monotonic)
+        self.monotonic = monotonic
 
-    async def on_truncated(self, truncation: Truncation, still_behind: StillBehind) -> tuple[float, str]:
+    async def on_truncated(self, truncation: Truncation, source: SourceViews,
+                           still_behind: StillBehind) -> tuple[float, str]:
         """Act on `truncation` as the link says; how long the pull pauses before it reads the
-        source again, and the error its status shows. `still_behind(start)`: called just before
-        a resync is proposed; confirms the pull's leader still leads in its term and that the
-        partition's applied position is still below `start` (that position), else raises (the
-        pull settles again, nothing proposed)."""
+        source again, and the error its status shows. `source`: the link's source client (its
+        description of the partition confirms a resync). `still_behind(start)`: called just
+        before a resync is proposed; confirms the pull's leader still leads in its term and that
+        the partition's applied position is still below `start` (that position), else raises
+        (the pull settles again, nothing proposed)."""
         self._forget()
         action = self._decide(truncation)
-        if action is Action.RESYNC:
-            try:
-                # Decided again on a catalog caught up with the metadata leader's: this node's may
-                # lag (another node that led the partition may have had it replaced already).
-                assert self._metadata is not None  # else _decide says stop
-                await self._metadata.sync_catalog()
-                action = self._decide(truncation)
-                if action is Action.RESYNC:
-                    position = await still_behind(truncation.log_start_offset)
-                    await self._propose(dataclasses.replace(truncation, position=position))
-                    action = Action.DONE
-            except ClientError as error:
-                failures = self._failures[truncation.group_id] = self._failures.get(truncation.group_id, 0) + 1
-                self._logger.info("mirror_source_truncated_resync_refused", link=truncation.link,
-                                  topic=truncation.topic, partition=truncation.partition,
-                                  group_id=int(truncation.group_id), error=error.code, failures=failures)
-                return backoff_s(failures, self._rng), (f"{truncation.deleted()}; resync from offset "
-                                                        f"{truncation.log_start_offset} refused ({error.code}: "
-                                                        f"{error.message}), trying again")
-        return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {_SHOWN[action].format(truncation.log_start_offset)}"
+        if action is not Action.RESYNC:
+            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {_SHOWN[action].format(truncation.log_start_offset)}"
+        now = self.monotonic()
+        if now - self._seen.setdefault(truncation.group_id, now) < CONFIRM_AFTER_S:
+            return TRUNCATED_RETRY_S, (f"{truncation.deleted()}; resync once the truncation is seen again "
+                                       f"{CONFIRM_AFTER_S:.0f} s on and the source's replicas confirm it")
+        try:
+            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {await self._resync(truncation, source, still_behind)}"
+        except ClientError as error:
+            failures = self._failures[truncation.group_id] = self._failures.get(truncation.group_id, 0) + 1
+            self._logger.info("mirror_source_truncated_resync_refused", link=truncation.link,
+                              topic=truncation.topic, partition=truncation.partition,
+                              group_id=int(truncation.group_id), error=error.code, failures=failures)
+            return backoff_s(failures, self._rng), (f"{truncation.deleted()}; resync refused ({error.code}: "
+                                                    f"{error.message}), trying again")
+        except SourceError as error:
+            return TRUNCATED_RETRY_S, (f"{truncation.deleted()}; not confirmed, no resync: the source's description "
+                                       f"of the partition could not be read ({error})")
+
+    async def _resync(self, truncation: Truncation, source: SourceViews, still_behind: StillBehind) -> str:
+        """Confirm the truncation seen twice, and propose the resync if it holds; what was done."""
+        # Decided again on a catalog caught up with the metadata leader's: this node's may
+        # lag (another node that led the partition may have had it replaced already).
+        assert self._metadata is not None  # else _decide says stop
+        await self._metadata.sync_catalog()
+        action = self._decide(truncation)
+        if action is not Action.RESYNC:
+            return _SHOWN[action].format(truncation.log_start_offset)
+        start, why = await self._source_start(truncation, source)
+        if start is None:
+            source.rotate()  # the next read asks another source address: it may reach a replica holding it
+            return f"not confirmed, no resync: {why}"
+        position = await still_behind(start)
+        await self._propose(truncation, position, start)
+        return _SHOWN[Action.DONE].format(start)
+
+    @staticmethod
+    async def _source_start(truncation: Truncation, source: SourceViews) -> tuple[int | None, str]:
+        """Where the source's log starts as its own description says it over its replicas (each
+        source node the link names describes its own replica, and retention runs per replica):
+        the lowest log start among them, if it is past the pull's position (every replica
+        described lacks the offsets from there); else None, and why."""
+        views = await source.partition_views(truncation.topic, truncation.partition)
+        starts = [v.log_start_offset for v in views if v.log_start_offset is not None]
+        if not starts:
+            return None, "no source node the link names describes a replica of the partition"
+        if min(starts) <= truncation.position:
+            return None, (f"a source replica still holds offset {truncation.position} (log starts "
+                          f"{sorted(starts)} over the {len(starts)} replicas described)")
+        return min(starts), ""
 
     def _decide(self, truncation: Truncation) -> Action:
         if self._metadata is None:
             return Action.STOP
         return truncated_action(self._catalog.catalog, truncation, truncation.group_id in self._replaced)
 
-    async def _propose(self, truncation: Truncation) -> None:
+    def not_truncated(self, group_id: GroupId) -> None:
+        """A read of `group_id`'s pull found the source's log starting at or below its position:
+        a truncation seen before is forgotten (a resync needs one seen twice in a row)."""
+        self._seen.pop(group_id, None)
+
+    async def _propose(self, truncation: Truncation, position: int, start: int) -> None:
+        """Propose the resync of `truncation`'s incarnation from `start` (the partition's
+        applied position `position` confirmed below it)."""
         assert self._metadata is not None
         await self._metadata.propose(ResyncMirrorPartition(
             name=truncation.topic, partition=truncation.partition, group_id=int(truncation.group_id),
-            start_offset=truncation.log_start_offset))
+            start_offset=start))
         self._replaced.add(truncation.group_id)
         self._failures.pop(truncation.group_id, None)
         self._counts[truncation.link] = self._counts.get(truncation.link, 0) + 1
         key = (truncation.link, truncation.topic, truncation.partition)
         done = self._partitions.get(key) or PartitionResyncs()
-        self._partitions[key] = PartitionResyncs(done.count + 1, self._clock_ms(), truncation.position,
-                                                 truncation.log_start_offset - 1, truncation.log_start_offset,
+        self._partitions[key] = PartitionResyncs(done.count + 1, self._clock_ms(), position, start - 1, start,
                                                  int(truncation.group_id))
         self._logger.bind(link=truncation.link, topic=truncation.topic, partition=truncation.partition,
                           group_id=int(truncation.group_id)).warning(
-            "mirror_source_truncated_resync", deleted_from=truncation.position,
-            deleted_to=truncation.log_start_offset - 1, start_offset=truncation.log_start_offset)
+            "mirror_source_truncated_resync", deleted_from=position, deleted_to=start - 1, start_offset=start)
 
     def counts(self) -> dict[str, int]:
         """Resyncs this node had accepted, by link (links no longer in the catalog forgotten)."""
@@ -225,6 +286,7 @@ class TruncatedResyncs:
         groups = {p.group_id for t in catalog.topics.values() if t.mirror_link is not None for p in t.partitions}
         self._replaced &= groups
         self._failures = {g: n for g, n in self._failures.items() if g in groups}
+        self._seen = {g: at for g, at in self._seen.items() if g in groups}
         self._counts = {name: n for name, n in self._counts.items() if name in catalog.mirror_links}
         self._partitions = {key: p for key, p in self._partitions.items()
                             if key[1] in catalog.topics and catalog.topics[key[1]].mirror_link == key[0]}

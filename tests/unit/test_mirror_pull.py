@@ -30,7 +30,7 @@ from multiraft.node.mirror_pull import (
     MirrorPulls,
     ReadSlots,
 )
-from multiraft.node.mirror_source import LogChunk
+from multiraft.node.mirror_source import LogChunk, PartitionView
 from multiraft.node.mirror_window import PipelineBounds
 from raftlog.errors import ProposalDropped
 from raftlog.messages import EntryKind
@@ -154,12 +154,30 @@ class FakeSource:
         self.reads: list[tuple[int, int]] = []
         self.start = 0
         self.stale = False  # answer the log's first batches whatever the offset asked
+        self.group = 900  # the source partition's group id (its identity at the source)
+        self.replica_starts: list[int] | None = None  # each replica's log start as described (None: [start])
+        self.described = 0  # descriptions asked (partition_views)
+        self.rotations = 0
+
+    def _high_watermark(self, partition: int) -> int:
+        log = self.logs[partition]
+        return log[-1][0] + read_header(log[-1][1]).record_count if log else self.start
+
+    async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
+        """Each replica as its node describes it: the same identity, `replica_starts`."""
+        await _real_sleep(0)
+        self.described += 1
+        hw = self._high_watermark(partition)
+        return [PartitionView(self.group, start, max(start, hw)) for start in self.replica_starts or [self.start]]
+
+    def rotate(self) -> None:
+        self.rotations += 1
 
     async def read_log(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int) -> LogChunk:
         await _real_sleep(0)  # answers at once, whatever wait_ms says
         self.reads.append((partition, offset))
         log = self.logs[partition]
-        hw = log[-1][0] + read_header(log[-1][1]).record_count if log else self.start
+        hw = self._high_watermark(partition)
         batches = [(b, d) for b, d in log if self.stale or b + read_header(d).record_count > offset][:2]
         next_offset = batches[-1][0] + read_header(batches[-1][1]).record_count if batches else offset
         return LogChunk(batches, self.skipped, next_offset, hw, self.start)

@@ -13,7 +13,9 @@ group (which needs a running Raft group: tests/node/test_mirror_truncated.py run
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +34,7 @@ from multiraft.node import mirror_pull
 from multiraft.node.mirror_pull import MirrorPulls
 from multiraft.node.mirror_source import BACKOFF_MAX_S
 from multiraft.node.mirror_truncated import (
+    CONFIRM_AFTER_S,
     TRUNCATED_RETRY_S,
     Action,
     TruncatedResyncs,
@@ -96,10 +99,11 @@ class SimpleHolder:
 
 
 def _setup(monkeypatch: pytest.MonkeyPatch, policy: str, refusals: list[ClientError] | None = None,
-           source_start: int = 100, source: FakeSource | None = None,
+           source_start: int = 100, source: FakeSource | None = None, clock: Callable[[], float] | None = None,
            ) -> tuple[Catalog, CatalogProposer, FakeRegistry, MirrorPulls, GroupId]:
     """A mirror partition led here that copied nothing, its source's log starting at `source_start`
-    (`source`: that source, made by the caller to watch or steer it)."""
+    (`source`: that source, made by the caller to watch or steer it). `clock`: the monotonic clock
+    a truncation is confirmed by (`lambda: sum(pauses)`: the time the pull paused, as if slept)."""
     catalog = _catalog(_link(on_source_truncated=policy), MIRROR)
     group = catalog.topic("orders").partitions[0].group_id
     registry = FakeRegistry()
@@ -110,13 +114,15 @@ def _setup(monkeypatch: pytest.MonkeyPatch, policy: str, refusals: list[ClientEr
     proposer = CatalogProposer(catalog, refusals)
     holder = SimpleHolder(catalog)
     pulls = MirrorPulls(registry, holder, structlog.get_logger(), random.Random(7), metadata=proposer)  # type: ignore[arg-type]
+    if clock is not None:
+        pulls.truncated.monotonic = clock
     return catalog, proposer, registry, pulls, group
 
 
 @asynchronous
 async def test_resync_proposes_one_whole_resync_from_the_source_log_start_then_copies(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
-    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync")
+    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync", clock=lambda: sum(pauses))
     try:
         with capture_logs() as logs:
             await pulls.scan()
@@ -153,7 +159,7 @@ async def test_resync_proposes_one_whole_resync_from_the_source_log_start_then_c
 @asynchronous
 async def test_stop_waits_and_proposes_nothing_until_the_policy_changes(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
-    catalog, proposer, _, pulls, old = _setup(monkeypatch, "stop")
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "stop", clock=lambda: sum(pauses))
     try:
         await pulls.scan()
         await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= 3, "the pull waiting")
@@ -174,7 +180,7 @@ async def test_stop_waits_and_proposes_nothing_until_the_policy_changes(
 async def test_a_refused_proposal_backs_off_and_is_tried_again(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
     refusals: list[ClientError] = [NotLeader(0, "no metadata leader"), ProposalDropped("full"), ProposalDropped("x")]
-    catalog, proposer, _, pulls, old = _setup(monkeypatch, "resync", refusals)
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "resync", refusals, clock=lambda: sum(pauses))
     try:
         with capture_logs() as logs:
             await pulls.scan()
@@ -220,6 +226,21 @@ def test_the_decision_is_a_function_of_the_catalog() -> None:
         Truncation("dr", "orders", 0, GroupId(group), 100, 100)  # not truncated past the position
 
 
+def _resyncs(catalog: Catalog, metadata: CatalogProposer | None) -> TruncatedResyncs:
+    """A node's policy over `catalog`, its clock moving `CONFIRM_AFTER_S` at each look."""
+    clock = itertools.count(0.0, CONFIRM_AFTER_S)
+    return TruncatedResyncs(SimpleHolder(catalog), metadata, structlog.get_logger(),  # type: ignore[arg-type]
+                            monotonic=lambda: next(clock))
+
+
+async def _seen_twice(resyncs: TruncatedResyncs, group: int) -> tuple[float, str]:
+    """The truncation of `group` found by two reads `CONFIRM_AFTER_S` apart; what the second did."""
+    source = FakeSource({0: _log(5, first=100)})
+    source.start = 100
+    await resyncs.on_truncated(_truncation(group), source, _behind)
+    return await resyncs.on_truncated(_truncation(group), source, _behind)
+
+
 # Goal: two nodes finding one incarnation truncated (a leader change between two reads) replace
 # it once: the second decides on a catalog caught up with the metadata leader's and proposes
 # nothing; one whose catalog still lags (no real ReadIndex here) proposes once, the command
@@ -232,20 +253,19 @@ async def test_racing_nodes_replace_the_incarnation_once() -> None:
     group0 = CatalogProposer(catalog)
     before = catalog.next_group_id
     async with asyncio.timeout(5):
-        first = TruncatedResyncs(SimpleHolder(catalog), group0, structlog.get_logger())  # type: ignore[arg-type]
-        await first.on_truncated(_truncation(group), _behind)
+        first = _resyncs(catalog, group0)
+        await _seen_twice(first, group)
         assert len(group0.proposed) == 1 and catalog.next_group_id == before + 1
         behind = _catalog(_link(on_source_truncated="resync"), MIRROR)  # has not applied the resync yet
-        second = TruncatedResyncs(SimpleHolder(behind), group0.node(behind), structlog.get_logger())  # type: ignore[arg-type]
-        pause_s, shown = await second.on_truncated(_truncation(group), _behind)
+        second = _resyncs(behind, group0.node(behind))
+        pause_s, shown = await _seen_twice(second, group)
         assert len(group0.proposed) == 1 and behind.topic("orders").partitions[0].group_id != group
         assert pause_s == TRUNCATED_RETRY_S and "proposed, waiting for the new incarnation" in shown
         lagging = _catalog(_link(on_source_truncated="resync"), MIRROR)
-        third = TruncatedResyncs(SimpleHolder(lagging), group0.node(lagging, syncs=False), structlog.get_logger())  # type: ignore[arg-type]
-        await third.on_truncated(_truncation(group), _behind)
-        await third.on_truncated(_truncation(group), _behind)  # its catalog still lags: its own record holds it back
-        await first.on_truncated(_truncation(group), _behind)
+        third = _resyncs(lagging, group0.node(lagging, syncs=False))
+        await _seen_twice(third, group)
+        await _seen_twice(third, group)  # its catalog still lags: its own record holds it back
+        await _seen_twice(first, group)
         assert catalog.next_group_id == before + 1 and len(group0.proposed) == 2
-        none = TruncatedResyncs(SimpleHolder(lagging), None, structlog.get_logger())  # type: ignore[arg-type]
-        pause_s, shown = await none.on_truncated(_truncation(group), _behind)
+        pause_s, shown = await _seen_twice(_resyncs(lagging, None), group)
     assert pause_s == TRUNCATED_RETRY_S and "stop" in shown

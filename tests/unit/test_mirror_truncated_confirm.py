@@ -3,7 +3,10 @@ discards the mirror's whole copy, so it fires only on solid evidence: the pull's
 leads the partition in the term it read in, confirmed by a ReadIndex on the partition's group
 just before the proposal, and the partition's applied position (read again then) still below
 the source's log start; the source's answer is refused when it cannot be true (offsets outside
-0..2**63-1, a log start past the high watermark).
+0..2**63-1, a log start past the high watermark); the truncation must be seen again
+`CONFIRM_AFTER_S` later, and the source's own description of its replicas (one per source
+address) must confirm it: the resync starts at the lowest log start over them, and only once
+every replica described lacks the pull's position.
 
 The pull runs over tests/unit/test_mirror_pull.py's fakes and a real catalog, as in
 tests/unit/test_mirror_truncated.py (whose setup this reuses).
@@ -11,12 +14,24 @@ tests/unit/test_mirror_truncated.py (whose setup this reuses).
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import Any
 
 import pytest
+from aiohttp import web
 
-from multiraft.node.mirror_source import LogChunk, SourceError, parse_log_answer
+from multiraft.metadata.mirror_commands import ResyncMirrorPartition
+from multiraft.node.mirror_source import (
+    LogChunk,
+    PartitionView,
+    SourceClient,
+    SourceError,
+    parse_log_answer,
+    parse_partition_view,
+)
+from multiraft.node.mirror_truncated import TRUNCATED_RETRY_S
+from tests.node.test_node_cluster import free_port
 from tests.unit.test_mirror_pull import FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
 from tests.unit.test_mirror_truncated import _setup
 
@@ -55,7 +70,7 @@ def _wire(chunk: LogChunk, lie: dict[str, str]) -> tuple[bytes, dict[str, str]]:
 async def test_a_pull_that_lost_leadership_during_its_read_proposes_nothing(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
     source = SteeredSource({0: _log(5, first=100)})
-    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync", source=source)
+    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync", source=source, clock=lambda: sum(pauses))
     source.during_read = lambda: registry.leaders.pop(old, None)
     try:
         await pulls.scan()
@@ -70,7 +85,7 @@ async def test_a_pull_that_lost_leadership_during_its_read_proposes_nothing(
 @asynchronous
 async def test_a_leader_that_cannot_confirm_its_leadership_proposes_nothing(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
-    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync")
+    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync", clock=lambda: sum(pauses))
     runtime = registry.leaders[old]
     runtime.on_read_index = lambda: registry.leaders.pop(old, None)
     try:
@@ -89,7 +104,7 @@ async def test_a_leader_that_cannot_confirm_its_leadership_proposes_nothing(
 async def test_the_applied_position_passing_the_log_start_during_the_read_resyncs_nothing(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
     source = SteeredSource({0: _log(5, first=100)})
-    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync", source=source)
+    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync", source=source, clock=lambda: sum(pauses))
     state = registry.partitions[old].state
 
     def applied_past() -> None:
@@ -100,7 +115,8 @@ async def test_the_applied_position_passing_the_log_start_during_the_read_resync
         await pulls.scan()
         await _until(lambda: state.next_offset == 110, "the pull copying on from the applied position")
         assert proposer.proposed == [] and catalog.topic("orders").partitions[0].group_id == old
-        assert source.reads.count((0, 0)) == 1 and (0, 104) in source.reads  # on from 104, not from 0 again
+        # Seen at 0, seen again (the confirmation finds 104 applied), then on from 104.
+        assert source.reads[:3] == [(0, 0), (0, 0), (0, 104)], source.reads
     finally:
         await pulls.stop()
 
@@ -136,3 +152,132 @@ async def test_a_lying_answer_past_the_high_watermark_resyncs_nothing(
         assert source.lies == [] and pulls.status[old].failures == 0 and pulls.status[old].position == 10
     finally:
         await pulls.stop()
+
+
+# Goal: a truncation seen by reads all within `CONFIRM_AFTER_S` of the first resyncs nothing,
+# however often; once seen again later (the clock moved), it resyncs.
+@asynchronous
+async def test_a_truncation_seen_once_does_not_resync(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    now = [0.0]
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "resync", clock=lambda: now[0])
+    try:
+        await pulls.scan()
+        await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= 5, "reads of the truncated source")
+        assert proposer.proposed == [] and pulls.status[old].state == "source_truncated"
+        assert "resync once the truncation is seen again 5 s on" in (pulls.status[old].last_error or "")
+        now[0] = 5.0
+        await _until(lambda: proposer.proposed, "the resync once seen again")
+        assert catalog.topic("orders").partitions[0].start_offset == 100
+    finally:
+        await pulls.stop()
+
+
+# Goal: single lying answers, each followed by an honest one (the review's huge log start, with
+# a high watermark as huge so the answer parses), never make a resync, however far apart: a
+# read finding no truncation forgets the one seen before.
+@asynchronous
+async def test_one_off_lying_answers_resync_nothing(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    huge = {"Raftlog-High-Watermark": str(2**63 - 1), "Raftlog-Log-Start-Offset": str(2**63 - 1)}
+    source = SteeredSource({0: _log(5, first=0)})
+    source.lies = [huge, {}, huge, {}, {}, huge]
+    _, proposer, registry, pulls, old = _setup(monkeypatch, "resync", source_start=0, source=source,
+                                               clock=lambda: sum(pauses))
+    registry.partitions[old].state.next_offset = 10
+    try:
+        await pulls.scan()
+        await _until(lambda: not source.lies and len(source.reads) >= 8, "the lies told and honest reads after")
+        assert pauses.count(TRUNCATED_RETRY_S) == 3 and sum(pauses) > 3 * TRUNCATED_RETRY_S
+        assert proposer.proposed == [] and source.described == 0 and pulls.status[old].state == "running"
+    finally:
+        await pulls.stop()
+
+
+# Goal: a source whose reads keep saying its log starts at 100 while its description says a
+# replica still starts at 0 (the mirror's position): no resync; each confirmation moves the
+# client to the next source address, which may reach that replica.
+@asynchronous
+async def test_reads_the_description_does_not_confirm_resync_nothing(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    source = FakeSource({0: _log(5, first=100)})
+    source.replica_starts = [100, 0, 100]
+    _, proposer, _, pulls, old = _setup(monkeypatch, "resync", source=source, clock=lambda: sum(pauses))
+    try:
+        await pulls.scan()
+        await _until(lambda: source.described >= 3, "confirmations")
+        assert proposer.proposed == [] and source.rotations >= 3
+        shown = pulls.status[old].last_error or ""
+        assert "a source replica still holds offset 0 (log starts [0, 100, 100]" in shown, shown
+    finally:
+        await pulls.stop()
+
+
+# Goal: replicas disagree (retention runs per replica): no resync while one still holds the
+# position; once every replica described lacks it, one resync, from the lowest log start over
+# them (never past an offset a replica still has), not from the log start the read answered.
+@asynchronous
+async def test_disagreeing_replicas_resync_at_the_lowest_log_start_once_all_lack_the_position(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    source = FakeSource({0: _log(5, first=100)})
+    source.replica_starts = [100, 0, 120]
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "resync", source=source, clock=lambda: sum(pauses))
+    try:
+        await pulls.scan()
+        await _until(lambda: source.described >= 2, "confirmations")
+        assert proposer.proposed == []
+        source.replica_starts = [100, 60, 120]
+        await _until(lambda: proposer.proposed, "the resync")
+        assert proposer.proposed == [ResyncMirrorPartition(name="orders", partition=0, group_id=int(old),
+                                                           start_offset=60)]
+        assert catalog.topic("orders").partitions[0].start_offset == 60
+        [shown] = pulls.truncated.partitions("dr")
+        assert (shown["deleted"], shown["start_offset"]) == ([0, 59], 60)
+    finally:
+        await pulls.stop()
+
+
+# Goal: the client asks each of the link's addresses for the topic's description and keeps the
+# partition's view from each that answers well (a node down, an answer malformed or impossible
+# left out), never another address; none answering is a SourceError. Real sockets on loopback.
+@asynchronous
+async def test_the_client_reads_each_source_address_view_of_the_partition() -> None:
+    asked: list[str] = []
+
+    def partition(start: object, high: object, group: object = 7) -> dict[str, object]:
+        return {"partition": 1, "group_id": group, "log_start_offset": start, "high_watermark": high}
+
+    async def serve(views: list[dict[str, object]]) -> tuple[web.AppRunner, str]:
+        async def handle(request: web.Request) -> web.Response:
+            asked.append(f"{request.host} {request.path} {request.headers.get('Authorization')}")
+            return web.json_response({"name": "t", "partitions": [{**partition(0, 0, 5), "partition": 0}, *views]})
+
+        app = web.Application()
+        app.router.add_get("/v1/topics/t", handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port("127.0.0.1")
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        return runner, f"127.0.0.1:{port}"
+
+    servers = [await serve([partition(40, 90)]), await serve([partition(None, None)]),
+               await serve([partition(95, 90)]), await serve([])]
+    down = f"127.0.0.1:{free_port('127.0.0.1')}"
+    client = SourceClient((*(a for _, a in servers), down), "tok")
+    try:
+        async with asyncio.timeout(20):
+            assert await client.partition_views("t", 1) == [PartitionView(7, 40, 90), PartitionView(7, None, None)]
+            nowhere = SourceClient((servers[2][1], down), "tok")
+            with pytest.raises(SourceError, match="impossible values"):
+                await nowhere.partition_views("t", 1)
+            await nowhere.close()
+    finally:
+        await client.close()
+        for runner, _ in servers:
+            await runner.cleanup()
+    assert sorted(asked) == sorted(f"{a} /v1/topics/t Bearer tok" for a in [s[1] for s in servers] + [servers[2][1]])
+    for bad in ({"partitions": [partition(1, 2, 0)]}, {"partitions": [partition(1, None)]}, {"partitions": []},
+                {"partitions": [partition(-1, 2)]}, {"partitions": [partition(True, 2)]}, {"partitions": "x"},
+                {"partitions": [partition(1, 2), partition(1, 2)]}, {"partitions": [partition(1, 2, 2**63)]}):
+        with pytest.raises(SourceError):
+            parse_partition_view(bad, 1)
