@@ -337,8 +337,9 @@ class Catalog:
         if isinstance(command, ResyncMirrorPartition):
             return self._resync(command)
         topic = self._create(_as_create(command))
-        partitions = tuple(replace(p, start_offset=start) for p, start in zip(topic.partitions,
-                                                                              command.start_offsets, strict=True))
+        partitions = tuple(replace(p, start_offset=start, source_group=source) for p, start, source in zip(
+            topic.partitions, command.start_offsets, command.source_groups or (None,) * len(topic.partitions),
+            strict=True))
         self.topics[command.name] = topic = replace(topic, partitions=partitions, mirror_link=command.link,
                                                     mirror_partitions=len(partitions))
         return topic

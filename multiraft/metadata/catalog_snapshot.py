@@ -36,6 +36,7 @@ from multiraft.metadata.commands import (
     SetClusterConfig,
 )
 from multiraft.metadata.mirror_commands import (
+    OFFSET_MAX,
     CreateMirrorLink,
     LinkState,
     MirrorLink,
@@ -144,6 +145,8 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
         row["start_offsets"] = [p.start_offset for p in topic.partitions]
     if any(p.prefix for p in topic.partitions):  # absent before prefix resyncs: none kept
         row["prefixes"] = [list(p.prefix) for p in topic.partitions]
+    if any(p.source_group is not None for p in topic.partitions):  # absent before identities: none recorded
+        row["source_groups"] = [p.source_group for p in topic.partitions]
     return row
 
 
@@ -260,14 +263,20 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
     if not isinstance(prefixes, list) or len(prefixes) != len(group_ids) or not all(
             isinstance(k, list) and len(k) in (0, 4) for k in prefixes):
         raise ValueError(f"prefixes of {command.name!r} do not match its partitions")
+    sources = row.get("source_groups", [None] * len(group_ids))
+    if not isinstance(sources, list) or len(sources) != len(group_ids) or not all(
+            g is None or (_int(g, 1) and g <= OFFSET_MAX) for g in sources):
+        raise ValueError(f"source groups of {command.name!r} do not match its partitions")
     partitions = tuple(
         PartitionInfo(p, group_ids[p], replicas, initial[p], leaving[p], _int(starts[p]),
-                      tuple(_int(v) for v in prefixes[p]))  # type: ignore[arg-type]
+                      tuple(_int(v) for v in prefixes[p]), sources[p])  # type: ignore[arg-type]
         for p, replicas in enumerate(assignments)
     )
     link = row.get("mirror_link")
     if link is not None:
         check_link_name(link)
+    if link is None and "source_groups" in row:
+        raise ValueError(f"source groups of {command.name!r} without a mirror link")
     promoted = row.get("mirror_promoted", False)
     if not isinstance(promoted, bool) or (promoted and link is None):
         raise ValueError(f"mirror_promoted of {command.name!r} is malformed")

@@ -243,7 +243,10 @@ class DeleteMirrorLink:
 class CreateMirrorTopic:
     """A mirror of source topic `name` over `link`: the source's partition count
     (`len(assignments)`) and config; partition p's log starts at `start_offsets[p]`
-    (the source's log start when the mirror was made). Placement as `CreateTopic`."""
+    (the source's log start when the mirror was made). Placement as `CreateTopic`.
+    `source_groups[p]`: the source partition's group id, its identity at the source (the
+    source never reuses one: a topic deleted and made again gets new ones); None: not
+    recorded (discovery before this field existed), and then not written at all."""
 
     name: str
     link: str
@@ -251,6 +254,7 @@ class CreateMirrorTopic:
     config: dict[str, ConfigValue]
     assignments: tuple[tuple[NodeId, ...], ...]
     start_offsets: tuple[int, ...]
+    source_groups: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_topic_name(self.name)
@@ -270,6 +274,10 @@ class CreateMirrorTopic:
             raise InvalidRequest("one start offset per partition")
         if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
             raise InvalidRequest("start offsets are 0..2**63-1")
+        if self.source_groups is not None and (
+                not isinstance(self.source_groups, tuple) or len(self.source_groups) != len(self.assignments)
+                or not all(is_int(g) and 1 <= g <= OFFSET_MAX for g in self.source_groups)):
+            raise InvalidRequest("source_groups are one source group id (1..2**63-1) per partition, or absent")
 
 
 
@@ -362,14 +370,22 @@ LINK_FIELD_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None
                                           "on_source_truncated": OnSourceTruncated.STOP.value}
 
 
+# And for `CreateMirrorTopic`'s: the source partitions' identities. A mirror topic without them
+# (made by an earlier discovery) is written as before they existed, and decodes without them.
+MIRROR_TOPIC_FIELD_DEFAULTS: dict[str, object] = {"source_groups": None}
+
+
 def omitted_mirror_fields(command: object) -> frozenset[str]:
     """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it
     keeps none; a link's later fields at their defaults (its TLS fields when it is plain
-    HTTP, its CA when it has none, `on_source_truncated` when `stop`)."""
+    HTTP, its CA when it has none, `on_source_truncated` when `stop`); a mirror topic's
+    `source_groups` when not recorded."""
     if isinstance(command, ResyncMirrorPartition) and not command.prefix_index:
         return frozenset(RESYNC_PREFIX_DEFAULTS)
     if isinstance(command, CreateMirrorLink):
         return frozenset(k for k, default in LINK_FIELD_DEFAULTS.items() if getattr(command, k) == default)
+    if isinstance(command, CreateMirrorTopic):
+        return frozenset(k for k, default in MIRROR_TOPIC_FIELD_DEFAULTS.items() if getattr(command, k) == default)
     return frozenset()
 
 
@@ -386,6 +402,9 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
         arguments["prefix_voters"] = tuple(arguments["prefix_voters"])  # type: ignore[arg-type]
     if cls is CreateMirrorTopic:
+        arguments = {**MIRROR_TOPIC_FIELD_DEFAULTS, **arguments}
+        if isinstance(arguments.get("source_groups"), list):
+            arguments["source_groups"] = tuple(arguments["source_groups"])  # type: ignore[arg-type]
         if isinstance(arguments.get("assignments"), list):
             arguments["assignments"] = tuple(tuple(r) if isinstance(r, list) else r
                                              for r in arguments["assignments"])  # type: ignore[union-attr]

@@ -43,7 +43,13 @@ from multiraft.metadata.mirror_commands import (
 )
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
 from multiraft.metadata.placement import PlacementNode, place_replicas
-from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s, source_client
+from multiraft.node.mirror_source import (
+    SourceClient,
+    SourceError,
+    backoff_s,
+    parse_partition_view,
+    source_client,
+)
 from multiraft.node.routing import call_peer
 from multiraft.transport.rpc import answer
 from raftlog.errors import ClientError
@@ -289,9 +295,21 @@ class MirrorLinks:
                                      drained=catalog.drained_nodes())
         await self._metadata.propose(CreateMirrorTopic(
             name=name, link=link.name, replication_factor=factor, config=config,
-            assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts)))
+            assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts),
+            source_groups=source_groups(described, count)))
         self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
                           start_offsets=starts[:8])
+        return None
+
+
+def source_groups(described: dict[str, Any], count: int) -> tuple[int, ...] | None:
+    """The source partitions' group ids as the source's description gives them: the mirror's
+    record of what it copies (a resync after the source truncated past it needs the source's
+    equal to it: multiraft/node/mirror_truncated.py). None when one is missing or malformed:
+    the mirror is made all the same, and such a resync then waits for an operator."""
+    try:
+        return tuple(parse_partition_view(described, p).group_id for p in range(count))
+    except SourceError:
         return None
 
 

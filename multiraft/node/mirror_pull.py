@@ -49,7 +49,13 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
 from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
-from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s, source_client
+from multiraft.node.mirror_source import (
+    Diverged,
+    SourceClient,
+    SourceError,
+    backoff_s,
+    source_client,
+)
 from multiraft.node.mirror_truncated import Proposer, TruncatedResyncs, Truncation
 from multiraft.node.mirror_window import InFlight, PipelineBounds, Window
 from multiraft.runtime.supervision import watch
@@ -122,10 +128,6 @@ class PullStatus:
         return {"chunks": len(window.chunks) if window is not None else 0,
                 "bytes": window.bytes_in_flight if window is not None else 0,
                 "chunks_max": self.bounds.proposals_max, "bytes_max": self.bounds.bytes_max}
-
-
-class Diverged(SourceError):
-    """The source's log does not continue the one this mirror copied."""
 
 
 class _Resync(Exception):

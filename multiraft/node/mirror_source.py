@@ -101,6 +101,11 @@ class SourceError(Exception):
     """The source could not be read (down, slow, refused): back off and try again."""
 
 
+class Diverged(SourceError):
+    """The source's log is not the one this mirror copied: its batches do not continue the
+    mirror's log, or its partition is another one (a source topic deleted and made again)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LogChunk:
     """One read of a source partition's log: whole batches as stored, in offset order."""

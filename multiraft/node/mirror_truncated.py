@@ -57,7 +57,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from multiraft.metadata.mirror_commands import OnSourceTruncated, ResyncMirrorPartition
-from multiraft.node.mirror_source import PartitionView, SourceError, backoff_s
+from multiraft.node.mirror_source import Diverged, PartitionView, SourceError, backoff_s
 from raftlog.errors import ClientError
 from raftlog.types import GroupId
 
@@ -114,7 +114,8 @@ class Action(enum.Enum):
     STOP = "stop"  # the link says stop (or is gone): wait, keep everything
     DONE = "done"  # this incarnation is replaced, or being replaced: wait for the catalog
     PROMOTED = "promoted"  # the topic was promoted: never resynced
-    RESYNC = "resync"  # propose the resync
+    UNIDENTIFIED = "unidentified"  # the source partition's identity is not recorded: acts as stop
+    RESYNC = "resync"  # propose the resync (once confirmed)
 
 
 def truncated_action(catalog: Catalog, truncation: Truncation, proposed: bool) -> Action:
@@ -130,12 +131,16 @@ def truncated_action(catalog: Catalog, truncation: Truncation, proposed: bool) -
     if proposed or truncation.partition >= len(partitions) or \
             partitions[truncation.partition].group_id != truncation.group_id:
         return Action.DONE
+    if partitions[truncation.partition].source_group is None:
+        return Action.UNIDENTIFIED
     return Action.RESYNC
 
 
 # What the pull's status says after the deleted range, by the action taken ({} the new start).
 _SHOWN = {Action.STOP: "on_source_truncated is stop: copying waits",
           Action.PROMOTED: "the topic is promoted: no resync",
+          Action.UNIDENTIFIED: ("the source partition's identity is not recorded: resync needs a mirror made by "
+                                "this version (delete the mirror topic to have it made again), copying waits"),
           Action.DONE: "resync from offset {} proposed, waiting for the new incarnation"}
 
 
@@ -203,6 +208,8 @@ class TruncatedResyncs:
                               group_id=int(truncation.group_id), error=error.code, failures=failures)
             return backoff_s(failures, self._rng), (f"{truncation.deleted()}; resync refused ({error.code}: "
                                                     f"{error.message}), trying again")
+        except Diverged:
+            raise  # the pull shows it (diverged) and backs off
         except SourceError as error:
             return TRUNCATED_RETRY_S, (f"{truncation.deleted()}; not confirmed, no resync: the source's description "
                                        f"of the partition could not be read ({error})")
@@ -216,7 +223,9 @@ class TruncatedResyncs:
         action = self._decide(truncation)
         if action is not Action.RESYNC:
             return _SHOWN[action].format(truncation.log_start_offset)
-        start, why = await self._source_start(truncation, source)
+        recorded = self._catalog.catalog.topics[truncation.topic].partitions[truncation.partition].source_group
+        assert recorded is not None  # else _decide says UNIDENTIFIED
+        start, why = await self._source_start(truncation, source, recorded)
         if start is None:
             source.rotate()  # the next read asks another source address: it may reach a replica holding it
             return f"not confirmed, no resync: {why}"
@@ -225,12 +234,21 @@ class TruncatedResyncs:
         return _SHOWN[Action.DONE].format(start)
 
     @staticmethod
-    async def _source_start(truncation: Truncation, source: SourceViews) -> tuple[int | None, str]:
+    async def _source_start(truncation: Truncation, source: SourceViews, recorded: int) -> tuple[int | None, str]:
         """Where the source's log starts as its own description says it over its replicas (each
         source node the link names describes its own replica, and retention runs per replica):
         the lowest log start among them, if it is past the pull's position (every replica
-        described lacks the offsets from there); else None, and why."""
+        described lacks the offsets from there); else None, and why. `Diverged` when the source
+        partition is another than the one the mirror recorded it copies (`recorded`, a group id
+        the source never reuses: its topic was deleted and made again)."""
         views = await source.partition_views(truncation.topic, truncation.partition)
+        identities = sorted({v.group_id for v in views})
+        if len(identities) > 1:
+            return None, f"the source's nodes disagree on the partition's identity (groups {identities})"
+        if identities != [recorded]:
+            raise Diverged(f"{truncation.deleted()}; the source's {truncation.topic}/{truncation.partition} is "
+                           f"another partition than this mirror copies (its group {identities[0]}, the mirror's "
+                           f"record {recorded}: the source topic was deleted and made again?): no resync")
         starts = [v.log_start_offset for v in views if v.log_start_offset is not None]
         if not starts:
             return None, "no source node the link names describes a replica of the partition"

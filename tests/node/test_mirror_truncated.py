@@ -10,7 +10,9 @@ Two real 3-node clusters in one event loop (tests/node/test_mirror.py's fixture)
 topics have 4 KiB segments and no retention while the mirror topics are made (a mirror takes
 its source's settings when it is made, so the sink keeps everything); both links are then
 paused, the source's retention set to 8 KiB and some 100 KB written, so retention deletes past
-the mirrors' positions; then the links are resumed.
+the mirrors' positions; then the links are resumed. Each mirror partition records its source
+partition's identity when made, and the resync checks it (a truncation is confirmed 5 s after
+it is first seen, against the source's description of its replicas).
 """
 
 from __future__ import annotations
@@ -36,13 +38,20 @@ def _fat(tag: int) -> bytes:
     return encode_batch([Record(None, b"%06d-" % tag + b"x" * 200) for _ in range(4)], first_timestamp_ms=tag + 1)
 
 
+def _replica_starts(source: Side, topic: str) -> list[int]:
+    """Each live source replica's log start of `topic`/0 (retention runs per replica)."""
+    return [int(n.stores[n.partition_group(topic, 0)].log_start_offset) for n in source.live()]
+
+
 async def _retention_settled(source: Side, topics: dict[str, int]) -> None:
-    """Wait until the source's retention deleted past each topic's mirror position (`topics`)
-    and is done: every replica's log start unchanged over two compaction rounds (2 s each). Else
-    a resync could start at a log start that retention then moves again, and a second one follow
-    (correct, but not what this test counts)."""
+    """Wait until the source's retention deleted past each topic's mirror position (`topics`) on
+    every replica (else a mirror resumed first could copy on before any truncation), and is done:
+    every replica's log start unchanged over two compaction rounds (2 s each). A resync starts at
+    the lowest log start over the replicas its confirmation reads (mirror_truncated.py); were
+    retention still deleting then, a replica could delete past that start before the new
+    incarnation copied it, and a second resync follow (correct, but this test counts one)."""
     def starts() -> list[list[int]]:
-        return [[int(n.stores[n.partition_group(t, 0)].log_start_offset) for n in source.live()] for t in topics]
+        return [_replica_starts(source, t) for t in topics]
 
     async with asyncio.timeout(60):
         while True:
@@ -87,6 +96,9 @@ async def test_a_source_truncated_past_the_mirror_resyncs_or_stops_as_the_link_s
             [copied[topic]] = await _same(source, sink, topic, 1)
             assert copied[topic] > 0
         old = {t: sink.nodes[0].catalog.topic(t).partitions[0].group_id for t in ("trunc-re", "trunc-stop")}
+        # Each mirror partition records which source partition it copies: its group id at the source.
+        identity = {t: int(source.nodes[0].catalog.topic(t).partitions[0].group_id) for t in old}
+        assert {t: sink.nodes[1].catalog.topic(t).partitions[0].source_group for t in old} == identity
         for link in ("re", "st"):
             status, _ = await _http(session, sink.nodes[0], "POST", f"/v1/admin/mirrors/{link}/pause")
             assert status == 200
@@ -103,10 +115,14 @@ async def test_a_source_truncated_past_the_mirror_resyncs_or_stops_as_the_link_s
             assert status == 200
 
         # resync: a new incarnation from the source's log start, then identical and running.
+        # resync: confirmed against the source's replicas and its identity, a new incarnation from
+        # the lowest log start over them (all equal once retention settled), the identity kept.
         await _same(source, sink, "trunc-re", 1)
         source_start, _, _ = await _log(source.live()[0], "trunc-re", 0)
+        assert min(_replica_starts(source, "trunc-re")) == source_start
         info = sink.nodes[2].catalog.topic("trunc-re").partitions[0]
         assert info.group_id != old["trunc-re"] and info.start_offset == source_start
+        assert info.source_group == identity["trunc-re"]
         partition = await _until_state(session, sink, "re", "running")
         status, report = await _http(session, sink.nodes[1], "GET", "/v1/admin/mirrors/re")
         assert _shape_problems(openapi_document(), "/v1/admin/mirrors/{name}", "get", "200", report) == []

@@ -13,6 +13,7 @@ group (which needs a running Raft group: tests/node/test_mirror_truncated.py run
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 from collections.abc import Callable
@@ -48,8 +49,9 @@ from tests.unit.test_mirror_link_tls import _link
 from tests.unit.test_mirror_pull import FakeRegistry, FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
 
 asynchronous = pytest.mark.asyncio(loop_scope="function")
+# Its source partition's identity: FakeSource's group (tests/unit/test_mirror_pull.py).
 MIRROR = CreateMirrorTopic(name="orders", link="dr", replication_factor=1, config={},
-                           assignments=((NodeId(1),),), start_offsets=(0,))
+                           assignments=((NodeId(1),),), start_offsets=(0,), source_groups=(900,))
 
 
 class CatalogProposer:
@@ -100,11 +102,12 @@ class SimpleHolder:
 
 def _setup(monkeypatch: pytest.MonkeyPatch, policy: str, refusals: list[ClientError] | None = None,
            source_start: int = 100, source: FakeSource | None = None, clock: Callable[[], float] | None = None,
-           ) -> tuple[Catalog, CatalogProposer, FakeRegistry, MirrorPulls, GroupId]:
+           mirror: CreateMirrorTopic = MIRROR) -> tuple[Catalog, CatalogProposer, FakeRegistry, MirrorPulls, GroupId]:
     """A mirror partition led here that copied nothing, its source's log starting at `source_start`
     (`source`: that source, made by the caller to watch or steer it). `clock`: the monotonic clock
-    a truncation is confirmed by (`lambda: sum(pauses)`: the time the pull paused, as if slept)."""
-    catalog = _catalog(_link(on_source_truncated=policy), MIRROR)
+    a truncation is confirmed by (`lambda: sum(pauses)`: the time the pull paused, as if slept).
+    `mirror`: the mirror topic's command."""
+    catalog = _catalog(_link(on_source_truncated=policy), mirror)
     group = catalog.topic("orders").partitions[0].group_id
     registry = FakeRegistry()
     registry.add(group, start=0)  # the mirror copied nothing; the source deleted 0..99
@@ -210,11 +213,14 @@ async def _behind(start: int) -> int:
 
 # Goal: the decision, from the catalog alone: stop unless the link says resync; never for a
 # promoted topic (nor for a topic of another link); once per incarnation (proposed here, or
-# replaced in the catalog by another node's proposal).
+# replaced in the catalog by another node's proposal); never for a mirror that did not record
+# its source partition's identity (made before it was).
 def test_the_decision_is_a_function_of_the_catalog() -> None:
     catalog = _catalog(_link(on_source_truncated="resync"), MIRROR)
     group = int(catalog.topic("orders").partitions[0].group_id)
     assert truncated_action(catalog, _truncation(group), proposed=False) is Action.RESYNC
+    older = _catalog(_link(on_source_truncated="resync"), dataclasses.replace(MIRROR, source_groups=None))
+    assert truncated_action(older, _truncation(group), proposed=False) is Action.UNIDENTIFIED
     assert truncated_action(catalog, _truncation(group), proposed=True) is Action.DONE
     assert truncated_action(catalog, _truncation(group + 1), proposed=False) is Action.DONE  # replaced
     assert truncated_action(catalog, Truncation("gone", "orders", 0, GroupId(group), 0, 100), False) is Action.STOP
