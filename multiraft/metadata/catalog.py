@@ -344,15 +344,15 @@ class Catalog:
                                                     mirror_partitions=len(partitions))
         return topic
 
-    def _resync(self, command: ResyncMirrorPartition) -> TopicInfo:
+    def _resync(self, command: ResyncMirrorPartition) -> TopicInfo | None:
         """A new incarnation of a mirror partition (the next group id, its log starting at
         `start_offset`, or keeping the old one's first start point and prefix): every host
         drops the old group and starts the new one (reconcile). A resync of an incarnation
-        already replaced changes nothing."""
+        already replaced changes nothing, and its result says so (None, not the topic)."""
         topic = self.topics[command.name]
         old = topic.partitions[command.partition]
         if old.group_id != command.group_id:
-            return topic
+            return None
         # Kept only while the partition has not moved since the old incarnation began (see
         # mirror_prefix.may_keep_prefix: its first voters are its replicas) and the voters the
         # leader saw are still its replicas (a move that ended meanwhile).

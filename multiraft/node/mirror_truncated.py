@@ -230,7 +230,8 @@ class TruncatedResyncs:
             source.rotate()  # the next read asks another source address: it may reach a replica holding it
             return f"not confirmed, no resync: {why}"
         position = await still_behind(start)
-        await self._propose(truncation, position, start)
+        if not await self._propose(truncation, position, start):
+            return "another node's resync had replaced this incarnation already: waiting for the catalog"
         return _SHOWN[Action.DONE].format(start)
 
     @staticmethod
@@ -267,15 +268,24 @@ class TruncatedResyncs:
         a truncation seen before is forgotten (a resync needs one seen twice in a row)."""
         self._seen.pop(group_id, None)
 
-    async def _propose(self, truncation: Truncation, position: int, start: int) -> None:
+    async def _propose(self, truncation: Truncation, position: int, start: int) -> bool:
         """Propose the resync of `truncation`'s incarnation from `start` (the partition's
-        applied position `position` confirmed below it)."""
+        applied position `position` confirmed below it); whether this proposal replaced it, as
+        the catalog's apply answers (`{"topic": ...}`; `{}` when another resync had replaced it
+        first: the command names the group it replaces): only then is it counted and logged.
+        Two identical proposals racing from two nodes cannot be told apart in the catalog
+        afterwards; the apply result of each can."""
         assert self._metadata is not None
-        await self._metadata.propose(ResyncMirrorPartition(
+        answer = await self._metadata.propose(ResyncMirrorPartition(
             name=truncation.topic, partition=truncation.partition, group_id=int(truncation.group_id),
             start_offset=start))
         self._replaced.add(truncation.group_id)
         self._failures.pop(truncation.group_id, None)
+        if not isinstance(answer, dict) or answer.get("topic") != truncation.topic:
+            self._logger.info("mirror_source_truncated_resync_changed_nothing", link=truncation.link,
+                              topic=truncation.topic, partition=truncation.partition,
+                              group_id=int(truncation.group_id))
+            return False
         self._counts[truncation.link] = self._counts.get(truncation.link, 0) + 1
         key = (truncation.link, truncation.topic, truncation.partition)
         done = self._partitions.get(key) or PartitionResyncs()
@@ -284,6 +294,7 @@ class TruncatedResyncs:
         self._logger.bind(link=truncation.link, topic=truncation.topic, partition=truncation.partition,
                           group_id=int(truncation.group_id)).warning(
             "mirror_source_truncated_resync", deleted_from=position, deleted_to=start - 1, start_offset=start)
+        return True
 
     def counts(self) -> dict[str, int]:
         """Resyncs this node had accepted, by link (links no longer in the catalog forgotten)."""

@@ -32,6 +32,7 @@ from multiraft.metadata.mirror_commands import (
     SetMirrorLinkPolicy,
 )
 from multiraft.node import mirror_pull
+from multiraft.node.metadata_ops import _catalog_value
 from multiraft.node.mirror_pull import MirrorPulls
 from multiraft.node.mirror_source import BACKOFF_MAX_S
 from multiraft.node.mirror_truncated import (
@@ -92,7 +93,7 @@ class CatalogProposer:
         self.log.append((index, command))
         if result.error is not None:
             raise result.error
-        return result.value
+        return _catalog_value(result.value)  # as the metadata leader answers it
 
 
 class SimpleHolder:
@@ -250,8 +251,8 @@ async def _seen_twice(resyncs: TruncatedResyncs, group: int) -> tuple[float, str
 # Goal: two nodes finding one incarnation truncated (a leader change between two reads) replace
 # it once: the second decides on a catalog caught up with the metadata leader's and proposes
 # nothing; one whose catalog still lags (no real ReadIndex here) proposes once, the command
-# naming the group it replaces applies as a no-op, and it proposes no more; a node without a
-# proposer (metadata None) acts as stop.
+# naming the group it replaces applies as a no-op, it proposes no more and counts nothing; a
+# node without a proposer (metadata None) acts as stop.
 @asynchronous
 async def test_racing_nodes_replace_the_incarnation_once() -> None:
     catalog = _catalog(_link(on_source_truncated=OnSourceTruncated.RESYNC.value), MIRROR)
@@ -269,9 +270,14 @@ async def test_racing_nodes_replace_the_incarnation_once() -> None:
         assert pause_s == TRUNCATED_RETRY_S and "proposed, waiting for the new incarnation" in shown
         lagging = _catalog(_link(on_source_truncated="resync"), MIRROR)
         third = _resyncs(lagging, group0.node(lagging, syncs=False))
-        await _seen_twice(third, group)
+        _, shown = await _seen_twice(third, group)
+        assert "another node's resync had replaced this incarnation already" in shown
         await _seen_twice(third, group)  # its catalog still lags: its own record holds it back
         await _seen_twice(first, group)
         assert catalog.next_group_id == before + 1 and len(group0.proposed) == 2
+        # Counted by the node whose proposal replaced the incarnation only (the catalog's apply
+        # of the other changed nothing).
+        assert (first.counts(), second.counts(), third.counts()) == ({"dr": 1}, {}, {})
+        assert [p["count"] for p in first.partitions("dr")] == [1] and third.partitions("dr") == []
         pause_s, shown = await _seen_twice(_resyncs(lagging, None), group)
     assert pause_s == TRUNCATED_RETRY_S and "stop" in shown
