@@ -181,6 +181,7 @@ class TruncatedResyncs:
         self._counts: dict[str, int] = {}  # by link: resyncs this node had accepted (for /metrics)
         self._partitions: dict[tuple[str, str, int], PartitionResyncs] = {}  # by (link, topic, partition)
         self._seen: dict[GroupId, float] = {}  # incarnation -> when its truncation was first seen (monotonic)
+        self._forgot_at: tuple[Catalog, int] | None = None  # the catalog version `_forget` last ran on
         self.monotonic = monotonic
 
     async def on_truncated(self, truncation: Truncation, source: SourceViews,
@@ -310,8 +311,15 @@ class TruncatedResyncs:
         """Keep only what the catalog still names: incarnations of its mirror partitions (one
         replaced leaves it when the resync applies here: the catalog then names another, which
         `truncated_action` sees), links, and their mirror topics. So all stays bounded by the
-        catalog."""
-        catalog = self._catalog.catalog
+        catalog. Done once per version of the catalog (its object, replaced on a restore, and
+        the index of its last command applied), not at every call: it reads every mirror
+        partition (0.15 ms for 10,000), and each truncated pull calls it every 5 s. What is
+        kept for an incarnation the catalog dropped since is forgotten at its next change."""
+        holder = self._catalog
+        catalog, version = holder.catalog, holder.topics_index
+        if self._forgot_at is not None and self._forgot_at[0] is catalog and self._forgot_at[1] == version:
+            return
+        self._forgot_at = (catalog, version)
         groups = {p.group_id for t in catalog.topics.values() if t.mirror_link is not None for p in t.partitions}
         self._replaced &= groups
         self._failures = {g: n for g, n in self._failures.items() if g in groups}

@@ -97,8 +97,14 @@ class CatalogProposer:
 
 
 class SimpleHolder:
+    """A node's CatalogHolder standing in: its catalog, versioned by the last index applied."""
+
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
+
+    @property
+    def topics_index(self) -> int:
+        return int(self.catalog.applied_index)
 
 
 def _setup(monkeypatch: pytest.MonkeyPatch, policy: str, refusals: list[ClientError] | None = None,
@@ -281,3 +287,37 @@ async def test_racing_nodes_replace_the_incarnation_once() -> None:
         assert [p["count"] for p in first.partitions("dr")] == [1] and third.partitions("dr") == []
         pause_s, shown = await _seen_twice(_resyncs(lagging, None), group)
     assert pause_s == TRUNCATED_RETRY_S and "stop" in shown
+
+
+class _CountedTopics(dict):  # type: ignore[type-arg]
+    """A catalog's topics, counting the walks over all of them."""
+
+    walks = 0
+
+    def values(self) -> Any:
+        self.walks += 1
+        return super().values()
+
+
+# Goal: the policy forgets what the catalog no longer names once per catalog version, not at
+# every truncation found (each truncated pull calls it every 5 s; the walk reads every mirror
+# partition): a command applied, or the catalog replaced (a snapshot restored), walks again.
+@asynchronous
+async def test_forgetting_walks_the_catalog_once_per_version() -> None:
+    catalog = _catalog(_link(), MIRROR)
+    topics = catalog.topics = _CountedTopics(catalog.topics)
+    holder = SimpleHolder(catalog)
+    resyncs = TruncatedResyncs(holder, CatalogProposer(catalog), structlog.get_logger())  # type: ignore[arg-type]
+    group = int(catalog.topic("orders").partitions[0].group_id)
+    for _ in range(5):
+        assert "stop" in (await resyncs.on_truncated(_truncation(group), FakeSource({0: []}), _behind))[1]
+    assert resyncs.counts() == {} and resyncs.partitions("dr") == [] and topics.walks == 1
+    assert catalog.apply(Index(catalog.applied_index + 1), SetMirrorLinkPolicy(name="dr",
+                                                                                on_source_truncated="stop")).ok
+    await resyncs.on_truncated(_truncation(group), FakeSource({0: []}), _behind)
+    resyncs.counts()
+    assert topics.walks == 2
+    holder.catalog = Catalog.restore(catalog.snapshot())  # another object, at the same index
+    holder.catalog.topics = topics
+    resyncs.counts()
+    assert topics.walks == 3
