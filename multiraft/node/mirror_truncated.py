@@ -114,6 +114,7 @@ class Action(enum.Enum):
     STOP = "stop"  # the link says stop (or is gone): wait, keep everything
     DONE = "done"  # this incarnation is replaced, or being replaced: wait for the catalog
     PROMOTED = "promoted"  # the topic was promoted: never resynced
+    GONE = "gone"  # the topic is no longer this link's mirror (deleted, or another link's): never resynced
     UNIDENTIFIED = "unidentified"  # the source partition's identity is not recorded: acts as stop
     RESYNC = "resync"  # propose the resync (once confirmed)
 
@@ -125,7 +126,9 @@ def truncated_action(catalog: Catalog, truncation: Truncation, proposed: bool) -
     if link is None or link.on_source_truncated != OnSourceTruncated.RESYNC:
         return Action.STOP
     topic = catalog.topics.get(truncation.topic)
-    if topic is None or not topic.is_mirror or topic.mirror_link != truncation.link:
+    if topic is None or topic.mirror_link != truncation.link:
+        return Action.GONE
+    if not topic.is_mirror:
         return Action.PROMOTED
     partitions = topic.partitions
     if proposed or truncation.partition >= len(partitions) or \
@@ -136,12 +139,12 @@ def truncated_action(catalog: Catalog, truncation: Truncation, proposed: bool) -
     return Action.RESYNC
 
 
-# What the pull's status says after the deleted range, by the action taken ({} the new start).
+# What the pull's status says after the deleted range, by the action taken (DONE: `_done`).
 _SHOWN = {Action.STOP: "on_source_truncated is stop: copying waits",
           Action.PROMOTED: "the topic is promoted: no resync",
+          Action.GONE: "the topic is no longer this link's mirror (deleted, or another link's): no resync",
           Action.UNIDENTIFIED: ("the source partition's identity is not recorded: resync needs a mirror made by "
-                                "this version (delete the mirror topic to have it made again), copying waits"),
-          Action.DONE: "resync from offset {} proposed, waiting for the new incarnation"}
+                                "this version (delete the mirror topic to have it made again), copying waits")}
 
 
 @dataclasses.dataclass(slots=True)
@@ -195,7 +198,7 @@ class TruncatedResyncs:
         self._forget()
         action = self._decide(truncation)
         if action is not Action.RESYNC:
-            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {_SHOWN[action].format(truncation.log_start_offset)}"
+            return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {self._shown(action, truncation)}"
         now = self.monotonic()
         if now - self._seen.setdefault(truncation.group_id, now) < CONFIRM_AFTER_S:
             return TRUNCATED_RETRY_S, (f"{truncation.deleted()}; resync once the truncation is seen again "
@@ -223,7 +226,7 @@ class TruncatedResyncs:
         await self._metadata.sync_catalog()
         action = self._decide(truncation)
         if action is not Action.RESYNC:
-            return _SHOWN[action].format(truncation.log_start_offset)
+            return self._shown(action, truncation)
         recorded = self._catalog.catalog.topics[truncation.topic].partitions[truncation.partition].source_group
         assert recorded is not None  # else _decide says UNIDENTIFIED
         start, why = await self._source_start(truncation, source, recorded)
@@ -231,9 +234,8 @@ class TruncatedResyncs:
             source.rotate()  # the next read asks another source address: it may reach a replica holding it
             return f"not confirmed, no resync: {why}"
         position = await still_behind(start)
-        if not await self._propose(truncation, position, start):
-            return "another node's resync had replaced this incarnation already: waiting for the catalog"
-        return _SHOWN[Action.DONE].format(start)
+        await self._propose(truncation, position, start)
+        return self._shown(Action.DONE, truncation)
 
     @staticmethod
     async def _source_start(truncation: Truncation, source: SourceViews, recorded: int) -> tuple[int | None, str]:
@@ -259,6 +261,22 @@ class TruncatedResyncs:
                           f"{sorted(starts)} over the {len(starts)} replicas described)")
         return min(starts), ""
 
+    def _shown(self, action: Action, truncation: Truncation) -> str:
+        """What the status says of `action`: for DONE, the new incarnation's start as the
+        catalog has it applied, else the start this node's accepted resync used (never this
+        node's last read of the source, which may say another)."""
+        if action is not Action.DONE:
+            return _SHOWN[action]
+        partitions = self._catalog.catalog.topics[truncation.topic].partitions  # DONE: the topic is there
+        now = partitions[truncation.partition] if truncation.partition < len(partitions) else None
+        if now is not None and now.group_id != truncation.group_id:
+            kept = " keeping the old one's prefix" if now.prefix else f" from offset {now.start_offset}"
+            return f"replaced by a new incarnation{kept}, waiting for it"
+        mine = self._partitions.get((truncation.link, truncation.topic, truncation.partition))
+        if mine is not None and mine.old_group == truncation.group_id:
+            return f"resync from offset {mine.start_offset} proposed, waiting for the new incarnation"
+        return "another node's resync had replaced this incarnation already: waiting for the catalog"
+
     def _decide(self, truncation: Truncation) -> Action:
         if self._metadata is None:
             return Action.STOP
@@ -269,11 +287,11 @@ class TruncatedResyncs:
         a truncation seen before is forgotten (a resync needs one seen twice in a row)."""
         self._seen.pop(group_id, None)
 
-    async def _propose(self, truncation: Truncation, position: int, start: int) -> bool:
+    async def _propose(self, truncation: Truncation, position: int, start: int) -> None:
         """Propose the resync of `truncation`'s incarnation from `start` (the partition's
-        applied position `position` confirmed below it); whether this proposal replaced it, as
-        the catalog's apply answers (`{"topic": ...}`; `{}` when another resync had replaced it
-        first: the command names the group it replaces): only then is it counted and logged.
+        applied position `position` confirmed below it). Counted, recorded and logged only if
+        this proposal replaced it, as the catalog's apply answers (`{"topic": ...}`; `{}` when
+        another resync had replaced it first: the command names the group it replaces).
         Two identical proposals racing from two nodes cannot be told apart in the catalog
         afterwards; the apply result of each can."""
         assert self._metadata is not None
@@ -286,7 +304,7 @@ class TruncatedResyncs:
             self._logger.info("mirror_source_truncated_resync_changed_nothing", link=truncation.link,
                               topic=truncation.topic, partition=truncation.partition,
                               group_id=int(truncation.group_id))
-            return False
+            return
         self._counts[truncation.link] = self._counts.get(truncation.link, 0) + 1
         key = (truncation.link, truncation.topic, truncation.partition)
         done = self._partitions.get(key) or PartitionResyncs()
@@ -295,7 +313,6 @@ class TruncatedResyncs:
         self._logger.bind(link=truncation.link, topic=truncation.topic, partition=truncation.partition,
                           group_id=int(truncation.group_id)).warning(
             "mirror_source_truncated_resync", deleted_from=position, deleted_to=start - 1, start_offset=start)
-        return True
 
     def counts(self) -> dict[str, int]:
         """Resyncs this node had accepted, by link (links no longer in the catalog forgotten)."""

@@ -24,6 +24,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.commands import DeleteTopic
 from multiraft.metadata.mirror_commands import (
     CreateMirrorTopic,
     OnSourceTruncated,
@@ -144,7 +145,7 @@ async def test_resync_proposes_one_whole_resync_from_the_source_log_start_then_c
         assert fresh.group_id != old and fresh.start_offset == 100 and fresh.prefix == ()
         status = pulls.status[old]
         assert status.state == "source_truncated" and "deleted offsets 0..99" in (status.last_error or "")
-        assert "resync from offset 100 proposed" in (status.last_error or "")
+        assert "replaced by a new incarnation from offset 100, waiting for it" in (status.last_error or "")
         [event] = [e for e in logs if e["event"] == "mirror_source_truncated_resync"]
         assert event["log_level"] == "warning"
         assert {k: event[k] for k in ("link", "topic", "partition", "group_id", "deleted_from", "deleted_to",
@@ -219,7 +220,7 @@ async def _behind(start: int) -> int:
 
 
 # Goal: the decision, from the catalog alone: stop unless the link says resync; never for a
-# promoted topic (nor for a topic of another link); once per incarnation (proposed here, or
+# promoted topic, nor a deleted one, nor one another link mirrors; once per incarnation (proposed here, or
 # replaced in the catalog by another node's proposal); never for a mirror that did not record
 # its source partition's identity (made before it was).
 def test_the_decision_is_a_function_of_the_catalog() -> None:
@@ -233,8 +234,13 @@ def test_the_decision_is_a_function_of_the_catalog() -> None:
     assert truncated_action(catalog, Truncation("gone", "orders", 0, GroupId(group), 0, 100), False) is Action.STOP
     stop = _catalog(_link(), MIRROR)
     assert truncated_action(stop, _truncation(group), proposed=False) is Action.STOP
+    other = _catalog(_link(on_source_truncated="resync"), _link(name="dr2", on_source_truncated="resync"),
+                     dataclasses.replace(MIRROR, link="dr2"))
+    assert truncated_action(other, _truncation(group), proposed=False) is Action.GONE  # another link's mirror
     assert catalog.apply(Index(catalog.applied_index + 1), PromoteMirrorTopic(name="orders")).ok
     assert truncated_action(catalog, _truncation(group), proposed=False) is Action.PROMOTED
+    assert catalog.apply(Index(catalog.applied_index + 1), DeleteTopic(name="orders")).ok
+    assert truncated_action(catalog, _truncation(group), proposed=False) is Action.GONE
     with pytest.raises(AssertionError):
         Truncation("dr", "orders", 0, GroupId(group), 100, 100)  # not truncated past the position
 
@@ -273,7 +279,7 @@ async def test_racing_nodes_replace_the_incarnation_once() -> None:
         second = _resyncs(behind, group0.node(behind))
         pause_s, shown = await _seen_twice(second, group)
         assert len(group0.proposed) == 1 and behind.topic("orders").partitions[0].group_id != group
-        assert pause_s == TRUNCATED_RETRY_S and "proposed, waiting for the new incarnation" in shown
+        assert pause_s == TRUNCATED_RETRY_S and "replaced by a new incarnation from offset 100, waiting" in shown
         lagging = _catalog(_link(on_source_truncated="resync"), MIRROR)
         third = _resyncs(lagging, group0.node(lagging, syncs=False))
         _, shown = await _seen_twice(third, group)
@@ -321,3 +327,25 @@ async def test_forgetting_walks_the_catalog_once_per_version() -> None:
     holder.catalog.topics = topics
     resyncs.counts()
     assert topics.walks == 3
+
+
+# Goal: once a resync is accepted, the status names the start the resync used (as the catalog
+# applied it, or as this node proposed it while its catalog has not applied it yet), not this
+# node's later reads of the source, which retention may have moved on.
+@asynchronous
+async def test_the_status_names_the_start_the_resync_used() -> None:
+    leader = _catalog(_link(on_source_truncated="resync"), MIRROR)
+    group = int(leader.topic("orders").partitions[0].group_id)
+    lagging = _catalog(_link(on_source_truncated="resync"), MIRROR)
+    group0 = CatalogProposer(leader)
+    node = _resyncs(lagging, group0.node(lagging, syncs=False))
+    async with asyncio.timeout(5):
+        _, shown = await _seen_twice(node, group)
+        assert shown.endswith("resync from offset 100 proposed, waiting for the new incarnation"), shown
+        later = Truncation("dr", "orders", 0, GroupId(group), 0, 130)  # retention moved on since
+        _, shown = await node.on_truncated(later, FakeSource({0: []}), _behind)
+        assert "deleted offsets 0..129" in shown and "resync from offset 100 proposed" in shown, shown
+        for index, command in group0.log:  # the node's catalog applies the resync
+            lagging.apply(index, command)
+        _, shown = await node.on_truncated(later, FakeSource({0: []}), _behind)
+    assert shown.endswith("replaced by a new incarnation from offset 100, waiting for it"), shown
