@@ -7,6 +7,7 @@ before), every malformed value refused with the one error type, the change in pl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
@@ -20,9 +21,12 @@ from multiraft.metadata.commands import decode_command, encode_command
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
     LinkState,
+    MirrorLink,
     OnSourceTruncated,
+    Priority,
     SetMirrorLinkPolicy,
 )
+from multiraft.node.mirror_source import source_client
 from raftlog.types import Index
 from tests.unit.test_mirror_catalog import _catalog
 from tests.unit.test_mirror_link_tls import _link
@@ -151,3 +155,45 @@ def test_the_cli_flags(capsys: pytest.CaptureFixture[str]) -> None:
             _parse(*argv)
         assert refused.value.code == 2
     assert "invalid choice: 'earliest'" in capsys.readouterr().err
+
+
+# What `source_client` (multiraft/node/mirror_source.py) reads of a link, which `reads_like`
+# compares, and what it does not: every field of `MirrorLink` is in one of the two, so a field
+# added fails here until it is classified (and `reads_like` follows the client's inputs).
+READ_BY_SOURCE_CLIENT = frozenset({"sources", "token", "source_tls", "source_ca"})
+NOT_READ_BY_SOURCE_CLIENT = frozenset({"name", "pattern", "priority", "state", "verify_interval_s",
+                                       "on_source_truncated"})
+_OTHER_VALUES: dict[str, Any] = {"name": "dr2", "sources": ("h:2",), "pattern": "u*", "priority": Priority.LOW,
+                                 "state": LinkState.PAUSED, "token": "t2", "verify_interval_s": 60,
+                                 "source_tls": False, "source_ca": None,
+                                 "on_source_truncated": OnSourceTruncated.STOP}
+
+
+class _Recording:
+    """A link whose attribute reads are recorded."""
+
+    def __init__(self, link: MirrorLink, read: set[str]) -> None:
+        self._link, self._read = link, read
+
+    def __getattr__(self, name: str) -> Any:
+        self._read.add(name)
+        return getattr(self._link, name)
+
+
+# Goal: `reads_like` (whether a pull's source client serves a changed link) compares exactly the
+# link fields `source_client` reads, on every path (plain HTTP, HTTPS with the system's store,
+# with a CA, with a CA OpenSSL refuses); every MirrorLink field is classified.
+def test_reads_like_follows_what_the_source_client_reads() -> None:
+    names = {f.name for f in dataclasses.fields(MirrorLink)}
+    assert names == READ_BY_SOURCE_CLIENT | NOT_READ_BY_SOURCE_CLIENT, "classify every MirrorLink field"
+    assert not READ_BY_SOURCE_CLIENT & NOT_READ_BY_SOURCE_CLIENT
+    base = _link(token="t0k", source_tls=True, source_ca=CA, verify_interval_s=3600,
+                 on_source_truncated="resync").link()
+    read: set[str] = set()
+    for link in (base, dataclasses.replace(base, source_ca=None), _link().link()):
+        source_client(_Recording(link, read))  # type: ignore[arg-type]
+    assert read == READ_BY_SOURCE_CLIENT
+    for name in sorted(names):
+        changed = dataclasses.replace(base, **{name: _OTHER_VALUES[name]})
+        assert getattr(changed, name) != getattr(base, name)
+        assert base.reads_like(changed) is (name not in READ_BY_SOURCE_CLIENT), name
