@@ -234,6 +234,9 @@ class TruncatedResyncs:
             source.rotate()  # the next read asks another source address: it may reach a replica holding it
             return f"not confirmed, no resync: {why}"
         position = await still_behind(start)
+        action = self._decide(truncation)  # the policy again, after the confirmation's round trips
+        if action is not Action.RESYNC:
+            return self._shown(action, truncation)
         await self._propose(truncation, position, start)
         return self._shown(Action.DONE, truncation)
 

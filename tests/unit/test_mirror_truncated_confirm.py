@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from multiraft.metadata.mirror_commands import ResyncMirrorPartition
+from multiraft.metadata.mirror_commands import ResyncMirrorPartition, SetMirrorLinkPolicy
 from multiraft.node.mirror_source import (
     LogChunk,
     PartitionView,
@@ -31,6 +31,7 @@ from multiraft.node.mirror_source import (
     parse_partition_view,
 )
 from multiraft.node.mirror_truncated import TRUNCATED_RETRY_S
+from raftlog.types import Index
 from tests.node.test_node_cluster import free_port
 from tests.unit.test_mirror_pull import FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
 from tests.unit.test_mirror_truncated import _setup
@@ -281,3 +282,26 @@ async def test_the_client_reads_each_source_address_view_of_the_partition() -> N
                 {"partitions": [partition(1, 2), partition(1, 2)]}, {"partitions": [partition(1, 2, 2**63)]}):
         with pytest.raises(SourceError):
             parse_partition_view(bad, 1)
+
+
+# Goal: the link's policy changed to `stop` while the confirmation was out (here, as the
+# partition's ReadIndex confirms the leadership): the policy is read again just before the
+# proposal, and nothing is proposed.
+@asynchronous
+async def test_a_policy_changed_to_stop_during_the_confirmation_proposes_nothing(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    catalog, proposer, registry, pulls, old = _setup(monkeypatch, "resync", clock=lambda: sum(pauses))
+    runtime = registry.leaders[old]
+
+    def altered() -> None:
+        if catalog.mirror_links["dr"].on_source_truncated == "resync":
+            assert catalog.apply(Index(catalog.applied_index + 1),
+                                 SetMirrorLinkPolicy(name="dr", on_source_truncated="stop")).ok
+
+    runtime.on_read_index = altered
+    try:
+        await pulls.scan()
+        await _until(lambda: runtime.read_indexes >= 1 and pauses.count(TRUNCATED_RETRY_S) >= 3, "the pull waiting")
+        assert proposer.proposed == [] and "on_source_truncated is stop" in (pulls.status[old].last_error or "")
+    finally:
+        await pulls.stop()
