@@ -25,7 +25,11 @@ description confirms it (`SourceClient.partition_views`: each source address the
 describes its own replica of the partition): the resync starts at the lowest log start over
 the replicas described, and only if that is past the pull's position, so no offset a replica
 still holds is skipped. While one still holds it, nothing is proposed and the client moves to
-the next source address (its reads may reach that replica).
+the next source address (its reads may reach that replica). And it must be the partition the
+mirror copies: the source's group id for it equal to the one the catalog recorded when the
+mirror was made (`PartitionInfo.source_group`; the source never reuses one); another one
+(the source topic was made again) is `Diverged`, none recorded (a mirror made before it was)
+acts as `stop` (`Action.UNIDENTIFIED`).
 
 Only the partition's leader decides, on a fresh view: the pull acts on a truncated answer
 only while it still leads in the term it read in, and just before proposing it confirms that
@@ -39,12 +43,15 @@ have applied a resync another node had accepted), proposes at most one accepted 
 incarnation (`_replaced`), and the command names the group it replaces, so proposals racing
 from several nodes replace it once. A refused proposal (no metadata leader,
 a partition being moved) is tried again after `backoff_s`, doubling to 30 s. A promoted
-topic is never resynced (the catalog refuses it too, `NOT_A_MIRROR`). The decision is a
-pure function of the catalog (`truncated_action`); the proposal is the only I/O.
+topic is never resynced (the catalog refuses it too, `NOT_A_MIRROR`), nor one deleted or now
+another link's. The decision is a pure function of the catalog (`truncated_action`), taken
+again just before the proposal; the catalog's apply does not look at the policy, so a change
+to `stop` racing a proposal already made does not undo it.
 
 Counted per link for /metrics (`raftlog_mirror_truncated_resyncs_total`), and per partition
-for the link's status (`truncated_resyncs`, `last_truncated_resync`), by the node that
-proposed; kept in memory as the full sync's verdicts are.
+for the link's status (`truncated_resyncs`, `last_truncated_resync`), by the node whose
+proposal replaced the incarnation (the catalog's apply answers it); kept in memory as the
+full sync's verdicts are.
 """
 
 from __future__ import annotations
