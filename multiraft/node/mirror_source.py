@@ -33,6 +33,7 @@ way, without a connection.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import random
@@ -304,18 +305,19 @@ class SourceClient:
 
     async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
         """`partition` of `topic` as each of the link's addresses describes it (`GET
-        /v1/topics/{topic}` of each in turn: a source node gives its own replica's offsets),
+        /v1/topics/{topic}` of each, all at once: a source node gives its own replica's offsets),
         those that answered; a `SourceError` when none did. Only the link's addresses are
         asked, never others the source names (the token goes nowhere else)."""
-        views, failures = [], []
-        for source in self._sources:
+        async def view(source: str) -> PartitionView | str:
             try:
-                views.append(parse_partition_view(await self.get_json(f"/v1/topics/{topic}", source=source),
-                                                  partition))
+                return parse_partition_view(await self.get_json(f"/v1/topics/{topic}", source=source), partition)
             except SourceError as error:
-                failures.append(self.scrub(str(error)))
+                return self.scrub(str(error))
+
+        answers = await asyncio.gather(*(view(source) for source in self._sources))  # side by side: one bound
+        views = [a for a in answers if isinstance(a, PartitionView)]
         if not views:
-            raise SourceError(failures[0])
+            raise SourceError(next(a for a in answers if isinstance(a, str)))
         return views
 
     async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
