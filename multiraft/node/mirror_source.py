@@ -300,8 +300,8 @@ class SourceClient:
             raise SourceError(self.scrub(f"the source answered {path} with {status}: {body[:200]!r}"))
         try:
             return json.loads(body)
-        except ValueError:
-            raise SourceError(f"the source's answer to {path} is not JSON") from None
+        except Exception as error:  # hostile input: a RecursionError too (`[` * 5000), not only ValueError
+            raise SourceError(f"the source's answer to {path} is not JSON we read ({type(error).__name__})") from None
 
     async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
         """`partition` of `topic` as each of the link's addresses describes it (`GET
@@ -314,10 +314,12 @@ class SourceClient:
             except SourceError as error:
                 return self.scrub(str(error))
 
-        answers = await asyncio.gather(*(view(source) for source in self._sources))  # side by side: one bound
+        # Side by side (one call's bound); one address failing, however, fails only its own answer.
+        answers = await asyncio.gather(*(view(source) for source in self._sources), return_exceptions=True)
         views = [a for a in answers if isinstance(a, PartitionView)]
         if not views:
-            raise SourceError(next(a for a in answers if isinstance(a, str)))
+            first = answers[0]
+            raise SourceError(first if isinstance(first, str) else self.scrub(describe_error(first)))
         return views
 
     async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
