@@ -326,6 +326,7 @@ class MirrorPulls:
         """Copy chunks from `status.position` on, up to the window's bounds in flight (the next
         read overlapping the earlier chunks' commits), until a failure."""
         term = runtime.core.term
+        self.truncated.forget_sighting(group_id)  # a truncation seen by an earlier run confirms nothing now
         window = status.window = self.bounds.window(status.position)
         tail = LogTail()
         proposals: deque[asyncio.Future[Any]] = deque()
@@ -353,11 +354,11 @@ class MirrorPulls:
                     status.state = "source_truncated"
                     pause_s, status.last_error = await self.truncated.on_truncated(
                         Truncation(status.link, status.topic, status.partition, group_id, position,
-                                   chunk.log_start_offset),
+                                   chunk.log_start_offset, term),
                         client, functools.partial(self._still_behind, runtime, group_id, term))
                     await asyncio.sleep(pause_s)
                     continue
-                self.truncated.not_truncated(group_id)
+                self.truncated.forget_sighting(group_id)
                 payloads, end = self._contiguous(chunk.batches, position)
                 if self._chunk_filter is not None:
                     payloads = self._chunk_filter(payloads)

@@ -19,8 +19,11 @@ spirit, as MirrorMaker 2 users set it to `earliest`):
 
 A resync discards the mirror's whole copy, so it needs solid evidence. One answer is none
 (a source node's bug, a lie, a replica whose retention ran a round ahead): the truncation
-must be seen again `CONFIRM_AFTER_S` after it was first seen, with no read in between finding
-the source's log at or below the position (`not_truncated` forgets it); then the source's own
+must be seen again `CONFIRM_AFTER_S` after it was first seen by the same pull, in the same term
+at the same position, with no read in between finding the source's log at or below the position
+(`forget_sighting` forgets it, and so does every start of the pull's copy loop: after a
+leadership change, a pause, a settle or a failure; a sighting of another term or position
+starts the count again); then the source's own
 description confirms it (`SourceClient.partition_views`: each source address the link names
 describes its own replica of the partition): the resync starts at the lowest log start over
 the replicas described, and only if that is past the pull's position, so no offset a replica
@@ -99,8 +102,8 @@ class Proposer(Protocol):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Truncation:
-    """The pull of `group_id` (an incarnation of `topic`/`partition`) at `position`, and the
-    source's log now starting at `log_start_offset`, past it."""
+    """The pull of `group_id` (an incarnation of `topic`/`partition`) at `position`, led here in
+    `term`, and the source's log now starting at `log_start_offset`, past it."""
 
     link: str
     topic: str
@@ -108,6 +111,7 @@ class Truncation:
     group_id: GroupId
     position: int
     log_start_offset: int
+    term: int
 
     def __post_init__(self) -> None:
         assert self.log_start_offset > self.position >= 0, self
@@ -190,7 +194,8 @@ class TruncatedResyncs:
         self._failures: dict[GroupId, int] = {}  # refused proposals in a row, by incarnation
         self._counts: dict[str, int] = {}  # by link: resyncs this node had accepted (for /metrics)
         self._partitions: dict[tuple[str, str, int], PartitionResyncs] = {}  # by (link, topic, partition)
-        self._seen: dict[GroupId, float] = {}  # incarnation -> when its truncation was first seen (monotonic)
+        # incarnation -> (term, position) its truncation was first seen at, and when (monotonic)
+        self._seen: dict[GroupId, tuple[tuple[int, int], float]] = {}
         self._forgot_at: tuple[Catalog, int] | None = None  # the catalog version `_forget` last ran on
         self.monotonic = monotonic
 
@@ -207,7 +212,11 @@ class TruncatedResyncs:
         if action is not Action.RESYNC:
             return TRUNCATED_RETRY_S, f"{truncation.deleted()}; {self._shown(action, truncation)}"
         now = self.monotonic()
-        if now - self._seen.setdefault(truncation.group_id, now) < CONFIRM_AFTER_S:
+        where = (truncation.term, truncation.position)
+        seen = self._seen.get(truncation.group_id)
+        if seen is None or seen[0] != where:  # a sighting of another term or position counts for nothing
+            seen = self._seen[truncation.group_id] = (where, now)
+        if now - seen[1] < CONFIRM_AFTER_S:
             return TRUNCATED_RETRY_S, (f"{truncation.deleted()}; resync once the truncation is seen again "
                                        f"{CONFIRM_AFTER_S:.0f} s on and the source's replicas confirm it")
         try:
@@ -292,9 +301,11 @@ class TruncatedResyncs:
             return Action.STOP
         return truncated_action(self._catalog.catalog, truncation, truncation.group_id in self._replaced)
 
-    def not_truncated(self, group_id: GroupId) -> None:
-        """A read of `group_id`'s pull found the source's log starting at or below its position:
-        a truncation seen before is forgotten (a resync needs one seen twice in a row)."""
+    def forget_sighting(self, group_id: GroupId) -> None:
+        """A read of `group_id`'s pull found the source's log starting at or below its position,
+        or the pull's copy loop (re)starts: a truncation seen before is forgotten (a resync needs
+        one seen twice in a row by one run of the pull; an old sighting, of before a leadership
+        change, a pause or a failure, never confirms a new one)."""
         self._seen.pop(group_id, None)
 
     async def _propose(self, truncation: Truncation, position: int, start: int) -> None:

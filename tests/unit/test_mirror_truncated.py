@@ -209,8 +209,9 @@ async def test_a_refused_proposal_backs_off_and_is_tried_again(
     assert pulls.truncated.counts() == {"dr": 1}
 
 
-def _truncation(group_id: int) -> Truncation:
-    return Truncation("dr", "orders", 0, GroupId(group_id), 0, 100)
+def _truncation(group_id: int, term: int = 1, position: int = 0) -> Truncation:
+    """`group_id`'s pull, led in `term`, at `position`; the source's log starting at 100."""
+    return Truncation("dr", "orders", 0, GroupId(group_id), position, 100, term)
 
 
 async def _behind(start: int) -> int:
@@ -231,7 +232,7 @@ def test_the_decision_is_a_function_of_the_catalog() -> None:
     assert truncated_action(older, _truncation(group), proposed=False) is Action.UNIDENTIFIED
     assert truncated_action(catalog, _truncation(group), proposed=True) is Action.DONE
     assert truncated_action(catalog, _truncation(group + 1), proposed=False) is Action.DONE  # replaced
-    assert truncated_action(catalog, Truncation("gone", "orders", 0, GroupId(group), 0, 100), False) is Action.STOP
+    assert truncated_action(catalog, Truncation("gone", "orders", 0, GroupId(group), 0, 100, 1), False) is Action.STOP
     stop = _catalog(_link(), MIRROR)
     assert truncated_action(stop, _truncation(group), proposed=False) is Action.STOP
     other = _catalog(_link(on_source_truncated="resync"), _link(name="dr2", on_source_truncated="resync"),
@@ -242,7 +243,7 @@ def test_the_decision_is_a_function_of_the_catalog() -> None:
     assert catalog.apply(Index(catalog.applied_index + 1), DeleteTopic(name="orders")).ok
     assert truncated_action(catalog, _truncation(group), proposed=False) is Action.GONE
     with pytest.raises(AssertionError):
-        Truncation("dr", "orders", 0, GroupId(group), 100, 100)  # not truncated past the position
+        Truncation("dr", "orders", 0, GroupId(group), 100, 100, 1)  # not truncated past the position
 
 
 def _resyncs(catalog: Catalog, metadata: CatalogProposer | None) -> TruncatedResyncs:
@@ -342,7 +343,7 @@ async def test_the_status_names_the_start_the_resync_used() -> None:
     async with asyncio.timeout(5):
         _, shown = await _seen_twice(node, group)
         assert shown.endswith("resync from offset 100 proposed, waiting for the new incarnation"), shown
-        later = Truncation("dr", "orders", 0, GroupId(group), 0, 130)  # retention moved on since
+        later = Truncation("dr", "orders", 0, GroupId(group), 0, 130, 1)  # retention moved on since
         _, shown = await node.on_truncated(later, FakeSource({0: []}), _behind)
         assert "deleted offsets 0..129" in shown and "resync from offset 100 proposed" in shown, shown
         for index, command in group0.log:  # the node's catalog applies the resync

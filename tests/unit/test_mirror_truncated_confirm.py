@@ -19,9 +19,14 @@ import struct
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp import web
 
-from multiraft.metadata.mirror_commands import ResyncMirrorPartition, SetMirrorLinkPolicy
+from multiraft.metadata.mirror_commands import (
+    ResyncMirrorPartition,
+    SetMirrorLinkPolicy,
+    SetMirrorLinkState,
+)
 from multiraft.node.mirror_source import (
     LogChunk,
     PartitionView,
@@ -30,11 +35,20 @@ from multiraft.node.mirror_source import (
     parse_log_answer,
     parse_partition_view,
 )
-from multiraft.node.mirror_truncated import TRUNCATED_RETRY_S
+from multiraft.node.mirror_truncated import TRUNCATED_RETRY_S, TruncatedResyncs
 from raftlog.types import Index
 from tests.node.test_node_cluster import free_port
+from tests.unit.test_mirror_catalog import _catalog
+from tests.unit.test_mirror_link_tls import _link
 from tests.unit.test_mirror_pull import FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
-from tests.unit.test_mirror_truncated import _setup
+from tests.unit.test_mirror_truncated import (
+    MIRROR,
+    CatalogProposer,
+    SimpleHolder,
+    _behind,
+    _setup,
+    _truncation,
+)
 
 asynchronous = pytest.mark.asyncio(loop_scope="function")
 
@@ -303,5 +317,62 @@ async def test_a_policy_changed_to_stop_during_the_confirmation_proposes_nothing
         await pulls.scan()
         await _until(lambda: runtime.read_indexes >= 1 and pauses.count(TRUNCATED_RETRY_S) >= 3, "the pull waiting")
         assert proposer.proposed == [] and "on_source_truncated is stop" in (pulls.status[old].last_error or "")
+    finally:
+        await pulls.stop()
+
+
+# Goal: a sighting counts only for the pull that made it, in its term, at its position: one
+# from an hour ago in an earlier term (the leadership moved away and back) or at another
+# position confirms nothing; each starts the count again, and the resync needs the truncation
+# seen again 5 s after that.
+@asynchronous
+async def test_an_old_sighting_confirms_nothing_in_another_term_or_at_another_position() -> None:
+    catalog = _catalog(_link(on_source_truncated="resync"), MIRROR)
+    group = int(catalog.topic("orders").partitions[0].group_id)
+    group0 = CatalogProposer(catalog)
+    now = [0.0]
+    resyncs = TruncatedResyncs(SimpleHolder(catalog), group0, structlog.get_logger(),  # type: ignore[arg-type]
+                               monotonic=lambda: now[0])
+    source = FakeSource({0: _log(5, first=100)})
+    source.start = 100
+    async with asyncio.timeout(5):
+        await resyncs.on_truncated(_truncation(group, term=1), source, _behind)
+        now[0] = 3600.0
+        _, shown = await resyncs.on_truncated(_truncation(group, term=2), source, _behind)
+        assert group0.proposed == [] and "resync once the truncation is seen again 5 s on" in shown, shown
+        now[0] = 7200.0
+        await resyncs.on_truncated(_truncation(group, term=2, position=5), source, _behind)
+        assert group0.proposed == [] and source.described == 0
+        now[0] = 7205.0
+        await resyncs.on_truncated(_truncation(group, term=2, position=5), source, _behind)
+    assert len(group0.proposed) == 1
+
+
+# Goal: a truncation seen before the link was paused confirms nothing after its resume an hour
+# later (the pull starts again: its earlier sightings are forgotten); seen again 5 s after the
+# resume, it resyncs.
+@asynchronous
+async def test_a_sighting_before_a_pause_confirms_nothing_after_the_resume(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    now = [0.0]
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "resync", clock=lambda: now[0])
+
+    def link_state(state: str) -> None:
+        assert catalog.apply(Index(catalog.applied_index + 1), SetMirrorLinkState(name="dr", state=state)).ok
+
+    try:
+        await pulls.scan()
+        await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= 1, "the truncation seen")
+        link_state("paused")
+        await pulls.scan()
+        assert old not in pulls._tasks and pulls.status[old].state == "paused"
+        now[0] = 3600.0
+        link_state("running")
+        seen = pauses.count(TRUNCATED_RETRY_S)
+        await pulls.scan()
+        await _until(lambda: pauses.count(TRUNCATED_RETRY_S) >= seen + 3, "the truncation seen after the resume")
+        assert proposer.proposed == [] and "seen again 5 s on" in (pulls.status[old].last_error or "")
+        now[0] = 3605.0
+        await _until(lambda: proposer.proposed, "the resync once seen again 5 s after the resume")
     finally:
         await pulls.stop()
