@@ -156,31 +156,41 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
 class PartitionView:
     """A source partition as one source node describes it (`GET /v1/topics/{topic}`): its
     group id, the partition's identity at the source (group ids are never reused there: a
-    topic deleted and made again gets new ones), and, where that node hosts a replica of it,
-    the replica's log start and high watermark (None elsewhere)."""
+    topic deleted and made again gets new ones), its replicas (node ids), and, where that node
+    hosts a replica of it, the replica's log start and high watermark (None elsewhere);
+    `node_id`: the node that answered (`GET /v1/cluster`), None when not asked."""
 
     group_id: int
     log_start_offset: int | None
     high_watermark: int | None
+    replicas: tuple[int, ...]
+    node_id: int | None = None
 
 
 def _is_offset(value: Any) -> bool:
     return type(value) is int and 0 <= value <= OFFSET_MAX
 
 
-def parse_partition_view(described: Any, partition: int) -> PartitionView:
-    """`partition` of a source topic's description; anything malformed or impossible (a log
-    start past the high watermark) is a `SourceError`."""
+def parse_partition_view(described: Any, partition: int, node_id: int | None = None) -> PartitionView:
+    """`partition` of a source topic's description (as node `node_id` answered it); anything
+    malformed or impossible (a log start past the high watermark, no replicas, one twice) is a
+    `SourceError`."""
     try:
         [view] = [v for v in described["partitions"] if isinstance(v, dict) and v.get("partition") == partition]
-        found = PartitionView(view["group_id"], view["log_start_offset"], view["high_watermark"])
+        found = PartitionView(view["group_id"], view["log_start_offset"], view["high_watermark"],
+                              tuple(view["replicas"]), node_id)
     except (KeyError, TypeError, ValueError):
         raise SourceError(f"the source's description of partition {partition} is malformed") from None
-    start, high = found.log_start_offset, found.high_watermark
+    start, high, replicas = found.log_start_offset, found.high_watermark, found.replicas
     if not _is_offset(found.group_id) or found.group_id < 1 or (start is None) != (high is None) or (
-            start is not None and not (_is_offset(start) and _is_offset(high) and start <= high)):  # type: ignore[operator]
+            start is not None and not (_is_offset(start) and _is_offset(high) and start <= high)) or (  # type: ignore[operator]
+            not replicas or len(set(replicas)) != len(replicas) or not all(_is_node(n) for n in replicas)):
         raise SourceError(f"the source's description of partition {partition} has impossible values: {found}")
     return found
+
+
+def _is_node(value: Any) -> bool:
+    return _is_offset(value) and value >= 1
 
 
 def binds_to(local_host: str | None, sources: tuple[str, ...]) -> str | None:
@@ -305,12 +315,14 @@ class SourceClient:
 
     async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
         """`partition` of `topic` as each of the link's addresses describes it (`GET
-        /v1/topics/{topic}` of each, all at once: a source node gives its own replica's offsets),
-        those that answered; a `SourceError` when none did. Only the link's addresses are
-        asked, never others the source names (the token goes nowhere else)."""
+        /v1/cluster`, which node answers, then `GET /v1/topics/{topic}` of each, all addresses at
+        once: a source node gives its own replica's offsets), those that answered; a
+        `SourceError` when none did. Only the link's addresses are asked, never others the
+        source names (the token goes nowhere else)."""
         async def view(source: str) -> PartitionView | str:
             try:
-                return parse_partition_view(await self.get_json(f"/v1/topics/{topic}", source=source), partition)
+                node_id, described = await self._node_description(topic, source)
+                return parse_partition_view(described, partition, node_id)
             except SourceError as error:
                 return self.scrub(str(error))
 
@@ -321,6 +333,14 @@ class SourceClient:
             first = answers[0]
             raise SourceError(first if isinstance(first, str) else self.scrub(describe_error(first)))
         return views
+
+    async def _node_description(self, topic: str, source: str) -> tuple[int, Any]:
+        """The node at address `source` (its id, as it names itself) and its description of `topic`."""
+        cluster = await self.get_json("/v1/cluster", source=source)
+        node_id = cluster.get("node_id") if isinstance(cluster, dict) else None
+        if not _is_node(node_id):
+            raise SourceError(f"source {source} did not name its node id (/v1/cluster)")
+        return node_id, await self.get_json(f"/v1/topics/{topic}", source=source)
 
     async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
         """The source's tree of a partition over `[lo, hi)` cut to what it holds (multiraft/node/

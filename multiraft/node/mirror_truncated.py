@@ -25,9 +25,10 @@ at the same position, with no read in between finding the source's log at or bel
 leadership change, a pause, a settle or a failure; a sighting of another term or position
 starts the count again); then the source's own
 description confirms it (`SourceClient.partition_views`: each source address the link names
-describes its own replica of the partition): the resync starts at the lowest log start over
-the replicas described, and only if that is past the pull's position, so no offset a replica
-still holds is skipped. While one still holds it, nothing is proposed and the client moves to
+describes its own replica of the partition, and every replica the description names must be
+described so, by the node hosting it): the resync starts at the lowest log start over the
+replicas, and only if that is past the pull's position, so no offset a replica still holds is
+skipped. While one still holds it, nothing is proposed and the client moves to
 the next source address (its reads may reach that replica). And it must be the partition the
 mirror copies: the source's group id for it equal to the one the catalog recorded when the
 mirror was made (`PartitionInfo.source_group`; the source never reuses one); another one
@@ -260,8 +261,10 @@ class TruncatedResyncs:
     async def _source_start(truncation: Truncation, source: SourceViews, recorded: int) -> tuple[int | None, str]:
         """Where the source's log starts as its own description says it over its replicas (each
         source node the link names describes its own replica, and retention runs per replica):
-        the lowest log start among them, if it is past the pull's position (every replica
-        described lacks the offsets from there); else None, and why. `Diverged` when the source
+        the lowest log start among them, once every replica the description names is described
+        by the node hosting it (a node that did not answer, or that the link does not name,
+        leaves the truncation unconfirmed) and if it is past the pull's position (every replica
+        lacks the offsets from there); else None, and why. `Diverged` when the source
         partition is another than the one the mirror recorded it copies (`recorded`, a group id
         the source never reuses: its topic was deleted and made again)."""
         views = await source.partition_views(truncation.topic, truncation.partition)
@@ -272,9 +275,14 @@ class TruncatedResyncs:
             raise Diverged(f"{truncation.deleted()}; the source's {truncation.topic}/{truncation.partition} is "
                            f"another partition than this mirror copies (its group {identities[0]}, the mirror's "
                            f"record {recorded}: the source topic was deleted and made again?): no resync")
+        named = sorted({v.replicas for v in views})
+        if len(named) > 1:
+            return None, f"the source's nodes disagree on the partition's replicas ({named})"
+        missing = sorted(set(named[0]) - {v.node_id for v in views if v.log_start_offset is not None})
+        if missing:  # a node that did not answer, or is not among the link's addresses
+            return None, (f"the source's replicas on nodes {missing} are not described (each replica's node "
+                          f"must be one of the link's addresses, and answer)")
         starts = [v.log_start_offset for v in views if v.log_start_offset is not None]
-        if not starts:
-            return None, "no source node the link names describes a replica of the partition"
         if min(starts) <= truncation.position:
             return None, (f"a source replica still holds offset {truncation.position} (log starts "
                           f"{sorted(starts)} over the {len(starts)} replicas described)")

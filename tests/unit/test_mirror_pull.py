@@ -156,6 +156,7 @@ class FakeSource:
         self.stale = False  # answer the log's first batches whatever the offset asked
         self.group = 900  # the source partition's group id (its identity at the source)
         self.replica_starts: list[int] | None = None  # each replica's log start as described (None: [start])
+        self.replica_groups: list[int] | None = None  # each replica's node's answer of the identity (None: group)
         self.described = 0  # descriptions asked (partition_views)
         self.rotations = 0
 
@@ -164,11 +165,15 @@ class FakeSource:
         return log[-1][0] + read_header(log[-1][1]).record_count if log else self.start
 
     async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
-        """Each replica as its node describes it: the same identity, `replica_starts`."""
+        """Each replica as its node (1, 2, ...) describes it: the identity (`group`, or
+        `replica_groups`), the replicas on nodes 1..n, its log start (`replica_starts`)."""
         await _real_sleep(0)
         self.described += 1
         hw = self._high_watermark(partition)
-        return [PartitionView(self.group, start, max(start, hw)) for start in self.replica_starts or [self.start]]
+        starts = self.replica_starts or [self.start]
+        groups, replicas = self.replica_groups or [self.group] * len(starts), tuple(range(1, len(starts) + 1))
+        return [PartitionView(group, start, max(start, hw), replicas, node)
+                for node, (group, start) in enumerate(zip(groups, starts, strict=True), 1)]
 
     def rotate(self) -> None:
         self.rotations += 1

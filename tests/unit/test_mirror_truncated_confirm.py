@@ -4,12 +4,13 @@ leads the partition in the term it read in, confirmed by a ReadIndex on the part
 just before the proposal, and the partition's applied position (read again then) still below
 the source's log start; the source's answer is refused when it cannot be true (offsets outside
 0..2**63-1, a log start past the high watermark); the truncation must be seen again
-`CONFIRM_AFTER_S` later, and the source's own description of its replicas (one per source
-address) must confirm it: the resync starts at the lowest log start over them, and only once
-every replica described lacks the pull's position.
+`CONFIRM_AFTER_S` later (by the same run of the pull, in its term, at its position), and the
+source's own description of its replicas (one per source address) must confirm it: the resync
+starts at the lowest log start over them, and only once every replica lacks the pull's position.
 
 The pull runs over tests/unit/test_mirror_pull.py's fakes and a real catalog, as in
-tests/unit/test_mirror_truncated.py (whose setup this reuses).
+tests/unit/test_mirror_truncated.py (whose setup this reuses). The source client's side, over
+real sockets: tests/unit/test_mirror_source_views.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 
 import pytest
 import structlog
-from aiohttp import web
 
 from multiraft.metadata.mirror_commands import (
     ResyncMirrorPartition,
@@ -29,15 +29,11 @@ from multiraft.metadata.mirror_commands import (
 )
 from multiraft.node.mirror_source import (
     LogChunk,
-    PartitionView,
-    SourceClient,
     SourceError,
     parse_log_answer,
-    parse_partition_view,
 )
 from multiraft.node.mirror_truncated import TRUNCATED_RETRY_S, TruncatedResyncs
 from raftlog.types import Index
-from tests.node.test_node_cluster import free_port
 from tests.unit.test_mirror_catalog import _catalog
 from tests.unit.test_mirror_link_tls import _link
 from tests.unit.test_mirror_pull import FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
@@ -250,52 +246,6 @@ async def test_disagreeing_replicas_resync_at_the_lowest_log_start_once_all_lack
         assert (shown["deleted"], shown["start_offset"]) == ([0, 59], 60)
     finally:
         await pulls.stop()
-
-
-# Goal: the client asks each of the link's addresses for the topic's description and keeps the
-# partition's view from each that answers well (a node down, an answer malformed or impossible
-# left out), never another address; none answering is a SourceError. Real sockets on loopback.
-@asynchronous
-async def test_the_client_reads_each_source_address_view_of_the_partition() -> None:
-    asked: list[str] = []
-
-    def partition(start: object, high: object, group: object = 7) -> dict[str, object]:
-        return {"partition": 1, "group_id": group, "log_start_offset": start, "high_watermark": high}
-
-    async def serve(views: list[dict[str, object]]) -> tuple[web.AppRunner, str]:
-        async def handle(request: web.Request) -> web.Response:
-            asked.append(f"{request.host} {request.path} {request.headers.get('Authorization')}")
-            return web.json_response({"name": "t", "partitions": [{**partition(0, 0, 5), "partition": 0}, *views]})
-
-        app = web.Application()
-        app.router.add_get("/v1/topics/t", handle)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_port("127.0.0.1")
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        return runner, f"127.0.0.1:{port}"
-
-    servers = [await serve([partition(40, 90)]), await serve([partition(None, None)]),
-               await serve([partition(95, 90)]), await serve([])]
-    down = f"127.0.0.1:{free_port('127.0.0.1')}"
-    client = SourceClient((*(a for _, a in servers), down), "tok")
-    try:
-        async with asyncio.timeout(20):
-            assert await client.partition_views("t", 1) == [PartitionView(7, 40, 90), PartitionView(7, None, None)]
-            nowhere = SourceClient((servers[2][1], down), "tok")
-            with pytest.raises(SourceError, match="impossible values"):
-                await nowhere.partition_views("t", 1)
-            await nowhere.close()
-    finally:
-        await client.close()
-        for runner, _ in servers:
-            await runner.cleanup()
-    assert sorted(asked) == sorted(f"{a} /v1/topics/t Bearer tok" for a in [s[1] for s in servers] + [servers[2][1]])
-    for bad in ({"partitions": [partition(1, 2, 0)]}, {"partitions": [partition(1, None)]}, {"partitions": []},
-                {"partitions": [partition(-1, 2)]}, {"partitions": [partition(True, 2)]}, {"partitions": "x"},
-                {"partitions": [partition(1, 2), partition(1, 2)]}, {"partitions": [partition(1, 2, 2**63)]}):
-        with pytest.raises(SourceError):
-            parse_partition_view(bad, 1)
 
 
 # Goal: the link's policy changed to `stop` while the confirmation was out (here, as the

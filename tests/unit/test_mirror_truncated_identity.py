@@ -80,7 +80,8 @@ def test_the_catalog_keeps_identities_in_snapshots_and_across_resyncs() -> None:
 
 def test_discovery_reads_the_identities_from_the_source_description() -> None:
     def view(partition: int, group: object) -> dict[str, object]:
-        return {"partition": partition, "group_id": group, "log_start_offset": None, "high_watermark": None}
+        return {"partition": partition, "group_id": group, "log_start_offset": None, "high_watermark": None,
+                "replicas": [1]}
 
     assert source_groups({"partitions": [view(1, 12), view(0, 11)]}, 2) == (11, 12)
     for described in ({"partitions": [view(0, 11)]}, {"partitions": [view(0, 11), view(1, None)]},
