@@ -34,6 +34,7 @@ way, without a connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import random
@@ -53,6 +54,13 @@ BACKOFF_BASE_S = 0.2
 BACKOFF_MAX_S = 30.0
 CALL_TIMEOUT_S = 10.0  # a call's bound beyond its long-poll wait
 JSON_BYTES_MAX = 4 * 1024 * 1024  # a topic list or description from the source
+JSON_ON_LOOP_BYTES_MAX = 256 * 1024  # a larger JSON answer is parsed in a thread, off the event loop
+# A topic's description read from every address serves all its partitions' confirmations for
+# this long (those asking while it is read wait for that read), and at most this many topics'
+# are read at once per link: 10,000 truncated partitions of a topic cost one read of it per
+# address every 2 s, not 10,000.
+DESCRIPTION_FRESH_S = 2.0
+DESCRIPTIONS_IN_FLIGHT_MAX = 4
 LOG_CONTENT_TYPE = "application/vnd.raftlog.batch"
 TREE_BUILD_S = 50.0  # a tree call may read the partition's whole span at the source first
 _FRAME = struct.Struct(">qI")  # as the binary consume answer: base offset, batch bytes
@@ -152,6 +160,15 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
     return LogChunk(batches, skipped, *positions)  # type: ignore[arg-type]
 
 
+@dataclass(slots=True)
+class _Description:
+    """One read of a topic's description from each of a link's addresses, shared by its
+    partitions: per address, the node that answered and its entries by partition, or why not."""
+
+    task: asyncio.Future[list[tuple[int, dict[Any, list[Any]]] | str]]
+    done_at: float | None = None  # the loop's clock when the read ended (None: under way)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionView:
     """A source partition as one source node describes it (`GET /v1/topics/{topic}`): its
@@ -171,12 +188,31 @@ def _is_offset(value: Any) -> bool:
     return type(value) is int and 0 <= value <= OFFSET_MAX
 
 
+def index_partitions(described: Any) -> dict[Any, list[Any]]:
+    """A source topic's description's partition entries by their `partition` (several under
+    one: malformed, as `partition_entry_view` says); `SourceError` when it has no list."""
+    entries = described.get("partitions") if isinstance(described, dict) else None
+    if not isinstance(entries, list):
+        raise SourceError("the source's description has no partition list")
+    index: dict[Any, list[Any]] = {}
+    for entry in entries:
+        key = entry.get("partition") if isinstance(entry, dict) else None
+        with contextlib.suppress(TypeError):  # an unhashable one names no partition
+            index.setdefault(key, []).append(entry)
+    return index
+
+
 def parse_partition_view(described: Any, partition: int, node_id: int | None = None) -> PartitionView:
-    """`partition` of a source topic's description (as node `node_id` answered it); anything
-    malformed or impossible (a log start past the high watermark, no replicas, one twice) is a
-    `SourceError`."""
+    """`partition` of a source topic's description (as node `node_id` answered it)."""
+    return partition_entry_view(index_partitions(described).get(partition, []), partition, node_id)
+
+
+def partition_entry_view(entries: list[Any], partition: int, node_id: int | None) -> PartitionView:
+    """`partition` from its entries in a source topic's description (one, as node `node_id`
+    answered it); anything malformed or impossible (no entry or two, a log start past the high
+    watermark, no replicas, one twice) is a `SourceError`."""
     try:
-        [view] = [v for v in described["partitions"] if isinstance(v, dict) and v.get("partition") == partition]
+        [view] = entries
         found = PartitionView(view["group_id"], view["log_start_offset"], view["high_watermark"],
                               tuple(view["replicas"]), node_id)
     except (KeyError, TypeError, ValueError):
@@ -248,12 +284,17 @@ class SourceClient:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
         self._local_host = binds_to(local_host, sources)
+        self._descriptions: dict[str, _Description] = {}  # by topic: the last read shared (DESCRIPTION_FRESH_S)
+        self._describing = asyncio.Semaphore(DESCRIPTIONS_IN_FLIGHT_MAX)
 
     def scrub(self, text: str) -> str:
         """`text` as it may be shown or logged: without this link's token."""
         return redact(text, self._token)
 
     async def close(self) -> None:
+        for description in self._descriptions.values():
+            description.task.cancel()
+        self._descriptions.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -309,6 +350,8 @@ class SourceClient:
             self._next += status >= 500
             raise SourceError(self.scrub(f"the source answered {path} with {status}: {body[:200]!r}"))
         try:
+            if len(body) > JSON_ON_LOOP_BYTES_MAX:  # 10,000 partitions' description: tens of ms of parsing
+                return await asyncio.to_thread(json.loads, body)
             return json.loads(body)
         except Exception as error:  # hostile input: a RecursionError too (`[` * 5000), not only ValueError
             raise SourceError(f"the source's answer to {path} is not JSON we read ({type(error).__name__})") from None
@@ -318,29 +361,50 @@ class SourceClient:
         /v1/cluster`, which node answers, then `GET /v1/topics/{topic}` of each, all addresses at
         once: a source node gives its own replica's offsets), those that answered; a
         `SourceError` when none did. Only the link's addresses are asked, never others the
-        source names (the token goes nowhere else)."""
-        async def view(source: str) -> PartitionView | str:
+        source names (the token goes nowhere else). The topic's read is shared by its
+        partitions asking within `DESCRIPTION_FRESH_S` of it (`_described`)."""
+        views: list[PartitionView] = []
+        errors: list[str] = []
+        for answer in await self._described(topic):
+            if isinstance(answer, str):
+                errors.append(answer)
+                continue
             try:
-                node_id, described = await self._node_description(topic, source)
-                return parse_partition_view(described, partition, node_id)
+                views.append(partition_entry_view(answer[1].get(partition, []), partition, answer[0]))
             except SourceError as error:
-                return self.scrub(str(error))
-
-        # Side by side (one call's bound); one address failing, however, fails only its own answer.
-        answers = await asyncio.gather(*(view(source) for source in self._sources), return_exceptions=True)
-        views = [a for a in answers if isinstance(a, PartitionView)]
+                errors.append(self.scrub(str(error)))
         if not views:
-            first = answers[0]
-            raise SourceError(first if isinstance(first, str) else self.scrub(describe_error(first)))
+            raise SourceError(errors[0])
         return views
 
-    async def _node_description(self, topic: str, source: str) -> tuple[int, Any]:
-        """The node at address `source` (its id, as it names itself) and its description of `topic`."""
-        cluster = await self.get_json("/v1/cluster", source=source)
-        node_id = cluster.get("node_id") if isinstance(cluster, dict) else None
-        if not _is_node(node_id):
-            raise SourceError(f"source {source} did not name its node id (/v1/cluster)")
-        return node_id, await self.get_json(f"/v1/topics/{topic}", source=source)
+    async def _described(self, topic: str) -> list[tuple[int, dict[Any, list[Any]]] | str]:
+        """Each address's node and description of `topic`: the last read of it if it ended less
+        than `DESCRIPTION_FRESH_S` ago or is under way (a single flight: every partition asking
+        meanwhile waits for the one read), else a new one (at most `DESCRIPTIONS_IN_FLIGHT_MAX`
+        topics read at once). A caller cancelled leaves the read to the others waiting for it."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        held = self._descriptions.get(topic)
+        if held is None or (held.done_at is not None and now - held.done_at >= DESCRIPTION_FRESH_S):
+            self._descriptions = {t: d for t, d in self._descriptions.items()  # those gone stale leave
+                                  if d.done_at is None or now - d.done_at < DESCRIPTION_FRESH_S}
+            held = self._descriptions[topic] = _Description(asyncio.ensure_future(self._describe(topic)))
+            held.task.add_done_callback(lambda _, held=held: setattr(held, "done_at", loop.time()))
+        return await asyncio.shield(held.task)
+
+    async def _describe(self, topic: str) -> list[tuple[int, dict[Any, list[Any]]] | str]:
+        async def one(source: str) -> tuple[int, dict[Any, list[Any]]]:
+            cluster = await self.get_json("/v1/cluster", source=source)
+            node_id = cluster.get("node_id") if isinstance(cluster, dict) else None
+            if not _is_node(node_id):
+                raise SourceError(f"source {source} did not name its node id (/v1/cluster)")
+            return node_id, index_partitions(await self.get_json(f"/v1/topics/{topic}", source=source))
+
+        async with self._describing:
+            # Side by side (one call's bound); one address failing fails only its own answer.
+            answers = await asyncio.gather(*(one(source) for source in self._sources), return_exceptions=True)
+        return [a if isinstance(a, tuple) else self.scrub(str(a) if isinstance(a, SourceError) else describe_error(a))
+                for a in answers]
 
     async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
         """The source's tree of a partition over `[lo, hi)` cut to what it holds (multiraft/node/

@@ -5,7 +5,8 @@ and describes the partition; any answer the client cannot parse (deeply nested J
 is a `SourceError` of that address alone, never an exception that escapes the pull; and a
 resync is confirmed only when every replica the source's description names is described by
 the node hosting it (a node down, hostile, or not among the link's addresses: not confirmed).
-Real sockets on loopback, one small server per source node.
+Bounded: one read of a topic's description per address serves all its partitions for a short
+window, and few topics are read at once. Real sockets on loopback, one small server per source node.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import structlog
 from aiohttp import web
 
+from multiraft.node import mirror_source
 from multiraft.node.mirror_source import (
     PartitionView,
     SourceClient,
@@ -49,13 +51,16 @@ def partition_entry(partition: int, group: object = 7, start: object = None, hig
 
 class SourceNode:
     """One source node on loopback: `GET /v1/cluster` names `node_id`, `GET /v1/topics/{topic}`
-    answers `body` (bytes as is, else JSON); every request is recorded in `asked` (path and
-    query, and the Authorization header)."""
+    answers `body` (bytes as is, else JSON) after `delay_s`; every request is recorded in
+    `asked` (path and query, and the Authorization header), and the most topic reads it had
+    under way at once in `most_in_flight`."""
 
-    def __init__(self, node_id: int, body: Any) -> None:
+    def __init__(self, node_id: int, body: Any, delay_s: float = 0.0) -> None:
         self.node_id = node_id
         self.body = body
+        self.delay_s = delay_s
         self.asked: list[tuple[str, str | None]] = []
+        self.in_flight = self.most_in_flight = 0
         self.address = ""
         self._runner: web.AppRunner | None = None
 
@@ -63,6 +68,12 @@ class SourceNode:
         self.asked.append((request.path_qs, request.headers.get("Authorization")))
         if request.path == "/v1/cluster":
             return web.json_response({"node_id": self.node_id})
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay_s)
+        finally:
+            self.in_flight -= 1
         if isinstance(self.body, bytes):
             return web.Response(body=self.body, content_type="application/json")
         return web.json_response(self.body)
@@ -181,3 +192,56 @@ async def test_a_replica_not_described_by_its_node_confirms_nothing() -> None:
     finally:
         for node in (*nodes, hostile):
             await node.stop()
+
+
+# Goal: the confirmations of many truncated partitions of one topic share one read of its
+# description per source address (a single flight, then fresh for DESCRIPTION_FRESH_S); past
+# that window, the next confirmation reads it again; a large answer is parsed off the event
+# loop (in a thread).
+@asynchronous
+async def test_partitions_of_one_topic_share_one_description_read_per_address(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    count = 4000  # about 420 KB of description: parsed in a thread
+    nodes = [await SourceNode(n, described(*(partition_entry(p, 7 + p, 100, 110) for p in range(count))),
+                              delay_s=0.05).start() for n in (1, 2, 3)]
+    threaded: list[int] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(function: Any, body: bytes) -> Any:
+        threaded.append(len(body))
+        return await to_thread(function, body)
+
+    monkeypatch.setattr(mirror_source.asyncio, "to_thread", counted)
+    client = SourceClient(tuple(n.address for n in nodes), None)
+    calls = [("/v1/cluster", None), ("/v1/topics/t", None)]
+    try:
+        async with asyncio.timeout(20):
+            views = await asyncio.gather(*(client.partition_views("t", p) for p in range(count)))
+            assert [n.asked for n in nodes] == [calls] * 3, "one read per address for all the partitions"
+            assert [v.group_id for v, _, _ in views] == [7 + p for p in range(count)]
+            assert len(threaded) == 3 and min(threaded) > mirror_source.JSON_ON_LOOP_BYTES_MAX
+            await client.partition_views("t", 5)  # within the window: the same read
+            assert [n.asked for n in nodes] == [calls] * 3
+            monkeypatch.setattr(mirror_source, "DESCRIPTION_FRESH_S", 0.0)
+            await client.partition_views("t", 5)
+            assert [n.asked for n in nodes] == [calls * 2] * 3, "past the window: read again"
+    finally:
+        await client.close()
+        for node in nodes:
+            await node.stop()
+
+
+# Goal: the descriptions of many topics are read at most DESCRIPTIONS_IN_FLIGHT_MAX at once
+# per link; all are read.
+@asynchronous
+async def test_at_most_a_few_topic_descriptions_are_read_at_once() -> None:
+    node = await SourceNode(1, described(partition_entry(0, 7, 100, 110, replicas=(1,))), delay_s=0.1).start()
+    client = SourceClient((node.address,), None)
+    try:
+        async with asyncio.timeout(20):
+            views = await asyncio.gather(*(client.partition_views(f"t{n}", 0) for n in range(10)))
+    finally:
+        await client.close()
+        await node.stop()
+    assert len(views) == 10 and len([a for a in node.asked if a[0].startswith("/v1/topics/")]) == 10
+    assert node.most_in_flight == 4, node.most_in_flight  # DESCRIPTIONS_IN_FLIGHT_MAX
