@@ -350,3 +350,19 @@ async def test_the_status_names_the_start_the_resync_used() -> None:
             lagging.apply(index, command)
         _, shown = await node.on_truncated(later, FakeSource({0: []}), _behind)
     assert shown.endswith("replaced by a new incarnation from offset 100, waiting for it"), shown
+
+
+# Goal: a truncation seen of an incarnation the catalog then drops (its topic deleted, or the
+# incarnation replaced) is forgotten at the catalog's next version, so what the policy keeps
+# stays bounded by the catalog.
+@asynchronous
+async def test_sightings_of_incarnations_the_catalog_dropped_are_forgotten() -> None:
+    catalog = _catalog(_link(on_source_truncated="resync"), MIRROR)
+    group = GroupId(int(catalog.topic("orders").partitions[0].group_id))
+    resyncs = TruncatedResyncs(SimpleHolder(catalog), CatalogProposer(catalog), structlog.get_logger(),  # type: ignore[arg-type]
+                               monotonic=lambda: 0.0)
+    _, shown = await resyncs.on_truncated(_truncation(group), FakeSource({0: []}), _behind)
+    assert "resync once the truncation is seen again" in shown and group in resyncs._seen
+    assert catalog.apply(Index(catalog.applied_index + 1), DeleteTopic(name="orders")).ok
+    resyncs.counts()  # the catalog's next version: what it no longer names is forgotten
+    assert resyncs._seen == {}

@@ -76,7 +76,8 @@ def _wire(chunk: LogChunk, lie: dict[str, str]) -> tuple[bytes, dict[str, str]]:
 
 
 # Goal: A leads at position 0 and sends its read; leadership moves while it is out (B may copy
-# past 0 meanwhile); the answer, the source's log starting at 100, decides nothing: no resync.
+# past 0 meanwhile); the answer, the source's log starting at 100, decides nothing: no resync,
+# the source not even asked to confirm it, and no second read (the pull ends with its leadership).
 @asynchronous
 async def test_a_pull_that_lost_leadership_during_its_read_proposes_nothing(
         monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
@@ -86,7 +87,8 @@ async def test_a_pull_that_lost_leadership_during_its_read_proposes_nothing(
     try:
         await pulls.scan()
         await _until(lambda: pulls._tasks[old].done(), "the pull to end with its leadership")
-        assert source.reads and proposer.proposed == [] and catalog.topic("orders").partitions[0].group_id == old
+        assert source.reads == [(0, 0)] and source.described == 0, (source.reads, source.described)
+        assert proposer.proposed == [] and catalog.topic("orders").partitions[0].group_id == old
     finally:
         await pulls.stop()
 

@@ -127,3 +127,24 @@ async def test_a_mirror_without_a_recorded_identity_waits_as_stop(
         assert catalog.topic("orders").partitions[0].group_id == old
     finally:
         await pulls.stop()
+
+
+# Goal: the source's nodes disagree on the partition's identity (one's catalog lags: the topic
+# made again there or not yet): nothing is confirmed, nothing proposed, and it is not taken for
+# a diverged source either: the pull waits, its status naming the groups, and reads again.
+@asynchronous
+async def test_source_nodes_disagreeing_on_the_identity_confirm_nothing(
+        monkeypatch: pytest.MonkeyPatch, pauses: list[float]) -> None:  # noqa: F811
+    source = FakeSource({0: _log(5, first=100)})
+    source.replica_starts, source.replica_groups = [100, 100, 100], [900, 4242, 900]
+    catalog, proposer, _, pulls, old = _setup(monkeypatch, "resync", source=source, clock=lambda: sum(pauses))
+    try:
+        await pulls.scan()
+        await _until(lambda: source.described >= 3, "confirmations")
+        status = pulls.status[old]
+        assert status.state == "source_truncated", status.state
+        assert "the source's nodes disagree on the partition's identity (groups [900, 4242])" in (
+            status.last_error or ""), status.last_error
+        assert proposer.proposed == [] and catalog.topic("orders").partitions[0].group_id == old
+    finally:
+        await pulls.stop()
