@@ -56,6 +56,7 @@ from raftlog.errors import ClientError
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:
+    from multiraft.metadata.catalog import Catalog
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.metadata_ops import MetadataOps
     from multiraft.node.mirror_pull import MirrorPulls
@@ -293,13 +294,27 @@ class MirrorLinks:
         factor = max(1, min(int(described["replication_factor"]), len(nodes)))
         assignments = place_replicas(nodes, count, factor, start=catalog.next_group_id,
                                      drained=catalog.drained_nodes())
+        identities = source_groups(described, count) if records_source_identity(catalog) else None
         await self._metadata.propose(CreateMirrorTopic(
             name=name, link=link.name, replication_factor=factor, config=config,
             assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts),
-            source_groups=source_groups(described, count)))
+            source_groups=identities))
         self._logger.info("mirror_topic_created", link=link.name, topic=name, partitions=count,
                           start_offsets=starts[:8])
         return None
+
+
+def records_source_identity(catalog: Catalog) -> bool:
+    """Whether discovery records the source partitions' identities in the mirror topics it makes
+    (`CreateMirrorTopic.source_groups`, which a truncated resync needs). A node of an earlier
+    version refuses such a command (its `decode_command` fails: its metadata replica fails and
+    reopens into the entry until upgraded), and restoring a snapshot it drops them silently.
+    True for now. The feature-version gate being built (branch `feature-gate`) makes this True
+    only once the cluster's finalized feature level includes them: this is the one line it
+    changes. Until then, pause every link during a rolling upgrade of the sink (docs/node.md,
+    "Upgrading"). `catalog`: the sink's, where the gate will read the finalized level."""
+    del catalog  # read by the gate to come
+    return True
 
 
 def source_groups(described: dict[str, Any], count: int) -> tuple[int, ...] | None:

@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+import structlog
 
 from multiraft.errors import InvalidRequest, SnapshotFormatError
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import decode_command, encode_command
 from multiraft.metadata.mirror_commands import CreateMirrorTopic, ResyncMirrorPartition
-from multiraft.node.mirror_links import source_groups
+from multiraft.node import mirror_links
+from multiraft.node.mirror_links import MirrorLinks, source_groups
 from raftlog.types import Index, NodeId
 from tests.unit.test_mirror_catalog import _catalog
 from tests.unit.test_mirror_link_tls import _link
 from tests.unit.test_mirror_pull import FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
-from tests.unit.test_mirror_truncated import MIRROR, _setup
+from tests.unit.test_mirror_truncated import MIRROR, CatalogProposer, SimpleHolder, _setup
 
 asynchronous = pytest.mark.asyncio(loop_scope="function")
 UNRECORDED = dataclasses.replace(MIRROR, source_groups=None)
@@ -148,3 +152,33 @@ async def test_source_nodes_disagreeing_on_the_identity_confirm_nothing(
         assert proposer.proposed == [] and catalog.topic("orders").partitions[0].group_id == old
     finally:
         await pulls.stop()
+
+
+class _DescribedSource(FakeSource):
+    """A source of one partition whose log starts at 0, and whose topic description (what
+    discovery reads with `get_json`) gives the partition's group id 900."""
+
+    def __init__(self) -> None:
+        super().__init__({0: _log(5)})
+
+    async def get_json(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        return {"name": "orders", "replication_factor": 1, "config": {}, "partitions": [
+            {"partition": 0, "group_id": 900, "log_start_offset": 0, "high_watermark": 10, "replicas": [1]}]}
+
+
+# Goal: discovery records the source partitions' identities only when `records_source_identity`
+# says so (the one line the feature-version gate will change, from the cluster's finalized
+# feature level); when it says no, the mirror topic's command is the one from before identities
+# existed, byte for byte (an older node applies it).
+@asynchronous
+@pytest.mark.parametrize("records", [True, False])
+async def test_discovery_records_identities_only_when_allowed(monkeypatch: pytest.MonkeyPatch, records: bool) -> None:
+    catalog = _catalog(_link())
+    proposer = CatalogProposer(catalog)
+    assert mirror_links.records_source_identity(catalog) is True  # until the gate lands
+    monkeypatch.setattr(mirror_links, "records_source_identity", lambda _: records)
+    links = MirrorLinks(NodeId(1), SimpleHolder(catalog), proposer, None, SimpleNamespace(register=lambda *_: None),  # type: ignore[arg-type]
+                        None, structlog.get_logger(), None)  # type: ignore[arg-type]
+    assert await links._create_mirror(_DescribedSource(), catalog.mirror_links["dr"], "orders") is None  # type: ignore[arg-type]
+    assert proposer.proposed == [MIRROR if records else UNRECORDED]
+    assert (encode_command(proposer.proposed[0]) == OLDER_COMMAND) is not records
