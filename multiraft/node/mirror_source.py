@@ -358,7 +358,8 @@ class SourceClient:
 
     async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
         """`partition` of `topic` as each of the link's addresses describes it (`GET
-        /v1/cluster`, which node answers, then `GET /v1/topics/{topic}` of each, all addresses at
+        /v1/cluster`, which node answers, then `GET /v1/topics/{topic}?consistency=linearizable`,
+        the source node's catalog caught up with its metadata leader's, of each, all addresses at
         once: a source node gives its own replica's offsets), those that answered; a
         `SourceError` when none did. Only the link's addresses are asked, never others the
         source names (the token goes nowhere else). The topic's read is shared by its
@@ -398,7 +399,9 @@ class SourceClient:
             node_id = cluster.get("node_id") if isinstance(cluster, dict) else None
             if not _is_node(node_id):
                 raise SourceError(f"source {source} did not name its node id (/v1/cluster)")
-            return node_id, index_partitions(await self.get_json(f"/v1/topics/{topic}", source=source))
+            # Linearizable: a source node whose catalog lags would describe an older identity.
+            described = await self.get_json(f"/v1/topics/{topic}", {"consistency": "linearizable"}, source=source)
+            return node_id, index_partitions(described)
 
         async with self._describing:
             # Side by side (one call's bound); one address failing fails only its own answer.

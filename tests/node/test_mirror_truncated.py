@@ -114,7 +114,6 @@ async def test_a_source_truncated_past_the_mirror_resyncs_or_stops_as_the_link_s
             status, _ = await _http(session, sink.nodes[1], "POST", f"/v1/admin/mirrors/{link}/resume")
             assert status == 200
 
-        # resync: a new incarnation from the source's log start, then identical and running.
         # resync: confirmed against the source's replicas and its identity, a new incarnation from
         # the lowest log start over them (all equal once retention settled), the identity kept.
         await _same(source, sink, "trunc-re", 1)

@@ -98,7 +98,7 @@ def described(*entries: dict[str, Any]) -> dict[str, Any]:
 
 
 # Goal: the client asks each of the link's addresses which node it is and for the topic's
-# description, and keeps the partition's view from each that answers well (a node down, an
+# description (linearizable: a lagging source catalog would give an older identity), and keeps the partition's view from each that answers well (a node down, an
 # answer malformed or impossible left out), never another address; none answering is a
 # SourceError.
 @asynchronous
@@ -122,7 +122,7 @@ async def test_the_client_reads_each_source_address_view_of_the_partition() -> N
         await client.close()
         for node in nodes:
             await node.stop()
-    calls = [("/v1/cluster", "Bearer tok"), ("/v1/topics/t", "Bearer tok")]
+    calls = [("/v1/cluster", "Bearer tok"), ("/v1/topics/t?consistency=linearizable", "Bearer tok")]
     assert [n.asked for n in nodes] == [calls, calls, calls * 2, calls]
     for bad in ({"partitions": [partition_entry(1, 0, 1, 2)]}, {"partitions": [partition_entry(1, 7, 1, None)]},
                 {"partitions": []}, {"partitions": [partition_entry(1, 7, -1, 2)]},
@@ -215,7 +215,7 @@ async def test_partitions_of_one_topic_share_one_description_read_per_address(
 
     monkeypatch.setattr(mirror_source.asyncio, "to_thread", counted)
     client = SourceClient(tuple(n.address for n in nodes), None)
-    calls = [("/v1/cluster", None), ("/v1/topics/t", None)]
+    calls = [("/v1/cluster", None), ("/v1/topics/t?consistency=linearizable", None)]
     try:
         async with asyncio.timeout(20):
             views = await asyncio.gather(*(client.partition_views("t", p) for p in range(count)))
