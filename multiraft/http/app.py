@@ -82,6 +82,7 @@ ROUTES: tuple[tuple[str, str, Handler], ...] = (
     ("POST", "/v1/admin/mirrors", mirrors.create),
     ("GET", "/v1/admin/mirrors", mirrors.list_links),
     ("GET", "/v1/admin/mirrors/{name}", mirrors.status),
+    ("PATCH", "/v1/admin/mirrors/{name}", mirrors.alter),
     ("DELETE", "/v1/admin/mirrors/{name}", mirrors.delete),
     ("POST", "/v1/admin/mirrors/{name}/pause", mirrors.pause),
     ("POST", "/v1/admin/mirrors/{name}/resume", mirrors.resume),

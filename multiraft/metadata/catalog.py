@@ -72,6 +72,7 @@ from multiraft.metadata.commands import (
     ReplicaLeft,
     ResyncMirrorPartition,
     SetClusterConfig,
+    SetMirrorLinkPolicy,
     SetMirrorLinkState,
     SetNodeDecommissioning,
     SetNodeDrained,
@@ -80,7 +81,6 @@ from multiraft.metadata.commands import (
 from multiraft.metadata.mirror_commands import (
     MIRROR_LINKS_MAX,
     GrowMirrorTopic,
-    LinkState,
     MirrorCommand,
     MirrorLink,
 )
@@ -329,9 +329,8 @@ class Catalog:
         if isinstance(command, CreateMirrorLink):
             self.mirror_links[command.name] = link = command.link()
             return link
-        if isinstance(command, SetMirrorLinkState):
-            self.mirror_links[command.name] = link = replace(self.mirror_links[command.name],
-                                                             state=LinkState(command.state))
+        if isinstance(command, SetMirrorLinkState | SetMirrorLinkPolicy):
+            self.mirror_links[command.name] = link = command.applied_to(self.mirror_links[command.name])
             return link
         if isinstance(command, DeleteMirrorLink):
             return self.mirror_links.pop(command.name)
@@ -345,21 +344,22 @@ class Catalog:
             self.next_group_id = GroupId(self.next_group_id + len(command.assignments))
             return topic
         topic = self._create(_as_create(command))
-        partitions = tuple(replace(p, start_offset=start) for p, start in zip(topic.partitions,
-                                                                              command.start_offsets, strict=True))
+        partitions = tuple(replace(p, start_offset=start, source_group=source) for p, start, source in zip(
+            topic.partitions, command.start_offsets, command.source_groups or (None,) * len(topic.partitions),
+            strict=True))
         self.topics[command.name] = topic = replace(topic, partitions=partitions, mirror_link=command.link,
                                                     mirror_partitions=len(partitions))
         return topic
 
-    def _resync(self, command: ResyncMirrorPartition) -> TopicInfo:
+    def _resync(self, command: ResyncMirrorPartition) -> TopicInfo | None:
         """A new incarnation of a mirror partition (the next group id, its log starting at
         `start_offset`, or keeping the old one's first start point and prefix): every host
         drops the old group and starts the new one (reconcile). A resync of an incarnation
-        already replaced changes nothing."""
+        already replaced changes nothing, and its result says so (None, not the topic)."""
         topic = self.topics[command.name]
         old = topic.partitions[command.partition]
         if old.group_id != command.group_id:
-            return topic
+            return None
         # Kept only while the partition has not moved since the old incarnation began (see
         # mirror_prefix.may_keep_prefix: its first voters are its replicas) and the voters the
         # leader saw are still its replicas (a move that ended meanwhile).

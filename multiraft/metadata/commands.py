@@ -63,6 +63,7 @@ from multiraft.metadata.mirror_commands import (
     GrowMirrorTopic,
     PromoteMirrorTopic,
     ResyncMirrorPartition,
+    SetMirrorLinkPolicy,
     SetMirrorLinkState,
     decoded_mirror_arguments,
     omitted_mirror_fields,
@@ -76,8 +77,8 @@ __all__ = [
     "REPLICATION_FACTOR_MAX", "TOPIC_CONFIG_KEYS", "TYPED_CONFIG", "AllocateProducerIds", "AlterTopicConfig",
     "Command", "ConfigValue", "CreateMirrorLink", "CreateMirrorTopic", "CreatePartitions", "CreateTopic",
     "DeleteMirrorLink", "DeleteToken", "DeleteTopic", "GrowMirrorTopic", "NodeStatus", "PromoteMirrorTopic", "PutToken",
-    "RegisterNode", "ReplaceReplica", "ReplicaLeft", "ResyncMirrorPartition", "SetClusterConfig", "SetMirrorLinkState",
-    "SetNodeDecommissioning", "SetNodeDrained", "SetNodeStatus", "check_config", "check_config_entry",
+    "RegisterNode", "ReplaceReplica", "ReplicaLeft", "ResyncMirrorPartition", "SetClusterConfig", "SetMirrorLinkPolicy",
+    "SetMirrorLinkState", "SetNodeDecommissioning", "SetNodeDrained", "SetNodeStatus", "check_config", "check_config_entry",
     "check_known_config", "check_topic_name", "decode_command", "encode_command",
 ]
 
@@ -341,6 +342,7 @@ Command = (
     | SetNodeDecommissioning
     | CreateMirrorLink
     | SetMirrorLinkState
+    | SetMirrorLinkPolicy
     | DeleteMirrorLink
     | CreateMirrorTopic
     | PromoteMirrorTopic

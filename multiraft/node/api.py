@@ -322,6 +322,11 @@ class NodeApi:
         """What the full syncs this node ran (as sink leader) found, by link (docs/mirror.md)."""
         return self.mirrors.verifier.counts()
 
+    def mirror_truncated_resyncs(self) -> dict[str, int]:
+        """Mirror partitions this node resynced because their source truncated past them, by
+        link (docs/mirror.md "The source truncated past a mirror")."""
+        return self.mirrors.pulls.truncated.counts()
+
     def transport_stats(self) -> TransportStats:
         return self._transport.stats()
 

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
-from multiraft.metadata.catalog import ProducerIdBlock
+from multiraft.metadata.catalog import ProducerIdBlock, TopicInfo
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
@@ -294,9 +294,13 @@ class MetadataOps:
 
 
 def _catalog_value(value: Any) -> dict[str, Any]:
-    """A catalog result as JSON-able data (it crosses nodes when forwarded)."""
+    """A catalog result as JSON-able data (it crosses nodes when forwarded): a topic changed
+    names it (a mirror resync that replaced its incarnation does; one that changed nothing
+    answers `{}`, as does a metadata leader of an earlier version)."""
     if isinstance(value, ProducerIdBlock):
         return {"first": value.first, "count": value.count}
+    if isinstance(value, TopicInfo):
+        return {"topic": value.name}
     return {}
 
 

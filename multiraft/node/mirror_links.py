@@ -1,6 +1,7 @@
 """Mirror links: their admin operations, the discovery of source topics, their status.
 
-- Admin (any node): create, pause, resume and delete links, promote a mirror topic:
+- Admin (any node): create, pause, resume, alter (`on_source_truncated`) and delete links,
+  promote a mirror topic:
   catalog commands through the metadata leader (multiraft/metadata/mirror_commands.py).
 - Discovery (the metadata leader, one supervised loop): every `DISCOVER_INTERVAL_S`,
   each running link lists the source's topics; each one its pattern matches and the
@@ -71,12 +72,19 @@ from multiraft.metadata.mirror_commands import (
     LinkState,
     MirrorLink,
     PromoteMirrorTopic,
+    SetMirrorLinkPolicy,
     SetMirrorLinkState,
     pattern_matches,
 )
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
 from multiraft.metadata.placement import PlacementNode, place_replicas
-from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s, source_client
+from multiraft.node.mirror_source import (
+    SourceClient,
+    SourceError,
+    backoff_s,
+    parse_partition_view,
+    source_client,
+)
 from multiraft.node.routing import call_peer
 from multiraft.transport.rpc import answer
 from raftlog.errors import ClientError
@@ -172,6 +180,12 @@ class MirrorLinks:
         await self._metadata.propose(SetMirrorLinkState(name=name, state=state.value))
         return await self._described(name)
 
+    async def alter(self, command: SetMirrorLinkPolicy) -> dict[str, object]:
+        """Change a link's `on_source_truncated` (its pulls read it when a truncation is found)."""
+        self.link(command.name)
+        await self._metadata.propose(command)
+        return await self._described(command.name)
+
     async def delete(self, name: str) -> None:
         self.link(name)
         await self._metadata.propose(DeleteMirrorLink(name=name))
@@ -219,6 +233,7 @@ class MirrorLinks:
         answers = await asyncio.gather(*(self._node_status(n, name) for n in nodes), return_exceptions=True)
         pulls: dict[tuple[str, int], dict[str, Any]] = {}
         verifies: dict[tuple[str, int], dict[str, Any]] = {}
+        truncated: dict[tuple[str, int], list[dict[str, Any]]] = {}  # resyncs each node proposed, by partition
         discovery: dict[str, Any] | None = None
         unreachable = []
         for node, found in zip(nodes, answers, strict=True):
@@ -232,10 +247,13 @@ class MirrorLinks:
                 key = (verdict["topic"], verdict["partition"])
                 if key not in verifies or verifies[key]["at_ms"] < verdict["at_ms"]:
                     verifies[key] = verdict
+            for resyncs in found.get("truncated_resyncs", []):  # absent from a node of an earlier version
+                truncated.setdefault((resyncs["topic"], resyncs["partition"]), []).append({**resyncs, "node": node})
         topics = []
         for topic in sorted((t for t in catalog.topics.values() if t.mirror_link == name), key=lambda t: t.name):
             partitions = [{**pulls.get((topic.name, p.partition), {"partition": p.partition, "state": "unknown"}),
-                           "last_verify": _verify_view(verifies.get((topic.name, p.partition)))}
+                           "last_verify": _verify_view(verifies.get((topic.name, p.partition))),
+                           **_truncated_view(truncated.get((topic.name, p.partition), []))}
                           for p in topic.partitions]
             topics.append({"topic": topic.name, "promoted": topic.mirror_promoted, "partitions": partitions})
         return {**link.describe(), "discovery": discovery, "topics": topics, "nodes_unreachable": unreachable}
@@ -252,7 +270,8 @@ class MirrorLinks:
         topics = set(self._catalog.catalog.mirror_topics(name))
         return {"discovery": discovery.view() if discovery is not None else None,
                 "pulls": [s.view() for s in self.pulls.status.values() if s.link == name],
-                "verifies": [v.to_json() for (topic, _), v in sorted(self.verifier.last.items()) if topic in topics]}
+                "verifies": [v.to_json() for (topic, _), v in sorted(self.verifier.last.items()) if topic in topics],
+                "truncated_resyncs": self.pulls.truncated.partitions(name)}
 
     async def _serve_status(self, source: int, body: bytes) -> tuple[int, bytes]:
         async def work() -> dict[str, Any]:
@@ -359,9 +378,11 @@ class MirrorLinks:
             self._metadata.check_files(assignments)  # as a topic made by hand
         except InvalidRequest as error:  # no live node, or no descriptors left for the new replicas
             return f"the sink cannot place its {made} partitions: {error}"
+        identities = source_groups(described, made) if records_source_identity(catalog) else None
         try:  # the source's answers are in it (config, start offsets): a bad one refuses this topic only
             command = CreateMirrorTopic(name=name, link=link.name, replication_factor=factor, config=config,
-                                        assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
+                                        assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts),
+                                        source_groups=identities)
         except InvalidRequest as error:
             return f"the source's description is refused: {client.scrub(str(error))}"
         try:
@@ -448,6 +469,30 @@ def listed_growth(catalog: Catalog, link: str, counts: dict[str, object]) -> tup
     return growing, refused
 
 
+def records_source_identity(catalog: Catalog) -> bool:
+    """Whether discovery records the source partitions' identities in the mirror topics it makes
+    (`CreateMirrorTopic.source_groups`, which a truncated resync needs). A node of an earlier
+    version refuses such a command (its `decode_command` fails: its metadata replica fails and
+    reopens into the entry until upgraded), and restoring a snapshot it drops them silently.
+    True for now. The feature-version gate being built (branch `feature-gate`) makes this True
+    only once the cluster's finalized feature level includes them: this is the one line it
+    changes. Until then, pause every link during a rolling upgrade of the sink (docs/node.md,
+    "Upgrading"). `catalog`: the sink's, where the gate will read the finalized level."""
+    del catalog  # read by the gate to come
+    return True
+
+
+def source_groups(described: dict[str, Any], count: int) -> tuple[int, ...] | None:
+    """The source partitions' group ids as the source's description gives them: the mirror's
+    record of what it copies (a resync after the source truncated past it needs the source's
+    equal to it: multiraft/node/mirror_truncated.py). None when one is missing or malformed:
+    the mirror is made all the same, and such a resync then waits for an operator."""
+    try:
+        return tuple(parse_partition_view(described, p).group_id for p in range(count))
+    except SourceError:
+        return None
+
+
 def _verify_view(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
     """A partition's last full sync as its status shows it: when, the verdict, what was compared
     and repaired (the whole verdict is in the verify's own answer)."""
@@ -455,3 +500,13 @@ def _verify_view(verdict: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     return {key: verdict[key] for key in ("at_ms", "status", "lo", "hi", "ranges", "nodes_compared", "spans",
                                           "repair", "seconds", "leader")}
+
+
+def _truncated_view(resyncs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A partition's resyncs because the source truncated past it (docs/mirror.md, "The source
+    truncated past a mirror"): how many the sink's nodes proposed (each counts its own, in
+    memory), and the last one."""
+    last = max(resyncs, key=lambda r: r["at_ms"], default=None)
+    return {"truncated_resyncs": sum(r["count"] for r in resyncs),
+            "last_truncated_resync": {key: last[key] for key in ("at_ms", "deleted", "start_offset", "old_group",
+                                                                  "node")} if last is not None else None}

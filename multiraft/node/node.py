@@ -178,7 +178,7 @@ class Node:
         # (firewall rules between two clusters on one host match it: chaos/mirror.py).
         source_host = None if self.config.http_addr.host in ("", "0.0.0.0", "::") else self.config.http_addr.host
         self.mirror_pulls = MirrorPulls(self.registry, self.catalog_holder, self.logger, local_host=source_host,
-                                        chunk_filter=self.faults.mirror_chunk)
+                                        chunk_filter=self.faults.mirror_chunk, metadata=self.metadata)
         # The full sync (docs/mirror.md): the source serves trees, the sink's leaders compare.
         self.partition_trees = PartitionTrees(self.scrubber.trees, self.registry, self.catalog_holder, self.routing,
                                               self.rpc)
