@@ -25,7 +25,8 @@
   than the mirror has, the new ones are read for their log start offsets (one read
   each) and `GrowMirrorTopic` adds them in mirror mode, placed as a mirror topic's are.
   Within the same bounds as creation: at most `CREATES_PER_ROUND_MAX` creations and
-  growths a round, and `READS_PER_ROUND_MAX` log-start reads for them all (a mirror
+  growths a round, and `READS_PER_ROUND_MAX` log-start reads for them all (`ReadBudget`,
+  `listed_growth`: multiraft/node/mirror_follow.py) (a mirror
   with more new partitions than reads are left is made or grown by those read, and
   grown further in the next rounds: a partition count only grows, and the source has
   at least as many), a count above `PARTITIONS_MAX` refused before any read; a count
@@ -78,6 +79,7 @@ from multiraft.metadata.mirror_commands import (
 )
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
 from multiraft.metadata.placement import PlacementNode, place_replicas
+from multiraft.node.mirror_follow import ReadBudget, listed_growth, mirror_size
 from multiraft.node.mirror_source import (
     SourceClient,
     SourceError,
@@ -102,11 +104,6 @@ if TYPE_CHECKING:
 DISCOVER_INTERVAL_S = 1.0
 TOPICS_PER_LINK_MAX = 1000  # source topics one link mirrors
 CREATES_PER_ROUND_MAX = 16  # mirror topics created or grown by one link's round (each reads its new partitions)
-# Log-start reads of one link's round, its creations and growths together (one per new
-# partition, each up to the source client's call bound): links are discovered one after
-# another, so this bounds how long one slow source holds up the others. A mirror with more
-# new partitions than are left is made or grown by those read, and grown further next round.
-READS_PER_ROUND_MAX = 64
 STATUS_CALL_TIMEOUT_S = 2.0
 # What group 0 answers a mirror's creation or growth that another change overtook between
 # discovery's look and the entry's apply (a promotion, a delete, the same creation or growth
@@ -115,23 +112,6 @@ STATUS_CALL_TIMEOUT_S = 2.0
 CATALOG_REFUSALS = frozenset(error.code for error in (NotAMirror, UnknownTopic, UnknownMirrorLink, TopicExists,
                                                       InvalidPartitions, InvalidReplicaAssignment, ResourceExhausted))
 CONFLICTS_SHOWN_MAX = 20
-
-
-@dataclass(slots=True)
-class ReadBudget:
-    """The log-start reads one link's round may still make (`READS_PER_ROUND_MAX`)."""
-
-    left: int = READS_PER_ROUND_MAX
-
-    async def log_starts(self, client: SourceClient, topic: str, partitions: range) -> list[int]:
-        """The source's log start offset of each of `partitions` of `topic`, one read each,
-        every read taken from the budget (a failed one too)."""
-        assert len(partitions) <= self.left
-        starts = []
-        for partition in partitions:
-            self.left -= 1
-            starts.append((await client.read_log(topic, partition, 0, 1, 0)).log_start_offset)
-        return starts
 
 
 @dataclass(slots=True)
@@ -403,7 +383,7 @@ class MirrorLinks:
         by as many as `budget` has reads left (the others next round), each new one starting
         at its source partition's log start offset now; or why not."""
         assert TOPIC_NAME_PATTERN.fullmatch(name) and said <= PARTITIONS_MAX  # checked by the caller
-        current = _mirror_size(self._catalog.catalog, name, link.name)
+        current = mirror_size(self._catalog.catalog, name, link.name)
         if current is None or current >= said:
             return None  # promoted, deleted or grown since the listing: the next round looks again
         count = min(said, current + budget.left)  # the source has at least this many: a partial growth is one
@@ -412,7 +392,7 @@ class MirrorLinks:
         except SourceError as error:  # this topic's (a new partition not led yet, say): the others go on
             return f"the source has {said} partitions; a new one's log start was not read: {client.scrub(str(error))}"
         catalog = self._catalog.catalog
-        if _mirror_size(catalog, name, link.name) != current:  # changed during the reads
+        if mirror_size(catalog, name, link.name) != current:  # changed during the reads
             return None
         topic = catalog.topics[name]
         nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
@@ -433,40 +413,12 @@ class MirrorLinks:
         except ClientError as error:
             if error.code not in CATALOG_REFUSALS:
                 raise
-            if _mirror_size(self._catalog.catalog, name, link.name) != current:
+            if mirror_size(self._catalog.catalog, name, link.name) != current:
                 return None  # promoted, deleted or grown meanwhile (the previous leader's growth): the next round looks
             return f"the source has {said} partitions; the catalog refused the growth: {error}"
         self._logger.info("mirror_topic_grown", link=link.name, topic=name, partitions=count, before=current,
                           source_partitions=said, start_offsets=starts[:8])
         return None
-
-
-def _mirror_size(catalog: Catalog, name: str, link: str) -> int | None:
-    """The partition count of `name` if it is `link`'s mirror not promoted, else None."""
-    topic = catalog.topics.get(name)
-    return len(topic.partitions) if topic is not None and topic.mirror_link == link and topic.is_mirror else None
-
-
-def listed_growth(catalog: Catalog, link: str, counts: dict[str, object]) -> tuple[dict[str, int], dict[str, str]]:
-    """Which of `link`'s mirror topics not promoted the source's listing (`counts`: topic ->
-    partition count as the source says it, untrusted) asks to grow, and to what count; and
-    which counts are refused, with why (never applied: the mirror keeps pulling what it has)."""
-    growing: dict[str, int] = {}
-    refused: dict[str, str] = {}
-    for name, said in counts.items():
-        current = _mirror_size(catalog, name, link)
-        if current is None:
-            continue
-        if not isinstance(said, int) or isinstance(said, bool):
-            refused[name] = "the source's listing gives no partition count"
-        elif said < current:
-            refused[name] = (f"the source says {said} partitions, fewer than the mirror's {current}: a partition "
-                             f"count never shrinks (was the source topic made again?); the mirror keeps its {current}")
-        elif said > PARTITIONS_MAX:
-            refused[name] = f"the source says {said} partitions; a topic has 1..{PARTITIONS_MAX}"
-        elif said > current:
-            growing[name] = said
-    return growing, refused
 
 
 def records_source_identity(catalog: Catalog) -> bool:

@@ -22,7 +22,7 @@ from multiraft.metadata.mirror_commands import (
     GrowMirrorTopic,
     PromoteMirrorTopic,
 )
-from multiraft.node import mirror_links, open_files
+from multiraft.node import mirror_follow, mirror_links, open_files
 from multiraft.node.mirror_links import Discovery, MirrorLinks
 from multiraft.node.mirror_source import LogChunk, SourceError, parse_log_answer
 from raftlog.types import GroupId, Index, NodeId
@@ -221,7 +221,7 @@ async def test_a_round_reads_at_most_its_budget_and_the_next_rounds_go_on() -> N
     # growths together, so a slow source holds the other links up for that many at most. A
     # mirror with more partitions than are left is made, or grown, by those read; the next
     # rounds grow it to the source's count, each new partition at its own source log start.
-    budget = mirror_links.READS_PER_ROUND_MAX
+    budget = mirror_follow.READS_PER_ROUND_MAX
     said = {"orders-big": budget + 10, "orders": 2 + budget // 2}
     source = Source(said, {(t, p): str(p * 10 + 1) for t, count in said.items() for p in range(count)})
     catalog = _catalog(LINK, MIRROR)

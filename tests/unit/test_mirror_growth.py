@@ -42,7 +42,7 @@ from multiraft.metadata.mirror_commands import (
     ResyncMirrorPartition,
 )
 from multiraft.node.mirror_bootstrap import mirror_start
-from multiraft.node.mirror_links import listed_growth
+from multiraft.node.mirror_follow import listed_growth
 from raftlog.types import GroupId, Index, NodeId
 from tests.unit.test_group_machine import Log
 from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog

@@ -85,6 +85,9 @@ class CatalogProposer:
                 if index > self.follower.applied_index:
                     self.follower.apply(index, command)
 
+    def check_files(self, assignments: list[list[NodeId]]) -> None:
+        """No open-files limit here (discovery asks before it proposes a mirror)."""
+
     async def propose(self, command: Any) -> Any:
         self.proposed.append(command)
         if self.refusals:

@@ -25,6 +25,7 @@ from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import decode_command, encode_command
 from multiraft.metadata.mirror_commands import CreateMirrorTopic, ResyncMirrorPartition
 from multiraft.node import mirror_links
+from multiraft.node.mirror_follow import ReadBudget
 from multiraft.node.mirror_links import MirrorLinks, source_groups
 from raftlog.types import Index, NodeId
 from tests.unit.test_mirror_catalog import _catalog
@@ -179,6 +180,7 @@ async def test_discovery_records_identities_only_when_allowed(monkeypatch: pytes
     monkeypatch.setattr(mirror_links, "records_source_identity", lambda _: records)
     links = MirrorLinks(NodeId(1), SimpleHolder(catalog), proposer, None, SimpleNamespace(register=lambda *_: None),  # type: ignore[arg-type]
                         None, structlog.get_logger(), None)  # type: ignore[arg-type]
-    assert await links._create_mirror(_DescribedSource(), catalog.mirror_links["dr"], "orders") is None  # type: ignore[arg-type]
+    assert await links._create_mirror(_DescribedSource(), catalog.mirror_links["dr"], "orders",  # type: ignore[arg-type]
+                                      ReadBudget()) is None
     assert proposer.proposed == [MIRROR if records else UNRECORDED]
     assert (encode_command(proposer.proposed[0]) == OLDER_COMMAND) is not records
