@@ -61,10 +61,11 @@ class PartitionInfo:
     # as a new replica would. Empty: none kept.
     prefix: tuple[int, int, int, int] = ()
     # A mirror partition's identity at its source: the source partition's group id when the
-    # mirror was made (`CreateMirrorTopic.source_groups`; kept across resyncs, which copy the
-    # same source partition). A resync after the source truncated past the mirror needs it
-    # equal to the source's (multiraft/node/mirror_truncated.py). None: not recorded (a
-    # mirror made before it was, or not a mirror).
+    # mirror was made or grown with it (`CreateMirrorTopic.source_groups`,
+    # `GrowMirrorTopic.source_groups`; kept across resyncs, which copy the same source
+    # partition). A resync after the source truncated past the mirror needs it equal to the
+    # source's (multiraft/node/mirror_truncated.py). None: not recorded (a mirror made or
+    # grown before it was, or not a mirror).
     source_group: int | None = None
 
     @property

@@ -106,6 +106,15 @@ def check_on_source_truncated(value: object) -> None:
         raise InvalidRequest("on_source_truncated is stop or resync")
 
 
+def check_source_groups(source_groups: object, partitions: int) -> None:
+    """A mirror topic's recorded source identities (`CreateMirrorTopic`'s, `GrowMirrorTopic`'s
+    for its new partitions): absent, or one source group id per partition."""
+    if source_groups is not None and (
+            not isinstance(source_groups, tuple) or len(source_groups) != partitions
+            or not all(is_int(g) and 1 <= g <= OFFSET_MAX for g in source_groups)):
+        raise InvalidRequest("source_groups are one source group id (1..2**63-1) per partition, or absent")
+
+
 def check_source_tls(source_tls: object, source_ca: object) -> None:
     """`source_tls` a bool; `source_ca` absent, or a PEM bundle of CA certificates (pem_bundle.py)
     that only an HTTPS link may carry (a CA for a plain HTTP source would be silently unused)."""
@@ -274,10 +283,7 @@ class CreateMirrorTopic:
             raise InvalidRequest("one start offset per partition")
         if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
             raise InvalidRequest("start offsets are 0..2**63-1")
-        if self.source_groups is not None and (
-                not isinstance(self.source_groups, tuple) or len(self.source_groups) != len(self.assignments)
-                or not all(is_int(g) and 1 <= g <= OFFSET_MAX for g in self.source_groups)):
-            raise InvalidRequest("source_groups are one source group id (1..2**63-1) per partition, or absent")
+        check_source_groups(self.source_groups, len(self.assignments))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,13 +296,17 @@ class GrowMirrorTopic:
     mirror mode, as the first ones did, and `mirror_partitions` becomes `count`. The total
     rides along (as `CreatePartitions`'s) so a second proposal of the same growth, racing
     the first across a metadata leader change, is refused on apply instead of growing the
-    mirror twice. Checks against the catalog: mirror_growth.check_mirror_growth."""
+    mirror twice. `source_groups[i]`: the new partition `count - len(assignments) + i`'s
+    identity at the source, as `CreateMirrorTopic`'s (None: not recorded, and then not
+    written at all, so the command is the one from before the field existed). Checks
+    against the catalog: mirror_growth.check_mirror_growth."""
 
     name: str
     link: str
     count: int
     assignments: tuple[tuple[NodeId, ...], ...]
     start_offsets: tuple[int, ...]
+    source_groups: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_topic_name(self.name)
@@ -317,6 +327,7 @@ class GrowMirrorTopic:
             raise InvalidRequest("one start offset per new partition")
         if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
             raise InvalidRequest("start offsets are 0..2**63-1")
+        check_source_groups(self.source_groups, len(self.assignments))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -409,21 +420,22 @@ LINK_FIELD_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None
                                           "on_source_truncated": OnSourceTruncated.STOP.value}
 
 
-# And for `CreateMirrorTopic`'s: the source partitions' identities. A mirror topic without them
-# (made by an earlier discovery) is written as before they existed, and decodes without them.
+# And for `CreateMirrorTopic`'s and `GrowMirrorTopic`'s: the source partitions' identities. A
+# mirror topic made or grown without them (by an earlier discovery, or while
+# `records_source_identity` says no) is written as before they existed, and decodes without them.
 MIRROR_TOPIC_FIELD_DEFAULTS: dict[str, object] = {"source_groups": None}
 
 
 def omitted_mirror_fields(command: object) -> frozenset[str]:
     """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it
     keeps none; a link's later fields at their defaults (its TLS fields when it is plain
-    HTTP, its CA when it has none, `on_source_truncated` when `stop`); a mirror topic's
-    `source_groups` when not recorded."""
+    HTTP, its CA when it has none, `on_source_truncated` when `stop`); a mirror topic's or a
+    growth's `source_groups` when not recorded."""
     if isinstance(command, ResyncMirrorPartition) and not command.prefix_index:
         return frozenset(RESYNC_PREFIX_DEFAULTS)
     if isinstance(command, CreateMirrorLink):
         return frozenset(k for k, default in LINK_FIELD_DEFAULTS.items() if getattr(command, k) == default)
-    if isinstance(command, CreateMirrorTopic):
+    if isinstance(command, CreateMirrorTopic | GrowMirrorTopic):
         return frozenset(k for k, default in MIRROR_TOPIC_FIELD_DEFAULTS.items() if getattr(command, k) == default)
     return frozenset()
 
@@ -440,11 +452,10 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
         arguments["prefix_voters"] = tuple(arguments["prefix_voters"])  # type: ignore[arg-type]
-    if cls is CreateMirrorTopic:
+    if cls in (CreateMirrorTopic, GrowMirrorTopic):
         arguments = {**MIRROR_TOPIC_FIELD_DEFAULTS, **arguments}
         if isinstance(arguments.get("source_groups"), list):
             arguments["source_groups"] = tuple(arguments["source_groups"])  # type: ignore[arg-type]
-    if cls in (CreateMirrorTopic, GrowMirrorTopic):
         if isinstance(arguments.get("assignments"), list):
             arguments["assignments"] = tuple(tuple(r) if isinstance(r, list) else r
                                              for r in arguments["assignments"])  # type: ignore[union-attr]

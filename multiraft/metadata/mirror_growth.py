@@ -8,7 +8,9 @@ here, so every replica of group 0 decides the same from the same topic record:
   The nodes being registered and the group ids left are the catalog's own checks, shared
   with the other commands that add partitions.
 - `grown_mirror`: the topic with the new partitions appended, each on the next group id
-  and starting at its source partition's log start offset, and `mirror_partitions` raised
+  and starting at its source partition's log start offset, recording its source
+  partition's identity when the command carries it (`source_group`, as a mirror made by
+  `CreateMirrorTopic` does: a truncated resync needs it), and `mirror_partitions` raised
   to the new count. A mirror not promoted holds only partitions it was made or grown with,
   so its mirror partitions stay a prefix of its partitions: `mirror_start`
   (multiraft/node/mirror_bootstrap.py) tells a mirror partition by `partition <
@@ -61,8 +63,11 @@ def grown_mirror(topic: TopicInfo, command: GrowMirrorTopic, first_group_id: Gro
     """`topic` grown by `command` (checked), its new partitions on the group ids from
     `first_group_id` on (the caller moves its counter past them)."""
     current = len(topic.partitions)
-    added = tuple(PartitionInfo(current + i, GroupId(first_group_id + i), replicas, start_offset=start)
-                  for i, (replicas, start) in enumerate(zip(command.assignments, command.start_offsets, strict=True)))
+    sources = command.source_groups or (None,) * len(command.assignments)
+    added = tuple(PartitionInfo(current + i, GroupId(first_group_id + i), replicas, start_offset=start,
+                                source_group=source)
+                  for i, (replicas, start, source) in enumerate(zip(command.assignments, command.start_offsets,
+                                                                    sources, strict=True)))
     grown = replace(topic, partitions=topic.partitions + added, mirror_partitions=command.count)
     assert len(grown.partitions) == grown.mirror_partitions == command.count
     return grown

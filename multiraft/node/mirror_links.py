@@ -23,7 +23,9 @@
 - Growth (the same loop): each of the link's mirror topics not promoted follows its
   source topic's partition increase. When the source's listing says more partitions
   than the mirror has, the new ones are read for their log start offsets (one read
-  each) and `GrowMirrorTopic` adds them in mirror mode, placed as a mirror topic's are.
+  each) and `GrowMirrorTopic` adds them in mirror mode, placed as a mirror topic's are,
+  with their source identities from the source's description as a creation records its
+  (`records_source_identity`; a description not showing them yet refuses the growth).
   Within the same bounds as creation: at most `CREATES_PER_ROUND_MAX` creations and
   growths a round, and `READS_PER_ROUND_MAX` log-start reads for them all (`ReadBudget`,
   `listed_growth`: multiraft/node/mirror_follow.py) (a mirror
@@ -358,7 +360,7 @@ class MirrorLinks:
             self._metadata.check_files(assignments)  # as a topic made by hand
         except InvalidRequest as error:  # no live node, or no descriptors left for the new replicas
             return f"the sink cannot place its {made} partitions: {error}"
-        identities = source_groups(described, made) if records_source_identity(catalog) else None
+        identities = source_groups(described, range(made)) if records_source_identity(catalog) else None
         try:  # the source's answers are in it (config, start offsets): a bad one refuses this topic only
             command = CreateMirrorTopic(name=name, link=link.name, replication_factor=factor, config=config,
                                         assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts),
@@ -381,12 +383,24 @@ class MirrorLinks:
                            budget: ReadBudget) -> str | None:
         """Grow mirror `name` toward the source's `said` partitions (checked by `listed_growth`),
         by as many as `budget` has reads left (the others next round), each new one starting
-        at its source partition's log start offset now; or why not."""
+        at its source partition's log start offset now and, when `records_source_identity`
+        allows, recording its source partition's identity from the source's description (as a
+        mirror made does); or why not."""
         assert TOPIC_NAME_PATTERN.fullmatch(name) and said <= PARTITIONS_MAX  # checked by the caller
         current = mirror_size(self._catalog.catalog, name, link.name)
         if current is None or current >= said:
             return None  # promoted, deleted or grown since the listing: the next round looks again
         count = min(said, current + budget.left)  # the source has at least this many: a partial growth is one
+        identities = None
+        if records_source_identity(self._catalog.catalog):
+            try:  # read before the log starts: a failure here spends none of the round's budget
+                described = await client.get_json(f"/v1/topics/{name}")
+            except SourceError as error:  # this topic's, as a creation's: the others go on
+                return f"the source has {said} partitions; its description was not read: {client.scrub(str(error))}"
+            if not isinstance(described, dict) or not isinstance(described.get("partitions"), list) or len(
+                    described["partitions"]) < count:  # a source node whose catalog lags the listing's
+                return f"the source has {said} partitions; its description does not show the new ones yet"
+            identities = source_groups(described, range(current, count))  # None: grown without, as a creation
         try:
             starts = await budget.log_starts(client, name, range(current, count))
         except SourceError as error:  # this topic's (a new partition not led yet, say): the others go on
@@ -404,8 +418,8 @@ class MirrorLinks:
         except InvalidRequest as error:  # too few live nodes, or no descriptors left for the new replicas
             return f"the source has {said} partitions; the new ones cannot be placed here: {error}"
         try:  # the source's start offsets are in it: a bad one refuses this topic only
-            command = GrowMirrorTopic(name=name, link=link.name, count=count,
-                                      assignments=tuple(tuple(r) for r in assignments), start_offsets=tuple(starts))
+            command = GrowMirrorTopic(name=name, link=link.name, count=count, assignments=tuple(tuple(r) for r in assignments),
+                                      start_offsets=tuple(starts), source_groups=identities)
         except InvalidRequest as error:
             return f"the source has {said} partitions; their log starts are refused: {error}"
         try:
@@ -423,7 +437,8 @@ class MirrorLinks:
 
 def records_source_identity(catalog: Catalog) -> bool:
     """Whether discovery records the source partitions' identities in the mirror topics it makes
-    (`CreateMirrorTopic.source_groups`, which a truncated resync needs). A node of an earlier
+    or grows (`CreateMirrorTopic.source_groups`, `GrowMirrorTopic.source_groups`, which a
+    truncated resync needs). A node of an earlier
     version refuses such a command (its `decode_command` fails: its metadata replica fails and
     reopens into the entry until upgraded), and restoring a snapshot it drops them silently.
     True for now. The feature-version gate being built (branch `feature-gate`) makes this True
@@ -434,13 +449,13 @@ def records_source_identity(catalog: Catalog) -> bool:
     return True
 
 
-def source_groups(described: dict[str, Any], count: int) -> tuple[int, ...] | None:
-    """The source partitions' group ids as the source's description gives them: the mirror's
+def source_groups(described: dict[str, Any], partitions: range) -> tuple[int, ...] | None:
+    """The group ids of the source's `partitions` as its description gives them: the mirror's
     record of what it copies (a resync after the source truncated past it needs the source's
     equal to it: multiraft/node/mirror_truncated.py). None when one is missing or malformed:
-    the mirror is made all the same, and such a resync then waits for an operator."""
+    the mirror is made or grown all the same, and such a resync then waits for an operator."""
     try:
-        return tuple(parse_partition_view(described, p).group_id for p in range(count))
+        return tuple(parse_partition_view(described, p).group_id for p in partitions)
     except SourceError:
         return None
 

@@ -88,10 +88,10 @@ def test_discovery_reads_the_identities_from_the_source_description() -> None:
         return {"partition": partition, "group_id": group, "log_start_offset": None, "high_watermark": None,
                 "replicas": [1]}
 
-    assert source_groups({"partitions": [view(1, 12), view(0, 11)]}, 2) == (11, 12)
+    assert source_groups({"partitions": [view(1, 12), view(0, 11)]}, range(2)) == (11, 12)
     for described in ({"partitions": [view(0, 11)]}, {"partitions": [view(0, 11), view(1, None)]},
                       {"partitions": [view(0, 0), view(1, 3)]}, {}):
-        assert source_groups(described, 2) is None  # made all the same, without identities
+        assert source_groups(described, range(2)) is None  # made all the same, without identities
 
 
 # Goal: the source topic was deleted and made again (its partition's group id another than the
