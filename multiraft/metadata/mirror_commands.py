@@ -106,13 +106,18 @@ def check_on_source_truncated(value: object) -> None:
         raise InvalidRequest("on_source_truncated is stop or resync")
 
 
-def check_source_groups(source_groups: object, partitions: int) -> None:
-    """A mirror topic's recorded source identities (`CreateMirrorTopic`'s, `GrowMirrorTopic`'s
-    for its new partitions): absent, or one source group id per partition."""
+def check_mirror_starts(start_offsets: object, source_groups: object, partitions: int, what: str) -> None:
+    """Where a mirror's `partitions` (`CreateMirrorTopic`'s, or `GrowMirrorTopic`'s new ones:
+    `what` names them) start: one start offset each, and absent source identities or one
+    source group id each."""
+    if not isinstance(start_offsets, tuple) or len(start_offsets) != partitions:
+        raise InvalidRequest(f"one start offset per {what}")
+    if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in start_offsets):
+        raise InvalidRequest("start offsets are 0..2**63-1")
     if source_groups is not None and (
             not isinstance(source_groups, tuple) or len(source_groups) != partitions
             or not all(is_int(g) and 1 <= g <= OFFSET_MAX for g in source_groups)):
-        raise InvalidRequest("source_groups are one source group id (1..2**63-1) per partition, or absent")
+        raise InvalidRequest(f"source_groups are one source group id (1..2**63-1) per {what}, or absent")
 
 
 def check_source_tls(source_tls: object, source_ca: object) -> None:
@@ -279,11 +284,7 @@ class CreateMirrorTopic:
                 raise InvalidRequest(f"each partition has {rf} distinct replicas")
             for node_id in replicas:
                 check_node_id(node_id)
-        if not isinstance(self.start_offsets, tuple) or len(self.start_offsets) != len(self.assignments):
-            raise InvalidRequest("one start offset per partition")
-        if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
-            raise InvalidRequest("start offsets are 0..2**63-1")
-        check_source_groups(self.source_groups, len(self.assignments))
+        check_mirror_starts(self.start_offsets, self.source_groups, len(self.assignments), "partition")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -323,11 +324,7 @@ class GrowMirrorTopic:
                 check_node_id(node_id)
             if len(set(replicas)) != len(replicas):
                 raise InvalidReplicaAssignment("a node holds at most one replica of a partition")
-        if not isinstance(self.start_offsets, tuple) or len(self.start_offsets) != len(self.assignments):
-            raise InvalidRequest("one start offset per new partition")
-        if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
-            raise InvalidRequest("start offsets are 0..2**63-1")
-        check_source_groups(self.source_groups, len(self.assignments))
+        check_mirror_starts(self.start_offsets, self.source_groups, len(self.assignments), "new partition")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
