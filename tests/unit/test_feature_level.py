@@ -1,0 +1,117 @@
+"""Goal: the cluster's feature level in the catalog (multiraft/metadata/features.py): the
+finalize command's encoding and bounds, a catalog at level 0 snapshotting byte for byte as
+before the gate (and older snapshots restoring at 0), the level in a snapshot once raised,
+apply raising it and never lowering it, and the proposer's check of gated commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from multiraft.errors import FeatureLevelUnsupported, InvalidRequest, SnapshotFormatError
+from multiraft.metadata import Catalog, CreateTopic, RegisterNode, decode_command, encode_command
+from multiraft.metadata.features import (
+    FEATURE_LEVEL_MAX,
+    SUPPORTED_LEVEL,
+    FeatureLevel,
+    FinalizeFeatureLevel,
+    require_command_level,
+    supports,
+)
+from multiraft.metadata.mirror_commands import CreateMirrorLink, ResyncMirrorPartition
+from raftlog.types import Index, NodeId
+
+# What the catalog below snapshotted as before the gate (e076bc8, encode_catalog: sorted
+# keys, no spaces): a catalog at level 0 must still, so older nodes read it and nothing
+# that compares snapshot bytes sees a change.
+BEFORE_THE_GATE = (
+    b'{"applied_index":2,"cluster_config":{},"decommissioning":[],"drained":[],"next_group_id":2,'
+    b'"next_producer_id":0,"nodes":[[1,"127.0.0.1:7000","127.0.0.1:8000","a","alive"]],"tokens":[],'
+    b'"topics":[{"assignments":[[1]],"config":{"retention_ms":5},"group_ids":[1],"initial":[[]],"leaving":[[]],'
+    b'"name":"orders","replication_factor":1}],"v":1}')
+# The same catalog once finalized at level 1 (entry 3): the one key more.
+FINALIZED = BEFORE_THE_GATE.replace(b'"applied_index":2', b'"applied_index":3').replace(
+    b'"drained":[],', b'"drained":[],"feature_level":1,')
+
+
+def _catalog() -> Catalog:
+    catalog = Catalog()
+    for index, command in enumerate([
+            RegisterNode(node_id=NodeId(1), raft_addr="127.0.0.1:7000", http_addr="127.0.0.1:8000", rack="a"),
+            CreateTopic(name="orders", partitions=1, replication_factor=1, config={"retention_ms": 5},
+                        assignments=((NodeId(1),),))], start=1):
+        assert catalog.apply(Index(index), command).ok
+    return catalog
+
+
+def test_the_finalize_command_round_trips_and_is_bounded() -> None:
+    command = FinalizeFeatureLevel(level=1)
+    assert encode_command(command) == b'{"level":1,"type":"finalize_feature_level","v":1}'
+    assert decode_command(encode_command(command)) == command
+    # A level a later build knows decodes here too: the node learns it is behind (features.py).
+    assert decode_command(b'{"level":7,"type":"finalize_feature_level","v":1}') == FinalizeFeatureLevel(level=7)
+    for bad in (0, -1, FEATURE_LEVEL_MAX + 1, True, "1", None):
+        with pytest.raises(InvalidRequest):
+            FinalizeFeatureLevel(level=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest):
+        decode_command(b'{"level":1,"type":"finalize_feature_level","v":1,"force":true}')
+
+
+def test_the_levels_are_ordered_and_described() -> None:
+    assert [int(level) for level in FeatureLevel] == list(range(len(FeatureLevel)))
+    assert SUPPORTED_LEVEL == max(FeatureLevel) == FeatureLevel.BASELINE
+    assert all(level.description for level in FeatureLevel)
+    assert "prefix" in FeatureLevel.BASELINE.description and "HTTPS" in FeatureLevel.BASELINE.description
+
+
+def test_a_catalog_at_level_0_snapshots_as_before_the_gate_and_the_level_once_raised() -> None:
+    catalog = _catalog()
+    assert catalog.feature_level == 0 and catalog.snapshot() == BEFORE_THE_GATE
+    assert Catalog.restore(BEFORE_THE_GATE).feature_level == 0  # an older snapshot: not finalized
+    assert catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok
+    assert catalog.feature_level == 1 and catalog.snapshot() == FINALIZED
+    restored = Catalog.restore(FINALIZED)
+    assert restored.feature_level == 1 and restored.snapshot() == FINALIZED
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "1", None, FEATURE_LEVEL_MAX + 1])
+def test_a_snapshot_with_a_malformed_level_is_refused(value: object) -> None:
+    document = json.loads(FINALIZED)
+    document["feature_level"] = value  # 0 is never written: absent means 0
+    with pytest.raises(SnapshotFormatError):
+        Catalog.restore(json.dumps(document).encode())
+
+
+def test_apply_raises_the_level_and_refuses_to_lower_it() -> None:
+    catalog = _catalog()
+    assert catalog.apply(Index(3), FinalizeFeatureLevel(level=2)).ok and catalog.feature_level == 2
+    assert catalog.apply(Index(4), FinalizeFeatureLevel(level=2)).ok  # the same again: nothing changes
+    before = catalog.snapshot()
+    refused = catalog.apply(Index(5), FinalizeFeatureLevel(level=1))
+    assert isinstance(refused.error, InvalidRequest) and "only ever raised" in refused.error.message
+    assert catalog.feature_level == 2 and catalog.applied_index == 5
+    assert catalog.snapshot() == before.replace(b'"applied_index":4', b'"applied_index":5')
+    with pytest.raises(InvalidRequest):  # and the leader's check before proposing says the same
+        catalog.validate(FinalizeFeatureLevel(level=1))
+
+
+def test_gated_commands_are_refused_below_their_level_and_their_older_forms_never() -> None:
+    catalog = _catalog()
+    kept = ResyncMirrorPartition(name="orders", partition=0, group_id=1, start_offset=0, prefix_index=9,
+                                 prefix_term=2, prefix_offset=30, prefix_voters=(NodeId(1),))
+    whole = ResyncMirrorPartition(name="orders", partition=0, group_id=1, start_offset=0)
+    https = CreateMirrorLink(name="dr", sources=("src:443",), pattern="*", source_tls=True)
+    plain = CreateMirrorLink(name="dr", sources=("src:80",), pattern="*")
+    assert not supports(catalog, FeatureLevel.BASELINE)
+    for gated in (kept, https):
+        with pytest.raises(FeatureLevelUnsupported) as refused:
+            require_command_level(catalog, gated)
+        assert refused.value.http_status == 409 and refused.value.code == "FEATURE_LEVEL_UNSUPPORTED"
+        assert "finalized at 0" in refused.value.message and "raftlog cluster features finalize" in refused.value.message
+    for older in (whole, plain, FinalizeFeatureLevel(level=1)):
+        require_command_level(catalog, older)
+    assert catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok
+    assert supports(catalog, FeatureLevel.BASELINE)
+    for gated in (kept, https):
+        require_command_level(catalog, gated)
