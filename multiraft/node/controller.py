@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +96,9 @@ class Readiness:
 
 class Controller:
     def __init__(self, config: NodeConfig, registry: GroupRegistry, catalog: CatalogHolder, metadata: MetadataOps,
-                 rpc: Rpc, transport: Transport, logger: Any) -> None:
+                 rpc: Rpc, transport: Transport, logger: Any, heartbeat_answer: Callable[[], bytes] = bytes) -> None:
+        """`heartbeat_answer`: what this node answers a node heartbeat with (its feature levels,
+        multiraft/node/features.py, which any node may ask it that way)."""
         self.id = config.node_id
         self._config = config
         self._registry = registry
@@ -104,6 +107,7 @@ class Controller:
         self._rpc = rpc
         self._transport = transport
         self._logger = logger
+        self._heartbeat_answer = heartbeat_answer
         self.registered = asyncio.Event()
         self._last_seen: dict[NodeId, float] = {}
         self._was_controller = False
@@ -281,7 +285,7 @@ class Controller:
 
     async def serve_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
         self._last_seen[NodeId(source)] = time.monotonic()
-        return STATUS_OK, b""
+        return STATUS_OK, self._heartbeat_answer()
 
     async def watch_liveness(self) -> None:
         """On the metadata leader: mark nodes dead/alive from their heartbeats (transitions logged)."""

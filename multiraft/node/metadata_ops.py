@@ -35,6 +35,7 @@ from multiraft.metadata.commands import (
     decode_command,
     encode_command,
 )
+from multiraft.metadata.features import require_command_level
 from multiraft.metadata.placement import PlacementNode, place_replicas
 from multiraft.node import open_files
 from multiraft.node.registry import METADATA_GROUP
@@ -98,6 +99,8 @@ class MetadataOps:
         """Apply `command` through the metadata leader (forwarded if that is another node)."""
         runtime = self._runtime
         if runtime.core.role is Role.LEADER:
+            # The feature gate (multiraft/metadata/features.py): here, at propose time, never on apply.
+            require_command_level(self._catalog.catalog, command)
             self._catalog.catalog.validate(command)
             (result,) = await runtime.propose([encode_command(command)], EntryKind.META)
             if result.error is not None:

@@ -321,7 +321,8 @@ class Replicas:
         while True:
             await self._catalog.wait_changed()
             self._links.update_peers()
-            await self.reconcile(self._catalog.catalog)
+            if self._catalog.readable:  # else it may misread what to create or delete: wait for an upgrade
+                await self.reconcile(self._catalog.catalog)
 
     async def _wait_for_metadata_leader(self, bound_s: float) -> None:
         """Until this node knows group 0's leader (its replica's view, or the pings'), at
