@@ -16,6 +16,7 @@
     raftlog node decommission N [--wait] | recommission N   take a node out of the cluster, or cancel
     raftlog node promote N [--replace M]     a metadata learner votes (in place of dead voter M)
     raftlog cluster config [--set replica_move_bytes_per_s=N]   run-time settings (the move throttle)
+    raftlog cluster features [finalize [--level N]]   the feature level: each node's, and raise the cluster's
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority P]
@@ -44,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from multiraft.cli import commands
+from multiraft.cli.feature_commands import add_features_parser
 from multiraft.cli.group_commands import add_group_parsers
 from multiraft.cli.mirror_commands import add_mirror_parsers
 from multiraft.cli.serve import add_cluster_up, add_serve_parsers
@@ -185,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
-                                              metavar="{up,status,wait,verify,config}")
+                                              metavar="{up,status,wait,verify,config,features}")
     add_cluster_up(cluster_commands)
     _client_command(cluster_commands.add_parser("status", help="nodes, groups, leaders, ISR, lag"),
                     commands.cluster_status)
@@ -205,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="set a setting for every node (VALUE an integer, or 'default'); repeatable")
     _client_command(config, commands.cluster_config)
+    add_features_parser(cluster_commands, _client_command)
     _topic_parsers(subcommands)
     _data_parsers(subcommands)
     add_mirror_parsers(subcommands, _client_command)
