@@ -102,7 +102,8 @@ def read_answer(body: bytes) -> tuple[int, int | None]:
     if not body:
         return 0, None
     document = json.loads(body)
-    supported, finalized = document.get("supported"), document.get("finalized")
+    supported, finalized = (document.get("supported"), document.get("finalized")) if isinstance(document, dict) \
+        else (None, None)
     if not is_int(supported) or supported < 0 or not is_int(finalized) or finalized < 0:
         raise ValueError(f"not a feature level answer: {body[:100]!r}")
     return supported, finalized
@@ -114,6 +115,8 @@ def finalize_target(nodes: Sequence[NodeLevel], requested: int | None, finalized
     less, INVALID_REQUEST (400) for a level below the finalized one. Equal to `finalized`:
     nothing to change (the caller proposes nothing)."""
     asked = [n for n in nodes if not n.decommissioned]
+    if not asked:
+        raise FeatureLevelUnsupported("no registered node to ask (the catalog lists none yet: is the cluster starting?)")
     silent = [n for n in asked if not n.answered]
     if silent:
         raise FeatureLevelUnsupported(

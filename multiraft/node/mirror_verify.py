@@ -368,7 +368,8 @@ class MirrorVerifier:
             return f"refused: {error.code}: {error.message}", 0
         self.resyncs_started += 1
         self._logger.warning("mirror_resync_started", topic=topic, partition=partition, old_group=group_id,
-                             start_offset=start_offset, kept_below=kept, kept_index=index)
+                             start_offset=start_offset, kept_below=kept, kept_index=index,
+                             **({} if keeps else {"prefix": "not kept below feature level 1"}))
         return "resync_started", kept
 
     # -- the schedule ---------------------------------------------------------------------
