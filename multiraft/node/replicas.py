@@ -27,7 +27,11 @@ from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
 from multiraft.node.mirror_prefix import PrefixBuilder
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.node.reopening import Reopening
-from multiraft.node.store_settings import retention_settings
+from multiraft.node.store_settings import (
+    apply_topic_config,
+    retention_settings,
+    topic_store_settings,
+)
 from multiraft.runtime import failover, heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
@@ -147,7 +151,7 @@ class Replicas:
         assert storage.db is not None and storage.files is not None and storage.flusher is not None
         directory = storage.groups_directory / str(group_id)
         make_private_dirs(directory)
-        store_config = StoreConfig(**self.topic_store_settings(topic_config or {}))
+        store_config = StoreConfig(**topic_store_settings(self._config, topic_config or {}))
         store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config,
                                         self._links.segments_changed)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
@@ -356,7 +360,8 @@ class Replicas:
             if group_id in self._registry.groups:
                 topic = catalog.topics.get(local.topic)
                 if topic is not None:
-                    self.apply_topic_config(group_id, topic.config)
+                    apply_topic_config(self._registry.stores.get(group_id), self._config, topic.config,
+                                       self._logger, group_id)
             elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
                 missing.append((group_id, local))
         await self.prefixes.prepare(catalog, missing)  # before a new mirror incarnation first opens
@@ -476,25 +481,3 @@ class Replicas:
                 runtime.wake()
                 woken += 1
         self._logger.info("leaders_woken_for_dead_nodes", nodes=sorted(newly), groups=woken)
-
-    def topic_store_settings(self, topic_config: Mapping[str, Any]) -> dict[str, Any]:
-        """The StoreConfig fields a topic's config decides, with the defaults for keys it
-        does not set (so removing a key restores the default)."""
-        defaults = StoreConfig()
-        return {"segment_bytes_max": self._config.segment_bytes_max, "segment_ms_max": defaults.segment_ms_max,
-                "retention_ms": defaults.retention_ms, "retention_bytes": defaults.retention_bytes,
-                "flush": self._config.flush} | retention_settings(topic_config)
-
-    def apply_topic_config(self, group_id: GroupId, topic_config: Mapping[str, Any]) -> None:
-        """A topic's settings changed after its replica opened: the store takes them at once
-        (retention at the next compaction round, segment size at the next roll)."""
-        store = self._registry.stores.get(group_id)
-        if store is None:
-            return
-        wanted = dataclasses.replace(store.config, **self.topic_store_settings(topic_config))
-        if wanted != store.config:
-            store.config = wanted
-            self._logger.info("topic_config_applied", group_id=group_id, segment_bytes_max=wanted.segment_bytes_max,
-                              segment_ms_max=wanted.segment_ms_max, retention_ms=wanted.retention_ms,
-                              retention_bytes=wanted.retention_bytes, flush=wanted.flush.mode.value)
-
