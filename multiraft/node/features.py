@@ -37,9 +37,10 @@ raises it (`raftlog cluster features` shows it).
 restored), `/v1/health` says so and `?ready=cluster` answers 503, the features listing
 shows it, and its reconciler stops creating and deleting replicas (`CatalogHolder.readable`):
 a catalog snapshot may hold fields its build ignores (a kept prefix read as none starts a
-replica unsafely, docs/mirror.md "Upgrading"), so it acts on none until it is upgraded. Its
-replicas keep running: their logs are the same format. A catalog command it cannot decode
-stops its metadata replica, as before the gate.
+replica unsafely, docs/mirror.md "Upgrading"), so it acts on none until it is upgraded. It
+still opens the replicas it holds a log of, as any restart does (multiraft/node/replicas.py),
+and they run: their logs are the same format. A catalog command it cannot decode stops its
+metadata replica, as before the gate.
 """
 
 from __future__ import annotations
