@@ -96,9 +96,11 @@ class Readiness:
 
 class Controller:
     def __init__(self, config: NodeConfig, registry: GroupRegistry, catalog: CatalogHolder, metadata: MetadataOps,
-                 rpc: Rpc, transport: Transport, logger: Any, heartbeat_answer: Callable[[], bytes] = bytes) -> None:
-        """`heartbeat_answer`: what this node answers a node heartbeat with (its feature levels,
-        multiraft/node/features.py, which any node may ask it that way)."""
+                 rpc: Rpc, transport: Transport, logger: Any, heartbeat_answer: Callable[[], bytes] = bytes,
+                 heard: Callable[[int, bytes], None] = lambda source, body: None) -> None:
+        """`heartbeat_answer`: this node's feature levels (multiraft/node/features.py), which it
+        sends with its node heartbeat and answers one with (any node may ask it that way);
+        `heard(source, body)`: told of each heartbeat's body (an older node's is empty)."""
         self.id = config.node_id
         self._config = config
         self._registry = registry
@@ -108,6 +110,7 @@ class Controller:
         self._transport = transport
         self._logger = logger
         self._heartbeat_answer = heartbeat_answer
+        self._heard = heard
         self.registered = asyncio.Event()
         self._last_seen: dict[NodeId, float] = {}
         self._was_controller = False
@@ -281,10 +284,12 @@ class Controller:
                 self._last_seen[self.id] = time.monotonic()
             elif leader != 0:
                 with contextlib.suppress(RpcError):
-                    await self._rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
+                    # The body is read by a leader of this build on (its placement), ignored before.
+                    await self._rpc.call(leader, "node.heartbeat", self._heartbeat_answer(), RPC_TIMEOUT_S)
 
     async def serve_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
         self._last_seen[NodeId(source)] = time.monotonic()
+        self._heard(source, body)
         return STATUS_OK, self._heartbeat_answer()
 
     async def watch_liveness(self) -> None:
@@ -402,7 +407,8 @@ class Controller:
         node; returns the moves proposed. One move per partition at a time (a partition
         with a copy still leaving waits); at most `limit` per call."""
         catalog = self._catalog.catalog
-        live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes() if n.node_id not in gone]
+        live = [PlacementNode(n.node_id, n.rack or None) for n in self._metadata.placeable_nodes()
+                if n.node_id not in gone]
         loads: dict[NodeId, int] = {}
         for topic in catalog.topics.values():
             for partition in topic.partitions:

@@ -7,7 +7,10 @@ to the controller every half second, multiraft/node/controller.py) with `{"suppo
 "finalized": F}`: the level its build supports and the one its catalog holds. A node from
 before the gate answers the same call with an empty body: read as supported 0. So asking
 needs nothing new of an older node (a field added to `RegisterNode` would make it refuse
-the command; a new RPC, an "unknown method" error to tell apart from others).
+the command; a new RPC, an "unknown method" error to tell apart from others). The call's
+request carries the same body (a node of this build sends its levels with its heartbeat and
+with a features ask; an older one sends it empty: 0, and an older leader never read it), so
+the metadata leader knows the level each node last said (`heard`, `below_level`).
 
 **Finalizing** (`GET`/`POST /v1/admin/features`, `raftlog cluster features [finalize]`):
 the node serving the request asks every registered node at once (itself locally). A node
@@ -39,13 +42,16 @@ shows it, and its reconciler stops creating and deleting replicas (`CatalogHolde
 a catalog snapshot may hold fields its build ignores (a kept prefix read as none starts a
 replica unsafely, docs/mirror.md "Upgrading"), so it acts on none until it is upgraded. It
 still opens the replicas it holds a log of, as any restart does (multiraft/node/replicas.py),
-and they run: their logs are the same format. A catalog command it cannot decode stops its
-metadata replica, as before the gate.
+and they run: their logs are the same format. The metadata leader places no new replica on
+it (`MetadataOps.placeable_nodes` leaves out `below_level`, as it does a decommissioning
+node): one it would not create. A catalog command it cannot decode stops its metadata
+replica, as before the gate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -176,11 +182,25 @@ class FeatureGate:
         self._logger = logger.bind(supported_level=self.supported)
         self._bootstrap_entries = bootstrap_entries
         self._warned_at = 0  # the finalized level last warned about (below it)
+        # The level each node's last heartbeat here said it supports (this one's own, too).
+        self._heard: dict[NodeId, int] = {node_id: self.supported}
 
     def heartbeat_answer(self) -> bytes:
         """This node's answer to `node.heartbeat`."""
         return json.dumps({"supported": self.supported, "finalized": self._catalog.catalog.feature_level},
                           separators=(",", ":")).encode()
+
+    def heard(self, source: int, body: bytes) -> None:
+        """A node heartbeat's body, which carries the caller's levels as its answer does (empty
+        from a node before the gate: level 0; malformed: nothing learned)."""
+        with contextlib.suppress(ValueError):
+            self._heard[NodeId(source)] = read_answer(body)[0]
+
+    def below_level(self) -> frozenset[NodeId]:
+        """The nodes whose last heartbeat here (the metadata leader's, for placement) said they
+        support less than the finalized level: they take no new replica."""
+        finalized = self._catalog.catalog.feature_level
+        return frozenset(node for node, supported in self._heard.items() if supported < finalized)
 
     def health(self) -> dict[str, Any]:
         finalized = self._catalog.catalog.feature_level
@@ -208,7 +228,7 @@ class FeatureGate:
             supported, finalized = read_answer(self.heartbeat_answer())
             return NodeLevel(node_id=row.node_id, status=row.status, supported=supported, finalized=finalized)
         try:
-            body = await self._rpc.call(row.node_id, HEARTBEAT_METHOD, b"", FEATURES_CALL_TIMEOUT_S)
+            body = await self._rpc.call(row.node_id, HEARTBEAT_METHOD, self.heartbeat_answer(), FEATURES_CALL_TIMEOUT_S)
             supported, finalized = read_answer(body)
         except (RpcError, ValueError) as error:
             return NodeLevel(node_id=row.node_id, status=row.status, error=str(error)[:200] or type(error).__name__)

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
-from multiraft.metadata.catalog import ProducerIdBlock, check_growable
+from multiraft.metadata.catalog import NodeInfo, ProducerIdBlock, check_growable
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
@@ -87,6 +87,8 @@ class MetadataOps:
         self._catalog = catalog
         self._rpc = rpc
         self._open_files_limit = open_files_limit
+        # Nodes placement leaves out besides the catalog's (below the feature level: FeatureGate.below_level).
+        self.unplaceable: Callable[[], frozenset[NodeId]] = frozenset
         rpc.register("metadata.propose", self._serve_propose)
         rpc.register("metadata.create_topic", self._serve_create_topic)
         rpc.register("metadata.create_partitions", self._serve_create_partitions)
@@ -131,9 +133,14 @@ class MetadataOps:
             return True
         return not self._initial_cluster <= set(self._catalog.catalog.nodes)
 
+    def placeable_nodes(self) -> list[NodeInfo]:
+        """The nodes new replicas may go to: the catalog's (live, not decommissioning) but
+        those whose heartbeats said they support less than the finalized feature level."""
+        left_out = self.unplaceable()
+        return [n for n in self._catalog.catalog.placeable_nodes() if n.node_id not in left_out]
+
     def _enough_nodes(self, replication_factor: int) -> bool:
-        return (self._runtime.core.leader != 0
-                and len(self._catalog.catalog.placeable_nodes()) >= replication_factor)
+        return self._runtime.core.leader != 0 and len(self.placeable_nodes()) >= replication_factor
 
     async def _wait_for_nodes(self, replication_factor: int, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for a metadata leader and `replication_factor` live nodes
@@ -147,7 +154,7 @@ class MetadataOps:
 
     async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
         catalog = self._catalog.catalog
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.placeable_nodes()]
         assignments = place_replicas(
             nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id,
             drained=catalog.drained_nodes(),
@@ -184,7 +191,7 @@ class MetadataOps:
         if not isinstance(request["count"], int) or request["count"] <= current:
             raise InvalidPartitions(f"topic {topic.name!r} has {current} partitions; partitions can only be "
                                     f"added, so the new count must be above {current}, got {request['count']}")
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.placeable_nodes()]
         assignments = place_replicas(nodes, request["count"] - current, topic.replication_factor,
                                      start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
                                      drained=catalog.drained_nodes())

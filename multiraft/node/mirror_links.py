@@ -270,7 +270,7 @@ class MirrorLinks:
             chunk = await client.read_log(name, partition, 0, 1, 0)
             starts.append(chunk.log_start_offset)
         catalog = self._catalog.catalog
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self._metadata.placeable_nodes()]
         factor = max(1, min(int(described["replication_factor"]), len(nodes)))
         assignments = place_replicas(nodes, count, factor, start=catalog.next_group_id,
                                      drained=catalog.drained_nodes())

@@ -143,7 +143,9 @@ class Node:
         self.features = FeatureGate(self.id, self.registry, self.catalog_holder, self.metadata, self.rpc, self.logger,
                                     bootstrap_entries=len(self.config.initial_cluster))
         self.controller = Controller(self.config, self.registry, self.catalog_holder, self.metadata, self.rpc,
-                                     self.transport, self.logger, heartbeat_answer=self.features.heartbeat_answer)
+                                     self.transport, self.logger, heartbeat_answer=self.features.heartbeat_answer,
+                                     heard=self.features.heard)
+        self.metadata.unplaceable = self.features.below_level  # placement leaves out a node below the level
         self.producer = Produce(self.routing, self.catalog_holder, self.rpc, self.metadata.sync_catalog)
         self.reads = PartitionOps(self.routing, self.catalog_holder, self.rpc, self.faults.read_end,
                                   self.replicas.report_damage, self.logger)

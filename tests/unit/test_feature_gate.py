@@ -46,7 +46,7 @@ class _Rpc:
         self.answers, self.asked = answers, []
 
     async def call(self, peer: int, method: str, body: bytes, timeout_s: float) -> bytes:
-        assert method == "node.heartbeat" and body == b""
+        assert method == "node.heartbeat" and read_answer(body)[0] == 1  # the asker's levels, as a heartbeat's
         self.asked.append(peer)
         answer = self.answers[peer]
         if isinstance(answer, Exception):
@@ -202,6 +202,18 @@ async def test_the_first_leader_finalizes_at_its_builds_level_and_a_node_support
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert metadata.proposed == expected  # once: the level is there at the next round
+
+
+def test_the_levels_heartbeats_carry_leave_a_node_below_the_finalized_level_out_of_placement() -> None:
+    gate, _, metadata = _gate(4, {})
+    for source, body in ((2, NEW), (3, OLDER), (4, b"not json")):  # a malformed body: nothing learned
+        gate.heard(source, body)
+    assert gate.below_level() == frozenset()  # the cluster is at level 0: every node is at it
+    assert metadata.holder.catalog.apply(Index(5), FinalizeFeatureLevel(level=1)).ok
+    assert gate.below_level() == {3}
+    gate.heard(3, NEW)  # upgraded
+    gate.heard(4, b'{"supported":0,"finalized":1}')  # rolled back
+    assert gate.below_level() == {4}
 
 
 @pytest.mark.asyncio
