@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from multiraft.cli.commands import EXIT_OK, _table
 
 if TYPE_CHECKING:
     from multiraft.client import Client
 
-ClientCommand = Callable[[argparse.ArgumentParser, Callable[..., int]], None]
+class ClientCommand(Protocol):
+    def __call__(self, parser: argparse.ArgumentParser, func: Callable[..., int], *, inherited: bool = False) -> None:
+        ...
 
 
 def add_features_parser(cluster_commands: argparse._SubParsersAction,  # type: ignore[type-arg]
@@ -43,7 +45,7 @@ def add_features_parser(cluster_commands: argparse._SubParsersAction,  # type: i
                                                    "answer or supports less")
     finalize.add_argument("--level", type=int, default=None, metavar="N",
                           help="the level to finalize (default: the highest level every registered node supports)")
-    client_command(finalize, features_finalize)
+    client_command(finalize, features_finalize, inherited=True)  # before `finalize` or after it
 
 
 def features_show(client: Client, args: argparse.Namespace) -> int:

@@ -66,14 +66,19 @@ class _NoTokenOnTheCommandLine(argparse.Action):
                      "history; use --token-file FILE (mode 0600) or $RAFTLOG_TOKEN")
 
 
-def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -> None:
-    parser.add_argument("--server", default=None,
+def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int], *, inherited: bool = False) -> None:
+    """The client options and the command's function. `inherited`: a subcommand of a parser
+    that has them too (`cluster features finalize`): absent here they are left out of its
+    namespace (argparse.SUPPRESS), else a subparser's None would overwrite the parent's
+    `--server X` given before the subcommand."""
+    default = argparse.SUPPRESS if inherited else None
+    parser.add_argument("--server", default=default,
                         help="HTTP address(es) of the cluster, comma-separated: HOST:PORT or https://HOST:PORT "
                              "(default: $RAFTLOG_SERVER or 127.0.0.1:8080)")
-    parser.add_argument("--ca", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--ca", type=Path, default=default, metavar="FILE",
                         help="the CA certificate (PEM) that signed the cluster's HTTPS certificates; turns on "
                              "HTTPS (default: $RAFTLOG_CA)")
-    parser.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--token-file", type=Path, default=default, metavar="FILE",
                         help="file holding the bearer token (mode 0600), for a cluster started with "
                              "--admin-token-file (default: the token in $RAFTLOG_TOKEN)")
     parser.add_argument("--token", nargs="?", action=_NoTokenOnTheCommandLine, help=argparse.SUPPRESS)
