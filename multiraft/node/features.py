@@ -246,9 +246,15 @@ class FeatureGate:
                            for level in FeatureLevel]}
 
     async def finalize(self, requested: int | None) -> dict[str, Any]:
-        """`POST /v1/admin/features`: raise the finalized level once every node supports it."""
+        """`POST /v1/admin/features`: raise the finalized level once every node supports it.
+
+        The nodes asked are those of this node's catalog synced with the metadata leader's
+        first (a node registered moments ago is asked too). Asking and proposing are not one
+        step: a node restarted with an older build between its answer and the commit is
+        below the level from then on, flagged as a rolled-back node is (module docstring)."""
         if requested is not None and requested < 1:
             raise InvalidRequest("level is 1 or more")
+        await self._metadata.sync_catalog()
         nodes = await self.levels()
         before = self._catalog.catalog.feature_level
         target = finalize_target(nodes, requested, before)

@@ -59,15 +59,21 @@ class _Metadata:
 
     def __init__(self, holder: CatalogHolder) -> None:
         self.holder, self.proposed = holder, []
+        self.behind: list[Command] = []  # committed at the leader, applied here at the next sync
+
+    def _apply(self, command: Command) -> Any:
+        catalog = self.holder.catalog
+        return catalog.apply(Index(catalog.applied_index + 1), command)
 
     async def propose(self, command: Command) -> None:
         self.proposed.append(command)
-        catalog = self.holder.catalog
-        result = catalog.apply(Index(catalog.applied_index + 1), command)
+        result = self._apply(command)
         if result.error is not None:
             raise result.error
 
-    async def sync_catalog(self) -> None: ...
+    async def sync_catalog(self) -> None:
+        while self.behind:
+            assert self._apply(self.behind.pop(0)).ok
 
 
 def _gate(nodes: int, answers: dict[int, bytes | Exception], *commands: Command,
@@ -158,6 +164,16 @@ async def test_a_silent_node_blocks_a_finalize_and_a_decommissioned_one_is_not_a
     assert report["finalized"] == 1 and 4 not in rpc.asked  # holds no copy, out of the metadata group
     assert report["nodes"][3] == {"node_id": 4, "status": "alive", "answered": False, "supported": None,
                                   "finalized": None, "decommissioned": True, "error": ""}
+
+
+@pytest.mark.asyncio
+async def test_a_finalize_asks_the_nodes_of_a_catalog_synced_first() -> None:
+    gate, rpc, metadata = _gate(2, {2: NEW, 3: OLDER})
+    metadata.behind.append(RegisterNode(node_id=NodeId(3), raft_addr="n3:1", http_addr="n3:2"))  # not here yet
+    async with asyncio.timeout(5):
+        with pytest.raises(FeatureLevelUnsupported) as refused:
+            await gate.finalize(None)
+    assert "node 3 (alive, supports 0)" in refused.value.message and 3 in rpc.asked and metadata.proposed == []
 
 
 @pytest.mark.asyncio
