@@ -32,8 +32,12 @@ so nothing was ever written past them, and no older cluster can pass for a new o
 leader holds every committed entry). Not in the bootstrap entries themselves: each initial
 voter writes those on its own, byte for byte alike, so a level in them would give initial
 voters of two builds different committed logs; and raftlog/ (the Raft core) knows no catalog.
-If that first leader fails before its entry commits, the cluster stays at 0 and `finalize`
-raises it (`raftlog cluster features` shows it).
+It asks the initial voters first (as a finalize asks, `_first_finalize`) and proposes the
+lowest level they support: none when one supports 0 (a build from before the gate) or is
+still silent after FIRST_FINALIZE_ASK_S, or when it lost the leadership meanwhile; then it
+logs `feature_level_first_finalize_skipped` and the operator finalizes. If that first
+leader fails before its entry commits, the cluster stays at 0 and `finalize` raises it
+(`raftlog cluster features` shows it).
 
 **Below the level** (a node rolled back, or one joined with an older build): the node logs
 `feature_level_unsupported` when its catalog shows it (an entry applied, a snapshot
@@ -79,6 +83,9 @@ if TYPE_CHECKING:
 FEATURES_CALL_TIMEOUT_S = 2.0
 WATCH_INTERVAL_S = 0.5  # a node below the level says so within this
 FIRST_LEADER_POLL_S = 0.05  # while a new cluster may still be electing its first leader
+# How long a new cluster's first leader asks its initial voters their levels (they are
+# started together: a quorum elected it) before it leaves the finalize to the operator.
+FIRST_FINALIZE_ASK_S = 30.0
 HEARTBEAT_METHOD = "node.heartbeat"
 
 
@@ -171,8 +178,8 @@ class FeatureGate:
     """This node's part in the cluster's feature level (see the module docstring)."""
 
     def __init__(self, node_id: NodeId, registry: GroupRegistry, catalog: CatalogHolder, metadata: MetadataOps,
-                 rpc: Rpc, logger: Any, bootstrap_entries: int) -> None:
-        """`bootstrap_entries`: the metadata group's (one per initial voter, raftlog/bootstrap.py)."""
+                 rpc: Rpc, logger: Any, initial_voters: Sequence[NodeId]) -> None:
+        """`initial_voters`: the metadata group's (one bootstrap entry each, raftlog/bootstrap.py)."""
         self.id = node_id
         self.supported = catalog.supported_level
         self._registry = registry
@@ -180,7 +187,9 @@ class FeatureGate:
         self._metadata = metadata
         self._rpc = rpc
         self._logger = logger.bind(supported_level=self.supported)
-        self._bootstrap_entries = bootstrap_entries
+        self._initial_voters = list(initial_voters)
+        self._bootstrap_entries = len(self._initial_voters)
+        self._first_done = False  # a new cluster's first finalize: proposed, or left to the operator
         self._warned_at = 0  # the finalized level last warned about (below it)
         # The level each node's last heartbeat here said it supports (this one's own, too).
         self._heard: dict[NodeId, int] = {node_id: self.supported}
@@ -271,18 +280,38 @@ class FeatureGate:
         so when the catalog is finalized above what this node supports."""
         while True:
             state = first_leader_state(self._registry.groups.get(METADATA_GROUP), self._bootstrap_entries)
-            if state == "mine" and self._catalog.catalog.feature_level < self.supported:
+            if state == "mine" and not self._first_done and self._catalog.catalog.feature_level < self.supported:
                 await self._first_finalize()
             self._watch()
             await asyncio.sleep(FIRST_LEADER_POLL_S if state == "open" else WATCH_INTERVAL_S)
 
     async def _first_finalize(self) -> None:
+        """Ask the initial voters (every `WATCH_INTERVAL_S` while one is silent, for
+        `FIRST_FINALIZE_ASK_S` at most) and finalize at the lowest level they support; none
+        when one supports 0 (a build from before the gate) or stays silent: the operator's."""
+        deadline = asyncio.get_running_loop().time() + FIRST_FINALIZE_ASK_S
+        while True:
+            rows = await asyncio.gather(*(self._ask(NodeLevel(node_id=n, status="initial voter"))
+                                          for n in self._initial_voters))
+            level = min((n.supported or 0 for n in rows), default=0)
+            if all(n.answered for n in rows) or asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(WATCH_INTERVAL_S)
+        self._first_done = True
+        if level < 1 or not all(n.answered for n in rows):
+            self._logger.warning("feature_level_first_finalize_skipped", nodes=_named(
+                [n for n in rows if (n.supported or 0) < 1]), detail="finalize once every node runs a build "
+                                                                     "that supports it (docs/node.md, \"Upgrading\")")
+            return
+        if first_leader_state(self._registry.groups.get(METADATA_GROUP), self._bootstrap_entries) != "mine":
+            return  # it lost the leadership while it asked: not its finalize any more (nor a later leader's)
         try:
-            await self._metadata.propose(FinalizeFeatureLevel(level=self.supported))
+            await self._metadata.propose(FinalizeFeatureLevel(level=level))
         except ClientError as error:  # a leadership lost meanwhile: the next round sees it "closed"
+            self._first_done = False
             self._logger.info("feature_level_first_finalize_failed", error=error.code)
             return
-        self._logger.info("feature_level_finalized", level=self.supported, previous=0, new_cluster=True)
+        self._logger.info("feature_level_finalized", level=level, previous=0, new_cluster=True)
 
     def _watch(self) -> None:
         finalized = self._catalog.catalog.feature_level

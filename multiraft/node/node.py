@@ -141,7 +141,7 @@ class Node:
                                     lambda: self.open_files_limit, self.config.initial_cluster)
         # The cluster's feature level (multiraft/node/features.py): its answer rides on the node heartbeat's.
         self.features = FeatureGate(self.id, self.registry, self.catalog_holder, self.metadata, self.rpc, self.logger,
-                                    bootstrap_entries=len(self.config.initial_cluster))
+                                    initial_voters=sorted(self.config.initial_cluster))
         self.controller = Controller(self.config, self.registry, self.catalog_holder, self.metadata, self.rpc,
                                      self.transport, self.logger, heartbeat_answer=self.features.heartbeat_answer,
                                      heard=self.features.heard)

@@ -1,10 +1,12 @@
 """Goal: a node's part in the cluster's feature level (multiraft/node/features.py), with the
 real catalog and fakes for the network: a finalize asks every registered node and proposes
 only when each answered and supports the level (an older node's empty answer is level 0),
-naming the nodes otherwise; a node decommissioned to the end is not asked; a new cluster's
-first metadata leader, and only it, finalizes at its build's level; a node below the
-finalized level says so once and stops reconciling; and a verify's repair keeps no prefix
-below level 1, written exactly as before the prefix existed."""
+naming the nodes otherwise, from a catalog synced first; a node decommissioned to the end is
+not asked; a new cluster's first metadata leader, and only it, finalizes, at the lowest level
+its initial voters support (none while one supports 0 or is silent); the levels heartbeats
+carry leave a node below the finalized level out of placement; a node below it says so once
+and its catalog reads as unreadable; and a verify's repair keeps no prefix below level 1,
+written exactly as before the prefix existed."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from multiraft.errors import FeatureLevelUnsupported, InvalidRequest
 from multiraft.metadata import Catalog, RegisterNode, SetNodeDecommissioning
 from multiraft.metadata.commands import Command, encode_command
 from multiraft.metadata.features import FinalizeFeatureLevel
+from multiraft.node import features
 from multiraft.node.catalog_holder import CatalogHolder
 from multiraft.node.features import (
     FeatureGate,
@@ -85,7 +88,7 @@ def _gate(nodes: int, answers: dict[int, bytes | Exception], *commands: Command,
         assert catalog.apply(Index(catalog.applied_index + 1), command).ok
     rpc, metadata = _Rpc(answers), _Metadata(holder)
     gate = FeatureGate(NodeId(1), SimpleNamespace(groups=groups or {}), holder, metadata, rpc,  # type: ignore[arg-type]
-                       structlog.get_logger(), bootstrap_entries=3)
+                       structlog.get_logger(), initial_voters=[NodeId(1), NodeId(2), NodeId(3)])
     return gate, rpc, metadata
 
 
@@ -208,16 +211,41 @@ def test_only_a_new_clusters_first_metadata_leader_finalizes(runtime: Any, state
     assert first_leader_state(runtime, 3) == state
 
 
-@pytest.mark.asyncio
-async def test_the_first_leader_finalizes_at_its_builds_level_and_a_node_supporting_less_never() -> None:
+async def _first_leader_run(answers: dict[int, bytes | Exception], supported: int = 1,
+                            run_s: float = 0.3) -> tuple[list[Command], list[int], list[dict[str, Any]]]:
+    """A new cluster's first metadata leader (node 1 of initial voters 1-3) running for
+    `run_s`: what it proposed, whom it asked, what it logged."""
     groups = {0: _metadata_runtime([1, 1, 1, 2], Role.LEADER, 2, 4)}
-    for supported, expected in ((1, [FinalizeFeatureLevel(level=1)]), (0, [])):
-        gate, _, metadata = _gate(0, {}, groups=groups, supported=supported)
+    with structlog.testing.capture_logs() as logs:
+        gate, rpc, metadata = _gate(0, answers, groups=groups, supported=supported)
         task = asyncio.create_task(gate.run())
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(run_s)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        assert metadata.proposed == expected  # once: the level is there at the next round
+    return metadata.proposed, rpc.asked, logs
+
+
+@pytest.mark.asyncio
+async def test_the_first_leader_finalizes_at_the_lowest_level_the_initial_voters_support() -> None:
+    proposed, asked, _ = await _first_leader_run({2: NEW, 3: b'{"supported":3,"finalized":0}'})
+    assert proposed == [FinalizeFeatureLevel(level=1)] and sorted(asked) == [2, 3]  # once: then it is there
+    proposed, asked, logs = await _first_leader_run({2: NEW, 3: OLDER})  # an initial voter of an older build
+    assert proposed == [] and sorted(asked) == [2, 3]  # asked once, then left to the operator
+    assert [log["nodes"] for log in logs if log["event"] == "feature_level_first_finalize_skipped"] == [
+        "node 3 (initial voter, supports 0)"]
+    proposed, asked, _ = await _first_leader_run({}, supported=0)  # its own build supports 0: nothing to ask
+    assert proposed == [] and asked == []
+
+
+@pytest.mark.asyncio
+async def test_the_first_leader_finalizes_nothing_while_an_initial_voter_is_silent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(features, "FIRST_FINALIZE_ASK_S", 0.2)
+    monkeypatch.setattr(features, "WATCH_INTERVAL_S", 0.05)
+    proposed, asked, logs = await _first_leader_run({2: NEW, 3: RpcUnreachable("node 3 is silent")}, run_s=0.6)
+    assert proposed == [] and asked.count(3) >= 2 and asked.count(3) == asked.count(2)  # again, within the bound
+    assert [log["nodes"] for log in logs if log["event"] == "feature_level_first_finalize_skipped"] == [
+        "node 3 (initial voter, node 3 is silent)"]
 
 
 def test_the_levels_heartbeats_carry_leave_a_node_below_the_finalized_level_out_of_placement() -> None:
