@@ -1,11 +1,15 @@
 """Goal: the cluster's feature level in the catalog (multiraft/metadata/features.py): the
 finalize command's encoding and bounds, a catalog at level 0 snapshotting byte for byte as
 before the gate (and older snapshots restoring at 0), the level in a snapshot once raised,
-apply raising it and never lowering it, and the proposer's check of gated commands."""
+apply raising it and never lowering it, and the proposer's check of gated commands, which the
+metadata leader makes before it proposes one, made there or forwarded (MetadataOps.propose)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -20,7 +24,13 @@ from multiraft.metadata.features import (
     supports,
 )
 from multiraft.metadata.mirror_commands import CreateMirrorLink, ResyncMirrorPartition
+from multiraft.node.catalog_holder import CatalogHolder
+from multiraft.node.metadata_ops import MetadataOps
+from multiraft.transport.rpc import Rpc
+from raftlog.errors import ClientError
+from raftlog.messages import Role
 from raftlog.types import Index, NodeId
+from tests.unit.test_rpc import pair
 
 # What the catalog below snapshotted as before the gate (e076bc8, encode_catalog: sorted
 # keys, no spaces): a catalog at level 0 must still, so older nodes read it and nothing
@@ -115,3 +125,48 @@ def test_gated_commands_are_refused_below_their_level_and_their_older_forms_neve
     assert supports(catalog, FeatureLevel.BASELINE)
     for gated in (kept, https):
         require_command_level(catalog, gated)
+
+
+class _MetadataReplica:
+    """Group 0's replica as `MetadataOps.propose` sees it: its role, the leader it knows, and
+    what it was handed to propose."""
+
+    def __init__(self, role: Role, leader: int) -> None:
+        self.core = SimpleNamespace(role=role, leader=NodeId(leader))
+        self.proposed: list[bytes] = []
+
+    async def propose(self, entries: list[bytes], kind: object) -> list[Any]:
+        self.proposed += entries
+        return [SimpleNamespace(error=None, value=None)]
+
+
+def _ops(node_id: int, role: Role, rpc: Rpc) -> tuple[MetadataOps, _MetadataReplica, CatalogHolder]:
+    holder, replica = CatalogHolder(), _MetadataReplica(role, leader=2)
+    holder.catalog = _catalog()
+    registry = SimpleNamespace(groups={0: replica})
+    return MetadataOps(NodeId(node_id), registry, holder, rpc, lambda: 0), replica, holder  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+async def test_the_metadata_leader_checks_what_it_proposes_made_there_or_forwarded() -> None:
+    """`MetadataOps.propose` on the leader (node 2) and on a follower (node 1) that forwards
+    it over a real RPC pair (tests/unit/test_rpc.py): the leader's catalog decides."""
+    follower_rpc, leader_rpc, _ = pair()
+    leader, replica, leader_catalog = _ops(2, Role.LEADER, leader_rpc)
+    follower, _, follower_catalog = _ops(1, Role.FOLLOWER, follower_rpc)
+    https = CreateMirrorLink(name="dr", sources=("src:443",), pattern="dr-*", source_tls=True)
+    try:
+        async with asyncio.timeout(10):
+            assert follower_catalog.catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok  # not the leader's
+            for ops in (leader, follower):
+                with pytest.raises(ClientError) as refused:
+                    await ops.propose(https)
+                assert refused.value.code == "FEATURE_LEVEL_UNSUPPORTED" and "finalized at 0" in refused.value.message
+            assert replica.proposed == []
+            assert leader_catalog.catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok
+            for ops in (leader, follower):
+                assert await ops.propose(https) == {}
+        assert replica.proposed == [encode_command(https)] * 2
+    finally:
+        await follower_rpc.stop()
+        await leader_rpc.stop()
