@@ -12,14 +12,12 @@ import pytest
 
 from multiraft.metadata.features import SUPPORTED_LEVEL
 from tests.http.conftest import Cluster
-from tests.node.test_node_cluster import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="package")]
 
 
 async def test_a_new_cluster_starts_at_its_builds_level(cluster: Cluster) -> None:
-    await until(lambda: all(n.catalog.feature_level == SUPPORTED_LEVEL for n in cluster.nodes),
-                "the first metadata leader's finalize")
+    # The fixture waited for the first metadata leader's finalize (tests/node/test_node_cluster.py at_build_level).
     for index, node in enumerate(cluster.nodes):
         status, report = await cluster.call("GET", index, "/v1/admin/features")
         assert status == 200, report

@@ -7,10 +7,12 @@ supports level 0, as a node of a build from before the gate), so the cluster sta
 gated command: one catalog entry, no source needed) is refused, 409
 FEATURE_LEVEL_UNSUPPORTED. Nodes 1 and 2 are restarted without the knob ("upgraded"): a
 finalize is refused naming node 3 and its level (the CLI exits 1 with the code; HTTP 409).
-Node 3 upgraded too, `raftlog cluster features finalize` raises the cluster to level 1,
-every node sees it, and the same HTTPS link is created. Last, node 3 is rolled back
-(restarted with the knob): it says it supports less than the finalized level in
-`/v1/health` and is not ready, the listing flags it, and a finalize names it.
+Node 3 upgraded too, every node says it supports level 1 and the cluster stays at 0
+(nothing but the operator finalizes an upgraded cluster); `raftlog cluster features
+finalize` raises it to level 1, every node sees it, and the same HTTPS link is created.
+Last, node 3 is rolled back (restarted with the knob): it says it supports less than the
+finalized level in `/v1/health` and is not ready, the listing flags it, and a finalize
+names it.
 
 Its own ports (17230/18230), so it never meets the other integration modules.
 """
@@ -100,11 +102,17 @@ async def test_a_cluster_from_before_the_gate_is_finalized_once_every_node_is_up
 
         await asyncio.to_thread(_restart, cluster, environments, 3, {})
 
-        async def finalized() -> bool | None:
-            done = raftlog("cluster", "features", "finalize", server=servers[2])
-            return True if done.returncode == 0 else None  # until node 3 answers with its new level
+        async def three_upgraded() -> dict[str, Any] | None:
+            got = await _levels(session, servers[1])
+            return got if _supported(got) == {1: 1, 2: 1, 3: 1} else None
 
-        await until(finalized, "the finalize once node 3 is upgraded", 60)
+        report = await until(three_upgraded, "node 3 to say it supports level 1", 60)
+        # Every node supports level 1 now, and still nothing finalizes it but the operator.
+        assert (report["finalized"], report["highest_common"]) == (0, 1), report
+        await asyncio.sleep(1.0)
+        assert (await _levels(session, servers[0]))["finalized"] == 0
+        done = raftlog("cluster", "features", "finalize", server=servers[2])
+        assert done.returncode == 0 and "finalized at feature level 1 (was 0)" in done.stdout, done
 
         async def everyone_at_1() -> bool | None:
             for server in servers:

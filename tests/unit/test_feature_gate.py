@@ -261,7 +261,7 @@ def test_the_levels_heartbeats_carry_leave_a_node_below_the_finalized_level_out_
 
 
 @pytest.mark.asyncio
-async def test_a_node_below_the_finalized_level_says_so_once_and_does_not_reconcile() -> None:
+async def test_a_node_below_the_finalized_level_says_so_once_and_reads_its_catalog_as_unreadable() -> None:
     with structlog.testing.capture_logs() as logs:  # (loggers bound inside it are captured)
         gate, _, metadata = _gate(1, {}, supported=0)
         holder = metadata.holder
