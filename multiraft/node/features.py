@@ -86,6 +86,10 @@ FIRST_LEADER_POLL_S = 0.05  # while a new cluster may still be electing its firs
 # How long a new cluster's first leader asks its initial voters their levels (they are
 # started together: a quorum elected it) before it leaves the finalize to the operator.
 FIRST_FINALIZE_ASK_S = 30.0
+# After a finalize commits, how long its answer asks the nodes again until each that answers
+# sees the new level (a node applies it within a heartbeat or so), within the HTTP bound.
+FINALIZE_REREAD_S = 1.0
+REREAD_PAUSE_S = 0.05
 HEARTBEAT_METHOD = "node.heartbeat"
 
 
@@ -260,7 +264,9 @@ class FeatureGate:
         The nodes asked are those of this node's catalog synced with the metadata leader's
         first (a node registered moments ago is asked too). Asking and proposing are not one
         step: a node restarted with an older build between its answer and the commit is
-        below the level from then on, flagged as a rolled-back node is (module docstring)."""
+        below the level from then on, flagged as a rolled-back node is (module docstring).
+        The answer's nodes are asked again after the commit (`_asked_after`): what each
+        says it sees is then the new level, or what it still saw at the bound."""
         if requested is not None and requested < 1:
             raise InvalidRequest("level is 1 or more")
         await self._metadata.sync_catalog()
@@ -271,7 +277,18 @@ class FeatureGate:
             await self._metadata.propose(FinalizeFeatureLevel(level=target))
             await self._metadata.sync_catalog()
             self._logger.info("feature_level_finalized", level=target, previous=before)
+            nodes = await self._asked_after(target)
         return {**await self.report(nodes), "previous": before}
+
+    async def _asked_after(self, level: int) -> list[NodeLevel]:
+        """The nodes asked again until each that answers sees `level`, FINALIZE_REREAD_S at most."""
+        deadline = asyncio.get_running_loop().time() + FINALIZE_REREAD_S
+        while True:
+            nodes = await self.levels()
+            if all((n.finalized or 0) >= level for n in nodes if n.answered) or (
+                    asyncio.get_running_loop().time() >= deadline):
+                return nodes
+            await asyncio.sleep(REREAD_PAUSE_S)
 
     # ---- a new cluster, and a node below the level -----------------------------------------
 

@@ -38,15 +38,16 @@ from raftlog.messages import Role
 from raftlog.types import Index, NodeId, Term
 from tests.unit.test_mirror_prefix import INFO, LAST, OLD, VOTERS, _Host, _Logger
 
-NEW = b'{"supported":1,"finalized":0}'  # a node of this build, its catalog not finalized
+NEW = b'{"supported":1,"finalized":0}'  # a node of this build (its catalog caught up with the leader's: _Rpc)
 OLDER = b""  # a node from before the gate answers its heartbeat with nothing: level 0
 
 
 class _Rpc:
-    """Each peer's answer to `node.heartbeat`: bytes, or the error the call raises."""
+    """Each peer's answer to `node.heartbeat`: bytes, or the error the call raises. NEW: a
+    node of this build whose catalog applied what the leader's `holder` did (its level)."""
 
-    def __init__(self, answers: dict[int, bytes | Exception]) -> None:
-        self.answers, self.asked = answers, []
+    def __init__(self, answers: dict[int, bytes | Exception], holder: CatalogHolder) -> None:
+        self.answers, self.asked, self.holder = answers, [], holder
 
     async def call(self, peer: int, method: str, body: bytes, timeout_s: float) -> bytes:
         assert method == "node.heartbeat" and read_answer(body)[0] == 1  # the asker's levels, as a heartbeat's
@@ -54,6 +55,8 @@ class _Rpc:
         answer = self.answers[peer]
         if isinstance(answer, Exception):
             raise answer
+        if answer == NEW:
+            return json.dumps({"supported": 1, "finalized": self.holder.catalog.feature_level}).encode()
         return answer
 
 
@@ -86,7 +89,7 @@ def _gate(nodes: int, answers: dict[int, bytes | Exception], *commands: Command,
     for command in [*(RegisterNode(node_id=NodeId(n), raft_addr=f"n{n}:1", http_addr=f"n{n}:2")
                       for n in range(1, nodes + 1)), *commands]:
         assert catalog.apply(Index(catalog.applied_index + 1), command).ok
-    rpc, metadata = _Rpc(answers), _Metadata(holder)
+    rpc, metadata = _Rpc(answers, holder), _Metadata(holder)
     gate = FeatureGate(NodeId(1), SimpleNamespace(groups=groups or {}), holder, metadata, rpc,  # type: ignore[arg-type]
                        structlog.get_logger(), initial_voters=[NodeId(1), NodeId(2), NodeId(3)])
     return gate, rpc, metadata
@@ -151,7 +154,8 @@ async def test_a_finalize_is_refused_while_a_node_supports_less_and_proposed_onc
         assert (report["finalized"], report["previous"], report["highest_common"]) == (1, 0, 1)
         again = await gate.finalize(1)  # the same level: nothing proposed
         assert (again["finalized"], again["previous"], len(metadata.proposed)) == (1, 1, 1)
-    assert sorted(rpc.asked) == [2, 2, 2, 2, 3, 3, 3, 3]  # itself answered locally, the others each time
+    # Itself answered locally, the others each time, and once more after the commit.
+    assert sorted(rpc.asked) == [2] * 5 + [3] * 5
 
 
 @pytest.mark.asyncio
@@ -167,6 +171,22 @@ async def test_a_silent_node_blocks_a_finalize_and_a_decommissioned_one_is_not_a
     assert report["finalized"] == 1 and 4 not in rpc.asked  # holds no copy, out of the metadata group
     assert report["nodes"][3] == {"node_id": 4, "status": "alive", "answered": False, "supported": None,
                                   "finalized": None, "decommissioned": True, "error": ""}
+
+
+@pytest.mark.asyncio
+async def test_a_finalize_answers_each_nodes_level_asked_again_after_the_commit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gate, rpc, _ = _gate(3, {2: NEW, 3: NEW})
+    async with asyncio.timeout(5):
+        report = await gate.finalize(None)
+    assert [(n["node_id"], n["supported"], n["finalized"]) for n in report["nodes"]] == [(1, 1, 1), (2, 1, 1), (3, 1, 1)]
+    assert sorted(rpc.asked) == [2, 2, 3, 3]  # before it, and once after: each sees it already
+    monkeypatch.setattr(features, "FINALIZE_REREAD_S", 0.3)
+    gate, rpc, _ = _gate(3, {2: NEW, 3: b'{"supported":1,"finalized":0}'[:-1] + b" }"})  # node 3 lags behind
+    async with asyncio.timeout(5):
+        report = await gate.finalize(None)
+    assert [(n["node_id"], n["finalized"]) for n in report["nodes"]] == [(1, 1), (2, 1), (3, 0)]
+    assert rpc.asked.count(3) > 2  # asked again until the bound: what it says last is shown
 
 
 @pytest.mark.asyncio

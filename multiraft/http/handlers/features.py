@@ -5,7 +5,8 @@ end is listed, not asked) and shows them beside the level the cluster is finaliz
 `POST` with `{"level": N}`, or no body for the highest level every node supports, raises
 the finalized level: 409 `FEATURE_LEVEL_UNSUPPORTED` naming the nodes when one did not
 answer or supports less, 400 for a level below the finalized one; the answer is the `GET`
-one after it, with `previous`. Both need the admin right when auth is on (access.py).
+one after it (the nodes asked again once it committed), with `previous`. Both need the
+admin right when auth is on (access.py).
 """
 
 from __future__ import annotations
