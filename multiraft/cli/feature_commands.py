@@ -68,11 +68,12 @@ def features_finalize(client: Client, args: argparse.Namespace) -> int:
 def _print(report: dict[str, Any]) -> None:
     rows = []
     for node in report["nodes"]:
-        note = "decommissioned: not asked" if node["decommissioned"] else node["error"] or (
+        note = "not asked" if node["decommissioned"] else node["error"] or (
             "supports less than the finalized level: upgrade it" if (node["supported"] or 0) < report["finalized"]
             else "")
-        rows.append([node["node_id"], node["status"], node["supported"] if node["answered"] else "no answer",
-                     node["finalized"], note])
+        supports = "decommissioned" if node["decommissioned"] else node["supported"] if node["answered"] \
+            else "no answer"
+        rows.append([node["node_id"], node["status"], supports, node["finalized"], note])
     print(_table(rows, ["NODE", "STATUS", "SUPPORTS", "SEES", "NOTE"]))
     common = report["highest_common"]
     silent = report["not_answered"]
