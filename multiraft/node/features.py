@@ -315,7 +315,7 @@ class FeatureGate:
                 break
             await asyncio.sleep(WATCH_INTERVAL_S)
         self._first_done = True
-        if level < 1 or not all(n.answered for n in rows):
+        if level < 1:  # one supports 0, or did not answer (read as 0)
             self._logger.warning("feature_level_first_finalize_skipped", nodes=_named(
                 [n for n in rows if (n.supported or 0) < 1]), detail="finalize once every node runs a build "
                                                                      "that supports it (docs/node.md, \"Upgrading\")")
@@ -336,6 +336,7 @@ class FeatureGate:
             self._warned_at = finalized
             self._logger.error("feature_level_unsupported", finalized_level=finalized,
                                detail="this node's build supports less than the level the cluster is finalized "
-                                      "at: upgrade it; meanwhile it creates and deletes no replica "
+                                      "at: upgrade it; meanwhile it runs the replicas it holds, creates and deletes none, and "
+                                      "takes no new one "
                                       "(docs/node.md, \"Upgrading\")")
 
