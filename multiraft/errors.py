@@ -361,6 +361,16 @@ class ClusterNotReady(ClientError):
     retriable = True
 
 
+class FeatureLevelUnsupported(ClientError):
+    """The cluster's feature level does not allow this (multiraft/metadata/features.py): a
+    finalize that some registered node does not support or did not answer (the message
+    names each node and its level), or a gated command proposed below its level (the
+    message names the level and how to finalize it). Upgrade the nodes first."""
+
+    code = "FEATURE_LEVEL_UNSUPPORTED"
+    http_status = 409
+
+
 class SnapshotFormatError(Exception):
     """A state machine snapshot from a peer does not decode: refuse it, fetch again.
 

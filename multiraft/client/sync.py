@@ -111,6 +111,12 @@ class Client:
     def set_cluster_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         return self.run(self.aio.set_cluster_settings(settings))
 
+    def features(self) -> dict[str, Any]:
+        return self.run(self.aio.features())
+
+    def finalize_features(self, level: int | None = None) -> dict[str, Any]:
+        return self.run(self.aio.finalize_features(level))
+
     def decommission_node(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.decommission_node(node_id))
 

@@ -3,7 +3,8 @@
 Every node applies the same committed commands in the same order and so holds
 the same catalog: nodes, topics with their partitions (group id, replicas,
 replicas being moved), the next free group id and producer id, cluster config,
-and bearer tokens (as digests, multiraft/metadata/auth.py). `apply` is pure and
+bearer tokens (as digests, multiraft/metadata/auth.py) and the finalized feature
+level (multiraft/metadata/features.py). `apply` is pure and
 deterministic: no clock, no randomness, no dict-order surprises (ids only grow).
 
 A command that fails validation on apply is still a committed entry: the catalog
@@ -51,6 +52,7 @@ from multiraft.metadata.catalog_records import (
     TopicInfo,
 )
 from multiraft.metadata.catalog_snapshot import decode_catalog, encode_catalog
+from multiraft.metadata.checks import altered_config
 from multiraft.metadata.commands import (
     CONFIG_ENTRIES_MAX,
     AllocateProducerIds,
@@ -64,6 +66,7 @@ from multiraft.metadata.commands import (
     DeleteMirrorLink,
     DeleteToken,
     DeleteTopic,
+    FinalizeFeatureLevel,
     NodeStatus,
     PromoteMirrorTopic,
     PutToken,
@@ -78,6 +81,7 @@ from multiraft.metadata.commands import (
     SetNodeDrained,
     SetNodeStatus,
 )
+from multiraft.metadata.features import check_finalize
 from multiraft.metadata.mirror_commands import (
     MIRROR_LINKS_MAX,
     GrowMirrorTopic,
@@ -107,6 +111,7 @@ class Catalog:
         self.tokens: dict[str, TokenInfo] = {}
         self._token_digests: dict[str, TokenInfo] = {}
         self.mirror_links: dict[str, MirrorLink] = {}
+        self.feature_level = 0  # the finalized level: only raised (multiraft/metadata/features.py)
 
     # ---- validation (before proposing, and again on apply) -----------------
 
@@ -148,6 +153,8 @@ class Catalog:
                 raise UnknownNode(f"node {command.new} is not registered")
             if self.nodes[command.new].decommissioning:
                 raise InvalidReplicaAssignment(f"node {command.new} is being decommissioned")
+        if isinstance(command, FinalizeFeatureLevel):
+            check_finalize(self.feature_level, command)
         if isinstance(command, DeleteToken) and command.name not in self.tokens:
             raise UnknownToken(f"token {command.name!r} does not exist")
         if isinstance(command, PutToken):
@@ -155,7 +162,7 @@ class Catalog:
             if holder is not None and holder.name != command.name:
                 raise InvalidRequest("that token digest belongs to another token")
         if isinstance(command, AlterTopicConfig):
-            if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
+            if len(altered_config(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
                 raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
         if isinstance(command, MirrorCommand):
             self._validate_mirror(command)
@@ -305,8 +312,11 @@ class Catalog:
             return self._token(command)
         if isinstance(command, AlterTopicConfig):
             topic = self.topics[command.name]
-            self.topics[command.name] = updated = replace(topic, config=_altered(topic.config, command.changes))
+            self.topics[command.name] = updated = replace(topic, config=altered_config(topic.config, command.changes))
             return updated
+        if isinstance(command, FinalizeFeatureLevel):
+            self.feature_level = command.level
+            return None
         assert isinstance(command, SetClusterConfig), f"unknown command {command!r}"
         if command.value is None:
             self.cluster_config.pop(command.key, None)
@@ -461,16 +471,6 @@ class Catalog:
     @classmethod
     def restore(cls, data: bytes) -> Catalog:
         return decode_catalog(data, cls)
-
-
-def _altered(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | None]) -> dict[str, ConfigValue]:
-    altered = dict(config)
-    for key, value in changes.items():
-        if value is None:
-            altered.pop(key, None)
-        else:
-            altered[key] = value
-    return altered
 
 
 def _as_create(command: CreateMirrorTopic) -> CreateTopic:

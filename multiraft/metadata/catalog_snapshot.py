@@ -35,6 +35,7 @@ from multiraft.metadata.commands import (
     RegisterNode,
     SetClusterConfig,
 )
+from multiraft.metadata.features import FinalizeFeatureLevel
 from multiraft.metadata.mirror_commands import (
     OFFSET_MAX,
     CreateMirrorLink,
@@ -61,6 +62,7 @@ class CatalogFields(Protocol):
     cluster_config: dict[str, ConfigValue]
     tokens: dict[str, TokenInfo]
     mirror_links: dict[str, MirrorLink]
+    feature_level: int
 
     def validate(self, command: Command) -> None: ...
 
@@ -90,6 +92,8 @@ def encode_catalog(catalog: CatalogFields) -> bytes:
     }
     if catalog.mirror_links:  # absent without links, so such a catalog snapshots as before them
         document["mirror_links"] = [_link_row(link) for _, link in sorted(catalog.mirror_links.items())]
+    if catalog.feature_level:  # absent at 0, so a catalog not finalized snapshots as before the gate
+        document["feature_level"] = catalog.feature_level
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
@@ -174,6 +178,8 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
     catalog.applied_index = Index(_int(document["applied_index"]))
     catalog.next_group_id = GroupId(_int(document["next_group_id"], FIRST_PARTITION_GROUP))
     catalog.next_producer_id = _int(document["next_producer_id"])
+    catalog.feature_level = FinalizeFeatureLevel(level=document["feature_level"]).level \
+        if "feature_level" in document else 0  # absent before the gate, and at 0
     for key, value in document["cluster_config"].items():
         catalog.cluster_config[SetClusterConfig(key=key, value=value).key] = value
     for node_id, raft_addr, http_addr, rack, status in document["nodes"]:

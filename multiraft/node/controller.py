@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +96,11 @@ class Readiness:
 
 class Controller:
     def __init__(self, config: NodeConfig, registry: GroupRegistry, catalog: CatalogHolder, metadata: MetadataOps,
-                 rpc: Rpc, transport: Transport, logger: Any) -> None:
+                 rpc: Rpc, transport: Transport, logger: Any, heartbeat_answer: Callable[[], bytes] = bytes,
+                 heard: Callable[[int, bytes], None] = lambda source, body: None) -> None:
+        """`heartbeat_answer`: this node's feature levels (multiraft/node/features.py), which it
+        sends with its node heartbeat and answers one with (any node may ask it that way);
+        `heard(source, body)`: told of each heartbeat's body (an older node's is empty)."""
         self.id = config.node_id
         self._config = config
         self._registry = registry
@@ -104,6 +109,8 @@ class Controller:
         self._rpc = rpc
         self._transport = transport
         self._logger = logger
+        self._heartbeat_answer = heartbeat_answer
+        self._heard = heard
         self.registered = asyncio.Event()
         self._last_seen: dict[NodeId, float] = {}
         self._was_controller = False
@@ -277,11 +284,13 @@ class Controller:
                 self._last_seen[self.id] = time.monotonic()
             elif leader != 0:
                 with contextlib.suppress(RpcError):
-                    await self._rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
+                    # The body is read by a leader of this build on (its placement), ignored before.
+                    await self._rpc.call(leader, "node.heartbeat", self._heartbeat_answer(), RPC_TIMEOUT_S)
 
     async def serve_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
         self._last_seen[NodeId(source)] = time.monotonic()
-        return STATUS_OK, b""
+        self._heard(source, body)
+        return STATUS_OK, self._heartbeat_answer()
 
     async def watch_liveness(self) -> None:
         """On the metadata leader: mark nodes dead/alive from their heartbeats (transitions logged)."""
@@ -398,7 +407,8 @@ class Controller:
         node; returns the moves proposed. One move per partition at a time (a partition
         with a copy still leaving waits); at most `limit` per call."""
         catalog = self._catalog.catalog
-        live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes() if n.node_id not in gone]
+        live = [PlacementNode(n.node_id, n.rack or None) for n in self._metadata.placeable_nodes()
+                if n.node_id not in gone]
         loads: dict[NodeId, int] = {}
         for topic in catalog.topics.values():
             for partition in topic.partitions:

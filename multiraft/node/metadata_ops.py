@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
-from multiraft.metadata.catalog import ProducerIdBlock, TopicInfo
+from multiraft.metadata.catalog import NodeInfo, ProducerIdBlock, TopicInfo
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
@@ -35,6 +35,7 @@ from multiraft.metadata.commands import (
     decode_command,
     encode_command,
 )
+from multiraft.metadata.features import require_command_level
 from multiraft.metadata.mirror_growth import check_growable
 from multiraft.metadata.placement import PlacementNode, place_replicas
 from multiraft.node import open_files
@@ -87,6 +88,8 @@ class MetadataOps:
         self._catalog = catalog
         self._rpc = rpc
         self._open_files_limit = open_files_limit
+        # Nodes placement leaves out besides the catalog's (below the feature level: FeatureGate.below_level).
+        self.unplaceable: Callable[[], frozenset[NodeId]] = frozenset
         rpc.register("metadata.propose", self._serve_propose)
         rpc.register("metadata.create_topic", self._serve_create_topic)
         rpc.register("metadata.create_partitions", self._serve_create_partitions)
@@ -99,6 +102,8 @@ class MetadataOps:
         """Apply `command` through the metadata leader (forwarded if that is another node)."""
         runtime = self._runtime
         if runtime.core.role is Role.LEADER:
+            # The feature gate (multiraft/metadata/features.py): here, at propose time, never on apply.
+            require_command_level(self._catalog.catalog, command)
             self._catalog.catalog.validate(command)
             (result,) = await runtime.propose([encode_command(command)], EntryKind.META)
             if result.error is not None:
@@ -129,9 +134,14 @@ class MetadataOps:
             return True
         return not self._initial_cluster <= set(self._catalog.catalog.nodes)
 
+    def placeable_nodes(self) -> list[NodeInfo]:
+        """The nodes new replicas may go to: the catalog's (live, not decommissioning) but
+        those whose heartbeats said they support less than the finalized feature level."""
+        left_out = self.unplaceable()
+        return [n for n in self._catalog.catalog.placeable_nodes() if n.node_id not in left_out]
+
     def _enough_nodes(self, replication_factor: int) -> bool:
-        return (self._runtime.core.leader != 0
-                and len(self._catalog.catalog.placeable_nodes()) >= replication_factor)
+        return self._runtime.core.leader != 0 and len(self.placeable_nodes()) >= replication_factor
 
     async def _wait_for_nodes(self, replication_factor: int, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for a metadata leader and `replication_factor` live nodes
@@ -145,7 +155,7 @@ class MetadataOps:
 
     async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
         catalog = self._catalog.catalog
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.placeable_nodes()]
         assignments = place_replicas(
             nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id,
             drained=catalog.drained_nodes(),
@@ -182,7 +192,7 @@ class MetadataOps:
         if not isinstance(request["count"], int) or request["count"] <= current:
             raise InvalidPartitions(f"topic {topic.name!r} has {current} partitions; partitions can only be "
                                     f"added, so the new count must be above {current}, got {request['count']}")
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.placeable_nodes()]
         assignments = place_replicas(nodes, request["count"] - current, topic.replication_factor,
                                      start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
                                      drained=catalog.drained_nodes())

@@ -352,7 +352,7 @@ class MirrorLinks:
         except SourceError as error:  # this topic's (a partition not led yet, a bad answer): the others go on
             return f"a partition's log start was not read: {client.scrub(str(error))}"
         catalog = self._catalog.catalog
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self._metadata.placeable_nodes()]
         factor = max(1, min(said_factor, len(nodes)))
         try:
             assignments = place_replicas(nodes, made, factor, start=catalog.next_group_id,
@@ -409,7 +409,7 @@ class MirrorLinks:
         if mirror_size(catalog, name, link.name) != current:  # changed during the reads
             return None
         topic = catalog.topics[name]
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self._metadata.placeable_nodes()]
         try:
             assignments = place_replicas(nodes, count - current, topic.replication_factor,
                                          start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from multiraft.metadata.catalog import ID_MAX, Catalog
+from multiraft.metadata.catalog import ID_MAX, Catalog, NodeInfo
 from multiraft.metadata.commands import Command, DeleteTopic, decode_command, encode_command
 from multiraft.metadata.mirror_commands import (
     CreateMirrorTopic,
@@ -78,6 +78,9 @@ class Metadata:
 
     def check_files(self, assignments: list[list[NodeId]]) -> None:
         open_files.check_new_replicas(assignments, self.files_limit)
+
+    def placeable_nodes(self) -> list[NodeInfo]:
+        return self.catalog.placeable_nodes()  # no node below the feature level here
 
     async def propose(self, command: Command) -> None:
         self.catalog.validate(command)

@@ -23,7 +23,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.catalog import Catalog, NodeInfo
 from multiraft.metadata.commands import DeleteTopic
 from multiraft.metadata.mirror_commands import (
     CreateMirrorTopic,
@@ -87,6 +87,9 @@ class CatalogProposer:
 
     def check_files(self, assignments: list[list[NodeId]]) -> None:
         """No open-files limit here (discovery asks before it proposes a mirror)."""
+
+    def placeable_nodes(self) -> list[NodeInfo]:
+        return self.catalog.placeable_nodes()  # no node below the feature level here
 
     async def propose(self, command: Any) -> Any:
         self.proposed.append(command)
