@@ -349,7 +349,7 @@ class Controller:
         of the nodes' replicas up to the cluster's bound, then the metadata group's
         membership change for a node that holds nothing any more."""
         catalog = self._catalog.catalog
-        await self._readmit_recommissioned(catalog)
+        await self._readmit_non_members(catalog)
         leaving = catalog.decommissioning_nodes()
         if not leaving:
             self.decommission_waiting = ""
@@ -384,18 +384,20 @@ class Controller:
             return False, ""
         return True, ""
 
-    async def _readmit_recommissioned(self, catalog: Any) -> None:
-        """A node recommissioned after it left the metadata group joins it again as a
-        learner (as at its admission), so a recommission undoes a finished decommission
-        too. Registered nodes are otherwise always members: the initial voters, and every
-        admitted node as a learner. Whatever its status: a node out of the group sends its
-        heartbeats to the leader it last knew, so a later controller marks it dead (a dead
-        learner costs nothing; readmitted, it hears the leader and beats again)."""
+    async def _readmit_non_members(self, catalog: Any) -> None:
+        """A registered node that is no member of the metadata group and not leaving joins
+        it again as a learner (as at its admission): a node recommissioned after it left the
+        group, so a recommission undoes a finished decommission too, and a dead voter
+        removed by `promote --replace` (metadata_voters.py: a retry of that promote is
+        still a no-op). Registered nodes are otherwise always members: the initial voters,
+        and every admitted node as a learner. Whatever its status: a node out of the group
+        sends its heartbeats to the leader it last knew, so a later controller marks it
+        dead (a dead learner costs nothing; readmitted, it hears the leader and beats again)."""
         members = self._runtime.core.membership.members
         for info in catalog.nodes.values():
             if info.node_id in members or info.decommissioning:
                 continue
-            self._logger.info("recommissioned_node_readmitted", node=info.node_id)
+            self._logger.info("node_readmitted", node=info.node_id)
             try:
                 await self._add_learner(info.node_id)
             except (ClientError, TimeoutError) as error:  # the next round asks again
