@@ -27,7 +27,14 @@ from typing import Protocol
 
 from multiraft.errors import FeatureLevelUnsupported, InvalidRequest
 from multiraft.metadata.checks import is_int
-from multiraft.metadata.mirror_commands import CreateMirrorLink, ResyncMirrorPartition
+from multiraft.metadata.mirror_commands import (
+    CreateMirrorLink,
+    CreateMirrorTopic,
+    GrowMirrorTopic,
+    OnSourceTruncated,
+    ResyncMirrorPartition,
+    SetMirrorLinkPolicy,
+)
 
 # A bound for the command's shape only: levels a later build may name are decoded and
 # applied here too (a node below the level learns it and says so, multiraft/node/features.py).
@@ -52,6 +59,14 @@ class FeatureLevel(enum.IntEnum):
         "mirror link to an HTTPS source (CreateMirrorLink's source_tls and source_ca; refused "
         "below it). Partition-state v2/v3 entries and consumer group commands belong here too, but "
         "are not gated: they were written before the gate (docs/node.md, \"Upgrading\").")
+    MIRROR_FOLLOW = 2, (
+        "A mirror follows its source: discovery grows a mirror topic when its source's partition "
+        "count rises (GrowMirrorTopic; below it the growth is named in the discovery's refused) and "
+        "records the source partitions' identities in the mirror topics it makes or grows "
+        "(CreateMirrorTopic's and GrowMirrorTopic's source_groups; below it they are made exactly "
+        "as before, without), and a link may resync after the source's retention truncated past a "
+        "mirror (a link created with on_source_truncated other than stop, SetMirrorLinkPolicy; "
+        "refused below it).")
 
     @property
     def description(self) -> str:
@@ -81,12 +96,23 @@ def require_level(catalog: HasFeatureLevel, level: FeatureLevel, what: str) -> N
 
 
 def required_level(command: object) -> tuple[FeatureLevel, str]:
-    """The level a command needs to be proposed, and what it is for a person."""
+    """The level a command needs to be proposed, and what it is for a person (the highest
+    of what it holds)."""
+    needs = [(FeatureLevel.NONE, "")]
     if isinstance(command, ResyncMirrorPartition) and command.prefix_index:
-        return FeatureLevel.BASELINE, "a mirror resync keeping its identical prefix"
+        needs.append((FeatureLevel.BASELINE, "a mirror resync keeping its identical prefix"))
     if isinstance(command, CreateMirrorLink) and command.source_tls:
-        return FeatureLevel.BASELINE, "a mirror link to an HTTPS source (source_tls)"
-    return FeatureLevel.NONE, ""
+        needs.append((FeatureLevel.BASELINE, "a mirror link to an HTTPS source (source_tls)"))
+    if isinstance(command, CreateMirrorLink) and command.on_source_truncated != OnSourceTruncated.STOP:
+        needs.append((FeatureLevel.MIRROR_FOLLOW, f"a mirror link with on_source_truncated "
+                                                  f"{command.on_source_truncated!r}"))
+    if isinstance(command, SetMirrorLinkPolicy):
+        needs.append((FeatureLevel.MIRROR_FOLLOW, "a mirror link's on_source_truncated changed"))
+    if isinstance(command, GrowMirrorTopic):
+        needs.append((FeatureLevel.MIRROR_FOLLOW, "a mirror topic following its source's partition increase"))
+    if isinstance(command, CreateMirrorTopic) and command.source_groups is not None:
+        needs.append((FeatureLevel.MIRROR_FOLLOW, "a mirror topic recording its source partitions' identities"))
+    return max(needs, key=lambda need: need[0])
 
 
 def require_command_level(catalog: HasFeatureLevel, command: object) -> None:

@@ -4,7 +4,8 @@ in multiraft/node/mirror_links.py, creates and grows mirrors with these).
 
 - `listed_growth`: which of a link's mirror topics not promoted the source's listing asks
   to grow, and which counts it gives are refused (fewer partitions than the mirror's, above
-  `PARTITIONS_MAX`, none), before any read.
+  `PARTITIONS_MAX`, none; a growth while the cluster is finalized below feature level 2,
+  `MIRROR_FOLLOW`), before any read.
 - `ReadBudget`: the log-start reads one link's round may still make, its creations and
   growths together (`READS_PER_ROUND_MAX`); a mirror with more new partitions than are left
   is made or grown by those read, and grown further in the next rounds.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from multiraft.metadata.commands import PARTITIONS_MAX
+from multiraft.metadata.features import FeatureLevel, supports
 
 if TYPE_CHECKING:
     from multiraft.metadata.catalog import Catalog
@@ -69,6 +71,12 @@ def listed_growth(catalog: Catalog, link: str, counts: dict[str, object]) -> tup
                              f"count never shrinks (was the source topic made again?); the mirror keeps its {current}")
         elif said > PARTITIONS_MAX:
             refused[name] = f"the source says {said} partitions; a topic has 1..{PARTITIONS_MAX}"
+        elif said > current and not supports(catalog, FeatureLevel.MIRROR_FOLLOW):
+            refused[name] = (f"the source says {said} partitions; the mirror keeps its {current}: following a source's "
+                             f"growth needs feature level {int(FeatureLevel.MIRROR_FOLLOW)} (mirror_follow), this "
+                             f"cluster is finalized at {catalog.feature_level}: once every node runs a build that "
+                             "supports it, raise it with `raftlog cluster features finalize` (docs/node.md, "
+                             "\"Upgrading\")")
         elif said > current:
             growing[name] = said
     return growing, refused

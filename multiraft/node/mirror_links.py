@@ -36,7 +36,9 @@
   deleted and made again), and the mirror keeps pulling the partitions it has. A new
   partition whose log start cannot be read, or new partitions the sink cannot place
   (too few live nodes, the open-files check), are named in `refused` too (tried again
-  the next round) rather than failing the link's round. A creation or growth that another
+  the next round) rather than failing the link's round, and so is a growth while the
+  sink is finalized below feature level 2 (`MIRROR_FOLLOW`: an older node could not read
+  `GrowMirrorTopic`; the reason tells the operator to finalize). A creation or growth that another
   change overtook before its entry applied (a promotion, a delete, the same one proposed
   by the previous metadata leader around a leader change) changes nothing and is no
   failure: the next round looks again; one the catalog refuses on its own (group ids
@@ -67,6 +69,7 @@ from multiraft.errors import (
 )
 from multiraft.metadata.checks import is_int
 from multiraft.metadata.commands import PARTITIONS_MAX, TOPIC_CONFIG_KEYS
+from multiraft.metadata.features import FeatureLevel, supports
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
     CreateMirrorTopic,
@@ -438,15 +441,12 @@ class MirrorLinks:
 def records_source_identity(catalog: Catalog) -> bool:
     """Whether discovery records the source partitions' identities in the mirror topics it makes
     or grows (`CreateMirrorTopic.source_groups`, `GrowMirrorTopic.source_groups`, which a
-    truncated resync needs). A node of an earlier
-    version refuses such a command (its `decode_command` fails: its metadata replica fails and
-    reopens into the entry until upgraded), and restoring a snapshot it drops them silently.
-    True for now. The feature-version gate being built (branch `feature-gate`) makes this True
-    only once the cluster's finalized feature level includes them: this is the one line it
-    changes. Until then, pause every link during a rolling upgrade of the sink (docs/node.md,
-    "Upgrading"). `catalog`: the sink's, where the gate will read the finalized level."""
-    del catalog  # read by the gate to come
-    return True
+    truncated resync needs): only once `catalog` (the sink's) is finalized at feature level 2
+    (`MIRROR_FOLLOW`, multiraft/metadata/features.py). A node of an earlier version refuses
+    such a command (its `decode_command` fails: its metadata replica fails and reopens into
+    the entry until upgraded), and restoring a snapshot it drops them silently; below the
+    level a mirror is made exactly as before, its command byte for byte the old one."""
+    return supports(catalog, FeatureLevel.MIRROR_FOLLOW)
 
 
 def source_groups(described: dict[str, Any], partitions: range) -> tuple[int, ...] | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from multiraft.metadata.commands import CreateTopic
+from multiraft.metadata.features import SUPPORTED_LEVEL
 from multiraft.node.node import Node
 from multiraft.node.unsafe import ChaosHooks
 from raftlog.errors import ClientError
@@ -58,7 +59,7 @@ async def test_a_node_below_the_level_runs_its_replicas_and_takes_no_new_one(tmp
         await nodes[2].stop()  # rolled back: a build that supports level 0 only
         nodes[2] = older = Node(nodes[2].config, hooks=ChaosHooks(feature_level=0))
         await older.start()
-        await until(lambda: older.catalog.feature_level == 1 and not older.catalog_holder.readable,
+        await until(lambda: older.catalog.feature_level == SUPPORTED_LEVEL and not older.catalog_holder.readable,
                     "node 3 to replay the finalized level it does not support")
         await until(lambda: _partition_groups(older) == held, "node 3 to open the replicas it holds again", 30)
         await produce_retrying(nodes[0], "kept", 0, batch(b"after"))

@@ -22,7 +22,7 @@ import structlog
 from multiraft.errors import FeatureLevelUnsupported, InvalidRequest
 from multiraft.metadata import Catalog, RegisterNode, SetNodeDecommissioning
 from multiraft.metadata.commands import Command, encode_command
-from multiraft.metadata.features import FinalizeFeatureLevel
+from multiraft.metadata.features import SUPPORTED_LEVEL, FinalizeFeatureLevel
 from multiraft.node import features
 from multiraft.node.catalog_holder import CatalogHolder
 from multiraft.node.features import (
@@ -328,6 +328,6 @@ class _Proposals:
 
 def test_the_catalog_holder_reads_a_catalog_at_or_below_its_level() -> None:
     holder = CatalogHolder()
-    assert holder.supported_level == 1 and holder.readable
-    holder.replace(Catalog.restore(holder.catalog.snapshot().replace(b'"drained":[]', b'"drained":[],"feature_level":2')))
-    assert holder.catalog.feature_level == 2 and not holder.readable
+    assert holder.supported_level == SUPPORTED_LEVEL == 2 and holder.readable
+    holder.replace(Catalog.restore(holder.catalog.snapshot().replace(b'"drained":[]', b'"drained":[],"feature_level":3')))
+    assert holder.catalog.feature_level == 3 and not holder.readable

@@ -70,9 +70,11 @@ def test_the_finalize_command_round_trips_and_is_bounded() -> None:
 
 def test_the_levels_are_ordered_and_described() -> None:
     assert [int(level) for level in FeatureLevel] == list(range(len(FeatureLevel)))
-    assert SUPPORTED_LEVEL == max(FeatureLevel) == FeatureLevel.BASELINE
+    assert SUPPORTED_LEVEL == max(FeatureLevel) == FeatureLevel.MIRROR_FOLLOW == 2
     assert all(level.description for level in FeatureLevel)
     assert "prefix" in FeatureLevel.BASELINE.description and "HTTPS" in FeatureLevel.BASELINE.description
+    assert all(what in FeatureLevel.MIRROR_FOLLOW.description for what in (
+        "GrowMirrorTopic", "source_groups", "on_source_truncated", "SetMirrorLinkPolicy"))
 
 
 def test_a_catalog_at_level_0_snapshots_as_before_the_gate_and_the_level_once_raised() -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from multiraft.metadata.catalog import ID_MAX, Catalog, NodeInfo
 from multiraft.metadata.commands import Command, DeleteTopic, decode_command, encode_command
+from multiraft.metadata.features import SUPPORTED_LEVEL, require_command_level
 from multiraft.metadata.mirror_commands import (
     CreateMirrorTopic,
     GrowMirrorTopic,
@@ -26,7 +27,7 @@ from multiraft.node import mirror_follow, mirror_links, open_files
 from multiraft.node.mirror_links import Discovery, MirrorLinks
 from multiraft.node.mirror_source import LogChunk, SourceError, parse_log_answer
 from raftlog.types import GroupId, Index, NodeId
-from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
+from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog, _finalized
 
 
 class Source:
@@ -83,6 +84,7 @@ class Metadata:
         return self.catalog.placeable_nodes()  # no node below the feature level here
 
     async def propose(self, command: Command) -> None:
+        require_command_level(self.catalog, command)  # as MetadataOps.propose
         self.catalog.validate(command)
         for entry in [*self.racing.pop(getattr(command, "name", ""), []), command]:
             self._index += 1
@@ -92,7 +94,10 @@ class Metadata:
         self.proposed.append(command)
 
 
-def _discovery(catalog: Catalog, source: Source) -> tuple[MirrorLinks, Metadata]:
+def _discovery(catalog: Catalog, source: Source, level: int = SUPPORTED_LEVEL) -> tuple[MirrorLinks, Metadata]:
+    """The metadata leader's discovery of `catalog`, finalized at feature `level` first."""
+    if level:
+        _finalized(catalog, level)
     metadata = Metadata(catalog)
     logger = SimpleNamespace(info=lambda *a, **k: None)
     links = MirrorLinks(NodeId(1), SimpleNamespace(catalog=catalog), metadata, None, SimpleNamespace(  # type: ignore[arg-type]

@@ -45,7 +45,7 @@ from multiraft.node.mirror_bootstrap import mirror_start
 from multiraft.node.mirror_follow import listed_growth
 from raftlog.types import GroupId, Index, NodeId
 from tests.unit.test_group_machine import Log
-from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog
+from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog, _finalized
 
 GROW = CreatePartitions(name="orders", count=3, assignments=((NodeId(1),),))
 
@@ -268,7 +268,8 @@ def test_discovery_grows_a_mirror_only_to_a_larger_bounded_count(said: object, g
                                assignments=((NodeId(1),),), start_offsets=(0,))
     promoted = CreateMirrorTopic(name="orders-old", link="dr", replication_factor=1, config={},
                                  assignments=((NodeId(1),),), start_offsets=(0,))
-    catalog = _catalog(LINK, OTHER_LINK, MIRROR, others, promoted, PromoteMirrorTopic(name="orders-old"), PLAIN)
+    catalog = _finalized(_catalog(LINK, OTHER_LINK, MIRROR, others, promoted, PromoteMirrorTopic(name="orders-old"),
+                                  PLAIN))
     listed = {"orders": said, "theirs": said, "orders-old": said, "plain": said, "absent": said}
     found, refused = listed_growth(catalog, "dr", listed)
     assert found == growing

@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 
 from multiraft.metadata.catalog import Catalog, NodeInfo
 from multiraft.metadata.commands import DeleteTopic
+from multiraft.metadata.features import require_command_level
 from multiraft.metadata.mirror_commands import (
     CreateMirrorTopic,
     OnSourceTruncated,
@@ -46,7 +47,7 @@ from multiraft.node.mirror_truncated import (
 )
 from raftlog.errors import ClientError, NotLeader, ProposalDropped
 from raftlog.types import GroupId, Index, NodeId
-from tests.unit.test_mirror_catalog import _catalog
+from tests.unit.test_mirror_catalog import _catalog, _finalized
 from tests.unit.test_mirror_link_tls import _link
 from tests.unit.test_mirror_pull import FakeRegistry, FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
 
@@ -95,6 +96,7 @@ class CatalogProposer:
         self.proposed.append(command)
         if self.refusals:
             raise self.refusals.pop(0)
+        require_command_level(self.catalog, command)  # as MetadataOps.propose
         index = Index(self.catalog.applied_index + 1)
         result = self.catalog.apply(index, command)
         self.log.append((index, command))
@@ -121,7 +123,7 @@ def _setup(monkeypatch: pytest.MonkeyPatch, policy: str, refusals: list[ClientEr
     (`source`: that source, made by the caller to watch or steer it). `clock`: the monotonic clock
     a truncation is confirmed by (`lambda: sum(pauses)`: the time the pull paused, as if slept).
     `mirror`: the mirror topic's command."""
-    catalog = _catalog(_link(on_source_truncated=policy), mirror)
+    catalog = _finalized(_catalog(_link(on_source_truncated=policy), mirror))  # a cluster of this build's
     group = catalog.topic("orders").partitions[0].group_id
     registry = FakeRegistry()
     registry.add(group, start=0)  # the mirror copied nothing; the source deleted 0..99

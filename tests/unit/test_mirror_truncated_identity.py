@@ -23,12 +23,13 @@ import structlog
 from multiraft.errors import InvalidRequest, SnapshotFormatError
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import decode_command, encode_command
+from multiraft.metadata.features import FeatureLevel
 from multiraft.metadata.mirror_commands import CreateMirrorTopic, ResyncMirrorPartition
 from multiraft.node import mirror_links
 from multiraft.node.mirror_follow import ReadBudget
 from multiraft.node.mirror_links import MirrorLinks, source_groups
 from raftlog.types import Index, NodeId
-from tests.unit.test_mirror_catalog import _catalog
+from tests.unit.test_mirror_catalog import _catalog, _finalized
 from tests.unit.test_mirror_link_tls import _link
 from tests.unit.test_mirror_pull import FakeSource, _log, _until, pauses  # noqa: F401 (a fixture)
 from tests.unit.test_mirror_truncated import MIRROR, CatalogProposer, SimpleHolder, _setup
@@ -167,20 +168,23 @@ class _DescribedSource(FakeSource):
             {"partition": 0, "group_id": 900, "log_start_offset": 0, "high_watermark": 10, "replicas": [1]}]}
 
 
-# Goal: discovery records the source partitions' identities only when `records_source_identity`
-# says so (the one line the feature-version gate will change, from the cluster's finalized
-# feature level); when it says no, the mirror topic's command is the one from before identities
-# existed, byte for byte (an older node applies it).
+# Goal: discovery records the source partitions' identities only once the sink is finalized at
+# feature level 2 (`records_source_identity`: MIRROR_FOLLOW); below it, the mirror topic's command
+# is the one from before identities existed, byte for byte (an older node applies it), and the
+# metadata leader's check (`require_command_level`, in the proposer here) lets it through.
 @asynchronous
-@pytest.mark.parametrize("records", [True, False])
-async def test_discovery_records_identities_only_when_allowed(monkeypatch: pytest.MonkeyPatch, records: bool) -> None:
+@pytest.mark.parametrize("level", [0, 1, 2])
+async def test_discovery_records_identities_only_at_feature_level_2(level: int) -> None:
     catalog = _catalog(_link())
+    if level:
+        _finalized(catalog, level)
+    records = level >= FeatureLevel.MIRROR_FOLLOW
     proposer = CatalogProposer(catalog)
-    assert mirror_links.records_source_identity(catalog) is True  # until the gate lands
-    monkeypatch.setattr(mirror_links, "records_source_identity", lambda _: records)
+    assert mirror_links.records_source_identity(catalog) is records
     links = MirrorLinks(NodeId(1), SimpleHolder(catalog), proposer, None, SimpleNamespace(register=lambda *_: None),  # type: ignore[arg-type]
                         None, structlog.get_logger(), None)  # type: ignore[arg-type]
     assert await links._create_mirror(_DescribedSource(), catalog.mirror_links["dr"], "orders",  # type: ignore[arg-type]
                                       ReadBudget()) is None
     assert proposer.proposed == [MIRROR if records else UNRECORDED]
     assert (encode_command(proposer.proposed[0]) == OLDER_COMMAND) is not records
+    assert catalog.topic("orders").partitions[0].source_group == (900 if records else None)
