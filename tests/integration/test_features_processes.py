@@ -135,7 +135,7 @@ async def test_a_cluster_from_before_the_gate_is_finalized_once_every_node_is_up
         await _everyone_at(session, servers, 1, {1: NEW, 2: NEW, 3: 1})
         status, created = await call(session, servers[0], "POST", "/v1/admin/mirrors", json=HTTPS_LINK)
         assert status == 201 and created["source_tls"] is True, created
-        status, refused = await call(session, servers[1], "PATCH", "/v1/admin/mirrors/dr", json=RESYNC)
+        status, refused = await call(session, servers[0], "PATCH", "/v1/admin/mirrors/dr", json=RESYNC)
         assert (status, refused["error_code"]) == (409, "FEATURE_LEVEL_UNSUPPORTED"), refused
         assert "needs feature level 2" in refused["message"] and "finalized at 1" in refused["message"]
         finalize = raftlog("cluster", "features", "finalize", "--level", "2", server=servers[0])
