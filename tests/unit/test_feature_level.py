@@ -7,7 +7,9 @@ metadata leader makes before it proposes one, made there or forwarded (MetadataO
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -149,26 +151,34 @@ def _ops(node_id: int, role: Role, rpc: Rpc) -> tuple[MetadataOps, _MetadataRepl
     return MetadataOps(NodeId(node_id), registry, holder, rpc, lambda: 0), replica, holder  # type: ignore[arg-type]
 
 
-@pytest.mark.asyncio
-async def test_the_metadata_leader_checks_what_it_proposes_made_there_or_forwarded() -> None:
-    """`MetadataOps.propose` on the leader (node 2) and on a follower (node 1) that forwards
-    it over a real RPC pair (tests/unit/test_rpc.py): the leader's catalog decides."""
+@contextlib.asynccontextmanager
+async def leader_and_follower() -> AsyncIterator[tuple[MetadataOps, _MetadataReplica, Catalog, MetadataOps, Catalog]]:
+    """The metadata leader's `MetadataOps` (node 2: its replica, its catalog) and a follower's
+    (node 1: its catalog) forwarding to it over a real RPC pair (tests/unit/test_rpc.py), for 10 s."""
     follower_rpc, leader_rpc, _ = pair()
-    leader, replica, leader_catalog = _ops(2, Role.LEADER, leader_rpc)
-    follower, _, follower_catalog = _ops(1, Role.FOLLOWER, follower_rpc)
-    https = CreateMirrorLink(name="dr", sources=("src:443",), pattern="dr-*", source_tls=True)
+    leader, replica, leader_holder = _ops(2, Role.LEADER, leader_rpc)
+    follower, _, follower_holder = _ops(1, Role.FOLLOWER, follower_rpc)
     try:
         async with asyncio.timeout(10):
-            assert follower_catalog.catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok  # not the leader's
-            for ops in (leader, follower):
-                with pytest.raises(ClientError) as refused:
-                    await ops.propose(https)
-                assert refused.value.code == "FEATURE_LEVEL_UNSUPPORTED" and "finalized at 0" in refused.value.message
-            assert replica.proposed == []
-            assert leader_catalog.catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok
-            for ops in (leader, follower):
-                assert await ops.propose(https) == {}
-        assert replica.proposed == [encode_command(https)] * 2
+            yield leader, replica, leader_holder.catalog, follower, follower_holder.catalog
     finally:
         await follower_rpc.stop()
         await leader_rpc.stop()
+
+
+@pytest.mark.asyncio
+async def test_the_metadata_leader_checks_what_it_proposes_made_there_or_forwarded() -> None:
+    """`MetadataOps.propose` on the leader (node 2) and on a follower (node 1) that forwards
+    it: the leader's catalog decides."""
+    https = CreateMirrorLink(name="dr", sources=("src:443",), pattern="dr-*", source_tls=True)
+    async with leader_and_follower() as (leader, replica, leader_catalog, follower, follower_catalog):
+        assert follower_catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok  # not the leader's
+        for ops in (leader, follower):
+            with pytest.raises(ClientError) as refused:
+                await ops.propose(https)
+            assert refused.value.code == "FEATURE_LEVEL_UNSUPPORTED" and "finalized at 0" in refused.value.message
+        assert replica.proposed == []
+        assert leader_catalog.apply(Index(3), FinalizeFeatureLevel(level=1)).ok
+        for ops in (leader, follower):
+            assert await ops.propose(https) == {}
+    assert replica.proposed == [encode_command(https)] * 2

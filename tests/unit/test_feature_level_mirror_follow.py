@@ -10,7 +10,6 @@ below the level writes a mirror topic's command byte for byte as before identiti
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
 import pytest
@@ -27,13 +26,11 @@ from multiraft.metadata.mirror_commands import (
 )
 from multiraft.node.mirror_links import Discovery, records_source_identity
 from raftlog.errors import ClientError
-from raftlog.messages import Role
 from raftlog.types import Index, NodeId
-from tests.unit.test_feature_level import _ops
+from tests.unit.test_feature_level import leader_and_follower
 from tests.unit.test_mirror_catalog import LINK, MIRROR, _catalog, _finalized
 from tests.unit.test_mirror_discovery import Source, _discovery, _round
 from tests.unit.test_mirror_grown_identity import _described
-from tests.unit.test_rpc import pair
 
 RESYNC_LINK = dataclasses.replace(LINK, name="dr2", on_source_truncated="resync")
 POLICY = SetMirrorLinkPolicy(name="dr", on_source_truncated="resync")
@@ -81,30 +78,22 @@ def test_level_2_gates_the_mirror_follow_commands_and_their_older_forms_never() 
 
 @pytest.mark.asyncio
 async def test_the_metadata_leader_refuses_a_link_policy_below_level_2_made_there_or_forwarded() -> None:
-    """`MetadataOps.propose` on the leader (node 2) and on a follower forwarding it over a real
-    RPC pair: a policy change and a resync link are refused at level 1, taken at 2."""
-    follower_rpc, leader_rpc, _ = pair()
-    leader, replica, leader_holder = _ops(2, Role.LEADER, leader_rpc)
-    follower, _, _ = _ops(1, Role.FOLLOWER, follower_rpc)
-    plain = dataclasses.replace(LINK, token=None)
-    catalog = leader_holder.catalog
-    assert catalog.apply(Index(3), plain).ok and catalog.apply(Index(4), FinalizeFeatureLevel(level=1)).ok
-    try:
-        async with asyncio.timeout(10):
-            for ops in (leader, follower):
-                for command in (POLICY, RESYNC_LINK):
-                    with pytest.raises(ClientError) as refused:
-                        await ops.propose(command)
-                    assert refused.value.code == "FEATURE_LEVEL_UNSUPPORTED"
-                    assert "needs feature level 2" in refused.value.message
-            assert replica.proposed == []
-            assert catalog.apply(Index(5), FinalizeFeatureLevel(level=2)).ok
-            for ops in (leader, follower):
-                assert await ops.propose(POLICY) == {}
-        assert replica.proposed == [encode_command(POLICY)] * 2
-    finally:
-        await follower_rpc.stop()
-        await leader_rpc.stop()
+    """`MetadataOps.propose` on the leader and on a follower forwarding it over a real RPC
+    pair: a policy change and a resync link are refused at level 1, taken at 2."""
+    async with leader_and_follower() as (leader, replica, catalog, follower, _):
+        assert catalog.apply(Index(3), dataclasses.replace(LINK, token=None)).ok
+        assert catalog.apply(Index(4), FinalizeFeatureLevel(level=1)).ok
+        for ops in (leader, follower):
+            for command in (POLICY, RESYNC_LINK):
+                with pytest.raises(ClientError) as refused:
+                    await ops.propose(command)
+                assert refused.value.code == "FEATURE_LEVEL_UNSUPPORTED"
+                assert "needs feature level 2" in refused.value.message
+        assert replica.proposed == []
+        assert catalog.apply(Index(5), FinalizeFeatureLevel(level=2)).ok
+        for ops in (leader, follower):
+            assert await ops.propose(POLICY) == {}
+    assert replica.proposed == [encode_command(POLICY)] * 2
 
 
 @pytest.mark.asyncio
