@@ -64,7 +64,7 @@ def test_every_variable_is_read():
     {"RAFTLOG_UNSAFE": "NO-DEDUP"},
     {"RAFTLOG_CHAOS_FILES": "lazyfs"},
     {"RAFTLOG_CHAOS_DEBUG": "yes"},
-    {"RAFTLOG_CHAOS_FEATURE_LEVEL": "2"},  # above what this build supports
+    {"RAFTLOG_CHAOS_FEATURE_LEVEL": str(SUPPORTED_LEVEL + 1)},  # above what this build supports
     {"RAFTLOG_CHAOS_FEATURE_LEVEL": "-1"},
     {"RAFTLOG_CHAOS_FEATURE_LEVEL": "one"},
 ])
