@@ -302,15 +302,17 @@ class TooManyMirrorLinks(ClientError):
 
 
 class NotAMirror(ClientError):
-    """A mirror operation (promote) on a topic that is not a mirror (or no longer is)."""
+    """A mirror operation (promote, resync, a growth following the source) on a topic that is
+    not a mirror of that link (or no longer is: promoted)."""
 
     code = "NOT_A_MIRROR"
     http_status = 409
 
 
 class MirrorPartitionsFixed(ClientError):
-    """Partitions added to a mirror topic not promoted: it keeps its source's count (a new
-    partition would copy a source partition that does not exist). Promote it first."""
+    """Partitions added by hand to a mirror topic not promoted: it follows its source's count
+    (discovery grows it when the source grows; a partition added here would copy a source
+    partition that does not exist). Promote it first."""
 
     code = "MIRROR_PARTITIONS_FIXED"
     http_status = 409
@@ -357,6 +359,16 @@ class ClusterNotReady(ClientError):
     code = "CLUSTER_NOT_READY"
     http_status = 503
     retriable = True
+
+
+class FeatureLevelUnsupported(ClientError):
+    """The cluster's feature level does not allow this (multiraft/metadata/features.py): a
+    finalize that some registered node does not support or did not answer (the message
+    names each node and its level), or a gated command proposed below its level (the
+    message names the level and how to finalize it). Upgrade the nodes first."""
+
+    code = "FEATURE_LEVEL_UNSUPPORTED"
+    http_status = 409
 
 
 class SnapshotFormatError(Exception):

@@ -16,6 +16,7 @@
     raftlog node decommission N [--wait] | recommission N   take a node out of the cluster, or cancel
     raftlog node promote N [--replace M]     a metadata learner votes (in place of dead voter M)
     raftlog cluster config [--set replica_move_bytes_per_s=N]   run-time settings (the move throttle)
+    raftlog cluster features [finalize [--level N]]   the feature level: each node's, and raise the cluster's
     raftlog leaders balance
     raftlog token create NAME --right R [--output FILE] | list | delete NAME
     raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority P]
@@ -44,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from multiraft.cli import commands
+from multiraft.cli.feature_commands import add_features_parser
 from multiraft.cli.group_commands import add_group_parsers
 from multiraft.cli.mirror_commands import add_mirror_parsers
 from multiraft.cli.serve import add_cluster_up, add_serve_parsers
@@ -64,14 +66,19 @@ class _NoTokenOnTheCommandLine(argparse.Action):
                      "history; use --token-file FILE (mode 0600) or $RAFTLOG_TOKEN")
 
 
-def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int]) -> None:
-    parser.add_argument("--server", default=None,
+def _client_command(parser: argparse.ArgumentParser, func: Callable[..., int], *, inherited: bool = False) -> None:
+    """The client options and the command's function. `inherited`: a subcommand of a parser
+    that has them too (`cluster features finalize`): absent here they are left out of its
+    namespace (argparse.SUPPRESS), else a subparser's None would overwrite the parent's
+    `--server X` given before the subcommand."""
+    default = argparse.SUPPRESS if inherited else None
+    parser.add_argument("--server", default=default,
                         help="HTTP address(es) of the cluster, comma-separated: HOST:PORT or https://HOST:PORT "
                              "(default: $RAFTLOG_SERVER or 127.0.0.1:8080)")
-    parser.add_argument("--ca", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--ca", type=Path, default=default, metavar="FILE",
                         help="the CA certificate (PEM) that signed the cluster's HTTPS certificates; turns on "
                              "HTTPS (default: $RAFTLOG_CA)")
-    parser.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+    parser.add_argument("--token-file", type=Path, default=default, metavar="FILE",
                         help="file holding the bearer token (mode 0600), for a cluster started with "
                              "--admin-token-file (default: the token in $RAFTLOG_TOKEN)")
     parser.add_argument("--token", nargs="?", action=_NoTokenOnTheCommandLine, help=argparse.SUPPRESS)
@@ -185,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parsers(subcommands)
     cluster = subcommands.add_parser("cluster", help="local cluster and cluster status")
     cluster_commands = cluster.add_subparsers(dest="cluster_command", required=True,
-                                              metavar="{up,status,wait,verify,config}")
+                                              metavar="{up,status,wait,verify,config,features}")
     add_cluster_up(cluster_commands)
     _client_command(cluster_commands.add_parser("status", help="nodes, groups, leaders, ISR, lag"),
                     commands.cluster_status)
@@ -205,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="set a setting for every node (VALUE an integer, or 'default'); repeatable")
     _client_command(config, commands.cluster_config)
+    add_features_parser(cluster_commands, _client_command)
     _topic_parsers(subcommands)
     _data_parsers(subcommands)
     add_mirror_parsers(subcommands, _client_command)

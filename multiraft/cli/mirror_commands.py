@@ -2,7 +2,8 @@
 
     raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority high|normal|low]
                           [--source-token-file FILE] [--verify-interval-s SECONDS]
-                          [--source-tls [--source-ca FILE]]
+                          [--source-tls [--source-ca FILE]] [--on-source-truncated stop|resync]
+    raftlog mirror alter NAME --on-source-truncated stop|resync
     raftlog mirror list | status NAME | pause NAME | resume NAME | delete NAME
     raftlog mirror promote NAME --topic TOPIC
     raftlog mirror verify NAME [--topic TOPIC] [--no-repair]
@@ -12,6 +13,8 @@ cluster's own token does; it is stored in the sink's catalog and never shown bac
 `--source-tls` reads the source over HTTPS; `--source-ca` gives the PEM CA certificates
 trusted for it (public: the file's mode is not checked), sent to the sink and kept in
 the link; without it the sink nodes' system trust store ($SSL_CERT_FILE, $SSL_CERT_DIR).
+`--on-source-truncated` says what a mirror partition does when the source's retention
+deleted offsets it had not copied (`ON_SOURCE_TRUNCATED_HELP`).
 """
 
 from __future__ import annotations
@@ -27,12 +30,18 @@ if TYPE_CHECKING:
     from multiraft.client import Client
 
 ClientCommand = Callable[[argparse.ArgumentParser, Callable[..., int]], None]
+ON_SOURCE_TRUNCATED_HELP = (
+    "what a mirror partition does when the source's retention deleted offsets it had not copied yet (a paused or "
+    "slow mirror): stop (the default) waits in state source_truncated and discards nothing; resync starts the "
+    "partition again at the source's log start: besides what the source deleted, the mirror discards its own copy "
+    "of the older offsets (all it held) and the consumer offsets committed on it, and reads below the new start "
+    "get 416 OFFSET_OUT_OF_RANGE")
 
 
 def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: ClientCommand) -> None:  # type: ignore[type-arg]
     mirror = subcommands.add_parser("mirror", help="mirror topics of a source cluster here (links; admin)")
     mirrors = mirror.add_subparsers(dest="mirror_command", required=True,
-                                    metavar="{create,list,status,pause,resume,delete,promote,verify}")
+                                    metavar="{create,alter,list,status,pause,resume,delete,promote,verify}")
     create = mirrors.add_parser("create", help="link a source cluster: its topics matching --topics are mirrored")
     create.add_argument("name")
     create.add_argument("--source", required=True, help="the source's HTTP addresses, HOST:PORT[,HOST:PORT..]")
@@ -49,7 +58,14 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
                         help="with --source-tls: PEM CA certificates trusted for the source, and only they (kept in "
                              "the link, at most 64 KiB; default: the sink nodes' system trust store, "
                              "$SSL_CERT_FILE/$SSL_CERT_DIR)")
+    create.add_argument("--on-source-truncated", choices=("stop", "resync"), default=None,
+                        help=ON_SOURCE_TRUNCATED_HELP)
     client_command(create, mirror_create)
+    alter = mirrors.add_parser("alter", help="change a link's --on-source-truncated (the rest is set at creation)")
+    alter.add_argument("name")
+    alter.add_argument("--on-source-truncated", choices=("stop", "resync"), required=True,
+                       help=ON_SOURCE_TRUNCATED_HELP)
+    client_command(alter, mirror_alter)
     client_command(mirrors.add_parser("list", help="links: sources, pattern, state"), mirror_list)
     for action, func, text in (("status", mirror_status, "per mirror partition: state, position, lag, bytes"),
                                ("pause", mirror_pause, "stop copying (positions stay)"),
@@ -77,7 +93,7 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
 def _link_row(link: dict[str, Any]) -> list[Any]:
     return [link["name"], link.get("scheme", "http"), ",".join(link["sources"]), link["topics"], link["priority"],
             link["state"], "yes" if link["credentials"] else "no", _ca_cell(link),
-            len(link.get("mirror_topics", []))]
+            link.get("on_source_truncated", "stop"), len(link.get("mirror_topics", []))]
 
 
 def _ca_cell(link: dict[str, Any]) -> str:
@@ -92,7 +108,8 @@ def _ca_cell(link: dict[str, Any]) -> str:
     return f"{ca['certificates']} cert(s), sha256 {first[:23]}.."
 
 
-_LINK_HEADER = ["LINK", "SCHEME", "SOURCES", "TOPICS", "PRIORITY", "STATE", "TOKEN", "CA", "MIRRORS"]
+_LINK_HEADER = ["LINK", "SCHEME", "SOURCES", "TOPICS", "PRIORITY", "STATE", "TOKEN", "CA", "ON TRUNCATED",
+                "MIRRORS"]
 SOURCE_CA_BYTES_MAX = 64 * 1024  # the sink refuses more (multiraft/metadata/pem_bundle.py); read no further
 
 
@@ -121,8 +138,13 @@ def mirror_create(client: Client, args: argparse.Namespace) -> int:
     token = read_token_file(args.source_token_file, "source_token_file") if args.source_token_file else None
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
     link = client.create_mirror(args.name, sources, args.topics, args.priority, token, args.verify_interval_s,
-                                args.source_tls, source_ca)
+                                args.source_tls, source_ca, args.on_source_truncated)
     print(_table([_link_row(link)], _LINK_HEADER))
+    return EXIT_OK
+
+
+def mirror_alter(client: Client, args: argparse.Namespace) -> int:
+    print(_table([_link_row(client.alter_mirror(args.name, args.on_source_truncated))], _LINK_HEADER))
     return EXIT_OK
 
 
@@ -147,10 +169,10 @@ def mirror_status(client: Client, args: argparse.Namespace) -> int:
             chunks = f"{window['chunks']}/{window['chunks_max']}" if window else None
             window_bytes = f"{window['bytes']}/{window['bytes_max']}" if window else None
             rows.append([topic["topic"], p["partition"], state, p.get("position"), p.get("lag_records"),
-                         p.get("bytes_copied"), chunks, window_bytes, p.get("node"),
+                         p.get("bytes_copied"), chunks, window_bytes, p.get("node"), p.get("truncated_resyncs"),
                          p.get("last_error") if state != "running" else None])
     print(_table(rows, ["TOPIC", "PARTITION", "STATE", "POSITION", "LAG", "BYTES", "IN FLIGHT", "IN FLIGHT BYTES",
-                        "NODE", "LAST ERROR"]))
+                        "NODE", "TRUNCATED RESYNCS", "LAST ERROR"]))
     return EXIT_OK if healthy else EXIT_FAILED
 
 

@@ -285,6 +285,14 @@ class AsyncClient(MirrorCalls):
         """Set cluster settings (None: back to each node's own); the settings after."""
         return await self._json("PATCH", "/v1/admin/config", json_body=settings)
 
+    async def features(self) -> dict[str, Any]:
+        """The cluster's finalized feature level and the level each registered node supports."""
+        return await self._json("GET", "/v1/admin/features")
+
+    async def finalize_features(self, level: int | None = None) -> dict[str, Any]:
+        """Raise the finalized feature level: to `level`, or the highest every node supports."""
+        return await self._json("POST", "/v1/admin/features", json_body={} if level is None else {"level": level})
+
     async def decommission_node(self, node_id: int) -> dict[str, Any]:
         """Start taking `node_id` out of the cluster (its replicas move away); its status."""
         return await self._json("POST", f"/v1/admin/nodes/{int(node_id)}/decommission")

@@ -10,7 +10,7 @@ from typing import Any
 
 
 class MirrorCalls:
-    """Create, list, show, pause, resume, promote, verify and delete mirror links (admin)."""
+    """Create, list, show, pause, resume, alter, promote, verify and delete mirror links (admin)."""
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         raise NotImplementedError  # AsyncClient's
@@ -20,10 +20,12 @@ class MirrorCalls:
 
     async def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
                             token: str | None = None, verify_interval_s: int | None = None,
-                            source_tls: bool = False, source_ca: str | None = None) -> dict[str, Any]:
-        """`source_ca`: PEM CA certificates for an HTTPS source; defaults are not sent (an earlier sink refuses them)."""
+                            source_tls: bool = False, source_ca: str | None = None,
+                            on_source_truncated: str | None = None) -> dict[str, Any]:
+        """`source_ca`: PEM CA certificates for an HTTPS source; `on_source_truncated`: `stop` or
+        `resync` (None: the sink's default, stop). Defaults are not sent (an earlier sink refuses them)."""
         optional = {"token": token, "verify_interval_s": verify_interval_s, "source_tls": source_tls or None,
-                    "source_ca": source_ca}
+                    "source_ca": source_ca, "on_source_truncated": on_source_truncated}
         body = {"name": name, "sources": sources, "topics": topics, "priority": priority,
                 **{key: value for key, value in optional.items() if value is not None}}
         return await self._json("POST", "/v1/admin/mirrors", json_body=body)
@@ -40,6 +42,11 @@ class MirrorCalls:
         assert action in ("pause", "resume", "promote", "verify")
         return await self._json("POST", f"/v1/admin/mirrors/{name}/{action}",
                                 json_body={"topic": topic} if action == "promote" else body)
+
+    async def alter_mirror(self, name: str, on_source_truncated: str) -> dict[str, Any]:
+        """Change a link's `on_source_truncated` (`stop` or `resync`); the link."""
+        return await self._json("PATCH", f"/v1/admin/mirrors/{name}",
+                                json_body={"on_source_truncated": on_source_truncated})
 
     async def delete_mirror(self, name: str) -> None:
         await self.request("DELETE", f"/v1/admin/mirrors/{name}")

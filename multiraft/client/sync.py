@@ -111,6 +111,12 @@ class Client:
     def set_cluster_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         return self.run(self.aio.set_cluster_settings(settings))
 
+    def features(self) -> dict[str, Any]:
+        return self.run(self.aio.features())
+
+    def finalize_features(self, level: int | None = None) -> dict[str, Any]:
+        return self.run(self.aio.finalize_features(level))
+
     def decommission_node(self, node_id: int) -> dict[str, Any]:
         return self.run(self.aio.decommission_node(node_id))
 
@@ -134,9 +140,13 @@ class Client:
 
     def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
                       token: str | None = None, verify_interval_s: int | None = None,
-                      source_tls: bool = False, source_ca: str | None = None) -> dict[str, Any]:
+                      source_tls: bool = False, source_ca: str | None = None,
+                      on_source_truncated: str | None = None) -> dict[str, Any]:
         return self.run(self.aio.create_mirror(name, sources, topics, priority, token, verify_interval_s,
-                                               source_tls, source_ca))
+                                               source_tls, source_ca, on_source_truncated))
+
+    def alter_mirror(self, name: str, on_source_truncated: str) -> dict[str, Any]:
+        return self.run(self.aio.alter_mirror(name, on_source_truncated))
 
     def list_mirrors(self) -> list[dict[str, Any]]:
         return self.run(self.aio.list_mirrors())

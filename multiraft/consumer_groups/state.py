@@ -302,8 +302,8 @@ class GroupsState(InstancesMixin):
         return len(removed)
 
     def partitions_added(self, topics: TopicsView) -> list[str]:
-        """A topic gained partitions (the catalog's CreatePartitions, applied at the same
-        entry on every replica): every group whose subscriptions now resolve to other
+        """A topic gained partitions (the catalog's CreatePartitions, or GrowMirrorTopic when a
+        mirror follows its source; applied at the same entry on every replica): every group whose subscriptions now resolve to other
         counts moves to a new epoch and target at once, so the new partitions are assigned
         (and a describe shows them) without waiting for a member's heartbeat. Returns the
         groups bumped, sorted."""

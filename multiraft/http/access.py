@@ -71,6 +71,9 @@ RULES: dict[tuple[str, str], str] = {
     ("PATCH", "/v1/admin/config"): ADMIN_RIGHT,
     ("POST", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,
     ("DELETE", "/v1/admin/nodes/{node}/decommission"): ADMIN_RIGHT,
+    # The cluster's feature level (multiraft/node/features.py): a finalize is not undone.
+    ("GET", "/v1/admin/features"): ADMIN_RIGHT,
+    ("POST", "/v1/admin/features"): ADMIN_RIGHT,
     # Membership: a join names its topics in the body (read on each; a pattern needs read:*);
     # a member's later calls need the same on the member's subscription (the group state's);
     # describe needs read on every member's, and a list shows only the groups so described.

@@ -66,7 +66,12 @@ class NodeCollector(Collector):
                                   labels=["state"])
         for state, count in sorted(states.items()):
             pulls.add_metric([state], count)
-        yield from (lag, copied, records, pulls)
+        resyncs = CounterMetricFamily("raftlog_mirror_truncated_resyncs", "mirror partitions this node replaced "
+                                      "by a new incarnation because the source's retention deleted offsets they "
+                                      "had not copied (on_source_truncated: resync)", labels=["link"])
+        for link, count in self.node.mirror_truncated_resyncs().items():
+            resyncs.add_metric([link], count)
+        yield from (lag, copied, records, pulls, resyncs)
         yield from self._mirror_verifies()
 
     def _mirror_verifies(self) -> Iterator[Metric]:

@@ -34,8 +34,12 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+_ON_SOURCE_TRUNCATED = ("what a mirror partition does when the source's retention deleted offsets it had not "
+                        "copied: stop (wait in source_truncated, keeping all it has) or resync (a new incarnation "
+                        "from the source's log start, the mirror's copy of older offsets and its consumer offsets "
+                        "discarded)")
 _LINK = {"type": "object", "required": ["name", "sources", "topics", "priority", "state", "credentials",
-                                      "scheme", "source_tls", "source_ca"],
+                                      "scheme", "source_tls", "source_ca", "on_source_truncated"],
          "properties": {"name": {"type": "string"}, "sources": {"type": "array", "items": {"type": "string"}},
                         "topics": {"type": "string"}, "priority": {"enum": ["high", "normal", "low"]},
                         "state": {"enum": ["running", "paused"]}, "credentials": {"type": "boolean"},
@@ -48,6 +52,7 @@ _LINK = {"type": "object", "required": ["name", "sources", "topics", "priority",
                                       "properties": {"certificates": {"type": "integer", "minimum": 1},
                                                      "fingerprints_sha256": {"type": "array",
                                                                              "items": {"type": "string"}}}},
+                        "on_source_truncated": {"enum": ["stop", "resync"], "description": _ON_SOURCE_TRUNCATED},
                         "mirror_topics": {"type": "array", "items": {"type": "string"}}}}
 _OFFSET = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _PARTITION = {"name": "partition", "in": "path", "required": True,
@@ -68,7 +73,13 @@ _PULL = {"type": "object", "required": ["partition", "state", "last_verify"], "p
                   "description": "chunks proposed to the mirror partition's group and not yet applied, their "
                                  "bytes, and the pipeline's limits",
                   "properties": {"chunks": _COUNT, "bytes": _COUNT, "chunks_max": _COUNT, "bytes_max": _COUNT}},
-    "last_verify": {"type": ["object", "null"], "properties": {"status": {"enum": _VERDICTS}}}}}
+    "last_verify": {"type": ["object", "null"], "properties": {"status": {"enum": _VERDICTS}}},
+    "truncated_resyncs": {**_COUNT, "description": "resyncs because the source truncated past the partition, "
+                                                   "as the sink's nodes that proposed them count (in memory)"},
+    "last_truncated_resync": {"type": ["object", "null"], "required": ["at_ms", "deleted", "start_offset", "node"],
+                              "properties": {"at_ms": _COUNT, "deleted": {"type": "array", "items": _COUNT,
+                                                                          "minItems": 2, "maxItems": 2},
+                                             "start_offset": _COUNT, "old_group": _COUNT, "node": _COUNT}}}}
 _STATUS = {"type": "object", "required": ["name", "sources", "topics", "priority", "state", "credentials",
                                           "discovery", "nodes_unreachable"],
            "properties": {**_LINK["properties"],  # type: ignore[dict-item]
@@ -109,7 +120,9 @@ PATHS: dict[str, Any] = {
                                         "(1.2 at least), its certificate verified and its host name checked"},
                          "source_ca": {"type": "string", "maxLength": PEM_BUNDLE_BYTES_MAX,
                                        "description": "PEM CA certificates trusted for the source, and only they "
-                                                      "(needs source_tls; absent: the system's trust store)"}}}}}},
+                                                      "(needs source_tls; absent: the system's trust store)"},
+                         "on_source_truncated": {"type": "string", "enum": ["stop", "resync"],
+                                                 "description": _ON_SOURCE_TRUNCATED + " (absent: stop)"}}}}}},
                  "responses": {"201": _json("the link", _LINK), **_errors(409, 415, 503, 504)}},
         "get": {"summary": "the mirror links (admin; tokens never shown)",
                 "responses": {"200": _json("links", {"type": "object", "required": ["mirrors"], "properties": {
@@ -120,6 +133,12 @@ PATHS: dict[str, Any] = {
         "get": {"summary": "a link's status: discovery, and per mirror partition its pull (state, position, "
                            "lag in records, bytes copied, chunks and bytes in flight) and its last full sync",
                 "responses": {"200": _json("status", _STATUS), **_errors(404, 504)}},
+        "patch": {"summary": "change a link's on_source_truncated (the others are set at creation)",
+                  "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                      "type": "object", "required": ["on_source_truncated"], "additionalProperties": False,
+                      "properties": {"on_source_truncated": {"type": "string", "enum": ["stop", "resync"],
+                                                             "description": _ON_SOURCE_TRUNCATED}}}}}},
+                  "responses": {"200": _json("the link", _LINK), **_errors(404, 415, 503, 504)}},
         "delete": {"summary": "delete a link (refused while it has mirror topics not promoted)",
                    "responses": {"204": {"description": "deleted"}, **_errors(404, 409, 503, 504)}},
     },

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiraft.http import confluent_openapi, live_ops_openapi, mirror_openapi
+from multiraft.http import confluent_openapi, features_openapi, live_ops_openapi, mirror_openapi
 from multiraft.http.limits import (
     BATCH_CONTENT_TYPE,
     GROUP_COMMITS_PER_REQUEST_MAX,
@@ -205,6 +205,9 @@ _PATHS: dict[str, Any] = {
         "responses": {"200": _ok("ok (and, with ready, ready)", {
             "type": "object", "required": ["status", "node_id", "registered"],
             "properties": {"status": {"const": "ok"}, "node_id": _INT, "registered": {"type": "boolean"},
+                           "feature_level": {"type": "object", "required": ["supported", "finalized", "unsupported"],
+                                             "properties": {"supported": _INT, "finalized": _INT,
+                                                            "unsupported": {"type": "boolean"}}},
                            "ready": {"type": "string"}, "metadata_leader": _INT,
                            "nodes": {"type": "array", "items": _INT}}}),
                       "400": _ERROR, "503": _ERROR}}},
@@ -442,7 +445,8 @@ def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "raftlog", "version": "1", "description": "A replicated, partitioned message log."},
-        "paths": {**_PATHS, **live_ops_openapi.PATHS, **mirror_openapi.PATHS, **confluent_openapi.PATHS},
+        "paths": {**_PATHS, **live_ops_openapi.PATHS, **features_openapi.PATHS, **mirror_openapi.PATHS,
+                  **confluent_openapi.PATHS},
         "security": [{"bearer": []}, {}],  # a token only where the node requires one
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
                        "schemas": {**_SCHEMAS, **confluent_openapi.SCHEMAS}, "responses": {"Error": {

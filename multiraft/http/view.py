@@ -36,6 +36,7 @@ def cluster_view(node: NodeApi) -> dict[str, Any]:
         "term": metadata.term,
         "commit_index": metadata.commit_index,
         "metadata_voters": sorted(metadata.voters),
+        "feature_level": node.catalog.feature_level,  # the finalized one (GET /v1/admin/features: each node's)
         "nodes": [
             {"node_id": n.node_id, "raft_addr": n.raft_addr, "http_addr": n.http_addr, "rack": n.rack,
              "status": n.status.value, "drained": n.drained, "decommissioning": n.decommissioning,

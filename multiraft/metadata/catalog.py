@@ -3,7 +3,8 @@
 Every node applies the same committed commands in the same order and so holds
 the same catalog: nodes, topics with their partitions (group id, replicas,
 replicas being moved), the next free group id and producer id, cluster config,
-and bearer tokens (as digests, multiraft/metadata/auth.py). `apply` is pure and
+bearer tokens (as digests, multiraft/metadata/auth.py) and the finalized feature
+level (multiraft/metadata/features.py). `apply` is pure and
 deterministic: no clock, no randomness, no dict-order surprises (ids only grow).
 
 A command that fails validation on apply is still a committed entry: the catalog
@@ -29,7 +30,6 @@ from multiraft.errors import (
     InvalidRequest,
     MirrorLinkExists,
     MirrorLinkInUse,
-    MirrorPartitionsFixed,
     NotAMirror,
     ResourceExhausted,
     TooManyMirrorLinks,
@@ -52,6 +52,7 @@ from multiraft.metadata.catalog_records import (
     TopicInfo,
 )
 from multiraft.metadata.catalog_snapshot import decode_catalog, encode_catalog
+from multiraft.metadata.checks import altered_config
 from multiraft.metadata.commands import (
     CONFIG_ENTRIES_MAX,
     AllocateProducerIds,
@@ -65,6 +66,7 @@ from multiraft.metadata.commands import (
     DeleteMirrorLink,
     DeleteToken,
     DeleteTopic,
+    FinalizeFeatureLevel,
     NodeStatus,
     PromoteMirrorTopic,
     PutToken,
@@ -73,17 +75,20 @@ from multiraft.metadata.commands import (
     ReplicaLeft,
     ResyncMirrorPartition,
     SetClusterConfig,
+    SetMirrorLinkPolicy,
     SetMirrorLinkState,
     SetNodeDecommissioning,
     SetNodeDrained,
     SetNodeStatus,
 )
+from multiraft.metadata.features import check_finalize
 from multiraft.metadata.mirror_commands import (
     MIRROR_LINKS_MAX,
-    LinkState,
+    GrowMirrorTopic,
     MirrorCommand,
     MirrorLink,
 )
+from multiraft.metadata.mirror_growth import check_growable, check_mirror_growth, grown_mirror
 from raftlog.errors import ClientError, MembershipChangeInProgress
 from raftlog.types import GroupId, Index, NodeId
 
@@ -106,6 +111,7 @@ class Catalog:
         self.tokens: dict[str, TokenInfo] = {}
         self._token_digests: dict[str, TokenInfo] = {}
         self.mirror_links: dict[str, MirrorLink] = {}
+        self.feature_level = 0  # the finalized level: only raised (multiraft/metadata/features.py)
 
     # ---- validation (before proposing, and again on apply) -----------------
 
@@ -147,6 +153,8 @@ class Catalog:
                 raise UnknownNode(f"node {command.new} is not registered")
             if self.nodes[command.new].decommissioning:
                 raise InvalidReplicaAssignment(f"node {command.new} is being decommissioned")
+        if isinstance(command, FinalizeFeatureLevel):
+            check_finalize(self.feature_level, command)
         if isinstance(command, DeleteToken) and command.name not in self.tokens:
             raise UnknownToken(f"token {command.name!r} does not exist")
         if isinstance(command, PutToken):
@@ -154,10 +162,9 @@ class Catalog:
             if holder is not None and holder.name != command.name:
                 raise InvalidRequest("that token digest belongs to another token")
         if isinstance(command, AlterTopicConfig):
-            if len(_altered(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
+            if len(altered_config(self.topic(command.name).config, command.changes)) > CONFIG_ENTRIES_MAX:
                 raise InvalidConfig(f"a topic has at most {CONFIG_ENTRIES_MAX} config entries")
-        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic | ResyncMirrorPartition):
+        if isinstance(command, MirrorCommand):
             self._validate_mirror(command)
         if isinstance(command, ReplicaLeft):
             partition = self.partition_info(command.topic, command.partition)
@@ -178,7 +185,7 @@ class Catalog:
                     command.name, command.partition).leaving:
                 raise MembershipChangeInProgress(f"{command.name}/{command.partition} is moving; resync it after")
         else:
-            name = command.link if isinstance(command, CreateMirrorTopic) else command.name
+            name = command.link if isinstance(command, CreateMirrorTopic | GrowMirrorTopic) else command.name
             if name not in self.mirror_links:
                 raise UnknownMirrorLink(f"mirror link {name!r} does not exist")
         if isinstance(command, DeleteMirrorLink):
@@ -188,6 +195,9 @@ class Catalog:
                                       f"({', '.join(mirrors[:5])}); promote or delete them first")
         if isinstance(command, CreateMirrorTopic):
             self._validate_create(_as_create(command))
+        if isinstance(command, GrowMirrorTopic):
+            check_mirror_growth(self.topic(command.name), command)
+            self._validate_new_replicas(command.assignments)
 
     def mirror_topics(self, link: str) -> list[str]:
         """The mirror topics of `link`, by name."""
@@ -201,11 +211,15 @@ class Catalog:
                 f"replication factor {command.replication_factor} exceeds the "
                 f"{len(self.nodes)} registered nodes"
             )
-        for replicas in command.assignments:
+        self._validate_new_replicas(command.assignments)
+
+    def _validate_new_replicas(self, assignments: tuple[tuple[NodeId, ...], ...]) -> None:
+        """New partitions' replicas: on registered nodes, and a group id left for each."""
+        for replicas in assignments:
             for node_id in replicas:
                 if node_id not in self.nodes:
                     raise InvalidReplicaAssignment(f"node {node_id} is not registered")
-        if self.next_group_id + command.partitions - 1 > ID_MAX:
+        if self.next_group_id + len(assignments) - 1 > ID_MAX:
             raise ResourceExhausted("group ids are exhausted")
 
     def _validate_decommission(self, node_id: NodeId) -> None:
@@ -246,12 +260,7 @@ class Catalog:
         if len(command.assignments[0]) != topic.replication_factor:
             raise InvalidReplicaAssignment(f"topic {command.name!r} has replication factor "
                                            f"{topic.replication_factor}")
-        for replicas in command.assignments:
-            for node_id in replicas:
-                if node_id not in self.nodes:
-                    raise InvalidReplicaAssignment(f"node {node_id} is not registered")
-        if self.next_group_id + len(command.assignments) - 1 > ID_MAX:
-            raise ResourceExhausted("group ids are exhausted")
+        self._validate_new_replicas(command.assignments)
 
     # ---- apply ----------------------------------------------------------------
 
@@ -289,8 +298,7 @@ class Catalog:
             return self._grow(command)
         if isinstance(command, CreateTopic):
             return self._create(command)
-        if isinstance(command, CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic
-                      | PromoteMirrorTopic | ResyncMirrorPartition):
+        if isinstance(command, MirrorCommand):
             return self._mirror(command)
         if isinstance(command, DeleteTopic):
             return self.topics.pop(command.name)
@@ -304,8 +312,11 @@ class Catalog:
             return self._token(command)
         if isinstance(command, AlterTopicConfig):
             topic = self.topics[command.name]
-            self.topics[command.name] = updated = replace(topic, config=_altered(topic.config, command.changes))
+            self.topics[command.name] = updated = replace(topic, config=altered_config(topic.config, command.changes))
             return updated
+        if isinstance(command, FinalizeFeatureLevel):
+            self.feature_level = command.level
+            return None
         assert isinstance(command, SetClusterConfig), f"unknown command {command!r}"
         if command.value is None:
             self.cluster_config.pop(command.key, None)
@@ -328,9 +339,8 @@ class Catalog:
         if isinstance(command, CreateMirrorLink):
             self.mirror_links[command.name] = link = command.link()
             return link
-        if isinstance(command, SetMirrorLinkState):
-            self.mirror_links[command.name] = link = replace(self.mirror_links[command.name],
-                                                             state=LinkState(command.state))
+        if isinstance(command, SetMirrorLinkState | SetMirrorLinkPolicy):
+            self.mirror_links[command.name] = link = command.applied_to(self.mirror_links[command.name])
             return link
         if isinstance(command, DeleteMirrorLink):
             return self.mirror_links.pop(command.name)
@@ -339,22 +349,27 @@ class Catalog:
             return topic
         if isinstance(command, ResyncMirrorPartition):
             return self._resync(command)
+        if isinstance(command, GrowMirrorTopic):
+            self.topics[command.name] = topic = grown_mirror(self.topics[command.name], command, self.next_group_id)
+            self.next_group_id = GroupId(self.next_group_id + len(command.assignments))
+            return topic
         topic = self._create(_as_create(command))
-        partitions = tuple(replace(p, start_offset=start) for p, start in zip(topic.partitions,
-                                                                              command.start_offsets, strict=True))
+        partitions = tuple(replace(p, start_offset=start, source_group=source) for p, start, source in zip(
+            topic.partitions, command.start_offsets, command.source_groups or (None,) * len(topic.partitions),
+            strict=True))
         self.topics[command.name] = topic = replace(topic, partitions=partitions, mirror_link=command.link,
                                                     mirror_partitions=len(partitions))
         return topic
 
-    def _resync(self, command: ResyncMirrorPartition) -> TopicInfo:
+    def _resync(self, command: ResyncMirrorPartition) -> TopicInfo | None:
         """A new incarnation of a mirror partition (the next group id, its log starting at
         `start_offset`, or keeping the old one's first start point and prefix): every host
         drops the old group and starts the new one (reconcile). A resync of an incarnation
-        already replaced changes nothing."""
+        already replaced changes nothing, and its result says so (None, not the topic)."""
         topic = self.topics[command.name]
         old = topic.partitions[command.partition]
         if old.group_id != command.group_id:
-            return topic
+            return None
         # Kept only while the partition has not moved since the old incarnation began (see
         # mirror_prefix.may_keep_prefix: its first voters are its replicas) and the voters the
         # leader saw are still its replicas (a move that ended meanwhile).
@@ -456,24 +471,6 @@ class Catalog:
     @classmethod
     def restore(cls, data: bytes) -> Catalog:
         return decode_catalog(data, cls)
-
-
-def _altered(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | None]) -> dict[str, ConfigValue]:
-    altered = dict(config)
-    for key, value in changes.items():
-        if value is None:
-            altered.pop(key, None)
-        else:
-            altered[key] = value
-    return altered
-
-
-def check_growable(topic: TopicInfo) -> None:
-    """Refuse new partitions for a mirror topic not promoted: it has its source's count,
-    and a partition added would pull a source partition that does not exist."""
-    if topic.is_mirror:
-        raise MirrorPartitionsFixed(f"topic {topic.name!r} is a mirror of link {topic.mirror_link!r}: it keeps its "
-                                    "source's partition count; promote it before adding partitions")
 
 
 def _as_create(command: CreateMirrorTopic) -> CreateTopic:

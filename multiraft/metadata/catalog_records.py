@@ -60,6 +60,13 @@ class PartitionInfo:
     # each host builds this incarnation's first log from its own copy of that one, or starts
     # as a new replica would. Empty: none kept.
     prefix: tuple[int, int, int, int] = ()
+    # A mirror partition's identity at its source: the source partition's group id when the
+    # mirror was made or grown with it (`CreateMirrorTopic.source_groups`,
+    # `GrowMirrorTopic.source_groups`; kept across resyncs, which copy the same source
+    # partition). A resync after the source truncated past the mirror needs it equal to the
+    # source's (multiraft/node/mirror_truncated.py). None: not recorded (a mirror made or
+    # grown before it was, or not a mirror).
+    source_group: int | None = None
 
     @property
     def bootstrap_voters(self) -> tuple[NodeId, ...]:
@@ -91,8 +98,9 @@ class TopicInfo:
     # created late must know to replay them as the others did).
     mirror_link: str | None = None
     mirror_promoted: bool = False
-    # The partitions the mirror was made with (0 for a plain topic): only those began as
-    # mirrors (mirror_bootstrap.py); partitions added after the promotion are plain.
+    # The partitions the mirror was made or grown with (0 for a plain topic; GrowMirrorTopic
+    # raises it as the source grows, before any promotion): only those began as mirrors
+    # (mirror_bootstrap.py); partitions added after the promotion are plain.
     mirror_partitions: int = 0
 
     @property

@@ -35,10 +35,13 @@ from multiraft.metadata.commands import (
     RegisterNode,
     SetClusterConfig,
 )
+from multiraft.metadata.features import FinalizeFeatureLevel
 from multiraft.metadata.mirror_commands import (
+    OFFSET_MAX,
     CreateMirrorLink,
     LinkState,
     MirrorLink,
+    OnSourceTruncated,
     SetMirrorLinkState,
     check_link_name,
 )
@@ -59,6 +62,7 @@ class CatalogFields(Protocol):
     cluster_config: dict[str, ConfigValue]
     tokens: dict[str, TokenInfo]
     mirror_links: dict[str, MirrorLink]
+    feature_level: int
 
     def validate(self, command: Command) -> None: ...
 
@@ -88,27 +92,40 @@ def encode_catalog(catalog: CatalogFields) -> bytes:
     }
     if catalog.mirror_links:  # absent without links, so such a catalog snapshots as before them
         document["mirror_links"] = [_link_row(link) for _, link in sorted(catalog.mirror_links.items())]
+    if catalog.feature_level:  # absent at 0, so a catalog not finalized snapshots as before the gate
+        document["feature_level"] = catalog.feature_level
     return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _link_row(link: MirrorLink) -> list[Any]:
     """A link as six elements; a scheduled full sync's interval is a seventh, only when set or
-    when an eighth follows (snapshots before it: six); TLS to the source an eighth, an object
-    `{"tls": true, "ca": PEM}` (`ca` only when set), only for an HTTPS link (snapshots before
-    it: six or seven). So a catalog without HTTPS links snapshots as before them."""
+    when an eighth follows (snapshots before it: six); the link's later settings an eighth, an
+    object holding those not at their defaults: TLS to the source as `"tls": true` and `"ca":
+    PEM` (`ca` only when set), `on_source_truncated` when not `stop` (snapshots before them:
+    six or seven). So a catalog whose links keep those defaults snapshots as before them."""
     row: list[Any] = [link.name, list(link.sources), link.pattern, link.priority.value, link.state.value, link.token]
-    if link.verify_interval_s is not None or link.source_tls:
-        row.append(link.verify_interval_s)
+    extras: dict[str, Any] = {}
     if link.source_tls:
-        row.append({"tls": True, **({"ca": link.source_ca} if link.source_ca is not None else {})})
+        extras.update(tls=True, **({"ca": link.source_ca} if link.source_ca is not None else {}))
+    if link.on_source_truncated != OnSourceTruncated.STOP:
+        extras["on_source_truncated"] = link.on_source_truncated.value
+    if link.verify_interval_s is not None or extras:
+        row.append(link.verify_interval_s)
+    if extras:
+        row.append(extras)
     return row
 
 
-def _link_tls(extra: Any) -> tuple[bool, str | None]:
-    """A link row's eighth element back into (source_tls, source_ca)."""
-    if not isinstance(extra, dict) or extra.get("tls") is not True or not set(extra) <= {"tls", "ca"}:
+def _link_extras(extras: Any) -> dict[str, Any]:
+    """A link row's eighth element back into `CreateMirrorLink` arguments (the command checks
+    their values)."""
+    if not isinstance(extras, dict) or not extras or not set(extras) <= {"tls", "ca", "on_source_truncated"}:
+        raise ValueError("a mirror link row's eighth element is malformed")
+    if ("tls" in extras or "ca" in extras) and extras.get("tls") is not True:
         raise ValueError("a mirror link row's TLS element is malformed")
-    return True, extra.get("ca")
+    arguments = {"source_tls": True, "source_ca": extras.get("ca")} if "tls" in extras else {}
+    return {**arguments, **({"on_source_truncated": extras["on_source_truncated"]}
+                            if "on_source_truncated" in extras else {})}
 
 
 def _topic_row(topic: TopicInfo) -> dict[str, Any]:
@@ -126,12 +143,16 @@ def _topic_row(topic: TopicInfo) -> dict[str, Any]:
         row["mirror_link"] = topic.mirror_link
         if topic.mirror_promoted:
             row["mirror_promoted"] = True
-        if topic.mirror_partitions != len(topic.partitions):  # grown after its promotion only
+        # Only a mirror grown after its promotion has other partitions than mirror ones (one grown
+        # following its source has only mirror ones): absent, it is the partition count, as before.
+        if topic.mirror_partitions != len(topic.partitions):
             row["mirror_partitions"] = topic.mirror_partitions
     if any(p.start_offset for p in topic.partitions):
         row["start_offsets"] = [p.start_offset for p in topic.partitions]
     if any(p.prefix for p in topic.partitions):  # absent before prefix resyncs: none kept
         row["prefixes"] = [list(p.prefix) for p in topic.partitions]
+    if any(p.source_group is not None for p in topic.partitions):  # absent before identities: none recorded
+        row["source_groups"] = [p.source_group for p in topic.partitions]
     return row
 
 
@@ -157,6 +178,8 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
     catalog.applied_index = Index(_int(document["applied_index"]))
     catalog.next_group_id = GroupId(_int(document["next_group_id"], FIRST_PARTITION_GROUP))
     catalog.next_producer_id = _int(document["next_producer_id"])
+    catalog.feature_level = FinalizeFeatureLevel(level=document["feature_level"]).level \
+        if "feature_level" in document else 0  # absent before the gate, and at 0
     for key, value in document["cluster_config"].items():
         catalog.cluster_config[SetClusterConfig(key=key, value=value).key] = value
     for node_id, raft_addr, http_addr, rack, status in document["nodes"]:
@@ -191,10 +214,9 @@ def _build(document: Any, new_catalog: Callable[[], C]) -> C:
         if len(row) not in (6, 7, 8):
             raise ValueError("a mirror link row has 6 to 8 elements")
         name, sources, pattern, priority, state, token = row[:6]
-        source_tls, source_ca = _link_tls(row[7]) if len(row) == 8 else (False, None)
+        extras = _link_extras(row[7]) if len(row) == 8 else {}
         command = CreateMirrorLink(name=name, sources=tuple(sources), pattern=pattern, priority=priority,
-                                   token=token, verify_interval_s=row[6] if len(row) >= 7 else None,
-                                   source_tls=source_tls, source_ca=source_ca)
+                                   token=token, verify_interval_s=row[6] if len(row) >= 7 else None, **extras)
         SetMirrorLinkState(name=name, state=state)
         if name in catalog.mirror_links:
             raise ValueError(f"mirror link {name!r} appears twice")
@@ -249,14 +271,20 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
     if not isinstance(prefixes, list) or len(prefixes) != len(group_ids) or not all(
             isinstance(k, list) and len(k) in (0, 4) for k in prefixes):
         raise ValueError(f"prefixes of {command.name!r} do not match its partitions")
+    sources = row.get("source_groups", [None] * len(group_ids))
+    if not isinstance(sources, list) or len(sources) != len(group_ids) or not all(
+            g is None or (_int(g, 1) and g <= OFFSET_MAX) for g in sources):
+        raise ValueError(f"source groups of {command.name!r} do not match its partitions")
     partitions = tuple(
         PartitionInfo(p, group_ids[p], replicas, initial[p], leaving[p], _int(starts[p]),
-                      tuple(_int(v) for v in prefixes[p]))  # type: ignore[arg-type]
+                      tuple(_int(v) for v in prefixes[p]), sources[p])  # type: ignore[arg-type]
         for p, replicas in enumerate(assignments)
     )
     link = row.get("mirror_link")
     if link is not None:
         check_link_name(link)
+    if link is None and "source_groups" in row:
+        raise ValueError(f"source groups of {command.name!r} without a mirror link")
     promoted = row.get("mirror_promoted", False)
     if not isinstance(promoted, bool) or (promoted and link is None):
         raise ValueError(f"mirror_promoted of {command.name!r} is malformed")
@@ -265,5 +293,11 @@ def _topic(row: dict[str, Any]) -> TopicInfo:
         raise ValueError(f"mirror_partitions of {command.name!r} is malformed")
     if link is None and mirrored != 0:
         raise ValueError(f"mirror_partitions of {command.name!r} without a mirror link")
+    # A mirror not promoted has only mirror partitions (made or grown with its source's count;
+    # partitions by hand come only after the promotion): no command writes another row, and
+    # applying a growth to one would stop every replica of group 0 (mirror_growth.py).
+    if link is not None and not promoted and mirrored != len(partitions):
+        raise ValueError(f"mirror {command.name!r} is not promoted, yet {mirrored} of its {len(partitions)} "
+                         "partitions are mirror partitions")
     return TopicInfo(command.name, command.replication_factor, dict(command.config), partitions, link, promoted,
                      mirrored)

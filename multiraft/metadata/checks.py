@@ -55,6 +55,17 @@ def check_topic_name(name: object) -> None:
         raise InvalidTopic(f"topic name {name!r} is reserved")
 
 
+def altered_config(config: dict[str, ConfigValue], changes: dict[str, ConfigValue | None]) -> dict[str, ConfigValue]:
+    """`config` with `changes` made: each key set to its value, or removed when it is None."""
+    altered = dict(config)
+    for key, value in changes.items():
+        if value is None:
+            altered.pop(key, None)
+        else:
+            altered[key] = value
+    return altered
+
+
 def check_config(config: object) -> None:
     if not isinstance(config, dict) or len(config) > CONFIG_ENTRIES_MAX:
         raise InvalidConfig(f"config is an object of at most {CONFIG_ENTRIES_MAX} entries")

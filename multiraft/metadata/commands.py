@@ -12,7 +12,8 @@ extra fields, and wrong types. One exception keeps group 0's log readable across
 upgrade: a field added to a command later is left out while it holds its default, and
 filled with it when absent (`ResyncMirrorPartition`'s prefix fields:
 mirror_commands.py `RESYNC_PREFIX_DEFAULTS`), so each version decodes what the other
-wrote as long as the new field is not used. JSON because catalog commands are rare and small,
+wrote as long as the new field is not used; whether it may be used is the cluster's feature
+level (multiraft/metadata/features.py). JSON because catalog commands are rare and small,
 and a log that a person can read is worth the bytes. Never pickle.
 
 Placement is decided by the controller before proposing and carried in
@@ -55,13 +56,16 @@ from multiraft.metadata.checks import (
 from multiraft.metadata.checks import check_node_id as _check_node_id
 from multiraft.metadata.checks import check_text as _check_text
 from multiraft.metadata.checks import is_int as _is_int
+from multiraft.metadata.features import FinalizeFeatureLevel
 from multiraft.metadata.mirror_commands import (
     MIRROR_COMMAND_TYPES,
     CreateMirrorLink,
     CreateMirrorTopic,
     DeleteMirrorLink,
+    GrowMirrorTopic,
     PromoteMirrorTopic,
     ResyncMirrorPartition,
+    SetMirrorLinkPolicy,
     SetMirrorLinkState,
     decoded_mirror_arguments,
     omitted_mirror_fields,
@@ -74,9 +78,10 @@ __all__ = [
     "CONFIG_STRING_CHARS_MAX", "PARTITIONS_MAX", "PRODUCER_ID_BLOCK_MAX", "RACK_CHARS_MAX",
     "REPLICATION_FACTOR_MAX", "TOPIC_CONFIG_KEYS", "TYPED_CONFIG", "AllocateProducerIds", "AlterTopicConfig",
     "Command", "ConfigValue", "CreateMirrorLink", "CreateMirrorTopic", "CreatePartitions", "CreateTopic",
-    "DeleteMirrorLink", "DeleteToken", "DeleteTopic", "NodeStatus", "PromoteMirrorTopic", "PutToken",
-    "RegisterNode", "ReplaceReplica", "ReplicaLeft", "ResyncMirrorPartition", "SetClusterConfig", "SetMirrorLinkState",
-    "SetNodeDecommissioning", "SetNodeDrained", "SetNodeStatus", "check_config", "check_config_entry",
+    "DeleteMirrorLink", "DeleteToken", "DeleteTopic", "FinalizeFeatureLevel", "GrowMirrorTopic", "NodeStatus",
+    "PromoteMirrorTopic", "PutToken", "RegisterNode", "ReplaceReplica", "ReplicaLeft", "ResyncMirrorPartition",
+    "SetClusterConfig", "SetMirrorLinkPolicy", "SetMirrorLinkState", "SetNodeDecommissioning", "SetNodeDrained",
+    "SetNodeStatus", "check_config", "check_config_entry",
     "check_known_config", "check_topic_name", "decode_command", "encode_command",
 ]
 
@@ -340,10 +345,13 @@ Command = (
     | SetNodeDecommissioning
     | CreateMirrorLink
     | SetMirrorLinkState
+    | SetMirrorLinkPolicy
     | DeleteMirrorLink
     | CreateMirrorTopic
     | PromoteMirrorTopic
     | ResyncMirrorPartition
+    | GrowMirrorTopic
+    | FinalizeFeatureLevel
 )
 
 COMMAND_TYPES: dict[str, type] = {
@@ -362,6 +370,7 @@ COMMAND_TYPES: dict[str, type] = {
     "set_node_drained": SetNodeDrained,
     "set_node_decommissioning": SetNodeDecommissioning,
     **MIRROR_COMMAND_TYPES,
+    "finalize_feature_level": FinalizeFeatureLevel,  # multiraft/metadata/features.py
 }
 _TAGS = {cls: tag for tag, cls in COMMAND_TYPES.items()}
 

@@ -1,11 +1,13 @@
 """Mirror links and mirror topics in the sink's catalog (issue 24, docs/mirror.md).
 
 A *link* names a source cluster (its HTTP addresses, whether it speaks HTTPS and the
-CA certificates trusted for it, an optional bearer token), a topic pattern and a
-priority; it is running or paused. A *mirror topic* is a topic
-of the sink created for a source topic the link's pattern matched: same partition
-count and config, each partition starting at the source's log start offset as it
-was when the mirror was made (`start_offsets`), read-only until promoted.
+CA certificates trusted for it, an optional bearer token), a topic pattern, a
+priority, and what a mirror partition does when the source's retention deleted
+offsets it had not copied (`on_source_truncated`); it is running or paused. A
+*mirror topic* is a topic of the sink created for a source topic the link's pattern
+matched: same partition count and config, each partition starting at the source's log
+start offset as it was when the mirror was made (`start_offsets`), read-only until
+promoted.
 
 Shape checks live here, as the other commands' do (commands.py): whatever builds a
 command gets them. The token is kept as given (the sink must present it to the
@@ -17,9 +19,9 @@ from __future__ import annotations
 import enum
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from multiraft.errors import InvalidPartitions, InvalidRequest
+from multiraft.errors import InvalidPartitions, InvalidReplicaAssignment, InvalidRequest
 from multiraft.metadata.checks import (
     PARTITIONS_MAX,
     REPLICATION_FACTOR_MAX,
@@ -60,6 +62,17 @@ class LinkState(enum.StrEnum):
     PAUSED = "paused"
 
 
+class OnSourceTruncated(enum.StrEnum):
+    """What a mirror partition does when the source's retention deleted offsets it had not
+    copied (docs/mirror.md "The source truncated past a mirror"): `stop` waits, keeping all it has (an operator raises the
+    source's retention or changes this); `resync` replaces the partition by a new incarnation
+    starting at the source's log start, discarding the mirror's copy (Kafka MirrorMaker 2's
+    `auto.offset.reset=earliest`, in spirit: multiraft/node/mirror_truncated.py)."""
+
+    STOP = "stop"
+    RESYNC = "resync"
+
+
 def check_link_name(name: object) -> None:
     if not isinstance(name, str) or not LINK_NAME_PATTERN.fullmatch(name):
         raise InvalidRequest(f"mirror link name must match {LINK_NAME_PATTERN.pattern}")
@@ -86,6 +99,25 @@ def check_verify_interval(value: object) -> None:
     if value is not None and (not is_int(value) or not VERIFY_INTERVAL_MIN_S <= value <= VERIFY_INTERVAL_MAX_S):
         raise InvalidRequest(f"verify_interval_s is {VERIFY_INTERVAL_MIN_S}..{VERIFY_INTERVAL_MAX_S} seconds "
                              "(absent: no scheduled full sync)")
+
+
+def check_on_source_truncated(value: object) -> None:
+    if not isinstance(value, str) or value not in OnSourceTruncated.__members__.values():
+        raise InvalidRequest("on_source_truncated is stop or resync")
+
+
+def check_mirror_starts(start_offsets: object, source_groups: object, partitions: int, what: str) -> None:
+    """Where a mirror's `partitions` (`CreateMirrorTopic`'s, or `GrowMirrorTopic`'s new ones:
+    `what` names them) start: one start offset each, and absent source identities or one
+    source group id each."""
+    if not isinstance(start_offsets, tuple) or len(start_offsets) != partitions:
+        raise InvalidRequest(f"one start offset per {what}")
+    if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in start_offsets):
+        raise InvalidRequest("start offsets are 0..2**63-1")
+    if source_groups is not None and (
+            not isinstance(source_groups, tuple) or len(source_groups) != partitions
+            or not all(is_int(g) and 1 <= g <= OFFSET_MAX for g in source_groups)):
+        raise InvalidRequest(f"source_groups are one source group id (1..2**63-1) per {what}, or absent")
 
 
 def check_source_tls(source_tls: object, source_ca: object) -> None:
@@ -124,6 +156,7 @@ class MirrorLink:
     verify_interval_s: int | None = None  # a full sync of each mirror partition this often (None: on demand only)
     source_tls: bool = False  # the source is read over HTTPS, its certificate verified and its name checked
     source_ca: str | None = field(default=None, repr=False)  # PEM CA certificates (None: the system's store)
+    on_source_truncated: OnSourceTruncated = OnSourceTruncated.STOP
 
     @property
     def scheme(self) -> str:
@@ -136,7 +169,14 @@ class MirrorLink:
                 "priority": self.priority.value, "state": self.state.value,
                 "credentials": self.token is not None, "verify_interval_s": self.verify_interval_s,
                 "scheme": self.scheme, "source_tls": self.source_tls,
-                "source_ca": describe_bundle(self.source_ca) if self.source_ca is not None else None}
+                "source_ca": describe_bundle(self.source_ca) if self.source_ca is not None else None,
+                "on_source_truncated": self.on_source_truncated.value}
+
+    def reads_like(self, other: MirrorLink) -> bool:
+        """Whether `other` reads the source as this link does (addresses, token, TLS): a
+        source client made for one serves the other (its state or policy may differ)."""
+        return (self.sources, self.token, self.source_tls, self.source_ca) == (
+            other.sources, other.token, other.source_tls, other.source_ca)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,11 +189,13 @@ class CreateMirrorLink:
     verify_interval_s: int | None = None
     source_tls: bool = False
     source_ca: str | None = field(default=None, repr=False)
+    on_source_truncated: str = OnSourceTruncated.STOP.value
 
     def __post_init__(self) -> None:
         check_link_name(self.name)
         check_verify_interval(self.verify_interval_s)
         check_source_tls(self.source_tls, self.source_ca)
+        check_on_source_truncated(self.on_source_truncated)
         if not isinstance(self.sources, tuple):
             raise InvalidRequest("sources are a tuple")
         check_sources(self.sources)
@@ -165,7 +207,8 @@ class CreateMirrorLink:
 
     def link(self) -> MirrorLink:
         return MirrorLink(self.name, self.sources, self.pattern, Priority(self.priority), LinkState.RUNNING,
-                          self.token, self.verify_interval_s, self.source_tls, self.source_ca)
+                          self.token, self.verify_interval_s, self.source_tls, self.source_ca,
+                          OnSourceTruncated(self.on_source_truncated))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,6 +224,26 @@ class SetMirrorLinkState:
         if self.state not in LinkState.__members__.values():
             raise InvalidRequest("a link's state is running or paused")
 
+    def applied_to(self, link: MirrorLink) -> MirrorLink:
+        return replace(link, state=LinkState(self.state))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMirrorLinkPolicy:
+    """Change what a link's mirror partitions do when the source truncated past them
+    (`on_source_truncated`); the pulls read it from the catalog when it happens, so the
+    change holds for the next truncation found, on a partition already stopped too."""
+
+    name: str
+    on_source_truncated: str
+
+    def __post_init__(self) -> None:
+        check_link_name(self.name)
+        check_on_source_truncated(self.on_source_truncated)
+
+    def applied_to(self, link: MirrorLink) -> MirrorLink:
+        return replace(link, on_source_truncated=OnSourceTruncated(self.on_source_truncated))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteMirrorLink:
@@ -194,7 +257,10 @@ class DeleteMirrorLink:
 class CreateMirrorTopic:
     """A mirror of source topic `name` over `link`: the source's partition count
     (`len(assignments)`) and config; partition p's log starts at `start_offsets[p]`
-    (the source's log start when the mirror was made). Placement as `CreateTopic`."""
+    (the source's log start when the mirror was made). Placement as `CreateTopic`.
+    `source_groups[p]`: the source partition's group id, its identity at the source (the
+    source never reuses one: a topic deleted and made again gets new ones); None: not
+    recorded (discovery before this field existed), and then not written at all."""
 
     name: str
     link: str
@@ -202,6 +268,7 @@ class CreateMirrorTopic:
     config: dict[str, ConfigValue]
     assignments: tuple[tuple[NodeId, ...], ...]
     start_offsets: tuple[int, ...]
+    source_groups: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         check_topic_name(self.name)
@@ -217,11 +284,47 @@ class CreateMirrorTopic:
                 raise InvalidRequest(f"each partition has {rf} distinct replicas")
             for node_id in replicas:
                 check_node_id(node_id)
-        if not isinstance(self.start_offsets, tuple) or len(self.start_offsets) != len(self.assignments):
-            raise InvalidRequest("one start offset per partition")
-        if not all(is_int(o) and 0 <= o <= OFFSET_MAX for o in self.start_offsets):
-            raise InvalidRequest("start offsets are 0..2**63-1")
+        check_mirror_starts(self.start_offsets, self.source_groups, len(self.assignments), "partition")
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrowMirrorTopic:
+    """Follow a source topic's partition increase: mirror topic `name` of `link` grows to
+    `count` partitions. `assignments` lists the new partitions' replicas only (partition
+    `count - len(assignments)` first), placed by the metadata leader as a mirror topic's
+    are; partition p's log starts at `start_offsets[p - (count - len(assignments))]`, the
+    source partition's log start when its growth was seen. The new partitions start in
+    mirror mode, as the first ones did, and `mirror_partitions` becomes `count`. The total
+    rides along (as `CreatePartitions`'s) so a second proposal of the same growth, racing
+    the first across a metadata leader change, is refused on apply instead of growing the
+    mirror twice. `source_groups[i]`: the new partition `count - len(assignments) + i`'s
+    identity at the source, as `CreateMirrorTopic`'s (None: not recorded, and then not
+    written at all, so the command is the one from before the field existed). Checks
+    against the catalog: mirror_growth.check_mirror_growth."""
+
+    name: str
+    link: str
+    count: int
+    assignments: tuple[tuple[NodeId, ...], ...]
+    start_offsets: tuple[int, ...]
+    source_groups: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_topic_name(self.name)
+        check_link_name(self.link)
+        if not is_int(self.count) or not 2 <= self.count <= PARTITIONS_MAX:
+            raise InvalidPartitions(f"a grown mirror has 2..{PARTITIONS_MAX} partitions")
+        if not isinstance(self.assignments, tuple) or not 1 <= len(self.assignments) < self.count:
+            raise InvalidReplicaAssignment("one replica list per new partition, at least one")
+        sizes = {len(r) if isinstance(r, tuple) else -1 for r in self.assignments}
+        if len(sizes) != 1 or not 1 <= min(sizes) <= REPLICATION_FACTOR_MAX:
+            raise InvalidReplicaAssignment(f"every new partition has the same number of replicas, 1..{REPLICATION_FACTOR_MAX}")
+        for replicas in self.assignments:
+            for node_id in replicas:
+                check_node_id(node_id)
+            if len(set(replicas)) != len(replicas):
+                raise InvalidReplicaAssignment("a node holds at most one replica of a partition")
+        check_mirror_starts(self.start_offsets, self.source_groups, len(self.assignments), "new partition")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,16 +386,18 @@ class ResyncMirrorPartition:
             check_node_id(node_id)
 
 
-MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | DeleteMirrorLink | CreateMirrorTopic | PromoteMirrorTopic
-                 | ResyncMirrorPartition)
+MirrorCommand = (CreateMirrorLink | SetMirrorLinkState | SetMirrorLinkPolicy | DeleteMirrorLink | CreateMirrorTopic
+                 | PromoteMirrorTopic | ResyncMirrorPartition | GrowMirrorTopic)
 
 MIRROR_COMMAND_TYPES: dict[str, type] = {
     "create_mirror_link": CreateMirrorLink,
     "set_mirror_link_state": SetMirrorLinkState,
+    "set_mirror_link_policy": SetMirrorLinkPolicy,
     "delete_mirror_link": DeleteMirrorLink,
     "create_mirror_topic": CreateMirrorTopic,
     "promote_mirror_topic": PromoteMirrorTopic,
     "resync_mirror_partition": ResyncMirrorPartition,
+    "grow_mirror_topic": GrowMirrorTopic,
 }
 
 
@@ -304,19 +409,31 @@ RESYNC_PREFIX_DEFAULTS: dict[str, object] = {"prefix_index": 0, "prefix_term": 0
                                              "prefix_voters": ()}
 
 
-# The same for the fields `CreateMirrorLink` gained with TLS to the source: a plain HTTP
-# link is written without them, as before they existed; a command without them (an older
-# node's) decodes as a plain HTTP link.
-LINK_TLS_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None}
+# The same for the fields `CreateMirrorLink` gained after its first version: TLS to the
+# source, and what to do when the source truncated past a mirror. A link with their
+# defaults (plain HTTP, `stop`) is written without them, as before they existed; a command
+# without them (an older node's) decodes with the defaults.
+LINK_FIELD_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None,
+                                          "on_source_truncated": OnSourceTruncated.STOP.value}
+
+
+# And for `CreateMirrorTopic`'s and `GrowMirrorTopic`'s: the source partitions' identities. A
+# mirror topic made or grown without them (by an earlier discovery, or while
+# `records_source_identity` says no) is written as before they existed, and decodes without them.
+MIRROR_TOPIC_FIELD_DEFAULTS: dict[str, object] = {"source_groups": None}
 
 
 def omitted_mirror_fields(command: object) -> frozenset[str]:
     """The fields `encode_command` leaves out of `command`: a resync's prefix fields when it
-    keeps none; a link's TLS fields when it is plain HTTP (its CA when it has none)."""
+    keeps none; a link's later fields at their defaults (its TLS fields when it is plain
+    HTTP, its CA when it has none, `on_source_truncated` when `stop`); a mirror topic's or a
+    growth's `source_groups` when not recorded."""
     if isinstance(command, ResyncMirrorPartition) and not command.prefix_index:
         return frozenset(RESYNC_PREFIX_DEFAULTS)
     if isinstance(command, CreateMirrorLink):
-        return frozenset(k for k, default in LINK_TLS_DEFAULTS.items() if getattr(command, k) == default)
+        return frozenset(k for k, default in LINK_FIELD_DEFAULTS.items() if getattr(command, k) == default)
+    if isinstance(command, CreateMirrorTopic | GrowMirrorTopic):
+        return frozenset(k for k, default in MIRROR_TOPIC_FIELD_DEFAULTS.items() if getattr(command, k) == default)
     return frozenset()
 
 
@@ -327,12 +444,15 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
     if cls is ResyncMirrorPartition:
         arguments = {**RESYNC_PREFIX_DEFAULTS, **arguments}
     if cls is CreateMirrorLink:
-        arguments = {**LINK_TLS_DEFAULTS, **arguments}
+        arguments = {**LINK_FIELD_DEFAULTS, **arguments}
     if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
         arguments["prefix_voters"] = tuple(arguments["prefix_voters"])  # type: ignore[arg-type]
-    if cls is CreateMirrorTopic:
+    if cls in (CreateMirrorTopic, GrowMirrorTopic):
+        arguments = {**MIRROR_TOPIC_FIELD_DEFAULTS, **arguments}
+        if isinstance(arguments.get("source_groups"), list):
+            arguments["source_groups"] = tuple(arguments["source_groups"])  # type: ignore[arg-type]
         if isinstance(arguments.get("assignments"), list):
             arguments["assignments"] = tuple(tuple(r) if isinstance(r, list) else r
                                              for r in arguments["assignments"])  # type: ignore[union-attr]

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
     from multiraft.node.consumer_instances import ConsumerInstances
     from multiraft.node.controller import Controller
+    from multiraft.node.features import FeatureGate
     from multiraft.node.group_admin import GroupAdmin
     from multiraft.node.group_coordinator import GroupCoordinator
     from multiraft.node.group_reads import GroupReads
@@ -171,7 +172,7 @@ class NodeApi:
                  latencies: NodeLatencies,
                  balance_leaders: Callable[[], Awaitable[dict[int, int]]], scrubber: Scrubber,
                  throttle: MoveThrottle, mirrors: MirrorLinks, trees: PartitionTrees,
-                 scheduled_scrubs: ScheduledScrubs,
+                 scheduled_scrubs: ScheduledScrubs, features: FeatureGate,
                  catchup_counts: Callable[[], dict[str, int]] = dict) -> None:
         self.id = config.node_id
         self.config = config
@@ -224,6 +225,7 @@ class NodeApi:
         self.mirrors = mirrors  # mirror links: admin, status, verify (multiraft/node/mirror_links.py, docs/mirror.md)
         self.partition_tree = trees.tree  # a source's tree for a mirror's full sync (multiraft/node/mirror_trees.py)
         self.partition_tree_nodes = trees.nodes
+        self.features = features  # the cluster's feature level (multiraft/node/features.py)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -321,6 +323,11 @@ class NodeApi:
     def mirror_verify_counts(self) -> dict[str, LinkVerifyCounts]:
         """What the full syncs this node ran (as sink leader) found, by link (docs/mirror.md)."""
         return self.mirrors.verifier.counts()
+
+    def mirror_truncated_resyncs(self) -> dict[str, int]:
+        """Mirror partitions this node resynced because their source truncated past them, by
+        link (docs/mirror.md "The source truncated past a mirror")."""
+        return self.mirrors.pulls.truncated.counts()
 
     def transport_stats(self) -> TransportStats:
         return self._transport.stats()

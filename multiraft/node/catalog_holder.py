@@ -14,13 +14,17 @@ from collections.abc import Callable
 from multiraft.consumer_groups import GroupsState
 from multiraft.errors import UnknownTopic
 from multiraft.metadata.catalog import Catalog
+from multiraft.metadata.features import SUPPORTED_LEVEL
 from raftlog.types import GroupId
 
 
 class CatalogHolder:
-    def __init__(self, new_groups: Callable[[], GroupsState] = GroupsState) -> None:
-        """`new_groups`: the consumer group state's class (a chaos control's, multiraft/node/faults.py)."""
+    def __init__(self, new_groups: Callable[[], GroupsState] = GroupsState,
+                 supported_level: int = SUPPORTED_LEVEL) -> None:
+        """`new_groups`: the consumer group state's class (a chaos control's, multiraft/node/faults.py);
+        `supported_level`: the feature level this node reads (its build's; less for a test)."""
         self.catalog = Catalog()
+        self.supported_level = supported_level
         self._new_groups = new_groups
         # Group 0 applies consumer group commands beside the catalog (multiraft/node/machines.py).
         self.groups = new_groups()
@@ -36,6 +40,14 @@ class CatalogHolder:
             self.groups.groups = groups.groups
         self.topics_index = int(catalog.applied_index)
         self.changed()
+
+    @property
+    def readable(self) -> bool:
+        """Whether this node's build reads every catalog command and snapshot field the cluster
+        may now hold: false once the catalog is finalized above the level it supports (it was
+        downgraded, or joined with an older build), when what it decoded may miss what it does
+        not know (multiraft/node/features.py)."""
+        return self.catalog.feature_level <= self.supported_level
 
     def changed(self) -> None:
         self._changed.set()

@@ -82,6 +82,7 @@ OFFER_RETRY_S = 0.2
 # Past a failed stream's follower giving up its listener (ACCEPT_S: "installs under way"
 # until then), with 2 s to spare: 12 s.
 OFFER_ATTEMPTS = int((ACCEPT_S + 2.0) / OFFER_RETRY_S)
+FINISH_WAIT_S = 1.0  # at most this long a round waits for the core to end the last hold (below)
 BACKOFF_S = 10.0  # after a refused, idle or failed transfer, that follower replays for a while
 NO_STREAM_S = 300.0  # after a stream to a follower failed, its files go by chunks this long
 
@@ -136,6 +137,10 @@ class CatchUpLeader:
         self._logger = logger
         self._active: dict[tuple[GroupId, NodeId], Transfer] = {}
         self._backoff: dict[tuple[GroupId, NodeId], float] = {}  # -> when it may be held again
+        # A transfer's end reaches the core through its inbox (call_core), later than this
+        # task sees it; a hold made meanwhile would be the one that end releases. Until the
+        # core ran it (or FINISH_WAIT_S, should the inbox have shed it), no new hold.
+        self._finishing: dict[tuple[GroupId, NodeId], tuple[Any, float]] = {}  # -> (runtime, until)
         self._numbers = itertools.count(1)
         self._side = side
         self._no_stream: dict[NodeId, float] = {}  # -> until when its files go by chunks
@@ -197,6 +202,8 @@ class CatchUpLeader:
                 break
             progress = core.progress(node)
             if node == core.id or progress is None or not self._is_live(node):
+                continue
+            if self._ending((group_id, node), runtime):
                 continue
             if (group_id, node) in self._active:
                 if self._holding((group_id, node), runtime):
@@ -464,7 +471,26 @@ class CatchUpLeader:
         now = time.monotonic()
         for stale in [k for k, until in self._backoff.items() if until < now]:  # bounded by use
             del self._backoff[stale]
+        for stale in [k for k, (_, until) in self._finishing.items() if until < now]:
+            del self._finishing[stale]
         runtime = self._registry.groups.get(key[0])
         if runtime is not None:
             node = key[1]
-            runtime.call_core(lambda core: core.finish_install(node, ok))
+            self._finishing[key] = (runtime, now + FINISH_WAIT_S)
+
+            def finish(core: Any) -> None:
+                core.finish_install(node, ok)
+                if self._finishing.get(key, (None, 0.0))[0] is runtime:
+                    del self._finishing[key]
+            runtime.call_core(finish)
+
+    def _ending(self, key: tuple[GroupId, NodeId], runtime: Any) -> bool:
+        """Whether the core of `runtime` has yet to run the end of this follower's last
+        transfer (_finish): holding it again now would be undone by that end."""
+        pending = self._finishing.get(key)
+        if pending is None:
+            return False
+        if pending[0] is runtime and time.monotonic() < pending[1]:
+            return True
+        del self._finishing[key]
+        return False

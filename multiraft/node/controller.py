@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +96,11 @@ class Readiness:
 
 class Controller:
     def __init__(self, config: NodeConfig, registry: GroupRegistry, catalog: CatalogHolder, metadata: MetadataOps,
-                 rpc: Rpc, transport: Transport, logger: Any) -> None:
+                 rpc: Rpc, transport: Transport, logger: Any, heartbeat_answer: Callable[[], bytes] = bytes,
+                 heard: Callable[[int, bytes], None] = lambda source, body: None) -> None:
+        """`heartbeat_answer`: this node's feature levels (multiraft/node/features.py), which it
+        sends with its node heartbeat and answers one with (any node may ask it that way);
+        `heard(source, body)`: told of each heartbeat's body (an older node's is empty)."""
         self.id = config.node_id
         self._config = config
         self._registry = registry
@@ -104,6 +109,8 @@ class Controller:
         self._rpc = rpc
         self._transport = transport
         self._logger = logger
+        self._heartbeat_answer = heartbeat_answer
+        self._heard = heard
         self.registered = asyncio.Event()
         self._last_seen: dict[NodeId, float] = {}
         self._was_controller = False
@@ -277,11 +284,13 @@ class Controller:
                 self._last_seen[self.id] = time.monotonic()
             elif leader != 0:
                 with contextlib.suppress(RpcError):
-                    await self._rpc.call(leader, "node.heartbeat", b"", RPC_TIMEOUT_S)
+                    # The body is read by a leader of this build on (its placement), ignored before.
+                    await self._rpc.call(leader, "node.heartbeat", self._heartbeat_answer(), RPC_TIMEOUT_S)
 
     async def serve_heartbeat(self, source: int, body: bytes) -> tuple[int, bytes]:
         self._last_seen[NodeId(source)] = time.monotonic()
-        return STATUS_OK, b""
+        self._heard(source, body)
+        return STATUS_OK, self._heartbeat_answer()
 
     async def watch_liveness(self) -> None:
         """On the metadata leader: mark nodes dead/alive from their heartbeats (transitions logged)."""
@@ -340,7 +349,7 @@ class Controller:
         of the nodes' replicas up to the cluster's bound, then the metadata group's
         membership change for a node that holds nothing any more."""
         catalog = self._catalog.catalog
-        await self._readmit_recommissioned(catalog)
+        await self._readmit_non_members(catalog)
         leaving = catalog.decommissioning_nodes()
         if not leaving:
             self.decommission_waiting = ""
@@ -375,18 +384,20 @@ class Controller:
             return False, ""
         return True, ""
 
-    async def _readmit_recommissioned(self, catalog: Any) -> None:
-        """A node recommissioned after it left the metadata group joins it again as a
-        learner (as at its admission), so a recommission undoes a finished decommission
-        too. Registered nodes are otherwise always members: the initial voters, and every
-        admitted node as a learner. Whatever its status: a node out of the group sends its
-        heartbeats to the leader it last knew, so a later controller marks it dead (a dead
-        learner costs nothing; readmitted, it hears the leader and beats again)."""
+    async def _readmit_non_members(self, catalog: Any) -> None:
+        """A registered node that is no member of the metadata group and not leaving joins
+        it again as a learner (as at its admission): a node recommissioned after it left the
+        group, so a recommission undoes a finished decommission too, and a dead voter
+        removed by `promote --replace` (metadata_voters.py: a retry of that promote is
+        still a no-op). Registered nodes are otherwise always members: the initial voters,
+        and every admitted node as a learner. Whatever its status: a node out of the group
+        sends its heartbeats to the leader it last knew, so a later controller marks it
+        dead (a dead learner costs nothing; readmitted, it hears the leader and beats again)."""
         members = self._runtime.core.membership.members
         for info in catalog.nodes.values():
             if info.node_id in members or info.decommissioning:
                 continue
-            self._logger.info("recommissioned_node_readmitted", node=info.node_id)
+            self._logger.info("node_readmitted", node=info.node_id)
             try:
                 await self._add_learner(info.node_id)
             except (ClientError, TimeoutError) as error:  # the next round asks again
@@ -398,7 +409,8 @@ class Controller:
         node; returns the moves proposed. One move per partition at a time (a partition
         with a copy still leaving waits); at most `limit` per call."""
         catalog = self._catalog.catalog
-        live = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes() if n.node_id not in gone]
+        live = [PlacementNode(n.node_id, n.rack or None) for n in self._metadata.placeable_nodes()
+                if n.node_id not in gone]
         loads: dict[NodeId, int] = {}
         for topic in catalog.topics.values():
             for partition in topic.partitions:

@@ -24,7 +24,7 @@ from multiraft.consumer_groups import (
 )
 from multiraft.errors import InvalidRequest, SnapshotFormatError
 from multiraft.metadata.catalog import Catalog
-from multiraft.metadata.commands import CreatePartitions, decode_command
+from multiraft.metadata.commands import CreatePartitions, GrowMirrorTopic, decode_command
 from multiraft.state.partition import PartitionState
 from multiraft.state.producers import NewProducerTable, ProducerTable
 from raftlog.messages import Entry, EntryKind
@@ -84,7 +84,8 @@ class CatalogMachine:
         command = decode_command(entry.payload)
         result = catalog.apply(entry.index, command)
         self.holder.topics_index = int(entry.index)  # the topics may have changed here
-        if isinstance(command, CreatePartitions) and result.ok:  # subscribed groups take the new ones now
+        # Subscribed groups take the new partitions now (added by hand, or a mirror following its source).
+        if isinstance(command, CreatePartitions | GrowMirrorTopic) and result.ok:
             self.holder.groups.partitions_added(CatalogTopics(catalog, self.holder.topics_index))
         self.holder.changed()
         return result

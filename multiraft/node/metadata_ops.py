@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidPartitions
-from multiraft.metadata.catalog import ProducerIdBlock, check_growable
+from multiraft.metadata.catalog import NodeInfo, ProducerIdBlock, TopicInfo
 from multiraft.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
@@ -35,6 +35,8 @@ from multiraft.metadata.commands import (
     decode_command,
     encode_command,
 )
+from multiraft.metadata.features import require_command_level
+from multiraft.metadata.mirror_growth import check_growable
 from multiraft.metadata.placement import PlacementNode, place_replicas
 from multiraft.node import open_files
 from multiraft.node.registry import METADATA_GROUP
@@ -86,6 +88,8 @@ class MetadataOps:
         self._catalog = catalog
         self._rpc = rpc
         self._open_files_limit = open_files_limit
+        # Nodes placement leaves out besides the catalog's (below the feature level: FeatureGate.below_level).
+        self.unplaceable: Callable[[], frozenset[NodeId]] = frozenset
         rpc.register("metadata.propose", self._serve_propose)
         rpc.register("metadata.create_topic", self._serve_create_topic)
         rpc.register("metadata.create_partitions", self._serve_create_partitions)
@@ -98,6 +102,8 @@ class MetadataOps:
         """Apply `command` through the metadata leader (forwarded if that is another node)."""
         runtime = self._runtime
         if runtime.core.role is Role.LEADER:
+            # The feature gate (multiraft/metadata/features.py): here, at propose time, never on apply.
+            require_command_level(self._catalog.catalog, command)
             self._catalog.catalog.validate(command)
             (result,) = await runtime.propose([encode_command(command)], EntryKind.META)
             if result.error is not None:
@@ -128,9 +134,14 @@ class MetadataOps:
             return True
         return not self._initial_cluster <= set(self._catalog.catalog.nodes)
 
+    def placeable_nodes(self) -> list[NodeInfo]:
+        """The nodes new replicas may go to: the catalog's (live, not decommissioning) but
+        those whose heartbeats said they support less than the finalized feature level."""
+        left_out = self.unplaceable()
+        return [n for n in self._catalog.catalog.placeable_nodes() if n.node_id not in left_out]
+
     def _enough_nodes(self, replication_factor: int) -> bool:
-        return (self._runtime.core.leader != 0
-                and len(self._catalog.catalog.placeable_nodes()) >= replication_factor)
+        return self._runtime.core.leader != 0 and len(self.placeable_nodes()) >= replication_factor
 
     async def _wait_for_nodes(self, replication_factor: int, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for a metadata leader and `replication_factor` live nodes
@@ -144,12 +155,12 @@ class MetadataOps:
 
     async def _create_topic_as_controller(self, request: dict[str, Any]) -> None:
         catalog = self._catalog.catalog
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.placeable_nodes()]
         assignments = place_replicas(
             nodes, request["partitions"], request["replication_factor"], start=catalog.next_group_id,
             drained=catalog.drained_nodes(),
         )
-        self._check_files(assignments)
+        self.check_files(assignments)
         command = CreateTopic(
             name=request["name"],
             partitions=request["partitions"],
@@ -181,21 +192,18 @@ class MetadataOps:
         if not isinstance(request["count"], int) or request["count"] <= current:
             raise InvalidPartitions(f"topic {topic.name!r} has {current} partitions; partitions can only be "
                                     f"added, so the new count must be above {current}, got {request['count']}")
-        nodes = [PlacementNode(n.node_id, n.rack or None) for n in catalog.placeable_nodes()]
+        nodes = [PlacementNode(n.node_id, n.rack or None) for n in self.placeable_nodes()]
         assignments = place_replicas(nodes, request["count"] - current, topic.replication_factor,
                                      start=catalog.next_group_id, existing=[p.replicas for p in topic.partitions],
                                      drained=catalog.drained_nodes())
-        self._check_files(assignments)
+        self.check_files(assignments)
         await self.propose(CreatePartitions(name=topic.name, count=request["count"],
                                             assignments=tuple(tuple(r) for r in assignments)))
 
-    def _check_files(self, assignments: list[list[NodeId]]) -> None:
-        """Refuse new replicas a host has no file descriptors left for (open_files.py)."""
-        per_node: dict[int, int] = {}
-        for replicas_of_partition in assignments:
-            for host in replicas_of_partition:
-                per_node[host] = per_node.get(host, 0) + 1
-        open_files.check_room(per_node, self._open_files_limit(), open_files.open_now())
+    def check_files(self, assignments: list[list[NodeId]]) -> None:
+        """Refuse new replicas a host has no file descriptors left for (InvalidPartitions,
+        open_files.py): topics and partitions added here, mirrors made or grown by discovery."""
+        open_files.check_new_replicas(assignments, self._open_files_limit())
 
     async def set_drained(self, node_id: NodeId, drained: bool) -> None:
         """Mark a node drained (its leaderships leave it, multiraft/node/draining.py) or clear it.
@@ -296,9 +304,13 @@ class MetadataOps:
 
 
 def _catalog_value(value: Any) -> dict[str, Any]:
-    """A catalog result as JSON-able data (it crosses nodes when forwarded)."""
+    """A catalog result as JSON-able data (it crosses nodes when forwarded): a topic changed
+    names it (a mirror resync that replaced its incarnation does; one that changed nothing
+    answers `{}`, as does a metadata leader of an earlier version)."""
     if isinstance(value, ProducerIdBlock):
         return {"first": value.first, "count": value.count}
+    if isinstance(value, TopicInfo):
+        return {"topic": value.name}
     return {}
 
 

@@ -14,8 +14,12 @@ group, leaving the cluster, not live, or not caught up with the group's log (it
 would count toward the quorum while it catches up); replacing a node that is no
 voter, the node itself, the group's leader, or a live node (a live node leaves by
 decommission, decommission.py); a sixth voter; a change that would leave the group
-without a live majority. Promoting a voter again,
-or replacing a voter already gone, is a no-op: a retry after a lost answer is safe.
+without a live majority. Promoting a voter again, or replacing a voter already gone,
+is a no-op: a retry after a lost answer is safe. Gone means no voter any more, not out
+of the group: the controller readmits every registered node that is no member as a
+learner (controller.py, `_readmit_non_members`), the replaced one too, within a
+decommission round (0.1 s) of its removal; so once `node_id` votes, `replace` being a
+learner is the replacement done, not a refusal (it was one, and a retry failed).
 
 `promotion` is pure; the controller (controller.py) proposes its steps.
 """
@@ -61,6 +65,8 @@ def promotion(catalog: Catalog, membership: Membership, leader: NodeId, matches:
         steps.append(ConfChange(ConfChangeOp.ADD_VOTER, node_id))
     if replace is not None and replace in membership.members:
         if replace not in membership.voters:
+            if promoted:  # replaced before, and readmitted as a learner since: nothing left to do
+                return steps
             raise PromotionRefused(f"node {replace} is no voter of the metadata group")
         if replace == leader:
             raise PromotionRefused(f"node {replace} leads the metadata group: drain it first")

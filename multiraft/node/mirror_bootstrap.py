@@ -52,8 +52,10 @@ def bootstrap_mirror(store: object, voters: list[NodeId], topic: str, partition:
 
 def mirror_start(topic: TopicInfo | None, partition: int) -> tuple[str, int, int, int] | None:
     """(topic, partition, start offset, first term) when the partition began as a mirror,
-    else None: one the mirror was made with, promoted since or not (a replica created late
-    must start as the others did); never one added after the promotion (a plain partition).
+    else None: one the mirror was made or grown with (GrowMirrorTopic), promoted since or not
+    (a replica created late must start as the others did); never one added after the
+    promotion (a plain partition). Mirror partitions are a prefix of the topic's: a mirror
+    grows only before its promotion, plain partitions only after.
     The first term: the kept prefix's term when the incarnation keeps one, else BOOTSTRAP_TERM."""
     if topic is None or topic.mirror_link is None or partition >= topic.mirror_partitions:
         return None

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import random
@@ -48,7 +49,14 @@ from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
 from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
-from multiraft.node.mirror_source import SourceClient, SourceError, backoff_s, source_client
+from multiraft.node.mirror_source import (
+    Diverged,
+    SourceClient,
+    SourceError,
+    backoff_s,
+    source_client,
+)
+from multiraft.node.mirror_truncated import Proposer, TruncatedResyncs, Truncation
 from multiraft.node.mirror_window import InFlight, PipelineBounds, Window
 from multiraft.runtime.supervision import watch
 from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, encode_mirror_meta
@@ -68,7 +76,6 @@ PIPELINE = PipelineBounds()  # every pull's window on this node (mirror_window.p
 LONG_POLL_MS = 500
 SCAN_INTERVAL_S = 0.2
 SETTLE_POLL_S = 0.05
-TRUNCATED_RETRY_S = 5.0
 # Pauses (equal jitter, doubling from the first to the max) after an early answer with
 # nothing to copy, and after a resync: a source that ignores the long poll, or a
 # proposal refused again and again (ProposalDropped while the group is full), would
@@ -78,6 +85,7 @@ TRUNCATED_RETRY_S = 5.0
 IDLE_PAUSE_FIRST_S = 0.05
 IDLE_PAUSE_MAX_S = 1.0
 RESYNC_PAUSE_MAX_S = 2.0
+READ_INDEX_WAIT_S = 5.0  # a leader confirming it still leads before a truncated resync (else it settles again)
 
 
 @dataclass(slots=True)
@@ -120,10 +128,6 @@ class PullStatus:
         return {"chunks": len(window.chunks) if window is not None else 0,
                 "bytes": window.bytes_in_flight if window is not None else 0,
                 "chunks_max": self.bounds.proposals_max, "bytes_max": self.bounds.bytes_max}
-
-
-class Diverged(SourceError):
-    """The source's log does not continue the one this mirror copied."""
 
 
 class _Resync(Exception):
@@ -177,8 +181,10 @@ class MirrorPulls:
     def __init__(self, registry: GroupRegistry, catalog: CatalogHolder, logger: Any,
                  rng: random.Random | None = None, bounds: PipelineBounds | None = None,
                  local_host: str | None = None,
-                 chunk_filter: Callable[[list[bytes]], list[bytes]] | None = None) -> None:
-        """`chunk_filter`: the chaos runner's negative control only (multiraft/node/faults.py)."""
+                 chunk_filter: Callable[[list[bytes]], list[bytes]] | None = None,
+                 metadata: Proposer | None = None) -> None:
+        """`chunk_filter`: the chaos runner's negative control only (multiraft/node/faults.py).
+        `metadata`: where a resync of a partition the source truncated past is proposed."""
         self._registry = registry
         self.bounds = bounds or PIPELINE
         self._chunk_filter = chunk_filter
@@ -186,6 +192,7 @@ class MirrorPulls:
         self._catalog = catalog
         self._logger = logger
         self._rng = rng or random.Random()
+        self.truncated = TruncatedResyncs(catalog, metadata, logger, self._rng)
         self._tasks: dict[GroupId, asyncio.Task[None]] = {}
         self._promotions: dict[GroupId, asyncio.Task[None]] = {}
         self._clients: dict[str, tuple[MirrorLink, SourceClient]] = {}
@@ -253,16 +260,17 @@ class MirrorPulls:
 
     def _forget(self, links: dict[str, MirrorLink], kept: set[GroupId]) -> None:
         """Drop the status of partitions no longer pulled here (after a while: a paused one
-        stays shown) and close the clients of links gone or changed."""
+        stays shown) and close the clients of links gone or reading their source otherwise
+        (a link's state or policy changed keeps its client: its running pulls use it)."""
         for group_id in [g for g, s in self.status.items() if g not in kept and s.state != "paused"]:
             del self.status[group_id]
-        for name in [n for n, (link, _) in self._clients.items() if links.get(n) != link]:
+        for name in [n for n, (link, _) in self._clients.items() if n not in links or not links[n].reads_like(link)]:
             _, client = self._clients.pop(name)
             watch(asyncio.create_task(client.close()), "mirror-client-close", self._logger)
 
     def _client(self, link: MirrorLink) -> SourceClient:
         held = self._clients.get(link.name)
-        if held is None or held[0] != link:
+        if held is None or not held[0].reads_like(link):
             held = (link, source_client(link, self._rng, self.local_host))
             self._clients[link.name] = held
         return held[1]
@@ -318,6 +326,7 @@ class MirrorPulls:
         """Copy chunks from `status.position` on, up to the window's bounds in flight (the next
         read overlapping the earlier chunks' commits), until a failure."""
         term = runtime.core.term
+        self.truncated.forget_sighting(group_id)  # a truncation seen by an earlier run confirms nothing now
         window = status.window = self.bounds.window(status.position)
         tail = LogTail()
         proposals: deque[asyncio.Future[Any]] = deque()
@@ -337,12 +346,19 @@ class MirrorPulls:
                     answered_early = clock() - asked < LONG_POLL_MS / 2000
                 status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
                                                                                 chunk.log_start_offset)
-                if chunk.log_start_offset > position:
+                if chunk.log_start_offset > position:  # the link's on_source_truncated decides (mirror_truncated.py)
+                    # Only while this node still leads in the pull's term: an answer that came back
+                    # after leadership moved decides nothing (another leader may have copied past
+                    # `position` meanwhile); a resync confirms it again just before it is proposed.
+                    self._check_leading(runtime, group_id, term)
                     status.state = "source_truncated"
-                    status.last_error = (f"the source deleted offsets {position}..{chunk.log_start_offset - 1} "
-                                         "(retention) before they were copied")
-                    await asyncio.sleep(TRUNCATED_RETRY_S)
+                    pause_s, status.last_error = await self.truncated.on_truncated(
+                        Truncation(status.link, status.topic, status.partition, group_id, position,
+                                   chunk.log_start_offset, term),
+                        client, functools.partial(self._still_behind, runtime, group_id, term))
+                    await asyncio.sleep(pause_s)
                     continue
+                self.truncated.forget_sighting(group_id)
                 payloads, end = self._contiguous(chunk.batches, position)
                 if self._chunk_filter is not None:
                     payloads = self._chunk_filter(payloads)
@@ -406,6 +422,24 @@ class MirrorPulls:
         if (runtime.core.term != term or self._registry.leading(group_id) is not runtime
                 or machine is None or not machine.state.mirror):
             raise _Resync()
+
+    async def _still_behind(self, runtime: GroupRuntime, group_id: GroupId, term: int, start: int) -> int:
+        """Just before a whole resync is proposed: confirm that this node still leads the
+        partition in `term` (a ReadIndex on its group: a round of heartbeats, then its state
+        applied that far) and that the partition's applied position is still below `start`, the
+        source's log start; that position. Else `_Resync` (the pull settles again): the decision
+        was taken on a stale view, and another leader may have copied past it."""
+        self._check_leading(runtime, group_id, term)
+        try:
+            async with asyncio.timeout(READ_INDEX_WAIT_S):
+                await runtime.read_index()
+        except (TimeoutError, ClientError):
+            raise _Resync() from None
+        self._check_leading(runtime, group_id, term)
+        position = int(self._registry.partitions[group_id].state.next_offset)
+        if position >= start:
+            raise _Resync()
+        return position
 
     @staticmethod
     def _contiguous(batches: list[tuple[int, bytes]], position: int) -> tuple[list[bytes], int]:

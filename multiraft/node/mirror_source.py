@@ -33,6 +33,8 @@ way, without a connection.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import json
 import random
@@ -44,7 +46,7 @@ from typing import Any
 import aiohttp
 
 from multiraft.errors import InvalidRequest
-from multiraft.metadata.mirror_commands import MirrorLink
+from multiraft.metadata.mirror_commands import OFFSET_MAX, MirrorLink
 from multiraft.net.tls import TlsError, source_context
 from storage.tictac import DIGEST_BYTES
 
@@ -52,6 +54,13 @@ BACKOFF_BASE_S = 0.2
 BACKOFF_MAX_S = 30.0
 CALL_TIMEOUT_S = 10.0  # a call's bound beyond its long-poll wait
 JSON_BYTES_MAX = 4 * 1024 * 1024  # a topic list or description from the source
+JSON_ON_LOOP_BYTES_MAX = 256 * 1024  # a larger JSON answer is parsed in a thread, off the event loop
+# A topic's description read from every address serves all its partitions' confirmations for
+# this long (those asking while it is read wait for that read), and at most this many topics'
+# are read at once per link: 10,000 truncated partitions of a topic cost one read of it per
+# address every 2 s, not 10,000.
+DESCRIPTION_FRESH_S = 2.0
+DESCRIPTIONS_IN_FLIGHT_MAX = 4
 LOG_CONTENT_TYPE = "application/vnd.raftlog.batch"
 TREE_BUILD_S = 50.0  # a tree call may read the partition's whole span at the source first
 _FRAME = struct.Struct(">qI")  # as the binary consume answer: base offset, batch bytes
@@ -101,6 +110,11 @@ class SourceError(Exception):
     """The source could not be read (down, slow, refused): back off and try again."""
 
 
+class Diverged(SourceError):
+    """The source's log is not the one this mirror copied: its batches do not continue the
+    mirror's log, or its partition is another one (a source topic deleted and made again)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LogChunk:
     """One read of a source partition's log: whole batches as stored, in offset order."""
@@ -114,7 +128,11 @@ class LogChunk:
 
 def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
     """Decode the log route's binary answer (frames of base offset, length, batch) and
-    its position headers; anything malformed is a `SourceError`."""
+    its position headers; anything malformed is a `SourceError`, whichever call read it
+    (discovery, a pull): so are offsets outside 0..2**63-1, in the positions or the skipped
+    ranges (no log has one; a mirror's start offsets and positions are bounded so), and a
+    log start past the high watermark (no replica holds such a log: its retention deletes
+    only what it applied), which a sink would otherwise take for a truncation."""
     try:
         positions = [int(headers[h]) for h in ("Raftlog-Next-Offset", "Raftlog-High-Watermark",
                                                 "Raftlog-Log-Start-Offset")]
@@ -122,6 +140,13 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
         skipped = tuple(tuple(int(v) for v in pair.split(":")) for pair in skipped_text.split(",") if pair)
     except (KeyError, ValueError) as error:
         raise SourceError(f"the source's log answer has malformed headers: {error!r}") from None
+    next_offset, high_watermark, log_start = positions
+    if not all(0 <= value <= OFFSET_MAX for value in (*positions, *(v for pair in skipped for v in pair))):
+        raise SourceError(f"the source's log answer has offsets outside 0..2**63-1: next {next_offset}, "
+                          f"high watermark {high_watermark}, log start {log_start}, skipped {list(skipped)[:4]}")
+    if log_start > high_watermark:
+        raise SourceError(f"the source's log answer starts its log at {log_start}, past its high watermark "
+                          f"{high_watermark}")
     batches: list[tuple[int, bytes]] = []
     view, position = memoryview(body), 0
     while position < len(body):
@@ -136,6 +161,75 @@ def parse_log_answer(body: bytes, headers: Any) -> LogChunk:
     if any(len(pair) != 2 for pair in skipped):
         raise SourceError("the source's skipped ranges are malformed")
     return LogChunk(batches, skipped, *positions)  # type: ignore[arg-type]
+
+
+@dataclass(slots=True)
+class _Description:
+    """One read of a topic's description from each of a link's addresses, shared by its
+    partitions: per address, the node that answered and its entries by partition, or why not."""
+
+    task: asyncio.Future[list[tuple[int, dict[Any, list[Any]]] | str]]
+    done_at: float | None = None  # the loop's clock when the read ended (None: under way)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    """A source partition as one source node describes it (`GET /v1/topics/{topic}`): its
+    group id, the partition's identity at the source (group ids are never reused there: a
+    topic deleted and made again gets new ones), its replicas (node ids), and, where that node
+    hosts a replica of it, the replica's log start and high watermark (None elsewhere);
+    `node_id`: the node that answered (`GET /v1/cluster`), None when not asked."""
+
+    group_id: int
+    log_start_offset: int | None
+    high_watermark: int | None
+    replicas: tuple[int, ...]
+    node_id: int | None = None
+
+
+def _is_offset(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= OFFSET_MAX
+
+
+def index_partitions(described: Any) -> dict[Any, list[Any]]:
+    """A source topic's description's partition entries by their `partition` (several under
+    one: malformed, as `partition_entry_view` says); `SourceError` when it has no list."""
+    entries = described.get("partitions") if isinstance(described, dict) else None
+    if not isinstance(entries, list):
+        raise SourceError("the source's description has no partition list")
+    index: dict[Any, list[Any]] = {}
+    for entry in entries:
+        key = entry.get("partition") if isinstance(entry, dict) else None
+        with contextlib.suppress(TypeError):  # an unhashable one names no partition
+            index.setdefault(key, []).append(entry)
+    return index
+
+
+def parse_partition_view(described: Any, partition: int, node_id: int | None = None) -> PartitionView:
+    """`partition` of a source topic's description (as node `node_id` answered it)."""
+    return partition_entry_view(index_partitions(described).get(partition, []), partition, node_id)
+
+
+def partition_entry_view(entries: list[Any], partition: int, node_id: int | None) -> PartitionView:
+    """`partition` from its entries in a source topic's description (one, as node `node_id`
+    answered it); anything malformed or impossible (no entry or two, a log start past the high
+    watermark, no replicas, one twice) is a `SourceError`."""
+    try:
+        [view] = entries
+        found = PartitionView(view["group_id"], view["log_start_offset"], view["high_watermark"],
+                              tuple(view["replicas"]), node_id)
+    except (KeyError, TypeError, ValueError):
+        raise SourceError(f"the source's description of partition {partition} is malformed") from None
+    start, high, replicas = found.log_start_offset, found.high_watermark, found.replicas
+    if not _is_offset(found.group_id) or found.group_id < 1 or (start is None) != (high is None) or (
+            start is not None and not (_is_offset(start) and _is_offset(high) and start <= high)) or (  # type: ignore[operator]
+            not replicas or len(set(replicas)) != len(replicas) or not all(_is_node(n) for n in replicas)):
+        raise SourceError(f"the source's description of partition {partition} has impossible values: {found}")
+    return found
+
+
+def _is_node(value: Any) -> bool:
+    return _is_offset(value) and value >= 1
 
 
 def binds_to(local_host: str | None, sources: tuple[str, ...]) -> str | None:
@@ -193,25 +287,35 @@ class SourceClient:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
         self._local_host = binds_to(local_host, sources)
+        self._descriptions: dict[str, _Description] = {}  # by topic: the last read shared (DESCRIPTION_FRESH_S)
+        self._describing = asyncio.Semaphore(DESCRIPTIONS_IN_FLIGHT_MAX)
 
     def scrub(self, text: str) -> str:
         """`text` as it may be shown or logged: without this link's token."""
         return redact(text, self._token)
 
     async def close(self) -> None:
+        for description in self._descriptions.values():
+            description.task.cancel()
+        self._descriptions.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
+    def rotate(self) -> None:
+        """The next call goes to the next address (as after a failure)."""
+        self._next += 1
+
     async def _get(self, path: str, params: dict[str, str], accept: str, wait_s: float,
-                   bytes_max: int) -> tuple[int, bytes, Any]:
+                   bytes_max: int, source: str | None = None) -> tuple[int, bytes, Any]:
         try:
-            return await self._get_once(path, params, accept, wait_s, bytes_max)
+            return await self._get_once(path, params, accept, wait_s, bytes_max, source)
         except SourceError as error:
             raise SourceError(self.scrub(str(error))) from None
 
     async def _get_once(self, path: str, params: dict[str, str], accept: str, wait_s: float,
-                        bytes_max: int) -> tuple[int, bytes, Any]:
+                        bytes_max: int, source: str | None) -> tuple[int, bytes, Any]:
+        """`source`: the address asked (one of the link's; None: the current one)."""
         if self._tls_error is not None:
             raise SourceError(self._tls_error)
         if self._session is None:
@@ -219,7 +323,8 @@ class SourceClient:
             tls = {"ssl": self._tls} if self._tls is not None else {}
             connector = aiohttp.TCPConnector(**local, **tls) if local or tls else None  # type: ignore[arg-type]
             self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
-        source = self._sources[self._next % len(self._sources)]
+        assert source is None or source in self._sources
+        source = source or self._sources[self._next % len(self._sources)]
         try:
             async with self._session.get(f"{self.scheme}://{source}{path}", params=params, headers={"Accept": accept},
                                          allow_redirects=False,
@@ -239,16 +344,73 @@ class SourceClient:
                     if self.scheme == "http" and isinstance(error, aiohttp.ServerDisconnectedError) else "")
             raise SourceError(f"source {source} did not answer {path}: {hint}{describe_error(error)}") from None
 
-    async def get_json(self, path: str, params: dict[str, str] | None = None, wait_s: float = 0.0) -> Any:
-        """A JSON read; `wait_s` more than the call's bound when the source must work first (a tree)."""
-        status, body, _ = await self._get(path, params or {}, "application/json", wait_s, JSON_BYTES_MAX)
+    async def get_json(self, path: str, params: dict[str, str] | None = None, wait_s: float = 0.0,
+                       source: str | None = None) -> Any:
+        """A JSON read; `wait_s` more than the call's bound when the source must work first (a
+        tree); `source`: the address asked (None: the current one)."""
+        status, body, _ = await self._get(path, params or {}, "application/json", wait_s, JSON_BYTES_MAX, source)
         if status != 200:
             self._next += status >= 500
             raise SourceError(self.scrub(f"the source answered {path} with {status}: {body[:200]!r}"))
         try:
+            if len(body) > JSON_ON_LOOP_BYTES_MAX:  # 10,000 partitions' description: tens of ms of parsing
+                return await asyncio.to_thread(json.loads, body)
             return json.loads(body)
-        except ValueError:
-            raise SourceError(f"the source's answer to {path} is not JSON") from None
+        except Exception as error:  # hostile input: a RecursionError too (`[` * 5000), not only ValueError
+            raise SourceError(f"the source's answer to {path} is not JSON we read ({type(error).__name__})") from None
+
+    async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
+        """`partition` of `topic` as each of the link's addresses describes it (`GET
+        /v1/cluster`, which node answers, then `GET /v1/topics/{topic}?consistency=linearizable`,
+        the source node's catalog caught up with its metadata leader's, of each, all addresses at
+        once: a source node gives its own replica's offsets), those that answered; a
+        `SourceError` when none did. Only the link's addresses are asked, never others the
+        source names (the token goes nowhere else). The topic's read is shared by its
+        partitions asking within `DESCRIPTION_FRESH_S` of it (`_described`)."""
+        views: list[PartitionView] = []
+        errors: list[str] = []
+        for answer in await self._described(topic):
+            if isinstance(answer, str):
+                errors.append(answer)
+                continue
+            try:
+                views.append(partition_entry_view(answer[1].get(partition, []), partition, answer[0]))
+            except SourceError as error:
+                errors.append(self.scrub(str(error)))
+        if not views:
+            raise SourceError(errors[0])
+        return views
+
+    async def _described(self, topic: str) -> list[tuple[int, dict[Any, list[Any]]] | str]:
+        """Each address's node and description of `topic`: the last read of it if it ended less
+        than `DESCRIPTION_FRESH_S` ago or is under way (a single flight: every partition asking
+        meanwhile waits for the one read), else a new one (at most `DESCRIPTIONS_IN_FLIGHT_MAX`
+        topics read at once). A caller cancelled leaves the read to the others waiting for it."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        held = self._descriptions.get(topic)
+        if held is None or (held.done_at is not None and now - held.done_at >= DESCRIPTION_FRESH_S):
+            self._descriptions = {t: d for t, d in self._descriptions.items()  # those gone stale leave
+                                  if d.done_at is None or now - d.done_at < DESCRIPTION_FRESH_S}
+            held = self._descriptions[topic] = _Description(asyncio.ensure_future(self._describe(topic)))
+            held.task.add_done_callback(lambda _, held=held: setattr(held, "done_at", loop.time()))
+        return await asyncio.shield(held.task)
+
+    async def _describe(self, topic: str) -> list[tuple[int, dict[Any, list[Any]]] | str]:
+        async def one(source: str) -> tuple[int, dict[Any, list[Any]]]:
+            cluster = await self.get_json("/v1/cluster", source=source)
+            node_id = cluster.get("node_id") if isinstance(cluster, dict) else None
+            if not _is_node(node_id):
+                raise SourceError(f"source {source} did not name its node id (/v1/cluster)")
+            # Linearizable: a source node whose catalog lags would describe an older identity.
+            described = await self.get_json(f"/v1/topics/{topic}", {"consistency": "linearizable"}, source=source)
+            return node_id, index_partitions(described)
+
+        async with self._describing:
+            # Side by side (one call's bound); one address failing fails only its own answer.
+            answers = await asyncio.gather(*(one(source) for source in self._sources), return_exceptions=True)
+        return [a if isinstance(a, tuple) else self.scrub(str(a) if isinstance(a, SourceError) else describe_error(a))
+                for a in answers]
 
     async def tree(self, topic: str, partition: int, lo: int, hi: int, deep: bool = False) -> dict[str, Any]:
         """The source's tree of a partition over `[lo, hi)` cut to what it holds (multiraft/node/

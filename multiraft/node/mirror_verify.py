@@ -16,7 +16,8 @@ partition runs on its sink leader:
    is started, docs/mirror.md "The scrubber"); `unreachable` (the source, or the leader).
 4. A different partition is repaired by a **resync** (`ResyncMirrorPartition`): a new
    incarnation of the mirror partition, a new Raft group, which keeps the old one's
-   entries below the first differing offset when it can (mirror_prefix.py) and otherwise
+   entries below the first differing offset when it can (mirror_prefix.py; only once the
+   cluster is finalized at feature level 1, multiraft/metadata/features.py) and otherwise
    starts at the source's log start; the real-time path refills the rest. Committed
    entries of a Raft log cannot be taken back, and storage gives offsets in log order, so
    a copy whose committed batches differ is replaced, never patched; docs/mirror.md says
@@ -42,6 +43,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from multiraft.errors import InvalidRequest, NotAMirror, OffsetOutOfRange, UnknownMirrorLink
+from multiraft.metadata.features import FeatureLevel, supports
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirrorPartition
 from multiraft.node.mirror_prefix import choose_cut
 from multiraft.node.mirror_source import SourceClient, SourceError, source_client
@@ -345,7 +347,10 @@ class MirrorVerifier:
         and the offset below which the old batches are kept (0: none)."""
         store = self._registry.stores.get(group_id)
         info = self._catalog.catalog.topic(topic).partitions[partition]
-        cut = await choose_cut(store, differs_at, start_offset, info) if store is not None else None
+        # Below the level a node may run a build that cannot read a kept prefix: resync whole,
+        # written exactly as before the prefix existed (docs/mirror.md, "Upgrading").
+        keeps = supports(self._catalog.catalog, FeatureLevel.BASELINE)
+        cut = await choose_cut(store, differs_at, start_offset, info) if store is not None and keeps else None
         runtime = self._registry.leading(group_id)
         # Kept entries must be committed ones: this node still leads and has applied the cut
         # (a follower's log past its commit may differ); and no move under way (learners).
@@ -363,7 +368,8 @@ class MirrorVerifier:
             return f"refused: {error.code}: {error.message}", 0
         self.resyncs_started += 1
         self._logger.warning("mirror_resync_started", topic=topic, partition=partition, old_group=group_id,
-                             start_offset=start_offset, kept_below=kept, kept_index=index)
+                             start_offset=start_offset, kept_below=kept, kept_index=index,
+                             **({} if keeps else {"prefix": "not kept below feature level 1"}))
         return "resync_started", kept
 
     # -- the schedule ---------------------------------------------------------------------

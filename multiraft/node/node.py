@@ -43,6 +43,7 @@ from multiraft.node.config import NodeConfig
 from multiraft.node.consumer_instances import ConsumerInstances
 from multiraft.node.controller import Controller, host_port
 from multiraft.node.faults import Faults
+from multiraft.node.features import FeatureGate
 from multiraft.node.group_admin import GroupAdmin
 from multiraft.node.group_coordinator import GroupCoordinator
 from multiraft.node.group_reads import GroupReads
@@ -94,7 +95,7 @@ class Node:
         self.hooks = hooks if hooks is not None else ChaosHooks.from_environment()
         self.faults = Faults.of(self.hooks)
         self.registry = GroupRegistry()
-        self.catalog_holder = CatalogHolder(self.faults.new_groups_state)
+        self.catalog_holder = CatalogHolder(self.faults.new_groups_state, self.hooks.supported_level)
         self.latencies = NodeLatencies()  # fsync, replicate and apply histograms (/metrics)
         self.ticker = Ticker(config, self.registry, self.logger)
         self.liveness = self.ticker.liveness
@@ -138,8 +139,13 @@ class Node:
     def _build_services(self) -> None:
         self.metadata = MetadataOps(self.id, self.registry, self.catalog_holder, self.rpc,
                                     lambda: self.open_files_limit, self.config.initial_cluster)
+        # The cluster's feature level (multiraft/node/features.py): its answer rides on the node heartbeat's.
+        self.features = FeatureGate(self.id, self.registry, self.catalog_holder, self.metadata, self.rpc, self.logger,
+                                    initial_voters=sorted(self.config.initial_cluster))
         self.controller = Controller(self.config, self.registry, self.catalog_holder, self.metadata, self.rpc,
-                                     self.transport, self.logger)
+                                     self.transport, self.logger, heartbeat_answer=self.features.heartbeat_answer,
+                                     heard=self.features.heard)
+        self.metadata.unplaceable = self.features.below_level  # placement leaves out a node below the level
         self.producer = Produce(self.routing, self.catalog_holder, self.rpc, self.metadata.sync_catalog)
         self.reads = PartitionOps(self.routing, self.catalog_holder, self.rpc, self.faults.read_end,
                                   self.replicas.report_damage, self.logger)
@@ -178,7 +184,7 @@ class Node:
         # (firewall rules between two clusters on one host match it: chaos/mirror.py).
         source_host = None if self.config.http_addr.host in ("", "0.0.0.0", "::") else self.config.http_addr.host
         self.mirror_pulls = MirrorPulls(self.registry, self.catalog_holder, self.logger, local_host=source_host,
-                                        chunk_filter=self.faults.mirror_chunk)
+                                        chunk_filter=self.faults.mirror_chunk, metadata=self.metadata)
         # The full sync (docs/mirror.md): the source serves trees, the sink's leaders compare.
         self.partition_trees = PartitionTrees(self.scrubber.trees, self.registry, self.catalog_holder, self.routing,
                                               self.rpc)
@@ -198,7 +204,7 @@ class Node:
             balance_leaders=self.balance_leaders, scrubber=self.scrubber, throttle=self.move_throttle,
             scheduled_scrubs=self.scheduled_scrubs,
             catchup_counts=self._catchup_counts,
-            mirrors=self.mirrors, trees=self.partition_trees,
+            mirrors=self.mirrors, trees=self.partition_trees, features=self.features,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -234,6 +240,7 @@ class Node:
             ("mirror-verify", self.mirror_verifier.run),
             ("tree-sidecars", self.sidecar_warmer.run),
             ("scheduled-scrubs", self.scheduled_scrubs.run),  # docs/mirror.md "Scheduled scrubs"
+            ("features", self.features.run),  # a new cluster's first level; a node below it says so
         ):
             self._tasks.append(asyncio.create_task(supervised(name, loop, logger), name=f"node-{self.id}-{name}"))
         logger.info("node_started", raft_addr=str(config.raft_addr), http_addr=str(config.http_addr),

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import resource
+from collections import Counter
+from collections.abc import Iterable
 
 from multiraft.errors import InvalidPartitions
 
@@ -77,3 +79,12 @@ def check_room(new_replicas_per_node: dict[int, int], soft_limit: int, in_use: i
             f"this topic would put {most} new replicas on node {node}, but a node has room for {max(room, 0)} more "
             f"(open-files limit {soft_limit}, {in_use} open, {RESERVED_FDS} kept for connections); "
             "raise the limit (ulimit -n, systemd LimitNOFILE) or create fewer partitions")
+
+
+def check_new_replicas(assignments: Iterable[Iterable[int]], soft_limit: int) -> None:
+    """Refuse new partitions (their replica lists) that would put more new replicas on a
+    host than this node's descriptors hold (`check_room`, against what is open here now):
+    every placement the controller makes, a topic's or its new partitions', by hand or a
+    mirror's (made or grown by discovery)."""
+    per_node = Counter(host for replicas in assignments for host in replicas)
+    check_room(dict(per_node), soft_limit, open_now())

@@ -27,7 +27,11 @@ from multiraft.node.mirror_bootstrap import bootstrap_mirror, mirror_start
 from multiraft.node.mirror_prefix import PrefixBuilder
 from multiraft.node.registry import METADATA_GROUP, TrackedRuntime
 from multiraft.node.reopening import Reopening
-from multiraft.node.store_settings import retention_settings
+from multiraft.node.store_settings import (
+    apply_topic_config,
+    retention_settings,
+    topic_store_settings,
+)
 from multiraft.runtime import failover, heap
 from multiraft.runtime.group import GroupDeps, GroupRuntime
 from multiraft.runtime.persistence import AckBeforeFsync
@@ -41,6 +45,7 @@ from storage.batch import check_stored_batch
 from storage.config import StoreConfig
 from storage.errors import CorruptionError
 from storage.files import make_private_dirs
+from storage.prefix import PREFIX_MARKER
 
 if TYPE_CHECKING:
     from multiraft.metadata.catalog_records import LocalGroup
@@ -134,25 +139,36 @@ class Replicas:
         with `voters` are whom a replica in repair tells what it holds (`Config.repair_contacts`).
         One group, synced on the loop (the metadata group); `reconcile_loop` opens many in
         chunks with one shared flush (`_open_chunks`)."""
-        store, created = self.open_store(group_id, voters, topic_config)
+        opened = self.open_store(group_id, voters, topic_config)
+        assert opened is not None
+        store, created = opened
         if created:
             store.sync()
         return self.start_group(group_id, store, created, voters, machine, replicas)
 
     def open_store(self, group_id: GroupId, voters: list[NodeId], topic_config: Mapping[str, Any] | None,
-                   mirror: tuple[str, int, int, int] | None = None) -> tuple[SegmentStore, bool]:
+                   mirror: tuple[str, int, int, int] | None = None,
+                   create: bool = True) -> tuple[SegmentStore, bool] | None:
         """A group's store, and whether it was created now: then it holds the bootstrap entries (a mirror's
-        start point: mirror_bootstrap.py), not yet durable (the caller syncs them before the group runs)."""
+        start point: mirror_bootstrap.py), not yet durable (the caller syncs them before the group runs).
+        Not `create`: only a store holding a log (None, nothing made, for one that would start empty)."""
         storage = self._storage
         assert storage.db is not None and storage.files is not None and storage.flusher is not None
         directory = storage.groups_directory / str(group_id)
+        if not create and (not storage.files.exists(str(directory))  # or a prefix's build unfinished (mirror_prefix.py):
+                           or storage.files.exists(str(directory / PREFIX_MARKER))):
+            return None
         make_private_dirs(directory)
-        store_config = StoreConfig(**self.topic_store_settings(topic_config or {}))
+        store_config = StoreConfig(**topic_store_settings(self._config, topic_config or {}))
         store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config,
                                         self._links.segments_changed)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.
-        created = store.last_index() == 0 and store.initial_state().hard_state.term == 0 and self.id in voters
+        fresh = store.last_index() == 0 and store.initial_state().hard_state.term == 0
+        if fresh and not create:
+            store.close()
+            return None
+        created = fresh and self.id in voters
         if created and mirror is not None:
             bootstrap_mirror(store, voters, *mirror)
         elif created:
@@ -321,7 +337,7 @@ class Replicas:
         while True:
             await self._catalog.wait_changed()
             self._links.update_peers()
-            await self.reconcile(self._catalog.catalog)
+            await self.reconcile(self._catalog.catalog, readable=self._catalog.readable)
 
     async def _wait_for_metadata_leader(self, bound_s: float) -> None:
         """Until this node knows group 0's leader (its replica's view, or the pings'), at
@@ -341,12 +357,16 @@ class Replicas:
                 return
             await asyncio.sleep(self._config.tick_ms / 1000)
 
-    async def reconcile(self, catalog: Catalog) -> None:
+    async def reconcile(self, catalog: Catalog, readable: bool = True) -> None:
         """One pass: open what `catalog` assigns here and is not open, in chunks; apply
-        topic settings to what is open; close and delete what it no longer assigns."""
+        topic settings to what is open; close and delete what it no longer assigns. Not
+        `readable` (finalized above this build's feature level: it may misread what to create
+        or delete, multiraft/node/features.py): open only the assigned groups it holds a log
+        of, as a restart does; create, close and delete none until it is upgraded."""
         self._wake_leaders_of_dead_nodes(catalog)
         wanted = groups_for_node(catalog, self.id)
-        stale, self._seen_at_start = self._seen_at_start - set(wanted) - set(self._registry.groups), set()
+        stale, self._seen_at_start = (self._seen_at_start - set(wanted) - set(self._registry.groups), set()) \
+            if readable else (set(), self._seen_at_start)
         for group_id in sorted(stale):
             self._remove_group_directory(group_id)
             self._logger.info("group_closed", group_id=group_id, deleted=True, opened=False)
@@ -355,19 +375,21 @@ class Replicas:
             if group_id in self._registry.groups:
                 topic = catalog.topics.get(local.topic)
                 if topic is not None:
-                    self.apply_topic_config(group_id, topic.config)
+                    apply_topic_config(self._registry.stores.get(group_id), self._config, topic.config,
+                                       self._logger, group_id)
             elif group_id not in self._closing:  # closing (a reopen): its reopen comes next pass
                 missing.append((group_id, local))
-        await self.prefixes.prepare(catalog, missing)  # before a new mirror incarnation first opens
+        if readable:
+            await self.prefixes.prepare(catalog, missing)  # before a new mirror incarnation first opens
         closed = 0
         chunks = [missing[i:i + OPEN_CHUNK_GROUPS] for i in range(0, len(missing), OPEN_CHUNK_GROUPS)]
         pauses: list[float] = []
         self._reopening.pass_begins()
         try:
-            opened = await self._open_chunks(catalog, chunks, pauses)
+            opened = await self._open_chunks(catalog, chunks, pauses, create=readable)
         finally:
             self._reopening.pass_over()
-        for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}):
+        for group_id in sorted(set(self._registry.groups) - set(wanted) - {METADATA_GROUP}) if readable else ():
             await self.close_group(group_id, delete=True)
             closed += 1
         if closed:
@@ -377,7 +399,7 @@ class Replicas:
                               pause_ms_max=round(max(pauses) * 1000, 1), pause_ms_total=round(sum(pauses) * 1000, 1))
 
     async def _open_chunks(self, catalog: Catalog, chunks: list[list[tuple[GroupId, LocalGroup]]],
-                           pauses: list[float]) -> int:
+                           pauses: list[float], create: bool) -> int:
         """Open the groups of `chunks`, OPEN_CHUNK_GROUPS at a time; returns how many opened.
 
         Each chunk's new groups have their bootstrap entries made durable in one shared
@@ -395,7 +417,7 @@ class Replicas:
         prepared: list[_Chunk] = []
         try:
             for chunk in chunks:
-                prepared.append(self._prepare_chunk(catalog, chunk))
+                prepared.append(self._prepare_chunk(catalog, chunk, create))
                 if len(prepared) > 1:
                     opened += await self._start_chunk(prepared.pop(0))
                     pauses.append(heap.settle())
@@ -410,7 +432,7 @@ class Replicas:
             raise
         return opened
 
-    def _prepare_chunk(self, catalog: Catalog, chunk: list[tuple[GroupId, LocalGroup]]) -> _Chunk:
+    def _prepare_chunk(self, catalog: Catalog, chunk: list[tuple[GroupId, LocalGroup]], create: bool) -> _Chunk:
         """Open the chunk's stores (the new ones with their bootstrap entries written) and
         start the one flush that makes those durable."""
         opening: list[tuple[GroupId, LocalGroup, list[NodeId], SegmentStore, bool]] = []
@@ -429,11 +451,12 @@ class Replicas:
             # created with) starts empty and learns its log from the leader.
             voters = list(local.bootstrap_voters or local.replicas)
             try:
-                store, created = self.open_store(group_id, voters, topic.config, mirror_start(topic, local.partition))
+                opened = self.open_store(group_id, voters, topic.config, mirror_start(topic, local.partition), create)
             except (OSError, StorageError) as error:
                 self._open_failed(group_id, error)
                 continue
-            opening.append((group_id, local, voters, store, created))
+            if opened is not None:
+                opening.append((group_id, local, voters, *opened))
         flusher = self._storage.flusher
         assert flusher is not None
         flushes = {group_id: flusher.sync_in_background(store) for group_id, _, _, store, created in opening if created}
@@ -475,25 +498,3 @@ class Replicas:
                 runtime.wake()
                 woken += 1
         self._logger.info("leaders_woken_for_dead_nodes", nodes=sorted(newly), groups=woken)
-
-    def topic_store_settings(self, topic_config: Mapping[str, Any]) -> dict[str, Any]:
-        """The StoreConfig fields a topic's config decides, with the defaults for keys it
-        does not set (so removing a key restores the default)."""
-        defaults = StoreConfig()
-        return {"segment_bytes_max": self._config.segment_bytes_max, "segment_ms_max": defaults.segment_ms_max,
-                "retention_ms": defaults.retention_ms, "retention_bytes": defaults.retention_bytes,
-                "flush": self._config.flush} | retention_settings(topic_config)
-
-    def apply_topic_config(self, group_id: GroupId, topic_config: Mapping[str, Any]) -> None:
-        """A topic's settings changed after its replica opened: the store takes them at once
-        (retention at the next compaction round, segment size at the next roll)."""
-        store = self._registry.stores.get(group_id)
-        if store is None:
-            return
-        wanted = dataclasses.replace(store.config, **self.topic_store_settings(topic_config))
-        if wanted != store.config:
-            store.config = wanted
-            self._logger.info("topic_config_applied", group_id=group_id, segment_bytes_max=wanted.segment_bytes_max,
-                              segment_ms_max=wanted.segment_ms_max, retention_ms=wanted.retention_ms,
-                              retention_bytes=wanted.retention_bytes, flush=wanted.flush.mode.value)
-

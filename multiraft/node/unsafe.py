@@ -18,6 +18,12 @@ this module.
   Safe: acknowledged data survives it (the node fsyncs before acknowledging).
 - `RAFTLOG_CHAOS_DEBUG=1`: serve `/v1/debug/...` (per-group Raft state, log
   digests) for the runner's end-of-run checks.
+- `RAFTLOG_CHAOS_FEATURE_LEVEL=N`: a test knob, no fault: the node supports feature
+  level N only (0 up to its build's, multiraft/metadata/features.py), as a node of an
+  older build would: it says so to the others (a finalize above N is refused), and a
+  catalog finalized above N is one it may misread (multiraft/node/features.py). Named in
+  `GET /v1/health`. tests/integration/test_features_processes.py starts a cluster "from
+  before the gate" with it.
 - `RAFTLOG_UNSAFE=name,name,...`: deliberately break the node, for the runner's
   negative controls (CHAOS.md 5.4). Never set them anywhere else: each can lose,
   duplicate or corrupt acknowledged data. Unknown names refuse to start; a node
@@ -30,10 +36,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from multiraft.metadata.features import SUPPORTED_LEVEL
 from multiraft.node.config import ConfigError
 
 FILES_VARIABLE = "RAFTLOG_CHAOS_FILES"
 DEBUG_VARIABLE = "RAFTLOG_CHAOS_DEBUG"
+FEATURE_LEVEL_VARIABLE = "RAFTLOG_CHAOS_FEATURE_LEVEL"
 UNSAFE_VARIABLE = "RAFTLOG_UNSAFE"
 WRITE_BEHIND = "write-behind"
 
@@ -53,6 +61,7 @@ UNSAFE_SWITCHES = {
 class ChaosHooks:
     write_behind_files: bool = False
     debug_endpoints: bool = False
+    feature_level: int | None = None  # the level this node says it supports (None: its build's)
     # Unsafe switches (negative controls). Where each one acts:
     # runtime/persistence.py AckBeforeFsync (injected by replicas.py): answer and count as
     # durable before the fsync, which is deferred (UNSAFE_SYNC_DELAY_S); term and vote
@@ -97,7 +106,21 @@ class ChaosHooks:
         if unknown:
             raise ConfigError(f"{UNSAFE_VARIABLE}: unknown switches {unknown}; known: {sorted(UNSAFE_SWITCHES)}")
         switches = {UNSAFE_SWITCHES[name]: True for name in names}
-        return cls(write_behind_files=files == WRITE_BEHIND, debug_endpoints=debug == "1", **switches)
+        return cls(write_behind_files=files == WRITE_BEHIND, debug_endpoints=debug == "1",
+                   feature_level=_feature_level(environ.get(FEATURE_LEVEL_VARIABLE, "").strip()), **switches)
+
+    @property
+    def supported_level(self) -> int:
+        """The feature level this node supports: its build's, or less for a test."""
+        return SUPPORTED_LEVEL if self.feature_level is None else self.feature_level
+
+
+def _feature_level(value: str) -> int | None:
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) > SUPPORTED_LEVEL:
+        raise ConfigError(f"{FEATURE_LEVEL_VARIABLE}: a feature level 0..{int(SUPPORTED_LEVEL)}, got {value!r}")
+    return int(value)
 
 
 NO_HOOKS = ChaosHooks()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from multiraft.metadata.features import SUPPORTED_LEVEL
 from multiraft.node.config import ConfigError
 from multiraft.node.faults import (
     Faults,
@@ -63,11 +64,23 @@ def test_every_variable_is_read():
     {"RAFTLOG_UNSAFE": "NO-DEDUP"},
     {"RAFTLOG_CHAOS_FILES": "lazyfs"},
     {"RAFTLOG_CHAOS_DEBUG": "yes"},
+    {"RAFTLOG_CHAOS_FEATURE_LEVEL": str(SUPPORTED_LEVEL + 1)},  # above what this build supports
+    {"RAFTLOG_CHAOS_FEATURE_LEVEL": "-1"},
+    {"RAFTLOG_CHAOS_FEATURE_LEVEL": "one"},
 ])
 def test_unknown_values_refuse_to_start(environ):
     # Goal: a typo never silently runs a safe (or a different unsafe) node.
     with pytest.raises(ConfigError):
         ChaosHooks.from_environment(environ)
+
+
+def test_the_feature_level_knob_makes_a_node_support_less_than_its_build():
+    # Goal: RAFTLOG_CHAOS_FEATURE_LEVEL=N makes the node say it supports level N (a node of an
+    # older build, for tests/integration/test_features_processes.py); unset, its build's level.
+    assert NO_HOOKS.feature_level is None and NO_HOOKS.supported_level == SUPPORTED_LEVEL
+    hooks = ChaosHooks.from_environment({"RAFTLOG_CHAOS_FEATURE_LEVEL": "0"})
+    assert (hooks.feature_level, hooks.supported_level, hooks.unsafe) == (0, 0, ())
+    assert ChaosHooks.from_environment({"RAFTLOG_CHAOS_FEATURE_LEVEL": " "}) == NO_HOOKS
 
 
 # ---- no-dedup ------------------------------------------------------------------------------

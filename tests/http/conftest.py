@@ -21,7 +21,7 @@ from multiraft.http import HttpServer
 from multiraft.node.config import Address
 from multiraft.node.node import Node
 from raftlog.messages import Role
-from tests.node.test_node_cluster import configs, free_port, until
+from tests.node.test_node_cluster import at_build_level, configs, free_port, until
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -90,6 +90,7 @@ async def cluster(tmp_path_factory: Any) -> AsyncIterator[Cluster]:
                 await server.start()
             await until(lambda: all(n.registered.is_set() for n in nodes), "every node registered")
             await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "3 nodes in every catalog")
+            await at_build_level(nodes)  # what the gated commands' tests (HTTPS links, the fuzz pass) need
         yield Cluster(nodes, servers, session)
     finally:
         await session.close()

@@ -127,11 +127,13 @@ POSITIVE_STATUSES = ["2xx", "3xx", "401", "403", "404", "409", "416", "421", "42
 # and "" match any: a replication factor within the document's range (REPLICATION_FACTOR_MAX) but
 # above the live nodes of this 3-node cluster; a partition count within the document's range but
 # not above the topic's current count (INVALID_PARTITIONS otherwise also means a malformed count,
-# which stays a finding). Besides, one that the content decides and no schema can describe: a
+# which stays a finding); a feature level within the document's range but below the one the
+# cluster is finalized at (a new cluster's: 2, so a finalize of 1 is a lowering). Besides, one that the content decides and no schema can describe: a
 # mirror link's CA bundle that is not PEM certificates OpenSSL loads (module docstring).
 STATE_DEPENDENT_400: tuple[tuple[str, str | None, str], ...] = (
     ("INVALID_REPLICATION_FACTOR", None, ""),
     ("INVALID_PARTITIONS", "POST /v1/topics/{topic}/partitions", "partitions can only be added"),
+    ("INVALID_REQUEST", "POST /v1/admin/features", "a level is only ever raised"),
     ("INVALID_REQUEST", "POST /v1/admin/mirrors", "source_ca: "),  # its content refusals only
 )
 # schemathesis' defaults, and 413: a body beyond its bound is refused before it is parsed, so an

@@ -314,6 +314,9 @@ CASES: list[tuple[str, str, dict[str, Any], int, str]] = [
     ("POST", "/v1/admin/nodes", {"json": {"node_id": 2, "raft_addr": "127.0.0.9:1", "http_addr": "h:2"}}, 403,
      "NOT_AUTHORIZED"),
     ("POST", "/v1/admin/nodes", {"json": {"node_id": 9, "surprise": 1}}, 403, "NOT_AUTHORIZED"),
+    # the feature level (multiraft/node/features.py): above what every node supports, refused naming them
+    ("POST", "/v1/admin/features", {"json": {"level": 10_000}}, 409, "FEATURE_LEVEL_UNSUPPORTED"),
+    ("POST", "/v1/admin/features", {"json": {"level": 0}}, 400, "INVALID_REQUEST"),
     # browsers (multiraft/http/browsers.py)
     ("POST", "/v1/topics", {"json": {"name": "e-csrf"}, "headers": {"Origin": "http://evil.example"}}, 403,
      "FORBIDDEN_ORIGIN"),

@@ -22,6 +22,7 @@ import pytest
 
 from multiraft.cli.launcher import LocalCluster
 from multiraft.client.http import AsyncClient
+from multiraft.metadata.features import SUPPORTED_LEVEL
 from multiraft.state.partitioner import partition_for_key
 from storage.batch import Record, decode_batch, encode_batch
 from tests.integration.conftest import (
@@ -41,7 +42,9 @@ async def test_health_and_cluster_on_every_node(cluster: LocalCluster) -> None:
     async with aiohttp.ClientSession() as session:
         for node in cluster.nodes:
             status, body = await call(session, node.http_addr, "GET", "/v1/health")
+            levels = body.pop("feature_level")  # docs/node.md "Upgrading": finalized by the first leader at once
             assert status == 200 and body == {"status": "ok", "node_id": node.node_id, "registered": True}
+            assert levels["supported"] == SUPPORTED_LEVEL and not levels["unsupported"], levels
 
         async def agreed() -> list[dict[str, Any]] | None:
             views = [(await call(session, server, "GET", "/v1/cluster"))[1] for server in cluster.http_addresses]

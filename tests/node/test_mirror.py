@@ -27,7 +27,7 @@ from raftlog.errors import ClientError
 from raftlog.messages import Role
 from raftlog.types import NodeId
 from storage.batch import Record, encode_batch
-from tests.node.test_node_cluster import configs, free_port, produce_retrying, until
+from tests.node.test_node_cluster import at_build_level, configs, free_port, produce_retrying, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -58,6 +58,7 @@ async def _start(tmp: Path, first_host: int, tls: Callable[[str], ssl.SSLContext
         await node.start()
         await server.start()
     await until(lambda: all(len(n.catalog.nodes) == 3 for n in nodes), "3 nodes in every catalog", 30)
+    await at_build_level(nodes)  # a kept-prefix resync and an HTTPS link need it (test_mirror_fullsync, _tls)
     return Side(nodes, servers)
 
 

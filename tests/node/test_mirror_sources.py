@@ -1,5 +1,7 @@
 """Goal: a sink facing a source that misbehaves keeps the source's token to itself,
-trusts none of the source's names or sizes, and keeps a mirror's partition count.
+trusts none of the source's names or sizes, keeps a mirror's partition count against a
+hand-made increase and a source count that shrinks or passes the bound, and follows one
+that grows.
 
 One real 3-node sink cluster (127.0.0.4-6, its HTTP API) and two sources on loopback
 sockets: a TCP server that answers garbage to anything (not HTTP), and a small aiohttp
@@ -52,23 +54,26 @@ async def _garbage_server() -> tuple[asyncio.Server, str]:
     return server, f"127.0.0.1:{port}"
 
 
-async def _redirecting_source(requests: list[str]) -> tuple[web.AppRunner, str]:
-    """Topics `orders` (2 partitions), `huge` (one more partition than a topic may have) and
-    `bad name` (no valid topic name); an immediate read answers an empty log, a long poll
-    is redirected to itself."""
-    topics = {"orders": 2, "huge": PARTITIONS_MAX + 1, "bad name": 1}
+async def _redirecting_source(requests: list[str], topics: dict[str, int],
+                              unreadable: set[str]) -> tuple[web.AppRunner, str]:
+    """`topics` (name: partition count, as listed and described; the test changes them); an
+    immediate read answers an empty log (503 for a `TOPIC/PARTITION` in `unreadable`), a long
+    poll is redirected to itself."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         requests.append(request.path)
         parts = request.path.strip("/").split("/")
         if parts == ["v1", "topics"]:
-            return web.json_response({"topics": [{"name": name} for name in topics]})
+            return web.json_response({"topics": [{"name": name, "partitions": count, "replication_factor": 3}
+                                                 for name, count in topics.items()]})
         if len(parts) == 3 and parts[2] in topics:
             return web.json_response({"name": parts[2], "partitions": [{}] * topics[parts[2]], "config": {},
                                       "replication_factor": 3})
         if len(parts) == 6 and parts[5] == "log":
             if request.query.get("wait_ms", "0") != "0":
                 raise web.HTTPFound(location=str(request.rel_url))
+            if f"{parts[2]}/{parts[4]}" in unreadable:
+                raise web.HTTPServiceUnavailable()
             return web.Response(body=b"", content_type=LOG_CONTENT_TYPE, headers={
                 "Raftlog-Next-Offset": "0", "Raftlog-High-Watermark": "0", "Raftlog-Log-Start-Offset": "0"})
         raise web.HTTPNotFound()
@@ -108,7 +113,10 @@ async def _until_status(session: aiohttp.ClientSession, sink: Side, name: str, d
 async def test_status_answers_never_show_the_token_and_the_source_is_not_trusted(sink: Side) -> None:
     requests: list[str] = []
     garbage, garbage_address = await _garbage_server()
-    runner, source_address = await _redirecting_source(requests)
+    # `huge`: one more partition than a topic may have; `bad name`: no valid topic name.
+    topics = {"orders": 2, "huge": PARTITIONS_MAX + 1, "bad name": 1}
+    unreadable: set[str] = set()
+    runner, source_address = await _redirecting_source(requests, topics, unreadable)
     session = aiohttp.ClientSession()
     try:
         for name, address in (("garbage", garbage_address), ("redirect", source_address)):
@@ -120,9 +128,9 @@ async def test_status_answers_never_show_the_token_and_the_source_is_not_trusted
                                      lambda r: r["discovery"] and r["discovery"]["last_error"])
         assert "did not answer" in report["discovery"]["last_error"], report
 
-        def pulls_failed(report: dict[str, Any]) -> bool:
+        def pulls_failed(report: dict[str, Any], count: int = 2) -> bool:
             partitions = [p for t in report["topics"] for p in t["partitions"]]
-            return len(partitions) == 2 and all(p.get("last_error") for p in partitions)
+            return len(partitions) == count and all(p.get("last_error") for p in partitions)
 
         report = await _until_status(session, sink, "redirect", pulls_failed)
         assert {p["state"] for p in report["topics"][0]["partitions"]} == {"backing_off"}, report
@@ -140,6 +148,30 @@ async def test_status_answers_never_show_the_token_and_the_source_is_not_trusted
         status, body = await _http(session, sink.nodes[1], "POST", "/v1/topics/orders/partitions", json={"count": 3})
         assert status == 409 and body["error_code"] == "MIRROR_PARTITIONS_FIXED", body
         assert len(sink.nodes[1].catalog.topic("orders").partitions) == 2
+
+        # The source's count for it: fewer (a topic made again), then past the bound, refused and
+        # named, never applied, and none of the partitions past the mirror's read; then a real
+        # increase whose new partition cannot be read yet, named; once it can, followed: the new
+        # partition pulled as the others (backing off on this source).
+        def refusal(count: int, why: str) -> Any:
+            return lambda r: any(f.startswith("orders: ") and f" {count} partitions" in f and why in f
+                                 for f in r["discovery"]["refused"])
+
+        for count, why in ((1, "fewer than the mirror's 2"), (PARTITIONS_MAX + 1, f"1..{PARTITIONS_MAX}")):
+            topics["orders"] = count
+            report = await _until_status(session, sink, "redirect", refusal(count, why))
+            assert [len(t["partitions"]) for t in report["topics"]] == [2], report
+            assert all(len(n.catalog.topic("orders").partitions) == 2 for n in sink.nodes)
+        assert not [p for p in requests if p.startswith("/v1/topics/orders/partitions/2/")], requests
+        unreadable.add("orders/2")  # grown, but its new partition not readable yet (no leader at the source)
+        topics["orders"] = 3
+        await _until_status(session, sink, "redirect", refusal(3, "a new one's log start was not read"))
+        assert all(len(n.catalog.topic("orders").partitions) == 2 for n in sink.nodes)
+        unreadable.clear()
+        report = await _until_status(session, sink, "redirect", lambda r: [len(t["partitions"]) for t in r["topics"]] == [3] and pulls_failed(r, 3) and not any(
+            f.startswith("orders: ") for f in r["discovery"]["refused"]))
+        assert {p["state"] for p in report["topics"][0]["partitions"]} == {"backing_off"}, report
+        assert all(n.catalog.topic("orders").mirror_partitions == 3 for n in sink.nodes)
     finally:
         await session.close()
         await runner.cleanup()

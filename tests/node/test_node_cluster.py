@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from multiraft.metadata.features import SUPPORTED_LEVEL
 from multiraft.node.config import Address, NodeConfig
 from multiraft.node.node import Node
 from multiraft.node.produce_result import ProduceResult
@@ -122,6 +123,14 @@ async def until(condition, what: str, timeout_s: float = 15.0) -> None:  # type:
                 await asyncio.sleep(0.02)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def at_build_level(nodes: list[Node], timeout_s: float = 30.0) -> None:
+    """Until every node's catalog is finalized at this build's feature level: a new cluster's
+    first metadata leader proposes it moments after its election (multiraft/node/features.py).
+    A fixture whose tests use a gated command (a kept prefix, an HTTPS link) waits for it."""
+    await until(lambda: all(n.catalog.feature_level == SUPPORTED_LEVEL for n in nodes),
+                f"feature level {SUPPORTED_LEVEL} on every node", timeout_s)
 
 
 async def produce_retrying(node: Node, topic: str, partition: int, data: bytes, timeout_s: float = 15.0,

@@ -73,10 +73,10 @@ async def test_new_groups_open_in_chunks_each_durable_before_it_runs(tmp_path: P
     undurable: list[GroupId] = []
     real_chunk, real_start = Replicas._prepare_chunk, Replicas.start_group
 
-    def prepare_chunk(self: Replicas, catalog: Any, chunk: list[Any]) -> Any:
+    def prepare_chunk(self: Replicas, catalog: Any, chunk: list[Any], *args: Any) -> Any:
         chunks.append(len(chunk))
         turns_at_chunk.setdefault(self.id, []).append(turns[0])
-        return real_chunk(self, catalog, chunk)
+        return real_chunk(self, catalog, chunk, *args)
 
     def start_group(self: Replicas, group_id: GroupId, store: Any, created: bool, *args: Any) -> GroupRuntime:
         if created and (store.unsynced_bytes or store.sync_in_flight or store.vote_unsaved()):

@@ -45,7 +45,7 @@ def test_source_tls_and_ca_reach_the_client_and_are_shown(tmp_path: Path, capsys
     assert mirror_commands.mirror_create(client, _args("--source-tls", "--source-ca", str(ca))) == 0  # type: ignore[arg-type]
     assert mirror_commands.mirror_create(client, _args("--source-tls")) == 0  # type: ignore[arg-type]
     assert mirror_commands.mirror_create(client, _args()) == 0  # type: ignore[arg-type]
-    assert [c[6:] for c in client.created] == [(True, PEM), (True, None), (False, None)]
+    assert [c[6:8] for c in client.created] == [(True, PEM), (True, None), (False, None)]
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["LINK", "SCHEME", "SOURCES"] and "CA" in lines[0].split()
     assert "https" in lines[1] and "1 cert(s), sha256 AB:AB:AB:AB:AB:AB:AB:AB.." in lines[1]

@@ -81,13 +81,14 @@ def test_mirror_verify_pages_prints_and_exits_1_on_a_difference(capsys) -> None:
 
 def test_mirror_status_prints_each_partitions_chunks_in_flight(capsys) -> None:  # type: ignore[no-untyped-def]
     # Goal: `raftlog mirror status` shows per partition its pipeline's chunks and bytes in
-    # flight against the window's limits; "-" for a partition no node reported.
+    # flight against the window's limits, and its resyncs after the source truncated past it;
+    # "-" for a partition no node reported.
     from types import SimpleNamespace
 
     from multiraft.cli.mirror_commands import mirror_status
 
     running = {"partition": 0, "state": "running", "position": 300, "lag_records": 0, "bytes_copied": 9000,
-               "node": 2, "last_error": None, "in_flight": {"chunks": 2, "bytes": 1500, "chunks_max": 4,
+               "node": 2, "last_error": None, "truncated_resyncs": 1, "in_flight": {"chunks": 2, "bytes": 1500, "chunks_max": 4,
                                                             "bytes_max": 4194304}}
     status = {"name": "dr", "sources": ["s:1"], "topics": [{"topic": "t", "promoted": False, "partitions": [
         running, {"partition": 1, "state": "unknown", "last_verify": None}]}],
@@ -96,6 +97,6 @@ def test_mirror_status_prints_each_partitions_chunks_in_flight(capsys) -> None: 
     assert mirror_status(client, argparse.Namespace(name="dr")) == commands.EXIT_FAILED  # type: ignore[arg-type]
     out = capsys.readouterr().out.splitlines()
     assert out[2].split() == ["TOPIC", "PARTITION", "STATE", "POSITION", "LAG", "BYTES", "IN", "FLIGHT", "IN",
-                              "FLIGHT", "BYTES", "NODE", "LAST", "ERROR"]
-    assert out[3].split() == ["t", "0", "running", "300", "0", "9000", "2/4", "1500/4194304", "2", "-"]
-    assert out[4].split() == ["t", "1", "unknown", "-", "-", "-", "-", "-", "-", "-"]
+                              "FLIGHT", "BYTES", "NODE", "TRUNCATED", "RESYNCS", "LAST", "ERROR"]
+    assert out[3].split() == ["t", "0", "running", "300", "0", "9000", "2/4", "1500/4194304", "2", "1", "-"]
+    assert out[4].split() == ["t", "1", "unknown", "-", "-", "-", "-", "-", "-", "-", "-"]

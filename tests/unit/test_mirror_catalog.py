@@ -14,6 +14,7 @@ from multiraft.errors import (
 )
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import RegisterNode, decode_command, encode_command
+from multiraft.metadata.features import SUPPORTED_LEVEL, FinalizeFeatureLevel
 from multiraft.metadata.mirror_commands import (
     CreateMirrorLink,
     CreateMirrorTopic,
@@ -45,6 +46,12 @@ def _catalog(*commands: object) -> Catalog:
                                      *commands], start=1):
         result = catalog.apply(Index(index), decode_command(encode_command(command)))  # type: ignore[arg-type]
         assert result.ok, result.error
+    return catalog
+
+
+def _finalized(catalog: Catalog, level: int = SUPPORTED_LEVEL) -> Catalog:
+    """`catalog` finalized at feature `level` (its next entry): a cluster of this build's, by default."""
+    assert catalog.apply(Index(catalog.applied_index + 1), FinalizeFeatureLevel(level=level)).ok
     return catalog
 
 

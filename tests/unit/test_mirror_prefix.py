@@ -352,13 +352,14 @@ async def test_a_pass_does_not_open_an_incarnation_replaced_while_it_awaited() -
         prefix_offset=1234, prefix_voters=old.replicas)).ok
     opened: list[tuple[GroupId, object]] = []
 
-    def open_store(group_id: GroupId, voters: list[NodeId], config: object, mirror: object) -> tuple[object, bool]:
+    def open_store(group_id: GroupId, voters: list[NodeId], config: object, mirror: object,
+                   create: bool) -> tuple[object, bool]:
         opened.append((group_id, mirror))
         return SimpleNamespace(), False
 
     replicas = SimpleNamespace(_registry=SimpleNamespace(groups={}), _closing=set(), _seen_at_start=set(),
                                open_store=open_store, _storage=SimpleNamespace(flusher=object()))
-    chunk = Replicas._prepare_chunk(replicas, catalog, missing)  # type: ignore[arg-type]
+    chunk = Replicas._prepare_chunk(replicas, catalog, missing, True)  # type: ignore[arg-type]
     await chunk.flush
     assert opened == [(kept.group_id, ("orders", 0, 0, 1))]  # the unchanged partition, as it began
     assert replicas._seen_at_start == {old.group_id}  # the next pass deletes what it has on disk

@@ -30,7 +30,7 @@ from multiraft.node.mirror_pull import (
     MirrorPulls,
     ReadSlots,
 )
-from multiraft.node.mirror_source import LogChunk
+from multiraft.node.mirror_source import LogChunk, PartitionView
 from multiraft.node.mirror_window import PipelineBounds
 from raftlog.errors import ProposalDropped
 from raftlog.messages import EntryKind
@@ -90,6 +90,16 @@ class FakeRuntime:
         self.gate: asyncio.Event | None = None  # DATA proposals answer once it is set (in flight until then)
         self.waiting = 0  # DATA proposals appended, waiting on the gate
         self.drop_once: set[int] = set()  # chunk first offsets dropped once before the append
+        self.on_read_index: Any = None  # called as a ReadIndex is confirmed (a step down, a move, say)
+        self.read_indexes = 0
+
+    async def read_index(self) -> int:
+        """A ReadIndex the group confirms at once (its log is all applied), after `on_read_index`."""
+        await _real_sleep(0)
+        self.read_indexes += 1
+        if self.on_read_index is not None:
+            self.on_read_index()
+        return self.last
 
     async def propose(self, payloads: list[bytes], kind: EntryKind = EntryKind.DATA,
                       guard: Any = None) -> list[Any]:
@@ -144,12 +154,35 @@ class FakeSource:
         self.reads: list[tuple[int, int]] = []
         self.start = 0
         self.stale = False  # answer the log's first batches whatever the offset asked
+        self.group = 900  # the source partition's group id (its identity at the source)
+        self.replica_starts: list[int] | None = None  # each replica's log start as described (None: [start])
+        self.replica_groups: list[int] | None = None  # each replica's node's answer of the identity (None: group)
+        self.described = 0  # descriptions asked (partition_views)
+        self.rotations = 0
+
+    def _high_watermark(self, partition: int) -> int:
+        log = self.logs[partition]
+        return log[-1][0] + read_header(log[-1][1]).record_count if log else self.start
+
+    async def partition_views(self, topic: str, partition: int) -> list[PartitionView]:
+        """Each replica as its node (1, 2, ...) describes it: the identity (`group`, or
+        `replica_groups`), the replicas on nodes 1..n, its log start (`replica_starts`)."""
+        await _real_sleep(0)
+        self.described += 1
+        hw = self._high_watermark(partition)
+        starts = self.replica_starts or [self.start]
+        groups, replicas = self.replica_groups or [self.group] * len(starts), tuple(range(1, len(starts) + 1))
+        return [PartitionView(group, start, max(start, hw), replicas, node)
+                for node, (group, start) in enumerate(zip(groups, starts, strict=True), 1)]
+
+    def rotate(self) -> None:
+        self.rotations += 1
 
     async def read_log(self, topic: str, partition: int, offset: int, max_bytes: int, wait_ms: int) -> LogChunk:
         await _real_sleep(0)  # answers at once, whatever wait_ms says
         self.reads.append((partition, offset))
         log = self.logs[partition]
-        hw = log[-1][0] + read_header(log[-1][1]).record_count if log else self.start
+        hw = self._high_watermark(partition)
         batches = [(b, d) for b, d in log if self.stale or b + read_header(d).record_count > offset][:2]
         next_offset = batches[-1][0] + read_header(batches[-1][1]).record_count if batches else offset
         return LogChunk(batches, self.skipped, next_offset, hw, self.start)

@@ -21,6 +21,16 @@ def test_a_creation_beyond_the_descriptors_is_refused_with_the_limit() -> None:
         open_files.check_room({1: 50, 2: 51}, limit, in_use=100)
 
 
+def test_new_partitions_are_counted_by_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check every placement runs (metadata_ops.check_files): replicas summed per host
+    # across the new partitions' lists, against what is open now.
+    monkeypatch.setattr(open_files, "open_now", lambda: 100)
+    limit = open_files.RESERVED_FDS + 100 + open_files.FDS_PER_NEW_REPLICA * 2
+    open_files.check_new_replicas([[1, 2], [2, 3]], limit)
+    with pytest.raises(InvalidPartitions, match="3 new replicas on node 2"):
+        open_files.check_new_replicas([[1, 2], [2, 3], [2, 1]], limit)
+
+
 def test_the_soft_limit_is_raised_as_far_as_the_process_may() -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     script = ("import resource; from multiraft.node import open_files; "

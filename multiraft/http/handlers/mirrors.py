@@ -1,7 +1,9 @@
 """Mirror links (issue 24, docs/mirror.md): admin routes on the sink, and the source's log read.
 
 On the sink (admin): create a link, list links, one link's status (discovery and every
-mirror partition's pull), pause, resume, delete, promote one mirror topic. A link's
+mirror partition's pull), pause, resume, alter (`on_source_truncated`: what a mirror
+partition does when the source's retention deleted offsets it had not copied), delete,
+promote one mirror topic. A link's
 token is stored for the sink to present to the source and never shown back
 (`credentials: true` says one is set). A link to a source serving HTTPS says
 `source_tls: true`, with `source_ca` (PEM CA certificates) or without (the system's
@@ -27,12 +29,20 @@ from multiraft.errors import InvalidRequest
 from multiraft.http.handlers.common import bounded, node_of
 from multiraft.http.limits import BATCH_CONTENT_TYPE, REQUEST_TIMEOUT_S
 from multiraft.http.params import int_field, json_object, path_partition, query_int, query_str
-from multiraft.metadata.mirror_commands import CreateMirrorLink, LinkState, check_link_name
+from multiraft.metadata.mirror_commands import (
+    CreateMirrorLink,
+    LinkState,
+    OnSourceTruncated,
+    SetMirrorLinkPolicy,
+    check_link_name,
+)
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
 from multiraft.net.tls import TlsError, source_context
 from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
-CREATE_FIELDS = {"name", "sources", "topics", "priority", "token", "verify_interval_s", "source_tls", "source_ca"}
+CREATE_FIELDS = {"name", "sources", "topics", "priority", "token", "verify_interval_s", "source_tls", "source_ca",
+                 "on_source_truncated"}
+ALTER_FIELDS = {"on_source_truncated"}
 VERIFY_FIELDS = {"topic", "start", "repair", "deep"}
 VERIFY_TIMEOUT_S = 150.0  # up to 16 partitions, none started after 10 s, each two reads of its span
 TREE_TIMEOUT_S = 60.0  # a tree call reads the partition's span first
@@ -52,12 +62,13 @@ async def create(request: web.Request) -> web.Response:
     if not {"name", "sources", "topics"} <= set(body) <= CREATE_FIELDS:
         raise InvalidRequest('body is {"name", "sources": ["HOST:PORT", ...], "topics": PATTERN, '
                              '"priority"?: "high"|"normal"|"low", "token"?: TOKEN, "verify_interval_s"?: SECONDS, '
-                             '"source_tls"?: true|false, "source_ca"?: PEM}')
+                             '"source_tls"?: true|false, "source_ca"?: PEM, "on_source_truncated"?: "stop"|"resync"}')
     sources = body["sources"]
     command = CreateMirrorLink(name=body["name"], sources=tuple(sources) if isinstance(sources, list) else sources,
                                pattern=body["topics"], priority=body.get("priority", "normal"),
                                token=body.get("token"), verify_interval_s=body.get("verify_interval_s"),
-                               source_tls=body.get("source_tls", False), source_ca=body.get("source_ca"))
+                               source_tls=body.get("source_tls", False), source_ca=body.get("source_ca"),
+                               on_source_truncated=body.get("on_source_truncated", OnSourceTruncated.STOP.value))
     if command.source_ca is not None:  # its shape is checked (the command); now this node's OpenSSL
         try:
             source_context(command.source_ca)
@@ -89,6 +100,17 @@ async def _set_state(request: web.Request, state: LinkState) -> web.Response:
     node = node_of(request)
     name = _name(request)
     return web.json_response(await bounded(node.mirrors.set_state(name, state), f"mirror link {state.value}"))
+
+
+async def alter(request: web.Request) -> web.Response:
+    """Change a link's settings that may change in place: `on_source_truncated`."""
+    node = node_of(request)
+    name = _name(request)
+    body = await json_object(request)
+    if not body or not set(body) <= ALTER_FIELDS:
+        raise InvalidRequest('body is {"on_source_truncated": "stop"|"resync"}')
+    command = SetMirrorLinkPolicy(name=name, on_source_truncated=body["on_source_truncated"])
+    return web.json_response(await bounded(node.mirrors.alter(command), "mirror link change"))
 
 
 async def delete(request: web.Request) -> web.Response:
