@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from multiraft.metadata.catalog import Catalog
 from multiraft.metadata.commands import NodeStatus
+from multiraft.node.learners import caught_up
 from raftlog.messages import ConfChange, ConfChangeOp, Membership
 from raftlog.types import NodeId
 
@@ -103,7 +104,7 @@ def _promotable(catalog: Catalog, membership: Membership, matches: Mapping[NodeI
     """Learners that may take a leaving voter's vote: live, staying, caught up."""
     staying = {n.node_id for n in catalog.nodes.values()
                if n.status is NodeStatus.ALIVE and not n.decommissioning}
-    return sorted(n for n in membership.learners if n in staying and matches.get(n, 0) >= commit)
+    return sorted(n for n in membership.learners if n in staying and caught_up(matches.get(n, 0), commit))
 
 
 def node_alive(catalog: Catalog, node_id: NodeId) -> bool:

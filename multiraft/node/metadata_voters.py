@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from multiraft.errors import PromotionRefused, UnknownNode
 from multiraft.metadata.catalog import Catalog
 from multiraft.node.decommission import node_alive
+from multiraft.node.learners import caught_up
 from raftlog.messages import ConfChange, ConfChangeOp, Membership
 from raftlog.types import NodeId
 
@@ -56,7 +57,7 @@ def promotion(catalog: Catalog, membership: Membership, leader: NodeId, matches:
             raise PromotionRefused(f"node {node_id} is being decommissioned; recommission it first")
         if not node_alive(catalog, node_id):
             raise PromotionRefused(f"node {node_id} is not live")
-        if matches.get(node_id, 0) < commit:
+        if not caught_up(matches.get(node_id, 0), commit):
             raise PromotionRefused(f"node {node_id} has not caught up with the metadata log yet "
                                  f"({matches.get(node_id, 0)} of {commit}): retry in a moment")
         if replace is None and len(membership.voters) >= VOTERS_MAX:

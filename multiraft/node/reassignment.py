@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.commands import Command, ReplicaLeft
+from multiraft.node.learners import caught_up
 from multiraft.transport.rpc import RPC_TIMEOUT_S
 from raftlog.errors import ClientError
 from raftlog.messages import ConfChange, ConfChangeOp
@@ -94,7 +95,7 @@ def next_step(me: NodeId, voters: Collection[NodeId], learners: Collection[NodeI
         if node not in members:
             return Step(StepKind.ADD_LEARNER, node)
     for node in listed:
-        if node in learners and matches.get(node, 0) >= commit:
+        if node in learners and caught_up(matches.get(node, 0), commit):
             return Step(StepKind.PROMOTE, node)
     if any(node not in voters for node in listed):
         return None  # a copy is still catching up

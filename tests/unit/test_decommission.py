@@ -117,8 +117,8 @@ def test_progress_walks_moving_then_leaving_then_done() -> None:
 
 def _step(catalog: Catalog, membership: Membership, leader: int, leaving: set[int],
           matches: dict[int, int] | None = None) -> tuple[ConfChange | None, str]:
-    matches = matches if matches is not None else {n: 10 for n in membership.members}
-    return decommission.metadata_step(catalog, membership, NodeId(leader), matches, 10,
+    matches = matches if matches is not None else {n: 100 for n in membership.members}
+    return decommission.metadata_step(catalog, membership, NodeId(leader), matches, 100,
                                       {NodeId(n) for n in leaving})
 
 
@@ -127,7 +127,7 @@ def test_a_leaving_voter_gets_a_caught_up_learner_in_its_place_first() -> None:
     assert apply(SetNodeDecommissioning(node_id=2, decommissioning=True)).ok
     catalog = apply.catalog
     # Learners 4 and 5; 4 lags: 5 is promoted.
-    change, why = _step(catalog, _membership({1, 2, 3}, {4, 5}), 1, {2}, {1: 10, 2: 10, 3: 10, 4: 3, 5: 10})
+    change, why = _step(catalog, _membership({1, 2, 3}, {4, 5}), 1, {2}, {1: 100, 2: 100, 3: 100, 4: 30, 5: 100})
     assert change == ConfChange(ConfChangeOp.ADD_VOTER, NodeId(5)) and why == ""
     # Four voters now: 2 goes.
     change, _ = _step(catalog, _membership({1, 2, 3, 5}, {4}), 1, {2})
@@ -140,7 +140,7 @@ def test_a_leaving_voter_gets_a_caught_up_learner_in_its_place_first() -> None:
 def test_a_leaving_voter_waits_for_a_learner_that_catches_up() -> None:
     apply = _catalog(4)
     assert apply(SetNodeDecommissioning(node_id=2, decommissioning=True)).ok
-    change, why = _step(apply.catalog, _membership({1, 2, 3}, {4}), 1, {2}, {1: 10, 2: 10, 3: 10, 4: 2})
+    change, why = _step(apply.catalog, _membership({1, 2, 3}, {4}), 1, {2}, {1: 100, 2: 100, 3: 100, 4: 20})
     assert change is None and "no live, caught-up learner" in why
     apply(SetNodeStatus(node_id=4, status=NodeStatus.DEAD))  # a dead learner takes no vote either
     change, why = _step(apply.catalog, _membership({1, 2, 3}, {4}), 1, {2})

@@ -12,6 +12,7 @@ import pytest
 
 from multiraft.errors import PromotionRefused, UnknownNode
 from multiraft.metadata import NodeStatus, SetNodeDecommissioning, SetNodeStatus
+from multiraft.node.learners import CATCH_UP_SLACK_ENTRIES
 from multiraft.node.metadata_voters import promotion
 from raftlog.messages import ConfChange, ConfChangeOp, Membership
 from raftlog.types import NodeId
@@ -31,8 +32,8 @@ def _members(voters: set[int], learners: set[int] = frozenset()) -> Membership: 
 
 def _promote(apply: Applier, members: Membership, node_id: int, replace: int | None = None,
              matches: dict[int, int] | None = None, leader: int = 1) -> list[ConfChange]:
-    matches = matches if matches is not None else {n: 10 for n in members.members}
-    return promotion(apply.catalog, members, NodeId(leader), matches, 10, NodeId(node_id),
+    matches = matches if matches is not None else {n: 100 for n in members.members}
+    return promotion(apply.catalog, members, NodeId(leader), matches, 100, NodeId(node_id),
                      None if replace is None else NodeId(replace))
 
 
@@ -82,7 +83,7 @@ def test_a_learner_that_lags_is_dead_or_leaving_is_refused() -> None:
     apply = _catalog()
     members = _members({1, 2, 3}, {4})
     with pytest.raises(PromotionRefused, match="caught up"):
-        _promote(apply, members, 4, matches={1: 10, 2: 10, 3: 10, 4: 7})
+        _promote(apply, members, 4, matches={1: 100, 2: 100, 3: 100, 4: 70})
     assert apply(SetNodeDecommissioning(node_id=4, decommissioning=True)).ok
     with pytest.raises(PromotionRefused, match="decommissioned"):
         _promote(apply, members, 4)
@@ -103,3 +104,14 @@ def test_no_replacement_leaves_the_group_without_a_live_majority() -> None:
         assert apply(SetNodeStatus(node_id=dead, status=NodeStatus.DEAD)).ok
     with pytest.raises(PromotionRefused, match="live majority"):
         _promote(apply, _members({1, 2, 3, 5, 6}, {4}), 4, replace=3)
+
+
+def test_a_learner_within_the_slack_of_the_commit_is_promoted() -> None:
+    # Goal: a promote under steady metadata writes is not refused "not caught up" for a
+    # learner whose acknowledgement of the newest entries is still on its way.
+    apply = _catalog()
+    members = _members({1, 2, 3}, {4})
+    near = {1: 100, 2: 100, 3: 100, 4: 100 - CATCH_UP_SLACK_ENTRIES}
+    assert _promote(apply, members, 4, matches=near) == [ConfChange(ConfChangeOp.ADD_VOTER, NodeId(4))]
+    with pytest.raises(PromotionRefused, match="has not caught up"):
+        _promote(apply, members, 4, matches={**near, 4: 99 - CATCH_UP_SLACK_ENTRIES})

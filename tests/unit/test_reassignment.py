@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from multiraft.metadata.catalog_records import PartitionInfo
 from multiraft.metadata.placement import PlacementNode, replacement_for
+from multiraft.node.learners import CATCH_UP_SLACK_ENTRIES, caught_up
 from multiraft.node.reassignment import (
     FULL_SCAN_INTERVAL_S,
     MoveScan,
@@ -21,8 +22,8 @@ from raftlog.messages import ConfChangeOp, Membership
 from raftlog.types import GroupId, NodeId
 
 
-def step(me=1, voters=(1, 2, 3), learners=(), listed=(1, 2, 3), leaving=(), matches=None, commit=10, in_sync=None):
-    matches = matches if matches is not None else {n: 10 for n in (*voters, *learners)}
+def step(me=1, voters=(1, 2, 3), learners=(), listed=(1, 2, 3), leaving=(), matches=None, commit=100, in_sync=None):
+    matches = matches if matches is not None else {n: 100 for n in (*voters, *learners)}
     return next_step(me, set(voters), set(learners), listed, leaving, matches, commit,
                      set(in_sync if in_sync is not None else voters))
 
@@ -37,10 +38,10 @@ def test_a_move_adds_a_learner_promotes_it_once_caught_up_then_removes_and_repor
     listed, leaving = (1, 4, 3), (2,)
     assert step(listed=listed, leaving=leaving) == Step(StepKind.ADD_LEARNER, 4)
     catching_up = step(voters=(1, 2, 3), learners=(4,), listed=listed, leaving=leaving,
-                       matches={1: 10, 3: 10, 4: 7})
+                       matches={1: 100, 3: 100, 4: 70})
     assert catching_up is None, "no removal while a listed copy is still a learner"
     assert step(voters=(1, 2, 3), learners=(4,), listed=listed, leaving=leaving,
-                matches={1: 10, 3: 10, 4: 10}) == Step(StepKind.PROMOTE, 4)
+                matches={1: 100, 3: 100, 4: 100}) == Step(StepKind.PROMOTE, 4)
     assert step(voters=(1, 2, 3, 4), listed=listed, leaving=leaving) == Step(StepKind.REMOVE, 2)
     assert step(voters=(1, 3, 4), listed=listed, leaving=leaving) == Step(StepKind.REPORT_LEFT, 2)
     assert step(voters=(1, 3, 4), listed=listed) is None
@@ -50,7 +51,7 @@ def test_a_stale_catalog_never_removes_what_a_move_needs():
     # Goal: a leader whose catalog has not seen the move yet (it lists the old node)
     # adds that node back as a learner at worst, and removes nothing while it is not a voter.
     assert step(voters=(1, 3, 4), listed=(1, 2, 3)) == Step(StepKind.ADD_LEARNER, 2)
-    assert step(voters=(1, 3, 4), learners=(2,), listed=(1, 2, 3), matches={1: 10, 3: 10, 4: 10, 2: 0}) is None
+    assert step(voters=(1, 3, 4), learners=(2,), listed=(1, 2, 3), matches={1: 100, 3: 100, 4: 100, 2: 0}) is None
 
 
 def test_an_unlisted_leader_hands_over_before_it_could_be_removed():
@@ -105,10 +106,10 @@ def test_the_move_loop_knows_once_per_catalog_index_whether_a_copy_is_leaving():
 @dataclass
 class _Core:
     membership: Membership
-    commit_index: int = 10
+    commit_index: int = 100
 
     def progress(self, node):
-        return SimpleNamespace(match=10)
+        return SimpleNamespace(match=100)
 
     def in_sync_replicas(self):
         return set(self.membership.voters)
@@ -160,11 +161,11 @@ def test_a_copy_still_catching_up_is_rechecked_each_round_without_a_full_walk():
     # Goal: a group with a learner behind stays in the round's unsettled set (looked at each
     # round, alone), and nothing is removed meanwhile.
     node = _Node(voters=(1, 2, 3), learners=(4,))
-    node.runtime.core.commit_index = 20  # the learner's match (10) is behind
+    node.runtime.core.commit_index = 200  # the learner's match (100) is behind
     scan = MoveScan()
     assert asyncio.run(move_round(node, node.propose_metadata, _Quiet(), scan, 0.0)) == 0
     assert scan.unsettled == {GroupId(7)} and node.runtime.changes == []
-    node.runtime.core.commit_index = 10  # caught up
+    node.runtime.core.commit_index = 100  # caught up
     assert asyncio.run(move_round(node, node.propose_metadata, _Quiet(), scan, 0.25)) == 1
     assert node.reported == [2]
 
@@ -172,3 +173,15 @@ def test_a_copy_still_catching_up_is_rechecked_each_round_without_a_full_walk():
 class _Quiet:
     def info(self, *args, **kwargs):
         pass
+
+
+def test_a_learner_a_few_entries_behind_the_commit_is_promoted_one_further_is_not():
+    # Goal: under steady writes the commit moves with each append the voters acknowledge and
+    # a learner's acknowledgement comes a moment later; requiring match == commit refused it
+    # round after round. Within CATCH_UP_SLACK_ENTRIES it is caught up; beyond, it waits.
+    listed, leaving, slack = (1, 4, 3), (2,), CATCH_UP_SLACK_ENTRIES
+    assert caught_up(100 - slack, 100) and not caught_up(100 - slack - 1, 100) and caught_up(0, 0)
+    assert step(voters=(1, 2, 3), learners=(4,), listed=listed, leaving=leaving,
+                matches={1: 100, 3: 100, 4: 100 - slack}) == Step(StepKind.PROMOTE, 4)
+    assert step(voters=(1, 2, 3), learners=(4,), listed=listed, leaving=leaving,
+                matches={1: 100, 3: 100, 4: 99 - slack}) is None
