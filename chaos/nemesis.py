@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -61,11 +62,16 @@ class Nemesis:
     heals: list[float] = field(default_factory=list)  # monotonic times of every heal
     mover: Mover | None = None  # set when `move` is among the kinds
     topics: tuple[str, ...] = ()  # what a move's target is chosen by (replicas held)
+    # (seconds since `started`, kind): slots owed to a kind, taken by the first slot from
+    # then on, quiet share or not (chaos/mirror_follow.py: so every run grows and truncates).
+    due: list[tuple[float, str]] = field(default_factory=list)
+    limits: dict[str, int] = field(default_factory=dict)  # kind -> at most this many windows a run
     _move: asyncio.Task[MoveRecord] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if "move" in self.kinds and self.mover is None:
             self.mover = Mover(self.cluster, random.Random(self.rng.random()), self.started)
+        self.due = sorted(self.due)
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -82,9 +88,13 @@ class Nemesis:
             await sleep_or_stop(stop, self.rng.uniform(*GAP_S))
             if stop.is_set():
                 return
-            if self.rng.random() < QUIET_SHARE or not self.kinds:
-                continue
-            kind = self.rng.choice(self.kinds)
+            kind = self._owed()
+            if kind is None:
+                if self.rng.random() < QUIET_SHARE or not self.kinds:
+                    continue
+                kind = self._draw()
+                if kind is None:
+                    continue
             if kind == "move":
                 if self._move is None or self._move.done():
                     await self._start_move(stop)
@@ -99,6 +109,21 @@ class Nemesis:
             await heal()
             self.windows[opened].end_s = time.monotonic() - self.started
             self.heals.append(time.monotonic())
+
+    def _owed(self) -> str | None:
+        """The earliest owed kind whose time has come (and that is still within its limit)."""
+        now = time.monotonic() - self.started
+        while self.due and self.due[0][0] <= now:
+            _, kind = self.due.pop(0)
+            if kind in self.kinds and self.counts[kind] < self.limits.get(kind, sys.maxsize):
+                return kind
+        return None
+
+    def _draw(self) -> str | None:
+        """A kind at random among those within their limits (without limits: `rng.choice(kinds)`,
+        the same draw as before limits existed, so old seeds schedule the same faults)."""
+        allowed = [k for k in self.kinds if self.counts[k] < self.limits.get(k, sys.maxsize)]
+        return self.rng.choice(allowed) if allowed else None
 
     def _open(self, kind: str, detail: str) -> Window:
         self.counts[kind] += 1
