@@ -13,7 +13,10 @@ the sink. With this option the runner:
   sink node, or the sink leader of a mirror partition; restarted / resumed at the heal),
   `link-cut` (firewall rules between the two clusters' address sets: both ways, one way,
   or one sink node cut from the source; needs the `partition` mechanism) and
-  `link-pause` (`POST .../pause`, `.../resume` at the heal);
+  `link-pause` (`POST .../pause`, `.../resume` at the heal), and, from
+  chaos/mirror_follow.py, `source-grow` (a source topic's partition increase the mirror
+  must follow) and `source-truncate` (the source's retention deleting past a second
+  link's mirror, which must resync);
 - samples the link's status (`GET /v1/admin/mirrors/{name}`, every SAMPLE_INTERVAL_S
   from a serving sink node) for every partition's position, state and pulling node;
 - after the final reads: waits (CATCH_UP_S at most) until every mirror partition reaches
