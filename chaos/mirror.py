@@ -237,8 +237,10 @@ class MirrorRun:
                                                                    source_ends.get(key, 0), deadline)
         waited = time.monotonic() - began
         present = {key: log for key, log in source_logs.items() if log is not None}
-        verdicts = check_mirror(present, sink_logs, self.samples, sorted(self.diverged.items()), waited)
-        found, follow = await self.follow.finish()
+        ours = set(self.keys)  # the follow's partitions' positions are judged with their logs
+        verdicts = check_mirror(present, sink_logs, [s for s in self.samples if s.key in ours],
+                                sorted(self.diverged.items()), waited)
+        found, follow = await self.follow.finish([s for s in self.samples if s.key not in ours])
         verdicts.anomalies += found
         promote = await self._promote(sink_logs.get(PartitionKey(MIRROR_PROMOTED, 0)))
         with open(self.out / "mirror-positions.jsonl", "w") as positions:  # every sample, for forensics

@@ -50,14 +50,14 @@ import itertools
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.anomalies import Anomaly
 from chaos.cluster import ChaosCluster
 from chaos.history import PartitionKey
-from chaos.mirror_checks import LogCopy
+from chaos.mirror_checks import LogCopy, PositionSample, positions_backwards
 from chaos.mirror_follow_checks import check_grown, check_resynced, count_events
 from chaos.mirror_reads import read_pair
 from chaos.stopping import sleep_or_stop
@@ -264,7 +264,8 @@ class Follow:
 
     # -- the end ------------------------------------------------------------------
 
-    async def finish(self) -> tuple[list[Anomaly], dict[str, Any]]:
+    async def finish(self, samples: Iterable[PositionSample] = ()) -> tuple[list[Anomaly], dict[str, Any]]:
+        """The checks at the end; `samples`: the positions sampled of these topics' partitions."""
         assert self.source is not None
         began = time.monotonic()
         deadline = began + CATCH_UP_S
@@ -289,6 +290,7 @@ class Follow:
                     grown_source[key], grown_sink[key] = ours, theirs
             found += check_grown(GROW_TOPIC, source_count, sink_count, grown_source, grown_sink,
                                  time.monotonic() - began)
+            caught_up = _caught_up(grown_source, grown_sink)
             states = await self._until_running(deadline)
             ends = await _ends(source_client, sources, TRUNC_TOPIC)
             identical, compared = 0, 0
@@ -300,9 +302,11 @@ class Follow:
                     continue
                 state, last_error = states.get(key.partition, ("unknown", None))
                 verdict = check_resynced(key, ours, theirs, state, last_error, time.monotonic() - began)
+                caught_up |= _caught_up({key: ours}, {key: theirs})
                 compared += 1
                 identical += not verdict
                 found += verdict
+        found += positions_backwards(samples, caught_up)
         details = {"grow_topic": GROW_TOPIC, "grow_from": GROW_FROM, "grows": self.grows,
                    "source_partitions": source_count, "sink_partitions": sink_count,
                    "truncations": len(self.truncations), "settled": sum(t.settled is True for t in self.truncations),
@@ -347,6 +351,12 @@ class Follow:
                         continue  # a line cut by a kill -9
                     if isinstance(entry, dict):
                         yield entry
+
+
+def _caught_up(source: dict[PartitionKey, LogCopy], sink: dict[PartitionKey, LogCopy | None]) -> dict[PartitionKey, int]:
+    """The sink's end of each partition that reached the source's: no position may pass it."""
+    return {key: copy.high_watermark for key, copy in sink.items()
+            if copy is not None and key in source and copy.high_watermark >= source[key].high_watermark}
 
 
 async def _described(client: AsyncClient, topic: str, server: str | None = None) -> dict[str, Any] | None:
