@@ -16,6 +16,11 @@ move. At most one move runs at a time (a slot that draws `move` then draws again
 among the other kinds); its window closes when the move recommissions its node.
 When the main phase ends, `run` waits for the move in flight to close (bounded
 by the move's own limits).
+
+A kind may be owed slots (`due`: a time into the run; the first slot from then on
+takes it, quiet or not) and limited (`limits`: at most so many windows a run); a
+`--mirror` run owes its source growths and truncation their slots
+(chaos/mirror_follow.py). Without either, the draw is the same as before them.
 """
 
 from __future__ import annotations
