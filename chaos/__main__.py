@@ -51,7 +51,7 @@ FAR_CATCHUP_RUNS: dict[str, list[tuple[str, ...]]] = {
     "standard": [("kill", "power")],
 }
 # Runs with a mirror (--mirror, chaos/mirror.py): a sink cluster of three more nodes
-# copies the topics; its own kinds (sink-kill, sink-pause, link-cut, link-pause) join these.
+# copies the topics; its own kinds (sink-kill, sink-pause, link-cut, link-pause, source-grow, source-truncate) join these.
 MIRROR_RUNS: dict[str, list[tuple[str, ...]]] = {
     "standard": [("kill", "pause", "partition")],
     "mirror": [("kill", "pause", "partition")],

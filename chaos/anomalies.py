@@ -43,6 +43,9 @@ ANOMALY_CLASSES = (
     "mirror-duplicate",
     "mirror-position-backwards",
     "mirror-incomplete",
+    # A mirror following its source, `--mirror` runs (chaos/mirror_follow_checks.py).
+    "mirror-not-grown",
+    "mirror-resync-stuck",
 )
 
 # Values or ops named in one explanation; the rest are counted.

@@ -13,7 +13,10 @@ the sink. With this option the runner:
   sink node, or the sink leader of a mirror partition; restarted / resumed at the heal),
   `link-cut` (firewall rules between the two clusters' address sets: both ways, one way,
   or one sink node cut from the source; needs the `partition` mechanism) and
-  `link-pause` (`POST .../pause`, `.../resume` at the heal);
+  `link-pause` (`POST .../pause`, `.../resume` at the heal), and, from
+  chaos/mirror_follow.py, `source-grow` (a source topic's partition increase the mirror
+  must follow) and `source-truncate` (the source's retention deleting past a second
+  link's mirror, which must resync);
 - samples the link's status (`GET /v1/admin/mirrors/{name}`, every SAMPLE_INTERVAL_S
   from a serving sink node) for every partition's position, state and pulling node;
 - after the final reads: waits (CATCH_UP_S at most) until every mirror partition reaches
@@ -36,21 +39,23 @@ from typing import Any
 from chaos.cluster import ChaosCluster, copy_logs
 from chaos.history import PartitionKey
 from chaos.mirror_checks import LogCopy, PositionSample, check_mirror
+from chaos.mirror_follow import KINDS as FOLLOW_KINDS
+from chaos.mirror_follow import RESYNC_LINK, Follow
+from chaos.mirror_reads import read_pair
 from chaos.stopping import sleep_or_stop
 from chaos.workload import CLIENT_HOST
-from multiraft.client import BATCH_CONTENT_TYPE, AsyncClient, RaftlogError, parse_frames
+from multiraft.client import AsyncClient, RaftlogError
 
 SINK_NODES = 3
 SINK_FIRST_HOST = 11  # sink node i on 127.0.0.<10 + i>: clear of the source's 1..5 and the client's 100
 LINK = "chaos-link"
 PATTERN = "chaos-*"
 MIRROR_PROMOTED = "chaos-a"
-MIRROR_KINDS = ("sink-kill", "sink-pause", "link-cut", "link-pause")
+MIRROR_KINDS = ("sink-kill", "sink-pause", "link-cut", "link-pause", *FOLLOW_KINDS)
 SAMPLE_INTERVAL_S = 0.5
 CATCH_UP_S = 60.0
 DISCOVERY_S = 60.0
 PROMOTE_S = 30.0
-READ_BYTES = 1 << 20
 
 Healer = Callable[[], Awaitable[None]]
 
@@ -67,8 +72,12 @@ class MirrorRun:
         self.samples: list[PositionSample] = []
         self.diverged: dict[PartitionKey, str] = {}
         self.sample_errors = 0
+        # The source's partition increase and truncation (chaos/mirror_follow.py).
+        self.follow = Follow(self.sink, random.Random(rng.random()), self._client,
+                             lambda link, action: self._action(action, link))
         self.kinds: dict[str, Callable[[], Awaitable[tuple[str, Healer]]]] = {
-            "sink-kill": self._sink_kill, "sink-pause": self._sink_pause, "link-pause": self._link_pause}
+            "sink-kill": self._sink_kill, "sink-pause": self._sink_pause, "link-pause": self._link_pause,
+            "source-grow": self.follow.grow, "source-truncate": self.follow.truncate}
         if network is not None:
             self.kinds["link-cut"] = self._link_cut
         self.source: ChaosCluster | None = None
@@ -84,10 +93,12 @@ class MirrorRun:
         """Start the sink, create the link, wait until every mirror partition has a leader."""
         self.source, self.keys = source, keys
         await asyncio.to_thread(self.sink.start_all, 90.0)
+        await self.follow.create_topics(source, min(3, len(source.ids)))
         async with self._client(attempts=20, timeout_s=30) as client:
             await client.create_mirror(LINK, [source.http(n) for n in source.ids], PATTERN, priority="high")
+            await self.follow.create_link(client)
             deadline = time.monotonic() + DISCOVERY_S
-            for key in keys:
+            for key in [*keys, *self.follow.keys]:
                 while True:
                     try:
                         await client.consume(key.topic, key.partition, 0, max_records=1)
@@ -109,14 +120,16 @@ class MirrorRun:
                 if not serving:
                     continue
                 node = self.rng.choice(serving)
-                before = dict(self.sink.incarnation)
-                try:
-                    _, body, _ = await client.request("GET", f"/v1/admin/mirrors/{LINK}", server=self.sink.http(node))
-                    status = json.loads(body)
-                except (RaftlogError, OSError, ValueError):
-                    self.sample_errors += 1
-                    continue
-                self._record(status, before, time.monotonic() - self.started)
+                for link in (LINK, RESYNC_LINK):
+                    before = dict(self.sink.incarnation)
+                    try:
+                        _, body, _ = await client.request("GET", f"/v1/admin/mirrors/{link}",
+                                                          server=self.sink.http(node))
+                        status = json.loads(body)
+                    except (RaftlogError, OSError, ValueError):
+                        self.sample_errors += 1
+                        continue
+                    self._record(status, before, time.monotonic() - self.started)
 
     def _record(self, status: dict[str, Any], before: dict[int, int], at_s: float) -> None:
         for topic in status.get("topics", []):
@@ -185,10 +198,10 @@ class MirrorRun:
             await self._action("resume")
         return f"link paused ({answer})", resume
 
-    async def _action(self, action: str) -> str:
+    async def _action(self, action: str, link: str = LINK) -> str:
         try:
             async with self._client(attempts=10) as client:
-                await client.mirror_action(LINK, action)
+                await client.mirror_action(link, action)
             return "ok"
         except RaftlogError as error:
             return f"{error.code}"
@@ -200,6 +213,7 @@ class MirrorRun:
         for node in list(self.sink.down):
             self.sink.start(node)
         await asyncio.to_thread(self.sink.wait_healthy, 90.0)
+        await self.follow.heal()
         for _ in range(10):
             if await self._action("resume") == "ok":
                 return
@@ -217,27 +231,23 @@ class MirrorRun:
         sink_logs: dict[PartitionKey, LogCopy | None] = {}
         async with AsyncClient(sources, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as source_client, \
                 AsyncClient(sinks, timeout_s=10, attempts=1, local_host=CLIENT_HOST) as client:
-            source_logs = {key: await _read_until(source_client, sources, key, source_ends.get(key, 0), deadline)
-                           for key in self.keys}
+            source_logs: dict[PartitionKey, LogCopy | None] = {}
             for key in self.keys:
-                want = source_logs[key].high_watermark if source_logs[key] is not None else 0
-                sink_logs[key] = await _read_until(client, sinks, key, want, deadline)
-            # A write in flight at the heal can commit on the source after its read: where the
-            # sink holds more, the source is read again (its end only grows).
-            for key, copy in sink_logs.items():
-                theirs = source_logs[key]
-                if copy is not None and theirs is not None and copy.high_watermark > theirs.high_watermark:
-                    again = await _read_until(source_client, sources, key, copy.high_watermark, deadline)
-                    source_logs[key] = again if again is not None else theirs
+                source_logs[key], sink_logs[key] = await read_pair(source_client, sources, client, sinks, key,
+                                                                   source_ends.get(key, 0), deadline)
         waited = time.monotonic() - began
         present = {key: log for key, log in source_logs.items() if log is not None}
-        verdicts = check_mirror(present, sink_logs, self.samples, sorted(self.diverged.items()), waited)
+        ours = set(self.keys)  # the follow's partitions' positions are judged with their logs
+        verdicts = check_mirror(present, sink_logs, [s for s in self.samples if s.key in ours],
+                                sorted(self.diverged.items()), waited)
+        found, follow = await self.follow.finish([s for s in self.samples if s.key not in ours])
+        verdicts.anomalies += found
         promote = await self._promote(sink_logs.get(PartitionKey(MIRROR_PROMOTED, 0)))
         with open(self.out / "mirror-positions.jsonl", "w") as positions:  # every sample, for forensics
             for sample in self.samples:
                 positions.write(json.dumps([round(sample.at_s, 2), sample.node, str(sample.key), sample.state,
                                             sample.position]) + "\n")
-        return {"verdicts": verdicts, "promote": promote, "waited_s": round(waited, 1),
+        return {"verdicts": verdicts, "promote": promote, "waited_s": round(waited, 1), "follow": follow,
                 "source_unread": sorted(str(k) for k, log in source_logs.items() if log is None),
                 "samples": len(self.samples), "sample_errors": self.sample_errors,
                 "ends": {str(k): [None if log is None else log.high_watermark,
@@ -272,52 +282,3 @@ class MirrorRun:
         with contextlib.suppress(Exception):
             self.sink.stop()
         copy_logs(self.sink, self.out, "sink-")
-
-
-
-async def _read_until(client: AsyncClient, servers: list[str], key: PartitionKey, end: int,
-                      deadline: float) -> LogCopy | None:
-    """The whole log of one partition through `/log`, from a server whose answer reaches
-    `end` (asked again, rotating servers, until then or `deadline`); the last read that
-    got through when none did (None: nothing got through)."""
-    best: LogCopy | None = None
-    turn = 0
-    while True:
-        server = servers[turn % len(servers)]
-        turn += 1
-        with contextlib.suppress(RaftlogError, OSError, ValueError, KeyError):
-            copy = await _read_log(client, server, key)
-            if best is None or copy.high_watermark > best.high_watermark:
-                best = copy
-            if copy.high_watermark >= end:
-                return copy
-        if time.monotonic() > deadline:
-            return best
-        await asyncio.sleep(0.2 if turn % len(servers) == 0 else 0.0)
-
-
-async def _read_log(client: AsyncClient, server: str, key: PartitionKey) -> LogCopy:
-    path = f"/v1/topics/{key.topic}/partitions/{key.partition}/log"
-    offset, batches, end, start = 0, [], None, None
-    skipped: set[tuple[int, int]] = set()
-    while True:
-        _, body, headers = await client.request("GET", path, params={"offset": offset, "max_bytes": READ_BYTES},
-                                                headers={"Accept": BATCH_CONTENT_TYPE}, server=server)
-        high, next_offset = int(headers["Raftlog-High-Watermark"]), int(headers["Raftlog-Next-Offset"])
-        start = int(headers["Raftlog-Log-Start-Offset"]) if start is None else start
-        end = high if end is None else end
-        batches += [(base, data) for base, data in parse_frames(body) if base >= offset]
-        skipped |= {r for r in parse_skipped(headers.get("Raftlog-Skipped", "")) if r[0] >= offset}
-        if next_offset >= end or (next_offset <= offset and offset >= start):  # done, or no progress
-            last = min(end, next_offset)
-            return LogCopy(start, last, tuple(batches), tuple(sorted(r for r in skipped if r[0] < last)))
-        offset = max(next_offset, start)
-
-
-def parse_skipped(header: str) -> list[tuple[int, int]]:
-    """`Raftlog-Skipped: base:count,...` (docs/mirror.md) as (base, count) pairs."""
-    pairs = []
-    for item in filter(None, header.split(",")):
-        base, _, count = item.partition(":")
-        pairs.append((int(base), int(count)))
-    return pairs

@@ -16,12 +16,18 @@ move. At most one move runs at a time (a slot that draws `move` then draws again
 among the other kinds); its window closes when the move recommissions its node.
 When the main phase ends, `run` waits for the move in flight to close (bounded
 by the move's own limits).
+
+A kind may be owed slots (`due`: a time into the run; the first slot from then on
+takes it, quiet or not) and limited (`limits`: at most so many windows a run); a
+`--mirror` run owes its source growths and truncation their slots
+(chaos/mirror_follow.py). Without either, the draw is the same as before them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -61,11 +67,16 @@ class Nemesis:
     heals: list[float] = field(default_factory=list)  # monotonic times of every heal
     mover: Mover | None = None  # set when `move` is among the kinds
     topics: tuple[str, ...] = ()  # what a move's target is chosen by (replicas held)
+    # (seconds since `started`, kind): slots owed to a kind, taken by the first slot from
+    # then on, quiet share or not (chaos/mirror_follow.py: so every run grows and truncates).
+    due: list[tuple[float, str]] = field(default_factory=list)
+    limits: dict[str, int] = field(default_factory=dict)  # kind -> at most this many windows a run
     _move: asyncio.Task[MoveRecord] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if "move" in self.kinds and self.mover is None:
             self.mover = Mover(self.cluster, random.Random(self.rng.random()), self.started)
+        self.due = sorted(self.due)
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
@@ -82,9 +93,13 @@ class Nemesis:
             await sleep_or_stop(stop, self.rng.uniform(*GAP_S))
             if stop.is_set():
                 return
-            if self.rng.random() < QUIET_SHARE or not self.kinds:
-                continue
-            kind = self.rng.choice(self.kinds)
+            kind = self._owed()
+            if kind is None:
+                if self.rng.random() < QUIET_SHARE or not self.kinds:
+                    continue
+                kind = self._draw()
+                if kind is None:
+                    continue
             if kind == "move":
                 if self._move is None or self._move.done():
                     await self._start_move(stop)
@@ -99,6 +114,21 @@ class Nemesis:
             await heal()
             self.windows[opened].end_s = time.monotonic() - self.started
             self.heals.append(time.monotonic())
+
+    def _owed(self) -> str | None:
+        """The earliest owed kind whose time has come (and that is still within its limit)."""
+        now = time.monotonic() - self.started
+        while self.due and self.due[0][0] <= now:
+            _, kind = self.due.pop(0)
+            if kind in self.kinds and self.counts[kind] < self.limits.get(kind, sys.maxsize):
+                return kind
+        return None
+
+    def _draw(self) -> str | None:
+        """A kind at random among those within their limits (without limits: `rng.choice(kinds)`,
+        the same draw as before limits existed, so old seeds schedule the same faults)."""
+        allowed = [k for k in self.kinds if self.counts[k] < self.limits.get(k, sys.maxsize)]
+        return self.rng.choice(allowed) if allowed else None
 
     def _open(self, kind: str, detail: str) -> Window:
         self.counts[kind] += 1

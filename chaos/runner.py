@@ -52,6 +52,8 @@ from chaos.history_file import read_history
 from chaos.history_writer import HistoryWriter
 from chaos.mirror import MirrorRun
 from chaos.mirror_checks import summary_part as mirror_summary
+from chaos.mirror_follow import LIMITS as FOLLOW_LIMITS
+from chaos.mirror_follow_checks import summary_part as follow_summary
 from chaos.moves import summarize as summarize_moves
 from chaos.moves import unavailable_reason as move_unavailable
 from chaos.nemesis import Nemesis
@@ -136,17 +138,19 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             details["faults_skipped"] += ["link-cut"] if "link-cut" not in mirror.kinds else []
         if "move" in details["faults_skipped"] and why_not_move is not None:
             details["faults_skipped_why"] = {"move": why_not_move}
-        nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra,
-                          topics=tuple(topic for topic, _ in TOPICS))
+        nemesis = Nemesis(cluster, keys, rng, kinds, extra=extra, topics=tuple(topic for topic, _ in TOPICS),
+                          due=mirror.follow.due(config.duration_s) if mirror else [],
+                          limits=dict(FOLLOW_LIMITS) if mirror else {})
         if mirror is not None:
-            mirror.started = nemesis.started  # samples on the fault windows' clock
+            mirror.started = mirror.follow.started = nemesis.started  # samples on the fault windows' clock
         with HistoryWriter.open(history_path) as history:
             workload = Workload(cluster, history, keys, random.Random(rng.random()), stats)
             stop = asyncio.Event()
             workload.stop = stop
             groups = GroupWorkload(cluster, history, random.Random(rng.random()), stats, dict(TOPICS)) \
                 if config.groups else None
-            loads = asyncio.create_task(_gather(workload.run(), *([groups.run(stop)] if groups else [])))
+            loads = asyncio.create_task(_gather(workload.run(), *([groups.run(stop)] if groups else []),
+                                                *([mirror.follow.write(stop)] if mirror else [])))
             faults = asyncio.create_task(nemesis.run(stop))
             sampled = asyncio.Event()  # the mirror's positions are sampled until its check
             sampling = asyncio.create_task(mirror.sample(sampled) if mirror else sampled.wait())
@@ -212,7 +216,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             result = dataclasses.replace(result, anomalies=result.anomalies + tuple(verdicts.anomalies))
             details["mirror"] = finished | {"compared": verdicts.compared, "identical": verdicts.identical,
                                             "records": verdicts.records, "summary": mirror_summary(
-                                                verdicts, finished["promote"], mirror.samples)}
+                                                verdicts, finished["promote"], mirror.samples)
+                                            + "; " + follow_summary(finished["follow"])}
     finally:
         await asyncio.to_thread(cluster.stop)
         if mirror is not None:
@@ -435,6 +440,9 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
         problems.append(f"promote {details['mirror']['promote']}")
     if details.get("mirror", {}).get("source_unread"):  # not compared: say so, never pass quietly
         problems.append(f"mirror: source partitions not read: {details['mirror']['source_unread']}")
+    if details.get("mirror", {}).get("follow", {}).get("source_unread"):
+        problems.append(f"mirror: grown or truncated source partitions not read: "
+                        f"{details['mirror']['follow']['source_unread']}")
     if details.get("moves_unsettled"):
         problems.append(f"decommissioned nodes not back after the heal: {details['moves_unsettled']}")
     ok = not problems

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 from chaos.anomalies import ANOMALY_CLASSES
 from chaos.history import PartitionKey
-from chaos.mirror import parse_frames, parse_skipped
 from chaos.mirror_checks import (
     LogCopy,
     PositionSample,
@@ -20,6 +19,7 @@ from chaos.mirror_checks import (
     positions_backwards,
     summary_part,
 )
+from chaos.mirror_reads import parse_frames, parse_skipped
 from storage.batch import Record, decode_columns, encode_batch
 
 KEY = PartitionKey("chaos-a", 0)
