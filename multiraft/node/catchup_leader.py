@@ -209,6 +209,7 @@ class CatchUpLeader:
                 if self._holding((group_id, node), runtime):
                     continue
                 self._finish((group_id, node), ok=False, backoff=False)  # ended by a probe: anew
+                continue  # held again only once the core ran that end (_ending), in a later round
             if progress.state is not ProgressState.REPLICATE:
                 soon = soon or (progress.state is ProgressState.PROBE and progress.recent_active)
                 continue  # far_target's first test, before the segments are listed

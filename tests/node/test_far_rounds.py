@@ -129,3 +129,25 @@ def test_an_end_the_core_never_ran_blocks_no_hold_for_long() -> None:
         assert holds == [1000, 1000]
     finally:
         leader.close()
+
+
+def test_a_transfer_ended_by_a_probe_that_already_succeeded_is_not_held_again_in_that_round() -> None:
+    # A second CI regression, traced: the follower said it lost its entries, the probe
+    # carried 504 of them and succeeded (REPLICATE, far behind still); the round found the
+    # first transfer no longer held, ended it, and in the same pass held the follower again;
+    # the end then ran on the core and released that new hold, and replay won.
+    registry, progress, inbox, holds = _held_group()
+    leader = CatchUpLeader(registry, rpc=None, lag=(60, 0), acquire=None, is_live=lambda node: True,  # type: ignore[arg-type]
+                           start_task=lambda coroutine, name: coroutine.close(), logger=structlog.get_logger())
+    try:
+        leader.round(full=True)
+        assert holds == [1000]
+        progress.state = ProgressState.REPLICATE  # lost entries, probed, the probe succeeded
+        leader.round(full=True)
+        assert leader.counts["failed"] == 1 and len(inbox) == 1
+        assert holds == [1000], "held again in the round that ended the last transfer"
+        inbox.pop()(registry.groups[5].core)
+        leader.round(full=True)
+        assert holds == [1000, 1000]
+    finally:
+        leader.close()
