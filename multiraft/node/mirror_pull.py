@@ -48,7 +48,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
+from multiraft.metadata.record_filter import RecordMatcher
 from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
+from multiraft.node.mirror_filter import READ_SHARE, filter_chunk
 from multiraft.node.mirror_source import (
     Diverged,
     SourceClient,
@@ -249,7 +251,9 @@ class MirrorPulls:
         for group_id, (rank, _, link, topic_name, partition) in keep.items():
             if group_id not in self._tasks:
                 client = self._client(link)
-                task = asyncio.create_task(self._pull(group_id, link.name, client, topic_name, partition, rank))
+                matcher = RecordMatcher.of(link.record_filter) if link.record_filter is not None else None
+                task = asyncio.create_task(self._pull(group_id, link.name, client, topic_name, partition, rank,
+                                                      matcher))
                 self._tasks[group_id] = watch(task, f"mirror-pull-{group_id}", self._logger)
         for group_id in promoting:
             if group_id not in self._tasks and group_id not in self._promotions:
@@ -295,7 +299,8 @@ class MirrorPulls:
         return int(machine.state.next_offset)
 
     async def _pull(self, group_id: GroupId, link: str, client: SourceClient, topic: str, partition: int,
-                    rank: int = 1) -> None:
+                    rank: int = 1, matcher: RecordMatcher | None = None) -> None:
+        """`matcher`: the link's record filter (fixed with the link), None: copy everything."""
         status = self._status(group_id, link, topic, partition)
         while True:
             runtime = self._registry.leading(group_id)
@@ -308,7 +313,7 @@ class MirrorPulls:
                 continue
             status.position = position
             try:
-                await self._copy(runtime, group_id, client, status, rank)
+                await self._copy(runtime, group_id, client, status, rank, matcher)
             except SourceError as error:
                 status.failures += 1
                 status.state = "diverged" if isinstance(error, Diverged) else "backing_off"
@@ -322,7 +327,7 @@ class MirrorPulls:
                 await asyncio.sleep(backoff_s(status.resyncs, self._rng, SETTLE_POLL_S, RESYNC_PAUSE_MAX_S))
 
     async def _copy(self, runtime: GroupRuntime, group_id: GroupId, client: SourceClient, status: PullStatus,
-                    rank: int) -> None:
+                    rank: int, matcher: RecordMatcher | None = None) -> None:
         """Copy chunks from `status.position` on, up to the window's bounds in flight (the next
         read overlapping the earlier chunks' commits), until a failure."""
         term = runtime.core.term
@@ -331,6 +336,8 @@ class MirrorPulls:
         tail = LogTail()
         proposals: deque[asyncio.Future[Any]] = deque()
         clock = asyncio.get_running_loop().time
+        # A filtered chunk may outgrow what was read (mirror_filter.py): read a share of a chunk.
+        read_bytes = window.chunk_bytes_max if matcher is None else max(1, window.chunk_bytes_max // READ_SHARE)
         try:
             while True:
                 await self._take_applied(window, proposals, status, everything=False)
@@ -341,8 +348,7 @@ class MirrorPulls:
                 position = window.read_position
                 async with self._slots.held(rank):
                     asked = clock()
-                    chunk = await client.read_log(status.topic, status.partition, position, window.chunk_bytes_max,
-                                                  LONG_POLL_MS)
+                    chunk = await client.read_log(status.topic, status.partition, position, read_bytes, LONG_POLL_MS)
                     answered_early = clock() - asked < LONG_POLL_MS / 2000
                 status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
                                                                                 chunk.log_start_offset)
@@ -360,6 +366,9 @@ class MirrorPulls:
                     continue
                 self.truncated.forget_sighting(group_id)
                 payloads, end = self._contiguous(chunk.batches, position)
+                skipped = chunk.skipped
+                if matcher is not None and payloads:  # the source's skipped batches become gaps too
+                    payloads, skipped = await _filtered(matcher, payloads, position, skipped), ()
                 if self._chunk_filter is not None:
                     payloads = self._chunk_filter(payloads)
                 self._check_leading(runtime, group_id, term)
@@ -371,7 +380,7 @@ class MirrorPulls:
                                                       IDLE_PAUSE_MAX_S))
                     continue
                 status.empty_reads = 0
-                skips = tuple(r for r in chunk.skipped if position <= r[0] < end)
+                skips = tuple(r for r in skipped if position <= r[0] < end)
                 proposals.append(self._propose_chunk(runtime, group_id, term, tail, position, end, payloads, skips))
                 window.add(InFlight(position, end, sum(len(p) for p in payloads), len(payloads)))
         finally:
@@ -472,3 +481,13 @@ class MirrorPulls:
         except ClientError as error:
             self._logger.info("mirror_promote_retry", group_id=group_id, error=error.code)
         self.status.pop(group_id, None)
+
+
+async def _filtered(matcher: RecordMatcher, payloads: list[bytes], position: int,
+                    skipped: tuple[tuple[int, int], ...]) -> list[bytes]:
+    """The chunk through the link's filter (docs/mirror.md "Record filters"), in a worker thread
+    (it decodes every batch); a batch that does not check is the source's fault."""
+    try:
+        return await asyncio.to_thread(filter_chunk, matcher, payloads, position, skipped)
+    except InvalidBatchError as error:
+        raise SourceError(f"the source sent a batch the filter cannot read: {error}") from None
