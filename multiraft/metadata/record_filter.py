@@ -65,10 +65,8 @@ def check_record_filter(spec: object) -> None:
         raise InvalidRequest("record_filter: a clause is listed twice")
 
 
-def parse_record_filter(document: object) -> RecordFilterSpec | None:
-    """The API's form (a list of clause objects; absent or null: no filter) as the command's."""
-    if document is None:
-        return None
+def parse_record_filter(document: object) -> RecordFilterSpec:
+    """The API's form (a list of clause objects) as the command's."""
     if not isinstance(document, list):
         raise InvalidRequest(_FILTER_SHAPE)
     clauses: list[Clause] = []

@@ -146,7 +146,7 @@ def test_the_cli_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert mirror_commands.mirror_create(client, _parse(*create)) == 0  # type: ignore[arg-type]
     assert [c[8] for c in client.created] == ["resync", None]
     lines = capsys.readouterr().out.splitlines()
-    assert "ON TRUNCATED" in lines[0] and lines[1].split()[-2:] == ["resync", "0"] and "stop" in lines[3]
+    assert "ON TRUNCATED" in lines[0] and lines[1].split()[-3:] == ["resync", "-", "0"] and "stop" in lines[3]
     assert mirror_commands.mirror_alter(client, _parse("alter", "dr", "--on-source-truncated", "stop")) == 0  # type: ignore[arg-type]
     assert client.altered == [("dr", "stop")]
     for argv in ((*create, "--on-source-truncated", "earliest"), ("alter", "dr"),

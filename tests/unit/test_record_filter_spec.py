@@ -32,11 +32,11 @@ SPEC = (("key_prefix", "eu-"), ("header", "tenant"), ("header", "kind", "order")
 def test_the_api_form_parses_into_the_command_form_and_back() -> None:
     assert parse_record_filter(API) == SPEC
     assert describe_record_filter(SPEC) == API
-    assert parse_record_filter(None) is None and describe_record_filter(None) is None
+    assert describe_record_filter(None) is None
 
 
 @pytest.mark.parametrize("document", [
-    [], {}, "eu-", [{"key_prefix": ""}], [{"key_prefix": 1}], [{"key_prefix": "x" * 257}],
+    None, [], {}, "eu-", [{"key_prefix": ""}], [{"key_prefix": 1}], [{"key_prefix": "x" * 257}],
     [{"key_prefix": "é" * 129}],  # 258 bytes
     [{"header": ""}], [{"header": "a", "value": 3}], [{"header": "a", "value": "v" * 257}],
     [{"key_prefix": "a", "header": "b"}], [{"value": "v"}], [{"other": "x"}], ["eu-"], [None],
@@ -97,3 +97,14 @@ def test_a_link_with_a_filter_needs_level_3() -> None:
 def test_a_malformed_filter_in_a_command_is_refused() -> None:
     with pytest.raises(InvalidRequest):
         decode_command(encode_command(_link(record_filter=SPEC)).replace(b'"eu-"', b'""'))
+
+
+def test_the_cli_filter_flags_parse_into_the_api_form() -> None:
+    from multiraft.cli.mirror_commands import _filter_cell, parse_filters
+
+    flags = ["key-prefix=eu-", "header=tenant", "header=kind=order"]
+    assert parse_filters(flags) == API and parse_filters(None) is None
+    assert _filter_cell(API) == " ".join(flags) and _filter_cell(None) == "-"
+    for bad in ("key_prefix=eu", "header", "prefix=x", "key-prefix"):
+        with pytest.raises(ValueError):
+            parse_filters([bad])
