@@ -71,6 +71,8 @@ Nothing is left out silently; these are the deliberate limits:
   certificates OpenSSL loads, and only with `source_tls`: no schema can describe a
   certificate, so a valid request may get a 400 INVALID_REQUEST whose message names
   `source_ca` (its refusals are tested in tests/http/test_api_mirror_tls.py).
+- A mirror link's `record_filter` texts are bounded in UTF-8 bytes (256), the document's
+  `maxLength` in characters: a valid request may get a 400 INVALID_REQUEST naming UTF-8.
 - Positive bodies are sent with integral floats as integers (4.0 as 4): JSON Schema
   counts 4.0 an integer, the API refuses it where it wants an integer (as Go's
   encoding/json does), and no document can tell the two apart. Their record
