@@ -108,3 +108,23 @@ def test_the_cli_filter_flags_parse_into_the_api_form() -> None:
     for bad in ("key_prefix=eu", "header", "prefix=x", "key-prefix"):
         with pytest.raises(ValueError):
             parse_filters([bad])
+
+
+@pytest.mark.asyncio
+async def test_the_metadata_leader_refuses_a_filtered_link_below_level_3_made_there_or_forwarded() -> None:
+    from multiraft.metadata.features import FinalizeFeatureLevel
+    from raftlog.errors import ClientError
+    from tests.unit.test_feature_level import leader_and_follower
+
+    filtered = _link(record_filter=SPEC)
+    async with leader_and_follower() as (leader, replica, catalog, follower, _):
+        assert catalog.apply(Index(3), FinalizeFeatureLevel(level=2)).ok
+        for ops in (leader, follower):
+            with pytest.raises(ClientError) as refused:
+                await ops.propose(filtered)
+            assert refused.value.code == "FEATURE_LEVEL_UNSUPPORTED" and "needs feature level 3" in refused.value.message
+        assert replica.proposed == []
+        await leader.propose(_link())  # without a filter: as before
+        assert catalog.apply(Index(4), FinalizeFeatureLevel(level=3)).ok
+        await follower.propose(filtered)
+        assert len(replica.proposed) == 2
