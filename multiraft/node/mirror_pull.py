@@ -47,10 +47,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from multiraft.metadata.features import FeatureLevel, supports
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
 from multiraft.metadata.record_filter import RecordMatcher
 from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
-from multiraft.node.mirror_filter import READ_SHARE, filter_chunk
+from multiraft.node.mirror_filter import READ_SHARE
+from multiraft.node.mirror_runs import contiguous, filter_from, pieces, starting_at
 from multiraft.node.mirror_source import (
     Diverged,
     SourceClient,
@@ -65,8 +67,7 @@ from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, encode_mirro
 from raftlog.errors import ClientError
 from raftlog.messages import EntryKind
 from raftlog.types import GroupId
-from storage.batch import read_header
-from storage.errors import InvalidBatchError
+from storage.batch import is_gap
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -87,6 +88,10 @@ SETTLE_POLL_S = 0.05
 IDLE_PAUSE_FIRST_S = 0.05
 IDLE_PAUSE_MAX_S = 1.0
 RESYNC_PAUSE_MAX_S = 2.0
+# A gap batch (a filtered mirror's) read through an unfiltered link: copied byte for byte, it
+# would stall the sink's followers of a build from before gap batches (they refuse it).
+GAPS_BELOW_LEVEL = ("the source holds gap batches (it is a filtered mirror): this sink copies them only once "
+                    "finalized at feature level 3 (mirror_filter; docs/node.md \"Upgrading\")")
 READ_INDEX_WAIT_S = 5.0  # a leader confirming it still leads before a truncated resync (else it settles again)
 
 
@@ -365,10 +370,15 @@ class MirrorPulls:
                     await asyncio.sleep(pause_s)
                     continue
                 self.truncated.forget_sighting(group_id)
-                payloads, end = self._contiguous(chunk.batches, position)
+                # A filtered mirror's position may lie inside a source batch (mirror_runs.py).
+                payloads, first, end = contiguous(chunk.batches, position, inside=matcher is not None)
                 skipped = chunk.skipped
                 if matcher is not None and payloads:  # the source's skipped batches become gaps too
-                    payloads, skipped = await _filtered(matcher, payloads, position, skipped), ()
+                    outputs = await asyncio.to_thread(filter_from, matcher, payloads, first, position, skipped)
+                    payloads, skipped = starting_at(outputs, position), ()
+                elif any(is_gap(p) for p in payloads) and not supports(self._catalog.catalog,
+                                                                       FeatureLevel.MIRROR_FILTER):
+                    raise SourceError(GAPS_BELOW_LEVEL)
                 if self._chunk_filter is not None:
                     payloads = self._chunk_filter(payloads)
                 self._check_leading(runtime, group_id, term)
@@ -381,8 +391,15 @@ class MirrorPulls:
                     continue
                 status.empty_reads = 0
                 skips = tuple(r for r in skipped if position <= r[0] < end)
-                proposals.append(self._propose_chunk(runtime, group_id, term, tail, position, end, payloads, skips))
-                window.add(InFlight(position, end, sum(len(p) for p in payloads), len(payloads)))
+                # A filtered chunk goes as proposals of bounded entries and bytes (mirror_runs.py).
+                parts = [(position, end, payloads)] if matcher is None else pieces(payloads, position,
+                                                                                   window.chunk_bytes_max)
+                for start, stop, part in parts:
+                    if start != position:  # room in the window for it, and still leading
+                        await self._take_applied(window, proposals, status, everything=False)
+                        self._check_leading(runtime, group_id, term)
+                    proposals.append(self._propose_chunk(runtime, group_id, term, tail, start, stop, part, skips))
+                    window.add(InFlight(start, stop, sum(len(p) for p in part), len(part)))
         finally:
             status.window = None  # what it held is no longer this pull's: the caller settles first
             for proposal in proposals:  # their entries, if appended, still commit
@@ -450,27 +467,6 @@ class MirrorPulls:
             raise _Resync()
         return position
 
-    @staticmethod
-    def _contiguous(batches: list[tuple[int, bytes]], position: int) -> tuple[list[bytes], int]:
-        """The batches from the position on, checked to follow one another without a gap;
-        (payloads, the offset after them). A batch across the position or a gap means the
-        source is not the log this mirror copied: the pull stops there (`diverged`)."""
-        payloads: list[bytes] = []
-        expected = position
-        for base, data in batches:
-            try:
-                count = read_header(data).record_count
-            except InvalidBatchError as error:
-                raise SourceError(f"the source sent a batch that does not decode: {error}") from None
-            if base + count <= expected and not payloads:
-                continue  # a whole batch before the position (the read's first may start earlier)
-            if base != expected:
-                raise Diverged(f"the source's batch at {base} does not follow offset {expected} "
-                                  "(its log is not the one this mirror copied)")
-            payloads.append(data)
-            expected = base + count
-        return payloads, expected
-
     async def _promote(self, group_id: GroupId) -> None:
         """End a promoted topic's partition's mirror mode (the catalog says promoted)."""
         runtime = self._registry.leading(group_id)
@@ -482,12 +478,3 @@ class MirrorPulls:
             self._logger.info("mirror_promote_retry", group_id=group_id, error=error.code)
         self.status.pop(group_id, None)
 
-
-async def _filtered(matcher: RecordMatcher, payloads: list[bytes], position: int,
-                    skipped: tuple[tuple[int, int], ...]) -> list[bytes]:
-    """The chunk through the link's filter (docs/mirror.md "Record filters"), in a worker thread
-    (it decodes every batch); a batch that does not check is the source's fault."""
-    try:
-        return await asyncio.to_thread(filter_chunk, matcher, payloads, position, skipped)
-    except InvalidBatchError as error:
-        raise SourceError(f"the source sent a batch the filter cannot read: {error}") from None
