@@ -8,9 +8,9 @@ source batch (base b, n records) becomes batches covering exactly [b, b + n):
 - matching nothing, skipped by the source (a read leaves it out there), or already a gap
   batch (the source is a filtered mirror): one gap batch (a gap batch is kept as it is);
 - else each maximal run of matching records re-encoded as one batch (the source's
-  compression, each record its source timestamp, the producer id and epoch kept and the base
-  sequence advanced by the run's position when the source had one), each maximal run of the
-  others as one gap batch.
+  compression, the source batch's first timestamp and each record's delta, the producer id
+  and epoch kept and the base sequence advanced by the run's position when the source had
+  one), each maximal run of the others as one gap batch (the source batch's first timestamp).
 Record counts are kept, so the compare-and-append (mirror_append.py) and the window
 (mirror_window.py) count offsets as for an unfiltered chunk.
 
@@ -18,8 +18,9 @@ Size. A run re-encoded from a plain batch holds a subset of its columns and fiel
 36-byte header, and a gap batch is 36 bytes where its records took at least 12 (three
 4-byte lengths each): so a plain batch of S bytes becomes less than 4 S (S + 36 per run, at
 most one run per record). A compressed run is zlib's output for its records, at most
-zlib's bound over their inflated bytes; the window counts the actual bytes of each chunk.
-`READ_SHARE` is how much smaller the pull reads a filtered link's chunks for that.
+zlib's bound over their inflated bytes, which can be tens of times the compressed batch
+read: the pull splits a filtered chunk into proposals of bounded entries and bytes
+(mirror_runs.py). `READ_SHARE` is how much smaller the pull reads a filtered link's chunks.
 """
 
 from __future__ import annotations
@@ -78,30 +79,29 @@ def filter_batch(matcher: RecordMatcher, data: bytes) -> list[bytes]:
     if not any(copied):
         return [encode_gap_batch(count, first_timestamp_ms=header.first_timestamp_ms)]
     out: list[bytes] = []
-    deltas = decoded.timestamp_deltas_ms
     start = 0
     for matching, run in itertools.groupby(copied):
         stop = start + len(list(run))
-        first_ms = header.first_timestamp_ms + min(deltas[start:stop])
         if not matching:
-            out.append(encode_gap_batch(stop - start, first_timestamp_ms=first_ms))
+            out.append(encode_gap_batch(stop - start, first_timestamp_ms=header.first_timestamp_ms))
         else:
-            out.append(_run_batch(decoded, start, stop, first_ms))
+            out.append(_run_batch(decoded, start, stop))
         start = stop
     assert start == count
     return out
 
 
-def _run_batch(decoded: DecodedBatch, start: int, stop: int, first_ms: int) -> bytes:
-    """Records [start, stop) of a decoded batch as one batch, each at its source timestamp."""
+def _run_batch(decoded: DecodedBatch, start: int, stop: int) -> bytes:
+    """Records [start, stop) of a decoded batch as one batch, each at its source timestamp: the
+    source batch's first timestamp and each record's own delta, as the source held them (so
+    they always fit: a first timestamp moved by a delta could pass i64 and not encode)."""
     header = decoded.header
-    base_ms = header.first_timestamp_ms
-    records = [Record(decoded.keys[i], decoded.values[i], decoded.headers[i],
-                      base_ms + decoded.timestamp_deltas_ms[i] - first_ms) for i in range(start, stop)]
+    records = [Record(decoded.keys[i], decoded.values[i], decoded.headers[i], decoded.timestamp_deltas_ms[i])
+               for i in range(start, stop)]
     sequence = header.base_sequence
     if sequence >= 0:
         sequence = (sequence + start) % _SEQUENCE_MODULUS
-    data = encode_batch(records, first_timestamp_ms=first_ms, producer_id=header.producer_id,
+    data = encode_batch(records, first_timestamp_ms=header.first_timestamp_ms, producer_id=header.producer_id,
                         producer_epoch=header.producer_epoch, base_sequence=sequence,
                         compression=Compression(header.flags & FLAG_COMPRESSION_MASK))
     if len(data) > BATCH_BYTES_MAX:  # a compressed run that zlib could not make small enough

@@ -13,6 +13,8 @@ import pytest
 
 from multiraft.metadata.record_filter import RecordMatcher
 from multiraft.node.mirror_filter import READ_SHARE, filter_batch, filter_chunk
+from multiraft.node.mirror_runs import ENTRIES_PER_PROPOSAL_MAX, pieces
+from multiraft.node.mirror_window import CHUNK_BYTES
 from storage.batch import (
     HEADER_BYTES,
     Compression,
@@ -75,8 +77,8 @@ def test_runs_keep_offsets_records_timestamps_producer_and_compression(compressi
     runs = [read_header(b) for b in out if not is_gap(b)]
     assert [(h.producer_id, h.producer_epoch, h.base_sequence) for h in runs] == [(77, 3, 11), (77, 3, 15)]
     assert all(h.compression is compression for h in runs)
-    assert read_header(out[0]).first_timestamp_ms == FIRST_MS  # the gap keeps its first record's time
-    assert read_header(out[2]).first_timestamp_ms == FIRST_MS + 15  # records 3 and 4: 15 and 20
+    # Runs and gaps keep the source batch's first timestamp (records their own deltas).
+    assert all(read_header(b).first_timestamp_ms == FIRST_MS for b in out)
 
 
 def test_sequences_none_stay_none_and_wrap() -> None:
@@ -109,3 +111,26 @@ def test_the_filtered_size_stays_below_the_read_share_bound() -> None:
     data = encode_batch([Record(k, None) for k in keys], first_timestamp_ms=0)
     out = filter_batch(EU, data)
     assert len(out) == 1000 and sum(len(b) for b in out) < READ_SHARE * len(data)
+
+
+def test_timestamps_near_the_end_of_i64_filter() -> None:
+    # A produce-valid batch whose first timestamp is near 2**63: a run keeps it and its records'
+    # deltas (before, first + min(delta) overflowed i64: struct.error, the pull's task died).
+    records = [Record(k, b"v", (), d) for k, d in ((b"us", 0), (b"eu-1", 1), (b"us", 5), (b"eu-2", 9))]
+    data = encode_batch(records, first_timestamp_ms=2**63 - 2)
+    out = filter_batch(EU, data)
+    assert [read_header(b).first_timestamp_ms for b in out] == [2**63 - 2] * 4
+    assert [decode_columns(b).timestamp_deltas_ms for b in out if not is_gap(b)] == [[1], [9]]
+
+
+def test_a_compressed_batch_outgrows_the_read_share_so_proposals_are_split() -> None:
+    # A compressed batch of alternating records re-encodes to many times its bytes (each run
+    # its own zlib stream and header): the read share bounds nothing there, so the pull
+    # splits the filtered chunk into proposals of bounded entries and bytes (mirror_runs.py).
+    keys = [b"eu-" if i % 2 else b"" for i in range(100_000)]
+    data = encode_batch([Record(k, None) for k in keys], first_timestamp_ms=0, compression=Compression.ZLIB)
+    out = filter_batch(EU, data)
+    assert sum(len(b) for b in out) > 10 * READ_SHARE * len(data)
+    parts = pieces(out, 0, CHUNK_BYTES)
+    assert all(len(p) <= ENTRIES_PER_PROPOSAL_MAX and sum(map(len, p)) <= CHUNK_BYTES for _, _, p in parts)
+    assert parts[-1][1] == 100_000 and [b for _, _, p in parts for b in p] == out
