@@ -277,7 +277,8 @@ class GroupReads:
                     found = await first_at_or_after(self._reads, row["topic"], row["partition"], max(offset, 0))
                 except ClientError:
                     found = None
-            row["lag_ms"] = None if found is None else max(0, now_ms - found[1])
+            # None also when the lookup stopped in a long run of gaps (NotReached): unknown, not 0.
+            row["lag_ms"] = max(0, now_ms - found[1]) if isinstance(found, tuple) else None
 
         await asyncio.gather(*(one(row) for row in rows))
 
