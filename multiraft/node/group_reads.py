@@ -138,7 +138,10 @@ class GroupReads:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 finished.extend(task.result() for task in done)
-                if any(f.result is not None and f.result.batches for f in finished):
+                # Records, or a position moved past offsets holding none (a filtered mirror's gaps):
+                # waiting out the other partitions' polls then moved a member a read's worth a poll.
+                if any(f.result is not None and (f.result.batches or f.result.next_offset > f.offset)
+                       for f in finished):
                     break
         finally:
             for task in pending:

@@ -13,11 +13,13 @@ stand-ins that say "this node holds a voting, caught-up replica".
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
 import pytest
 
 import storage.offsets
+from multiraft.node.group_reads import GroupReads
 from multiraft.node.partition_ops import PartitionOps
 from multiraft.node.record_times import (
     GAP_READS_MAX,
@@ -138,6 +140,24 @@ async def test_a_lookup_that_runs_out_says_so_and_the_search_goes_on(tmp_path, m
     for stamp in (1_000, 50_000, 50_001, 100_000, 100_001):
         older = [o for o, t in records if t < stamp]
         assert await offset_for_time(ops, "t", 0, 0, end, stamp) == older[-1] + 1, stamp
+
+
+async def test_a_group_fetch_over_gaps_answers_at_once_with_the_position_moved(tmp_path) -> None:
+    gaps = [encode_gap_batch(3, first_timestamp_ms=n) for n in range(200)]
+    node = _Node(tmp_path, [gaps, [encode_batch([Record(b"k", b"v")], first_timestamp_ms=1)]])
+
+    async def command(heartbeat):
+        return {"assignment": [{"topic": "t", "partitions": [0, 1]}], "session_timeout_ms": 60_000}
+
+    reads = GroupReads(SimpleNamespace(command=command), node.ops, node.routing, node.catalog, node.rpc)
+    began = time.monotonic()
+    # Partition 1 waits at its end for new records; partition 0 holds only gaps from 0.
+    fetch = await reads.fetch(SimpleNamespace(group="g"), {("t", 0): 0, ("t", 1): 1}, "earliest",
+                              max_records=10, max_bytes=1 << 20, wait_ms=10_000)
+    assert time.monotonic() - began < 5
+    (answer,) = [f for f in fetch.partitions if f.partition == 0]
+    assert answer.result is not None and answer.result.batches == []
+    assert answer.result.next_offset == 600  # every gap passed, not 10 offsets
 
 
 pytestmark = pytest.mark.asyncio
