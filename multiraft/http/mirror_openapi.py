@@ -59,8 +59,8 @@ _LINK = {"type": "object", "required": ["name", "sources", "topics", "priority",
                         "mirror_topics": {"type": "array", "items": {"type": "string"}}}}
 _FILTER_TEXT = {"type": "string", "minLength": 1, "maxLength": TEXT_BYTES_MAX}
 _RECORD_FILTER = {
-    "type": "array", "minItems": 1, "maxItems": CLAUSES_MAX, "uniqueItems": True,
-    "description": "copy only the records any clause matches (absent: all); the others become gaps in the mirror, "
+    "type": ["array", "null"], "minItems": 1, "maxItems": CLAUSES_MAX, "uniqueItems": True,
+    "description": "copy only the records any clause matches (absent or null: all, as the link shows it); the others become gaps in the mirror, "
                    "which keeps the source's offsets (docs/mirror.md, \"Record filters\"). Texts are at most "
                    f"{TEXT_BYTES_MAX} UTF-8 bytes. Fixed at creation; needs feature level 3",
     "items": {"oneOf": [

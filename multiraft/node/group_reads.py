@@ -138,7 +138,10 @@ class GroupReads:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 finished.extend(task.result() for task in done)
-                if any(f.result is not None and f.result.batches for f in finished):
+                # Records, or a position moved past offsets holding none (a filtered mirror's gaps):
+                # waiting out the other partitions' polls then moved a member a read's worth a poll.
+                if any(f.result is not None and (f.result.batches or f.result.next_offset > f.offset)
+                       for f in finished):
                     break
         finally:
             for task in pending:
@@ -277,7 +280,8 @@ class GroupReads:
                     found = await first_at_or_after(self._reads, row["topic"], row["partition"], max(offset, 0))
                 except ClientError:
                     found = None
-            row["lag_ms"] = None if found is None else max(0, now_ms - found[1])
+            # None also when the lookup stopped in a long run of gaps (NotReached): unknown, not 0.
+            row["lag_ms"] = max(0, now_ms - found[1]) if isinstance(found, tuple) else None
 
         await asyncio.gather(*(one(row) for row in rows))
 

@@ -64,15 +64,17 @@ async def create(request: web.Request) -> web.Response:
         raise InvalidRequest('body is {"name", "sources": ["HOST:PORT", ...], "topics": PATTERN, '
                              '"priority"?: "high"|"normal"|"low", "token"?: TOKEN, "verify_interval_s"?: SECONDS, '
                              '"source_tls"?: true|false, "source_ca"?: PEM, "on_source_truncated"?: "stop"|"resync", '
-                             '"record_filter"?: [{"key_prefix": P} | {"header": N, "value"?: V}, ...]}')
+                             '"record_filter"?: [{"key_prefix": P} | {"header": N, "value"?: V}, ...] | null}')
     sources = body["sources"]
     command = CreateMirrorLink(name=body["name"], sources=tuple(sources) if isinstance(sources, list) else sources,
                                pattern=body["topics"], priority=body.get("priority", "normal"),
                                token=body.get("token"), verify_interval_s=body.get("verify_interval_s"),
                                source_tls=body.get("source_tls", False), source_ca=body.get("source_ca"),
                                on_source_truncated=body.get("on_source_truncated", OnSourceTruncated.STOP.value),
-                               record_filter=parse_record_filter(body["record_filter"]) if "record_filter" in body
-                               else None)
+                               # null is "no filter", as GET shows an unfiltered link (a client may send back
+                               # what it read); absent says the same.
+                               record_filter=parse_record_filter(body["record_filter"])
+                               if body.get("record_filter") is not None else None)
     if command.source_ca is not None:  # its shape is checked (the command); now this node's OpenSSL
         try:
             source_context(command.source_ca)
