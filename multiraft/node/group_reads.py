@@ -138,9 +138,13 @@ class GroupReads:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 finished.extend(task.result() for task in done)
-                # Records, or a position moved past offsets holding none (a filtered mirror's gaps):
-                # waiting out the other partitions' polls then moved a member a read's worth a poll.
-                if any(f.result is not None and (f.result.batches or f.result.next_offset > f.offset)
+                # Records, or a position moved past offsets holding none (a filtered mirror's gaps)
+                # while more of the log follows: waiting out the other partitions' polls then moved
+                # a member a read's worth a poll. Not at the log's end: there each gap the sink
+                # commits would answer the fetch at once (and a Confluent instance's GET writes its
+                # positions to group 0 each time), a poll per gap instead of one per wait_ms.
+                if any(f.result is not None and (f.result.batches
+                                                 or f.offset < f.result.next_offset < f.result.high_watermark)
                        for f in finished):
                     break
         finally:
