@@ -90,22 +90,50 @@ async def partition_states(client: AsyncClient, partitions: dict[str, list[int]]
     return states
 
 
+# Reads one probe of the search makes past offsets that hold no record (a filtered mirror's
+# gap batches, which reads leave out: the read's next offset jumps) before it stops there; after
+# the first (1 byte: the batch at the offset) each reads PROBE_READ_BYTES, about 1,800 gaps.
+PROBE_READS_MAX = 64
+PROBE_READ_BYTES = 64 * 1024
+
+
+async def _probe(client: AsyncClient, state: PartitionState, middle: int, high: int, isolation: str,
+                 server: str) -> tuple[int, bytes] | int | None:
+    """The first batch holding a record at or after `middle`; None when there is none below
+    `high`; the offset it stopped at (an int: no record in [middle, it), nor known after)
+    when PROBE_READS_MAX reads met only offsets without records."""
+    position, max_bytes = middle, 1
+    for _ in range(PROBE_READS_MAX):
+        read = await client.consume_batches(state.topic, state.partition, position, max_records=1,
+                                            max_bytes=max_bytes, isolation=isolation, server=server)
+        batch = next(((b, data) for b, data in read.batches if b + record_timestamps(data)[0] > position), None)
+        if batch is not None and batch[0] >= high:
+            return None  # past gaps, but at or past the end searched: none below it
+        if batch is not None or read.batches or read.next_offset <= position or read.next_offset >= high:
+            return batch
+        position, max_bytes = read.next_offset, PROBE_READ_BYTES  # only offsets without records: on
+    return position
+
+
 async def offset_for_timestamp(client: AsyncClient, state: PartitionState, timestamp_ms: int,
                                isolation: str = "committed") -> int | None:
     """The first offset in the partition whose record timestamp is >= `timestamp_ms`; None if none.
 
     Invariant of the search: every record in [log start, low) is older than the
-    timestamp, and the answer (if any) is below `high`.
+    timestamp, and the answer (if any) is at or below `high`. Offsets without records
+    (a filtered mirror's gaps) are passed: a probe in a run of them reads on to the next
+    record (taking "no record at `middle`" for "none after it" moved `high` below older
+    records, which startingTimestamp then included). A probe that stops in a run longer
+    than its bound moves `high` to `middle`: the conservative side, older records may be
+    included, none at or after the timestamp left out.
     """
     low, high = state.log_start_offset, state.upper(isolation)
     server = state.leader or state.replicas[0]
     found_any = False
     while low < high:
         middle = (low + high) // 2
-        read = await client.consume_batches(state.topic, state.partition, middle, max_records=1, max_bytes=1,
-                                            isolation=isolation, server=server)
-        batch = next(((b, data) for b, data in read.batches if b + record_timestamps(data)[0] > middle), None)
-        if batch is None:  # nothing at or after `middle` below the end: the answer is below it
+        batch = await _probe(client, state, middle, high, isolation, server)
+        if batch is None or isinstance(batch, int):  # none at or after `middle` below the end (or unknown)
             high = middle
             continue
         base, data = batch
@@ -116,7 +144,9 @@ async def offset_for_timestamp(client: AsyncClient, state: PartitionState, times
         if not hits:
             low = max(last, middle + 1)
         elif hits[0] == first and base > low:
-            high, found_any = base, True  # older records may precede this batch
+            # Older records may precede this batch; [middle, base) holds none, so `middle`
+            # answers as `base` does (and the search moves even when the batch lies past it).
+            high, found_any = min(base, middle), True
         else:
             return hits[0]
     return low if found_any or low < state.upper(isolation) else None

@@ -200,7 +200,8 @@ class GroupAdmin:
                         found = await first_at_or_after(self._reads, topic, partition, offset)
                     except ClientError:
                         found = None
-                seconds = None if found is None else max(0, now_ms - found[1]) / 1000
+                # None also when the lookup stopped in a long run of gaps (NotReached): unknown.
+                seconds = max(0, now_ms - found[1]) / 1000 if isinstance(found, tuple) else None
             return GroupPartitionGauge(group, topic, partition, committed.offset if committed else None, lag,
                                        seconds)
 

@@ -138,7 +138,14 @@ class GroupReads:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 finished.extend(task.result() for task in done)
-                if any(f.result is not None and f.result.batches for f in finished):
+                # Records, or a position moved past offsets holding none (a filtered mirror's gaps)
+                # while more of the log follows: waiting out the other partitions' polls then moved
+                # a member a read's worth a poll. Not at the log's end: there each gap the sink
+                # commits would answer the fetch at once (and a Confluent instance's GET writes its
+                # positions to group 0 each time), a poll per gap instead of one per wait_ms.
+                if any(f.result is not None and (f.result.batches
+                                                 or f.offset < f.result.next_offset < f.result.high_watermark)
+                       for f in finished):
                     break
         finally:
             for task in pending:
@@ -277,7 +284,8 @@ class GroupReads:
                     found = await first_at_or_after(self._reads, row["topic"], row["partition"], max(offset, 0))
                 except ClientError:
                     found = None
-            row["lag_ms"] = None if found is None else max(0, now_ms - found[1])
+            # None also when the lookup stopped in a long run of gaps (NotReached): unknown, not 0.
+            row["lag_ms"] = max(0, now_ms - found[1]) if isinstance(found, tuple) else None
 
         await asyncio.gather(*(one(row) for row in rows))
 

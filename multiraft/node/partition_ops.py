@@ -16,7 +16,9 @@
   leader node carries all the partitions it leads.
 The end a read stops before is handed in (multiraft/node/faults.py: the high
 watermark, or the log end for `isolation="uncommitted"`). Batches whose records the partition state skipped (a duplicate that raced its
-original across a leadership change) are left out of every read.
+original across a leadership change) and gap batches (a filtered mirror's: no records) are left
+out of every read but a mirror's (`keep_skipped`), and do not count toward its max_records
+(storage/offsets.py `read_records`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer, error_answer
 from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind
 from raftlog.types import GroupId, Offset
+from storage.batch import is_gap
 from storage.errors import CorruptionError, OffsetOutOfRangeError
 from storage.offsets import StoredBatch, read_records
 
@@ -179,9 +182,20 @@ class PartitionOps:
             if offset >= end:
                 hw = machine.state.high_watermark
                 return ConsumeResult([], offset, hw, int(store.log_start_offset))
+        state = machine.state
+        left: set[tuple[int, int]] = set()
+
+        def leave_out(base: Offset, count: int, payload: memoryview) -> bool:
+            # A gap batch (a filtered mirror's, storage/batch.py FLAG_GAP) holds no records, a skipped
+            # one none the reader may see: not counted toward max_records (storage/offsets.py).
+            if is_gap(payload) or (base, count) in state.skipped_between(base, Offset(base + count)):
+                left.add((int(base), count))
+                return True
+            return False
+
         try:
             result = read_records(store, Offset(offset), end_offset=Offset(end), max_records=max_records,
-                                  max_bytes=max_bytes)
+                                  max_bytes=max_bytes, left_out=None if keep_skipped else leave_out)
         except OffsetOutOfRangeError:
             start = store.log_start_offset
             raise OffsetOutOfRange(
@@ -194,12 +208,12 @@ class PartitionOps:
                             "read from another replica") from None
         last = result.batches[-1] if result.batches else None
         next_offset = last.base_offset + last.record_count if last is not None else offset
-        skipped = skipped_batches(machine.state.skipped_between(Offset(offset), Offset(next_offset)),
-                                  result.batches)
         if keep_skipped:
+            skipped = skipped_batches(state.skipped_between(Offset(offset), Offset(next_offset)), result.batches)
             return ConsumeResult([_batch(b) for b in result.batches], int(next_offset), machine.state.high_watermark,
                                  int(result.log_start_offset), tuple(sorted(skipped)))
-        batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in skipped]
+        # Gap and skipped batches are left out: a reader sees the next offset jump (as in a compacted topic).
+        batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in left]
         return ConsumeResult(batches, int(next_offset), machine.state.high_watermark, int(result.log_start_offset))
 
     def _end_offset(self, group_id: GroupId, isolation: str) -> int:

@@ -10,12 +10,17 @@ There is no time index yet (DESIGN.md section 13 plans one), so:
   records with their clock (a producer that sets older times by hand makes the
   answer one of the offsets where the time is crossed, not necessarily the first).
 
-Batches refused or found duplicate on apply are skipped by reads, so the record
-found may lie after the offset asked; callers get its offset with its time.
+Batches refused or found duplicate on apply, and a filtered mirror's gap batches, are
+skipped by reads (they do not count toward a read's max_records), so the record found may
+lie after the offset asked; callers get its offset with its time. A lookup reads past
+skipped batches a bounded number of times: when that runs out it says so (`NotReached`),
+which is not "no record" (a search taking it for "none" moved its upper end below the
+answer, and a reset to a time re-delivered older records).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from storage.batch import decode_columns
@@ -25,34 +30,69 @@ if TYPE_CHECKING:
 
 # Reads one binary search may make: ceil(log2(2**63)) + 1, whatever the log's size.
 SEARCH_READS_MAX = 64
+# Reads past batches a read leaves out (gap batches of a filtered mirror: 36 bytes each, so
+# one read of GAP_READ_BYTES passes about 1,800), before a lookup says where it stopped.
+GAP_READS_MAX = 8
+GAP_READ_BYTES = 64 * 1024
+# Lookups one search may continue from where the one before stopped (each GAP_READS_MAX
+# reads: about 14,000 gap batches), over all its steps: about 230,000 gap batches in a row.
+CONTINUED_LOOKUPS_MAX = 16
+
+
+@dataclass(frozen=True, slots=True)
+class NotReached:
+    """A lookup read its bound without finding a record: [asked offset, `reached`) holds
+    none, and whether one follows is not known."""
+
+    reached: int
 
 
 async def first_at_or_after(reads: PartitionOps, topic: str, partition: int,
-                            offset: int) -> tuple[int, int] | None:
+                            offset: int) -> tuple[int, int] | NotReached | None:
     """(offset, timestamp ms) of the first readable record at or after `offset` below the
-    high watermark; None when there is none. Raises the read's ClientError."""
-    result = await reads.consume(topic, partition, offset, max_records=1, max_bytes=1)
-    for base, count, batch in result.batches:
-        if base + count <= offset:
-            continue
-        index = max(0, offset - base)
-        decoded = decode_columns(batch, index, index + 1)
-        if decoded.timestamp_deltas_ms:
-            return base + index, decoded.header.first_timestamp_ms + decoded.timestamp_deltas_ms[0]
-    return None
+    high watermark; None when there is none; `NotReached` when GAP_READS_MAX reads passed
+    only skipped batches. Raises the read's ClientError."""
+    position, max_bytes = offset, 1
+    for _ in range(GAP_READS_MAX):
+        result = await reads.consume(topic, partition, position, max_records=1, max_bytes=max_bytes)
+        for base, count, batch in result.batches:
+            if base + count <= position:
+                continue
+            index = max(0, position - base)
+            decoded = decode_columns(batch, index, index + 1)
+            if decoded.timestamp_deltas_ms:
+                return base + index, decoded.header.first_timestamp_ms + decoded.timestamp_deltas_ms[0]
+        if result.batches or result.next_offset <= position or result.next_offset >= result.high_watermark:
+            return None
+        # Only batches reads leave out (a filtered mirror's gaps, skipped duplicates): read on past them.
+        position, max_bytes = result.next_offset, GAP_READ_BYTES
+    return NotReached(position)
 
 
 async def offset_for_time(reads: PartitionOps, topic: str, partition: int, start: int, end: int,
                           timestamp_ms: int) -> int:
     """The first offset in [start, end] whose record is at or after `timestamp_ms` (`end`
-    when every record is older): Kafka's ListOffsets by time, by binary search."""
+    when every record is older): Kafka's ListOffsets by time, by binary search.
+
+    A lookup that stops in a run of gaps (`NotReached`) is continued from where it stopped
+    (no record lies between), up to CONTINUED_LOOKUPS_MAX per search. Past that the step
+    answers conservatively: `high` moves to `middle`, so the answer may be early (a reset
+    re-delivers older records), never late (it never skips a record at or after the time)."""
     low, high = start, end
+    continued = 0
     for _ in range(SEARCH_READS_MAX):
         if low >= high:
             return low
         middle = (low + high) // 2
         found = await first_at_or_after(reads, topic, partition, middle)
-        if found is None or found[1] >= timestamp_ms:
+        while isinstance(found, NotReached) and found.reached < high and continued < CONTINUED_LOOKUPS_MAX:
+            continued += 1
+            found = await first_at_or_after(reads, topic, partition, found.reached)
+        if isinstance(found, NotReached):
+            # No record in [middle, reached): past `high`, reading from `middle` gives what reading
+            # from `high` gives; short of it, unknown beyond: the conservative side.
+            high = middle
+        elif found is None or found[1] >= timestamp_ms:
             high = middle  # the answer is at or before the record found (those between are skipped)
         else:
             low = found[0] + 1
