@@ -8,6 +8,8 @@ Layout (big-endian; see docs/format.md for the table and the measurements):
     records section (records_bytes, zlib-compressed when flags say so):
         timestamp_delta_ms u32 x n, key_length i32 x n, value_length i32 x n,
         [headers_length u32 x n when FLAG_HEADERS], keys, values, [headers]
+    a gap batch (FLAG_GAP, a filtered mirror's): record_count offsets holding no
+        records, records_bytes 0, no records section; decoders yield no records
 
 Why columns instead of one length-prefixed record after another: every length
 sits in a contiguous array, so validating the declared lengths is `array`
@@ -38,7 +40,13 @@ HEADER_BYTES = HEADER.size  # 36
 CRC_START = 5  # the CRC covers everything after itself
 FLAG_COMPRESSION_MASK = 0x03
 FLAG_HEADERS = 0x04
-_FLAGS_KNOWN = FLAG_COMPRESSION_MASK | FLAG_HEADERS
+# A gap batch: `record_count` offsets that hold no records (a filtered mirror left the
+# source's records there out, docs/mirror.md "Record filters"). No other flag, no records
+# section, no producer (-1). Stored, replicated, hashed and served by the raw log read as
+# any batch; every read that returns records leaves it out (an offset gap, as in a Kafka
+# compacted topic). Never a produce: `validate_batch` refuses it.
+FLAG_GAP = 0x08
+_FLAGS_KNOWN = FLAG_COMPRESSION_MASK | FLAG_HEADERS | FLAG_GAP
 _NULL = -1
 _BIG_ENDIAN_HOST = sys.byteorder == "big"
 
@@ -144,6 +152,20 @@ def encode_batch(
     return head[:1] + struct.pack(">I", crc) + body
 
 
+def encode_gap_batch(record_count: int, *, first_timestamp_ms: int) -> bytes:
+    """A gap batch of `record_count` offsets (36 bytes whatever the count): the source
+    batch's `first_timestamp_ms` kept, so retention and time lookups see its time."""
+    assert 1 <= record_count <= STORED_RECORD_COUNT_MAX
+    head = HEADER.pack(MAGIC, 0, FLAG_GAP, record_count, 0, first_timestamp_ms, -1, -1, -1)
+    body = head[CRC_START:]
+    return head[:1] + struct.pack(">I", zlib.crc32(body)) + body
+
+
+def is_gap(data: bytes | memoryview) -> bool:
+    """Whether a stored (already checked) batch is a gap batch: its flags byte, nothing decoded."""
+    return len(data) > CRC_START and bool(data[CRC_START] & FLAG_GAP)
+
+
 def _encode_headers(headers: tuple[tuple[str, bytes], ...]) -> bytes:
     if not headers:
         return b""
@@ -173,6 +195,8 @@ def validate_batch(
     O(1) Python work for a batch without headers; the loops run in C.
     """
     header = _checked_header(data, batch_bytes_max, record_count_max)
+    if header.flags & FLAG_GAP:
+        raise InvalidBatchError("a gap batch is written only by a filtered mirror, never produced")
     if header.record_count > RECORDS_PER_WIRE_BYTE_MAX * len(data):
         raise InvalidBatchError(f"{header.record_count} records declared in {len(data)} bytes")
     section = _records_section(data, header, min(batch_bytes_max, inflated_bytes_max(len(data))))
@@ -184,6 +208,8 @@ def check_stored_batch(data: bytes | memoryview) -> BatchHeader:
     """Check a batch a leader sends or a transfer carries: header, CRC, every length,
     within the bounds any stored batch meets (not the produce bounds: see above)."""
     header = _checked_header(data, BATCH_BYTES_MAX, STORED_RECORD_COUNT_MAX)
+    if header.flags & FLAG_GAP:
+        return header  # no records section (`_checked_header` held it to its shape)
     _validate_lengths(_records_section(data, header, BATCH_BYTES_MAX), header, BATCH_BYTES_MAX)
     return header
 
@@ -195,6 +221,9 @@ def _checked_header(data: bytes | memoryview, batch_bytes_max: int, record_count
     header = read_header(data)
     if header.flags & ~_FLAGS_KNOWN or header.flags & FLAG_COMPRESSION_MASK > Compression.ZLIB:
         raise InvalidBatchError(f"unknown batch flags {header.flags:#x}")
+    if header.flags & FLAG_GAP and (header.flags != FLAG_GAP or header.records_bytes
+                                    or (header.producer_id, header.producer_epoch, header.base_sequence) != (-1, -1, -1)):
+        raise InvalidBatchError("a gap batch has no other flag, no records section and no producer")
     if HEADER_BYTES + header.records_bytes != len(data):
         raise InvalidBatchError("declared records length does not match the batch length")
     if not 1 <= header.record_count <= record_count_max:
@@ -314,6 +343,8 @@ def decode_columns(data: bytes | memoryview, start: int = 0, stop: int | None = 
     object per record of the batch.
     """
     header = read_header(data)
+    if header.flags & FLAG_GAP:  # offsets without records
+        return DecodedBatch(header, 0, [], [], [], [])
     section = _records_section(data, header, BATCH_BYTES_MAX)  # stored: it may predate the ratio
     return _decode_section(section, header, start, stop)
 

@@ -3,6 +3,7 @@
     raftlog mirror create NAME --source HOST:PORT[,..] --topics PATTERN [--priority high|normal|low]
                           [--source-token-file FILE] [--verify-interval-s SECONDS]
                           [--source-tls [--source-ca FILE]] [--on-source-truncated stop|resync]
+                          [--filter key-prefix=P | --filter header=NAME[=VALUE] ...]
     raftlog mirror alter NAME --on-source-truncated stop|resync
     raftlog mirror list | status NAME | pause NAME | resume NAME | delete NAME
     raftlog mirror promote NAME --topic TOPIC
@@ -14,7 +15,8 @@ cluster's own token does; it is stored in the sink's catalog and never shown bac
 trusted for it (public: the file's mode is not checked), sent to the sink and kept in
 the link; without it the sink nodes' system trust store ($SSL_CERT_FILE, $SSL_CERT_DIR).
 `--on-source-truncated` says what a mirror partition does when the source's retention
-deleted offsets it had not copied (`ON_SOURCE_TRUNCATED_HELP`).
+deleted offsets it had not copied (`ON_SOURCE_TRUNCATED_HELP`). `--filter` (repeatable)
+copies only the records a clause matches; the others become gaps (docs/mirror.md, "Record filters").
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
                              "$SSL_CERT_FILE/$SSL_CERT_DIR)")
     create.add_argument("--on-source-truncated", choices=("stop", "resync"), default=None,
                         help=ON_SOURCE_TRUNCATED_HELP)
+    create.add_argument("--filter", action="append", default=None, metavar="key-prefix=P|header=NAME[=VALUE]",
+                        help="copy only the records whose key starts with P, or that carry header NAME (with that "
+                             "VALUE); repeatable: any clause matching copies a record; the others become gaps in the "
+                             "mirror, whose offsets stay the source's (needs feature level 3; fixed with the link)")
     client_command(create, mirror_create)
     alter = mirrors.add_parser("alter", help="change a link's --on-source-truncated (the rest is set at creation)")
     alter.add_argument("name")
@@ -93,7 +99,33 @@ def add_mirror_parsers(subcommands: argparse._SubParsersAction, client_command: 
 def _link_row(link: dict[str, Any]) -> list[Any]:
     return [link["name"], link.get("scheme", "http"), ",".join(link["sources"]), link["topics"], link["priority"],
             link["state"], "yes" if link["credentials"] else "no", _ca_cell(link),
-            link.get("on_source_truncated", "stop"), len(link.get("mirror_topics", []))]
+            link.get("on_source_truncated", "stop"), _filter_cell(link.get("record_filter")),
+            len(link.get("mirror_topics", []))]
+
+
+def _filter_cell(record_filter: list[dict[str, str]] | None) -> str:
+    """The FILTER column: `-` (all records), else the clauses as --filter takes them."""
+    if not record_filter:
+        return "-"
+    return " ".join(f"key-prefix={c['key_prefix']}" if "key_prefix" in c else
+                    f"header={c['header']}" + (f"={c['value']}" if "value" in c else "") for c in record_filter)
+
+
+def parse_filters(clauses: list[str] | None) -> list[dict[str, str]] | None:
+    """--filter key-prefix=P | header=NAME[=VALUE], repeated, as the API's record_filter (None: none given)."""
+    if not clauses:
+        return None
+    parsed: list[dict[str, str]] = []
+    for clause in clauses:
+        kind, equals, rest = clause.partition("=")
+        if kind == "key-prefix" and equals:
+            parsed.append({"key_prefix": rest})
+        elif kind == "header" and equals:
+            name, has_value, value = rest.partition("=")
+            parsed.append({"header": name, **({"value": value} if has_value else {})})
+        else:
+            raise ValueError(f"--filter {clause!r}: key-prefix=PREFIX or header=NAME[=VALUE]")
+    return parsed
 
 
 def _ca_cell(link: dict[str, Any]) -> str:
@@ -109,7 +141,7 @@ def _ca_cell(link: dict[str, Any]) -> str:
 
 
 _LINK_HEADER = ["LINK", "SCHEME", "SOURCES", "TOPICS", "PRIORITY", "STATE", "TOKEN", "CA", "ON TRUNCATED",
-                "MIRRORS"]
+                "FILTER", "MIRRORS"]
 SOURCE_CA_BYTES_MAX = 64 * 1024  # the sink refuses more (multiraft/metadata/pem_bundle.py); read no further
 
 
@@ -138,7 +170,8 @@ def mirror_create(client: Client, args: argparse.Namespace) -> int:
     token = read_token_file(args.source_token_file, "source_token_file") if args.source_token_file else None
     sources = [s.strip() for s in args.source.split(",") if s.strip()]
     link = client.create_mirror(args.name, sources, args.topics, args.priority, token, args.verify_interval_s,
-                                args.source_tls, source_ca, args.on_source_truncated)
+                                args.source_tls, source_ca, args.on_source_truncated,
+                                record_filter=parse_filters(args.filter))
     print(_table([_link_row(link)], _LINK_HEADER))
     return EXIT_OK
 

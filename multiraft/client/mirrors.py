@@ -21,11 +21,15 @@ class MirrorCalls:
     async def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
                             token: str | None = None, verify_interval_s: int | None = None,
                             source_tls: bool = False, source_ca: str | None = None,
-                            on_source_truncated: str | None = None) -> dict[str, Any]:
+                            on_source_truncated: str | None = None,
+                            record_filter: list[dict[str, str]] | None = None) -> dict[str, Any]:
         """`source_ca`: PEM CA certificates for an HTTPS source; `on_source_truncated`: `stop` or
-        `resync` (None: the sink's default, stop). Defaults are not sent (an earlier sink refuses them)."""
+        `resync` (None: the sink's default, stop); `record_filter`: clauses `{"key_prefix": P}`,
+        `{"header": N}` or `{"header": N, "value": V}`, any matching copies a record (None: all;
+        docs/mirror.md "Record filters"). Defaults are not sent (an earlier sink refuses them)."""
         optional = {"token": token, "verify_interval_s": verify_interval_s, "source_tls": source_tls or None,
-                    "source_ca": source_ca, "on_source_truncated": on_source_truncated}
+                    "source_ca": source_ca, "on_source_truncated": on_source_truncated,
+                    "record_filter": record_filter}
         body = {"name": name, "sources": sources, "topics": topics, "priority": priority,
                 **{key: value for key, value in optional.items() if value is not None}}
         return await self._json("POST", "/v1/admin/mirrors", json_body=body)

@@ -141,9 +141,10 @@ class Client:
     def create_mirror(self, name: str, sources: list[str], topics: str, priority: str = "normal",
                       token: str | None = None, verify_interval_s: int | None = None,
                       source_tls: bool = False, source_ca: str | None = None,
-                      on_source_truncated: str | None = None) -> dict[str, Any]:
+                      on_source_truncated: str | None = None,
+                      record_filter: list[dict[str, str]] | None = None) -> dict[str, Any]:
         return self.run(self.aio.create_mirror(name, sources, topics, priority, token, verify_interval_s,
-                                               source_tls, source_ca, on_source_truncated))
+                                               source_tls, source_ca, on_source_truncated, record_filter))
 
     def alter_mirror(self, name: str, on_source_truncated: str) -> dict[str, Any]:
         return self.run(self.aio.alter_mirror(name, on_source_truncated))

@@ -15,6 +15,7 @@ from multiraft.metadata.mirror_commands import (
     VERIFY_INTERVAL_MIN_S,
 )
 from multiraft.metadata.pem_bundle import PEM_BUNDLE_BYTES_MAX
+from multiraft.metadata.record_filter import CLAUSES_MAX, TEXT_BYTES_MAX
 from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
 _ERROR = {"$ref": "#/components/responses/Error"}
@@ -53,7 +54,23 @@ _LINK = {"type": "object", "required": ["name", "sources", "topics", "priority",
                                                      "fingerprints_sha256": {"type": "array",
                                                                              "items": {"type": "string"}}}},
                         "on_source_truncated": {"enum": ["stop", "resync"], "description": _ON_SOURCE_TRUNCATED},
+                        "record_filter": {"type": ["array", "null"], "items": {"type": "object"},
+                                          "description": "the records the link copies (null: all)"},
                         "mirror_topics": {"type": "array", "items": {"type": "string"}}}}
+_FILTER_TEXT = {"type": "string", "minLength": 1, "maxLength": TEXT_BYTES_MAX}
+_RECORD_FILTER = {
+    "type": "array", "minItems": 1, "maxItems": CLAUSES_MAX, "uniqueItems": True,
+    "description": "copy only the records any clause matches (absent: all); the others become gaps in the mirror, "
+                   "which keeps the source's offsets (docs/mirror.md, \"Record filters\"). Texts are at most "
+                   f"{TEXT_BYTES_MAX} UTF-8 bytes. Fixed at creation; needs feature level 3",
+    "items": {"oneOf": [
+        {"type": "object", "required": ["key_prefix"], "additionalProperties": False,
+         "properties": {"key_prefix": {**_FILTER_TEXT, "description": "the key starts with it (a null key never "
+                                                                      "matches)"}}},
+        {"type": "object", "required": ["header"], "additionalProperties": False,
+         "properties": {"header": {**_FILTER_TEXT, "description": "the record carries a header of this name"},
+                        "value": {"type": "string", "maxLength": TEXT_BYTES_MAX,
+                                  "description": "with this value exactly"}}}]}}
 _OFFSET = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _PARTITION = {"name": "partition", "in": "path", "required": True,
               "schema": {"type": "integer", "minimum": 0, "maximum": 9999}}
@@ -122,7 +139,8 @@ PATHS: dict[str, Any] = {
                                        "description": "PEM CA certificates trusted for the source, and only they "
                                                       "(needs source_tls; absent: the system's trust store)"},
                          "on_source_truncated": {"type": "string", "enum": ["stop", "resync"],
-                                                 "description": _ON_SOURCE_TRUNCATED + " (absent: stop)"}}}}}},
+                                                 "description": _ON_SOURCE_TRUNCATED + " (absent: stop)"},
+                         "record_filter": _RECORD_FILTER}}}}},
                  "responses": {"201": _json("the link", _LINK), **_errors(409, 415, 503, 504)}},
         "get": {"summary": "the mirror links (admin; tokens never shown)",
                 "responses": {"200": _json("links", {"type": "object", "required": ["mirrors"], "properties": {
@@ -133,7 +151,8 @@ PATHS: dict[str, Any] = {
         "get": {"summary": "a link's status: discovery, and per mirror partition its pull (state, position, "
                            "lag in records, bytes copied, chunks and bytes in flight) and its last full sync",
                 "responses": {"200": _json("status", _STATUS), **_errors(404, 504)}},
-        "patch": {"summary": "change a link's on_source_truncated (the others are set at creation)",
+        "patch": {"summary": "change a link's on_source_truncated (the others, record_filter among them, are set at "
+                             "creation)",
                   "requestBody": {"required": True, "content": {"application/json": {"schema": {
                       "type": "object", "required": ["on_source_truncated"], "additionalProperties": False,
                       "properties": {"on_source_truncated": {"type": "string", "enum": ["stop", "resync"],

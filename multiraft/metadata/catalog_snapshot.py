@@ -45,6 +45,7 @@ from multiraft.metadata.mirror_commands import (
     SetMirrorLinkState,
     check_link_name,
 )
+from multiraft.metadata.record_filter import spec_from_json
 from raftlog.errors import ClientError
 from raftlog.types import GroupId, Index, NodeId
 
@@ -102,13 +103,16 @@ def _link_row(link: MirrorLink) -> list[Any]:
     when an eighth follows (snapshots before it: six); the link's later settings an eighth, an
     object holding those not at their defaults: TLS to the source as `"tls": true` and `"ca":
     PEM` (`ca` only when set), `on_source_truncated` when not `stop` (snapshots before them:
-    six or seven). So a catalog whose links keep those defaults snapshots as before them."""
+    six or seven), `record_filter` (its clauses as lists) when set. So a catalog whose links
+    keep those defaults snapshots as before them."""
     row: list[Any] = [link.name, list(link.sources), link.pattern, link.priority.value, link.state.value, link.token]
     extras: dict[str, Any] = {}
     if link.source_tls:
         extras.update(tls=True, **({"ca": link.source_ca} if link.source_ca is not None else {}))
     if link.on_source_truncated != OnSourceTruncated.STOP:
         extras["on_source_truncated"] = link.on_source_truncated.value
+    if link.record_filter is not None:
+        extras["record_filter"] = [list(clause) for clause in link.record_filter]
     if link.verify_interval_s is not None or extras:
         row.append(link.verify_interval_s)
     if extras:
@@ -119,11 +123,14 @@ def _link_row(link: MirrorLink) -> list[Any]:
 def _link_extras(extras: Any) -> dict[str, Any]:
     """A link row's eighth element back into `CreateMirrorLink` arguments (the command checks
     their values)."""
-    if not isinstance(extras, dict) or not extras or not set(extras) <= {"tls", "ca", "on_source_truncated"}:
+    if not isinstance(extras, dict) or not extras or not set(extras) <= {"tls", "ca", "on_source_truncated",
+                                                                         "record_filter"}:
         raise ValueError("a mirror link row's eighth element is malformed")
     if ("tls" in extras or "ca" in extras) and extras.get("tls") is not True:
         raise ValueError("a mirror link row's TLS element is malformed")
     arguments = {"source_tls": True, "source_ca": extras.get("ca")} if "tls" in extras else {}
+    if "record_filter" in extras:
+        arguments["record_filter"] = spec_from_json(extras["record_filter"])
     return {**arguments, **({"on_source_truncated": extras["on_source_truncated"]}
                             if "on_source_truncated" in extras else {})}
 

@@ -67,6 +67,10 @@ class FeatureLevel(enum.IntEnum):
         "as before, without), and a link may resync after the source's retention truncated past a "
         "mirror (a link created with on_source_truncated other than stop, SetMirrorLinkPolicy; "
         "refused below it).")
+    MIRROR_FILTER = 3, (
+        "A mirror link may filter records (CreateMirrorLink's record_filter; refused below it): "
+        "its pulls write gap batches (storage/batch.py FLAG_GAP) where records were left out, "
+        "which a node of an earlier build refuses as unknown flags when it replicates them.")
 
     @property
     def description(self) -> str:
@@ -106,6 +110,8 @@ def required_level(command: object) -> tuple[FeatureLevel, str]:
     if isinstance(command, CreateMirrorLink) and command.on_source_truncated != OnSourceTruncated.STOP:
         needs.append((FeatureLevel.MIRROR_FOLLOW, f"a mirror link with on_source_truncated "
                                                   f"{command.on_source_truncated!r}"))
+    if isinstance(command, CreateMirrorLink) and command.record_filter is not None:
+        needs.append((FeatureLevel.MIRROR_FILTER, "a mirror link with a record filter (record_filter)"))
     if isinstance(command, SetMirrorLinkPolicy):
         needs.append((FeatureLevel.MIRROR_FOLLOW, "a mirror link's on_source_truncated changed"))
     if isinstance(command, GrowMirrorTopic):

@@ -32,6 +32,12 @@ from multiraft.metadata.checks import (
     is_int,
 )
 from multiraft.metadata.pem_bundle import PemBundleError, describe_bundle, parse_certificates
+from multiraft.metadata.record_filter import (
+    RecordFilterSpec,
+    check_record_filter,
+    describe_record_filter,
+    spec_from_json,
+)
 from raftlog.types import NodeId
 
 LINK_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,64}")
@@ -157,6 +163,8 @@ class MirrorLink:
     source_tls: bool = False  # the source is read over HTTPS, its certificate verified and its name checked
     source_ca: str | None = field(default=None, repr=False)  # PEM CA certificates (None: the system's store)
     on_source_truncated: OnSourceTruncated = OnSourceTruncated.STOP
+    # Which records the link copies (record_filter.py; None: all). Fixed at creation.
+    record_filter: RecordFilterSpec | None = None
 
     @property
     def scheme(self) -> str:
@@ -170,7 +178,8 @@ class MirrorLink:
                 "credentials": self.token is not None, "verify_interval_s": self.verify_interval_s,
                 "scheme": self.scheme, "source_tls": self.source_tls,
                 "source_ca": describe_bundle(self.source_ca) if self.source_ca is not None else None,
-                "on_source_truncated": self.on_source_truncated.value}
+                "on_source_truncated": self.on_source_truncated.value,
+                "record_filter": describe_record_filter(self.record_filter)}
 
     def reads_like(self, other: MirrorLink) -> bool:
         """Whether `other` reads the source as this link does (addresses, token, TLS): a
@@ -190,9 +199,11 @@ class CreateMirrorLink:
     source_tls: bool = False
     source_ca: str | None = field(default=None, repr=False)
     on_source_truncated: str = OnSourceTruncated.STOP.value
+    record_filter: RecordFilterSpec | None = None
 
     def __post_init__(self) -> None:
         check_link_name(self.name)
+        check_record_filter(self.record_filter)
         check_verify_interval(self.verify_interval_s)
         check_source_tls(self.source_tls, self.source_ca)
         check_on_source_truncated(self.on_source_truncated)
@@ -208,7 +219,7 @@ class CreateMirrorLink:
     def link(self) -> MirrorLink:
         return MirrorLink(self.name, self.sources, self.pattern, Priority(self.priority), LinkState.RUNNING,
                           self.token, self.verify_interval_s, self.source_tls, self.source_ca,
-                          OnSourceTruncated(self.on_source_truncated))
+                          OnSourceTruncated(self.on_source_truncated), self.record_filter)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -414,7 +425,8 @@ RESYNC_PREFIX_DEFAULTS: dict[str, object] = {"prefix_index": 0, "prefix_term": 0
 # defaults (plain HTTP, `stop`) is written without them, as before they existed; a command
 # without them (an older node's) decodes with the defaults.
 LINK_FIELD_DEFAULTS: dict[str, object] = {"source_tls": False, "source_ca": None,
-                                          "on_source_truncated": OnSourceTruncated.STOP.value}
+                                          "on_source_truncated": OnSourceTruncated.STOP.value,
+                                          "record_filter": None}
 
 
 # And for `CreateMirrorTopic`'s and `GrowMirrorTopic`'s: the source partitions' identities. A
@@ -447,6 +459,8 @@ def decoded_mirror_arguments(cls: type, arguments: dict[str, object]) -> dict[st
         arguments = {**LINK_FIELD_DEFAULTS, **arguments}
     if cls is CreateMirrorLink and isinstance(arguments.get("sources"), list):
         arguments["sources"] = tuple(arguments["sources"])  # type: ignore[arg-type]
+    if cls is CreateMirrorLink:
+        arguments["record_filter"] = spec_from_json(arguments["record_filter"])
     if cls is ResyncMirrorPartition and isinstance(arguments.get("prefix_voters"), list):
         arguments["prefix_voters"] = tuple(arguments["prefix_voters"])  # type: ignore[arg-type]
     if cls in (CreateMirrorTopic, GrowMirrorTopic):

@@ -47,8 +47,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from multiraft.metadata.features import FeatureLevel, supports
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink
+from multiraft.metadata.record_filter import RecordMatcher
 from multiraft.node.mirror_append import LogPoint, LogTail, MirrorAppend, applied_point
+from multiraft.node.mirror_filter import READ_SHARE
+from multiraft.node.mirror_runs import contiguous, filter_from, pieces, starting_at
 from multiraft.node.mirror_source import (
     Diverged,
     SourceClient,
@@ -63,8 +67,7 @@ from multiraft.state.mirror_meta import MirrorPromote, MirrorSkips, encode_mirro
 from raftlog.errors import ClientError
 from raftlog.messages import EntryKind
 from raftlog.types import GroupId
-from storage.batch import read_header
-from storage.errors import InvalidBatchError
+from storage.batch import is_gap
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -85,6 +88,10 @@ SETTLE_POLL_S = 0.05
 IDLE_PAUSE_FIRST_S = 0.05
 IDLE_PAUSE_MAX_S = 1.0
 RESYNC_PAUSE_MAX_S = 2.0
+# A gap batch (a filtered mirror's) read through an unfiltered link: copied byte for byte, it
+# would stall the sink's followers of a build from before gap batches (they refuse it).
+GAPS_BELOW_LEVEL = ("the source holds gap batches (it is a filtered mirror): this sink copies them only once "
+                    "finalized at feature level 3 (mirror_filter; docs/node.md \"Upgrading\")")
 READ_INDEX_WAIT_S = 5.0  # a leader confirming it still leads before a truncated resync (else it settles again)
 
 
@@ -249,7 +256,9 @@ class MirrorPulls:
         for group_id, (rank, _, link, topic_name, partition) in keep.items():
             if group_id not in self._tasks:
                 client = self._client(link)
-                task = asyncio.create_task(self._pull(group_id, link.name, client, topic_name, partition, rank))
+                matcher = RecordMatcher.of(link.record_filter) if link.record_filter is not None else None
+                task = asyncio.create_task(self._pull(group_id, link.name, client, topic_name, partition, rank,
+                                                      matcher))
                 self._tasks[group_id] = watch(task, f"mirror-pull-{group_id}", self._logger)
         for group_id in promoting:
             if group_id not in self._tasks and group_id not in self._promotions:
@@ -295,7 +304,8 @@ class MirrorPulls:
         return int(machine.state.next_offset)
 
     async def _pull(self, group_id: GroupId, link: str, client: SourceClient, topic: str, partition: int,
-                    rank: int = 1) -> None:
+                    rank: int = 1, matcher: RecordMatcher | None = None) -> None:
+        """`matcher`: the link's record filter (fixed with the link), None: copy everything."""
         status = self._status(group_id, link, topic, partition)
         while True:
             runtime = self._registry.leading(group_id)
@@ -308,7 +318,7 @@ class MirrorPulls:
                 continue
             status.position = position
             try:
-                await self._copy(runtime, group_id, client, status, rank)
+                await self._copy(runtime, group_id, client, status, rank, matcher)
             except SourceError as error:
                 status.failures += 1
                 status.state = "diverged" if isinstance(error, Diverged) else "backing_off"
@@ -322,7 +332,7 @@ class MirrorPulls:
                 await asyncio.sleep(backoff_s(status.resyncs, self._rng, SETTLE_POLL_S, RESYNC_PAUSE_MAX_S))
 
     async def _copy(self, runtime: GroupRuntime, group_id: GroupId, client: SourceClient, status: PullStatus,
-                    rank: int) -> None:
+                    rank: int, matcher: RecordMatcher | None = None) -> None:
         """Copy chunks from `status.position` on, up to the window's bounds in flight (the next
         read overlapping the earlier chunks' commits), until a failure."""
         term = runtime.core.term
@@ -331,6 +341,8 @@ class MirrorPulls:
         tail = LogTail()
         proposals: deque[asyncio.Future[Any]] = deque()
         clock = asyncio.get_running_loop().time
+        # A filtered chunk may outgrow what was read (mirror_filter.py): read a share of a chunk.
+        read_bytes = window.chunk_bytes_max if matcher is None else max(1, window.chunk_bytes_max // READ_SHARE)
         try:
             while True:
                 await self._take_applied(window, proposals, status, everything=False)
@@ -341,8 +353,7 @@ class MirrorPulls:
                 position = window.read_position
                 async with self._slots.held(rank):
                     asked = clock()
-                    chunk = await client.read_log(status.topic, status.partition, position, window.chunk_bytes_max,
-                                                  LONG_POLL_MS)
+                    chunk = await client.read_log(status.topic, status.partition, position, read_bytes, LONG_POLL_MS)
                     answered_early = clock() - asked < LONG_POLL_MS / 2000
                 status.source_high_watermark, status.source_log_start_offset = (chunk.high_watermark,
                                                                                 chunk.log_start_offset)
@@ -359,7 +370,15 @@ class MirrorPulls:
                     await asyncio.sleep(pause_s)
                     continue
                 self.truncated.forget_sighting(group_id)
-                payloads, end = self._contiguous(chunk.batches, position)
+                # A filtered mirror's position may lie inside a source batch (mirror_runs.py).
+                payloads, first, end = contiguous(chunk.batches, position, inside=matcher is not None)
+                skipped = chunk.skipped
+                if matcher is not None and payloads:  # the source's skipped batches become gaps too
+                    outputs = await asyncio.to_thread(filter_from, matcher, payloads, first, position, skipped)
+                    payloads, skipped = starting_at(outputs, position), ()
+                elif any(is_gap(p) for p in payloads) and not supports(self._catalog.catalog,
+                                                                       FeatureLevel.MIRROR_FILTER):
+                    raise SourceError(GAPS_BELOW_LEVEL)
                 if self._chunk_filter is not None:
                     payloads = self._chunk_filter(payloads)
                 self._check_leading(runtime, group_id, term)
@@ -371,9 +390,16 @@ class MirrorPulls:
                                                       IDLE_PAUSE_MAX_S))
                     continue
                 status.empty_reads = 0
-                skips = tuple(r for r in chunk.skipped if position <= r[0] < end)
-                proposals.append(self._propose_chunk(runtime, group_id, term, tail, position, end, payloads, skips))
-                window.add(InFlight(position, end, sum(len(p) for p in payloads), len(payloads)))
+                skips = tuple(r for r in skipped if position <= r[0] < end)
+                # A filtered chunk goes as proposals of bounded entries and bytes (mirror_runs.py).
+                parts = [(position, end, payloads)] if matcher is None else pieces(payloads, position,
+                                                                                   window.chunk_bytes_max)
+                for start, stop, part in parts:
+                    if start != position:  # room in the window for it, and still leading
+                        await self._take_applied(window, proposals, status, everything=False)
+                        self._check_leading(runtime, group_id, term)
+                    proposals.append(self._propose_chunk(runtime, group_id, term, tail, start, stop, part, skips))
+                    window.add(InFlight(start, stop, sum(len(p) for p in part), len(part)))
         finally:
             status.window = None  # what it held is no longer this pull's: the caller settles first
             for proposal in proposals:  # their entries, if appended, still commit
@@ -441,27 +467,6 @@ class MirrorPulls:
             raise _Resync()
         return position
 
-    @staticmethod
-    def _contiguous(batches: list[tuple[int, bytes]], position: int) -> tuple[list[bytes], int]:
-        """The batches from the position on, checked to follow one another without a gap;
-        (payloads, the offset after them). A batch across the position or a gap means the
-        source is not the log this mirror copied: the pull stops there (`diverged`)."""
-        payloads: list[bytes] = []
-        expected = position
-        for base, data in batches:
-            try:
-                count = read_header(data).record_count
-            except InvalidBatchError as error:
-                raise SourceError(f"the source sent a batch that does not decode: {error}") from None
-            if base + count <= expected and not payloads:
-                continue  # a whole batch before the position (the read's first may start earlier)
-            if base != expected:
-                raise Diverged(f"the source's batch at {base} does not follow offset {expected} "
-                                  "(its log is not the one this mirror copied)")
-            payloads.append(data)
-            expected = base + count
-        return payloads, expected
-
     async def _promote(self, group_id: GroupId) -> None:
         """End a promoted topic's partition's mirror mode (the catalog says promoted)."""
         runtime = self._registry.leading(group_id)
@@ -472,3 +477,4 @@ class MirrorPulls:
         except ClientError as error:
             self._logger.info("mirror_promote_retry", group_id=group_id, error=error.code)
         self.status.pop(group_id, None)
+

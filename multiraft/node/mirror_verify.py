@@ -45,16 +45,18 @@ from typing import TYPE_CHECKING, Any
 from multiraft.errors import InvalidRequest, NotAMirror, OffsetOutOfRange, UnknownMirrorLink
 from multiraft.metadata.features import FeatureLevel, supports
 from multiraft.metadata.mirror_commands import LinkState, MirrorLink, ResyncMirrorPartition
+from multiraft.metadata.record_filter import RecordMatcher
 from multiraft.node.mirror_prefix import choose_cut
 from multiraft.node.mirror_source import SourceClient, SourceError, source_client
 from multiraft.node.mirror_trees import POSITIONS_MAX, served_span
+from multiraft.node.mirror_verify_filtered import READ_BYTES_MAX, filtered_source_tree
 from multiraft.node.routing import call_peer
 from multiraft.node.scrub_trees import SPAN_LEAVES_MAX, bounded_end
 from multiraft.runtime.histograms import Histogram
 from multiraft.transport.rpc import Rpc, answer
 from raftlog.errors import ClientError, NotLeader
 from raftlog.types import GroupId
-from storage.tictac import Descent
+from storage.tictac import Descent, run_descent
 
 if TYPE_CHECKING:
     from multiraft.node.catalog_holder import CatalogHolder
@@ -261,7 +263,11 @@ class MirrorVerifier:
         walk = _Walk()
         client = self._new_client(link)
         try:
-            status = await self._walk(client, group_id, topic, partition, lo, high_watermark, walk, deep)
+            if link.record_filter is not None:  # its trees are not the source's: mirror_verify_filtered.py
+                status = await self._walk_filtered(client, group_id, topic, partition, lo, high_watermark, walk,
+                                                   deep, RecordMatcher.of(link.record_filter))
+            else:
+                status = await self._walk(client, group_id, topic, partition, lo, high_watermark, walk, deep)
             detail = walk.damaged
         except (SourceError, ClientError, KeyError, TypeError, ValueError) as error:
             status, detail = UNREACHABLE, f"{type(error).__name__}: {error}"
@@ -338,6 +344,44 @@ class MirrorVerifier:
             lo = their_hi
         if walk.ranges:
             return DIFFERENT
+        return BEHIND if high_watermark < walk.source_high_watermark else IDENTICAL
+
+    async def _walk_filtered(self, client: SourceClient, group_id: GroupId, topic: str, partition: int, lo: int,
+                             high_watermark: int, walk: _Walk, deep: bool, matcher: RecordMatcher) -> str:
+        """A filtered mirror: span after span, its tree against the one it should have, computed
+        here from the source's log (at most READ_BYTES_MAX source bytes in all); `behind` when
+        the bound stopped it before the end both hold (`detail` says where)."""
+        budget = READ_BYTES_MAX
+        while budget > 0:
+            theirs = await filtered_source_tree(client, topic, partition, lo, bounded_end(lo, high_watermark),
+                                                matcher, budget)
+            budget -= theirs.bytes_read
+            walk.source_high_watermark, walk.source_log_start = theirs.source_high_watermark, theirs.source_log_start
+            span = (theirs.tree.lo, theirs.tree.hi)
+            if span[1] <= span[0] or self._trees.span(group_id, *span) != span:
+                break  # nothing more in common
+            walk.lo, walk.hi = (span[0] if walk.lo is None else walk.lo), span[1]
+            mine = await self._trees.build(group_id, *span, fresh=True, deep=deep)
+            walk.spans += 1
+            walk.bytes_hashed += mine.bytes_hashed
+            if mine.damaged:
+                started = self._trees.report_damage(group_id)
+                walk.damaged = f"this leader's entries {list(mine.damaged)[:16]} fail their checks " \
+                               f"(self-repair {'started' if started else 'not started'})"
+                return SINK_DAMAGED
+            result = run_descent(Descent(mine.tree), theirs.tree.nodes)
+            walk.nodes += result.nodes_compared
+            walk.ranges += result.ranges
+            walk.truncated |= result.truncated
+            if result.ranges or span[1] >= min(high_watermark, walk.source_high_watermark):
+                break
+            lo = span[1]
+        if walk.ranges:
+            return DIFFERENT
+        if (walk.hi or 0) < min(high_watermark, walk.source_high_watermark):
+            walk.damaged = f"compared up to offset {walk.hi}: a filtered mirror's verify reads at most " \
+                           f"{READ_BYTES_MAX} source bytes a partition"
+            return BEHIND
         return BEHIND if high_watermark < walk.source_high_watermark else IDENTICAL
 
     async def _resync(self, topic: str, partition: int, group_id: GroupId, start_offset: int,

@@ -16,7 +16,8 @@
   leader node carries all the partitions it leads.
 The end a read stops before is handed in (multiraft/node/faults.py: the high
 watermark, or the log end for `isolation="uncommitted"`). Batches whose records the partition state skipped (a duplicate that raced its
-original across a leadership change) are left out of every read.
+original across a leadership change) and gap batches (a filtered mirror's: no records) are left
+out of every read but a mirror's (`keep_skipped`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from multiraft.transport.rpc import RPC_TIMEOUT_S, Rpc, answer, error_answer
 from raftlog.errors import ClientError, LeaderNotAvailable, NotLeader, OutcomeUnknown
 from raftlog.messages import EntryKind
 from raftlog.types import GroupId, Offset
+from storage.batch import is_gap
 from storage.errors import CorruptionError, OffsetOutOfRangeError
 from storage.offsets import StoredBatch, read_records
 
@@ -199,7 +201,10 @@ class PartitionOps:
         if keep_skipped:
             return ConsumeResult([_batch(b) for b in result.batches], int(next_offset), machine.state.high_watermark,
                                  int(result.log_start_offset), tuple(sorted(skipped)))
-        batches = [_batch(b) for b in result.batches if (b.base_offset, b.record_count) not in skipped]
+        # A gap batch (a filtered mirror's, storage/batch.py FLAG_GAP) holds no records: left out as
+        # the skipped ones are, a reader sees the next offset jump (as in a compacted topic).
+        batches = [_batch(b) for b in result.batches
+                   if (b.base_offset, b.record_count) not in skipped and not is_gap(b.payload)]
         return ConsumeResult(batches, int(next_offset), machine.state.high_watermark, int(result.log_start_offset))
 
     def _end_offset(self, group_id: GroupId, isolation: str) -> int:

@@ -26,7 +26,7 @@ async def test_a_new_cluster_starts_at_its_builds_level(cluster: Cluster) -> Non
         assert [(n["node_id"], n["supported"], n["finalized"], n["answered"]) for n in report["nodes"]] == [
             (n.id, SUPPORTED_LEVEL, SUPPORTED_LEVEL, True) for n in cluster.nodes]
         assert [level["level"] for level in report["levels"]] == list(range(SUPPORTED_LEVEL + 1))
-        assert report["finalized"] == 2 and report["levels"][2]["name"] == "mirror_follow", report["levels"]
+        assert report["finalized"] == 3 and report["levels"][3]["name"] == "mirror_filter", report["levels"]
         status, health = await cluster.call("GET", index, "/v1/health")
         assert health["feature_level"] == {"supported": SUPPORTED_LEVEL, "finalized": SUPPORTED_LEVEL,
                                            "unsupported": False}

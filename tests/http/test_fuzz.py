@@ -71,6 +71,8 @@ Nothing is left out silently; these are the deliberate limits:
   certificates OpenSSL loads, and only with `source_tls`: no schema can describe a
   certificate, so a valid request may get a 400 INVALID_REQUEST whose message names
   `source_ca` (its refusals are tested in tests/http/test_api_mirror_tls.py).
+- A mirror link's `record_filter` texts are bounded in UTF-8 bytes (256), the document's
+  `maxLength` in characters: a valid request may get a 400 INVALID_REQUEST naming UTF-8.
 - Positive bodies are sent with integral floats as integers (4.0 as 4): JSON Schema
   counts 4.0 an integer, the API refuses it where it wants an integer (as Go's
   encoding/json does), and no document can tell the two apart. Their record
@@ -135,6 +137,8 @@ STATE_DEPENDENT_400: tuple[tuple[str, str | None, str], ...] = (
     ("INVALID_PARTITIONS", "POST /v1/topics/{topic}/partitions", "partitions can only be added"),
     ("INVALID_REQUEST", "POST /v1/admin/features", "a level is only ever raised"),
     ("INVALID_REQUEST", "POST /v1/admin/mirrors", "source_ca: "),  # its content refusals only
+    # A record filter's texts are bounded in UTF-8 bytes, the document's maxLength in characters.
+    ("INVALID_REQUEST", "POST /v1/admin/mirrors", "UTF-8 "),
 )
 # schemathesis' defaults, and 413: a body beyond its bound is refused before it is parsed, so an
 # invalid body that is also too large gets 413 rather than 400.

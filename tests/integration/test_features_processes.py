@@ -110,7 +110,7 @@ async def test_a_cluster_from_before_the_gate_is_finalized_once_every_node_is_up
             return got if _supported(got) == {1: NEW, 2: NEW, 3: 0} else None
 
         report = await until(two_upgraded, f"nodes 1 and 2 to say they support level {NEW}", 60)
-        assert NEW == 2 and (report["finalized"], report["highest_common"]) == (0, 0)
+        assert NEW == 3 and (report["finalized"], report["highest_common"]) == (0, 0)
         finalize = raftlog("cluster", "features", "finalize", server=servers[0])
         assert finalize.returncode == 1 and "FEATURE_LEVEL_UNSUPPORTED" in finalize.stderr, finalize
         assert "node 3 (alive, supports 0)" in finalize.stderr and "node 1" not in finalize.stderr

@@ -21,8 +21,9 @@ class _Client:
     def __init__(self) -> None:
         self.created: list[tuple[Any, ...]] = []
 
-    def create_mirror(self, *arguments: Any) -> dict[str, Any]:
+    def create_mirror(self, *arguments: Any, record_filter: Any = None) -> dict[str, Any]:
         self.created.append(arguments)
+        assert record_filter is None
         tls, ca = arguments[6], arguments[7]
         return {"name": arguments[0], "sources": arguments[1], "topics": arguments[2], "priority": arguments[3],
                 "state": "running", "credentials": False, "scheme": "https" if tls else "http",

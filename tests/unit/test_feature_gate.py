@@ -328,6 +328,6 @@ class _Proposals:
 
 def test_the_catalog_holder_reads_a_catalog_at_or_below_its_level() -> None:
     holder = CatalogHolder()
-    assert holder.supported_level == SUPPORTED_LEVEL == 2 and holder.readable
-    holder.replace(Catalog.restore(holder.catalog.snapshot().replace(b'"drained":[]', b'"drained":[],"feature_level":3')))
-    assert holder.catalog.feature_level == 3 and not holder.readable
+    assert holder.supported_level == SUPPORTED_LEVEL == 3 and holder.readable
+    holder.replace(Catalog.restore(holder.catalog.snapshot().replace(b'"drained":[]', b'"drained":[],"feature_level":4')))
+    assert holder.catalog.feature_level == 4 and not holder.readable

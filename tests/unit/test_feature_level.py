@@ -72,7 +72,8 @@ def test_the_finalize_command_round_trips_and_is_bounded() -> None:
 
 def test_the_levels_are_ordered_and_described() -> None:
     assert [int(level) for level in FeatureLevel] == list(range(len(FeatureLevel)))
-    assert SUPPORTED_LEVEL == max(FeatureLevel) == FeatureLevel.MIRROR_FOLLOW == 2
+    assert SUPPORTED_LEVEL == max(FeatureLevel) == FeatureLevel.MIRROR_FILTER == 3
+    assert all(what in FeatureLevel.MIRROR_FILTER.description for what in ("record_filter", "gap batches"))
     assert all(level.description for level in FeatureLevel)
     assert "prefix" in FeatureLevel.BASELINE.description and "HTTPS" in FeatureLevel.BASELINE.description
     assert all(what in FeatureLevel.MIRROR_FOLLOW.description for what in (

@@ -123,8 +123,9 @@ class _Client:
         return {"name": name, "sources": ["s1:8080"], "topics": "o*", "priority": "normal", "state": "running",
                 "credentials": False, "scheme": "http", "source_ca": None, "on_source_truncated": policy or "stop"}
 
-    def create_mirror(self, *arguments: Any) -> dict[str, Any]:
+    def create_mirror(self, *arguments: Any, record_filter: Any = None) -> dict[str, Any]:
         self.created.append(arguments)
+        assert record_filter is None
         return self._link(arguments[0], arguments[8])
 
     def alter_mirror(self, name: str, on_source_truncated: str) -> dict[str, Any]:
@@ -146,7 +147,7 @@ def test_the_cli_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert mirror_commands.mirror_create(client, _parse(*create)) == 0  # type: ignore[arg-type]
     assert [c[8] for c in client.created] == ["resync", None]
     lines = capsys.readouterr().out.splitlines()
-    assert "ON TRUNCATED" in lines[0] and lines[1].split()[-2:] == ["resync", "0"] and "stop" in lines[3]
+    assert "ON TRUNCATED" in lines[0] and lines[1].split()[-3:] == ["resync", "-", "0"] and "stop" in lines[3]
     assert mirror_commands.mirror_alter(client, _parse("alter", "dr", "--on-source-truncated", "stop")) == 0  # type: ignore[arg-type]
     assert client.altered == [("dr", "stop")]
     for argv in ((*create, "--on-source-truncated", "earliest"), ("alter", "dr"),
@@ -162,11 +163,12 @@ def test_the_cli_flags(capsys: pytest.CaptureFixture[str]) -> None:
 # added fails here until it is classified (and `reads_like` follows the client's inputs).
 READ_BY_SOURCE_CLIENT = frozenset({"sources", "token", "source_tls", "source_ca"})
 NOT_READ_BY_SOURCE_CLIENT = frozenset({"name", "pattern", "priority", "state", "verify_interval_s",
-                                       "on_source_truncated"})
+                                       "on_source_truncated", "record_filter"})
 _OTHER_VALUES: dict[str, Any] = {"name": "dr2", "sources": ("h:2",), "pattern": "u*", "priority": Priority.LOW,
                                  "state": LinkState.PAUSED, "token": "t2", "verify_interval_s": 60,
                                  "source_tls": False, "source_ca": None,
-                                 "on_source_truncated": OnSourceTruncated.STOP}
+                                 "on_source_truncated": OnSourceTruncated.STOP,
+                                 "record_filter": (("key_prefix", "x"),)}
 
 
 class _Recording:

@@ -324,7 +324,7 @@ def test_a_mirror_source_answering_a_span_over_the_bound_is_unreachable(tmp_path
 
     topic = SimpleNamespace(mirror_link="dr", is_mirror=True)
     catalog = SimpleNamespace(catalog=SimpleNamespace(topic=lambda name: topic,
-                                                      mirror_links={"dr": SimpleNamespace(name="dr")}),
+                                                      mirror_links={"dr": SimpleNamespace(name="dr", record_filter=None)}),
                               partition_group=lambda name, partition: GROUP)
     logger = SimpleNamespace(info=lambda *a, **k: None)
     verifier = MirrorVerifier(registry, catalog, SimpleNamespace(id=NodeId(LEADER)), None,  # type: ignore[arg-type]

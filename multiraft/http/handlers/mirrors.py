@@ -37,11 +37,12 @@ from multiraft.metadata.mirror_commands import (
     check_link_name,
 )
 from multiraft.metadata.patterns import TOPIC_NAME_PATTERN
+from multiraft.metadata.record_filter import parse_record_filter
 from multiraft.net.tls import TlsError, source_context
 from multiraft.node.api import MAX_BYTES_MAX, TREE_LEVEL_MAX, TREE_POSITIONS_MAX, WAIT_MS_MAX
 
 CREATE_FIELDS = {"name", "sources", "topics", "priority", "token", "verify_interval_s", "source_tls", "source_ca",
-                 "on_source_truncated"}
+                 "on_source_truncated", "record_filter"}
 ALTER_FIELDS = {"on_source_truncated"}
 VERIFY_FIELDS = {"topic", "start", "repair", "deep"}
 VERIFY_TIMEOUT_S = 150.0  # up to 16 partitions, none started after 10 s, each two reads of its span
@@ -62,13 +63,16 @@ async def create(request: web.Request) -> web.Response:
     if not {"name", "sources", "topics"} <= set(body) <= CREATE_FIELDS:
         raise InvalidRequest('body is {"name", "sources": ["HOST:PORT", ...], "topics": PATTERN, '
                              '"priority"?: "high"|"normal"|"low", "token"?: TOKEN, "verify_interval_s"?: SECONDS, '
-                             '"source_tls"?: true|false, "source_ca"?: PEM, "on_source_truncated"?: "stop"|"resync"}')
+                             '"source_tls"?: true|false, "source_ca"?: PEM, "on_source_truncated"?: "stop"|"resync", '
+                             '"record_filter"?: [{"key_prefix": P} | {"header": N, "value"?: V}, ...]}')
     sources = body["sources"]
     command = CreateMirrorLink(name=body["name"], sources=tuple(sources) if isinstance(sources, list) else sources,
                                pattern=body["topics"], priority=body.get("priority", "normal"),
                                token=body.get("token"), verify_interval_s=body.get("verify_interval_s"),
                                source_tls=body.get("source_tls", False), source_ca=body.get("source_ca"),
-                               on_source_truncated=body.get("on_source_truncated", OnSourceTruncated.STOP.value))
+                               on_source_truncated=body.get("on_source_truncated", OnSourceTruncated.STOP.value),
+                               record_filter=parse_record_filter(body["record_filter"]) if "record_filter" in body
+                               else None)
     if command.source_ca is not None:  # its shape is checked (the command); now this node's OpenSSL
         try:
             source_context(command.source_ca)
@@ -107,6 +111,9 @@ async def alter(request: web.Request) -> web.Response:
     node = node_of(request)
     name = _name(request)
     body = await json_object(request)
+    if "record_filter" in body:
+        raise InvalidRequest("a link's record_filter is fixed: it decides what its mirrors hold; for another "
+                             "filter create a new link (docs/mirror.md, \"Record filters\")")
     if not body or not set(body) <= ALTER_FIELDS:
         raise InvalidRequest('body is {"on_source_truncated": "stop"|"resync"}')
     command = SetMirrorLinkPolicy(name=name, on_source_truncated=body["on_source_truncated"])
