@@ -46,6 +46,8 @@ ANOMALY_CLASSES = (
     # A mirror following its source, `--mirror` runs (chaos/mirror_follow_checks.py).
     "mirror-not-grown",
     "mirror-resync-stuck",
+    # A filtered mirror, `--mirror` runs (chaos/mirror_filter_checks.py).
+    "mirror-filter-leaked",
 )
 
 # Values or ops named in one explanation; the rest are counted.

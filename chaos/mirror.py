@@ -39,6 +39,8 @@ from typing import Any
 from chaos.cluster import ChaosCluster, copy_logs
 from chaos.history import PartitionKey
 from chaos.mirror_checks import LogCopy, PositionSample, check_mirror
+from chaos.mirror_filtered import LINK as FILTER_LINK
+from chaos.mirror_filtered import Filtered
 from chaos.mirror_follow import KINDS as FOLLOW_KINDS
 from chaos.mirror_follow import RESYNC_LINK, Follow
 from chaos.mirror_reads import read_pair
@@ -75,6 +77,8 @@ class MirrorRun:
         # The source's partition increase and truncation (chaos/mirror_follow.py).
         self.follow = Follow(self.sink, random.Random(rng.random()), self._client,
                              lambda link, action: self._action(action, link))
+        # A third link, with a record filter (chaos/mirror_filtered.py).
+        self.filtered = Filtered(self.sink, random.Random(rng.random()))
         self.kinds: dict[str, Callable[[], Awaitable[tuple[str, Healer]]]] = {
             "sink-kill": self._sink_kill, "sink-pause": self._sink_pause, "link-pause": self._link_pause,
             "source-grow": self.follow.grow, "source-truncate": self.follow.truncate}
@@ -94,11 +98,13 @@ class MirrorRun:
         self.source, self.keys = source, keys
         await asyncio.to_thread(self.sink.start_all, 90.0)
         await self.follow.create_topics(source, min(3, len(source.ids)))
+        await self.filtered.create_topic(source, min(3, len(source.ids)))
         async with self._client(attempts=20, timeout_s=30) as client:
             await client.create_mirror(LINK, [source.http(n) for n in source.ids], PATTERN, priority="high")
             await self.follow.create_link(client)
+            await self.filtered.create_link(client)
             deadline = time.monotonic() + DISCOVERY_S
-            for key in [*keys, *self.follow.keys]:
+            for key in [*keys, *self.follow.keys, *self.filtered.keys]:
                 while True:
                     try:
                         await client.consume(key.topic, key.partition, 0, max_records=1)
@@ -120,7 +126,7 @@ class MirrorRun:
                 if not serving:
                     continue
                 node = self.rng.choice(serving)
-                for link in (LINK, RESYNC_LINK):
+                for link in (LINK, RESYNC_LINK, FILTER_LINK):
                     before = dict(self.sink.incarnation)
                     try:
                         _, body, _ = await client.request("GET", f"/v1/admin/mirrors/{link}",
@@ -148,7 +154,7 @@ class MirrorRun:
     async def _sink_target(self) -> tuple[str, int]:
         alive = self.sink.serving() or self.sink.ids
         if self.rng.random() < 0.5:
-            key = self.rng.choice(self.keys)
+            key = self.rng.choice([*self.keys, *self.filtered.keys])
             leader = await asyncio.to_thread(self.sink.leader_of, key.topic, key.partition)
             if leader:
                 return f"sink leader of {key}", leader
@@ -192,11 +198,14 @@ class MirrorRun:
         return how, undo
 
     async def _link_pause(self) -> tuple[str, Healer]:
+        """The workload's link and the filtered one, paused together."""
         answer = await self._action("pause")
+        filtered = await self._action("pause", FILTER_LINK)
 
         async def resume() -> None:
             await self._action("resume")
-        return f"link paused ({answer})", resume
+            await self._action("resume", FILTER_LINK)
+        return f"links paused ({LINK}: {answer}, {FILTER_LINK}: {filtered})", resume
 
     async def _action(self, action: str, link: str = LINK) -> str:
         try:
@@ -214,10 +223,11 @@ class MirrorRun:
             self.sink.start(node)
         await asyncio.to_thread(self.sink.wait_healthy, 90.0)
         await self.follow.heal()
-        for _ in range(10):
-            if await self._action("resume") == "ok":
-                return
-            await asyncio.sleep(1.0)
+        for link in (LINK, FILTER_LINK):
+            for _ in range(10):
+                if await self._action("resume", link) == "ok":
+                    break
+                await asyncio.sleep(1.0)
 
     # -- the end ------------------------------------------------------------------
 
@@ -238,9 +248,15 @@ class MirrorRun:
         waited = time.monotonic() - began
         present = {key: log for key, log in source_logs.items() if log is not None}
         ours = set(self.keys)  # the follow's partitions' positions are judged with their logs
+        filtered_keys = set(self.filtered.keys)
         verdicts = check_mirror(present, sink_logs, [s for s in self.samples if s.key in ours],
-                                sorted(self.diverged.items()), waited)
-        found, follow = await self.follow.finish([s for s in self.samples if s.key not in ours])
+                                sorted((k, v) for k, v in self.diverged.items() if k not in filtered_keys), waited)
+        found, follow = await self.follow.finish([s for s in self.samples
+                                                  if s.key not in ours and s.key not in filtered_keys])
+        verdicts.anomalies += found
+        found, filtered = await self.filtered.finish([s for s in self.samples if s.key in filtered_keys],
+                                                     sorted((k, v) for k, v in self.diverged.items()
+                                                            if k in filtered_keys))
         verdicts.anomalies += found
         promote = await self._promote(sink_logs.get(PartitionKey(MIRROR_PROMOTED, 0)))
         with open(self.out / "mirror-positions.jsonl", "w") as positions:  # every sample, for forensics
@@ -248,6 +264,7 @@ class MirrorRun:
                 positions.write(json.dumps([round(sample.at_s, 2), sample.node, str(sample.key), sample.state,
                                             sample.position]) + "\n")
         return {"verdicts": verdicts, "promote": promote, "waited_s": round(waited, 1), "follow": follow,
+                "filtered": filtered,
                 "source_unread": sorted(str(k) for k, log in source_logs.items() if log is None),
                 "samples": len(self.samples), "sample_errors": self.sample_errors,
                 "ends": {str(k): [None if log is None else log.high_watermark,

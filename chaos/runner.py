@@ -52,6 +52,7 @@ from chaos.history_file import read_history
 from chaos.history_writer import HistoryWriter
 from chaos.mirror import MirrorRun
 from chaos.mirror_checks import summary_part as mirror_summary
+from chaos.mirror_filter_checks import summary_part as filtered_summary
 from chaos.mirror_follow import LIMITS as FOLLOW_LIMITS
 from chaos.mirror_follow_checks import summary_part as follow_summary
 from chaos.moves import summarize as summarize_moves
@@ -150,7 +151,7 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             groups = GroupWorkload(cluster, history, random.Random(rng.random()), stats, dict(TOPICS)) \
                 if config.groups else None
             loads = asyncio.create_task(_gather(workload.run(), *([groups.run(stop)] if groups else []),
-                                                *([mirror.follow.write(stop)] if mirror else [])))
+                                                *([mirror.follow.write(stop), mirror.filtered.write(stop)] if mirror else [])))
             faults = asyncio.create_task(nemesis.run(stop))
             sampled = asyncio.Event()  # the mirror's positions are sampled until its check
             sampling = asyncio.create_task(mirror.sample(sampled) if mirror else sampled.wait())
@@ -217,7 +218,8 @@ async def run(config: RunConfig, extra_faults: Any = None) -> RunResult:
             details["mirror"] = finished | {"compared": verdicts.compared, "identical": verdicts.identical,
                                             "records": verdicts.records, "summary": mirror_summary(
                                                 verdicts, finished["promote"], mirror.samples)
-                                            + "; " + follow_summary(finished["follow"])}
+                                            + "; " + follow_summary(finished["follow"])
+                                            + "; " + filtered_summary(finished["filtered"])}
     finally:
         await asyncio.to_thread(cluster.stop)
         if mirror is not None:
@@ -443,6 +445,8 @@ def _summary(config: RunConfig, details: dict[str, Any], result: checker.CheckRe
     if details.get("mirror", {}).get("follow", {}).get("source_unread"):
         problems.append(f"mirror: grown or truncated source partitions not read: "
                         f"{details['mirror']['follow']['source_unread']}")
+    if details.get("mirror", {}).get("filtered", {}).get("source_unread"):
+        problems.append(f"mirror: filtered source partitions not read: {details['mirror']['filtered']['source_unread']}")
     if details.get("moves_unsettled"):
         problems.append(f"decommissioned nodes not back after the heal: {details['moves_unsettled']}")
     ok = not problems
