@@ -319,12 +319,7 @@ class MirrorVerifier:
             mine = speculative[0]
             if isinstance(mine, BaseException) or (mine.tree.lo, mine.tree.hi) != (their_lo, their_hi):
                 mine = await self._trees.build(group_id, their_lo, their_hi, fresh=True, deep=deep)
-            walk.spans += 1
-            walk.bytes_hashed += mine.bytes_hashed
-            if mine.damaged:
-                started = self._trees.report_damage(group_id)
-                walk.damaged = f"this leader's entries {list(mine.damaged)[:16]} fail their checks " \
-                               f"(self-repair {'started' if started else 'not started'})"
+            if not self._counted(walk, mine, group_id):
                 return SINK_DAMAGED
             descent = Descent(mine.tree)
             descent.receive([bytes.fromhex(summary["root"])])
@@ -362,12 +357,7 @@ class MirrorVerifier:
                 break  # nothing more in common
             walk.lo, walk.hi = (span[0] if walk.lo is None else walk.lo), span[1]
             mine = await self._trees.build(group_id, *span, fresh=True, deep=deep)
-            walk.spans += 1
-            walk.bytes_hashed += mine.bytes_hashed
-            if mine.damaged:
-                started = self._trees.report_damage(group_id)
-                walk.damaged = f"this leader's entries {list(mine.damaged)[:16]} fail their checks " \
-                               f"(self-repair {'started' if started else 'not started'})"
+            if not self._counted(walk, mine, group_id):
                 return SINK_DAMAGED
             result = run_descent(Descent(mine.tree), theirs.tree.nodes)
             walk.nodes += result.nodes_compared
@@ -383,6 +373,18 @@ class MirrorVerifier:
                            f"{READ_BYTES_MAX} source bytes a partition"
             return BEHIND
         return BEHIND if high_watermark < walk.source_high_watermark else IDENTICAL
+
+    def _counted(self, walk: _Walk, mine: Any, group_id: GroupId) -> bool:
+        """Count a span this leader hashed into `walk`; False when its own entries failed their
+        checks (the walk then says which, and the in-cluster self-repair is asked for)."""
+        walk.spans += 1
+        walk.bytes_hashed += mine.bytes_hashed
+        if mine.damaged:
+            started = self._trees.report_damage(group_id)
+            walk.damaged = f"this leader's entries {list(mine.damaged)[:16]} fail their checks " \
+                           f"(self-repair {'started' if started else 'not started'})"
+            return False
+        return True
 
     async def _resync(self, topic: str, partition: int, group_id: GroupId, start_offset: int,
                       differs_at: int) -> tuple[str, int]:

@@ -7,6 +7,8 @@ leads; a full round visits them all and finds the probing ones again.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -85,17 +87,26 @@ def _held_group() -> tuple[Any, Any, list[Any], list[int]]:
     return registry, progress, inbox, holds
 
 
-def test_no_new_hold_until_the_core_ran_the_last_transfers_end() -> None:
-    # CI regression (test_far_catchup's TLS test, on a loaded box): a transfer ended by a
-    # probe queues its end for the core; the probe succeeded and the next round held the
-    # follower again before the core ran that end, which then released the new hold, so
-    # the second transfer failed too and the follower replayed instead of taking files.
+@contextlib.contextmanager
+def _held_once() -> Iterator[tuple[CatchUpLeader, Any, Any, list[Any], list[int]]]:
+    """A leader of `_held_group` whose first round held follower 2 (at 1,000)."""
     registry, progress, inbox, holds = _held_group()
     leader = CatchUpLeader(registry, rpc=None, lag=(60, 0), acquire=None, is_live=lambda node: True,  # type: ignore[arg-type]
                            start_task=lambda coroutine, name: coroutine.close(), logger=structlog.get_logger())
     try:
         leader.round(full=True)
         assert holds == [1000]
+        yield leader, registry, progress, inbox, holds
+    finally:
+        leader.close()
+
+
+def test_no_new_hold_until_the_core_ran_the_last_transfers_end() -> None:
+    # CI regression (test_far_catchup's TLS test, on a loaded box): a transfer ended by a
+    # probe queues its end for the core; the probe succeeded and the next round held the
+    # follower again before the core ran that end, which then released the new hold, so
+    # the second transfer failed too and the follower replayed instead of taking files.
+    with _held_once() as (leader, registry, progress, inbox, holds):
         progress.state = ProgressState.PROBE  # a probe ended the hold: the round ends the transfer
         leader.round(full=True)
         assert leader.counts["failed"] == 1 and len(inbox) == 1
@@ -106,17 +117,11 @@ def test_no_new_hold_until_the_core_ran_the_last_transfers_end() -> None:
         progress.state = ProgressState.REPLICATE
         leader.round(full=True)
         assert holds == [1000, 1000] and progress.state is ProgressState.INSTALL
-    finally:
-        leader.close()
 
 
 def test_an_end_the_core_never_ran_blocks_no_hold_for_long() -> None:
     # A full inbox sheds what it is given: after FINISH_WAIT_S the rounds hold it again.
-    registry, progress, inbox, holds = _held_group()
-    leader = CatchUpLeader(registry, rpc=None, lag=(60, 0), acquire=None, is_live=lambda node: True,  # type: ignore[arg-type]
-                           start_task=lambda coroutine, name: coroutine.close(), logger=structlog.get_logger())
-    try:
-        leader.round(full=True)
+    with _held_once() as (leader, _registry, progress, inbox, holds):
         progress.state = ProgressState.PROBE
         leader.round(full=True)
         inbox.clear()  # shed
@@ -127,8 +132,6 @@ def test_an_end_the_core_never_ran_blocks_no_hold_for_long() -> None:
         leader._finishing = {key: (runtime, 0.0) for key, (runtime, _) in leader._finishing.items()}  # time passed
         leader.round(full=True)
         assert holds == [1000, 1000]
-    finally:
-        leader.close()
 
 
 def test_a_transfer_ended_by_a_probe_that_already_succeeded_is_not_held_again_in_that_round() -> None:
@@ -136,12 +139,7 @@ def test_a_transfer_ended_by_a_probe_that_already_succeeded_is_not_held_again_in
     # carried 504 of them and succeeded (REPLICATE, far behind still); the round found the
     # first transfer no longer held, ended it, and in the same pass held the follower again;
     # the end then ran on the core and released that new hold, and replay won.
-    registry, progress, inbox, holds = _held_group()
-    leader = CatchUpLeader(registry, rpc=None, lag=(60, 0), acquire=None, is_live=lambda node: True,  # type: ignore[arg-type]
-                           start_task=lambda coroutine, name: coroutine.close(), logger=structlog.get_logger())
-    try:
-        leader.round(full=True)
-        assert holds == [1000]
+    with _held_once() as (leader, registry, progress, inbox, holds):
         progress.state = ProgressState.REPLICATE  # lost entries, probed, the probe succeeded
         leader.round(full=True)
         assert leader.counts["failed"] == 1 and len(inbox) == 1
@@ -149,5 +147,3 @@ def test_a_transfer_ended_by_a_probe_that_already_succeeded_is_not_held_again_in
         inbox.pop()(registry.groups[5].core)
         leader.round(full=True)
         assert holds == [1000, 1000]
-    finally:
-        leader.close()
