@@ -108,16 +108,23 @@ def check_mirror(source: Mapping[PartitionKey, LogCopy], sink: Mapping[Partition
     return verdicts
 
 
-def compare_logs(key: PartitionKey, source: LogCopy, sink: LogCopy, waited_s: float = 0.0) -> list[Anomaly]:
-    """The sink's copy of one partition against the source's log, up to the lesser end."""
+def compare_ends(key: PartitionKey, source: LogCopy, sink: LogCopy, waited_s: float, what: str) -> list[Anomaly]:
+    """The two ends: a sink short of the source's end has not caught up within the bound
+    (incomplete, the offsets past it not judged); one past it holds offsets the source never had."""
     found: list[Anomaly] = []
-    end = min(source.high_watermark, sink.high_watermark)
     if sink.high_watermark < source.high_watermark:
-        found.append(anomaly("mirror-incomplete", key, f"the sink reached {sink.high_watermark} of the source's "
+        found.append(anomaly("mirror-incomplete", key, f"{what} reached {sink.high_watermark} of the source's "
                              f"{source.high_watermark} in {waited_s:.0f} s (offsets past it not judged)", ()))
     if sink.high_watermark > source.high_watermark:
-        found.append(anomaly("mirror-differs", key, f"the sink holds offsets {source.high_watermark}.."
+        found.append(anomaly("mirror-differs", key, f"{what} holds offsets {source.high_watermark}.."
                              f"{sink.high_watermark - 1} past the source's end {source.high_watermark}", ()))
+    return found
+
+
+def compare_logs(key: PartitionKey, source: LogCopy, sink: LogCopy, waited_s: float = 0.0) -> list[Anomaly]:
+    """The sink's copy of one partition against the source's log, up to the lesser end."""
+    found = compare_ends(key, source, sink, waited_s, "the sink")
+    end = min(source.high_watermark, sink.high_watermark)
     ours = {base: data for base, data in source.batches if base < end}
     theirs = {base: data for base, data in sink.batches if base < end}
     missing = sorted(base for base in ours if base not in theirs and base >= sink.log_start)

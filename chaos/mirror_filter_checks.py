@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 from chaos.anomalies import Anomaly, anomaly, listing, offset_runs
 from chaos.history import PartitionKey
-from chaos.mirror_checks import LogCopy
+from chaos.mirror_checks import LogCopy, compare_ends
 from storage.batch import decode_columns, is_gap, read_header
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -99,12 +99,7 @@ def check_filtered(key: PartitionKey, source: LogCopy, sink: LogCopy | None, cla
         verdict.identical = False
         return verdict
     end = min(source.high_watermark, sink.high_watermark)
-    if sink.high_watermark < source.high_watermark:
-        found.append(anomaly("mirror-incomplete", key, f"the filtered mirror reached {sink.high_watermark} of the "
-                             f"source's {source.high_watermark} in {waited_s:.0f} s (offsets past it not judged)", ()))
-    if sink.high_watermark > source.high_watermark:
-        found.append(anomaly("mirror-differs", key, f"the filtered mirror's high watermark {sink.high_watermark} "
-                             f"passes the source's {source.high_watermark}", ()))
+    found += compare_ends(key, source, sink, waited_s, "the filtered mirror")
     found += _coverage(key, source, sink, end, verdict)
     found += _records(key, source, sink, end, clauses, verdict)
     verdict.identical = not found

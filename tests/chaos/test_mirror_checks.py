@@ -20,22 +20,11 @@ from chaos.mirror_checks import (
     summary_part,
 )
 from chaos.mirror_reads import parse_frames, parse_skipped
-from storage.batch import Record, decode_columns, encode_batch
+from storage.batch import decode_columns
+from tests.chaos.mirror_logs import batch_of as _batch
+from tests.chaos.mirror_logs import log_of as _log
 
 KEY = PartitionKey("chaos-a", 0)
-
-
-def _batch(*values: int, stamp: int = 1) -> bytes:
-    return encode_batch([Record(None, str(v).encode()) for v in values], first_timestamp_ms=stamp)
-
-
-def _log(*batches: bytes, start: int = 0) -> LogCopy:
-    """Batches laid end to end from `start`, as storage gives them offsets."""
-    placed, offset = [], start
-    for data in batches:
-        placed.append((offset, data))
-        offset += len(_values(data))
-    return LogCopy(start, offset, tuple(placed))
 
 
 def _values(data: bytes) -> list[bytes | None]:

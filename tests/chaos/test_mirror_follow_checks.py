@@ -20,22 +20,11 @@ from chaos.mirror_follow_checks import (
     summary_part,
 )
 from chaos.nemesis import Nemesis
-from storage.batch import Record, decode_columns, encode_batch
+from tests.chaos.mirror_logs import batch_of as _batch
+from tests.chaos.mirror_logs import log_of as _log
 
 GROW = "chaos-grow"
 TRUNC = PartitionKey("trunc-a", 0)
-
-
-def _batch(*values: int, stamp: int = 1) -> bytes:
-    return encode_batch([Record(None, str(v).encode()) for v in values], first_timestamp_ms=stamp)
-
-
-def _log(*batches: bytes, start: int = 0) -> LogCopy:
-    placed, offset = [], start
-    for data in batches:
-        placed.append((offset, data))
-        offset += len(decode_columns(data).values)
-    return LogCopy(start, offset, tuple(placed))
 
 
 def _names(found: list) -> list[str]:
