@@ -63,7 +63,7 @@ class EntryCacheBudget:
     recently give up their oldest entries first (one group's idle entries never starve
     another's busy ones). Not thread-safe: the node's event loop owns every store."""
 
-    __slots__ = ("_caches", "bytes", "bytes_max", "entries_read", "entries_evicted")
+    __slots__ = ("_caches", "bytes", "bytes_max", "entries_evicted", "entries_read")
 
     def __init__(self, bytes_max: int = ENTRY_CACHE_BYTES_DEFAULT) -> None:
         assert bytes_max >= 0

@@ -10,7 +10,14 @@ import random
 import pytest
 
 from raftlog.core.log import RaftLog
-from raftlog.messages import ENTRY_OVERHEAD_BYTES, Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+from raftlog.messages import (
+    ENTRY_OVERHEAD_BYTES,
+    Entry,
+    EntryKind,
+    Membership,
+    Snapshot,
+    SnapshotMeta,
+)
 from raftlog.types import GroupId, Index, NodeId, Term
 from storage.entry_cache import ENTRY_SHARE_MAX, EntryCacheBudget
 from storage.files import OsFiles
