@@ -63,20 +63,19 @@ class EntryCacheBudget:
     recently give up their oldest entries first (one group's idle entries never starve
     another's busy ones). Not thread-safe: the node's event loop owns every store."""
 
-    __slots__ = ("_caches", "bytes", "bytes_max", "entries_evicted", "entries_read")
+    __slots__ = ("_caches", "bytes", "bytes_max", "entries_evicted", "entries_read", "entry_bytes_max")
 
-    def __init__(self, bytes_max: int = ENTRY_CACHE_BYTES_DEFAULT) -> None:
+    def __init__(self, bytes_max: int = ENTRY_CACHE_BYTES_DEFAULT, entry_bytes_max: int | None = None) -> None:
+        """`entry_bytes_max`: the largest entry kept (by default an ENTRY_SHARE_MAX-th of the budget)."""
         assert bytes_max >= 0
         self.bytes_max = bytes_max
+        self.entry_bytes_max = bytes_max // ENTRY_SHARE_MAX if entry_bytes_max is None else entry_bytes_max
+        assert 0 <= self.entry_bytes_max <= bytes_max
         self.bytes = 0
         # Caches holding entries, least recently appended to first.
         self._caches: OrderedDict[EntryCache, None] = OrderedDict()
         self.entries_read = 0  # served from memory (a file read saved each)
         self.entries_evicted = 0  # dropped by the budget before being released
-
-    @property
-    def entry_bytes_max(self) -> int:
-        return self.bytes_max // ENTRY_SHARE_MAX
 
     def holding(self) -> int:
         """How many caches hold entries."""
