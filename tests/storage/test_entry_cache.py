@@ -281,3 +281,23 @@ def test_random_histories_read_the_same_with_and_without_the_cache(tmp_path, see
         store.close()
     assert budget.bytes == 0 and budget.holding() == 0
     db.close()
+
+
+def test_frames_stored_byte_for_byte_drop_the_cached_entries(harness):
+    # Goal: `append_frames` writes entries the cache never saw: it holds nothing after it,
+    # and reads serve the frames' entries, also across a conflict they made.
+    from storage.frames import encode_frame, record_count_of
+
+    store = harness.store
+    store.append(entries(1, 10))
+    replacement = entries(6, 9, term=2)
+    offset = store.offset_after(Index(5))
+    parts: list[bytes] = []
+    for entry in replacement:
+        count = record_count_of(entry)
+        header, payload = encode_frame(entry, offset, count)
+        parts += (header, payload)
+        offset += count
+    store.append_frames(b"".join(parts))
+    assert store.cached_bytes == 0 and store._cache._entries is None
+    assert store.entries(Index(1), Index(9), ALL) == entries(1, 6) + replacement
