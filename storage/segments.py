@@ -345,6 +345,10 @@ class SegmentStore(SegmentLog):
         """Drop entries from `index` on (a Raft conflict). Never below the commit."""
         assert index > self._hard_state.commit, "committed entries are never truncated"
         assert self._start.snapshot.meta.index < index <= self.last_index()
+        # First: a step below that fails (a closed segment found corrupt on reopen, an
+        # unlink or database write that raises) must not leave cached entries the files
+        # may no longer hold. Dropping them early costs at most a file read.
+        self._cache.forget(index)
         segment = self._segment_of(index)
         batch = self._db.batch()
         for later in self._segments[self._segments.index(segment) + 1 :]:
@@ -362,7 +366,6 @@ class SegmentStore(SegmentLog):
         self._files.sync_dir(self.directory)
         run = bisect_right(self._term_starts, index - 1)
         del self._term_starts[run:], self._terms[run:]
-        self._cache.forget(index)
         self._ledger.truncated(segment, index)
 
     def _reopen(self, segment: Segment, batch) -> None:
@@ -392,10 +395,10 @@ class SegmentStore(SegmentLog):
         batch.delete(int_key(CLOSED_SEGMENT, self.group, segment.first_index))
 
     def close(self) -> None:
+        self._cache.forget()  # first, as in truncate_from: a close that raises holds nothing
         for segment in self._segments:
             self._files.close(segment.handle)
         self._segments = []
-        self._cache.forget()
         self.closed = True
 
     # -- snapshots and compaction ----------------------------------------------
@@ -437,6 +440,7 @@ class SegmentStore(SegmentLog):
         `snapshot.data` is used when given, else 0).
         """
         assert snapshot.meta.index >= self._start.snapshot.meta.index, "snapshots never go back"
+        self._cache.forget()  # first, as in truncate_from: a step below may raise
         if next_offset is None:
             next_offset = Offset(getattr(snapshot.data, "next_offset", 0))
         batch = self._db.batch()
@@ -452,7 +456,6 @@ class SegmentStore(SegmentLog):
         self._db.write(batch, sync=False)
         self._files.sync_dir(self.directory)
         self._term_starts, self._terms = [], []
-        self._cache.forget()
         self._set_start(StartPoint(snapshot, next_offset))
         self._ledger.durable_index = self.last_index()
 

@@ -301,3 +301,48 @@ def test_frames_stored_byte_for_byte_drop_the_cached_entries(harness):
     store.append_frames(b"".join(parts))
     assert store.cached_bytes == 0 and store._cache._entries is None
     assert store.entries(Index(1), Index(9), ALL) == entries(1, 6) + replacement
+
+
+def test_a_write_that_fails_partway_leaves_no_cached_entry_it_was_replacing(tmp_path, monkeypatch):
+    # Goal: truncate_from, apply_snapshot and close drop the cached entries before any step
+    # that can raise (a closed segment found corrupt on reopen, an unlink, a database
+    # write): after the failure the cache serves nothing the files may no longer hold.
+    from storage.config import StoreConfig
+    from storage.errors import CorruptionError
+
+    made = SegmentHarness(str(tmp_path), config=StoreConfig(segment_bytes_max=4096), durable_files=False)
+    store = made.store
+    for lo in range(1, 200, 10):  # a segment rolls between appends
+        store.append(entries(lo, lo + 10))
+    assert any(segment.closed for segment in store._segments)
+    cut = next(segment for segment in store._segments if segment.closed).last_index
+    assert store._cache.first_index() == 1
+
+    def corrupt(segment, batch):
+        raise CorruptionError("injected")
+
+    monkeypatch.setattr(store, "_reopen", corrupt)
+    with pytest.raises(CorruptionError):
+        store.truncate_from(Index(cut))
+    assert store._cache.first_index() == 1 and len(store._cache) == cut - 1, "nothing from the cut on"
+    monkeypatch.undo()
+
+    def failing(*args):
+        raise OSError("injected")
+
+    snapshot = Snapshot(meta=SnapshotMeta(index=Index(300), term=Term(3), membership=MEMBERS))
+    monkeypatch.setattr(store, "_drop_segment_file", failing)
+    with pytest.raises(OSError):
+        store.apply_snapshot(snapshot)
+    assert store.cached_bytes == 0 and store._cache._entries is None
+    monkeypatch.undo()
+
+    other = SegmentHarness(str(tmp_path / "other"), durable_files=False)
+    other.store.append(entries(1, 10))
+    monkeypatch.setattr(other.files, "close", failing)
+    with pytest.raises(OSError):
+        other.store.close()
+    assert other.store.cached_bytes == 0 and other.store._cache._budget.bytes == 0
+    monkeypatch.undo()
+    other.db.close()
+    made.db.close()
