@@ -38,7 +38,7 @@ None), so a node of 10,000 idle replicas pays one small object each.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
 from raftlog.messages import ENTRY_OVERHEAD_BYTES, Entry
 from raftlog.types import Index
@@ -98,39 +98,55 @@ class EntryCacheBudget:
 
 
 class EntryCache:
-    """One log's cached entries: contiguous, ending at the log's last index, or none."""
+    """One log's cached entries: contiguous, ending at the log's last index, or none.
 
-    __slots__ = ("_budget", "_bytes", "_entries")
+    Kept in a list read from `_head` on: a read indexes it in O(1) (a deque's middle is
+    O(n)); a release or eviction clears the slots it drops (None: the Entry objects go at
+    once) and moves `_head`, and the cleared prefix is cut once it is half the list, so
+    each entry is moved O(1) times."""
+
+    __slots__ = ("_budget", "_bytes", "_entries", "_head")
 
     def __init__(self, budget: EntryCacheBudget) -> None:
         self._budget = budget
-        self._entries: deque[Entry] | None = None  # None when empty: an idle log pays nothing
+        # None when empty: an idle log pays nothing. Slots before `_head` are released (None).
+        self._entries: list[Entry | None] | None = None
+        self._head = 0
         self._bytes = 0
 
     @property
     def bytes(self) -> int:
         return self._bytes
 
-    def first_index(self) -> Index | None:
+    def _first(self) -> Entry:
         entries = self._entries
-        return entries[0].index if entries else None
+        assert entries is not None
+        first = entries[self._head]
+        assert first is not None, "slots from the head on hold entries"
+        return first
+
+    def first_index(self) -> Index | None:
+        return self._first().index if self._entries is not None else None
 
     def __len__(self) -> int:
-        return len(self._entries) if self._entries else 0
+        return len(self._entries) - self._head if self._entries is not None else 0
 
     def read(self, lo: Index, hi: Index, max_bytes: int, used_bytes: int, last_index: Index) -> list[Entry]:
         """Entries [lo, hi) (lo at or past `first_index()`), stopping before the entry that
         would take the total past `max_bytes`, counting `used_bytes` already selected: at
         least one when `used_bytes` is 0 (the storage contract)."""
         entries = self._entries
-        assert entries, "the caller checked first_index()"
-        first = entries[0].index
+        assert entries is not None, "the caller checked first_index()"
+        first = self._first().index
         assert first <= lo <= hi <= last_index + 1, (first, lo, hi, last_index)
-        assert entries[-1].index == last_index, "the cached entries end the log"
+        last = entries[-1]
+        assert last is not None and last.index == last_index, "the cached entries end the log"
         selected: list[Entry] = []
         total = used_bytes
-        for position in range(lo - first, hi - first):
+        start = self._head - first
+        for position in range(start + lo, start + hi):
             entry = entries[position]
+            assert entry is not None
             total += len(entry.payload) + ENTRY_OVERHEAD_BYTES
             if total > max_bytes and (selected or used_bytes):
                 break
@@ -141,8 +157,9 @@ class EntryCache:
     def remember(self, appended: list[Entry] | tuple[Entry, ...]) -> None:
         """Keep entries just appended (after any truncation the append made: `forget`)."""
         entries = self._entries
-        if entries:
-            assert entries[-1].index == appended[0].index - 1, "an append truncates first"
+        if entries is not None:
+            last = entries[-1]
+            assert last is not None and last.index == appended[0].index - 1, "an append truncates first"
         budget = self._budget
         entry_bytes_max = budget.entry_bytes_max
         kept_from = 0
@@ -157,7 +174,8 @@ class EntryCache:
         size = 0
         for entry in appended[kept_from:]:
             if entries is None:
-                entries = self._entries = deque()
+                entries = self._entries = []
+                self._head = 0
             entries.append(entry)
             size += len(entry.payload) + ENTRY_OVERHEAD_BYTES
         if size:
@@ -167,37 +185,58 @@ class EntryCache:
     def release(self, index: Index) -> None:
         """Entries through `index` are no longer needed (applied, and held by every follower
         the log replicates to): drop them."""
-        entries = self._entries
-        if not entries or entries[0].index > index:
+        if self._entries is None:
             return
-        size = 0
-        while entries and entries[0].index <= index:
-            size += entry_cost_bytes(entries.popleft())
-        self._shrunk(size)
+        first = self._first().index
+        if first <= index:
+            self._drop_oldest(min(index - first + 1, len(self)))
 
     def forget(self, from_index: Index | None = None) -> None:
         """Drop the entries from `from_index` on (all by default): the log was cut there,
         replaced by a snapshot, or closed."""
         entries = self._entries
-        if not entries:
+        if entries is None:
+            return
+        first = self._first().index
+        cut = self._head if from_index is None else self._head + max(0, from_index - first)
+        if cut >= len(entries):
             return
         size = 0
-        while entries and (from_index is None or entries[-1].index >= from_index):
-            size += entry_cost_bytes(entries.pop())
+        for entry in entries[cut:]:
+            assert entry is not None
+            size += entry_cost_bytes(entry)
+        del entries[cut:]
         self._shrunk(size)
 
     def _evict_oldest(self) -> int:
         """The budget is over: drop the oldest entry (more if it empties). Entries dropped."""
-        entries = self._entries
-        assert entries, "only caches holding entries are in the budget's order"
-        self._shrunk(entry_cost_bytes(entries.popleft()))
+        assert self._entries is not None, "only caches holding entries are in the budget's order"
+        self._drop_oldest(1)
         return 1
+
+    def _drop_oldest(self, count: int) -> None:
+        entries = self._entries
+        assert entries is not None and 0 < count <= len(self)
+        head = self._head
+        size = 0
+        for position in range(head, head + count):
+            entry = entries[position]
+            assert entry is not None
+            size += entry_cost_bytes(entry)
+            entries[position] = None
+        head += count
+        if head * 2 >= len(entries):  # the cleared prefix is half the list: cut it
+            del entries[:head]
+            head = 0
+        self._head = head
+        self._shrunk(size)
 
     def _shrunk(self, size: int) -> None:
         self._bytes -= size
         assert self._bytes >= 0
-        empty = not self._entries
+        empty = self._entries is not None and self._head == len(self._entries)
         if empty:
             self._entries = None
+            self._head = 0
             assert self._bytes == 0, "an empty cache is charged nothing"
         self._budget._refunded(self, size, empty)
