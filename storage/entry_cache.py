@@ -30,9 +30,10 @@ late costs memory within the budget; neither changes what `read` returns, which 
 always the entries exactly as appended, or None.
 
 Invariants (asserted): the cached entries are contiguous and end at the log's last
-index (an entry the cache could not keep drops every older one with it); their
-bytes are charged to the budget, and the budget's total is the sum over its
-caches. An idle, fully replicated and applied log holds nothing (`_entries` is
+index (an entry the cache could not keep drops every older one with it); the
+memory they hold (`entry_cost_bytes`, plus the list while there is one; not the
+protocol's entry size) is charged to the budget, and the budget's total is the sum
+over its caches. An idle, fully replicated and applied log holds nothing (`_entries` is
 None), so a node of 10,000 idle replicas pays one small object each.
 """
 
@@ -54,8 +55,22 @@ STORE_CACHE_BYTES_DEFAULT = 1024 * 1024
 ENTRY_SHARE_MAX = 8
 
 
+# What the budget charges is memory, not the protocol's entry size (ENTRY_OVERHEAD_BYTES,
+# 32 B, the byte limits of reads and messages): a cached entry keeps alive objects that
+# cost far more than its payload in CPython. Measured with sys.getsizeof on CPython 3.11,
+# 64-bit: the Entry (a slots object of four fields) 64 B, its payload's bytes header 33 B,
+# its index int 28 B (past the small ints; the term and kind are shared objects), the
+# list slot 8 B (and up to 8 more for a released slot not yet cut): 133-141 B. The test
+# (tests/storage/test_entry_cache.py) checks this against tracemalloc.
+ENTRY_MEMORY_BYTES = 140
+# The list a log's cache holds while it holds entries (sys.getsizeof([]): 56 B), charged
+# when it is made and refunded when the cache empties.
+CACHE_MEMORY_BYTES = 64
+
+
 def entry_cost_bytes(entry: Entry) -> int:
-    return len(entry.payload) + ENTRY_OVERHEAD_BYTES
+    """The memory a cached entry is charged (ENTRY_MEMORY_BYTES)."""
+    return len(entry.payload) + ENTRY_MEMORY_BYTES
 
 
 class EntryCacheBudget:
@@ -164,7 +179,7 @@ class EntryCache:
         entry_bytes_max = budget.entry_bytes_max
         kept_from = 0
         for position, entry in enumerate(appended):
-            if len(entry.payload) + ENTRY_OVERHEAD_BYTES > entry_bytes_max:
+            if entry_cost_bytes(entry) > entry_bytes_max:
                 # Kept, it would hold a share of the budget out of proportion; skipped, every
                 # entry before it goes too (the cache is a contiguous end of the log).
                 kept_from = position + 1
@@ -176,8 +191,9 @@ class EntryCache:
             if entries is None:
                 entries = self._entries = []
                 self._head = 0
+                size += CACHE_MEMORY_BYTES
             entries.append(entry)
-            size += len(entry.payload) + ENTRY_OVERHEAD_BYTES
+            size += entry_cost_bytes(entry)
         if size:
             self._bytes += size
             budget._charged(self, size)
@@ -232,11 +248,13 @@ class EntryCache:
         self._shrunk(size)
 
     def _shrunk(self, size: int) -> None:
-        self._bytes -= size
-        assert self._bytes >= 0
-        empty = self._entries is not None and self._head == len(self._entries)
+        entries = self._entries
+        empty = entries is not None and self._head == len(entries)
         if empty:
             self._entries = None
             self._head = 0
-            assert self._bytes == 0, "an empty cache is charged nothing"
+            size += CACHE_MEMORY_BYTES
+        self._bytes -= size
+        assert self._bytes >= 0
+        assert not empty or self._bytes == 0, "an empty cache is charged nothing"
         self._budget._refunded(self, size, empty)

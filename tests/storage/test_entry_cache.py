@@ -19,7 +19,12 @@ from raftlog.messages import (
     SnapshotMeta,
 )
 from raftlog.types import GroupId, Index, NodeId, Term
-from storage.entry_cache import ENTRY_SHARE_MAX, EntryCacheBudget
+from storage.entry_cache import (
+    CACHE_MEMORY_BYTES,
+    ENTRY_SHARE_MAX,
+    EntryCacheBudget,
+    entry_cost_bytes,
+)
 from storage.files import OsFiles
 from storage.segments import SegmentStore
 from storage.state_db import StateDatabase
@@ -49,7 +54,13 @@ def count_reads(files, monkeypatch) -> list[int]:
 
 
 def cost(items: list[Entry]) -> int:
+    """The protocol's size (read byte limits)."""
     return sum(len(e.payload) + ENTRY_OVERHEAD_BYTES for e in items)
+
+
+def memory(items: list[Entry]) -> int:
+    """What one log's cache holding `items` is charged."""
+    return sum(entry_cost_bytes(e) for e in items) + CACHE_MEMORY_BYTES
 
 
 def test_appended_entries_are_served_from_memory_as_the_file_holds_them(harness, monkeypatch):
@@ -105,7 +116,7 @@ def test_a_range_across_file_and_cache_keeps_the_byte_limit(harness):
 def test_the_budget_is_node_wide_and_evicts_the_least_recently_appended_log(tmp_path):
     # Goal: one budget bounds every store's cache together; over it, the log appended to
     # least recently gives up its oldest entries first, and no entry is lost for reads.
-    budget = EntryCacheBudget(bytes_max=cost(entries(1, 21)))
+    budget = EntryCacheBudget(bytes_max=memory(entries(1, 21)))
     db = StateDatabase(str(tmp_path / "state"))
     files = OsFiles()
     first = SegmentStore(GroupId(1), str(tmp_path / "1"), db, files, cache_budget=budget)
@@ -114,7 +125,7 @@ def test_the_budget_is_node_wide_and_evicts_the_least_recently_appended_log(tmp_
     second.append(entries(1, 11))
     assert budget.bytes <= budget.bytes_max
     assert budget.bytes == first.cached_bytes + second.cached_bytes
-    assert second.cached_bytes == cost(entries(1, 11)), "the newest appends stay"
+    assert second.cached_bytes == memory(entries(1, 11)), "the newest appends stay"
     assert first._cache.first_index() > 1, "the older log gave up its oldest entries"
     assert budget.entries_evicted > 0
     assert first.entries(Index(1), Index(16), ALL) == entries(1, 16), "evicted entries come from the file"
@@ -346,3 +357,32 @@ def test_a_write_that_fails_partway_leaves_no_cached_entry_it_was_replacing(tmp_
     monkeypatch.undo()
     other.db.close()
     made.db.close()
+
+
+def test_the_budget_charges_the_memory_cached_entries_hold(harness):
+    # Goal: a cached entry is charged what it keeps alive in this interpreter (the Entry,
+    # its payload, its index, a list slot; measured by tracemalloc), not the protocol's
+    # 32 B overhead; a log's list is charged while it holds entries; all of it comes
+    # back when the log is released.
+    import tracemalloc
+
+    rng = random.Random(7)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        made = [Entry(Index(1000 + i), Term(1), EntryKind.META, rng.randbytes(rng.choice((1, 100, 1000))))
+                for i in range(2000)]
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    charged = sum(entry_cost_bytes(e) for e in made)
+    assert held <= charged <= held * 1.1, (held, charged)
+    store = harness.store
+    small = entries(1, 11)
+    store.append(small)
+    assert store.cached_bytes == memory(small) == store._cache._budget.bytes
+    assert store.cached_bytes > cost(small) + len(small) * 100
+    store.release_cached(Index(4))
+    assert store.cached_bytes == memory(small[4:])
+    store.release_cached(Index(10))
+    assert store.cached_bytes == 0 and store._cache._budget.bytes == 0 and store._cache._budget.holding() == 0
