@@ -179,6 +179,9 @@ class EntryCache:
         entry_bytes_max = budget.entry_bytes_max
         kept_from = 0
         for position, entry in enumerate(appended):
+            # Kept and served later as appended, so immutable: a bytearray could change under
+            # the cache after the file got its bytes. The core and the wire decode make bytes.
+            assert type(entry.payload) is bytes, type(entry.payload)
             if entry_cost_bytes(entry) > entry_bytes_max:
                 # Kept, it would hold a share of the budget out of proportion; skipped, every
                 # entry before it goes too (the cache is a contiguous end of the log).

@@ -386,3 +386,11 @@ def test_the_budget_charges_the_memory_cached_entries_hold(harness):
     assert store.cached_bytes == memory(small[4:])
     store.release_cached(Index(10))
     assert store.cached_bytes == 0 and store._cache._budget.bytes == 0 and store._cache._budget.holding() == 0
+
+
+def test_a_payload_the_caller_could_mutate_is_refused(harness):
+    # Goal: the cache serves entries as appended, so only immutable payloads are kept: a
+    # bytearray changed after the append would make memory disagree with the file.
+    mutable = Entry(Index(1), Term(1), EntryKind.META, bytearray(b"abc"))  # type: ignore[arg-type]
+    with pytest.raises(AssertionError):
+        harness.store._cache.remember([mutable])
