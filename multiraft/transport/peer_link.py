@@ -156,10 +156,18 @@ class PeerLink:
         if not frames:
             return
         writer = self._writer
-        if writer is not None and not writer.transport.is_closing():
-            assert not self.queue, "nothing is queued while frames are pending"
-            self._write(writer, frames)
-            return
+        # Frames queued meanwhile (none are, by the docstring's argument) would be written
+        # by the writer task after these: then these join the queue's end instead, in order.
+        if writer is not None and not writer.transport.is_closing() and not self.queue:
+            try:
+                self._write(writer, frames)
+                return
+            except (RuntimeError, OSError) as error:
+                # A transport closed under us before is_closing() says so: uvloop refuses
+                # the write (RuntimeError). Nothing of it was sent; the frames are queued
+                # for the next connection, and the writer task sees the closed transport.
+                self._logger.debug("peer_flush_failed", error=repr(error))
+                writer.transport.abort()
         for frame in frames:
             self._push(*frame)
 
