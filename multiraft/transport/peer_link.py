@@ -21,10 +21,14 @@ queue is empty then: pending starts only when it is, and nothing else pushes to
 it meanwhile), so frames leave in the order they were enqueued, before anything
 queued later. Pending frames are bounded as a writer batch is
 (`write_batch_frames_max`, `write_batch_bytes_max`): reaching either writes them
-at once. No frame waits past the turn it was enqueued in (the flush is the next
-callback scheduled), so this adds no delay beyond one loop iteration. If the
-connection went before the flush, the pending frames go to the queue (shed and
-counted as any frame would be) and leave on the next connection.
+at once. The delay is bounded but not nil: the flush is a `call_soon` callback,
+so it runs in the loop's next iteration, after that iteration's I/O poll (a zero
+timeout: a callback is ready) and after every callback queued before it (the
+tasks woken earlier in the turn, the I/O callbacks the poll made ready, timers
+due), whose own frames join the same write. If the connection went before the
+flush, or its write raises (uvloop on a transport closed under us), the pending
+frames go to the queue (shed and counted as any frame would be) and leave on the
+next connection; so they do if anything is queued already, after it.
 
 The connection is write-only after the handshake, but a watcher reads it too:
 a peer that restarts closes its end, and reading is how we notice at once
