@@ -8,7 +8,7 @@ from __future__ import annotations
 from multiraft.runtime.group_host import cache_release_index
 from raftlog.core.progress import ProgressState
 from raftlog.types import NodeId
-from tests.unit.test_core_api import Cluster
+from tests.unit.test_core_api import Cluster, handle_ready
 
 
 def test_a_leader_releases_what_every_follower_holds_and_it_applied() -> None:
@@ -39,9 +39,24 @@ def test_a_follower_being_installed_does_not_pin_the_cache() -> None:
     assert cache_release_index(leader) > leader.progress(NodeId(3)).match
 
 
-def test_a_follower_releases_what_it_applied() -> None:
-    # Goal: a follower keeps entries only until it applies them.
+def test_a_follower_keeps_what_it_appended_until_it_applies_it() -> None:
+    # Goal: a follower that appended an entry but has not learned its commit keeps it
+    # (its apply reads it next); once applied, everything may go. (The runtime's call
+    # after each round is tested on real nodes: tests/node/test_entry_cache_release.py.)
     cluster = Cluster()
-    cluster.elect(1)
+    leader = cluster.elect(1)
     follower = cluster.cores[2]
-    assert cache_release_index(follower) == follower.applied_index
+    assert cache_release_index(follower) == follower.log.last_index(), "all applied"
+    leader.propose([b"a"])
+    for message in handle_ready(leader, lambda entry: None):
+        if message.target == 2:
+            follower.step(message)
+    handle_ready(follower, lambda entry: None)  # appended; its answer is not delivered
+    assert follower.applied_index < follower.log.last_index()
+    assert cache_release_index(follower) == follower.applied_index < follower.log.last_index()
+    for _ in range(10 * leader.config.heartbeat_interval_ticks):  # a heartbeat carries the commit
+        if follower.applied_index == follower.log.last_index():
+            break
+        leader.tick()
+        cluster.stabilize()
+    assert follower.applied_index == follower.log.last_index() == cache_release_index(follower)
