@@ -345,9 +345,8 @@ class SegmentStore(SegmentLog):
         """Drop entries from `index` on (a Raft conflict). Never below the commit."""
         assert index > self._hard_state.commit, "committed entries are never truncated"
         assert self._start.snapshot.meta.index < index <= self.last_index()
-        # First: a step below that fails (a closed segment found corrupt on reopen, an
-        # unlink or database write that raises) must not leave cached entries the files
-        # may no longer hold. Dropping them early costs at most a file read.
+        # First: a step below that raises (a corrupt closed segment on reopen, an unlink)
+        # must not leave cached entries the files may no longer hold.
         self._cache.forget(index)
         segment = self._segment_of(index)
         batch = self._db.batch()
