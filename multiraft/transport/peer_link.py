@@ -160,8 +160,8 @@ class PeerLink:
         if not frames:
             return
         writer = self._writer
-        # Frames queued meanwhile (none are, by the docstring's argument) would be written
-        # by the writer task after these: then these join the queue's end instead, in order.
+        # Frames already queued (none are, by the docstring's argument) must not be
+        # overtaken by a direct write: then these join the queue's end instead, in order.
         if writer is not None and not writer.transport.is_closing() and not self.queue:
             try:
                 self._write(writer, frames)
