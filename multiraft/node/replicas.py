@@ -161,7 +161,7 @@ class Replicas:
         make_private_dirs(directory)
         store_config = StoreConfig(**topic_store_settings(self._config, topic_config or {}))
         store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config,
-                                        self._links.segments_changed)
+                                        self._links.segments_changed, storage.entry_cache)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.
         fresh = store.last_index() == 0 and store.initial_state().hard_state.term == 0
