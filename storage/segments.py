@@ -84,7 +84,7 @@ class SegmentStore(SegmentLog):
         config = config or StoreConfig()
         recovered = recover(group, directory, db, files, clock_ms(), frame_check)
         super().__init__(group, directory, db, files, config, recovered, frame_check,
-                         cache_budget or EntryCacheBudget(STORE_CACHE_BYTES_DEFAULT))
+                         EntryCacheBudget(STORE_CACHE_BYTES_DEFAULT) if cache_budget is None else cache_budget)
         self.closed = False  # set by close(); the flusher skips a closed store
         # Told of each segment closed, reopened or dropped (and here, of a log holding closed ones): the
         # tree sidecar warmer looks at the stores named, not at every store (multiraft/node/tree_sidecars.py).

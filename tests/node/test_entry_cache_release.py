@@ -69,3 +69,34 @@ async def test_settled_replicas_hold_no_cached_entries_and_a_leader_keeps_a_down
         await until(lambda: group in restarted.partitions and values_at(restarted, "cached", 0) == values,
                     "the restarted follower caught up")
         await until(lambda: holds_nothing(nodes), "caught up: every cache released")
+
+
+@pytest.mark.integration
+@pytest.mark.asyncio
+async def test_a_close_that_raises_still_closes_the_store_and_refunds_its_cache(tmp_path: Path) -> None:
+    # Goal: `Replicas._close_group` closes the store whatever raised before it (here the
+    # caller's `before_close`): its cached entries leave the node's budget, its files close.
+    async with running_cluster(tmp_path) as nodes:
+        leader = await written_partition(nodes, "closing", b"v0")
+        follower = next(n for n in nodes if n is not leader)
+        index = nodes.index(follower)
+        await follower.stop()
+        alive = [n for n in nodes if n is not follower]
+        leader = leader_of(alive, "closing", 0) or leader
+        group = leader.partition_group("closing", 0)
+        for i in range(1, 4):
+            await produce_retrying(leader, "closing", 0, batch(b"v%d" % i))
+        await until(lambda: leader.stores[group].cached_bytes > 0, "the leader keeps what the follower lacks")
+        store = leader.stores[group]
+
+        def refuse(_store: object, _synced: bool) -> None:
+            raise RuntimeError("before_close failed")
+
+        with pytest.raises(RuntimeError, match="before_close failed"):
+            await leader.replicas.close_group(group, False, before_close=refuse)
+        assert store.closed and store.cached_bytes == 0
+        budget = leader.storage.entry_cache  # the metadata group's cache may still hold entries
+        assert store._cache not in budget._caches
+        assert budget.bytes == sum(cache._bytes for cache in budget._caches)
+        nodes[index] = restarted = Node(follower.config)  # running_cluster stops every node it holds
+        await restarted.start()

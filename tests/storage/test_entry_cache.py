@@ -165,6 +165,24 @@ def test_a_zero_budget_caches_nothing(tmp_path):
     db.close()
 
 
+def test_a_store_takes_the_budget_it_is_given_even_one_that_reads_as_false(tmp_path):
+    # Goal: the node's budget is used whenever one is passed (`is None`, not truthiness): an
+    # empty budget that reads as false must not give each store a private one of its own.
+    class Falsy(EntryCacheBudget):
+        __slots__ = ()
+
+        def __len__(self) -> int:
+            return 0
+
+    budget = Falsy(bytes_max=1 << 20)
+    db = StateDatabase(str(tmp_path / "state"))
+    store = SegmentStore(GroupId(1), str(tmp_path / "1"), db, OsFiles(), cache_budget=budget)
+    store.append(entries(1, 3))
+    assert store._cache._budget is budget and budget.bytes == store.cached_bytes > 0
+    store.close()
+    db.close()
+
+
 def test_every_write_that_replaces_entries_drops_the_cached_ones(harness, monkeypatch):
     # Goal: a conflict, a truncation, a compaction, a snapshot and frames stored byte for
     # byte never leave a cached entry that the file no longer holds.
