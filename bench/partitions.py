@@ -104,7 +104,7 @@ def cpu_split(pid: int) -> tuple[float, float]:
 
 async def metrics(session: aiohttp.ClientSession, server: str) -> dict[str, float]:
     wanted = ("raftlog_fsync_seconds_count", "raftlog_fsync_seconds_sum", "raftlog_transport_frames_in_total",
-              "raftlog_replicate_seconds_count")
+              "raftlog_replicate_seconds_count", "raftlog_tree_sidecar_warmer_bytes_hashed_total")
     async with session.get(f"http://{server}/metrics") as response:
         text = await response.text()
     found = dict.fromkeys(wanted, 0.0)
@@ -242,7 +242,9 @@ def report(legs: dict[str, Leg]) -> None:
               f"flushes {counters['raftlog_fsync_seconds_count'] * 1000 / leg.records:5.2f} "
               f"(mean {counters['raftlog_fsync_seconds_sum'] * 1000 / max(1, counters['raftlog_fsync_seconds_count']):.2f} ms), "
               f"proposals committed {counters['raftlog_replicate_seconds_count'] * 1000 / leg.records:5.2f}, "
-              f"frames in {counters['raftlog_transport_frames_in_total'] * 1000 / leg.records:5.1f}", flush=True)
+              f"frames in {counters['raftlog_transport_frames_in_total'] * 1000 / leg.records:5.1f}, "
+              f"sidecar bytes hashed per record "
+              f"{counters['raftlog_tree_sidecar_warmer_bytes_hashed_total'] / leg.records:5.0f}", flush=True)
 
 
 async def settle_leaders(client: AsyncClient, cluster: LocalCluster) -> tuple[str, dict[int, str]]:
