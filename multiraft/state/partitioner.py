@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -81,8 +83,8 @@ def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
     if len(short) < VECTOR_KEYS_MIN:
         return [partition_for_key(key, partitions) for key in keys]
     placed = [0] * len(keys)
-    hashed = _murmur2_columns([keys[i] for i in short]) & np.uint32(0x7FFFFFFF)
-    for i, partition in zip(short, (hashed % np.uint32(partitions)).tolist(), strict=True):
+    hashed = _murmur2_columns([keys[i] for i in short]) & 0x7FFFFFFF
+    for i, partition in zip(short, (hashed % partitions).tolist(), strict=True):
         placed[i] = partition
     if len(short) < len(keys):
         for i, key in enumerate(keys):
@@ -94,7 +96,11 @@ def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
 def _murmur2_columns(keys: Sequence[bytes]) -> np.ndarray:
     """`murmur2` of each key as an unsigned 32-bit column (uint32 arithmetic wraps as Java's
     int does). Row i holds key i's little-endian words, zero-padded with at least one
-    spare word, so the word after a key's whole words is its tail, zeros beyond it."""
+    spare word, so the word after a key's whole words is its tail, zeros beyond it.
+    numpy is imported here: the server hashes keys together, the client and the CLI (which
+    share this module) never do and do not pay its import."""
+    import numpy as np
+
     count = len(keys)
     lengths = np.fromiter(map(len, keys), dtype=np.uint32, count=count)
     longest = int(lengths.max())
