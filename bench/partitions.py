@@ -104,7 +104,7 @@ def cpu_split(pid: int) -> tuple[float, float]:
 
 async def metrics(session: aiohttp.ClientSession, server: str) -> dict[str, float]:
     wanted = ("raftlog_fsync_seconds_count", "raftlog_fsync_seconds_sum", "raftlog_transport_frames_in_total",
-              "raftlog_replicate_seconds_count")
+              "raftlog_replicate_seconds_count", "raftlog_tree_sidecar_warmer_bytes_hashed_total")
     async with session.get(f"http://{server}/metrics") as response:
         text = await response.text()
     found = dict.fromkeys(wanted, 0.0)
@@ -179,6 +179,7 @@ class Leg:
         self.seconds = 0.0
         self.cpu = [0.0, 0.0, 0.0]
         self.cpu_system = 0.0  # of sum(cpu): in the kernel (syscalls: sockets, writes, fsyncs)
+        self.cpu_client = 0.0  # this process (the load's client) meanwhile: the box's other share
         self.counters: dict[str, float] = collections.defaultdict(float)
 
     @property
@@ -202,11 +203,13 @@ async def run_leg(leg: Leg, topology: Topology, cluster: LocalCluster, window: i
     async def loop(request: Callable[[], Awaitable[int]]) -> None:
         nonlocal done
         while time.monotonic() < deadline:
-            done += await request()
+            acked = await request()  # never `done += await ...`: that reads `done` before the
+            done += acked  # await and writes back a stale sum, losing the other workers' counts
 
     async with aiohttp.ClientSession() as session:
         before = [await metrics(session, s) for s in topology.servers]
         cpu_before = [cpu_split(p) for p in pids]
+        client_before = time.process_time()
         began = time.monotonic()
         try:
             await asyncio.gather(*(loop(r) for r in requests))
@@ -214,6 +217,7 @@ async def run_leg(leg: Leg, topology: Topology, cluster: LocalCluster, window: i
             for client in clients.values():
                 await client.close()
         elapsed = time.monotonic() - began
+        leg.cpu_client += time.process_time() - client_before
         cpu_after = [cpu_split(p) for p in pids]
         after = [await metrics(session, s) for s in topology.servers]
     leg.records += done
@@ -238,11 +242,15 @@ def report(legs: dict[str, Leg]) -> None:
         counters = leg.counters
         system = leg.cpu_system * 100 / max(sum(leg.cpu), 1e-9)
         print(f"{name:14s} {leg.rate:10,.0f} rec/s  x{ratio:4.2f} of {name.split('-')[0]}-1   "
-              f"CPU {cpu:5.1f} s per M records (nodes {per_node}; {system:.0f} % system)   per 1k records: "
+              f"CPU {cpu:5.1f} s per M records (nodes {per_node}; {system:.0f} % system; client "
+              f"{leg.cpu_client * per_million:.1f}; box {(sum(leg.cpu) + leg.cpu_client) / leg.seconds:.2f} cores)   "
+              "per 1k records: "
               f"flushes {counters['raftlog_fsync_seconds_count'] * 1000 / leg.records:5.2f} "
               f"(mean {counters['raftlog_fsync_seconds_sum'] * 1000 / max(1, counters['raftlog_fsync_seconds_count']):.2f} ms), "
               f"proposals committed {counters['raftlog_replicate_seconds_count'] * 1000 / leg.records:5.2f}, "
-              f"frames in {counters['raftlog_transport_frames_in_total'] * 1000 / leg.records:5.1f}", flush=True)
+              f"frames in {counters['raftlog_transport_frames_in_total'] * 1000 / leg.records:5.1f}, "
+              f"sidecar bytes hashed per record "
+              f"{counters['raftlog_tree_sidecar_warmer_bytes_hashed_total'] / leg.records:5.0f}", flush=True)
 
 
 async def settle_leaders(client: AsyncClient, cluster: LocalCluster) -> tuple[str, dict[int, str]]:

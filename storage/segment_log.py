@@ -4,8 +4,9 @@
 way `storage/segments.py`'s `SegmentStore` (its subclass, which adds every write:
 appends, syncs, truncation, compaction) keeps them: the open segment's tables in
 memory, closed segments' index keys in the database, the newest entries in memory
-(`storage/recent.py`). Every frame read is checked by CRC (by the store's frame check,
-`storage.frames.crc_matches` unless its opener injected another).
+until the replicas no longer need them (`storage/entry_cache.py`). Every frame read
+is checked by CRC (by the store's frame check, `storage.frames.crc_matches` unless
+its opener injected another).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from raftlog.storage import CompactedError, UnavailableError
 from raftlog.types import GroupId, Index, Offset, Term
 from storage import catalog
 from storage.config import StoreConfig
+from storage.entry_cache import EntryCache, EntryCacheBudget
 from storage.errors import CorruptionError
 from storage.files import Files
 from storage.frames import FRAME_HEADER_BYTES, FrameCheck, FrameInfo
 from storage.node_state import StartPoint
-from storage.recent import RecentEntries
 from storage.recovery import Recovered
 from storage.segment import Segment, read_frames
 from storage.state_db import INDEX, StateDatabase, int_key
@@ -34,7 +35,7 @@ class SegmentLog:
 
     def __init__(
         self, group: GroupId, directory: str, db: StateDatabase, files: Files,
-        config: StoreConfig, recovered: Recovered, frame_check: FrameCheck,
+        config: StoreConfig, recovered: Recovered, frame_check: FrameCheck, cache_budget: EntryCacheBudget,
     ) -> None:
         self.group, self.directory, self._db, self._files = group, directory, db, files
         self.config = config
@@ -43,7 +44,7 @@ class SegmentLog:
         self._segments: list[Segment] = recovered.segments
         # Term runs: entries from _term_starts[i] on have term _terms[i].
         self._term_starts, self._terms = recovered.term_starts, recovered.terms
-        self._recent = RecentEntries()
+        self._cache = EntryCache(cache_budget)  # the newest entries, as appended
 
     def first_index(self) -> Index:
         return Index(self._start.snapshot.meta.index + 1)
@@ -66,18 +67,35 @@ class SegmentLog:
         return Term(self._terms[run])
 
     def entries(self, lo: Index, hi: Index, max_bytes: int) -> list[Entry]:
+        """From the cache where it holds them (the newest entries), else from the files;
+        a range across both reads the files up to the cache's first entry."""
         self._check_range(lo, hi)
-        recent = self._recent.read(lo, hi, max_bytes, self.last_index())
-        if recent is not None:
-            return recent
+        if lo == hi:
+            return []
+        cache = self._cache
+        cached_from = cache.first_index()
+        if cached_from is not None and lo >= cached_from:
+            return cache.read(lo, hi, max_bytes, 0, self.last_index())
+        files_hi = hi if cached_from is None or cached_from >= hi else cached_from
         selected: list[Entry] = []
         total = 0
-        for info, payload in self._frames(lo, hi):
+        for info, payload in self._frames(lo, files_hi):
             total += len(payload) + ENTRY_OVERHEAD_BYTES
             if total > max_bytes and selected:
-                break
+                return selected
             selected.append(Entry(info.index, info.term, info.kind, payload.tobytes()))
+        if files_hi < hi:
+            selected += cache.read(files_hi, hi, max_bytes, total, self.last_index())
         return selected
+
+    def release_cached(self, index: Index) -> None:
+        """Entries through `index` are applied and held by every follower this log
+        replicates to (the runtime's word): the cache lets them go."""
+        self._cache.release(index)
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cache.bytes
 
     def snapshot(self) -> Snapshot:
         return self._start.snapshot

@@ -14,7 +14,8 @@ written only in `sync`, so the database never runs ahead of synced segments.
 
 The reads live in `SegmentLog` (storage/segment_log.py), the base class; the fsync
 bookkeeping in `SyncLedger` (storage/sync_ledger.py); the newest entries kept in
-memory in `RecentEntries` (storage/recent.py).
+memory in `EntryCache` (storage/entry_cache.py), which every write below keeps true
+to the files (an append remembers, a cut, snapshot, compaction or close drops).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from raftlog.storage import InitialState
 from raftlog.types import GroupId, Index, Offset
 from storage import catalog
 from storage.config import FlushMode, StoreConfig
+from storage.entry_cache import STORE_CACHE_BYTES_DEFAULT, EntryCacheBudget
 from storage.errors import CorruptionError, DiskFullError
 from storage.files import Files
 from storage.frames import FrameCheck, FrameInfo, crc_matches, encode_frame, record_count_of
@@ -70,21 +72,19 @@ class SegmentStore(SegmentLog):
     node's event loop owns it."""
 
     def __init__(
-        self,
-        group: GroupId,
-        directory: str,
-        db: StateDatabase,
-        files: Files,
-        config: StoreConfig | None = None,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        self, group: GroupId, directory: str, db: StateDatabase, files: Files,
+        config: StoreConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
         *,
         frame_check: FrameCheck = crc_matches,
         on_segments_changed: Callable[[SegmentStore], None] | None = None,
+        cache_budget: EntryCacheBudget | None = None,
     ) -> None:
-        """`frame_check` judges the CRC of every frame recovery scans and reads return."""
+        """`frame_check` judges the CRC of every frame recovery scans and reads return.
+        `cache_budget`: the node's, shared by its stores; by default one of this store's own."""
         config = config or StoreConfig()
         recovered = recover(group, directory, db, files, clock_ms(), frame_check)
-        super().__init__(group, directory, db, files, config, recovered, frame_check)
+        super().__init__(group, directory, db, files, config, recovered, frame_check,
+                         EntryCacheBudget(STORE_CACHE_BYTES_DEFAULT) if cache_budget is None else cache_budget)
         self.closed = False  # set by close(); the flusher skips a closed store
         # Told of each segment closed, reopened or dropped (and here, of a log holding closed ones): the
         # tree sidecar warmer looks at the stores named, not at every store (multiraft/node/tree_sidecars.py).
@@ -154,7 +154,7 @@ class SegmentStore(SegmentLog):
             position += size
             next_offset = Offset(next_offset + count)
         self._write(segment, buffers, infos)
-        self._recent.remember(entries)
+        self._cache.remember(entries)
 
     def append_frames(self, data: bytes) -> list[FrameInfo]:
         """Store frames received from the leader byte for byte, after validating them."""
@@ -167,7 +167,7 @@ class SegmentStore(SegmentLog):
             self.truncate_from(first)
         segment = self._writable_segment()
         frames = validate_frames(data, first, segment.next_offset)
-        self._recent.forget()  # these frames have no Entry objects to remember
+        self._cache.forget()  # these frames have no Entry objects to remember
         base = segment.size
         infos = [
             FrameInfo(f.index, f.term, f.kind, f.base_offset, f.record_count,
@@ -345,6 +345,9 @@ class SegmentStore(SegmentLog):
         """Drop entries from `index` on (a Raft conflict). Never below the commit."""
         assert index > self._hard_state.commit, "committed entries are never truncated"
         assert self._start.snapshot.meta.index < index <= self.last_index()
+        # First: a step below that raises (a corrupt closed segment on reopen, an unlink)
+        # must not leave cached entries the files may no longer hold.
+        self._cache.forget(index)
         segment = self._segment_of(index)
         batch = self._db.batch()
         for later in self._segments[self._segments.index(segment) + 1 :]:
@@ -362,7 +365,6 @@ class SegmentStore(SegmentLog):
         self._files.sync_dir(self.directory)
         run = bisect_right(self._term_starts, index - 1)
         del self._term_starts[run:], self._terms[run:]
-        self._recent.forget(index)
         self._ledger.truncated(segment, index)
 
     def _reopen(self, segment: Segment, batch) -> None:
@@ -392,10 +394,10 @@ class SegmentStore(SegmentLog):
         batch.delete(int_key(CLOSED_SEGMENT, self.group, segment.first_index))
 
     def close(self) -> None:
+        self._cache.forget()  # first, as in truncate_from: a close that raises holds nothing
         for segment in self._segments:
             self._files.close(segment.handle)
         self._segments = []
-        self._recent.forget()
         self.closed = True
 
     # -- snapshots and compaction ----------------------------------------------
@@ -421,6 +423,7 @@ class SegmentStore(SegmentLog):
             data=self._start.snapshot.data if data is None else data,
         )
         self._set_start(StartPoint(snapshot, self.offset_after(index)))
+        self._cache.release(index)  # below the log's start now: never read again
         self._delete_segments_below(Index(index + 1))
 
     def set_snapshot(self, snapshot: Snapshot) -> None:
@@ -436,6 +439,7 @@ class SegmentStore(SegmentLog):
         `snapshot.data` is used when given, else 0).
         """
         assert snapshot.meta.index >= self._start.snapshot.meta.index, "snapshots never go back"
+        self._cache.forget()  # first, as in truncate_from: a step below may raise
         if next_offset is None:
             next_offset = Offset(getattr(snapshot.data, "next_offset", 0))
         batch = self._db.batch()
@@ -451,7 +455,6 @@ class SegmentStore(SegmentLog):
         self._db.write(batch, sync=False)
         self._files.sync_dir(self.directory)
         self._term_starts, self._terms = [], []
-        self._recent.forget()
         self._set_start(StartPoint(snapshot, next_offset))
         self._ledger.durable_index = self.last_index()
 

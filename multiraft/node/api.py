@@ -57,7 +57,7 @@ from multiraft.node.scrubber import PARTITIONS_PER_CALL, VerifyReport
 from multiraft.node.tree_sidecars import SidecarCounts
 from multiraft.runtime.group import GroupStatus
 from multiraft.state.consumer_offsets import GROUP_NAME_PATTERN, OffsetCommit
-from multiraft.state.partitioner import partition_for_key
+from multiraft.state.partitioner import partition_for_key, partitions_for_keys
 from multiraft.transport.inbound_admission import Refusal as TransportRefusal
 from multiraft.transport.transport_config import TransportStats
 from raftlog.messages import Role
@@ -136,6 +136,7 @@ __all__ = [
     "VerifyReport",
     "group_limits",
     "partition_for_key",
+    "partitions_for_keys",
     "validate_off_loop",
     "verify_admission",
 ]

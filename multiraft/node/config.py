@@ -33,6 +33,7 @@ from multiraft.node.move_throttle import (
 )
 from raftlog.types import NodeId
 from storage.config import FlushPolicy
+from storage.entry_cache import ENTRY_CACHE_BYTES_DEFAULT
 
 # Scheduled scrubs. A week, as Ceph's osd_deep_scrub_interval: rot in a closed segment is
 # found within a week of a replica's last read, at a cost spread thin (a seventh of a day's
@@ -107,6 +108,9 @@ class NodeConfig:
     # catchup_leader.py), not by appends; 0 turns either test off (both 0: never).
     far_catchup_lag_entries: int = 20_000
     far_catchup_lag_bytes: int = 32 * 1024 * 1024
+    # Bytes of newly appended entries this node's stores keep in memory, all groups
+    # together, until their followers hold them (storage/entry_cache.py); 0: none.
+    entry_cache_bytes: int = ENTRY_CACHE_BYTES_DEFAULT
     # Leadership balancing (multiraft/node/leadership.py). A transfer's target must have been
     # live this long without a silence (30 s: three node-dead-after periods, so a node back
     # from a restart has caught up and settled before it is asked to lead); no automatic
@@ -165,6 +169,8 @@ class NodeConfig:
         if not SCRUB_BYTES_PER_S_MIN <= self.scrub_bytes_per_s <= REPLICA_MOVE_BYTES_PER_S_MAX:
             raise ConfigError(f"scrub_bytes_per_s: {SCRUB_BYTES_PER_S_MIN} to {REPLICA_MOVE_BYTES_PER_S_MAX} "
                               f"(default {SCRUB_BYTES_PER_S_DEFAULT}, 16 MiB/s)")
+        if self.entry_cache_bytes < 0:
+            raise ConfigError("entry_cache_bytes: 0 (no cache) or a positive number of bytes")
         if self.far_catchup_lag_entries < 0 or self.far_catchup_lag_bytes < 0:
             raise ConfigError("far_catchup_lag_entries, far_catchup_lag_bytes: 0 (off) or a positive number")
         if self.leader_balance_target_live_ms < 0 or self.leader_balance_settle_ms < 0:
@@ -315,8 +321,8 @@ def _build(settings: dict[str, Any]) -> NodeConfig:
     for name in ("rack", "tick_ms", "election_timeout_ticks", "heartbeat_interval_ticks",
                  "replica_lag_time_max_ms", "segment_bytes_max", "node_dead_after_ms", "replica_move_after_ms",
                  "replica_move_bytes_per_s", "tree_sidecar_bytes_per_s", "scrub_interval_s", "scrub_bytes_per_s",
-                 "far_catchup_lag_entries",
-                 "far_catchup_lag_bytes", "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms",
+                 "far_catchup_lag_entries", "far_catchup_lag_bytes", "entry_cache_bytes",
+                 "consumer_offsets_retention_ms", "consumer_offsets_retention_check_ms",
                  "leader_balance_target_live_ms", "leader_balance_settle_ms", "leader_transfers_in_flight_max"):
         if name in settings:
             values[name] = settings[name] if name == "rack" else _integer(name, settings[name])

@@ -33,6 +33,7 @@ from multiraft.state.producers import (
 from raftlog.messages import HardState
 from raftlog.types import GroupId, Offset
 from storage.config import StoreConfig
+from storage.entry_cache import EntryCacheBudget
 from storage.files import Files, OsFiles
 from storage.frames import FrameCheck, crc_matches
 from storage.segments import SegmentStore, wall_clock_ms
@@ -93,9 +94,10 @@ class SegmentStoreForgettingVotes(SegmentStore):
     def __init__(self, group: GroupId, directory: str, db: StateDatabase, files: Files,
                  config: StoreConfig | None = None, clock_ms: Callable[[], int] = wall_clock_ms,
                  *, frame_check: FrameCheck = crc_matches,
-                 on_segments_changed: Callable[[SegmentStore], None] | None = None) -> None:
+                 on_segments_changed: Callable[[SegmentStore], None] | None = None,
+                 cache_budget: EntryCacheBudget | None = None) -> None:
         super().__init__(group, directory, db, files, config, clock_ms, frame_check=frame_check,
-                         on_segments_changed=on_segments_changed)
+                         on_segments_changed=on_segments_changed, cache_budget=cache_budget)
         self._opened_hard_state = self.initial_state().hard_state  # its term and vote are kept
 
     def hard_state_to_store(self) -> HardState:
@@ -160,10 +162,11 @@ class Faults:
         )
 
     def open_store(self, group: GroupId, directory: str, db: StateDatabase, files: Files, config: StoreConfig,
-                   on_segments_changed: Callable[[SegmentStore], None] | None = None) -> SegmentStore:
+                   on_segments_changed: Callable[[SegmentStore], None] | None = None,
+                   cache_budget: EntryCacheBudget | None = None) -> SegmentStore:
         """Open a group's segment store: the class and frame check chosen here."""
         return self.store_class(group, directory, db, files, config, frame_check=self.frame_check,
-                                on_segments_changed=on_segments_changed)
+                                on_segments_changed=on_segments_changed, cache_budget=cache_budget)
 
     def files(self, groups_directory: str) -> Files:
         """Segment files: the OS's, or the write-behind layer that loses unsynced data on kill -9."""

@@ -1,7 +1,8 @@
 """A node's local storage: the state database, the cross-group flusher, the segment files.
 
 Opened when the node starts, closed last when it stops (after its groups), so every
-group's store and runtime is built over the same three pieces.
+group's store and runtime is built over the same three pieces (and one budget for the
+entries the stores keep in memory, storage/entry_cache.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from multiraft.runtime.flusher import Flusher
 from raftlog.storage import StorageError
 from raftlog.types import GroupId
+from storage.entry_cache import ENTRY_CACHE_BYTES_DEFAULT, EntryCacheBudget
 from storage.files import Files, make_private_dirs
 from storage.state_db import StateDatabase
 
@@ -23,7 +25,8 @@ if TYPE_CHECKING:
 
 
 class LocalStorage:
-    def __init__(self, data_dir: Path, faults: Faults, latencies: NodeLatencies, logger: Any) -> None:
+    def __init__(self, data_dir: Path, faults: Faults, latencies: NodeLatencies, logger: Any,
+                 entry_cache_bytes: int = ENTRY_CACHE_BYTES_DEFAULT) -> None:
         self.groups_directory = data_dir / "groups"
         self._database_path = data_dir / "state.db"
         self._faults = faults
@@ -32,6 +35,8 @@ class LocalStorage:
         self.files: Files | None = None
         self.db: StateDatabase | None = None
         self.flusher: Flusher | None = None
+        # Shared by every store of the node: one budget for their cached entries.
+        self.entry_cache = EntryCacheBudget(entry_cache_bytes)
 
     def open(self) -> None:
         make_private_dirs(self.groups_directory)  # 0700, as every directory the node makes

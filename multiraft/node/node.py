@@ -104,7 +104,8 @@ class Node:
         self._started = False
         self.open_files_limit = 0  # the soft RLIMIT_NOFILE, raised at start (multiraft/node/open_files.py)
         self._build_network()
-        self.storage = LocalStorage(config.data_dir, self.faults, self.latencies, self.logger)
+        self.storage = LocalStorage(config.data_dir, self.faults, self.latencies, self.logger,
+                                    config.entry_cache_bytes)
         self.changed_stores = ChangedStores()  # for the tree sidecar warmer (multiraft/node/tree_sidecars.py)
         self.replicas = Replicas(config, self.registry, self.catalog_holder, self.storage, self.faults,
                                  self.latencies, ReplicaLinks(

@@ -3,8 +3,8 @@
 Every node applies the catalog and reconciles its groups with it: it opens the
 groups the catalog assigns to it (creating them on first sight, bootstrapped
 with the replicas the partition was created with as voters; a copy on a node
-the partition moved to starts empty) and closes and deletes the rest, a copy
-that is leaving only once its group removed it (multiraft/node/reassignment.py). A group
+the partition moved to starts empty) and closes and deletes the rest, a leaving copy
+once its group removed it (multiraft/node/reassignment.py). A group
 whose storage fails (the disk filled up) is closed and opened again from disk
 after a pause, as a restart of the node would.
 """
@@ -137,8 +137,7 @@ class Replicas:
         topic's `segment_bytes`, `segment_ms`, `retention_ms`, `retention_bytes` and
         `flush` (the node's settings where it has none). `replicas`: the catalog's, which
         with `voters` are whom a replica in repair tells what it holds (`Config.repair_contacts`).
-        One group, synced on the loop (the metadata group); `reconcile_loop` opens many in
-        chunks with one shared flush (`_open_chunks`)."""
+        One group, synced on the loop (the metadata group); `reconcile_loop` opens many in chunks."""
         opened = self.open_store(group_id, voters, topic_config)
         assert opened is not None
         store, created = opened
@@ -161,7 +160,7 @@ class Replicas:
         make_private_dirs(directory)
         store_config = StoreConfig(**topic_store_settings(self._config, topic_config or {}))
         store = self._faults.open_store(group_id, str(directory), storage.db, storage.files, store_config,
-                                        self._links.segments_changed)
+                                        self._links.segments_changed, storage.entry_cache)
         # Bootstrap only a replica that never existed: an empty log with a recorded term is
         # a damaged one (needs repair), which learns its log, membership included, from the leader.
         fresh = store.last_index() == 0 and store.initial_state().hard_state.term == 0
@@ -254,16 +253,18 @@ class Replicas:
         await runtime.stop()
         if machine is not None:
             machine.close()
-        synced = not runtime.failed  # a failed store may not sync (disk full): what it lost, a crash loses
-        if synced:
-            try:
-                store.sync()
-            except (OSError, StorageError) as error:
-                synced = False
-                self._logger.error("group_sync_failed_at_close", group_id=group_id, error=repr(error))
-        if before_close is not None:
-            before_close(store, synced)
-        store.close()
+        synced = not runtime.failed
+        try:  # whatever raises, the store closes: its files and cached entries (the node's budget) go
+            if synced:  # a failed store may not sync (disk full): what it lost, a crash loses
+                try:
+                    store.sync()
+                except (OSError, StorageError) as error:
+                    synced = False
+                    self._logger.error("group_sync_failed_at_close", group_id=group_id, error=repr(error))
+            if before_close is not None:
+                before_close(store, synced)
+        finally:
+            store.close()
         if delete:
             self._remove_group_directory(group_id)
         self._logger.info("group_closed", group_id=group_id, deleted=delete)
@@ -411,8 +412,7 @@ class Replicas:
         next chunk is prepared while a chunk's flush runs, and every chunk ends with a
         yield: opening thousands never holds the loop for more than one chunk. Each started
         chunk is settled into the frozen heap at once (`heap.settle`, its pause appended to
-        `pauses`): a collection then walks one chunk's objects, where one settle after a
-        1,000-group topic held the loop 90-115 ms."""
+        `pauses`): a collection walks one chunk's objects, not a whole topic's."""
         opened = 0
         prepared: list[_Chunk] = []
         try:

@@ -63,6 +63,10 @@ SCAN_S = 2.0  # how often the warmer looks at the stores whose closed segments c
 SEGMENTS_PER_PASS = 16  # built per pass at most (a 64 MiB segment: about 70 ms of hashing, in slices)
 CHECKS_PER_PASS = 1024  # sidecars read and checked per pass at most (a few KiB each): a restart's first passes
 CHECKS_PER_YIELD = 32  # sidecar checks between two yields to the loop (each a small file read)
+# Bytes hashed per slice of a warmer build (a verify's build takes storage/scrub.py's 8 MiB):
+# the warmer is background work beside produce, and a slice holds the loop (about 1 ms a MiB
+# read and hashed here), so its slices stay near a millisecond; at least one batch a slice.
+WARMER_SLICE_BYTES = 1 << 20
 PENDING_WRITES_MAX = 256  # sidecars offered by builds, waiting for the writer; more are dropped (a cache)
 
 
@@ -258,7 +262,7 @@ class SidecarWarmer:
         while True:
             await self._pace.ready()  # the token bucket allows the next slice (in debt after a big one)
             before = builder.bytes_hashed
-            finished = builder.step()
+            finished = builder.step(bytes_max=WARMER_SLICE_BYTES)
             hashed = builder.bytes_hashed - before
             self._pace.spent(hashed)
             self._writer.counts.warmer_bytes_hashed += hashed

@@ -300,6 +300,7 @@ class GroupRuntime:
                 self._drain()
                 while self.core.has_ready():
                     await self._handle_ready()
+                self.host.release_cached()  # after a follower's answer too, which may make no Ready
                 if self._campaign_requested and self.core.applied_index >= self.core.commit_index:
                     self._campaign_requested = False
                     self.core.campaign()
@@ -308,8 +309,7 @@ class GroupRuntime:
             raise
         except Exception as error:  # a storage failure is fatal for the group, never silent
             self.logger.error("group_failed", error=repr(error))
-            self.failed = True
-            self.failure = error
+            self.failed, self.failure = True, error
             self._fail_waiters(OutcomeUnknown(f"group {self.group_id} failed: {error!r}"))
             if self.on_failure is not None:
                 self.on_failure(self.group_id)  # the node reopens it from disk (like a restart)

@@ -66,6 +66,9 @@ class GroupHost:
         self.appends_refused = 0  # appends holding a batch that is not valid (see batches_valid)
         self._held_commits: dict[int, Message] = {}
         self._held_timer: asyncio.TimerHandle | None = None
+        # A segment store keeps its newest entries in memory until told they may go
+        # (storage/entry_cache.py); other stores (tests' MemoryStorage) have no such cache.
+        self._release_cached: Callable[[Index], None] | None = getattr(store, "release_cached", None)
 
     def close(self) -> None:
         if self._held_timer is not None:
@@ -151,6 +154,11 @@ class GroupHost:
 
     # Around the steps: what the runtime asks of its host between Readys.
 
+    def release_cached(self) -> None:
+        """After a round of the group: the entries no replica needs leave the store's cache."""
+        if self._release_cached is not None:
+            self._release_cached(cache_release_index(self.core))
+
     def batches_valid(self, message: Message, check_data: Callable[[bytes], object], logger: Any) -> bool:
         """A follower checks every batch it is sent before storing it, as the leader did
         before proposing it: a leader with a bug (or a corrupting path between them)
@@ -178,3 +186,22 @@ class GroupHost:
             if mark is not None:
                 mark()
             logger.warning("replica_repaired", commit=core.commit_index)
+
+
+def cache_release_index(core: RaftCore) -> Index:
+    """Through which index this replica's store may drop its cached entries: what is
+    applied here and, on a leader, held by every follower it replicates to.
+
+    A follower being sent a snapshot or a far install (INSTALL) is left out: it will
+    not read these entries, and waiting for it would pin them until the node's budget
+    evicts them. A follower that is down stays in (PROBE): it is usually back within
+    the budget's span, and its catch-up then reads from memory. Only the hit rate
+    depends on this answer, never what a read returns (see storage/entry_cache.py)."""
+    index = core.applied_index
+    if core.role is not Role.LEADER:
+        return index
+    for node in core.membership.members:
+        progress = core.progress(node) if node != core.id else None
+        if progress is not None and progress.state is not ProgressState.INSTALL and progress.match < index:
+            index = progress.match
+    return index

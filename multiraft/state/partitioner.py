@@ -6,16 +6,30 @@ This mirrors `org.apache.kafka.common.utils.Utils.murmur2` (seed 0x9747b28c,
 32-bit signed arithmetic) and `Utils.toPositive` (mask the sign bit: not
 `abs()`, which differs for negative hashes). Shared by the HTTP layer and the
 Python client, so both place keys identically.
+
+A topic produce places a whole request's keys at once (`partitions_for_keys`): the
+same arithmetic over numpy columns, one word of every key per step, so a request of
+1,000 keys costs a few array operations instead of 1,000 Python-level hashes (the
+per-key loop was a tenth of a node's loop in a keyed produce over eight partitions).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK32 = 0xFFFFFFFF
 _WORDS = struct.Struct("<I")
+# Keys hashed together are padded to the longest one's words: longer keys go one by one,
+# so one huge key cannot make a request's matrix huge. Fewer keys than this: one by one.
+VECTOR_KEY_BYTES_MAX = 64
+VECTOR_KEYS_MIN = 16
 
 
 def _signed(value: int) -> int:
@@ -60,3 +74,49 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition of a keyed record without an explicit partition."""
     assert partitions >= 1
     return to_positive(murmur2(key)) % partitions
+
+
+def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
+    """`partition_for_key` of every key, in order, computed for the short ones at once."""
+    assert partitions >= 1
+    short = [i for i, key in enumerate(keys) if len(key) <= VECTOR_KEY_BYTES_MAX]
+    if len(short) < VECTOR_KEYS_MIN:
+        return [partition_for_key(key, partitions) for key in keys]
+    placed = [0] * len(keys)
+    hashed = _murmur2_columns([keys[i] for i in short]) & 0x7FFFFFFF
+    for i, partition in zip(short, (hashed % partitions).tolist(), strict=True):
+        placed[i] = partition
+    if len(short) < len(keys):
+        for i, key in enumerate(keys):
+            if len(key) > VECTOR_KEY_BYTES_MAX:
+                placed[i] = partition_for_key(key, partitions)
+    return placed
+
+
+def _murmur2_columns(keys: Sequence[bytes]) -> np.ndarray:
+    """`murmur2` of each key as an unsigned 32-bit column (uint32 arithmetic wraps as Java's
+    int does). Row i holds key i's little-endian words, zero-padded with at least one
+    spare word, so the word after a key's whole words is its tail, zeros beyond it.
+    numpy is imported here: the server hashes keys together, the client and the CLI (which
+    share this module) never do and do not pay its import."""
+    import numpy as np
+
+    count = len(keys)
+    lengths = np.fromiter(map(len, keys), dtype=np.uint32, count=count)
+    longest = int(lengths.max())
+    width = (longest // 4 + 1) * 4
+    words = np.frombuffer(b"".join(key.ljust(width, b"\0") for key in keys), dtype="<u4").reshape(count, width // 4)
+    m = np.uint32(_M)
+    h = np.uint32(_SEED) ^ lengths
+    whole = lengths >> np.uint32(2)
+    for column in range(longest // 4):
+        k = words[:, column] * m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h = np.where(whole > column, (h * m) ^ k, h)
+    tail = words[np.arange(count), whole]
+    h = np.where((lengths & np.uint32(3)) != 0, (h ^ tail) * m, h)
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return h

@@ -4,9 +4,31 @@ A `PeerLink` owns one task that loops: dial the peer (bound to our own raft host
 run the handshake, then write queued frames until the connection fails; then
 back off (exponential, jittered, bounded) and dial again. `enqueue` never
 blocks and never awaits: while the link is connected, idle and its socket keeps
-up, it writes the frame at once (no event-loop hop on the latency path);
-otherwise it pushes onto the bounded `SendQueue` (which sheds) and wakes the
-writer.
+up, the frame joins the link's *pending* frames, which go out together in one
+write at the end of this event-loop turn (`_flush_pending`, scheduled by
+`call_soon` when the first of them arrives); otherwise it pushes onto the bounded
+`SendQueue` (which sheds) and wakes the writer.
+
+Why a turn's frames share one write: a node's groups each run their Ready in
+their own task, and a produce over 8 partitions wakes 8 of them in one turn, each
+sending an append to the same two peers. One `send` per frame was 8.6 % of a
+leader's event-loop thread (docs/scale.md); one per peer per turn costs what one
+frame did. Heartbeats were already one frame per peer per tick (heartbeats.py);
+they join the turn's write like any frame.
+
+Order and bounds: while frames are pending every `enqueue` appends to them (the
+queue is empty then: pending starts only when it is, and nothing else pushes to
+it meanwhile), so frames leave in the order they were enqueued, before anything
+queued later. Pending frames are bounded as a writer batch is
+(`write_batch_frames_max`, `write_batch_bytes_max`): reaching either writes them
+at once. The delay is bounded but not nil: the flush is a `call_soon` callback,
+so it runs in the loop's next iteration, after that iteration's I/O poll (a zero
+timeout: a callback is ready) and after every callback queued before it (the
+tasks woken earlier in the turn, the I/O callbacks the poll made ready, timers
+due), whose own frames join the same write. If the connection went before the
+flush, or its write raises (uvloop on a transport closed under us), the pending
+frames go to the queue (shed and counted as any frame would be) and leave on the
+next connection; so they do if anything is queued already, after it.
 
 The connection is write-only after the handshake, but a watcher reads it too:
 a peer that restarts closes its end, and reading is how we notice at once
@@ -76,6 +98,10 @@ class PeerLink:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None  # set while connected
+        # Frames for this turn's one write (see the module docstring), and its bytes.
+        self._pending: list[tuple[int, int, bytes]] = []
+        self._pending_bytes = 0
+        self._flush_handle: asyncio.Handle | None = None
         self._frames_out = 0
         self._bytes_out = 0
         self._connects = 0
@@ -92,6 +118,7 @@ class PeerLink:
     def cancel(self) -> asyncio.Task[None] | None:
         """Stop the link; the caller awaits the returned task. Queued frames are dropped."""
         self.queue.clear()
+        self._drop_pending()
         if self._writer is not None:
             self._writer.transport.abort()
         if self._task is not None:
@@ -99,6 +126,10 @@ class PeerLink:
         return self._task
 
     def enqueue(self, frame_type: int, group_id: int, body: bytes) -> None:
+        pending = self._pending
+        if pending:
+            self._add_pending(frame_type, group_id, body)
+            return
         writer = self._writer
         if (
             writer is not None
@@ -107,10 +138,51 @@ class PeerLink:
             and not writer.transport.is_closing()
         ):
             # The fast path: nothing is waiting and the socket keeps up, so the frame
-            # goes out now (one send) instead of one event-loop turn later via the
-            # writer task. Order holds: only an empty queue and buffer are bypassed.
-            self._write(writer, [(frame_type, group_id, body)])
+            # goes out with this turn's other frames in one write at the end of the turn,
+            # instead of through the writer task. Order holds: only an empty queue and
+            # buffer are bypassed.
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush_pending)
+            self._add_pending(frame_type, group_id, body)
             return
+        self._push(frame_type, group_id, body)
+
+    def _add_pending(self, frame_type: int, group_id: int, body: bytes) -> None:
+        self._pending.append((frame_type, group_id, body))
+        self._pending_bytes += len(body)
+        config = self._config
+        if len(self._pending) >= config.write_batch_frames_max or self._pending_bytes >= config.write_batch_bytes_max:
+            self._flush_pending()  # a full batch goes now: pending frames stay bounded
+
+    def _flush_pending(self) -> None:
+        """The turn's pending frames, in one write (or onto the queue if the connection went)."""
+        frames = self._pending
+        self._drop_pending()
+        if not frames:
+            return
+        writer = self._writer
+        # Frames already queued (none are, by the docstring's argument) must not be
+        # overtaken by a direct write: then these join the queue's end instead, in order.
+        if writer is not None and not writer.transport.is_closing() and not self.queue:
+            try:
+                self._write(writer, frames)
+                return
+            except (RuntimeError, OSError) as error:
+                # A transport closed under us before is_closing() says so: uvloop refuses
+                # the write (RuntimeError). Nothing of it was sent; the frames are queued
+                # for the next connection, and the writer task sees the closed transport.
+                self._logger.debug("peer_flush_failed", error=repr(error))
+                writer.transport.abort()
+        for frame in frames:
+            self._push(*frame)
+
+    def _drop_pending(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._pending = []
+        self._pending_bytes = 0
+
+    def _push(self, frame_type: int, group_id: int, body: bytes) -> None:
         queue = self.queue
         heartbeats_before, frames_before = queue.heartbeats_shed, queue.frames_shed
         if queue.push(frame_type, group_id, body):
@@ -131,8 +203,8 @@ class PeerLink:
             peer_id=self.peer_id,
             address=self.address,
             connected=self.connected,
-            queued_frames=len(self.queue),
-            queued_bytes=self.queue.bytes,
+            queued_frames=len(self.queue) + len(self._pending),
+            queued_bytes=self.queue.bytes + self._pending_bytes,
             frames_out=self._frames_out,
             bytes_out=self._bytes_out,
             heartbeats_shed=self.queue.heartbeats_shed,

@@ -30,7 +30,6 @@ from storage.batch import Record, encode_batch
 from storage.config import StoreConfig
 from storage.errors import CorruptionError
 from storage.frames import crc_matches
-from storage.recent import RECENT_ENTRIES_MAX
 from storage.segments import SegmentStore
 from tests.storage.helpers import GROUP, SegmentHarness, data_entry
 
@@ -210,10 +209,9 @@ def test_skip_crc_unset_reads_still_refuse_damage(tmp_path):
             harness.store.append([data_entry(i, 1) for i in range(1, 4)])
             harness.store.sync()
             _flip_payload_byte_of_last_entry(harness)  # under the open store: no recovery runs
-            # The store keeps its newest entries in memory; push entry 3 out, so it is read
-            # from the file.
-            later = range(4, 4 + RECENT_ENTRIES_MAX)
-            harness.store.append([data_entry(i, 1) for i in later])
+            # The store keeps appended entries in memory until released; release them, so
+            # entry 3 is read from the file.
+            harness.store.release_cached(Index(3))
             if verify_crc:
                 with pytest.raises(CorruptionError):
                     harness.store.entries(Index(3), Index(4), 1 << 20)

@@ -83,6 +83,30 @@ async def test_keyed_records_follow_murmur2_and_unkeyed_spread(cluster: Cluster)
     assert body["offsets"][0]["partition"] == 3
 
 
+async def test_a_request_mixing_keys_partitions_and_neither_places_each_record(cluster: Cluster) -> None:
+    # Goal: the keys of one request are hashed at once (partitions_for_keys), and each keyed
+    # record still lands where murmur2 puts it between explicit and unkeyed ones, a key past
+    # the vector limit included.
+    await cluster.create_topic("mixed", partitions=5)
+    records: list[dict] = []
+    for i in range(60):
+        if i % 3 == 0:
+            records.append({"key": f"user-{i}" * (1 if i % 9 else 20), "value": i})
+        elif i % 3 == 1:
+            records.append({"value": i, "partition": i % 5})
+        else:
+            records.append({"value": i})
+    status, body = await cluster.call("POST", 2, "/v1/topics/mixed/records", json={"records": records})
+    assert status == 200
+    for record, offset in zip(records, body["offsets"], strict=True):
+        if "key" in record:
+            assert offset["partition"] == partition_for_key(record["key"].encode(), 5), record
+        elif "partition" in record:
+            assert offset["partition"] == record["partition"]
+        else:
+            assert 0 <= offset["partition"] < 5
+
+
 async def test_binary_batch_in_and_out(cluster: Cluster) -> None:
     await cluster.create_topic("bin", partitions=1)
     batches = [encode_batch([Record(b"k%d" % i, b"v%d" % i) for i in range(j, j + 3)], first_timestamp_ms=7)

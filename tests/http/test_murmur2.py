@@ -1,6 +1,7 @@
 """Goal: keys hash exactly as Kafka's default partitioner does (Utils.murmur2 vectors),
 and the folded implementation agrees with the plain transcription of Kafka's code for
-every tail length."""
+every tail length; a request's keys placed at once (numpy columns) land where each
+alone would."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import random
 
 import pytest
 
-from multiraft.state.partitioner import murmur2, partition_for_key, to_positive
+from multiraft.state.partitioner import (
+    VECTOR_KEY_BYTES_MAX,
+    VECTOR_KEYS_MIN,
+    murmur2,
+    partition_for_key,
+    partitions_for_keys,
+    to_positive,
+)
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 KAFKA_VECTORS = [
@@ -69,3 +77,24 @@ def test_murmur2_agrees_with_the_plain_form_for_every_length() -> None:
         for _ in range(25):
             data = bytes(rng.randrange(256) for _ in range(length))
             assert murmur2(data) == plain_murmur2(data), data
+
+
+def test_keys_placed_at_once_land_where_each_alone_would() -> None:
+    # Every length up to past the vector limit (the long ones go one by one), empty keys,
+    # high bytes (words above 2**31), lists below the vector minimum, and partition counts
+    # from 1 to Java's largest int.
+    rng = random.Random(2611)
+    for trial in range(300):
+        count = rng.choice([0, 1, VECTOR_KEYS_MIN - 1, VECTOR_KEYS_MIN, rng.randint(17, 400)])
+        keys = [bytes(rng.randrange(256) for _ in range(rng.choice([0, rng.randint(1, 12),
+                                                                     rng.randint(13, VECTOR_KEY_BYTES_MAX + 30)])))
+                for _ in range(count)]
+        partitions = rng.choice([1, 2, 3, 8, 1000, 2**31 - 1])
+        assert partitions_for_keys(keys, partitions) == [partition_for_key(k, partitions) for k in keys], trial
+
+
+@pytest.mark.parametrize(("key", "expected"), KAFKA_VECTORS)
+def test_kafka_vectors_hold_for_keys_placed_at_once(key: bytes, expected: int) -> None:
+    keys = [key] * VECTOR_KEYS_MIN + [b"x" * VECTOR_KEY_BYTES_MAX]  # the vector path, padded past the key
+    placed = partitions_for_keys(keys, 2**31 - 1)
+    assert placed[:VECTOR_KEYS_MIN] == [to_positive(expected) % (2**31 - 1)] * VECTOR_KEYS_MIN

@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from multiraft.node.tree_sidecars import ChangedStores, SidecarWarmer, SidecarWriter
+from multiraft.node.tree_sidecars import (
+    WARMER_SLICE_BYTES,
+    ChangedStores,
+    SidecarWarmer,
+    SidecarWriter,
+)
 from raftlog.messages import HardState
 from raftlog.types import GroupId, Index, Term
 from storage.config import StoreConfig
@@ -123,6 +128,36 @@ def test_the_warmer_hashes_within_its_rate(tmp_path: Path) -> None:
     hashed = writer.counts.warmer_bytes_hashed
     assert writer.counts.written == len(closed) and hashed > 150_000
     assert elapsed >= (hashed - 50_000) / 1_000_000, f"{hashed} bytes hashed in {elapsed:.3f} s"
+    harness.close()
+
+
+def test_the_warmer_holds_the_loop_a_small_slice_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Goal: background hashing never holds the loop for a verify-sized slice (8 MiB, about
+    # 10 ms here): each step of a warmer build hashes at most WARMER_SLICE_BYTES and one batch.
+    harness = SegmentHarness(str(tmp_path), config=StoreConfig(segment_bytes_max=4 << 20))
+    store = harness.store
+    for first in range(1, 61, 4):  # 60 batches of ~100 KB: a closed segment of ~4 MiB
+        store.append([data_entry(i, 1, count=100, value_bytes=1000) for i in range(first, first + 4)])
+    store.set_hard_state(HardState(term=Term(1), commit=Index(60)))
+    store.sync()
+    assert any(s.closed for s in store.segments)
+    changed = ChangedStores()
+    changed.note(store)
+    steps: list[int] = []
+    original = SegmentLeavesBuilder.step
+
+    def counted(builder: SegmentLeavesBuilder, *args: Any, **kwargs: Any) -> bool:
+        before = builder.bytes_hashed
+        done = original(builder, *args, **kwargs)
+        steps.append(builder.bytes_hashed - before)
+        return done
+
+    monkeypatch.setattr(SegmentLeavesBuilder, "step", counted)
+    writer = SidecarWriter(_Logger())
+    warmer = SidecarWarmer(_registry({GROUP: store}), writer, changed, _Logger(), bytes_per_s=0)  # type: ignore[arg-type]
+    asyncio.run(warmer.pass_once())
+    assert writer.counts.written >= 1 and sum(steps) == writer.counts.warmer_bytes_hashed > 2 * WARMER_SLICE_BYTES
+    assert len(steps) > 2 and max(steps) < WARMER_SLICE_BYTES + 110_000, steps
     harness.close()
 
 

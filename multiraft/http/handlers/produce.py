@@ -33,7 +33,7 @@ from multiraft.node.api import (
     NO_OFFSET,
     PartitionBatch,
     ProduceResult,
-    partition_for_key,
+    partitions_for_keys,
     validate_off_loop,
 )
 from raftlog.errors import ClientError
@@ -43,14 +43,16 @@ ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round
 
 def _by_partition(request: web.Request, topic: str, records: list[ParsedRecord],
                   partitions: int) -> dict[int, list[int]]:
-    """The positions of the request's records, per partition, in one pass."""
+    """The positions of the request's records, per partition: the keys hashed at once."""
     counter = request.app[ROUND_ROBIN_KEY].setdefault(topic, itertools.count())
+    keys = [record.key for record in records if record.partition is None and record.key is not None]
+    hashed = iter(partitions_for_keys(keys, partitions))
     by_partition: dict[int, list[int]] = {}
     for position, record in enumerate(records):
         if record.partition is not None:
             partition = record.partition
         elif record.key is not None:
-            partition = partition_for_key(record.key, partitions)
+            partition = next(hashed)
         else:
             partition = next(counter) % partitions
         positions = by_partition.get(partition)
