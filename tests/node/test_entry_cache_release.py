@@ -81,20 +81,26 @@ async def test_settled_replicas_hold_no_cached_entries_and_a_leader_keeps_a_down
 
 @pytest.mark.integration
 @pytest.mark.asyncio
-async def test_a_close_that_raises_still_closes_the_store_and_refunds_its_cache(tmp_path: Path) -> None:
-    # Goal: `Replicas._close_group` closes the store whatever raised before it (here the
-    # caller's `before_close`): its cached entries leave the node's budget, its files close.
+@pytest.mark.parametrize("failing", ["before_close", "machine"])
+async def test_a_close_that_raises_still_closes_the_store_and_refunds_its_cache(tmp_path: Path,
+                                                                                failing: str) -> None:
+    # Goal: `Replicas._close_group` closes the store whatever raised before it (the caller's
+    # `before_close`, or the state machine's close): its cached entries leave the node's
+    # budget, its files close.
     async with running_cluster(tmp_path) as nodes:
         leader = await written_partition(nodes, "closing", b"v0")
         follower, leader, group = await _follower_down_then_written(nodes, leader, "closing", range(1, 4))
         index = nodes.index(follower)
         store = leader.stores[group]
 
-        def refuse(_store: object, _synced: bool) -> None:
-            raise RuntimeError("before_close failed")
+        def refuse(*_args: object) -> None:
+            raise RuntimeError(f"{failing} failed")
 
-        with pytest.raises(RuntimeError, match="before_close failed"):
-            await leader.replicas.close_group(group, False, before_close=refuse)
+        before_close = refuse if failing == "before_close" else None
+        if failing == "machine":
+            leader.registry.partitions[group].close = refuse  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match=f"{failing} failed"):
+            await leader.replicas.close_group(group, False, before_close=before_close)
         assert store.closed and store.cached_bytes == 0
         budget = leader.storage.entry_cache  # the metadata group's cache may still hold entries
         assert store._cache not in budget._caches
