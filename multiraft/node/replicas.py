@@ -250,11 +250,11 @@ class Replicas:
 
     async def _close_group(self, group_id: GroupId, delete: bool, before_close: Any = None) -> None:
         runtime, store, machine = self._registry.remove(group_id)
-        await runtime.stop()
-        if machine is not None:
-            machine.close()
-        synced = not runtime.failed
         try:  # whatever raises, the store closes: its files and cached entries (the node's budget) go
+            await runtime.stop()
+            if machine is not None:
+                machine.close()
+            synced = not runtime.failed
             if synced:  # a failed store may not sync (disk full): what it lost, a crash loses
                 try:
                     store.sync()

@@ -10,7 +10,8 @@ open segment and the sidecars, not the log. Sidecars come from two places:
   task after the answer went (`offer`: never on the verify's path);
 - **the warmer** (`SidecarWarmer.run`, one task a node): every `SCAN_S` it builds the
   sidecar of each closed segment that lacks a matching one, reading it a slice at a time
-  on the loop (the store is the loop's), as a verify's build does. So a segment gets its
+  on the loop (the store is the loop's) as a verify's build does, in smaller slices
+  (`WARMER_SLICE_BYTES`: background work beside produce). So a segment gets its
   sidecar soon after it closes, and the first verify after a large copy is as cheap as
   the next.
 

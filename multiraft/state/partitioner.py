@@ -78,7 +78,7 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 
 def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
     """`partition_for_key` of every key, in order, computed for the short ones at once."""
-    assert partitions >= 1
+    assert 1 <= partitions < 1 << 31, partitions  # a Java int, as Kafka's; the columns are uint32
     short = [i for i, key in enumerate(keys) if len(key) <= VECTOR_KEY_BYTES_MAX]
     if len(short) < VECTOR_KEYS_MIN:
         return [partition_for_key(key, partitions) for key in keys]

@@ -6,6 +6,8 @@ alone would."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -98,3 +100,16 @@ def test_kafka_vectors_hold_for_keys_placed_at_once(key: bytes, expected: int) -
     keys = [key] * VECTOR_KEYS_MIN + [b"x" * VECTOR_KEY_BYTES_MAX]  # the vector path, padded past the key
     placed = partitions_for_keys(keys, 2**31 - 1)
     assert placed[:VECTOR_KEYS_MIN] == [to_positive(expected) % (2**31 - 1)] * VECTOR_KEYS_MIN
+
+
+def test_the_server_loads_numpy_at_start_and_the_client_never() -> None:
+    # Goal: the first keyed topic produce does not import numpy on the event loop (25+ ms):
+    # the produce handlers load it with the server; the client, which shares the
+    # partitioner, does not pay for it.
+    def loaded(module: str) -> bool:
+        code = f"import sys, {module}; print('numpy' in sys.modules)"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              timeout=60).stdout.strip() == "True"
+
+    assert loaded("multiraft.http.handlers.produce")
+    assert not loaded("multiraft.client.producer")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from multiraft.node.node import Node
+from raftlog.types import GroupId
 from tests.node.test_node_cluster import (
     batch,
     leader_of,
@@ -35,6 +36,20 @@ def holds_nothing(nodes: list[Node]) -> bool:
                and node.storage.entry_cache.bytes == 0 for node in nodes)
 
 
+async def _follower_down_then_written(nodes: list[Node], leader: Node, topic: str,
+                                      numbers: range) -> tuple[Node, Node, GroupId]:
+    """A follower of `topic`'s partition 0 stopped, then values v<n> written: (the stopped
+    follower, the leader, the group), once the leader holds cached what the follower lacks."""
+    follower = next(n for n in nodes if n is not leader)
+    await follower.stop()
+    leader = leader_of([n for n in nodes if n is not follower], topic, 0) or leader
+    group = leader.partition_group(topic, 0)
+    for i in numbers:
+        await produce_retrying(leader, topic, 0, batch(b"v%d" % i))
+    await until(lambda: leader.stores[group].cached_bytes > 0, "the leader keeps what the follower lacks")
+    return follower, leader, group
+
+
 @pytest.mark.integration
 @pytest.mark.asyncio
 async def test_settled_replicas_hold_no_cached_entries_and_a_leader_keeps_a_down_followers(tmp_path: Path) -> None:
@@ -48,16 +63,9 @@ async def test_settled_replicas_hold_no_cached_entries_and_a_leader_keeps_a_down
         await until(lambda: holds_nothing(nodes), "settled: every cache released")
 
         # A follower goes down: the leader keeps the entries it lacks.
-        follower = next(n for n in nodes if n is not leader)
+        follower, leader, group = await _follower_down_then_written(nodes, leader, "cached", range(8, 12))
         index = nodes.index(follower)
-        await follower.stop()
-        alive = [n for n in nodes if n is not follower]
-        leader = leader_of(alive, "cached", 0) or leader
-        group = leader.partition_group("cached", 0)
-        for i in range(8, 12):
-            await produce_retrying(leader, "cached", 0, batch(b"v%d" % i))
-            values.append(b"v%d" % i)
-        await until(lambda: leader.stores[group].cached_bytes > 0, "the leader keeps what the follower lacks")
+        values += [b"v%d" % i for i in range(8, 12)]
         await asyncio.sleep(0.3)  # many rounds of the group (ticks of 20 ms): still kept
         assert leader.stores[group].cached_bytes > 0
         assert leader.storage.entry_cache.holding() > 0
@@ -73,27 +81,26 @@ async def test_settled_replicas_hold_no_cached_entries_and_a_leader_keeps_a_down
 
 @pytest.mark.integration
 @pytest.mark.asyncio
-async def test_a_close_that_raises_still_closes_the_store_and_refunds_its_cache(tmp_path: Path) -> None:
-    # Goal: `Replicas._close_group` closes the store whatever raised before it (here the
-    # caller's `before_close`): its cached entries leave the node's budget, its files close.
+@pytest.mark.parametrize("failing", ["before_close", "machine"])
+async def test_a_close_that_raises_still_closes_the_store_and_refunds_its_cache(tmp_path: Path,
+                                                                                failing: str) -> None:
+    # Goal: `Replicas._close_group` closes the store whatever raised before it (the caller's
+    # `before_close`, or the state machine's close): its cached entries leave the node's
+    # budget, its files close.
     async with running_cluster(tmp_path) as nodes:
         leader = await written_partition(nodes, "closing", b"v0")
-        follower = next(n for n in nodes if n is not leader)
+        follower, leader, group = await _follower_down_then_written(nodes, leader, "closing", range(1, 4))
         index = nodes.index(follower)
-        await follower.stop()
-        alive = [n for n in nodes if n is not follower]
-        leader = leader_of(alive, "closing", 0) or leader
-        group = leader.partition_group("closing", 0)
-        for i in range(1, 4):
-            await produce_retrying(leader, "closing", 0, batch(b"v%d" % i))
-        await until(lambda: leader.stores[group].cached_bytes > 0, "the leader keeps what the follower lacks")
         store = leader.stores[group]
 
-        def refuse(_store: object, _synced: bool) -> None:
-            raise RuntimeError("before_close failed")
+        def refuse(*_args: object) -> None:
+            raise RuntimeError(f"{failing} failed")
 
-        with pytest.raises(RuntimeError, match="before_close failed"):
-            await leader.replicas.close_group(group, False, before_close=refuse)
+        before_close = refuse if failing == "before_close" else None
+        if failing == "machine":
+            leader.registry.partitions[group].close = refuse  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match=f"{failing} failed"):
+            await leader.replicas.close_group(group, False, before_close=before_close)
         assert store.closed and store.cached_bytes == 0
         budget = leader.storage.entry_cache  # the metadata group's cache may still hold entries
         assert store._cache not in budget._caches

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 from typing import Any
 
+import numpy  # noqa: F401  # loaded with the server, not by the first keyed produce on the loop (partitioner.py)
 from aiohttp import web
 
 from multiraft.errors import UnsupportedMediaType, error_body
