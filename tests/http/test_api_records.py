@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
+import json
 import struct
 import time
 
@@ -105,6 +107,37 @@ async def test_a_request_mixing_keys_partitions_and_neither_places_each_record(c
             assert offset["partition"] == record["partition"]
         else:
             assert 0 <= offset["partition"] < 5
+
+
+async def test_long_keys_are_hashed_without_holding_the_loop(cluster: Cluster) -> None:
+    # Goal (hostile input): keys of 1 MB each are hashed in a worker thread, not on the loop
+    # (murmur2 is a Python loop over a key's words: 14 such keys held it most of a second),
+    # and still land where murmur2 puts them.
+    await cluster.create_topic("longkeys", partitions=5)
+    keys = [chr(ord("a") + i) * 1_000_000 for i in range(14)]
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        clock = asyncio.get_running_loop().time
+        last = clock()
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            now = clock()
+            gaps.append(now - last)
+            last = now
+
+    watcher = asyncio.create_task(watch())
+    try:
+        document = json.dumps({"format": "string", "records": [{"key": k} for k in keys]}).encode()
+        status, body = await cluster.call("POST", 0, "/v1/topics/longkeys/records", data=io.BytesIO(document),
+                                          headers={"Content-Type": "application/json"})
+    finally:
+        stop.set()
+        await watcher
+    assert status == 200, body
+    assert [o["partition"] for o in body["offsets"]] == [partition_for_key(k.encode(), 5) for k in keys]
+    assert max(gaps) < 0.25, f"the loop was held {max(gaps) * 1000:.0f} ms"
 
 
 async def test_binary_batch_in_and_out(cluster: Cluster) -> None:

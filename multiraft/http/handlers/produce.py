@@ -42,12 +42,26 @@ from raftlog.errors import ClientError
 ROUND_ROBIN_KEY: web.AppKey[dict[str, itertools.count[int]]] = web.AppKey("round_robin", dict)
 
 
-def _by_partition(request: web.Request, topic: str, records: list[ParsedRecord],
-                  partitions: int) -> dict[int, list[int]]:
-    """The positions of the request's records, per partition: the keys hashed at once."""
-    counter = request.app[ROUND_ROBIN_KEY].setdefault(topic, itertools.count())
+# Keys hashed on the loop up to this many bytes in a request; more go to a worker thread
+# (murmur2 of a long key is a Python loop over its words: 12 keys of 1 MiB held the loop
+# 0.65 s; in the thread the loop runs between the interpreter's switch intervals).
+KEYS_INLINE_BYTES_MAX = 64 * 1024
+
+
+async def _key_partitions(records: list[ParsedRecord], partitions: int) -> list[int]:
+    """The partition of each keyed record without an explicit one, in order."""
     keys = [record.key for record in records if record.partition is None and record.key is not None]
-    hashed = iter(partitions_for_keys(keys, partitions))
+    if sum(map(len, keys)) <= KEYS_INLINE_BYTES_MAX:
+        return partitions_for_keys(keys, partitions)
+    return await asyncio.to_thread(partitions_for_keys, keys, partitions)
+
+
+def _by_partition(request: web.Request, topic: str, records: list[ParsedRecord],
+                  partitions: int, key_partitions: list[int]) -> dict[int, list[int]]:
+    """The positions of the request's records, per partition (`key_partitions`: the keyed
+    records', in order, from `_key_partitions`)."""
+    counter = request.app[ROUND_ROBIN_KEY].setdefault(topic, itertools.count())
+    hashed = iter(key_partitions)
     by_partition: dict[int, list[int]] = {}
     for position, record in enumerate(records):
         if record.partition is not None:
@@ -70,7 +84,8 @@ async def produce_topic(request: web.Request) -> web.Response:
     info = node.catalog.topic(topic)
     parsed = await produce_body(request, partition=False)
     records, acks = parsed.records, parsed.acks
-    by_partition = _by_partition(request, topic, records, len(info.partitions))
+    count = len(info.partitions)
+    by_partition = _by_partition(request, topic, records, count, await _key_partitions(records, count))
     for partition in by_partition:
         node.partition_group(topic, partition)  # 404 for a partition that does not exist
     order = sorted(by_partition)
