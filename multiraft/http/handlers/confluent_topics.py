@@ -31,7 +31,7 @@ from multiraft.http.handlers.confluent_common import (
     reply,
     topic_info,
 )
-from multiraft.http.handlers.produce import _by_partition, _produce_batches
+from multiraft.http.handlers.produce import _produce_batches, place_records
 from multiraft.http.limits import RECORDS_PER_REQUEST_MAX
 from multiraft.http.params import is_int
 from multiraft.http.records import encode_records, parse_records
@@ -82,7 +82,7 @@ async def produce(request: web.Request) -> web.Response:
     partition = path_partition(node, request) if "partition" in request.match_info else None
     body = await body_object(request, types=PRODUCE_TYPES, bulk=True)
     records = _records(body, _format(request), partition)
-    by_partition = _by_partition(request, topic, records, len(info.partitions))
+    by_partition = await place_records(request, topic, records, len(info.partitions))
     for p in by_partition:
         if p >= len(info.partitions):
             raise UnknownPartition(f"topic {topic!r} has no partition {p}")

@@ -78,14 +78,20 @@ def _by_partition(request: web.Request, topic: str, records: list[ParsedRecord],
     return by_partition
 
 
+async def place_records(request: web.Request, topic: str, records: list[ParsedRecord],
+                        partitions: int) -> dict[int, list[int]]:
+    """The positions of the request's records, per partition: explicit, keyed (off the loop
+    when the keys are long), else round-robin. The native and the Confluent produce's."""
+    return _by_partition(request, topic, records, partitions, await _key_partitions(records, partitions))
+
+
 async def produce_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     topic = request.match_info["topic"]
     info = node.catalog.topic(topic)
     parsed = await produce_body(request, partition=False)
     records, acks = parsed.records, parsed.acks
-    count = len(info.partitions)
-    by_partition = _by_partition(request, topic, records, count, await _key_partitions(records, count))
+    by_partition = await place_records(request, topic, records, len(info.partitions))
     for partition in by_partition:
         node.partition_group(topic, partition)  # 404 for a partition that does not exist
     order = sorted(by_partition)
