@@ -51,6 +51,17 @@ ASYNC = pytest.mark.asyncio(loop_scope="function")
 EU = RecordMatcher.of((("key_prefix", "eu-"),))
 
 
+async def _pull_until(pulls, source, condition, what: str, *link) -> None:  # type: ignore[no-untyped-def]
+    """Partition 0 of "orders" pulled by link "dr" into group 100 (`link`: its feature level and
+    matcher, if any) until `condition` holds; the pull is then cancelled."""
+    task = asyncio.create_task(pulls._pull(GroupId(100), "dr", source, "orders", 0, *link))
+    try:
+        await _until(condition, what)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 def _mixed(keys: list[bytes], compression: Compression = Compression.NONE, first_ms: int = 1000) -> bytes:
     return encode_batch([Record(k, b"v%d" % i, (), i) for i, k in enumerate(keys)], first_timestamp_ms=first_ms,
                         compression=compression)
@@ -84,12 +95,8 @@ async def test_the_pull_resumes_inside_a_source_batch_at_a_run(pauses: list[floa
     after = _mixed([b"eu-9"])
     source = FakeSource({0: [(10, MIXED), (15, after)]})
     pulls = _pulls(registry, 1)
-    task = asyncio.create_task(pulls._pull(GroupId(100), "dr", source, "orders", 0, 1, EU))  # type: ignore[arg-type]
-    try:
-        await _until(lambda: runtime.machine.state.next_offset == 16, "copied from inside the batch")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await _pull_until(pulls, source, lambda: runtime.machine.state.next_offset == 16, "copied from inside the batch",
+                      1, EU)
     assert _data(runtime) == [*filter_chunk(EU, [MIXED], 10)[1:], after]
 
 
@@ -132,12 +139,7 @@ async def test_a_huge_alternating_batch_goes_as_bounded_proposals(pauses: list[f
         await original(window, *args, **kwargs)
 
     pulls._take_applied = watched  # type: ignore[method-assign]
-    task = asyncio.create_task(pulls._pull(GroupId(100), "dr", source, "orders", 0, 1, EU))  # type: ignore[arg-type]
-    try:
-        await _until(lambda: runtime.machine.state.next_offset == 20_000, "everything copied")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await _pull_until(pulls, source, lambda: runtime.machine.state.next_offset == 20_000, "everything copied", 1, EU)
     sizes = [payloads for kind, payloads in runtime.proposals if kind is EntryKind.DATA]
     assert len(sizes) >= 20_000 // ENTRIES_PER_PROPOSAL_MAX
     assert all(len(p) <= ENTRIES_PER_PROPOSAL_MAX and sum(map(len, p)) <= 64 * 1024 for p in sizes)
@@ -189,16 +191,12 @@ async def test_gap_batches_through_an_unfiltered_link_need_level_3(pauses: list[
     _, runtime, pulls = _gap_pulls(level)
     log = [(0, encode_gap_batch(4, first_timestamp_ms=1)), (4, _mixed([b"eu-1"]))]
     source = FakeSource({0: log})
-    task = asyncio.create_task(pulls._pull(GroupId(100), "dr", source, "orders", 0))  # type: ignore[arg-type]
     status = pulls.status
-    try:
-        if level == 3:
-            await _until(lambda: runtime.machine.state.next_offset == 5, "copied")  # type: ignore[attr-defined]
-        else:
-            await _until(lambda: GroupId(100) in status and status[GroupId(100)].failures >= 2, "refused, backing off")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    if level == 3:
+        await _pull_until(pulls, source, lambda: runtime.machine.state.next_offset == 5, "copied")  # type: ignore[attr-defined]
+    else:
+        await _pull_until(pulls, source, lambda: GroupId(100) in status and status[GroupId(100)].failures >= 2,
+                          "refused, backing off")
     if level == 2:
         assert status[GroupId(100)].state == "backing_off" and "feature level 3" in status[GroupId(100)].last_error
         assert runtime.machine.state.next_offset == 0  # type: ignore[attr-defined]
